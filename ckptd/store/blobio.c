@@ -1,0 +1,427 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * io_uring implementation of blobio.h; the only user of liburing. Each writer
+ * owns a small ring and CPR_BFILE_DEPTH aligned buffers: the caller fills one
+ * buffer while earlier ones are written, so copying overlaps the disk. With
+ * O_DIRECT the tail is written padded to the alignment and the file is then
+ * truncated to its exact length. If io_uring is unavailable (old kernel,
+ * seccomp) we fall back to pwrite/pread so the store still works.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <liburing.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "blobio.h"
+#include "cpr/crc32c.h"
+#include "cpr_common.h"
+
+#define CPR_BFILE_DEPTH 4
+#define CPR_ALIGN 4096
+
+typedef struct iobuf {
+    unsigned char *data;
+    size_t fill;
+    int in_flight;
+} iobuf;
+
+struct cpr_bfile_writer {
+    char *path;
+    int fd;
+    int direct;
+    int have_ring;
+    struct io_uring ring;
+    iobuf bufs[CPR_BFILE_DEPTH];
+    unsigned cur;             /* buffer being filled */
+    unsigned in_flight;
+    uint64_t submitted_bytes; /* file offset of the next block written */
+    uint64_t written;         /* bytes appended by the caller */
+    uint32_t *crcs;
+    size_t n_crcs, cap_crcs;
+    int want_crcs;
+    cpr_status sticky;        /* first I/O error: every later call fails */
+};
+
+static int open_maybe_direct(const char *path, int flags, int direct, int *got_direct)
+{
+    int fd = -1;
+    *got_direct = 0;
+    if (direct) {
+        fd = open(path, flags | O_DIRECT | O_CLOEXEC, 0644);
+        if (fd >= 0) {
+            *got_direct = 1;
+            return fd;
+        }
+        if (errno != EINVAL)
+            return -1;
+    }
+    return open(path, flags | O_CLOEXEC, 0644);
+}
+
+static cpr_status io_error(const char *what, const char *path, int err)
+{
+    if (err == ENOSPC || err == EDQUOT)
+        return cpr_fail(CPR_RESOURCE_EXHAUSTED, "%s %s: disk full (%s)", what,
+                        path, strerror(err));
+    return cpr_fail(CPR_IO, "%s %s: %s", what, path, strerror(err));
+}
+
+/* Wait for one completion and check it wrote everything it was asked to. */
+static cpr_status reap_one(cpr_bfile_writer *w)
+{
+    struct io_uring_cqe *cqe;
+    int rc = io_uring_wait_cqe(&w->ring, &cqe);
+    if (rc < 0)
+        return io_error("io_uring wait on", w->path, -rc);
+    iobuf *b = io_uring_cqe_get_data(cqe);
+    int res = cqe->res;
+    io_uring_cqe_seen(&w->ring, cqe);
+    b->in_flight = 0;
+    w->in_flight--;
+    if (res < 0)
+        return io_error("write", w->path, -res);
+    if ((size_t)res != b->fill) /* short O_DIRECT writes do not happen on ext4/xfs */
+        return cpr_fail(CPR_IO, "short write to %s (%d of %zu bytes)", w->path,
+                        res, b->fill);
+    b->fill = 0;
+    return CPR_OK;
+}
+
+static cpr_status write_sync(cpr_bfile_writer *w, iobuf *b, size_t len)
+{
+    size_t done = 0;
+    while (done < len) {
+        ssize_t n = pwrite(w->fd, b->data + done, len - done,
+                           (off_t)(w->submitted_bytes + done));
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0)
+            return io_error("write", w->path, errno);
+        done += (size_t)n;
+    }
+    b->fill = 0;
+    return CPR_OK;
+}
+
+/* Submit the current buffer (len bytes, aligned for O_DIRECT) and advance. */
+static cpr_status submit_current(cpr_bfile_writer *w, size_t len)
+{
+    iobuf *b = &w->bufs[w->cur];
+    cpr_status st = CPR_OK;
+    if (!w->have_ring) {
+        st = write_sync(w, b, len);
+    } else {
+        struct io_uring_sqe *sqe = io_uring_get_sqe(&w->ring);
+        if (!sqe)
+            BUG("io_uring queue full although depth is bounded");
+        b->fill = len;
+        io_uring_prep_write(sqe, w->fd, b->data, (unsigned)len, w->submitted_bytes);
+        io_uring_sqe_set_data(sqe, b);
+        int rc = io_uring_submit(&w->ring);
+        if (rc < 0)
+            return io_error("io_uring submit for", w->path, -rc);
+        b->in_flight = 1;
+        w->in_flight++;
+    }
+    w->submitted_bytes += len;
+    w->cur = (w->cur + 1) % CPR_BFILE_DEPTH;
+    /* The next buffer may still be in flight: wait for it. */
+    while (st == CPR_OK && w->bufs[w->cur].in_flight)
+        st = reap_one(w);
+    return st;
+}
+
+static cpr_status push_crc(cpr_bfile_writer *w, uint32_t crc)
+{
+    if (w->n_crcs == w->cap_crcs) {
+        size_t cap = w->cap_crcs ? w->cap_crcs * 2 : 16;
+        uint32_t *grown = realloc(w->crcs, cap * sizeof *grown);
+        if (!grown)
+            return cpr_fail(CPR_NO_MEMORY, "out of memory for blob checksums");
+        w->crcs = grown;
+        w->cap_crcs = cap;
+    }
+    w->crcs[w->n_crcs++] = crc;
+    return CPR_OK;
+}
+
+cpr_status cpr_bfile_create(const char *path, int direct, int want_crcs,
+                            cpr_bfile_writer **out)
+{
+    cpr_status st = CPR_OK;
+    cpr_bfile_writer *w = calloc(1, sizeof *w);
+    if (!w)
+        return cpr_fail(CPR_NO_MEMORY, "out of memory opening %s", path);
+    w->fd = -1;
+    w->want_crcs = want_crcs;
+    w->path = strdup(path);
+    if (!w->path) {
+        st = cpr_fail(CPR_NO_MEMORY, "out of memory opening %s", path);
+        goto out;
+    }
+    for (int i = 0; i < CPR_BFILE_DEPTH; i++) {
+        if (posix_memalign((void **)&w->bufs[i].data, CPR_ALIGN, CPR_BLOB_BLOCK)) {
+            st = cpr_fail(CPR_NO_MEMORY, "out of memory for I/O buffers of %s", path);
+            goto out;
+        }
+    }
+    w->fd = open_maybe_direct(path, O_WRONLY | O_CREAT | O_TRUNC, direct, &w->direct);
+    if (w->fd < 0) {
+        st = io_error("create", path, errno);
+        goto out;
+    }
+    w->have_ring = io_uring_queue_init(CPR_BFILE_DEPTH, &w->ring, 0) == 0;
+out:
+    if (st) {
+        cpr_bfile_discard(w);
+        return st;
+    }
+    *out = w;
+    return CPR_OK;
+}
+
+cpr_status cpr_bfile_append(cpr_bfile_writer *w, const void *data, size_t len)
+{
+    const unsigned char *src = data;
+    cpr_status st = w->sticky;
+    while (st == CPR_OK && len > 0) {
+        iobuf *b = &w->bufs[w->cur];
+        size_t take = CPR_BLOB_BLOCK - b->fill;
+        if (take > len)
+            take = len;
+        memcpy(b->data + b->fill, src, take);
+        b->fill += take;
+        src += take;
+        len -= take;
+        w->written += take;
+        if (b->fill == CPR_BLOB_BLOCK) {
+            if (w->want_crcs)
+                st = push_crc(w, cpr_crc32c(0, b->data, CPR_BLOB_BLOCK));
+            if (st == CPR_OK)
+                st = submit_current(w, CPR_BLOB_BLOCK);
+        }
+    }
+    w->sticky = st;
+    return st;
+}
+
+uint64_t cpr_bfile_written(const cpr_bfile_writer *w)
+{
+    return w->written;
+}
+
+static void writer_free(cpr_bfile_writer *w, int unlink_file)
+{
+    if (w->have_ring) {
+        while (w->in_flight > 0 && reap_one(w) == CPR_OK) {
+        }
+        io_uring_queue_exit(&w->ring);
+    }
+    if (w->fd >= 0)
+        close(w->fd);
+    if (unlink_file && w->path)
+        unlink(w->path);
+    for (int i = 0; i < CPR_BFILE_DEPTH; i++)
+        free(w->bufs[i].data);
+    free(w->crcs);
+    free(w->path);
+    free(w);
+}
+
+void cpr_bfile_discard(cpr_bfile_writer *w)
+{
+    if (w)
+        writer_free(w, 1);
+}
+
+cpr_status cpr_bfile_finish(cpr_bfile_writer *w, int no_sync, uint64_t *size,
+                            uint32_t **crcs, size_t *n_crcs)
+{
+    cpr_status st = w->sticky;
+    iobuf *tail = &w->bufs[w->cur];
+    if (st == CPR_OK && tail->fill > 0) {
+        size_t len = tail->fill;
+        if (w->want_crcs)
+            st = push_crc(w, cpr_crc32c(0, tail->data, len));
+        if (w->direct) { /* pad to the alignment; truncated below */
+            size_t padded = (len + CPR_ALIGN - 1) & ~(size_t)(CPR_ALIGN - 1);
+            memset(tail->data + len, 0, padded - len);
+            len = padded;
+        }
+        if (st == CPR_OK)
+            st = submit_current(w, len);
+    }
+    while (st == CPR_OK && w->have_ring && w->in_flight > 0)
+        st = reap_one(w);
+    if (st == CPR_OK && ftruncate(w->fd, (off_t)w->written) != 0)
+        st = io_error("truncate", w->path, errno);
+    if (st == CPR_OK && !no_sync && fdatasync(w->fd) != 0)
+        st = io_error("fdatasync", w->path, errno);
+    if (st == CPR_OK) {
+        *size = w->written;
+        if (crcs) {
+            *crcs = w->crcs;
+            *n_crcs = w->n_crcs;
+            w->crcs = NULL;
+        }
+    }
+    writer_free(w, st != CPR_OK);
+    return st;
+}
+
+/* ---- reading ---------------------------------------------------------- */
+
+typedef struct reader {
+    const char *path;
+    int fd;
+    uint64_t size;
+    struct io_uring ring;
+    unsigned char *bufs[CPR_BFILE_DEPTH];
+} reader;
+
+static cpr_status read_block_sync(reader *r, uint64_t index, unsigned char *buf,
+                                  size_t want, size_t *got)
+{
+    size_t done = 0;
+    size_t ask = (want + CPR_ALIGN - 1) & ~(size_t)(CPR_ALIGN - 1);
+    while (done < want) {
+        ssize_t n = pread(r->fd, buf + done, ask - done,
+                          (off_t)(index * CPR_BLOB_BLOCK + done));
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0)
+            return io_error("read", r->path, errno);
+        if (n == 0)
+            break;
+        done += (size_t)n;
+    }
+    *got = done;
+    return CPR_OK;
+}
+
+static size_t block_len(uint64_t size, uint64_t index)
+{
+    uint64_t left = size - index * CPR_BLOB_BLOCK;
+    return left < CPR_BLOB_BLOCK ? (size_t)left : CPR_BLOB_BLOCK;
+}
+
+static void submit_read(reader *r, uint64_t index)
+{
+    struct io_uring_sqe *sqe = io_uring_get_sqe(&r->ring);
+    if (!sqe)
+        BUG("io_uring read queue full although depth is bounded");
+    size_t len = block_len(r->size, index);
+    size_t ask = (len + CPR_ALIGN - 1) & ~(size_t)(CPR_ALIGN - 1);
+    io_uring_prep_read(sqe, r->fd, r->bufs[index % CPR_BFILE_DEPTH],
+                       (unsigned)ask, index * CPR_BLOB_BLOCK);
+    io_uring_sqe_set_data64(sqe, index);
+}
+
+/* Read with up to CPR_BFILE_DEPTH blocks in flight; completions are handled
+ * in order because the callback must see the blocks in order. */
+static cpr_status read_ring(reader *r, uint64_t n_blocks, cpr_bfile_block_fn fn,
+                            void *ctx)
+{
+    cpr_status st = CPR_OK;
+    uint64_t next_submit = 0, next_deliver = 0;
+    int done_res[CPR_BFILE_DEPTH];
+    int done_flag[CPR_BFILE_DEPTH] = {0};
+    unsigned pending = 0;
+
+    while (st == CPR_OK && next_deliver < n_blocks) {
+        while (next_submit < n_blocks && next_submit < next_deliver + CPR_BFILE_DEPTH) {
+            submit_read(r, next_submit++);
+            pending++;
+        }
+        io_uring_submit(&r->ring);
+        while (!done_flag[next_deliver % CPR_BFILE_DEPTH]) {
+            struct io_uring_cqe *cqe;
+            int rc = io_uring_wait_cqe(&r->ring, &cqe);
+            if (rc < 0)
+                return io_error("io_uring wait on", r->path, -rc);
+            uint64_t idx = io_uring_cqe_get_data64(cqe);
+            done_res[idx % CPR_BFILE_DEPTH] = cqe->res;
+            done_flag[idx % CPR_BFILE_DEPTH] = 1;
+            io_uring_cqe_seen(&r->ring, cqe);
+            pending--;
+        }
+        unsigned slot = next_deliver % CPR_BFILE_DEPTH;
+        int res = done_res[slot];
+        size_t want = block_len(r->size, next_deliver);
+        done_flag[slot] = 0;
+        if (res < 0)
+            st = io_error("read", r->path, -res);
+        else if ((size_t)res < want)
+            st = cpr_fail(CPR_CORRUPT, "%s is shorter than its recorded %llu bytes",
+                          r->path, (unsigned long long)r->size);
+        else
+            st = fn(ctx, next_deliver, r->bufs[slot], want);
+        next_deliver++;
+    }
+    while (pending > 0) { /* drain so the buffers can be freed */
+        struct io_uring_cqe *cqe;
+        if (io_uring_wait_cqe(&r->ring, &cqe) < 0)
+            break;
+        io_uring_cqe_seen(&r->ring, cqe);
+        pending--;
+    }
+    return st;
+}
+
+static cpr_status read_plain(reader *r, uint64_t n_blocks, cpr_bfile_block_fn fn,
+                             void *ctx)
+{
+    cpr_status st = CPR_OK;
+    for (uint64_t i = 0; st == CPR_OK && i < n_blocks; i++) {
+        size_t want = block_len(r->size, i), got = 0;
+        st = read_block_sync(r, i, r->bufs[0], want, &got);
+        if (st == CPR_OK && got < want)
+            st = cpr_fail(CPR_CORRUPT, "%s is shorter than its recorded %llu bytes",
+                          r->path, (unsigned long long)r->size);
+        if (st == CPR_OK)
+            st = fn(ctx, i, r->bufs[0], want);
+    }
+    return st;
+}
+
+cpr_status cpr_bfile_read(const char *path, uint64_t size, int direct,
+                          cpr_bfile_block_fn fn, void *ctx)
+{
+    cpr_status st = CPR_OK;
+    int got_direct = 0, have_ring = 0;
+    reader r = {.path = path, .fd = -1, .size = size};
+    struct stat_like { off_t len; } info;
+    uint64_t n_blocks = (size + CPR_BLOB_BLOCK - 1) / CPR_BLOB_BLOCK;
+
+    r.fd = open_maybe_direct(path, O_RDONLY, direct, &got_direct);
+    if (r.fd < 0) {
+        st = errno == ENOENT ? cpr_fail(CPR_CORRUPT, "blob file %s is missing", path)
+                             : io_error("open", path, errno);
+        goto out;
+    }
+    info.len = lseek(r.fd, 0, SEEK_END);
+    if (info.len < 0 || (uint64_t)info.len != size) {
+        st = cpr_fail(CPR_CORRUPT, "%s has %lld bytes, its record says %llu", path,
+                      (long long)info.len, (unsigned long long)size);
+        goto out;
+    }
+    for (int i = 0; i < CPR_BFILE_DEPTH; i++) {
+        if (posix_memalign((void **)&r.bufs[i], CPR_ALIGN, CPR_BLOB_BLOCK)) {
+            st = cpr_fail(CPR_NO_MEMORY, "out of memory reading %s", path);
+            goto out;
+        }
+    }
+    have_ring = io_uring_queue_init(CPR_BFILE_DEPTH, &r.ring, 0) == 0;
+    st = have_ring ? read_ring(&r, n_blocks, fn, ctx) : read_plain(&r, n_blocks, fn, ctx);
+out:
+    if (have_ring)
+        io_uring_queue_exit(&r.ring);
+    for (int i = 0; i < CPR_BFILE_DEPTH; i++)
+        free(r.bufs[i]);
+    if (r.fd >= 0)
+        close(r.fd);
+    return st;
+}

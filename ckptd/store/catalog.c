@@ -1,0 +1,225 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* The catalog of committed parts; invariants C1-C4 are stated in catalog.h. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "catalog.h"
+#include "cpr_common.h"
+
+void cpr_catalog_release(cpr_catalog *cat)
+{
+    for (size_t i = 0; i < cat->n_jobs; i++) {
+        cpr_job *job = cat->jobs[i];
+        for (size_t p = 0; p < job->n_parts; p++)
+            cpr_meta_release(&job->parts[p]);
+        free(job->parts);
+        free(job->tables);
+        free(job);
+    }
+    free(cat->jobs);
+    memset(cat, 0, sizeof *cat);
+}
+
+cpr_job *cpr_catalog_find(const cpr_catalog *cat, const char *name)
+{
+    for (size_t i = 0; i < cat->n_jobs; i++)
+        if (strcmp(cat->jobs[i]->name, name) == 0)
+            return cat->jobs[i];
+    return NULL;
+}
+
+cpr_job *cpr_catalog_find_id(const cpr_catalog *cat, uint32_t id)
+{
+    for (size_t i = 0; i < cat->n_jobs; i++)
+        if (cat->jobs[i]->id == id)
+            return cat->jobs[i];
+    return NULL;
+}
+
+cpr_status cpr_catalog_add_job(cpr_catalog *cat, const char *name, uint32_t id,
+                               cpr_job **out)
+{
+    cpr_job *job;
+    if (cat->n_jobs == cat->cap_jobs) {
+        size_t cap = cat->cap_jobs ? cat->cap_jobs * 2 : 8;
+        cpr_job **grown = realloc(cat->jobs, cap * sizeof *grown);
+        if (!grown)
+            return cpr_fail(CPR_NO_MEMORY, "out of memory adding job %s", name);
+        cat->jobs = grown;
+        cat->cap_jobs = cap;
+    }
+    job = calloc(1, sizeof *job);
+    if (!job)
+        return cpr_fail(CPR_NO_MEMORY, "out of memory adding job %s", name);
+    snprintf(job->name, sizeof job->name, "%s", name);
+    if (id == 0)
+        id = cat->next_job_id ? cat->next_job_id : 1;
+    job->id = id;
+    if (id >= cat->next_job_id)
+        cat->next_job_id = id + 1;
+    cat->jobs[cat->n_jobs++] = job;
+    *out = job;
+    return CPR_OK;
+}
+
+static int part_cmp(const cpr_part_meta *a, uint64_t ckpt, uint32_t shard)
+{
+    if (a->checkpoint != ckpt)
+        return a->checkpoint < ckpt ? -1 : 1;
+    if (a->shard != shard)
+        return a->shard < shard ? -1 : 1;
+    return 0;
+}
+
+/* Index of the first part >= (ckpt, shard). */
+static size_t lower_bound(const cpr_job *job, uint64_t ckpt, uint32_t shard)
+{
+    size_t lo = 0, hi = job->n_parts;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (part_cmp(&job->parts[mid], ckpt, shard) < 0)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+cpr_part_meta *cpr_job_find_part(const cpr_job *job, uint32_t shard, uint64_t ckpt)
+{
+    size_t i = lower_bound(job, ckpt, shard);
+    if (i < job->n_parts && part_cmp(&job->parts[i], ckpt, shard) == 0)
+        return &job->parts[i];
+    return NULL;
+}
+
+const cpr_part_meta *cpr_job_newest(const cpr_job *job, uint32_t shard,
+                                    int consistent_kinds_only)
+{
+    for (size_t i = job->n_parts; i-- > 0;) {
+        const cpr_part_meta *p = &job->parts[i];
+        if (p->shard != shard)
+            continue;
+        if (!consistent_kinds_only || p->kind != CPR_KIND_PRIORITY)
+            return p;
+    }
+    return NULL;
+}
+
+/* C3: computed once when the part is added (C2 makes that sufficient). */
+static int compute_consistent(const cpr_job *job, const cpr_part_meta *m)
+{
+    if (m->kind == CPR_KIND_FULL)
+        return 1;
+    if (m->kind != CPR_KIND_DELTA)
+        return 0;
+    if (job->floor && m->checkpoint == job->floor)
+        return 1;
+    const cpr_part_meta *base = cpr_job_find_part(job, m->shard, m->base);
+    return base && base->kind != CPR_KIND_PRIORITY && base->consistent;
+}
+
+cpr_status cpr_job_add_part(cpr_job *job, cpr_part_meta *m)
+{
+    size_t at;
+    if (job->n_parts == job->cap_parts) {
+        size_t cap = job->cap_parts ? job->cap_parts * 2 : 16;
+        cpr_part_meta *grown = realloc(job->parts, cap * sizeof *grown);
+        if (!grown) {
+            cpr_meta_release(m);
+            return cpr_fail(CPR_NO_MEMORY, "out of memory adding a part to job %s",
+                            job->name);
+        }
+        job->parts = grown;
+        job->cap_parts = cap;
+    }
+    at = lower_bound(job, m->checkpoint, m->shard);
+    if (at < job->n_parts && part_cmp(&job->parts[at], m->checkpoint, m->shard) == 0)
+        BUG("a part was committed twice");
+    m->consistent = compute_consistent(job, m);
+    memmove(&job->parts[at + 1], &job->parts[at],
+            (job->n_parts - at) * sizeof *job->parts);
+    job->parts[at] = *m;
+    job->n_parts++;
+    memset(m, 0, sizeof *m);
+    return cpr_job_merge_tables(job, job->parts[at].tables, job->parts[at].n_tables);
+}
+
+size_t cpr_job_drop_below(cpr_job *job, uint64_t floor)
+{
+    size_t n = lower_bound(job, floor, 0);
+    for (size_t i = 0; i < n; i++)
+        cpr_meta_release(&job->parts[i]);
+    memmove(job->parts, job->parts + n, (job->n_parts - n) * sizeof *job->parts);
+    job->n_parts -= n;
+    return n;
+}
+
+const cpr_table_schema *cpr_job_table(const cpr_job *job, uint32_t table)
+{
+    for (size_t i = 0; i < job->n_tables; i++)
+        if (job->tables[i].table == table)
+            return &job->tables[i];
+    return NULL;
+}
+
+cpr_status cpr_job_merge_tables(cpr_job *job, const cpr_table_schema *tables, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        const cpr_table_schema *known = cpr_job_table(job, tables[i].table);
+        if (known && (known->dim != tables[i].dim || known->state_dim != tables[i].state_dim))
+            return cpr_fail(CPR_INVALID_ARGUMENT,
+                            "table %u of job %s has dim %u and state_dim %u; this "
+                            "part declares dim %u and state_dim %u: a table's shape "
+                            "cannot change within a job",
+                            tables[i].table, job->name, known->dim, known->state_dim,
+                            tables[i].dim, tables[i].state_dim);
+    }
+    for (size_t i = 0; i < n; i++) {
+        cpr_table_schema *known = (cpr_table_schema *)cpr_job_table(job, tables[i].table);
+        if (known) {
+            if (tables[i].rows > known->rows)
+                known->rows = tables[i].rows;
+            continue;
+        }
+        cpr_table_schema *grown = realloc(job->tables, (job->n_tables + 1) * sizeof *grown);
+        if (!grown)
+            return cpr_fail(CPR_NO_MEMORY, "out of memory recording tables of %s", job->name);
+        job->tables = grown;
+        job->tables[job->n_tables++] = tables[i];
+    }
+    return CPR_OK;
+}
+
+/* Is checkpoint `ckpt` (parts [first, end) of the sorted array) a cut? */
+static int is_cut(const cpr_job *job, size_t first, size_t end)
+{
+    uint32_t n = job->parts[first].num_shards;
+    if (end - first < n)
+        return 0;
+    for (uint32_t s = 0; s < n; s++) {
+        const cpr_part_meta *p = &job->parts[first + s];
+        if (p->shard != s || !p->consistent || p->num_shards != n)
+            return 0;
+    }
+    return 1;
+}
+
+size_t cpr_job_cuts(const cpr_job *job, uint64_t *cuts, size_t max)
+{
+    size_t count = 0, end = job->n_parts;
+    while (end > 0) {
+        size_t first = end - 1;
+        uint64_t ckpt = job->parts[first].checkpoint;
+        while (first > 0 && job->parts[first - 1].checkpoint == ckpt)
+            first--;
+        if (is_cut(job, first, end)) {
+            if (count < max)
+                cuts[count] = ckpt;
+            count++;
+        }
+        end = first;
+    }
+    return count;
+}

@@ -1,0 +1,66 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * The in-memory catalog of jobs and their committed parts, rebuilt from the
+ * 'J', 'M' and 'F' records at open. It answers every metadata question
+ * (list, consistency, cuts, commit preconditions) without touching disk.
+ * Not thread-safe: the store guards it with its mutex.
+ *
+ * Invariants
+ *  C1. A job's parts are sorted by (checkpoint, shard) and unique.
+ *  C2. Per (job, shard), parts are committed in increasing checkpoint order,
+ *      so a new part never changes the consistency of an older one, and a
+ *      part's `consistent` flag is computed once, when it is added.
+ *  C3. A DELTA is consistent iff its base part (same shard) is committed and
+ *      consistent, or it sits exactly at the job's retention floor (GC only
+ *      ever raises the floor to a consistent cut, deleting older parts).
+ *  C4. tables[] of a job holds one schema per table id ever declared; dims
+ *      never change within a job.
+ */
+#ifndef CPR_STORE_CATALOG_H
+#define CPR_STORE_CATALOG_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "meta.h"
+
+typedef struct cpr_job {
+    char name[CPR_NAME_MAX + 1];
+    uint32_t id;
+    uint64_t floor;              /* oldest restorable checkpoint id (0: none) */
+    cpr_part_meta *parts;        /* committed, sorted (C1) */
+    size_t n_parts, cap_parts;
+    cpr_table_schema *tables;    /* C4 */
+    size_t n_tables;
+} cpr_job;
+
+typedef struct cpr_catalog {
+    cpr_job **jobs;
+    size_t n_jobs, cap_jobs;
+    uint32_t next_job_id;
+} cpr_catalog;
+
+void cpr_catalog_release(cpr_catalog *cat);
+cpr_job *cpr_catalog_find(const cpr_catalog *cat, const char *name);
+cpr_job *cpr_catalog_find_id(const cpr_catalog *cat, uint32_t id);
+/* Add a job; id 0 assigns the next free id. */
+cpr_status cpr_catalog_add_job(cpr_catalog *cat, const char *name, uint32_t id,
+                               cpr_job **out);
+
+/* Take ownership of *m (on success and failure alike) and insert it. */
+cpr_status cpr_job_add_part(cpr_job *job, cpr_part_meta *m);
+/* Remove and release parts with checkpoint < floor; returns how many. */
+size_t cpr_job_drop_below(cpr_job *job, uint64_t floor);
+cpr_part_meta *cpr_job_find_part(const cpr_job *job, uint32_t shard, uint64_t ckpt);
+/* Newest committed part of `shard` (any kind, or FULL/DELTA only). */
+const cpr_part_meta *cpr_job_newest(const cpr_job *job, uint32_t shard,
+                                    int consistent_kinds_only);
+/* Check `tables` against the job's dims (C4) and merge new ones in. */
+cpr_status cpr_job_merge_tables(cpr_job *job, const cpr_table_schema *tables,
+                                size_t n);
+const cpr_table_schema *cpr_job_table(const cpr_job *job, uint32_t table);
+
+/* Consistent cuts, newest first; returns how many exist (writes at most max). */
+size_t cpr_job_cuts(const cpr_job *job, uint64_t *cuts, size_t max);
+
+#endif /* CPR_STORE_CATALOG_H */

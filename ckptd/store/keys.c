@@ -1,0 +1,94 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* Encoding and parsing of the store's RocksDB keys (layout in keys.h). */
+#include <string.h>
+
+#include "keys.h"
+
+void cpr_put_be32(unsigned char *p, uint32_t v)
+{
+    p[0] = (unsigned char)(v >> 24);
+    p[1] = (unsigned char)(v >> 16);
+    p[2] = (unsigned char)(v >> 8);
+    p[3] = (unsigned char)v;
+}
+
+void cpr_put_be64(unsigned char *p, uint64_t v)
+{
+    cpr_put_be32(p, (uint32_t)(v >> 32));
+    cpr_put_be32(p + 4, (uint32_t)v);
+}
+
+uint32_t cpr_get_be32(const unsigned char *p)
+{
+    return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
+}
+
+uint64_t cpr_get_be64(const unsigned char *p)
+{
+    return (uint64_t)cpr_get_be32(p) << 32 | cpr_get_be32(p + 4);
+}
+
+void cpr_key_row(unsigned char out[CPR_ROW_KEY_LEN], const cpr_row_key *k)
+{
+    out[0] = 'R';
+    cpr_put_be32(out + 1, k->job_id);
+    cpr_put_be32(out + 5, k->table);
+    cpr_put_be64(out + 9, k->row);
+    cpr_put_be64(out + 17, ~k->checkpoint);
+    cpr_put_be32(out + 25, k->shard);
+}
+
+int cpr_key_row_parse(const void *key, size_t len, cpr_row_key *out)
+{
+    const unsigned char *p = key;
+    if (len != CPR_ROW_KEY_LEN || p[0] != 'R')
+        return -1;
+    out->job_id = cpr_get_be32(p + 1);
+    out->table = cpr_get_be32(p + 5);
+    out->row = cpr_get_be64(p + 9);
+    out->checkpoint = ~cpr_get_be64(p + 17);
+    out->shard = cpr_get_be32(p + 25);
+    return 0;
+}
+
+void cpr_key_row_prefix(unsigned char out[9], uint32_t job_id, uint32_t table)
+{
+    out[0] = 'R';
+    cpr_put_be32(out + 1, job_id);
+    cpr_put_be32(out + 5, table);
+}
+
+void cpr_key_meta(unsigned char out[CPR_META_KEY_LEN], uint32_t job_id,
+                  uint32_t shard, uint64_t checkpoint)
+{
+    out[0] = 'M';
+    cpr_put_be32(out + 1, job_id);
+    cpr_put_be32(out + 5, shard);
+    cpr_put_be64(out + 9, checkpoint);
+}
+
+int cpr_key_meta_parse(const void *key, size_t len, uint32_t *job_id,
+                       uint32_t *shard, uint64_t *checkpoint)
+{
+    const unsigned char *p = key;
+    if (len != CPR_META_KEY_LEN || p[0] != 'M')
+        return -1;
+    *job_id = cpr_get_be32(p + 1);
+    *shard = cpr_get_be32(p + 5);
+    *checkpoint = cpr_get_be64(p + 9);
+    return 0;
+}
+
+void cpr_key_floor(unsigned char out[CPR_FLOOR_KEY_LEN], uint32_t job_id)
+{
+    out[0] = 'F';
+    cpr_put_be32(out + 1, job_id);
+}
+
+size_t cpr_key_job(unsigned char out[130], const char *name)
+{
+    size_t len = strnlen(name, 128);
+    out[0] = 'J';
+    memcpy(out + 1, name, len);
+    return len + 1;
+}

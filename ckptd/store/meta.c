@@ -1,0 +1,238 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * Part metadata codec. Layout (little-endian):
+ *   u8 version(1) u8 kind u32 shard u64 checkpoint u64 step u32 num_shards
+ *   u64 base u64 rows u64 bytes i64 committed_unix_ms
+ *   u32 n_tables { u32 table u64 rows u32 dim u32 state_dim }
+ *   u32 n_blobs  { u8 name_len name u64 size u32 n_crcs { u32 crc } }
+ *   u32 crc32c(all of the above)
+ * Decoding never trusts a count: every read is bounds-checked first.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "cpr/crc32c.h"
+#include "cpr_common.h"
+#include "meta.h"
+
+#define META_VERSION 1
+
+typedef struct wbuf {
+    unsigned char *p;
+    size_t len, cap;
+    int oom;
+} wbuf;
+
+static void put(wbuf *b, const void *src, size_t n)
+{
+    if (b->oom)
+        return;
+    if (b->len + n > b->cap) {
+        size_t cap = (b->cap ? b->cap * 2 : 256) + n;
+        unsigned char *grown = realloc(b->p, cap);
+        if (!grown) {
+            b->oom = 1;
+            return;
+        }
+        b->p = grown;
+        b->cap = cap;
+    }
+    memcpy(b->p + b->len, src, n);
+    b->len += n;
+}
+
+/* The host is little-endian (checked by the build), so native == wire. */
+#define PUT(b, v) do { __typeof__(v) v_ = (v); put((b), &v_, sizeof v_); } while (0)
+
+cpr_status cpr_meta_encode(const cpr_part_meta *m, unsigned char **buf, size_t *len)
+{
+    wbuf b = {0};
+    PUT(&b, (uint8_t)META_VERSION);
+    PUT(&b, (uint8_t)m->kind);
+    PUT(&b, m->shard);
+    PUT(&b, m->checkpoint);
+    PUT(&b, m->step);
+    PUT(&b, m->num_shards);
+    PUT(&b, m->base);
+    PUT(&b, m->rows);
+    PUT(&b, m->bytes);
+    PUT(&b, m->committed_unix_ms);
+    PUT(&b, (uint32_t)m->n_tables);
+    for (size_t i = 0; i < m->n_tables; i++) {
+        PUT(&b, m->tables[i].table);
+        PUT(&b, m->tables[i].rows);
+        PUT(&b, m->tables[i].dim);
+        PUT(&b, m->tables[i].state_dim);
+    }
+    PUT(&b, (uint32_t)m->n_blobs);
+    for (size_t i = 0; i < m->n_blobs; i++) {
+        const cpr_blob_meta *bl = &m->blobs[i];
+        uint8_t name_len = (uint8_t)strlen(bl->name);
+        PUT(&b, name_len);
+        put(&b, bl->name, name_len);
+        PUT(&b, bl->size);
+        PUT(&b, (uint32_t)bl->n_crcs);
+        put(&b, bl->crcs, bl->n_crcs * sizeof(uint32_t));
+    }
+    if (!b.oom)
+        PUT(&b, cpr_crc32c(0, b.p, b.len));
+    if (b.oom) {
+        free(b.p);
+        return cpr_fail(CPR_NO_MEMORY, "out of memory encoding part metadata");
+    }
+    *buf = b.p;
+    *len = b.len;
+    return CPR_OK;
+}
+
+typedef struct rbuf {
+    const unsigned char *p;
+    size_t len, off;
+    int bad;
+} rbuf;
+
+static void get(rbuf *r, void *dst, size_t n)
+{
+    if (r->bad || r->len - r->off < n) {
+        r->bad = 1;
+        memset(dst, 0, n);
+        return;
+    }
+    memcpy(dst, r->p + r->off, n);
+    r->off += n;
+}
+
+#define GET(r, v) get((r), &(v), sizeof(v))
+
+static cpr_status decode_blobs(rbuf *r, cpr_part_meta *m)
+{
+    uint32_t n;
+    GET(r, n);
+    if (r->bad || n > (r->len - r->off) / 13)
+        return CPR_CORRUPT;
+    m->blobs = calloc(n ? n : 1, sizeof *m->blobs);
+    if (!m->blobs)
+        return CPR_NO_MEMORY;
+    m->n_blobs = n;
+    for (uint32_t i = 0; i < n && !r->bad; i++) {
+        cpr_blob_meta *bl = &m->blobs[i];
+        uint8_t name_len;
+        uint32_t n_crcs;
+        GET(r, name_len);
+        if (name_len > CPR_NAME_MAX)
+            return CPR_CORRUPT;
+        get(r, bl->name, name_len);
+        GET(r, bl->size);
+        GET(r, n_crcs);
+        if (r->bad || n_crcs > (r->len - r->off) / 4 ||
+            n_crcs != (bl->size + (1u << 20) - 1) / (1u << 20))
+            return CPR_CORRUPT;
+        bl->crcs = malloc((n_crcs ? n_crcs : 1) * sizeof(uint32_t));
+        if (!bl->crcs)
+            return CPR_NO_MEMORY;
+        bl->n_crcs = n_crcs;
+        get(r, bl->crcs, n_crcs * sizeof(uint32_t));
+    }
+    return r->bad ? CPR_CORRUPT : CPR_OK;
+}
+
+static cpr_status decode_body(rbuf *r, cpr_part_meta *m)
+{
+    uint8_t version, kind;
+    uint32_t n_tables;
+    GET(r, version);
+    GET(r, kind);
+    if (r->bad || version != META_VERSION || kind < CPR_KIND_FULL || kind > CPR_KIND_PRIORITY)
+        return CPR_CORRUPT;
+    m->kind = (cpr_kind)kind;
+    GET(r, m->shard);
+    GET(r, m->checkpoint);
+    GET(r, m->step);
+    GET(r, m->num_shards);
+    GET(r, m->base);
+    GET(r, m->rows);
+    GET(r, m->bytes);
+    GET(r, m->committed_unix_ms);
+    GET(r, n_tables);
+    if (r->bad || n_tables > (r->len - r->off) / 20)
+        return CPR_CORRUPT;
+    m->tables = calloc(n_tables ? n_tables : 1, sizeof *m->tables);
+    if (!m->tables)
+        return CPR_NO_MEMORY;
+    m->n_tables = n_tables;
+    for (uint32_t i = 0; i < n_tables; i++) {
+        GET(r, m->tables[i].table);
+        GET(r, m->tables[i].rows);
+        GET(r, m->tables[i].dim);
+        GET(r, m->tables[i].state_dim);
+    }
+    return decode_blobs(r, m);
+}
+
+cpr_status cpr_meta_decode(const void *buf, size_t len, cpr_part_meta *out)
+{
+    cpr_part_meta m = {0};
+    rbuf r = {.p = buf, .len = len};
+    uint32_t stored_crc;
+    cpr_status st;
+
+    if (len < 4)
+        return cpr_fail(CPR_CORRUPT, "part record of %zu bytes is truncated", len);
+    memcpy(&stored_crc, r.p + len - 4, 4);
+    if (cpr_crc32c(0, buf, len - 4) != stored_crc)
+        return cpr_fail(CPR_CORRUPT, "part record checksum mismatch");
+    r.len = len - 4;
+    st = decode_body(&r, &m);
+    if (st == CPR_OK && r.off != r.len)
+        st = CPR_CORRUPT;
+    if (st) {
+        cpr_meta_release(&m);
+        return st == CPR_NO_MEMORY ? cpr_fail(st, "out of memory decoding part record")
+                                   : cpr_fail(st, "part record is malformed");
+    }
+    *out = m;
+    return CPR_OK;
+}
+
+void cpr_meta_release(cpr_part_meta *m)
+{
+    if (!m)
+        return;
+    for (size_t i = 0; i < m->n_blobs; i++)
+        free(m->blobs[i].crcs);
+    free(m->blobs);
+    free(m->tables);
+    m->blobs = NULL;
+    m->tables = NULL;
+    m->n_blobs = m->n_tables = 0;
+}
+
+cpr_status cpr_meta_copy_tables(cpr_part_meta *dst, const cpr_table_schema *tables,
+                                size_t n)
+{
+    cpr_table_schema *copy = malloc((n ? n : 1) * sizeof *copy);
+    if (!copy)
+        return cpr_fail(CPR_NO_MEMORY, "out of memory copying %zu table schemas", n);
+    if (n)
+        memcpy(copy, tables, n * sizeof *copy);
+    free(dst->tables);
+    dst->tables = copy;
+    dst->n_tables = n;
+    return CPR_OK;
+}
+
+const cpr_table_schema *cpr_meta_table(const cpr_part_meta *m, uint32_t table)
+{
+    for (size_t i = 0; i < m->n_tables; i++)
+        if (m->tables[i].table == table)
+            return &m->tables[i];
+    return NULL;
+}
+
+const cpr_blob_meta *cpr_meta_blob(const cpr_part_meta *m, const char *name)
+{
+    for (size_t i = 0; i < m->n_blobs; i++)
+        if (strcmp(m->blobs[i].name, name) == 0)
+            return &m->blobs[i];
+    return NULL;
+}

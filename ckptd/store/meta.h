@@ -1,0 +1,51 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * The commit record of a part ('M' key): everything List needs, the table
+ * schemas, and each blob's length and per-block CRC32C. Encoded as a small
+ * versioned little-endian record ending in a CRC32C of all preceding bytes,
+ * so a damaged record is detected and reported rather than trusted.
+ */
+#ifndef CPR_STORE_META_H
+#define CPR_STORE_META_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "cpr/store.h"
+
+typedef struct cpr_blob_meta {
+    char name[CPR_NAME_MAX + 1];
+    uint64_t size;
+    uint32_t *crcs;   /* one per CPR_BLOB_BLOCK bytes; owned */
+    size_t n_crcs;
+} cpr_blob_meta;
+
+typedef struct cpr_part_meta {
+    uint32_t shard;
+    uint64_t checkpoint;
+    cpr_kind kind;
+    uint64_t step;
+    uint32_t num_shards;
+    uint64_t base;
+    uint64_t rows;
+    uint64_t bytes;
+    int64_t committed_unix_ms;
+    cpr_table_schema *tables; /* owned */
+    size_t n_tables;
+    cpr_blob_meta *blobs;     /* owned */
+    size_t n_blobs;
+    int consistent;           /* derived by the catalog, not stored */
+} cpr_part_meta;
+
+/* Encode into a malloc'd buffer (caller frees). */
+cpr_status cpr_meta_encode(const cpr_part_meta *m, unsigned char **buf, size_t *len);
+/* Decode; CPR_CORRUPT on any inconsistency. On success *out owns arrays. */
+cpr_status cpr_meta_decode(const void *buf, size_t len, cpr_part_meta *out);
+void cpr_meta_release(cpr_part_meta *m);
+/* Deep copy of the tables array into dst (dst's own arrays are replaced). */
+cpr_status cpr_meta_copy_tables(cpr_part_meta *dst, const cpr_table_schema *tables,
+                                size_t n);
+const cpr_table_schema *cpr_meta_table(const cpr_part_meta *m, uint32_t table);
+const cpr_blob_meta *cpr_meta_blob(const cpr_part_meta *m, const char *name);
+
+#endif /* CPR_STORE_META_H */

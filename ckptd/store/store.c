@@ -1,0 +1,561 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * Store lifecycle and metadata queries: open (RocksDB setup, catalog load,
+ * crash-leftover sweep), close, list, latest cut, stats, and the filesystem
+ * helpers the other store files share. Layout and invariants: store_internal.h.
+ */
+#define _XOPEN_SOURCE 700
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "store_internal.h"
+
+/* ---- small helpers --------------------------------------------------- */
+
+cpr_status cpr_store_count(cpr_store *store, cpr_status st)
+{
+    if (st != CPR_OK && (unsigned)st < CPR_STATUS_COUNT_)
+        atomic_fetch_add(&store->errors[st], 1);
+    return st;
+}
+
+cpr_status cpr_rocks_error(char *err, const char *what)
+{
+    cpr_status st = CPR_IO;
+    if (strncmp(err, "Corruption", 10) == 0)
+        st = CPR_CORRUPT;
+    else if (strstr(err, "No space left") || strstr(err, "NoSpace"))
+        st = CPR_RESOURCE_EXHAUSTED;
+    else if (strstr(err, "lock") && strstr(err, "LOCK"))
+        st = CPR_UNAVAILABLE;
+    cpr_fail(st, "%s: %s", what, err);
+    rocksdb_free(err);
+    return st;
+}
+
+cpr_status cpr_check_job_name(const char *job)
+{
+    if (!cpr_name_valid(job))
+        return cpr_fail(CPR_INVALID_ARGUMENT,
+                        "job name \"%.140s\" is invalid: use 1-128 characters of "
+                        "A-Z a-z 0-9 . _ -", job ? job : "(null)");
+    return CPR_OK;
+}
+
+char *cpr_path_join(const char *a, const char *b)
+{
+    size_t len = strlen(a) + strlen(b) + 2;
+    char *p = malloc(len);
+    if (p)
+        snprintf(p, len, "%s/%s", a, b);
+    return p;
+}
+
+char *cpr_part_dirname(const char *job, uint32_t shard, uint64_t ckpt, const char *root)
+{
+    size_t len = strlen(root) + strlen(job) + 64;
+    char *p = malloc(len);
+    if (p)
+        snprintf(p, len, "%s/j_%s/%u-%llu", root, job, shard, (unsigned long long)ckpt);
+    return p;
+}
+
+int cpr_mkdirs(const char *path)
+{
+    char buf[4096];
+    size_t len = strlen(path);
+    if (len >= sizeof buf)
+        return -1;
+    memcpy(buf, path, len + 1);
+    for (size_t i = 1; i <= len; i++) {
+        if (buf[i] != '/' && buf[i] != '\0')
+            continue;
+        char saved = buf[i];
+        buf[i] = '\0';
+        if (mkdir(buf, 0755) != 0 && errno != EEXIST)
+            return -1;
+        buf[i] = saved;
+    }
+    return 0;
+}
+
+int cpr_fsync_dir(const char *path)
+{
+    int fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0)
+        return -1;
+    int rc = fsync(fd);
+    close(fd);
+    return rc;
+}
+
+static int rm_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
+{
+    (void)sb;
+    (void)flag;
+    (void)ftw;
+    remove(path);
+    return 0;
+}
+
+void cpr_rmtree(const char *path)
+{
+    nftw(path, rm_entry, 32, FTW_DEPTH | FTW_PHYS);
+}
+
+static _Thread_local uint64_t tree_bytes_acc;
+
+static int add_bytes(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
+{
+    (void)path;
+    (void)ftw;
+    if (flag == FTW_F)
+        tree_bytes_acc += (uint64_t)sb->st_size;
+    return 0;
+}
+
+uint64_t cpr_tree_bytes(const char *path)
+{
+    tree_bytes_acc = 0;
+    nftw(path, add_bytes, 32, FTW_PHYS);
+    return tree_bytes_acc;
+}
+
+/* ---- open parts table -------------------------------------------------- */
+
+static int part_matches(const open_part *p, const cpr_part_id *id)
+{
+    return p->meta.shard == id->shard && p->meta.checkpoint == id->checkpoint &&
+           strcmp(p->job_name, id->job) == 0;
+}
+
+open_part *cpr_open_part_get(cpr_store *store, const cpr_part_id *id)
+{
+    open_part *found = NULL;
+    pthread_mutex_lock(&store->mu);
+    for (open_part *p = store->open_parts; p; p = p->next) {
+        if (part_matches(p, id)) {
+            p->refs++;
+            found = p;
+            break;
+        }
+    }
+    pthread_mutex_unlock(&store->mu);
+    return found;
+}
+
+void cpr_open_part_put(cpr_store *store, open_part *part)
+{
+    int last;
+    pthread_mutex_lock(&store->mu);
+    last = --part->refs == 0 && part->removed;
+    pthread_mutex_unlock(&store->mu);
+    if (last)
+        cpr_open_part_free(part);
+}
+
+void cpr_open_part_free(open_part *part)
+{
+    if (part->sst)
+        rocksdb_sstfilewriter_destroy(part->sst);
+    for (size_t i = 0; i < part->n_blobs; i++)
+        cpr_bfile_discard(part->blobs[i].writer);
+    for (size_t i = 0; i < part->n_files; i++)
+        free(part->files[i]);
+    if (part->dir)
+        cpr_rmtree(part->dir);
+    free(part->files);
+    free(part->blobs);
+    free(part->value_buf);
+    free(part->dir);
+    free(part->final_dir);
+    cpr_meta_release(&part->meta);
+    pthread_mutex_destroy(&part->mu);
+    free(part);
+}
+
+/* ---- open / close ------------------------------------------------------ */
+
+static cpr_status load_jobs(cpr_store *store, rocksdb_iterator_t *it)
+{
+    cpr_status st = CPR_OK;
+    for (rocksdb_iter_seek(it, "J", 1); st == CPR_OK && rocksdb_iter_valid(it);
+         rocksdb_iter_next(it)) {
+        size_t klen, vlen;
+        const char *key = rocksdb_iter_key(it, &klen);
+        const char *val = rocksdb_iter_value(it, &vlen);
+        char name[CPR_NAME_MAX + 1];
+        cpr_job *job;
+        if (klen < 1 || key[0] != 'J')
+            break;
+        if (klen - 1 > CPR_NAME_MAX || vlen != 4) {
+            cpr_log(CPR_LOG_ERROR, "skipping malformed job record");
+            continue;
+        }
+        memcpy(name, key + 1, klen - 1);
+        name[klen - 1] = '\0';
+        st = cpr_catalog_add_job(&store->catalog, name,
+                                 cpr_get_be32((const unsigned char *)val), &job);
+    }
+    return st;
+}
+
+static void load_floor(cpr_store *store, cpr_job *job)
+{
+    unsigned char key[CPR_FLOOR_KEY_LEN];
+    size_t vlen = 0;
+    char *err = NULL;
+    cpr_key_floor(key, job->id);
+    char *val = rocksdb_get(store->db, store->read_opts, (const char *)key, sizeof key,
+                            &vlen, &err);
+    if (err)
+        rocksdb_free(err);
+    if (val && vlen == 8)
+        job->floor = cpr_get_be64((const unsigned char *)val);
+    rocksdb_free(val);
+}
+
+static cpr_status load_parts(cpr_store *store, rocksdb_iterator_t *it)
+{
+    cpr_status st = CPR_OK;
+    for (size_t j = 0; j < store->catalog.n_jobs; j++)
+        load_floor(store, store->catalog.jobs[j]);
+    /* 'M' keys sort by (job, shard, checkpoint): per shard ascending, so
+     * every DELTA's base is loaded before it (catalog invariant C2). */
+    for (rocksdb_iter_seek(it, "M", 1); st == CPR_OK && rocksdb_iter_valid(it);
+         rocksdb_iter_next(it)) {
+        size_t klen, vlen;
+        const char *key = rocksdb_iter_key(it, &klen);
+        const char *val = rocksdb_iter_value(it, &vlen);
+        uint32_t job_id, shard;
+        uint64_t ckpt;
+        cpr_part_meta m;
+        if (klen < 1 || key[0] != 'M')
+            break;
+        if (cpr_key_meta_parse(key, klen, &job_id, &shard, &ckpt) != 0)
+            continue;
+        cpr_job *job = cpr_catalog_find_id(&store->catalog, job_id);
+        if (!job || cpr_meta_decode(val, vlen, &m) != CPR_OK) {
+            cpr_log(CPR_LOG_ERROR, "part record of job id %u shard %u checkpoint %llu "
+                    "is damaged; the part is ignored (cprctl verify reports it)",
+                    job_id, shard, (unsigned long long)ckpt);
+            continue;
+        }
+        st = cpr_job_add_part(job, &m);
+    }
+    if (st == CPR_OK) {
+        char *err = NULL;
+        rocksdb_iter_get_error(it, &err);
+        if (err)
+            st = cpr_rocks_error(err, "reading part records");
+    }
+    return st;
+}
+
+static cpr_status load_catalog(cpr_store *store)
+{
+    rocksdb_iterator_t *it = rocksdb_create_iterator(store->db, store->read_opts);
+    cpr_status st = load_jobs(store, it);
+    if (st == CPR_OK)
+        st = load_parts(store, it);
+    rocksdb_iter_destroy(it);
+    return st;
+}
+
+static void setup_rocks_options(cpr_store *store)
+{
+    rocksdb_block_based_table_options_t *bb = rocksdb_block_based_options_create();
+    /* Floats do not compress; big blocks keep the index small for billions
+     * of rows; xxh3 block checksums (RocksDB's default in later versions)
+     * back up our per-row CRC32C. */
+    rocksdb_block_based_options_set_block_size(bb, 64 << 10);
+    rocksdb_block_based_options_set_checksum(bb, 4 /* kXXH3 */);
+    store->db_opts = rocksdb_options_create();
+    rocksdb_options_set_create_if_missing(store->db_opts, 1);
+    rocksdb_options_set_compression(store->db_opts, rocksdb_no_compression);
+    rocksdb_options_set_block_based_table_factory(store->db_opts, bb);
+    rocksdb_options_increase_parallelism(store->db_opts, 2);
+    rocksdb_options_set_target_file_size_base(store->db_opts, 256ull << 20);
+    /* Ingested parts often overlap older ones and land in L0; let L0 grow
+     * rather than stall a commit on compaction. */
+    rocksdb_options_set_level0_slowdown_writes_trigger(store->db_opts, 64);
+    rocksdb_options_set_level0_stop_writes_trigger(store->db_opts, 128);
+    rocksdb_options_set_info_log_level(store->db_opts, 2 /* WARN */);
+    rocksdb_options_set_keep_log_file_num(store->db_opts, 4);
+    store->sst_opts = rocksdb_options_create_copy(store->db_opts);
+    rocksdb_block_based_options_destroy(bb);
+    store->env_opts = rocksdb_envoptions_create();
+    store->read_opts = rocksdb_readoptions_create();
+    rocksdb_readoptions_set_verify_checksums(store->read_opts, 1);
+    store->sync_write = rocksdb_writeoptions_create();
+    rocksdb_writeoptions_set_sync(store->sync_write, !store->opts.no_sync);
+}
+
+static cpr_status make_dirs(cpr_store *store, const char *dir)
+{
+    store->dir = strdup(dir);
+    store->db_dir = cpr_path_join(dir, "db");
+    store->blobs_dir = cpr_path_join(dir, "blobs");
+    store->staging_dir = cpr_path_join(dir, "staging");
+    if (!store->dir || !store->db_dir || !store->blobs_dir || !store->staging_dir)
+        return cpr_fail(CPR_NO_MEMORY, "out of memory opening store %s", dir);
+    if (cpr_mkdirs(dir) || cpr_mkdirs(store->blobs_dir) || cpr_mkdirs(store->staging_dir))
+        return cpr_fail(errno == ENOSPC ? CPR_RESOURCE_EXHAUSTED : CPR_IO,
+                        "cannot create store directories under %s: %s", dir,
+                        strerror(errno));
+    return CPR_OK;
+}
+
+cpr_status cpr_store_open(const char *dir, const cpr_store_options *opts,
+                          cpr_store **out)
+{
+    cpr_status st = CPR_OK;
+    char *err = NULL;
+    cpr_store *store;
+
+    if (!dir || !*dir || !out)
+        return cpr_fail(CPR_INVALID_ARGUMENT, "cpr_store_open needs a directory");
+    store = calloc(1, sizeof *store);
+    if (!store)
+        return cpr_fail(CPR_NO_MEMORY, "out of memory opening store %s", dir);
+    pthread_mutex_init(&store->mu, NULL);
+    if (opts)
+        store->opts = *opts;
+    if (store->opts.retain_cuts == 0)
+        store->opts.retain_cuts = 2;
+    st = make_dirs(store, dir);
+    if (st)
+        goto out;
+    setup_rocks_options(store);
+    store->db = rocksdb_open(store->db_opts, store->db_dir, &err);
+    if (err) {
+        st = cpr_rocks_error(err, "opening the store database");
+        if (st == CPR_UNAVAILABLE)
+            cpr_fail(st, "store %s is already open in another process or handle", dir);
+        goto out;
+    }
+    st = load_catalog(store);
+    if (st)
+        goto out;
+    pthread_mutex_lock(&store->mu);
+    uint64_t swept = cpr_store_sweep(store);
+    pthread_mutex_unlock(&store->mu);
+    if (swept)
+        cpr_log(CPR_LOG_INFO, "store %s: removed %llu leftovers of interrupted writes",
+                dir, (unsigned long long)swept);
+out:
+    if (st) {
+        cpr_store_close(store);
+        return st;
+    }
+    *out = store;
+    return CPR_OK;
+}
+
+void cpr_store_close(cpr_store *store)
+{
+    if (!store)
+        return;
+    while (store->open_parts) {
+        open_part *p = store->open_parts;
+        store->open_parts = p->next;
+        cpr_open_part_free(p);
+    }
+    if (store->db)
+        rocksdb_close(store->db);
+    if (store->db_opts)
+        rocksdb_options_destroy(store->db_opts);
+    if (store->sst_opts)
+        rocksdb_options_destroy(store->sst_opts);
+    if (store->env_opts)
+        rocksdb_envoptions_destroy(store->env_opts);
+    if (store->read_opts)
+        rocksdb_readoptions_destroy(store->read_opts);
+    if (store->sync_write)
+        rocksdb_writeoptions_destroy(store->sync_write);
+    cpr_catalog_release(&store->catalog);
+    pthread_mutex_destroy(&store->mu);
+    free(store->dir);
+    free(store->db_dir);
+    free(store->blobs_dir);
+    free(store->staging_dir);
+    free(store);
+}
+
+/* ---- sweep of crash leftovers (S2, S3) --------------------------------- */
+
+static int staging_in_use(cpr_store *store, const char *path)
+{
+    for (open_part *p = store->open_parts; p; p = p->next)
+        if ((p->dir && strcmp(p->dir, path) == 0) ||
+            (p->final_dir && strcmp(p->final_dir, path) == 0))
+            return 1;
+    return 0;
+}
+
+/* Visit root/j_<job>/<shard>-<ckpt> directories. */
+static uint64_t sweep_root(cpr_store *store, const char *root, int is_staging)
+{
+    uint64_t removed = 0;
+    DIR *jobs = opendir(root);
+    struct dirent *je;
+    if (!jobs)
+        return 0;
+    while ((je = readdir(jobs)) != NULL) {
+        if (strncmp(je->d_name, "j_", 2) != 0)
+            continue;
+        char *job_dir = cpr_path_join(root, je->d_name);
+        DIR *parts = job_dir ? opendir(job_dir) : NULL;
+        struct dirent *pe;
+        cpr_job *job = cpr_catalog_find(&store->catalog, je->d_name + 2);
+        while (parts && (pe = readdir(parts)) != NULL) {
+            unsigned shard;
+            unsigned long long ckpt;
+            char tail;
+            if (pe->d_name[0] == '.')
+                continue;
+            char *path = cpr_path_join(job_dir, pe->d_name);
+            int parsed = sscanf(pe->d_name, "%u-%llu%c", &shard, &ckpt, &tail) == 2;
+            int keep = !path || staging_in_use(store, path) ||
+                       (!is_staging && parsed && job && cpr_job_find_part(job, shard, ckpt));
+            if (!keep) {
+                cpr_rmtree(path);
+                removed++;
+            }
+            free(path);
+        }
+        if (parts)
+            closedir(parts);
+        free(job_dir);
+    }
+    closedir(jobs);
+    return removed;
+}
+
+uint64_t cpr_store_sweep(cpr_store *store)
+{
+    return sweep_root(store, store->staging_dir, 1) +
+           sweep_root(store, store->blobs_dir, 0);
+}
+
+/* ---- metadata queries -------------------------------------------------- */
+
+static void fill_info(cpr_part_info *info, const cpr_part_meta *m, int committed)
+{
+    info->shard = m->shard;
+    info->checkpoint = m->checkpoint;
+    info->kind = m->kind;
+    info->step = m->step;
+    info->num_shards = m->num_shards;
+    info->base = m->kind == CPR_KIND_DELTA ? m->base : 0;
+    info->rows = m->rows;
+    info->bytes = m->bytes;
+    info->committed = committed;
+    info->consistent = committed && m->consistent;
+}
+
+static int info_cmp(const void *a, const void *b)
+{
+    const cpr_part_info *x = a, *y = b;
+    if (x->checkpoint != y->checkpoint)
+        return x->checkpoint < y->checkpoint ? -1 : 1;
+    return x->shard < y->shard ? -1 : x->shard > y->shard;
+}
+
+cpr_status cpr_store_list(cpr_store *store, const char *job_name,
+                          cpr_part_info **out, size_t *n)
+{
+    cpr_status st = cpr_check_job_name(job_name);
+    cpr_part_info *infos = NULL;
+    size_t count = 0;
+    if (st)
+        return cpr_store_count(store, st);
+    pthread_mutex_lock(&store->mu);
+    cpr_job *job = cpr_catalog_find(&store->catalog, job_name);
+    size_t cap = job ? job->n_parts : 0;
+    for (open_part *p = store->open_parts; p; p = p->next)
+        cap += strcmp(p->job_name, job_name) == 0;
+    if (cap == 0) {
+        st = cpr_fail(CPR_NOT_FOUND, "job %s has no parts", job_name);
+        goto out;
+    }
+    infos = calloc(cap, sizeof *infos);
+    if (!infos) {
+        st = cpr_fail(CPR_NO_MEMORY, "out of memory listing job %s", job_name);
+        goto out;
+    }
+    for (size_t i = 0; job && i < job->n_parts; i++)
+        fill_info(&infos[count++], &job->parts[i], 1);
+    for (open_part *p = store->open_parts; p; p = p->next)
+        if (strcmp(p->job_name, job_name) == 0)
+            fill_info(&infos[count++], &p->meta, 0);
+out:
+    pthread_mutex_unlock(&store->mu);
+    if (st)
+        return cpr_store_count(store, st);
+    qsort(infos, count, sizeof *infos, info_cmp);
+    *out = infos;
+    *n = count;
+    return CPR_OK;
+}
+
+cpr_status cpr_store_latest_cut(cpr_store *store, const char *job_name, uint64_t *cut)
+{
+    cpr_status st = cpr_check_job_name(job_name);
+    uint64_t found = 0;
+    if (st)
+        return cpr_store_count(store, st);
+    pthread_mutex_lock(&store->mu);
+    cpr_job *job = cpr_catalog_find(&store->catalog, job_name);
+    if (!job || job->n_parts == 0)
+        st = cpr_fail(CPR_NOT_FOUND, "job %s has no committed parts", job_name);
+    else if (cpr_job_cuts(job, &found, 1) == 0)
+        st = cpr_fail(CPR_NOT_FOUND, "job %s has no consistent cut yet: every shard "
+                      "needs a committed FULL (or complete DELTA chain) at the same "
+                      "checkpoint id", job_name);
+    pthread_mutex_unlock(&store->mu);
+    if (st)
+        return cpr_store_count(store, st);
+    *cut = found;
+    return CPR_OK;
+}
+
+cpr_status cpr_store_stats_get(cpr_store *store, cpr_store_stats *out)
+{
+    cpr_store_stats s;
+    memset(&s, 0, sizeof s);
+    pthread_mutex_lock(&store->mu);
+    s.jobs = store->catalog.n_jobs;
+    for (size_t i = 0; i < store->catalog.n_jobs; i++)
+        s.parts_committed += store->catalog.jobs[i]->n_parts;
+    for (open_part *p = store->open_parts; p; p = p->next)
+        s.parts_open++;
+    pthread_mutex_unlock(&store->mu);
+    s.rows_in = atomic_load(&store->rows_in);
+    s.bytes_in = atomic_load(&store->bytes_in);
+    s.rows_out = atomic_load(&store->rows_out);
+    s.bytes_out = atomic_load(&store->bytes_out);
+    for (int i = 0; i < CPR_STATUS_COUNT_; i++)
+        s.errors[i] = atomic_load(&store->errors[i]);
+    s.store_bytes = cpr_tree_bytes(store->dir);
+    *out = s;
+    return CPR_OK;
+}
+
+const char *cpr_kind_name(cpr_kind kind)
+{
+    switch (kind) {
+    case CPR_KIND_FULL: return "FULL";
+    case CPR_KIND_DELTA: return "DELTA";
+    case CPR_KIND_PRIORITY: return "PRIORITY";
+    default: return "UNSPECIFIED";
+    }
+}

@@ -1,0 +1,408 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * Retention (GC) and verification.
+ *
+ * GC of a job keeps the newest K consistent cuts and everything newer. With
+ * F the K-th newest cut (the new floor), the retained states are "as of C"
+ * for every C >= F. A version (row r, checkpoint c) is needed by one of them
+ * iff c >= F, or it is r's newest version with c <= F. Everything else goes.
+ *
+ * Order, so that a crash at any point leaves every retained state intact:
+ *   G1. persist the floor F (synced write), and publish it in memory under
+ *       store->mu: from then on nothing below F can be restored, so no
+ *       reader depends on the versions about to go (restores already running
+ *       read from their own snapshot);
+ *   G2. delete unneeded row versions (batched writes, last one synced);
+ *   G3. delete the part records below F, then their blob directories
+ *       (a directory left by a crash here has no record: swept, S2);
+ *   G4. compact the job's key range so the space is really returned.
+ * A crash between steps only leaves garbage that the next GC removes.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cpr/crc32c.h"
+#include "store_internal.h"
+
+#define DELETE_BATCH 65536
+
+typedef struct gc_job {
+    uint32_t job_id;
+    char name[CPR_NAME_MAX + 1];
+    uint64_t floor;
+    uint64_t *doomed;   /* checkpoints of parts below the floor, with shards */
+    uint32_t *doomed_shards;
+    size_t n_doomed;
+} gc_job;
+
+static cpr_status write_floor(cpr_store *store, uint32_t job_id, uint64_t floor)
+{
+    unsigned char key[CPR_FLOOR_KEY_LEN], val[8];
+    char *err = NULL;
+    cpr_key_floor(key, job_id);
+    cpr_put_be64(val, floor);
+    rocksdb_put(store->db, store->sync_write, (const char *)key, sizeof key,
+                (const char *)val, sizeof val, &err);
+    return err ? cpr_rocks_error(err, "recording the retention floor") : CPR_OK;
+}
+
+static cpr_status flush_deletes(cpr_store *store, rocksdb_writebatch_t *wb, int sync)
+{
+    char *err = NULL;
+    if (rocksdb_writebatch_count(wb) == 0)
+        return CPR_OK;
+    rocksdb_writeoptions_t *wo = rocksdb_writeoptions_create();
+    rocksdb_writeoptions_set_sync(wo, sync && !store->opts.no_sync);
+    rocksdb_write(store->db, wo, wb, &err);
+    rocksdb_writeoptions_destroy(wo);
+    rocksdb_writebatch_clear(wb);
+    return err ? cpr_rocks_error(err, "deleting reclaimed versions") : CPR_OK;
+}
+
+/* G2: walk every row version of the job, newest first within each row. */
+static cpr_status delete_versions(cpr_store *store, const gc_job *g, uint64_t *removed)
+{
+    unsigned char lower[5] = {'R'}, upper[5] = {'R'};
+    cpr_put_be32(lower + 1, g->job_id);
+    cpr_put_be32(upper + 1, g->job_id + 1);
+    rocksdb_readoptions_t *ro = rocksdb_readoptions_create();
+    rocksdb_readoptions_set_fill_cache(ro, 0);
+    rocksdb_readoptions_set_iterate_upper_bound(ro, (const char *)upper, sizeof upper);
+    rocksdb_iterator_t *it = rocksdb_create_iterator(store->db, ro);
+    rocksdb_writebatch_t *wb = rocksdb_writebatch_create();
+    cpr_status st = CPR_OK;
+    cpr_row_key prev = {0}, k;
+    int have_prev = 0, kept_at_or_below_floor = 0;
+
+    for (rocksdb_iter_seek(it, (const char *)lower, sizeof lower);
+         st == CPR_OK && rocksdb_iter_valid(it); rocksdb_iter_next(it)) {
+        size_t klen;
+        const char *key = rocksdb_iter_key(it, &klen);
+        if (cpr_key_row_parse(key, klen, &k) != 0)
+            continue;
+        if (!have_prev || k.table != prev.table || k.row != prev.row)
+            kept_at_or_below_floor = 0;
+        have_prev = 1;
+        prev = k;
+        if (k.checkpoint > g->floor)
+            continue;
+        if (!kept_at_or_below_floor) { /* r's newest version <= F: needed */
+            kept_at_or_below_floor = 1;
+            continue;
+        }
+        rocksdb_writebatch_delete(wb, key, klen);
+        (*removed)++;
+        if (rocksdb_writebatch_count(wb) >= DELETE_BATCH)
+            st = flush_deletes(store, wb, 0);
+    }
+    char *err = NULL;
+    rocksdb_iter_get_error(it, &err);
+    if (st == CPR_OK && err)
+        st = cpr_rocks_error(err, "scanning versions for retention");
+    else if (err)
+        rocksdb_free(err);
+    if (st == CPR_OK)
+        st = flush_deletes(store, wb, 1);
+    rocksdb_writebatch_destroy(wb);
+    rocksdb_iter_destroy(it);
+    rocksdb_readoptions_destroy(ro);
+    return st;
+}
+
+/* G3: part records, then blob directories. */
+static cpr_status delete_parts(cpr_store *store, const gc_job *g)
+{
+    rocksdb_writebatch_t *wb = rocksdb_writebatch_create();
+    for (size_t i = 0; i < g->n_doomed; i++) {
+        unsigned char key[CPR_META_KEY_LEN];
+        cpr_key_meta(key, g->job_id, g->doomed_shards[i], g->doomed[i]);
+        rocksdb_writebatch_delete(wb, (const char *)key, sizeof key);
+    }
+    cpr_status st = flush_deletes(store, wb, 1);
+    rocksdb_writebatch_destroy(wb);
+    for (size_t i = 0; st == CPR_OK && i < g->n_doomed; i++) {
+        char *dir = cpr_part_dirname(g->name, g->doomed_shards[i], g->doomed[i],
+                                     store->blobs_dir);
+        if (dir)
+            cpr_rmtree(dir);
+        free(dir);
+    }
+    return st;
+}
+
+static void compact_job(cpr_store *store, uint32_t job_id)
+{
+    unsigned char begin[5] = {'M'}, end[5] = {'R'};
+    cpr_put_be32(begin + 1, job_id);
+    cpr_put_be32(end + 1, job_id + 1);
+    rocksdb_compactoptions_t *co = rocksdb_compactoptions_create();
+    rocksdb_compactoptions_set_bottommost_level_compaction(co, 1 /* kForce */);
+    rocksdb_compactoptions_set_change_level(co, 0);
+    rocksdb_compact_range_opt(store->db, co, (const char *)begin, sizeof begin,
+                              (const char *)end, sizeof end);
+    rocksdb_compactoptions_destroy(co);
+}
+
+/* G1, under store->mu: choose the floor and publish it. */
+static cpr_status plan_job(cpr_store *store, cpr_job *job, uint32_t keep, gc_job *g)
+{
+    uint64_t *cuts = malloc(keep * sizeof *cuts);
+    if (!cuts)
+        return cpr_fail(CPR_NO_MEMORY, "out of memory planning retention");
+    size_t n_cuts = cpr_job_cuts(job, cuts, keep);
+    uint64_t floor = n_cuts >= keep ? cuts[keep - 1] : 0;
+    free(cuts);
+    memset(g, 0, sizeof *g);
+    g->job_id = job->id;
+    snprintf(g->name, sizeof g->name, "%s", job->name);
+    if (floor <= job->floor)
+        return CPR_OK; /* nothing new to reclaim */
+    g->doomed = malloc((job->n_parts + 1) * sizeof *g->doomed);
+    g->doomed_shards = malloc((job->n_parts + 1) * sizeof *g->doomed_shards);
+    if (!g->doomed || !g->doomed_shards)
+        return cpr_fail(CPR_NO_MEMORY, "out of memory planning retention");
+    for (size_t i = 0; i < job->n_parts && job->parts[i].checkpoint < floor; i++) {
+        g->doomed[g->n_doomed] = job->parts[i].checkpoint;
+        g->doomed_shards[g->n_doomed++] = job->parts[i].shard;
+    }
+    cpr_status st = write_floor(store, job->id, floor);
+    if (st == CPR_OK) {
+        g->floor = floor;
+        job->floor = floor;
+        cpr_job_drop_below(job, floor);
+    }
+    return st;
+}
+
+static cpr_status gc_one(cpr_store *store, cpr_job *job, uint32_t keep, cpr_gc_report *rep)
+{
+    gc_job g;
+    pthread_mutex_lock(&store->mu);
+    cpr_status st = plan_job(store, job, keep, &g);
+    pthread_mutex_unlock(&store->mu);
+    if (st == CPR_OK && g.floor) {
+        st = delete_versions(store, &g, &rep->versions_removed);
+        if (st == CPR_OK)
+            st = delete_parts(store, &g);
+        if (st == CPR_OK)
+            compact_job(store, g.job_id);
+        rep->parts_removed += g.n_doomed;
+        rep->floor = g.floor;
+    } else if (st == CPR_OK) {
+        rep->floor = job->floor;
+    }
+    free(g.doomed);
+    free(g.doomed_shards);
+    return st;
+}
+
+cpr_status cpr_store_gc(cpr_store *store, const char *job_name, uint32_t keep,
+                        cpr_gc_report *report)
+{
+    cpr_gc_report rep = {0};
+    cpr_status st = job_name ? cpr_check_job_name(job_name) : CPR_OK;
+    if (st)
+        return cpr_store_count(store, st);
+    if (keep == 0)
+        keep = store->opts.retain_cuts;
+    rep.bytes_before = cpr_tree_bytes(store->dir);
+    pthread_mutex_lock(&store->mu);
+    rep.uncommitted_removed = cpr_store_sweep(store);
+    size_t n_jobs = store->catalog.n_jobs;
+    cpr_job *only = job_name ? cpr_catalog_find(&store->catalog, job_name) : NULL;
+    pthread_mutex_unlock(&store->mu);
+    if (job_name && !only)
+        st = cpr_fail(CPR_NOT_FOUND, "job %s has no parts", job_name);
+    /* Jobs are never removed from the catalog, so the pointers stay valid. */
+    for (size_t i = 0; st == CPR_OK && i < (only ? 1 : n_jobs); i++)
+        st = gc_one(store, only ? only : store->catalog.jobs[i], keep, &rep);
+    if (st == CPR_OK)
+        rocksdb_compact_range(store->db, "J", 1, "K", 1);
+    rep.bytes_after = cpr_tree_bytes(store->dir);
+    if (st == CPR_OK && report)
+        *report = rep;
+    return cpr_store_count(store, st);
+}
+
+/* ---- verify ---------------------------------------------------------------- */
+
+typedef struct verify_run {
+    cpr_store *store;
+    cpr_problem_fn fn;
+    void *ctx;
+    cpr_verify_report rep;
+} verify_run;
+
+static void problem(verify_run *v, const char *what, const char *where)
+{
+    v->rep.problems++;
+    cpr_log(CPR_LOG_WARN, "verify: %s at %s", what, where);
+    if (v->fn)
+        v->fn(v->ctx, what, where);
+}
+
+/* What verify needs of a job, copied under store->mu so that concurrent
+ * commits may grow the catalog while the scan runs. */
+typedef struct job_copy {
+    char name[CPR_NAME_MAX + 1];
+    uint32_t id;
+    cpr_table_schema *tables;
+    size_t n_tables;
+    cpr_part_id *blob_parts;
+    char (*blob_names)[CPR_NAME_MAX + 1];
+    size_t n_blobs;
+} job_copy;
+
+static cpr_status copy_job(const cpr_job *job, job_copy *c)
+{
+    size_t n = 0;
+    memset(c, 0, sizeof *c);
+    snprintf(c->name, sizeof c->name, "%s", job->name);
+    c->id = job->id;
+    for (size_t p = 0; p < job->n_parts; p++)
+        n += job->parts[p].n_blobs;
+    c->tables = malloc((job->n_tables + 1) * sizeof *c->tables);
+    c->blob_parts = malloc((n + 1) * sizeof *c->blob_parts);
+    c->blob_names = malloc((n + 1) * sizeof *c->blob_names);
+    if (!c->tables || !c->blob_parts || !c->blob_names)
+        return cpr_fail(CPR_NO_MEMORY, "out of memory verifying job %s", job->name);
+    memcpy(c->tables, job->tables, job->n_tables * sizeof *c->tables);
+    c->n_tables = job->n_tables;
+    for (size_t p = 0; p < job->n_parts; p++) {
+        for (size_t b = 0; b < job->parts[p].n_blobs; b++) {
+            c->blob_parts[c->n_blobs] = (cpr_part_id){c->name, job->parts[p].shard,
+                                                       job->parts[p].checkpoint};
+            snprintf(c->blob_names[c->n_blobs++], CPR_NAME_MAX + 1, "%s",
+                     job->parts[p].blobs[b].name);
+        }
+    }
+    return CPR_OK;
+}
+
+static void free_job_copy(job_copy *c)
+{
+    free(c->tables);
+    free(c->blob_parts);
+    free(c->blob_names);
+}
+
+static const cpr_table_schema *copy_table(const job_copy *job, uint32_t table)
+{
+    for (size_t i = 0; i < job->n_tables; i++)
+        if (job->tables[i].table == table)
+            return &job->tables[i];
+    return NULL;
+}
+
+static void verify_row(verify_run *v, const job_copy *job, const cpr_row_key *k,
+                       const char *key, const unsigned char *val, size_t vlen)
+{
+    char where[320];
+    const cpr_table_schema *t = copy_table(job, k->table);
+    snprintf(where, sizeof where, "job %s table %u row %llu checkpoint %llu shard %u",
+             job->name, k->table, (unsigned long long)k->row,
+             (unsigned long long)k->checkpoint, k->shard);
+    v->rep.rows_checked++;
+    v->rep.bytes_checked += vlen;
+    if (!t) {
+        problem(v, "row of a table no part declares", where);
+        return;
+    }
+    size_t want = 4 + ((size_t)t->dim + t->state_dim) * 4;
+    uint32_t stored;
+    if (vlen != want) {
+        problem(v, "row has the wrong length", where);
+        return;
+    }
+    memcpy(&stored, val, 4);
+    uint32_t crc = cpr_crc32c(0, key + 5, CPR_ROW_KEY_LEN - 5);
+    if (cpr_crc32c(crc, val + 4, vlen - 4) != stored)
+        problem(v, "row checksum mismatch", where);
+}
+
+static void verify_rows(verify_run *v, const job_copy *job)
+{
+    unsigned char lower[5] = {'R'}, upper[5] = {'R'};
+    cpr_put_be32(lower + 1, job->id);
+    cpr_put_be32(upper + 1, job->id + 1);
+    rocksdb_readoptions_t *ro = rocksdb_readoptions_create();
+    rocksdb_readoptions_set_verify_checksums(ro, 1);
+    rocksdb_readoptions_set_fill_cache(ro, 0);
+    rocksdb_readoptions_set_iterate_upper_bound(ro, (const char *)upper, sizeof upper);
+    rocksdb_iterator_t *it = rocksdb_create_iterator(v->store->db, ro);
+    for (rocksdb_iter_seek(it, (const char *)lower, sizeof lower); rocksdb_iter_valid(it);
+         rocksdb_iter_next(it)) {
+        size_t klen, vlen;
+        cpr_row_key k;
+        const char *key = rocksdb_iter_key(it, &klen);
+        const char *val = rocksdb_iter_value(it, &vlen);
+        if (cpr_key_row_parse(key, klen, &k) != 0)
+            problem(v, "malformed row key", job->name);
+        else
+            verify_row(v, job, &k, key, (const unsigned char *)val, vlen);
+    }
+    char *err = NULL;
+    rocksdb_iter_get_error(it, &err);
+    if (err) { /* a damaged block: RocksDB names the file */
+        char where[512];
+        snprintf(where, sizeof where, "job %s: %s", job->name, err);
+        problem(v, "table file block fails its checksum", where);
+        rocksdb_free(err);
+    }
+    rocksdb_iter_destroy(it);
+    rocksdb_readoptions_destroy(ro);
+}
+
+static cpr_status discard_block(void *ctx, uint64_t offset, const void *data, size_t len)
+{
+    (void)offset;
+    (void)data;
+    ((verify_run *)ctx)->rep.bytes_checked += len;
+    return CPR_OK;
+}
+
+static void verify_blobs(verify_run *v, job_copy *job)
+{
+    for (size_t i = 0; i < job->n_blobs; i++) {
+        v->rep.blobs_checked++;
+        if (cpr_store_read_blob(v->store, &job->blob_parts[i], job->blob_names[i], NULL,
+                                discard_block, v) != CPR_OK)
+            problem(v, cpr_errmsg(), job->blob_names[i]);
+    }
+}
+
+cpr_status cpr_store_verify(cpr_store *store, const char *job_name, cpr_problem_fn fn,
+                            void *ctx, cpr_verify_report *report)
+{
+    verify_run v = {.store = store, .fn = fn, .ctx = ctx};
+    cpr_status st = job_name ? cpr_check_job_name(job_name) : CPR_OK;
+    if (st)
+        return cpr_store_count(store, st);
+    pthread_mutex_lock(&store->mu);
+    size_t n_jobs = store->catalog.n_jobs, n_copies = 0;
+    cpr_job *only = job_name ? cpr_catalog_find(&store->catalog, job_name) : NULL;
+    job_copy *copies = calloc(n_jobs + 1, sizeof *copies);
+    if (!copies)
+        st = cpr_fail(CPR_NO_MEMORY, "out of memory verifying");
+    else if (job_name && !only)
+        st = cpr_fail(CPR_NOT_FOUND, "job %s has no parts", job_name);
+    for (size_t i = 0; st == CPR_OK && i < (only ? 1 : n_jobs); i++, n_copies++)
+        st = copy_job(only ? only : store->catalog.jobs[i], &copies[i]);
+    pthread_mutex_unlock(&store->mu);
+    for (size_t i = 0; st == CPR_OK && i < n_copies; i++) {
+        verify_rows(&v, &copies[i]);
+        verify_blobs(&v, &copies[i]);
+    }
+    for (size_t i = 0; copies && i < n_jobs + 1; i++)
+        free_job_copy(&copies[i]);
+    free(copies);
+    if (st)
+        return cpr_store_count(store, st);
+    if (report)
+        *report = v.rep;
+    if (v.rep.problems)
+        return cpr_store_count(store, cpr_fail(CPR_CORRUPT, "verify found %llu problems",
+                                               (unsigned long long)v.rep.problems));
+    return CPR_OK;
+}

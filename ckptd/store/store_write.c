@@ -1,0 +1,764 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * Writing parts: begin, put_rows, put_blob, commit, abort.
+ *
+ * Rows never pass through RocksDB's WAL or memtable: each open part streams
+ * its rows, already in key order, into SST files with SstFileWriter, and the
+ * commit ingests those files atomically (protocol and invariants S1-S4 in
+ * store_internal.h). A batch whose keys do not follow the previous batch's
+ * starts a new SST file; overlapping files of one part are ingested in the
+ * order written, so a row sent twice in one part keeps its last copy.
+ *
+ * Part states:  (begin) -> OPEN --commit--> COMMITTING --ok--> gone (catalog)
+ *                           |                   \--error--> FAILED --abort--> gone
+ *                           \--abort--> gone
+ * A failed put leaves the part OPEN and unchanged, except an I/O failure in
+ * the middle of writing an SST, which makes it FAILED (sticky): abort it.
+ */
+#define _XOPEN_SOURCE 700
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+
+#include "cpr/crc32c.h"
+#include "store_internal.h"
+
+#define MAX_TABLES_PER_PART 65536u
+#define MAX_DIM 65536u
+#define MAX_BLOBS_PER_PART 1024u
+
+static pthread_mutex_t commit_mu = PTHREAD_MUTEX_INITIALIZER;
+
+/* ---- begin ------------------------------------------------------------- */
+
+static cpr_status validate_tables(const cpr_part_spec *spec)
+{
+    if (spec->n_tables > MAX_TABLES_PER_PART || (spec->n_tables && !spec->tables))
+        return cpr_fail(CPR_INVALID_ARGUMENT, "a part declares 0-%u tables; got %zu",
+                        MAX_TABLES_PER_PART, spec->n_tables);
+    for (size_t i = 0; i < spec->n_tables; i++) {
+        const cpr_table_schema *t = &spec->tables[i];
+        if (t->rows == 0 || t->dim == 0 || t->dim > MAX_DIM || t->state_dim > MAX_DIM)
+            return cpr_fail(CPR_INVALID_ARGUMENT,
+                            "table %u: rows must be >= 1, dim 1-%u and state_dim "
+                            "0-%u (got rows %llu, dim %u, state_dim %u)",
+                            t->table, MAX_DIM, MAX_DIM, (unsigned long long)t->rows,
+                            t->dim, t->state_dim);
+        for (size_t j = 0; j < i; j++)
+            if (spec->tables[j].table == t->table)
+                return cpr_fail(CPR_INVALID_ARGUMENT,
+                                "table %u is declared twice in one part", t->table);
+    }
+    return CPR_OK;
+}
+
+static cpr_status validate_spec(const cpr_part_spec *spec)
+{
+    cpr_status st = cpr_check_job_name(spec->id.job);
+    if (st)
+        return st;
+    if (spec->kind < CPR_KIND_FULL || spec->kind > CPR_KIND_PRIORITY)
+        return cpr_fail(CPR_INVALID_ARGUMENT,
+                        "kind %d is not FULL (1), DELTA (2) or PRIORITY (3)", (int)spec->kind);
+    if (spec->id.checkpoint == 0)
+        return cpr_fail(CPR_INVALID_ARGUMENT, "checkpoint id 0 is reserved; ids start at 1");
+    if (spec->num_shards == 0 || spec->id.shard >= spec->num_shards)
+        return cpr_fail(CPR_INVALID_ARGUMENT,
+                        "shard %u is not below num_shards %u", spec->id.shard,
+                        spec->num_shards);
+    if (spec->kind == CPR_KIND_DELTA && spec->base >= spec->id.checkpoint)
+        return cpr_fail(CPR_INVALID_ARGUMENT, "DELTA base %llu must be below its "
+                        "checkpoint %llu", (unsigned long long)spec->base,
+                        (unsigned long long)spec->id.checkpoint);
+    return validate_tables(spec);
+}
+
+/* Dims must agree with committed parts (C4) and with open parts of the job. */
+static cpr_status check_dims(cpr_store *store, const cpr_job *job, const cpr_part_spec *spec)
+{
+    for (size_t i = 0; i < spec->n_tables; i++) {
+        const cpr_table_schema *t = &spec->tables[i];
+        const cpr_table_schema *known = cpr_job_table(job, t->table);
+        for (open_part *p = store->open_parts; !known && p; p = p->next)
+            if (p->job_id == job->id)
+                known = cpr_meta_table(&p->meta, t->table);
+        if (known && (known->dim != t->dim || known->state_dim != t->state_dim))
+            return cpr_fail(CPR_INVALID_ARGUMENT,
+                            "table %u of job %s has dim %u, state_dim %u; this part "
+                            "declares dim %u, state_dim %u: a table's shape cannot "
+                            "change within a job", t->table, job->name, known->dim,
+                            known->state_dim, t->dim, t->state_dim);
+    }
+    return CPR_OK;
+}
+
+static cpr_status resolve_base(const cpr_job *job, const cpr_part_spec *spec, uint64_t *base)
+{
+    const cpr_part_meta *b;
+    if (spec->kind != CPR_KIND_DELTA) {
+        *base = 0;
+        return CPR_OK;
+    }
+    b = spec->base ? cpr_job_find_part(job, spec->id.shard, spec->base)
+                   : cpr_job_newest(job, spec->id.shard, 1);
+    if (!b || b->kind == CPR_KIND_PRIORITY)
+        return cpr_fail(CPR_FAILED_PRECONDITION,
+                        "DELTA part %s/%u/%llu needs a committed FULL or DELTA base "
+                        "of shard %u%s; write a FULL part first", job->name,
+                        spec->id.shard, (unsigned long long)spec->id.checkpoint,
+                        spec->id.shard, spec->base ? " with the given base id" : "");
+    *base = b->checkpoint;
+    return CPR_OK;
+}
+
+static cpr_status check_begin(cpr_store *store, const cpr_job *job,
+                              const cpr_part_spec *spec, uint64_t *base)
+{
+    const cpr_part_id *id = &spec->id;
+    const cpr_part_meta *newest = cpr_job_newest(job, id->shard, 0);
+    unsigned long long ckpt = (unsigned long long)id->checkpoint;
+    if (cpr_job_find_part(job, id->shard, id->checkpoint))
+        return cpr_fail(CPR_ALREADY_EXISTS, "part %s/%u/%llu is already committed; "
+                        "use a new checkpoint id", id->job, id->shard, ckpt);
+    for (open_part *p = store->open_parts; p; p = p->next)
+        if (p->job_id == job->id && p->meta.shard == id->shard &&
+            p->meta.checkpoint == id->checkpoint)
+            return cpr_fail(CPR_ALREADY_EXISTS, "part %s/%u/%llu is already open; "
+                            "commit or abort it first", id->job, id->shard, ckpt);
+    if (newest && newest->checkpoint >= id->checkpoint)
+        return cpr_fail(CPR_FAILED_PRECONDITION,
+                        "checkpoint %llu is not above shard %u's newest committed "
+                        "checkpoint %llu; checkpoint ids must increase", ckpt,
+                        id->shard, (unsigned long long)newest->checkpoint);
+    if (job->floor && id->checkpoint <= job->floor)
+        return cpr_fail(CPR_FAILED_PRECONDITION, "checkpoint %llu is at or below job "
+                        "%s's retention floor %llu", ckpt, job->name,
+                        (unsigned long long)job->floor);
+    cpr_status st = check_dims(store, job, spec);
+    return st ? st : resolve_base(job, spec, base);
+}
+
+static cpr_status new_open_part(cpr_store *store, const cpr_part_spec *spec, open_part **out)
+{
+    open_part *part = calloc(1, sizeof *part);
+    if (!part)
+        return cpr_fail(CPR_NO_MEMORY, "out of memory beginning a part");
+    pthread_mutex_init(&part->mu, NULL);
+    snprintf(part->job_name, sizeof part->job_name, "%s", spec->id.job);
+    part->meta.shard = spec->id.shard;
+    part->meta.checkpoint = spec->id.checkpoint;
+    part->meta.kind = spec->kind;
+    part->meta.step = spec->step;
+    part->meta.num_shards = spec->num_shards;
+    part->dir = cpr_part_dirname(spec->id.job, spec->id.shard, spec->id.checkpoint,
+                                 store->staging_dir);
+    cpr_status st = part->dir ? cpr_meta_copy_tables(&part->meta, spec->tables, spec->n_tables)
+                              : cpr_fail(CPR_NO_MEMORY, "out of memory beginning a part");
+    if (st) {
+        cpr_open_part_free(part);
+        return st;
+    }
+    *out = part;
+    return CPR_OK;
+}
+
+cpr_status cpr_store_begin(cpr_store *store, const cpr_part_spec *spec)
+{
+    open_part *part = NULL;
+    cpr_job *job;
+    cpr_status st = validate_spec(spec);
+    if (st == CPR_OK)
+        st = new_open_part(store, spec, &part);
+    if (st)
+        return cpr_store_count(store, st);
+    pthread_mutex_lock(&store->mu);
+    job = cpr_catalog_find(&store->catalog, spec->id.job);
+    if (!job)
+        st = cpr_catalog_add_job(&store->catalog, spec->id.job, 0, &job);
+    if (st == CPR_OK)
+        st = check_begin(store, job, spec, &part->meta.base);
+    if (st == CPR_OK) {
+        cpr_rmtree(part->dir); /* a leftover of an earlier attempt: not ours */
+        if (cpr_mkdirs(part->dir) != 0)
+            st = cpr_fail(errno == ENOSPC ? CPR_RESOURCE_EXHAUSTED : CPR_IO,
+                          "cannot create %s: %s", part->dir, strerror(errno));
+    }
+    if (st == CPR_OK) {
+        part->job_id = job->id;
+        part->refs = 1; /* the open-parts table's reference */
+        part->next = store->open_parts;
+        store->open_parts = part;
+    }
+    pthread_mutex_unlock(&store->mu);
+    if (st) {
+        free(part->dir); /* not created by us, or a leftover: keep the tree */
+        part->dir = NULL;
+        cpr_open_part_free(part);
+    }
+    return cpr_store_count(store, st);
+}
+
+/* ---- finding parts for put/commit/abort ------------------------------- */
+
+/* Why is there no open part `id`? Sets the message, returns the status. */
+static cpr_status not_open(cpr_store *store, const cpr_part_id *id, const char *op)
+{
+    cpr_status st = cpr_check_job_name(id->job);
+    if (st)
+        return st;
+    pthread_mutex_lock(&store->mu);
+    cpr_job *job = cpr_catalog_find(&store->catalog, id->job);
+    int committed = job && cpr_job_find_part(job, id->shard, id->checkpoint);
+    pthread_mutex_unlock(&store->mu);
+    if (committed)
+        return cpr_fail(CPR_FAILED_PRECONDITION, "%s: part %s/%u/%llu is already "
+                        "committed", op, id->job, id->shard,
+                        (unsigned long long)id->checkpoint);
+    return cpr_fail(strcmp(op, "abort") == 0 ? CPR_NOT_FOUND : CPR_FAILED_PRECONDITION,
+                    "%s: no open part %s/%u/%llu; call begin first", op, id->job,
+                    id->shard, (unsigned long long)id->checkpoint);
+}
+
+/* Get the open part and lock it in state OPEN. */
+static cpr_status lock_open_part(cpr_store *store, const cpr_part_id *id, const char *op,
+                                 open_part **out)
+{
+    open_part *part = cpr_open_part_get(store, id);
+    if (!part)
+        return not_open(store, id, op);
+    pthread_mutex_lock(&part->mu);
+    if (part->state != PART_OPEN) {
+        int failed = part->state == PART_FAILED;
+        pthread_mutex_unlock(&part->mu);
+        cpr_open_part_put(store, part);
+        return cpr_fail(CPR_FAILED_PRECONDITION, "%s: part %s/%u/%llu %s", op, id->job,
+                        id->shard, (unsigned long long)id->checkpoint,
+                        failed ? "failed earlier; abort it and write it again"
+                               : "is being committed");
+    }
+    *out = part;
+    return CPR_OK;
+}
+
+static void unlock_part(cpr_store *store, open_part *part)
+{
+    pthread_mutex_unlock(&part->mu);
+    cpr_open_part_put(store, part);
+}
+
+/* ---- put_rows ------------------------------------------------------------ */
+
+static cpr_status validate_batch(const open_part *part, const cpr_row_batch *b,
+                                 const cpr_table_schema **schema)
+{
+    const cpr_table_schema *t = cpr_meta_table(&part->meta, b->table);
+    if (!t)
+        return cpr_fail(CPR_INVALID_ARGUMENT, "table %u is not in the part's schema; "
+                        "declare it at begin", b->table);
+    if (b->n > 0 && !b->ids)
+        return cpr_fail(CPR_INVALID_ARGUMENT, "batch of %zu rows has no ids", b->n);
+    if (b->values_count != b->n * t->dim || (b->n && !b->values))
+        return cpr_fail(CPR_INVALID_ARGUMENT, "table %u: %zu rows of dim %u need %zu "
+                        "values; got %zu", b->table, b->n, t->dim, b->n * t->dim,
+                        b->values_count);
+    if (b->state_count != b->n * t->state_dim || (b->state_count && !b->state))
+        return cpr_fail(CPR_INVALID_ARGUMENT, "table %u: %zu rows of state_dim %u need "
+                        "%zu state values; got %zu", b->table, b->n, t->state_dim,
+                        b->n * t->state_dim, b->state_count);
+    for (size_t i = 0; i < b->n; i++)
+        if (b->ids[i] >= t->rows)
+            return cpr_fail(CPR_INVALID_ARGUMENT, "row id %llu is outside table %u "
+                            "(%llu rows)", (unsigned long long)b->ids[i], b->table,
+                            (unsigned long long)t->rows);
+    uint32_t crc = cpr_crc32c_rows(b->ids, b->n, b->values, b->values_count, b->state,
+                                   b->state_count);
+    if (crc != b->crc32c)
+        return cpr_fail(CPR_CORRUPT, "row batch checksum mismatch (sent %08x, data "
+                        "has %08x): the batch was damaged in transit", b->crc32c, crc);
+    *schema = t;
+    return CPR_OK;
+}
+
+typedef struct id_index {
+    uint64_t id;
+    size_t index;
+} id_index;
+
+static int id_index_cmp(const void *a, const void *b)
+{
+    const id_index *x = a, *y = b;
+    return x->id < y->id ? -1 : x->id > y->id;
+}
+
+/* The order in which to write a batch's rows (NULL order: as given). */
+static cpr_status batch_order(const cpr_row_batch *b, id_index **order)
+{
+    size_t i = 1;
+    while (i < b->n && b->ids[i - 1] < b->ids[i])
+        i++;
+    *order = NULL;
+    if (i >= b->n)
+        return CPR_OK;
+    id_index *o = malloc(b->n * sizeof *o);
+    if (!o)
+        return cpr_fail(CPR_NO_MEMORY, "out of memory sorting a batch of %zu rows", b->n);
+    for (i = 0; i < b->n; i++)
+        o[i] = (id_index){b->ids[i], i};
+    qsort(o, b->n, sizeof *o, id_index_cmp);
+    for (i = 1; i < b->n; i++) {
+        if (o[i].id == o[i - 1].id) {
+            unsigned long long dup = (unsigned long long)o[i].id;
+            free(o);
+            return cpr_fail(CPR_INVALID_ARGUMENT, "row id %llu appears twice in one "
+                            "batch", dup);
+        }
+    }
+    *order = o;
+    return CPR_OK;
+}
+
+static cpr_status finish_sst(open_part *part)
+{
+    char *err = NULL;
+    if (!part->sst)
+        return CPR_OK;
+    rocksdb_sstfilewriter_finish(part->sst, &err);
+    rocksdb_sstfilewriter_destroy(part->sst);
+    part->sst = NULL;
+    return err ? cpr_rocks_error(err, "finishing a row file") : CPR_OK;
+}
+
+static cpr_status start_sst(cpr_store *store, open_part *part)
+{
+    char name[32], *err = NULL;
+    cpr_status st = finish_sst(part);
+    char **grown = st ? NULL : realloc(part->files, (part->n_files + 1) * sizeof *grown);
+    if (st)
+        return st;
+    if (!grown)
+        return cpr_fail(CPR_NO_MEMORY, "out of memory adding a row file");
+    part->files = grown;
+    snprintf(name, sizeof name, "rows-%06zu.sst", part->n_files);
+    part->files[part->n_files] = cpr_path_join(part->dir, name);
+    if (!part->files[part->n_files])
+        return cpr_fail(CPR_NO_MEMORY, "out of memory adding a row file");
+    part->n_files++;
+    part->sst = rocksdb_sstfilewriter_create(store->env_opts, store->sst_opts);
+    rocksdb_sstfilewriter_open(part->sst, part->files[part->n_files - 1], &err);
+    part->have_last = 0;
+    return err ? cpr_rocks_error(err, "creating a row file") : CPR_OK;
+}
+
+static cpr_status ensure_value_buf(open_part *part, size_t len)
+{
+    if (part->value_cap >= len)
+        return CPR_OK;
+    unsigned char *grown = realloc(part->value_buf, len);
+    if (!grown)
+        return cpr_fail(CPR_NO_MEMORY, "out of memory for a row of %zu bytes", len);
+    part->value_buf = grown;
+    part->value_cap = len;
+    return CPR_OK;
+}
+
+/* Value of a row version: crc32c(key[5..29] || values || state) || values || state. */
+static void encode_row(unsigned char *value, const unsigned char *key, const float *values,
+                       uint32_t dim, const float *state, uint32_t state_dim)
+{
+    size_t vbytes = (size_t)dim * 4, sbytes = (size_t)state_dim * 4;
+    memcpy(value + 4, values, vbytes);
+    if (sbytes)
+        memcpy(value + 4 + vbytes, state, sbytes);
+    uint32_t crc = cpr_crc32c(0, key + 5, CPR_ROW_KEY_LEN - 5);
+    crc = cpr_crc32c(crc, value + 4, vbytes + sbytes);
+    memcpy(value, &crc, 4);
+}
+
+static cpr_status write_rows(cpr_store *store, open_part *part, const cpr_row_batch *b,
+                             const cpr_table_schema *t, const id_index *order)
+{
+    cpr_status st = ensure_value_buf(part, 4 + ((size_t)t->dim + t->state_dim) * 4);
+    unsigned char key[CPR_ROW_KEY_LEN];
+    cpr_row_key k = {part->job_id, b->table, 0, part->meta.checkpoint, part->meta.shard};
+    char *err = NULL;
+    if (st || b->n == 0)
+        return st;
+    k.row = order ? order[0].id : b->ids[0];
+    cpr_key_row(key, &k);
+    if (!part->sst || (part->have_last && memcmp(key, part->last_key, sizeof key) <= 0))
+        st = start_sst(store, part);
+    size_t vlen = 4 + ((size_t)t->dim + t->state_dim) * 4;
+    for (size_t i = 0; st == CPR_OK && i < b->n; i++) {
+        size_t src = order ? order[i].index : i;
+        k.row = b->ids[src];
+        cpr_key_row(key, &k);
+        encode_row(part->value_buf, key, b->values + src * t->dim, t->dim,
+                   t->state_dim ? b->state + src * t->state_dim : NULL, t->state_dim);
+        rocksdb_sstfilewriter_put(part->sst, (const char *)key, sizeof key,
+                                  (const char *)part->value_buf, vlen, &err);
+        if (err)
+            st = cpr_rocks_error(err, "writing rows");
+    }
+    if (st == CPR_OK) {
+        memcpy(part->last_key, key, sizeof key);
+        part->have_last = 1;
+    }
+    return st;
+}
+
+cpr_status cpr_store_put_rows(cpr_store *store, const cpr_part_id *id,
+                              const cpr_row_batch *batch)
+{
+    open_part *part = NULL;
+    const cpr_table_schema *schema = NULL;
+    id_index *order = NULL;
+    cpr_status st = lock_open_part(store, id, "put_rows", &part);
+    if (st)
+        return cpr_store_count(store, st);
+    st = validate_batch(part, batch, &schema);
+    if (st == CPR_OK)
+        st = batch_order(batch, &order);
+    if (st == CPR_OK) {
+        st = write_rows(store, part, batch, schema, order);
+        if (st) /* the SST may hold part of the batch: the part cannot go on */
+            part->state = PART_FAILED;
+    }
+    if (st == CPR_OK) {
+        uint64_t bytes = batch->n * 8 + (batch->values_count + batch->state_count) * 4;
+        part->meta.rows += batch->n;
+        part->meta.bytes += bytes;
+        atomic_fetch_add(&store->rows_in, batch->n);
+        atomic_fetch_add(&store->bytes_in, bytes);
+    }
+    free(order);
+    unlock_part(store, part);
+    return cpr_store_count(store, st);
+}
+
+/* ---- put_blob ------------------------------------------------------------ */
+
+static cpr_status blob_writer(open_part *part, const char *name, uint64_t offset,
+                              open_blob **out)
+{
+    for (size_t i = 0; i < part->n_blobs; i++) {
+        if (strcmp(part->blobs[i].name, name) == 0) {
+            uint64_t have = cpr_bfile_written(part->blobs[i].writer);
+            if (offset != have)
+                return cpr_fail(CPR_INVALID_ARGUMENT, "blob %s: chunk offset %llu, "
+                                "expected %llu (chunks must arrive in order)", name,
+                                (unsigned long long)offset, (unsigned long long)have);
+            *out = &part->blobs[i];
+            return CPR_OK;
+        }
+    }
+    if (offset != 0)
+        return cpr_fail(CPR_INVALID_ARGUMENT, "blob %s: first chunk has offset %llu, "
+                        "expected 0", name, (unsigned long long)offset);
+    if (part->n_blobs >= MAX_BLOBS_PER_PART)
+        return cpr_fail(CPR_RESOURCE_EXHAUSTED, "a part holds at most %u blobs",
+                        MAX_BLOBS_PER_PART);
+    open_blob *grown = realloc(part->blobs, (part->n_blobs + 1) * sizeof *grown);
+    if (!grown)
+        return cpr_fail(CPR_NO_MEMORY, "out of memory adding blob %s", name);
+    part->blobs = grown;
+    char *dir = cpr_path_join(part->dir, "blobs");
+    char path[4400];
+    if (!dir)
+        return cpr_fail(CPR_NO_MEMORY, "out of memory adding blob %s", name);
+    snprintf(path, sizeof path, "%s/b_%s", dir, name);
+    cpr_status st = cpr_mkdirs(dir) == 0 ? CPR_OK
+                                         : cpr_fail(CPR_IO, "cannot create %s: %s", dir,
+                                                    strerror(errno));
+    free(dir);
+    open_blob *b = &part->blobs[part->n_blobs];
+    if (st == CPR_OK)
+        st = cpr_bfile_create(path, 1, 1, &b->writer);
+    if (st)
+        return st;
+    snprintf(b->name, sizeof b->name, "%s", name);
+    part->n_blobs++;
+    *out = b;
+    return CPR_OK;
+}
+
+cpr_status cpr_store_put_blob(cpr_store *store, const cpr_part_id *id, const char *name,
+                              uint64_t offset, const void *data, size_t len,
+                              uint32_t crc32c)
+{
+    open_part *part = NULL;
+    open_blob *blob = NULL;
+    cpr_status st;
+    if (!cpr_name_valid(name))
+        return cpr_store_count(store, cpr_fail(CPR_INVALID_ARGUMENT,
+                               "blob name \"%.140s\" is invalid: use 1-128 characters "
+                               "of A-Z a-z 0-9 . _ -", name ? name : "(null)"));
+    if (len > 0 && !data)
+        return cpr_store_count(store, cpr_fail(CPR_INVALID_ARGUMENT, "blob chunk has no data"));
+    if (cpr_crc32c(0, data, len) != crc32c)
+        return cpr_store_count(store, cpr_fail(CPR_CORRUPT, "blob %s chunk at offset "
+                               "%llu: checksum mismatch; the chunk was damaged in "
+                               "transit", name, (unsigned long long)offset));
+    st = lock_open_part(store, id, "put_blob", &part);
+    if (st)
+        return cpr_store_count(store, st);
+    st = blob_writer(part, name, offset, &blob);
+    if (st == CPR_OK) {
+        st = cpr_bfile_append(blob->writer, data, len);
+        if (st)
+            part->state = PART_FAILED;
+    }
+    if (st == CPR_OK) {
+        part->meta.bytes += len;
+        atomic_fetch_add(&store->bytes_in, len);
+    }
+    unlock_part(store, part);
+    return cpr_store_count(store, st);
+}
+
+/* ---- commit -------------------------------------------------------------- */
+
+/* Step 2: finish the blob files and record their sizes and checksums. */
+static cpr_status finish_blobs(cpr_store *store, open_part *part)
+{
+    cpr_part_meta *m = &part->meta;
+    m->blobs = calloc(part->n_blobs ? part->n_blobs : 1, sizeof *m->blobs);
+    if (!m->blobs)
+        return cpr_fail(CPR_NO_MEMORY, "out of memory committing blobs");
+    cpr_status st = CPR_OK;
+    for (size_t i = 0; i < part->n_blobs; i++) {
+        cpr_blob_meta *bm = &m->blobs[m->n_blobs];
+        if (st == CPR_OK) {
+            st = cpr_bfile_finish(part->blobs[i].writer, store->opts.no_sync, &bm->size,
+                                  &bm->crcs, &bm->n_crcs);
+            snprintf(bm->name, sizeof bm->name, "%s", part->blobs[i].name);
+            m->n_blobs += st == CPR_OK;
+        } else {
+            cpr_bfile_discard(part->blobs[i].writer);
+        }
+        part->blobs[i].writer = NULL;
+    }
+    part->n_blobs = 0;
+    return st;
+}
+
+/* Step 3: the part record and job record, in their own SST. */
+static cpr_status write_meta_sst(cpr_store *store, open_part *part, char **path_out)
+{
+    unsigned char jkey[130], mkey[CPR_META_KEY_LEN], jval[4], *rec = NULL;
+    size_t jlen = cpr_key_job(jkey, part->job_name), rec_len = 0;
+    char *err = NULL, *path = cpr_path_join(part->dir, "meta.sst");
+    struct timespec now;
+    if (!path)
+        return cpr_fail(CPR_NO_MEMORY, "out of memory committing");
+    clock_gettime(CLOCK_REALTIME, &now);
+    part->meta.committed_unix_ms = (int64_t)now.tv_sec * 1000 + now.tv_nsec / 1000000;
+    cpr_status st = cpr_meta_encode(&part->meta, &rec, &rec_len);
+    if (st) {
+        free(path);
+        return st;
+    }
+    cpr_put_be32(jval, part->job_id);
+    cpr_key_meta(mkey, part->job_id, part->meta.shard, part->meta.checkpoint);
+    rocksdb_sstfilewriter_t *w = rocksdb_sstfilewriter_create(store->env_opts, store->sst_opts);
+    rocksdb_sstfilewriter_open(w, path, &err);
+    if (!err) /* keys in order: 'J' < 'M' */
+        rocksdb_sstfilewriter_put(w, (const char *)jkey, jlen, (const char *)jval, 4, &err);
+    if (!err)
+        rocksdb_sstfilewriter_put(w, (const char *)mkey, sizeof mkey, (const char *)rec,
+                                  rec_len, &err);
+    if (!err)
+        rocksdb_sstfilewriter_finish(w, &err);
+    rocksdb_sstfilewriter_destroy(w);
+    free(rec);
+    if (err) {
+        free(path);
+        return cpr_rocks_error(err, "writing the part record");
+    }
+    *path_out = path;
+    return CPR_OK;
+}
+
+/* Under store->mu: may this part still commit? */
+static cpr_status check_commit(const cpr_job *job, const cpr_part_meta *m)
+{
+    const cpr_part_meta *newest = cpr_job_newest(job, m->shard, 0);
+    if (newest && newest->checkpoint >= m->checkpoint)
+        return cpr_fail(CPR_FAILED_PRECONDITION, "shard %u committed checkpoint %llu "
+                        "while %llu was open; commit a shard's parts in id order",
+                        m->shard, (unsigned long long)newest->checkpoint,
+                        (unsigned long long)m->checkpoint);
+    if (m->kind == CPR_KIND_DELTA) {
+        const cpr_part_meta *base = cpr_job_newest(job, m->shard, 1);
+        if (!base || base->checkpoint != m->base)
+            return cpr_fail(CPR_FAILED_PRECONDITION, "DELTA %llu was based on %llu, "
+                            "but shard %u's newest FULL/DELTA is now %llu",
+                            (unsigned long long)m->checkpoint, (unsigned long long)m->base,
+                            m->shard, base ? (unsigned long long)base->checkpoint : 0ULL);
+    }
+    if (job->floor && m->checkpoint <= job->floor)
+        return cpr_fail(CPR_FAILED_PRECONDITION, "checkpoint %llu fell below the "
+                        "retention floor", (unsigned long long)m->checkpoint);
+    return CPR_OK;
+}
+
+/* Step 4: move the blobs to their final place (S2 covers a crash after it). */
+static cpr_status publish_blobs(cpr_store *store, open_part *part)
+{
+    char *staged = cpr_path_join(part->dir, "blobs");
+    char *job_dir = cpr_path_join(store->blobs_dir, part->final_dir + strlen(store->blobs_dir) + 1);
+    cpr_status st = CPR_OK;
+    if (!staged || !job_dir) {
+        st = cpr_fail(CPR_NO_MEMORY, "out of memory publishing blobs");
+        goto out;
+    }
+    *strrchr(job_dir, '/') = '\0';
+    if (cpr_mkdirs(job_dir) != 0 || cpr_fsync_dir(store->blobs_dir) != 0 ||
+        rename(staged, part->final_dir) != 0 ||
+        (!store->opts.no_sync && cpr_fsync_dir(job_dir) != 0))
+        st = cpr_fail(errno == ENOSPC ? CPR_RESOURCE_EXHAUSTED : CPR_IO,
+                      "publishing blobs to %s: %s", part->final_dir, strerror(errno));
+out:
+    free(staged);
+    free(job_dir);
+    return st;
+}
+
+/* Step 5: the commit point. */
+static cpr_status ingest(cpr_store *store, open_part *part, const char *meta_path)
+{
+    const char **files = malloc((part->n_files + 1) * sizeof *files);
+    char *err = NULL;
+    if (!files)
+        return cpr_fail(CPR_NO_MEMORY, "out of memory committing");
+    for (size_t i = 0; i < part->n_files; i++)
+        files[i] = part->files[i];
+    files[part->n_files] = meta_path;
+    rocksdb_ingestexternalfileoptions_t *io = rocksdb_ingestexternalfileoptions_create();
+    rocksdb_ingestexternalfileoptions_set_move_files(io, 1);
+    rocksdb_ingest_external_file(store->db, files, part->n_files + 1, io, &err);
+    rocksdb_ingestexternalfileoptions_destroy(io);
+    free(files);
+    return err ? cpr_rocks_error(err, "committing (ingesting the part)") : CPR_OK;
+}
+
+/* Caller holds store->mu. */
+static void unlink_open_part_locked(cpr_store *store, open_part *part)
+{
+    for (open_part **pp = &store->open_parts; *pp; pp = &(*pp)->next) {
+        if (*pp == part) {
+            *pp = part->next;
+            part->removed = 1;
+            part->refs--; /* the table's own reference */
+            return;
+        }
+    }
+}
+
+static void unlink_open_part(cpr_store *store, open_part *part)
+{
+    pthread_mutex_lock(&store->mu);
+    unlink_open_part_locked(store, part);
+    pthread_mutex_unlock(&store->mu);
+}
+
+/* Steps 4-6 under commit_mu, so that per-shard commit order holds (C2). */
+static cpr_status publish(cpr_store *store, open_part *part, const char *meta_path)
+{
+    cpr_status st;
+    pthread_mutex_lock(&commit_mu);
+    pthread_mutex_lock(&store->mu);
+    cpr_job *job = cpr_catalog_find_id(&store->catalog, part->job_id);
+    st = job ? check_commit(job, &part->meta) : cpr_fail(CPR_INTERNAL, "job vanished");
+    if (st == CPR_OK && part->meta.n_blobs) {
+        part->final_dir = cpr_part_dirname(part->job_name, part->meta.shard,
+                                           part->meta.checkpoint, store->blobs_dir);
+        if (!part->final_dir)
+            st = cpr_fail(CPR_NO_MEMORY, "out of memory committing");
+    }
+    pthread_mutex_unlock(&store->mu);
+    if (st == CPR_OK && part->meta.n_blobs)
+        st = publish_blobs(store, part);
+    int ingested = 0;
+    if (st == CPR_OK) {
+        st = ingest(store, part, meta_path);
+        ingested = st == CPR_OK;
+    }
+    if (ingested) { /* catalog and open list change together */
+        pthread_mutex_lock(&store->mu);
+        st = cpr_job_add_part(job, &part->meta);
+        unlink_open_part_locked(store, part);
+        pthread_mutex_unlock(&store->mu);
+        free(part->final_dir); /* the blobs are now the catalog's (S2) */
+        part->final_dir = NULL;
+    } else if (part->final_dir) {
+        cpr_rmtree(part->final_dir); /* published but never committed */
+    }
+    pthread_mutex_unlock(&commit_mu);
+    return st;
+}
+
+static cpr_status commit_locked(cpr_store *store, open_part *part)
+{
+    char *meta_path = NULL;
+    cpr_status st;
+    pthread_mutex_lock(&store->mu);
+    cpr_job *job = cpr_catalog_find_id(&store->catalog, part->job_id);
+    st = job ? check_commit(job, &part->meta) : cpr_fail(CPR_INTERNAL, "job vanished");
+    pthread_mutex_unlock(&store->mu);
+    if (st) /* nothing changed yet: the part stays open */
+        return st;
+    part->state = PART_COMMITTING;
+    st = finish_sst(part);
+    if (st == CPR_OK)
+        st = finish_blobs(store, part);
+    if (st == CPR_OK)
+        st = write_meta_sst(store, part, &meta_path);
+    if (st == CPR_OK)
+        st = publish(store, part, meta_path);
+    free(meta_path);
+    part->state = st == CPR_OK ? PART_COMMITTING : PART_FAILED;
+    return st;
+}
+
+cpr_status cpr_store_commit(cpr_store *store, const cpr_part_id *id, uint64_t rows_sent)
+{
+    open_part *part = NULL;
+    cpr_status st = lock_open_part(store, id, "commit", &part);
+    if (st)
+        return cpr_store_count(store, st);
+    if (rows_sent != part->meta.rows)
+        st = cpr_fail(CPR_INVALID_ARGUMENT, "commit of %s/%u/%llu: the client sent %llu "
+                      "rows but the store received %llu; resend the missing rows or "
+                      "abort", id->job, id->shard, (unsigned long long)id->checkpoint,
+                      (unsigned long long)rows_sent, (unsigned long long)part->meta.rows);
+    else
+        st = commit_locked(store, part);
+    pthread_mutex_unlock(&part->mu);
+    cpr_open_part_put(store, part);
+    return cpr_store_count(store, st);
+}
+
+/* ---- abort ---------------------------------------------------------------- */
+
+cpr_status cpr_store_abort(cpr_store *store, const cpr_part_id *id)
+{
+    open_part *part = cpr_open_part_get(store, id);
+    if (!part)
+        return cpr_store_count(store, not_open(store, id, "abort"));
+    pthread_mutex_lock(&part->mu);
+    if (part->state == PART_COMMITTING) {
+        pthread_mutex_unlock(&part->mu);
+        cpr_open_part_put(store, part);
+        return cpr_store_count(store, cpr_fail(CPR_FAILED_PRECONDITION,
+                               "abort: part %s/%u/%llu is being committed", id->job,
+                               id->shard, (unsigned long long)id->checkpoint));
+    }
+    part->state = PART_FAILED; /* puts racing with us now fail */
+    pthread_mutex_unlock(&part->mu);
+    unlink_open_part(store, part);
+    cpr_open_part_put(store, part);
+    return CPR_OK;
+}

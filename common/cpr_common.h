@@ -1,0 +1,63 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * Internal helpers shared by every CPR module: setting the thread's error
+ * message together with a status, leveled logging, BUG() for broken
+ * invariants, and a monotonic clock. Not installed; not part of the API.
+ */
+#ifndef CPR_COMMON_H
+#define CPR_COMMON_H
+
+#include <stdint.h>
+
+#include "cpr/status.h"
+
+#define CPR_PRINTF(a, b) __attribute__((format(printf, a, b)))
+
+#ifdef __cplusplus /* included by CUDA sources */
+#define CPR_NORETURN [[noreturn]]
+extern "C" {
+#else
+#define CPR_NORETURN _Noreturn
+#endif
+
+/* Record a message for cpr_errmsg() on this thread and return `st`. */
+cpr_status cpr_fail(cpr_status st, const char *fmt, ...) CPR_PRINTF(2, 3);
+
+/* Clear this thread's message (successful calls need not). */
+void cpr_clear_error(void);
+
+typedef enum cpr_log_level {
+    CPR_LOG_ERROR = 0,
+    CPR_LOG_WARN = 1,
+    CPR_LOG_INFO = 2,
+    CPR_LOG_DEBUG = 3
+} cpr_log_level;
+
+/* Current threshold; messages above it are not formatted. */
+extern int cpr_log_threshold;
+
+void cpr_log_impl(cpr_log_level level, const char *fmt, ...) CPR_PRINTF(2, 3);
+#define cpr_log(level, ...) \
+    do { \
+        if ((int)(level) <= cpr_log_threshold) \
+            cpr_log_impl((level), __VA_ARGS__); \
+    } while (0)
+
+/* Parse "error|warn|info|debug"; -1 if unknown. */
+int cpr_log_level_parse(const char *name);
+
+/* Report a broken invariant and abort: only for bugs, never for input. */
+#define BUG(msg) cpr_bug(__FILE__, __LINE__, (msg))
+CPR_NORETURN void cpr_bug(const char *file, int line, const char *msg);
+
+/* Monotonic time in seconds. */
+double cpr_now_s(void);
+
+/* 1 if `name` is 1..128 chars of [A-Za-z0-9._-]. */
+int cpr_name_valid(const char *name);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* CPR_COMMON_H */

@@ -1,0 +1,27 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * CUDA device probe: how many devices this process can use, and a self-test
+ * that runs a kernel and a host<->device round trip on one of them. GPU
+ * tests call cpr_cuda_device_count() and exit 77 (skipped) when it is 0.
+ * Built from cuda_device.cu when nvcc is available, else from cuda_none.c.
+ */
+#ifndef CPR_CUDA_H
+#define CPR_CUDA_H
+
+#include "cpr/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Devices visible to this process; 0 (and CPR_OK) without driver or GPU. */
+cpr_status cpr_cuda_device_count(int *count);
+/* Launch a kernel on `device`, copy the result back, check it. */
+cpr_status cpr_cuda_selftest(int device);
+/* 1 if the CUDA sources were compiled into this build. */
+int cpr_cuda_built(void);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* CPR_CUDA_H */

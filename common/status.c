@@ -1,0 +1,72 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * Status names, the one CPR->gRPC status table, and the thread-local error
+ * message behind cpr_errmsg(). A message lives in a fixed per-thread buffer
+ * so that reporting an error can never itself fail.
+ */
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "cpr_common.h"
+
+static _Thread_local char errmsg_buf[512];
+
+static const char *const status_names[CPR_STATUS_COUNT_] = {
+    "CPR_OK", "CPR_INVALID_ARGUMENT", "CPR_NOT_FOUND", "CPR_ALREADY_EXISTS",
+    "CPR_FAILED_PRECONDITION", "CPR_CORRUPT", "CPR_IO", "CPR_UNAVAILABLE",
+    "CPR_TIMEOUT", "CPR_NO_MEMORY", "CPR_RESOURCE_EXHAUSTED", "CPR_CUDA",
+    "CPR_INTERNAL",
+};
+
+/* gRPC numbering: OK 0, DEADLINE_EXCEEDED 4, NOT_FOUND 5, ALREADY_EXISTS 6,
+ * RESOURCE_EXHAUSTED 8, FAILED_PRECONDITION 9, INTERNAL 13, UNAVAILABLE 14,
+ * DATA_LOSS 15, INVALID_ARGUMENT 3. */
+static const int status_grpc[CPR_STATUS_COUNT_] = {
+    0, 3, 5, 6, 9, 15, 13, 14, 4, 8, 8, 13, 13,
+};
+
+const char *cpr_status_name(cpr_status st)
+{
+    if ((unsigned)st >= CPR_STATUS_COUNT_)
+        return "CPR_UNKNOWN_STATUS";
+    return status_names[st];
+}
+
+int cpr_status_grpc(cpr_status st)
+{
+    if ((unsigned)st >= CPR_STATUS_COUNT_)
+        return 2; /* UNKNOWN */
+    return status_grpc[st];
+}
+
+const char *cpr_errmsg(void)
+{
+    return errmsg_buf;
+}
+
+cpr_status cpr_fail(cpr_status st, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(errmsg_buf, sizeof errmsg_buf, fmt, ap);
+    va_end(ap);
+    return st;
+}
+
+void cpr_clear_error(void)
+{
+    errmsg_buf[0] = '\0';
+}
+
+int cpr_name_valid(const char *name)
+{
+    size_t len;
+    if (!name)
+        return 0;
+    len = strnlen(name, 129);
+    if (len < 1 || len > 128)
+        return 0;
+    return strspn(name, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+                        "0123456789._-") == len;
+}

@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
+# Install the Debian 12 packages CPR needs to build, test and run.
+# Idempotent and non-interactive: installs only what is missing, and runs
+# `apt-get update` once, only when something is missing. Usage:
+#   deploy/install-deps.sh           install what is missing
+#   deploy/install-deps.sh --check   list what is missing; exit 1 if anything
+set -euo pipefail
+
+PACKAGES=(
+  build-essential cmake pkg-config   # toolchain
+  librocksdb-dev                     # store: rows and metadata (C API)
+  liburing-dev                       # store: blob I/O
+  libisal-dev                        # CRC32C (ISA-L crc32_iscsi)
+  libcjson-dev                       # --json output of the tools
+  libcmocka-dev                      # unit-test harness
+)
+
+missing=()
+for pkg in "${PACKAGES[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$pkg")
+  fi
+done
+
+if [[ ${1:-} == --check ]]; then
+  if ((${#missing[@]})); then echo "missing: ${missing[*]}"; exit 1; fi
+  echo "all dependencies installed"; exit 0
+fi
+
+if ((${#missing[@]} == 0)); then
+  exit 0
+fi
+
+SUDO=()
+if [[ $(id -u) != 0 ]]; then
+  command -v sudo >/dev/null || { echo "install-deps: need root or sudo to install: ${missing[*]}" >&2; exit 1; }
+  SUDO=(sudo)
+fi
+echo "install-deps: installing ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+"${SUDO[@]}" apt-get update -q
+"${SUDO[@]}" apt-get install -y -q --no-install-recommends "${missing[@]}"

@@ -1,0 +1,303 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * cpr/store.h - the CPR checkpoint store: durable, atomic, verified storage of
+ * embedding-table rows and named blobs, organised as jobs, shards and
+ * checkpoints. The daemon (ckptd) serves it over gRPC; the client library
+ * also runs it in-process ("local:///path"). See docs/store.md for the
+ * on-disk layout and the commit protocol.
+ *
+ * Data model
+ *   job        1-128 chars of [A-Za-z0-9._-]
+ *   part       what one shard writes for one checkpoint id: kind, step, table
+ *              schemas, rows (id, dim values, state_dim values) and blobs.
+ *   kinds      FULL (every row the shard owns), DELTA (rows modified since the
+ *              shard's previous FULL/DELTA part: its `base`), PRIORITY (a
+ *              subset chosen by a policy; never consistent on its own).
+ *   as of C    for every row, the newest committed version with id <= C.
+ *   consistent a committed FULL part, or a committed DELTA whose base is
+ *              committed and consistent.
+ *   cut C      every shard s < num_shards has a consistent committed part at
+ *              exactly id C. The latest consistent cut is the largest such C.
+ *
+ * Threading: a cpr_store is thread-safe; any number of threads may write
+ * different parts, restore and list at once. Writes to one part are
+ * serialised internally. Callbacks run on the calling thread.
+ *
+ * Errors: every function returns a cpr_status; cpr_errmsg() says what to fix.
+ * A failed call leaves the store unchanged unless documented otherwise.
+ * Out-parameters are written only on success.
+ */
+#ifndef CPR_STORE_H
+#define CPR_STORE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "cpr/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct cpr_store cpr_store;
+
+typedef enum cpr_kind {
+    CPR_KIND_UNSPECIFIED = 0,
+    CPR_KIND_FULL = 1,
+    CPR_KIND_DELTA = 2,
+    CPR_KIND_PRIORITY = 3
+} cpr_kind;
+
+/* Name of a kind: "FULL", "DELTA", "PRIORITY" or "UNSPECIFIED". */
+const char *cpr_kind_name(cpr_kind kind);
+
+#define CPR_NAME_MAX 128 /* longest job or blob name, in bytes */
+
+typedef struct cpr_table_schema {
+    uint32_t table;     /* table id, unique within a part */
+    uint64_t rows;      /* row ids of this table are < rows */
+    uint32_t dim;       /* float32 values per row, >= 1 */
+    uint32_t state_dim; /* float32 optimizer-state values per row, >= 0 */
+} cpr_table_schema;
+
+/*
+ * Options for cpr_store_open. Zero-initialise and set what you need; zero
+ * fields take the default. Fields are only ever appended.
+ */
+typedef struct cpr_store_options {
+    uint32_t retain_cuts;   /* consistent cuts kept by cpr_store_gc (default 2) */
+    int no_sync;            /* 1: skip fsync (tests of non-durability only) */
+} cpr_store_options;
+
+/*
+ * Open (creating if missing) the store in directory `dir`. One process at a
+ * time may open a directory (CPR_UNAVAILABLE otherwise). Uncommitted parts
+ * left by a crash are reclaimed here. On success *out owns the store; release
+ * it with cpr_store_close. `opts` may be NULL.
+ */
+cpr_status cpr_store_open(const char *dir, const cpr_store_options *opts,
+                          cpr_store **out);
+
+/*
+ * Close the store. Open (uncommitted) parts are aborted; committed data is
+ * already durable. NULL is a no-op.
+ */
+void cpr_store_close(cpr_store *store);
+
+/* Identifies a part. `job` is borrowed for the duration of the call. */
+typedef struct cpr_part_id {
+    const char *job;
+    uint32_t shard;
+    uint64_t checkpoint;
+} cpr_part_id;
+
+typedef struct cpr_part_spec {
+    cpr_part_id id;
+    cpr_kind kind;
+    uint64_t step;          /* training step the part captures */
+    uint32_t num_shards;    /* shards of the job at this checkpoint, >= 1 */
+    uint64_t base;          /* DELTA: id of the FULL/DELTA part it is relative
+                               to; 0 = the shard's newest committed one */
+    const cpr_table_schema *tables; /* borrowed for the call */
+    size_t n_tables;        /* >= 1 unless the part carries only blobs */
+} cpr_part_spec;
+
+/*
+ * Open a part for writing. Errors: CPR_INVALID_ARGUMENT (bad name, kind,
+ * schema, duplicate table, dim mismatch with earlier parts of the job),
+ * CPR_ALREADY_EXISTS (the part is committed or already open),
+ * CPR_FAILED_PRECONDITION (checkpoint id not above the shard's newest
+ * committed part or the retention floor; DELTA without a committed base).
+ */
+cpr_status cpr_store_begin(cpr_store *store, const cpr_part_spec *spec);
+
+/*
+ * A batch of rows of one table. Arrays are borrowed for the call. The
+ * checksum is CRC32C over ids || values || state as little-endian bytes
+ * (see cpr_crc32c_rows in cpr/crc32c.h).
+ */
+typedef struct cpr_row_batch {
+    uint32_t table;
+    size_t n;                 /* rows in this batch */
+    const uint64_t *ids;      /* n row ids */
+    const float *values;      /* values_count floats: n x dim */
+    size_t values_count;
+    const float *state;       /* state_count floats: n x state_dim (may be NULL if 0) */
+    size_t state_count;
+    uint32_t crc32c;
+} cpr_row_batch;
+
+/*
+ * Append rows to an open part. Ids within one batch must be distinct; a row
+ * sent again in a later batch of the same part replaces the earlier copy.
+ * Errors: CPR_INVALID_ARGUMENT (table not in schema, id >= rows, lengths not
+ * n x dim), CPR_CORRUPT (checksum mismatch), CPR_FAILED_PRECONDITION (part
+ * not open: never begun, committed or aborted), CPR_IO, CPR_RESOURCE_EXHAUSTED.
+ * On failure the part stays open and unchanged.
+ */
+cpr_status cpr_store_put_rows(cpr_store *store, const cpr_part_id *id,
+                              const cpr_row_batch *batch);
+
+/*
+ * Append a chunk to blob `name` (same character rules as job names, at most
+ * CPR_NAME_MAX) of an open part. Chunks arrive in order: `offset` must equal
+ * the bytes already written to that blob. `crc32c` covers data[0..len).
+ * Errors as for cpr_store_put_rows, plus CPR_INVALID_ARGUMENT for a wrong
+ * offset.
+ */
+cpr_status cpr_store_put_blob(cpr_store *store, const cpr_part_id *id,
+                              const char *name, uint64_t offset,
+                              const void *data, size_t len, uint32_t crc32c);
+
+/*
+ * Make the part durable and visible, atomically. Returns only after rows,
+ * blobs and the commit record are on disk. `rows_sent` is the number of rows
+ * the writer sent; a mismatch fails with CPR_INVALID_ARGUMENT and the part
+ * stays open (abort it or send the missing rows). Errors:
+ * CPR_FAILED_PRECONDITION (no open part, already committed, a newer part of
+ * the shard committed first, DELTA base no longer the newest).
+ */
+cpr_status cpr_store_commit(cpr_store *store, const cpr_part_id *id,
+                            uint64_t rows_sent);
+
+/* Drop an open part and everything written to it. CPR_FAILED_PRECONDITION
+ * if it is committed, CPR_NOT_FOUND if it was never begun. */
+cpr_status cpr_store_abort(cpr_store *store, const cpr_part_id *id);
+
+typedef struct cpr_part_info {
+    uint32_t shard;
+    uint64_t checkpoint;
+    cpr_kind kind;
+    uint64_t step;
+    uint32_t num_shards;
+    uint64_t base;          /* DELTA base, 0 otherwise */
+    uint64_t rows;          /* rows written */
+    uint64_t bytes;         /* payload bytes: ids, values, state, blobs */
+    int committed;          /* 0: open, being written */
+    int consistent;         /* committed FULL, or DELTA with a complete chain */
+} cpr_part_info;
+
+/*
+ * Parts of `job` (committed and open), ordered by (checkpoint, shard).
+ * *out is allocated with malloc and owned by the caller (free()); *n may be 0
+ * with *out NULL. CPR_NOT_FOUND if the job has no parts.
+ */
+cpr_status cpr_store_list(cpr_store *store, const char *job,
+                          cpr_part_info **out, size_t *n);
+
+/* Largest consistent cut of `job`. CPR_NOT_FOUND if the job has none. */
+cpr_status cpr_store_latest_cut(cpr_store *store, const char *job,
+                                uint64_t *cut);
+
+/* Row range [begin, end). */
+typedef struct cpr_row_range {
+    uint64_t begin;
+    uint64_t end;
+} cpr_row_range;
+
+typedef struct cpr_restore_query {
+    const char *job;
+    uint64_t as_of;       /* state as of this id; 0 = newest committed */
+    int consistent;       /* 1: as of the latest consistent cut (as_of ignored) */
+    const uint32_t *tables; size_t n_tables;      /* none: every table */
+    const cpr_row_range *ranges; size_t n_ranges; /* none: every row */
+    uint64_t modulo;      /* >0: only rows with row % modulo == remainder */
+    uint64_t remainder;
+    size_t batch_rows;    /* rows per callback; 0 = 4096 */
+} cpr_restore_query;
+
+/*
+ * Receives restored rows. The batch and its arrays are valid only during the
+ * call; `crc32c` is set. Return CPR_OK to continue; any other status stops
+ * the restore, which then returns that status.
+ */
+typedef cpr_status (*cpr_row_fn)(void *ctx, const cpr_row_batch *batch);
+
+typedef struct cpr_restore_result {
+    uint64_t as_of;       /* the checkpoint id the query resolved to */
+    uint64_t rows;
+    uint64_t bytes;       /* ids + values + state bytes delivered */
+} cpr_restore_result;
+
+/*
+ * Stream the selected rows, table by table in ascending (table, row) order,
+ * in batches of at most batch_rows. Memory use is bounded by the batch size
+ * whatever the size of the job. Every row's checksum is verified; a damaged
+ * row stops the restore with CPR_CORRUPT and is never delivered. Errors:
+ * CPR_NOT_FOUND (unknown job; no consistent cut when `consistent`),
+ * CPR_FAILED_PRECONDITION (as_of below the retention floor). `result` may be
+ * NULL.
+ */
+cpr_status cpr_store_restore(cpr_store *store, const cpr_restore_query *query,
+                             cpr_row_fn fn, void *ctx,
+                             cpr_restore_result *result);
+
+/* Receives consecutive chunks of a blob; data is valid during the call. */
+typedef cpr_status (*cpr_blob_fn)(void *ctx, uint64_t offset,
+                                  const void *data, size_t len);
+
+/*
+ * Stream blob `name` of committed part `id`, verifying every chunk's
+ * checksum (CPR_CORRUPT on mismatch, before the bad chunk is delivered).
+ * `size` (may be NULL) receives the blob's length before the first call.
+ */
+cpr_status cpr_store_read_blob(cpr_store *store, const cpr_part_id *id,
+                               const char *name, uint64_t *size,
+                               cpr_blob_fn fn, void *ctx);
+
+typedef struct cpr_gc_report {
+    uint64_t floor;              /* oldest restorable checkpoint id afterwards */
+    uint64_t parts_removed;      /* committed parts no retained state needs */
+    uint64_t versions_removed;   /* row versions deleted */
+    uint64_t uncommitted_removed;/* leftovers of crashed writers */
+    uint64_t bytes_before;       /* store size on disk before and after */
+    uint64_t bytes_after;
+} cpr_gc_report;
+
+/*
+ * Retention for `job` (NULL: every job): keep the newest `keep` consistent
+ * cuts (0: the store's retain_cuts) and everything newer; delete every row
+ * version, blob and part record that no retained state needs, and every
+ * uncommitted leftover of a crashed writer. Retained states restore exactly
+ * as before. `report` may be NULL.
+ */
+cpr_status cpr_store_gc(cpr_store *store, const char *job, uint32_t keep,
+                        cpr_gc_report *report);
+
+/* Called once per problem found by cpr_store_verify. */
+typedef void (*cpr_problem_fn)(void *ctx, const char *what, const char *where);
+
+typedef struct cpr_verify_report {
+    uint64_t rows_checked;
+    uint64_t blobs_checked;
+    uint64_t bytes_checked;
+    uint64_t problems;
+} cpr_verify_report;
+
+/*
+ * Read every row and blob of `job` (NULL: all jobs) and check every
+ * checksum. Returns CPR_CORRUPT if any problem was found (each reported
+ * through `fn`, which may be NULL), CPR_OK if everything is intact.
+ */
+cpr_status cpr_store_verify(cpr_store *store, const char *job,
+                            cpr_problem_fn fn, void *ctx,
+                            cpr_verify_report *report);
+
+typedef struct cpr_store_stats {
+    uint64_t jobs;
+    uint64_t parts_committed;
+    uint64_t parts_open;
+    uint64_t rows_in;        /* rows accepted by put_rows since open */
+    uint64_t bytes_in;       /* payload bytes accepted since open */
+    uint64_t rows_out;       /* rows delivered by restores since open */
+    uint64_t bytes_out;      /* payload bytes delivered since open */
+    uint64_t store_bytes;    /* size on disk: tables, metadata and blobs */
+    uint64_t errors[CPR_STATUS_COUNT_]; /* failed calls by status */
+} cpr_store_stats;
+
+cpr_status cpr_store_stats_get(cpr_store *store, cpr_store_stats *out);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* CPR_STORE_H */
