@@ -63,6 +63,16 @@ cpr_status cpr_catalog_add_job(cpr_catalog *cat, const char *name, uint32_t id,
     return CPR_OK;
 }
 
+void cpr_catalog_drop_last(cpr_catalog *cat)
+{
+    cpr_job *job = cat->jobs[--cat->n_jobs];
+    if (job->n_parts)
+        BUG("dropping a job that has parts");
+    free(job->parts);
+    free(job->tables);
+    free(job);
+}
+
 static int part_cmp(const cpr_part_meta *a, uint64_t ckpt, uint32_t shard)
 {
     if (a->checkpoint != ckpt)

@@ -47,6 +47,9 @@ cpr_job *cpr_catalog_find_id(const cpr_catalog *cat, uint32_t id);
 cpr_status cpr_catalog_add_job(cpr_catalog *cat, const char *name, uint32_t id,
                                cpr_job **out);
 
+/* Remove the most recently added job (it must have no parts). */
+void cpr_catalog_drop_last(cpr_catalog *cat);
+
 /* Take ownership of *m (on success and failure alike) and insert it. */
 cpr_status cpr_job_add_part(cpr_job *job, cpr_part_meta *m);
 /* Remove and release parts with checkpoint < floor; returns how many. */

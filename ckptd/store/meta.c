@@ -25,7 +25,7 @@ typedef struct wbuf {
 
 static void put(wbuf *b, const void *src, size_t n)
 {
-    if (b->oom)
+    if (b->oom || n == 0) /* an empty blob has no checksum array */
         return;
     if (b->len + n > b->cap) {
         size_t cap = (b->cap ? b->cap * 2 : 256) + n;
@@ -93,6 +93,8 @@ typedef struct rbuf {
 
 static void get(rbuf *r, void *dst, size_t n)
 {
+    if (n == 0)
+        return;
     if (r->bad || r->len - r->off < n) {
         r->bad = 1;
         memset(dst, 0, n);

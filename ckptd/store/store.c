@@ -164,8 +164,7 @@ void cpr_open_part_put(cpr_store *store, open_part *part)
 
 void cpr_open_part_free(open_part *part)
 {
-    if (part->sst)
-        rocksdb_sstfilewriter_destroy(part->sst);
+    cpr_lanes_destroy(part->lanes);
     for (size_t i = 0; i < part->n_blobs; i++)
         cpr_bfile_discard(part->blobs[i].writer);
     for (size_t i = 0; i < part->n_files; i++)
@@ -174,7 +173,6 @@ void cpr_open_part_free(open_part *part)
         cpr_rmtree(part->dir);
     free(part->files);
     free(part->blobs);
-    free(part->value_buf);
     free(part->dir);
     free(part->final_dir);
     cpr_meta_release(&part->meta);
@@ -533,9 +531,10 @@ cpr_status cpr_store_stats_get(cpr_store *store, cpr_store_stats *out)
     cpr_store_stats s;
     memset(&s, 0, sizeof s);
     pthread_mutex_lock(&store->mu);
-    s.jobs = store->catalog.n_jobs;
-    for (size_t i = 0; i < store->catalog.n_jobs; i++)
+    for (size_t i = 0; i < store->catalog.n_jobs; i++) {
         s.parts_committed += store->catalog.jobs[i]->n_parts;
+        s.jobs += store->catalog.jobs[i]->n_parts > 0;
+    }
     for (open_part *p = store->open_parts; p; p = p->next)
         s.parts_open++;
     pthread_mutex_unlock(&store->mu);

@@ -267,7 +267,8 @@ static cpr_status copy_job(const cpr_job *job, job_copy *c)
     c->blob_names = malloc((n + 1) * sizeof *c->blob_names);
     if (!c->tables || !c->blob_parts || !c->blob_names)
         return cpr_fail(CPR_NO_MEMORY, "out of memory verifying job %s", job->name);
-    memcpy(c->tables, job->tables, job->n_tables * sizeof *c->tables);
+    if (job->n_tables)
+        memcpy(c->tables, job->tables, job->n_tables * sizeof *c->tables);
     c->n_tables = job->n_tables;
     for (size_t p = 0; p < job->n_parts; p++) {
         for (size_t b = 0; b < job->parts[p].n_blobs; b++) {

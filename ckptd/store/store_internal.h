@@ -41,6 +41,7 @@
 #include "cpr/store.h"
 #include "cpr_common.h"
 #include "keys.h"
+#include "lanes.h"
 #include "meta.h"
 
 typedef struct open_blob {
@@ -62,13 +63,11 @@ typedef struct open_part {
     int refs;                    /* guarded by store->mu */
     int removed;                 /* unlinked from open_parts; guarded by store->mu */
     part_state state;            /* guarded by mu */
-    rocksdb_sstfilewriter_t *sst;/* current row file, NULL if none */
-    char **files;                /* finished + current SST paths */
+    cpr_lanes *lanes;            /* row-file writers; NULL until the first rows */
+    char **files;                /* row files in ingest order, set at commit */
     size_t n_files;
-    unsigned char last_key[CPR_ROW_KEY_LEN];
-    int have_last;
-    unsigned char *value_buf;    /* scratch: one encoded row */
-    size_t value_cap;
+    unsigned char max_key[CPR_ROW_KEY_LEN]; /* largest row key submitted */
+    int have_max;
     open_blob *blobs;
     size_t n_blobs;
 } open_part;

@@ -2,12 +2,13 @@
 /*
  * Writing parts: begin, put_rows, put_blob, commit, abort.
  *
- * Rows never pass through RocksDB's WAL or memtable: each open part streams
- * its rows, already in key order, into SST files with SstFileWriter, and the
- * commit ingests those files atomically (protocol and invariants S1-S4 in
- * store_internal.h). A batch whose keys do not follow the previous batch's
- * starts a new SST file; overlapping files of one part are ingested in the
- * order written, so a row sent twice in one part keeps its last copy.
+ * Rows never pass through RocksDB's WAL or memtable: each open part encodes
+ * its batches in key order and hands them to write lanes (lanes.c), threads
+ * that build SST files with SstFileWriter; the commit ingests those files
+ * atomically (protocol and invariants S1-S4 in store_internal.h). A batch
+ * whose keys do not follow everything sent before starts a new generation of
+ * files; files are ingested generation by generation, so a row sent twice in
+ * one part keeps its last copy.
  *
  * Part states:  (begin) -> OPEN --commit--> COMMITTING --ok--> gone (catalog)
  *                           |                   \--error--> FAILED --abort--> gone
@@ -22,6 +23,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "cpr/crc32c.h"
 #include "store_internal.h"
@@ -176,7 +178,8 @@ cpr_status cpr_store_begin(cpr_store *store, const cpr_part_spec *spec)
         return cpr_store_count(store, st);
     pthread_mutex_lock(&store->mu);
     job = cpr_catalog_find(&store->catalog, spec->id.job);
-    if (!job)
+    int new_job = !job;
+    if (new_job)
         st = cpr_catalog_add_job(&store->catalog, spec->id.job, 0, &job);
     if (st == CPR_OK)
         st = check_begin(store, job, spec, &part->meta.base);
@@ -191,6 +194,9 @@ cpr_status cpr_store_begin(cpr_store *store, const cpr_part_spec *spec)
         part->refs = 1; /* the open-parts table's reference */
         part->next = store->open_parts;
         store->open_parts = part;
+    } else if (new_job && job) {
+        /* a refused begin leaves no trace: bad requests cannot grow memory */
+        cpr_catalog_drop_last(&store->catalog);
     }
     pthread_mutex_unlock(&store->mu);
     if (st) {
@@ -320,93 +326,70 @@ static cpr_status batch_order(const cpr_row_batch *b, id_index **order)
     return CPR_OK;
 }
 
-static cpr_status finish_sst(open_part *part)
+/* Commit step 1: wait for the lanes; their files, in ingest order. */
+static cpr_status finish_rows(open_part *part)
 {
-    char *err = NULL;
-    if (!part->sst)
+    if (!part->lanes)
         return CPR_OK;
-    rocksdb_sstfilewriter_finish(part->sst, &err);
-    rocksdb_sstfilewriter_destroy(part->sst);
-    part->sst = NULL;
-    return err ? cpr_rocks_error(err, "finishing a row file") : CPR_OK;
+    return cpr_lanes_finish(part->lanes, &part->files, &part->n_files);
 }
 
-static cpr_status start_sst(cpr_store *store, open_part *part)
+static unsigned lane_count(void)
 {
-    char name[32], *err = NULL;
-    cpr_status st = finish_sst(part);
-    char **grown = st ? NULL : realloc(part->files, (part->n_files + 1) * sizeof *grown);
-    if (st)
-        return st;
-    if (!grown)
-        return cpr_fail(CPR_NO_MEMORY, "out of memory adding a row file");
-    part->files = grown;
-    snprintf(name, sizeof name, "rows-%06zu.sst", part->n_files);
-    part->files[part->n_files] = cpr_path_join(part->dir, name);
-    if (!part->files[part->n_files])
-        return cpr_fail(CPR_NO_MEMORY, "out of memory adding a row file");
-    part->n_files++;
-    part->sst = rocksdb_sstfilewriter_create(store->env_opts, store->sst_opts);
-    rocksdb_sstfilewriter_open(part->sst, part->files[part->n_files - 1], &err);
-    part->have_last = 0;
-    return err ? cpr_rocks_error(err, "creating a row file") : CPR_OK;
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    return cpus < 2 ? 1 : cpus > 4 ? 4 : (unsigned)cpus;
 }
 
-static cpr_status ensure_value_buf(open_part *part, size_t len)
-{
-    if (part->value_cap >= len)
-        return CPR_OK;
-    unsigned char *grown = realloc(part->value_buf, len);
-    if (!grown)
-        return cpr_fail(CPR_NO_MEMORY, "out of memory for a row of %zu bytes", len);
-    part->value_buf = grown;
-    part->value_cap = len;
-    return CPR_OK;
-}
-
-/* Value of a row version: crc32c(key[5..29] || values || state) || values || state. */
-static void encode_row(unsigned char *value, const unsigned char *key, const float *values,
+/* Record of a row version: key || crc32c(key[5..29] || values || state) ||
+ * values || state. The CRC covers the key fields so that a value can never
+ * pass as another row's. */
+static void encode_row(unsigned char *rec, const cpr_row_key *k, const float *values,
                        uint32_t dim, const float *state, uint32_t state_dim)
 {
+    unsigned char *value = rec + CPR_ROW_KEY_LEN;
     size_t vbytes = (size_t)dim * 4, sbytes = (size_t)state_dim * 4;
+    cpr_key_row(rec, k);
     memcpy(value + 4, values, vbytes);
     if (sbytes)
         memcpy(value + 4 + vbytes, state, sbytes);
-    uint32_t crc = cpr_crc32c(0, key + 5, CPR_ROW_KEY_LEN - 5);
+    uint32_t crc = cpr_crc32c(0, rec + 5, CPR_ROW_KEY_LEN - 5);
     crc = cpr_crc32c(crc, value + 4, vbytes + sbytes);
     memcpy(value, &crc, 4);
 }
 
+/* Encode the batch in key order and hand it to the lanes. */
 static cpr_status write_rows(cpr_store *store, open_part *part, const cpr_row_batch *b,
                              const cpr_table_schema *t, const id_index *order)
 {
-    cpr_status st = ensure_value_buf(part, 4 + ((size_t)t->dim + t->state_dim) * 4);
-    unsigned char key[CPR_ROW_KEY_LEN];
+    size_t rec_len = CPR_ROW_KEY_LEN + 4 + ((size_t)t->dim + t->state_dim) * 4;
     cpr_row_key k = {part->job_id, b->table, 0, part->meta.checkpoint, part->meta.shard};
-    char *err = NULL;
-    if (st || b->n == 0)
+    cpr_encoded *enc = NULL;
+    cpr_status st = CPR_OK;
+    if (b->n == 0)
+        return CPR_OK;
+    if (!part->lanes)
+        st = cpr_lanes_create(part->dir, lane_count(), store->env_opts, store->sst_opts,
+                              &part->lanes);
+    if (st == CPR_OK)
+        st = cpr_lanes_buffer(part->lanes, b->n * rec_len, &enc);
+    if (st)
         return st;
-    k.row = order ? order[0].id : b->ids[0];
-    cpr_key_row(key, &k);
-    if (!part->sst || (part->have_last && memcmp(key, part->last_key, sizeof key) <= 0))
-        st = start_sst(store, part);
-    size_t vlen = 4 + ((size_t)t->dim + t->state_dim) * 4;
-    for (size_t i = 0; st == CPR_OK && i < b->n; i++) {
+    enc->rec_len = rec_len;
+    enc->key_len = CPR_ROW_KEY_LEN;
+    for (size_t i = 0; i < b->n; i++) {
         size_t src = order ? order[i].index : i;
         k.row = b->ids[src];
-        cpr_key_row(key, &k);
-        encode_row(part->value_buf, key, b->values + src * t->dim, t->dim,
+        encode_row(enc->data + i * rec_len, &k, b->values + src * t->dim, t->dim,
                    t->state_dim ? b->state + src * t->state_dim : NULL, t->state_dim);
-        rocksdb_sstfilewriter_put(part->sst, (const char *)key, sizeof key,
-                                  (const char *)part->value_buf, vlen, &err);
-        if (err)
-            st = cpr_rocks_error(err, "writing rows");
     }
-    if (st == CPR_OK) {
-        memcpy(part->last_key, key, sizeof key);
-        part->have_last = 1;
+    enc->n = b->n;
+    int out_of_order = part->have_max && memcmp(enc->data, part->max_key, CPR_ROW_KEY_LEN) <= 0;
+    const unsigned char *last = enc->data + (b->n - 1) * rec_len;
+    if (!part->have_max || memcmp(last, part->max_key, CPR_ROW_KEY_LEN) > 0) {
+        memcpy(part->max_key, last, CPR_ROW_KEY_LEN);
+        part->have_max = 1;
     }
-    return st;
+    return cpr_lanes_submit(part->lanes, enc, out_of_order);
 }
 
 cpr_status cpr_store_put_rows(cpr_store *store, const cpr_part_id *id,
@@ -711,7 +694,7 @@ static cpr_status commit_locked(cpr_store *store, open_part *part)
     if (st) /* nothing changed yet: the part stays open */
         return st;
     part->state = PART_COMMITTING;
-    st = finish_sst(part);
+    st = finish_rows(part);
     if (st == CPR_OK)
         st = finish_blobs(store, part);
     if (st == CPR_OK)

@@ -284,7 +284,7 @@ cpr_status cpr_store_verify(cpr_store *store, const char *job,
                             cpr_verify_report *report);
 
 typedef struct cpr_store_stats {
-    uint64_t jobs;
+    uint64_t jobs;           /* jobs with at least one committed part */
     uint64_t parts_committed;
     uint64_t parts_open;
     uint64_t rows_in;        /* rows accepted by put_rows since open */

@@ -1,0 +1,90 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * Blob reads: stream a committed part's blob, verifying the CRC32C of every
+ * 1 MiB block before it is handed to the caller (io_uring, O_DIRECT).
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cpr/crc32c.h"
+#include "store_internal.h"
+
+/* ---- blobs ------------------------------------------------------------------ */
+
+typedef struct blob_read {
+    const char *path;
+    const uint32_t *crcs;
+    cpr_blob_fn fn;
+    void *ctx;
+    uint64_t bytes;
+} blob_read;
+
+static cpr_status check_block(void *ctx, uint64_t index, const void *data, size_t len)
+{
+    blob_read *b = ctx;
+    if (cpr_crc32c(0, data, len) != b->crcs[index])
+        return cpr_fail(CPR_CORRUPT, "blob file %s: block %llu (bytes %llu-%llu) fails "
+                        "its checksum", b->path, (unsigned long long)index,
+                        (unsigned long long)(index * CPR_BLOB_BLOCK),
+                        (unsigned long long)(index * CPR_BLOB_BLOCK + len));
+    b->bytes += len;
+    return b->fn(b->ctx, index * CPR_BLOB_BLOCK, data, len);
+}
+
+/* Under store->mu: the blob's path and a copy of its checksums. */
+static cpr_status find_blob(cpr_store *store, const cpr_part_id *id, const char *name,
+                            char **path, cpr_blob_meta *copy)
+{
+    cpr_job *job = cpr_catalog_find(&store->catalog, id->job);
+    const cpr_part_meta *m = job ? cpr_job_find_part(job, id->shard, id->checkpoint) : NULL;
+    const cpr_blob_meta *b = m ? cpr_meta_blob(m, name) : NULL;
+    if (!m)
+        return cpr_fail(CPR_NOT_FOUND, "no committed part %s/%u/%llu", id->job,
+                        id->shard, (unsigned long long)id->checkpoint);
+    if (!b)
+        return cpr_fail(CPR_NOT_FOUND, "part %s/%u/%llu has no blob named %s", id->job,
+                        id->shard, (unsigned long long)id->checkpoint, name);
+    *copy = *b;
+    copy->crcs = malloc((b->n_crcs ? b->n_crcs : 1) * sizeof *copy->crcs);
+    char *dir = cpr_part_dirname(id->job, id->shard, id->checkpoint, store->blobs_dir);
+    size_t len = dir ? strlen(dir) + strlen(name) + 4 : 0;
+    *path = dir ? malloc(len) : NULL;
+    if (!copy->crcs || !*path) {
+        free(copy->crcs);
+        free(dir);
+        free(*path);
+        return cpr_fail(CPR_NO_MEMORY, "out of memory reading a blob");
+    }
+    if (b->n_crcs) /* an empty blob has no checksums */
+        memcpy(copy->crcs, b->crcs, b->n_crcs * sizeof *copy->crcs);
+    snprintf(*path, len, "%s/b_%s", dir, name);
+    free(dir);
+    return CPR_OK;
+}
+
+cpr_status cpr_store_read_blob(cpr_store *store, const cpr_part_id *id, const char *name,
+                               uint64_t *size, cpr_blob_fn fn, void *ctx)
+{
+    cpr_blob_meta meta = {0};
+    char *path = NULL;
+    cpr_status st = cpr_check_job_name(id->job);
+    if (st == CPR_OK && !cpr_name_valid(name))
+        st = cpr_fail(CPR_INVALID_ARGUMENT, "blob name \"%.140s\" is invalid",
+                      name ? name : "(null)");
+    if (st)
+        return cpr_store_count(store, st);
+    pthread_mutex_lock(&store->mu);
+    st = find_blob(store, id, name, &path, &meta);
+    pthread_mutex_unlock(&store->mu);
+    if (st)
+        return cpr_store_count(store, st);
+    if (size)
+        *size = meta.size;
+    blob_read b = {.path = path, .crcs = meta.crcs, .fn = fn, .ctx = ctx};
+    st = cpr_bfile_read(path, meta.size, 1, check_block, &b);
+    atomic_fetch_add(&store->bytes_out, b.bytes);
+    free(meta.crcs);
+    free(path);
+    return cpr_store_count(store, st);
+}
