@@ -1,0 +1,549 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * Retention (cpr_store_gc): a two-shard job with a FULL part and then
+ * alternating PRIORITY and DELTA parts. Every state as of a checkpoint is
+ * recorded before GC; afterwards the retained states must restore exactly as
+ * before, older ones must be refused, and the report must count exactly the
+ * row versions and parts no retained state needs. Also: nothing is removed
+ * with fewer cuts than `keep`, crash leftovers are reclaimed, keep = 1 and the
+ * store's default retain_cuts.
+ */
+#ifndef _DEFAULT_SOURCE
+#define _DEFAULT_SOURCE
+#endif
+#include <dirent.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include "cpr/store.h"
+#include "testutil.h"
+
+#define JOB "ret"
+#define SHARDS 2u
+#define ROWS 600u
+#define N_TABLES 2u
+#define MAX_CKPT 12u
+
+#define assert_status(want, expr)                                              \
+    do {                                                                       \
+        cpr_status got_ = (expr);                                              \
+        if (got_ != (want))                                                    \
+            fail_msg("%s: got %s, want %s (%s)", #expr, cpr_status_name(got_), \
+                     cpr_status_name(want), cpr_errmsg());                     \
+    } while (0)
+
+static const cpr_table_schema g_tables[N_TABLES] = {
+    { .table = 1, .rows = ROWS, .dim = 8, .state_dim = 2 },
+    { .table = 2, .rows = ROWS, .dim = 4, .state_dim = 0 },
+};
+
+/* ---- the model ---------------------------------------------------------- */
+/* Checkpoint 1 is FULL, then even ids PRIORITY and odd ids DELTA, so the
+ * consistent cuts are the odd ids. Shard s owns rows r % SHARDS == s. */
+
+static cpr_kind kind_of(uint64_t ckpt)
+{
+    if (ckpt == 1)
+        return CPR_KIND_FULL;
+    return ckpt % 2 == 0 ? CPR_KIND_PRIORITY : CPR_KIND_DELTA;
+}
+
+static uint64_t mix64(uint64_t x)
+{
+    x += 0x9e3779b97f4a7c15ULL;
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+    return x ^ (x >> 31);
+}
+
+static int row_in_part(uint64_t row, uint64_t ckpt)
+{
+    uint64_t h = mix64((ckpt << 32) ^ row);
+    switch (kind_of(ckpt)) {
+    case CPR_KIND_FULL:
+        return 1;
+    case CPR_KIND_DELTA:
+        return h % 3 == 0;
+    default:
+        return h % 5 == 0;
+    }
+}
+
+static size_t blob_bytes_of(uint32_t shard, uint64_t ckpt)
+{
+    return ckpt == 1 ? (2u << 20) + 100 * shard : 3000 + 100 * ckpt + shard;
+}
+
+/* Row versions that exist: bit c of versions[row] is checkpoint c. The same
+ * for both tables. parts[c] says whether checkpoint c's parts still exist. */
+typedef struct model {
+    uint32_t versions[ROWS];
+    int parts[MAX_CKPT + 1];
+    uint64_t newest, floor;
+} model;
+
+static void model_commit(model *m, uint64_t ckpt)
+{
+    for (uint64_t r = 0; r < ROWS; r++)
+        if (row_in_part(r, ckpt))
+            m->versions[r] |= 1u << ckpt;
+    m->parts[ckpt] = 1;
+    m->newest = ckpt;
+}
+
+/* Checkpoint of the row's version as of `as_of` (0: none). */
+static uint64_t model_version(const model *m, uint64_t row, uint64_t as_of)
+{
+    for (uint64_t c = as_of < m->newest ? as_of : m->newest; c >= 1; c--)
+        if (m->versions[row] & (1u << c))
+            return c;
+    return 0;
+}
+
+/* What GC down to `floor` must remove; applies it to the model. */
+static void model_gc(model *m, uint64_t floor, uint64_t *versions_removed,
+                     uint64_t *parts_removed)
+{
+    *versions_removed = 0;
+    *parts_removed = 0;
+    for (uint64_t r = 0; r < ROWS; r++) {
+        uint64_t keep = model_version(m, r, floor);
+        for (uint64_t c = 1; c < keep; c++)
+            if (m->versions[r] & (1u << c)) {
+                m->versions[r] &= ~(1u << c);
+                *versions_removed += N_TABLES;
+            }
+    }
+    for (uint64_t c = 1; c < floor; c++)
+        if (m->parts[c]) {
+            m->parts[c] = 0;
+            *parts_removed += SHARDS;
+        }
+    m->floor = floor;
+}
+
+/* ---- writing ------------------------------------------------------------ */
+
+static void write_ckpt(cpr_store *store, model *m, uint64_t ckpt)
+{
+    uint64_t ids[ROWS];
+    for (uint32_t s = 0; s < SHARDS; s++) {
+        size_t n = 0;
+        for (uint64_t r = s; r < ROWS; r += SHARDS)
+            if (row_in_part(r, ckpt))
+                ids[n++] = r;
+        cpr_part_spec spec = {
+            .id = { .job = JOB, .shard = s, .checkpoint = ckpt },
+            .kind = kind_of(ckpt), .step = ckpt * 10, .num_shards = SHARDS,
+            .tables = g_tables, .n_tables = N_TABLES,
+        };
+        assert_status(CPR_OK, tu_write_part(store, &spec, ids, n, 128,
+                                            blob_bytes_of(s, ckpt), 1));
+    }
+    if (m)
+        model_commit(m, ckpt);
+}
+
+/* ---- checking ----------------------------------------------------------- */
+
+static cpr_status restore_rows(cpr_store *store, uint64_t as_of, int consistent,
+                               tu_rows *out)
+{
+    cpr_restore_query q = { .job = JOB, .as_of = as_of, .consistent = consistent,
+                            .batch_rows = 100 };
+    memset(out, 0, sizeof *out);
+    return cpr_store_restore(store, &q, tu_collect, out, NULL);
+}
+
+/* The restored rows are exactly the model's state as of `as_of`. */
+static void assert_rows_model(const tu_rows *rows, const model *m, uint64_t as_of)
+{
+    size_t i = 0;
+    for (uint32_t t = 0; t < N_TABLES; t++) {
+        const cpr_table_schema *ts = &g_tables[t];
+        for (uint64_t r = 0; r < ROWS; r++) {
+            uint64_t ver = model_version(m, r, as_of);
+            if (!ver)
+                continue;
+            if (i >= rows->n)
+                fail_msg("as of %" PRIu64 ": row %u/%" PRIu64 " missing", as_of,
+                         ts->table, r);
+            const tu_row *got = &rows->rows[i++];
+            if (got->table != ts->table || got->id != r)
+                fail_msg("as of %" PRIu64 ": got row %u/%" PRIu64 ", want %u/%" PRIu64,
+                         as_of, got->table, got->id, ts->table, r);
+            assert_int_equal(got->dim, ts->dim);
+            assert_int_equal(got->state_dim, ts->state_dim);
+            for (uint32_t j = 0; j < ts->dim + ts->state_dim; j++) {
+                float want = j < ts->dim ? tu_value(ts->table, r, ver, j)
+                                         : tu_state(ts->table, r, ver, j - ts->dim);
+                if (memcmp(&got->values[j], &want, sizeof want))
+                    fail_msg("as of %" PRIu64 ": row %u/%" PRIu64 " element %u is not "
+                             "checkpoint %" PRIu64 "'s", as_of, ts->table, r, j, ver);
+            }
+        }
+    }
+    assert_int_equal(i, rows->n);
+}
+
+static void assert_rows_equal(const tu_rows *a, const tu_rows *b)
+{
+    assert_int_equal(a->n, b->n);
+    for (size_t i = 0; i < a->n; i++) {
+        const tu_row *x = &a->rows[i], *y = &b->rows[i];
+        assert_int_equal(x->table, y->table);
+        assert_int_equal(x->id, y->id);
+        assert_int_equal(x->dim, y->dim);
+        assert_int_equal(x->state_dim, y->state_dim);
+        assert_memory_equal(x->values, y->values, (x->dim + x->state_dim) * sizeof(float));
+    }
+}
+
+typedef struct blob_check {
+    uint32_t shard;
+    uint64_t ckpt, next_offset;
+    int wrong;
+} blob_check;
+
+static cpr_status check_chunk(void *ctx, uint64_t offset, const void *data, size_t len)
+{
+    blob_check *bc = ctx;
+    const unsigned char *p = data;
+    if (offset != bc->next_offset)
+        bc->wrong = 1;
+    for (size_t i = 0; !bc->wrong && i < len; i++)
+        if (p[i] != tu_blob_byte(bc->shard, bc->ckpt, offset + i))
+            bc->wrong = 1;
+    bc->next_offset += len;
+    return bc->wrong ? CPR_INTERNAL : CPR_OK;
+}
+
+static void assert_blob(cpr_store *store, uint32_t shard, uint64_t ckpt, int present)
+{
+    cpr_part_id id = { .job = JOB, .shard = shard, .checkpoint = ckpt };
+    blob_check bc = { .shard = shard, .ckpt = ckpt };
+    uint64_t size = 0;
+    cpr_status st = cpr_store_read_blob(store, &id, "dense", &size, check_chunk, &bc);
+    if (!present) {
+        assert_status(CPR_NOT_FOUND, st);
+        assert_int_equal(bc.next_offset, 0);
+        return;
+    }
+    assert_status(CPR_OK, st);
+    assert_false(bc.wrong);
+    assert_int_equal(size, blob_bytes_of(shard, ckpt));
+    assert_int_equal(bc.next_offset, size);
+}
+
+/* List shows exactly the model's parts, committed, with the right flags. */
+static void assert_list_model(cpr_store *store, const model *m)
+{
+    cpr_part_info *parts = NULL;
+    size_t n = 0, i = 0;
+    assert_status(CPR_OK, cpr_store_list(store, JOB, &parts, &n));
+    for (uint64_t c = 1; c <= m->newest; c++) {
+        if (!m->parts[c])
+            continue;
+        for (uint32_t s = 0; s < SHARDS; s++, i++) {
+            if (i >= n)
+                fail_msg("part %u/%" PRIu64 " missing from list", s, c);
+            if (parts[i].checkpoint != c || parts[i].shard != s)
+                fail_msg("list[%zu] is %u/%" PRIu64 ", want %u/%" PRIu64, i,
+                         parts[i].shard, parts[i].checkpoint, s, c);
+            assert_true(parts[i].committed);
+            assert_int_equal(parts[i].kind, kind_of(c));
+            if (parts[i].consistent != (kind_of(c) != CPR_KIND_PRIORITY))
+                fail_msg("part %u/%" PRIu64 " (%s): consistent = %d", s, c,
+                         cpr_kind_name(kind_of(c)), parts[i].consistent);
+        }
+    }
+    assert_int_equal(i, n);
+    free(parts);
+}
+
+static uint64_t latest_cut_model(const model *m)
+{
+    for (uint64_t c = m->newest; c >= 1; c--)
+        if (kind_of(c) != CPR_KIND_PRIORITY)
+            return c;
+    return 0;
+}
+
+/* Everything the model says about the store, against `recorded` states. */
+static void assert_store_model(cpr_store *store, const model *m, tu_rows *recorded)
+{
+    uint64_t cut = 0;
+    assert_list_model(store, m);
+    assert_status(CPR_OK, cpr_store_latest_cut(store, JOB, &cut));
+    assert_int_equal(cut, latest_cut_model(m));
+    for (uint64_t c = 1; c <= m->newest; c++) {
+        tu_rows rows;
+        cpr_status st = restore_rows(store, c, 0, &rows);
+        if (c < m->floor) {
+            if (st != CPR_FAILED_PRECONDITION)
+                fail_msg("restore as of %" PRIu64 " below floor %" PRIu64 ": %s", c,
+                         m->floor, cpr_status_name(st));
+        } else {
+            assert_status(CPR_OK, st);
+            assert_rows_equal(&rows, &recorded[c]);
+            assert_rows_model(&rows, m, c);
+        }
+        tu_rows_free(&rows);
+        for (uint32_t s = 0; s < SHARDS; s++)
+            assert_blob(store, s, c, m->parts[c]);
+    }
+    tu_rows rows;
+    assert_status(CPR_OK, restore_rows(store, 0, 1, &rows)); /* consistent */
+    assert_rows_equal(&rows, &recorded[latest_cut_model(m)]);
+    tu_rows_free(&rows);
+    assert_status(CPR_OK, restore_rows(store, 0, 0, &rows)); /* newest */
+    assert_rows_equal(&rows, &recorded[m->newest]);
+    tu_rows_free(&rows);
+    cpr_verify_report rep = { 0 };
+    assert_status(CPR_OK, cpr_store_verify(store, JOB, NULL, NULL, &rep));
+    assert_int_equal(rep.problems, 0);
+}
+
+static void record_states(cpr_store *store, const model *m, tu_rows *recorded)
+{
+    for (uint64_t c = 1; c <= m->newest; c++) {
+        assert_status(CPR_OK, restore_rows(store, c, 0, &recorded[c]));
+        assert_rows_model(&recorded[c], m, c);
+    }
+}
+
+static void free_states(tu_rows *recorded)
+{
+    for (uint64_t c = 0; c <= MAX_CKPT; c++)
+        tu_rows_free(&recorded[c]);
+}
+
+static void gc_and_check(cpr_store *store, model *m, uint32_t keep, uint64_t want_floor)
+{
+    cpr_gc_report rep = { 0 };
+    uint64_t versions = 0, parts = 0;
+    assert_status(CPR_OK, cpr_store_gc(store, JOB, keep, &rep));
+    print_message("  gc keep %u: floor %" PRIu64 ", parts %" PRIu64 ", versions %" PRIu64
+                  ", uncommitted %" PRIu64 ", bytes %" PRIu64 " -> %" PRIu64 "\n", keep,
+                  rep.floor, rep.parts_removed, rep.versions_removed,
+                  rep.uncommitted_removed, rep.bytes_before, rep.bytes_after);
+    model_gc(m, want_floor, &versions, &parts);
+    assert_int_equal(rep.floor, want_floor);
+    assert_int_equal(rep.parts_removed, parts);
+    assert_int_equal(rep.versions_removed, versions);
+    assert_true(versions > 0 && parts > 0);
+    assert_true(rep.bytes_after < rep.bytes_before);
+}
+
+static uint64_t count_files(const char *path)
+{
+    DIR *d = opendir(path);
+    uint64_t n = 0;
+    struct dirent *de;
+    if (!d)
+        return 0;
+    while ((de = readdir(d)) != NULL) {
+        char sub[4096];
+        struct stat sb;
+        if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, ".."))
+            continue;
+        snprintf(sub, sizeof sub, "%s/%s", path, de->d_name);
+        if (lstat(sub, &sb) == 0)
+            n += S_ISDIR(sb.st_mode) ? count_files(sub) : 1;
+    }
+    closedir(d);
+    return n;
+}
+
+/* ---- tests -------------------------------------------------------------- */
+
+/* Keep 2 cuts, reopen, then keep 1; the store stays writable. */
+static void test_gc_keep_two_then_one(void **state)
+{
+    (void)state;
+    char *dir = tu_mkdtemp("cpr-retention");
+    cpr_store *store = NULL;
+    model m = { 0 };
+    tu_rows recorded[MAX_CKPT + 1] = { { 0 } };
+    assert_status(CPR_OK, cpr_store_open(dir, NULL, &store));
+    for (uint64_t c = 1; c <= 10; c++)
+        write_ckpt(store, &m, c);
+    record_states(store, &m, recorded);
+    assert_store_model(store, &m, recorded);
+
+    gc_and_check(store, &m, 2, 7); /* cuts 1 3 5 7 9: keep 7 and 9 */
+    assert_store_model(store, &m, recorded);
+    cpr_store_close(store);
+    assert_status(CPR_OK, cpr_store_open(dir, NULL, &store));
+    assert_store_model(store, &m, recorded);
+
+    gc_and_check(store, &m, 1, 9);
+    assert_store_model(store, &m, recorded);
+    cpr_store_close(store);
+    assert_status(CPR_OK, cpr_store_open(dir, NULL, &store));
+    assert_store_model(store, &m, recorded);
+
+    /* Still writable above the floor: a DELTA on the floor cut. */
+    write_ckpt(store, &m, 11);
+    assert_status(CPR_OK, restore_rows(store, 11, 0, &recorded[11]));
+    assert_rows_model(&recorded[11], &m, 11);
+    assert_store_model(store, &m, recorded);
+    cpr_store_close(store);
+    free_states(recorded);
+    tu_rmtree(dir);
+    free(dir);
+}
+
+/* Fewer consistent cuts than `keep` (and exactly `keep`): nothing goes. */
+static void test_gc_fewer_cuts_than_keep(void **state)
+{
+    (void)state;
+    char *dir = tu_mkdtemp("cpr-retention");
+    cpr_store *store = NULL;
+    model m = { 0 };
+    tu_rows recorded[MAX_CKPT + 1] = { { 0 } };
+    assert_status(CPR_OK, cpr_store_open(dir, NULL, &store));
+    for (uint64_t c = 1; c <= 4; c++) /* cuts 1 and 3 */
+        write_ckpt(store, &m, c);
+    record_states(store, &m, recorded);
+    static const uint32_t keeps[] = { 5, 3, 2 };
+    for (size_t k = 0; k < sizeof keeps / sizeof keeps[0]; k++) {
+        cpr_gc_report rep = { 0 };
+        assert_status(CPR_OK, cpr_store_gc(store, JOB, keeps[k], &rep));
+        assert_int_equal(rep.parts_removed, 0);
+        assert_int_equal(rep.versions_removed, 0);
+        assert_true(rep.floor <= 1);
+        assert_store_model(store, &m, recorded);
+    }
+    cpr_store_close(store);
+    free_states(recorded);
+    tu_rmtree(dir);
+    free(dir);
+}
+
+/* keep = 0 takes the store's retain_cuts; job NULL covers every job. */
+static void test_gc_default_keep(void **state)
+{
+    (void)state;
+    char *dir = tu_mkdtemp("cpr-retention");
+    cpr_store *store = NULL;
+    cpr_store_options opts = { .retain_cuts = 3 };
+    model m = { 0 };
+    tu_rows recorded[MAX_CKPT + 1] = { { 0 } };
+    assert_status(CPR_OK, cpr_store_open(dir, &opts, &store));
+    for (uint64_t c = 1; c <= 10; c++)
+        write_ckpt(store, &m, c);
+    record_states(store, &m, recorded);
+    gc_and_check(store, &m, 0, 5); /* cuts 1 3 5 7 9: keep 5 7 9 */
+    assert_store_model(store, &m, recorded);
+    cpr_gc_report rep = { 0 };
+    assert_status(CPR_OK, cpr_store_gc(store, NULL, 0, &rep)); /* already done */
+    assert_int_equal(rep.parts_removed, 0);
+    assert_int_equal(rep.versions_removed, 0);
+    assert_store_model(store, &m, recorded);
+    cpr_store_close(store);
+    free_states(recorded);
+    tu_rmtree(dir);
+    free(dir);
+}
+
+/* The child commits checkpoint 1, begins checkpoint 2 on shard 0 with rows
+ * and a blob, and dies without closing the store. */
+static void crashed_writer(const char *dir)
+{
+    cpr_store *store = NULL;
+    if (cpr_store_open(dir, NULL, &store) != CPR_OK)
+        _exit(3);
+    uint64_t ids[ROWS / SHARDS];
+    for (uint32_t s = 0; s < SHARDS; s++) {
+        size_t n = 0;
+        for (uint64_t r = s; r < ROWS; r += SHARDS)
+            ids[n++] = r;
+        cpr_part_spec spec = {
+            .id = { .job = JOB, .shard = s, .checkpoint = 1 }, .kind = CPR_KIND_FULL,
+            .step = 10, .num_shards = SHARDS, .tables = g_tables, .n_tables = N_TABLES,
+        };
+        if (tu_write_part(store, &spec, ids, n, 128, blob_bytes_of(s, 1), 1) != CPR_OK)
+            _exit(4);
+    }
+    cpr_part_spec open_spec = {
+        .id = { .job = JOB, .shard = 0, .checkpoint = 2 }, .kind = CPR_KIND_DELTA,
+        .step = 20, .num_shards = SHARDS, .tables = g_tables, .n_tables = N_TABLES,
+    };
+    if (tu_write_part(store, &open_spec, ids, 100, 50, (3u << 20) + 11, 0) != CPR_OK)
+        _exit(5);
+    _exit(0);
+}
+
+/* Runs first: the crashed writer is a fork of a process that has not yet
+ * started RocksDB (which is not fork-safe). */
+static void test_gc_reclaims_crash_leftover(void **state)
+{
+    (void)state;
+    char *dir = tu_mkdtemp("cpr-retention");
+    char staging[4096];
+    snprintf(staging, sizeof staging, "%s/staging", dir);
+    fflush(stdout);
+    fflush(stderr);
+    pid_t pid = fork();
+    if (pid == 0)
+        crashed_writer(dir);
+    int status = 0;
+    assert_true(pid > 0);
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    assert_true(WIFEXITED(status));
+    assert_int_equal(WEXITSTATUS(status), 0);
+    print_message("  staging files left by the crashed writer: %" PRIu64 "\n",
+                  count_files(staging));
+
+    cpr_store *store = NULL;
+    model m = { 0 };
+    tu_rows recorded[MAX_CKPT + 1] = { { 0 } };
+    assert_status(CPR_OK, cpr_store_open(dir, NULL, &store));
+    cpr_gc_report rep = { 0 };
+    assert_status(CPR_OK, cpr_store_gc(store, JOB, 2, &rep));
+    print_message("  gc after crash: uncommitted_removed %" PRIu64 "\n",
+                  rep.uncommitted_removed);
+    assert_int_equal(count_files(staging), 0);
+    assert_int_equal(rep.parts_removed, 0);
+    model_commit(&m, 1);
+    assert_status(CPR_OK, restore_rows(store, 1, 0, &recorded[1]));
+    assert_store_model(store, &m, recorded); /* 2 is neither listed nor visible */
+    tu_rows rows;
+    assert_status(CPR_OK, restore_rows(store, 5, 0, &rows));
+    assert_rows_equal(&rows, &recorded[1]);
+    tu_rows_free(&rows);
+
+    /* The abandoned checkpoint id is free again. */
+    write_ckpt(store, &m, 2);
+    assert_status(CPR_OK, restore_rows(store, 2, 0, &recorded[2]));
+    assert_rows_model(&recorded[2], &m, 2);
+    assert_store_model(store, &m, recorded);
+    cpr_store_close(store);
+    free_states(recorded);
+    tu_rmtree(dir);
+    free(dir);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_gc_reclaims_crash_leftover),
+        cmocka_unit_test(test_gc_keep_two_then_one),
+        cmocka_unit_test(test_gc_fewer_cuts_than_keep),
+        cmocka_unit_test(test_gc_default_keep),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
