@@ -14,7 +14,10 @@
  * are cut into segments and scanned by worker threads, each with its own
  * iterator on one shared snapshot (so a concurrent commit or GC cannot tear
  * the restore). Segment i goes to worker i % W; each worker fills a ring of
- * RING_SLOTS batches and blocks when it is full. The caller's thread takes
+ * RING_SLOTS batches and blocks when it is full. Segments are sized (from
+ * RocksDB's size estimates) to about one ring of data: then worker i+1 can
+ * scan its whole segment while the consumer drains worker i's, which is what
+ * makes the workers run in parallel. The caller's thread takes
  * the batches of segment 0, 1, 2, ... in order and runs the callback, so the
  * output order is exactly that of a sequential scan, and memory is bounded by
  * W x RING_SLOTS batches whatever the size of the job.
@@ -37,11 +40,10 @@
 
 #define DEFAULT_BATCH_ROWS 4096
 #define NEXT_BEFORE_SEEK 16          /* older versions to step over before seeking */
-#define RESTORE_READAHEAD (4u << 20)
+#define RESTORE_READAHEAD (512u << 10) /* smaller steps wait less per read */
 #define RING_SLOTS 4
-#define MAX_WORKERS 4
-#define SEGMENT_MIN_ROWS 65536       /* smaller ranges are one segment */
-#define SEGMENTS_PER_WORKER 4
+#define MAX_WORKERS 8
+#define WORKERS_PER_CPU 4
 
 typedef struct segment {
     cpr_table_schema table;
@@ -293,43 +295,92 @@ static int schema_cmp(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
-/* Cut every (table, range) into segments; tables in ascending order. */
-static cpr_status plan_segments(restore_shared *sh, cpr_table_schema *tables, size_t n_tables,
-                                const cpr_row_range *ranges, size_t n_ranges)
+/* Bytes RocksDB holds for rows [begin, end) of a table (an estimate from
+ * the SST indexes: cheap, and exact enough to size segments). */
+static uint64_t approx_bytes(rocksdb_t *db, uint32_t job_id, uint32_t table, uint64_t begin,
+                             uint64_t end)
 {
-    size_t cap = 16, n = 0;
-    segment *segs = malloc(cap * sizeof *segs);
+    unsigned char lo[CPR_ROW_KEY_LEN], hi[CPR_ROW_KEY_LEN];
+    cpr_row_key k = {job_id, table, begin, UINT64_MAX, 0};
+    const char *starts[1] = {(const char *)lo}, *limits[1] = {(const char *)hi};
+    size_t start_len = sizeof lo, limit_len = sizeof hi;
+    uint64_t size = 0;
+    char *err = NULL;
+    cpr_key_row(lo, &k);
+    k.row = end;
+    cpr_key_row(hi, &k);
+    rocksdb_approximate_sizes(db, 1, starts, &start_len, limits, &limit_len, &size, &err);
+    if (err) {
+        rocksdb_free(err);
+        return UINT64_MAX; /* unknown: split as if large */
+    }
+    return size;
+}
+
+typedef struct seg_plan {
+    restore_shared *sh;
+    rocksdb_t *db;
+    uint64_t target_bytes;  /* what fits in one worker's ring */
+    segment *segs;
+    size_t n, cap;
+} seg_plan;
+
+static int add_segment(seg_plan *p, const cpr_table_schema *t, uint64_t begin, uint64_t end)
+{
+    if (p->n == p->cap) {
+        size_t cap = p->cap ? p->cap * 2 : 64;
+        segment *grown = realloc(p->segs, cap * sizeof *grown);
+        if (!grown)
+            return -1;
+        p->segs = grown;
+        p->cap = cap;
+    }
+    p->segs[p->n++] = (segment){*t, begin, end};
+    return 0;
+}
+
+/* Halve [begin, end) until each piece holds about one ring of data, so a
+ * worker can scan a whole segment ahead of the consumer (see the top
+ * comment). An empty stretch of a sparse table stays one segment: one seek. */
+static int split_range(seg_plan *p, const cpr_table_schema *t, uint64_t begin, uint64_t end,
+                       int depth)
+{
+    /* The estimate only decides how to cut, never whether to scan: it can
+     * be 0 for rows that share a block with their neighbours. */
+    uint64_t bytes = approx_bytes(p->db, p->sh->job_id, t->table, begin, end);
+    if (bytes <= p->target_bytes || end - begin < 2 * 1024 || depth >= 40)
+        return add_segment(p, t, begin, end);
+    uint64_t mid = begin + (end - begin) / 2;
+    if (split_range(p, t, begin, mid, depth + 1) != 0)
+        return -1;
+    return split_range(p, t, mid, end, depth + 1);
+}
+
+/* Cut every (table, range) into segments, tables in ascending order. */
+static cpr_status plan_segments(restore_shared *sh, rocksdb_t *db, cpr_table_schema *tables,
+                                size_t n_tables, const cpr_row_range *ranges, size_t n_ranges)
+{
+    seg_plan p = {.sh = sh, .db = db};
+    int rc = 0;
     qsort(tables, n_tables, sizeof *tables, schema_cmp);
-    for (size_t t = 0; segs && t < n_tables; t++) {
+    for (size_t t = 0; rc == 0 && t < n_tables; t++) {
         if (t > 0 && tables[t].table == tables[t - 1].table)
             continue;
-        for (size_t r = 0; segs && r < n_ranges; r++) {
+        uint64_t row_bytes = 8 + ((uint64_t)tables[t].dim + tables[t].state_dim) * 4;
+        p.target_bytes = (RING_SLOTS - 1) * sh->batch_rows * row_bytes;
+        for (size_t r = 0; rc == 0 && r < n_ranges; r++) {
             uint64_t begin = ranges[r].begin;
             uint64_t end = ranges[r].end < tables[t].rows ? ranges[r].end : tables[t].rows;
-            if (begin >= end)
-                continue;
-            uint64_t pieces = (end - begin) / SEGMENT_MIN_ROWS;
-            uint64_t most = (uint64_t)sh->n_workers * SEGMENTS_PER_WORKER;
-            pieces = pieces < 1 ? 1 : pieces > most ? most : pieces;
-            for (uint64_t p = 0; segs && p < pieces; p++) {
-                if (n == cap) {
-                    segment *grown = realloc(segs, (cap *= 2) * sizeof *segs);
-                    if (!grown)
-                        free(segs);
-                    segs = grown;
-                    if (!segs)
-                        break;
-                }
-                uint64_t len = (end - begin) / pieces;
-                segs[n++] = (segment){tables[t], begin + p * len,
-                                      p + 1 == pieces ? end : begin + (p + 1) * len};
-            }
+            if (begin < end)
+                rc = split_range(&p, &tables[t], begin, end, 0);
         }
     }
-    if (!segs)
+    if (rc != 0) {
+        free(p.segs);
         return cpr_fail(CPR_NO_MEMORY, "out of memory planning a restore");
-    sh->segs = segs;
-    sh->n_segs = n;
+    }
+    sh->segs = p.segs;
+    sh->n_segs = p.n;
     return CPR_OK;
 }
 
@@ -486,7 +537,11 @@ static void stop_workers(cpr_store *store, restore_shared *sh)
 static unsigned worker_count(void)
 {
     long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-    return cpus < 2 ? 1 : cpus > MAX_WORKERS ? MAX_WORKERS : (unsigned)cpus;
+    /* A worker spends much of its time in synchronous read-ahead, so run
+     * several per core: on 2 cores, 8 workers restore about twice as fast
+     * as 2 (docs/performance.md). */
+    cpus *= WORKERS_PER_CPU;
+    return cpus < 2 ? 2 : cpus > MAX_WORKERS ? MAX_WORKERS : (unsigned)cpus;
 }
 
 static cpr_status check_query(const cpr_restore_query *q, cpr_row_fn fn)
@@ -524,7 +579,7 @@ cpr_status cpr_store_restore(cpr_store *store, const cpr_restore_query *q, cpr_r
     st = prepare(store, &sh, &tables, &n_tables);
     pthread_mutex_unlock(&store->mu);
     if (st == CPR_OK)
-        st = plan_segments(&sh, tables, n_tables, ranges, n_ranges);
+        st = plan_segments(&sh, store->db, tables, n_tables, ranges, n_ranges);
     for (size_t i = 0; st == CPR_OK && i < n_tables; i++) {
         max_dim = tables[i].dim > max_dim ? tables[i].dim : max_dim;
         max_sdim = tables[i].state_dim > max_sdim ? tables[i].state_dim : max_sdim;

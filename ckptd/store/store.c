@@ -288,6 +288,9 @@ static void setup_rocks_options(cpr_store *store)
     rocksdb_options_set_level0_stop_writes_trigger(store->db_opts, 128);
     rocksdb_options_set_info_log_level(store->db_opts, 2 /* WARN */);
     rocksdb_options_set_keep_log_file_num(store->db_opts, 4);
+    /* Restores stream gigabytes once: O_DIRECT saves the page-cache copy
+     * and leaves the cache to the trainer. */
+    rocksdb_options_set_use_direct_reads(store->db_opts, 1);
     store->sst_opts = rocksdb_options_create_copy(store->db_opts);
     rocksdb_block_based_options_destroy(bb);
     store->env_opts = rocksdb_envoptions_create();
