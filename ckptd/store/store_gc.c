@@ -367,9 +367,13 @@ static void verify_blobs(verify_run *v, job_copy *job)
 {
     for (size_t i = 0; i < job->n_blobs; i++) {
         v->rep.blobs_checked++;
-        if (cpr_store_read_blob(v->store, &job->blob_parts[i], job->blob_names[i], NULL,
-                                discard_block, v) != CPR_OK)
-            problem(v, cpr_errmsg(), job->blob_names[i]);
+        const cpr_part_id *id = &job->blob_parts[i];
+        char where[320];
+        snprintf(where, sizeof where, "job %s shard %u checkpoint %llu blob %s", id->job,
+                 id->shard, (unsigned long long)id->checkpoint, job->blob_names[i]);
+        if (cpr_store_read_blob(v->store, id, job->blob_names[i], NULL, discard_block,
+                                v) != CPR_OK)
+            problem(v, cpr_errmsg(), where);
     }
 }
 

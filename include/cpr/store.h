@@ -224,7 +224,8 @@ typedef struct cpr_restore_result {
  * in batches of at most batch_rows. Memory use is bounded by the batch size
  * whatever the size of the job. Every row's checksum is verified; a damaged
  * row stops the restore with CPR_CORRUPT and is never delivered. Errors:
- * CPR_NOT_FOUND (unknown job; no consistent cut when `consistent`),
+ * CPR_NOT_FOUND (unknown job; no consistent cut when `consistent`; a table
+ * in `tables` that no committed part of the job declares),
  * CPR_FAILED_PRECONDITION (as_of below the retention floor). `result` may be
  * NULL.
  */

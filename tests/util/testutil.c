@@ -49,7 +49,8 @@ static uint32_t mix(uint64_t x)
 
 float tu_value(uint32_t table, uint64_t row, uint64_t ckpt, uint32_t i)
 {
-    uint64_t h = mix(((uint64_t)table << 48) ^ (row << 8) ^ (ckpt << 32) ^ i);
+    /* Chained mixing: every field reaches every bit, whatever its size. */
+    uint64_t h = mix(mix(mix(mix(table) ^ row) ^ ckpt) ^ i);
     return (float)(h % 2000003u) / 1000.0f - 1000.0f;
 }
 

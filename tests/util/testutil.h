@@ -18,7 +18,8 @@ char *tu_mkdtemp(const char *prefix);
 void tu_rmtree(const char *path);
 
 /* The deterministic value of element `i` of row `row` of `table` as written
- * at checkpoint `ckpt`: distinct for every (table, row, ckpt, i). */
+ * at checkpoint `ckpt`: a hash of all four, so a row restored from the wrong
+ * table, row, checkpoint or position is caught with near certainty. */
 float tu_value(uint32_t table, uint64_t row, uint64_t ckpt, uint32_t i);
 /* Same for optimizer state. */
 float tu_state(uint32_t table, uint64_t row, uint64_t ckpt, uint32_t i);
