@@ -1,6 +1,12 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* Implementation of testutil.h. */
 #define _XOPEN_SOURCE 700
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
 #include <ftw.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -171,4 +177,167 @@ void tu_rows_free(tu_rows *rows)
         free(rows->rows[i].values);
     free(rows->rows);
     memset(rows, 0, sizeof *rows);
+}
+
+/* ---- cmocka helpers for store tests --------------------------------------- */
+
+int tu_store_teardown(void **state)
+{
+    tu_store_fixture *f = *state;
+    cpr_store_close(f->store);
+    tu_rmtree(f->dir);
+    free(f->path);
+    free(f->dir);
+    free(f);
+    return 0;
+}
+
+int tu_store_setup(void **state)
+{
+    tu_store_fixture *f = calloc(1, sizeof *f);
+    if (!f)
+        return -1;
+    *state = f;
+    f->dir = tu_mkdtemp("cpr-store");
+    size_t len = strlen(f->dir) + sizeof "/store";
+    f->path = malloc(len);
+    if (f->path) {
+        snprintf(f->path, len, "%s/store", f->dir); /* open must create it */
+        if (cpr_store_open(f->path, NULL, &f->store) == CPR_OK)
+            return 0;
+        fprintf(stderr, "cpr_store_open: %s\n", cpr_errmsg());
+    }
+    tu_store_teardown(state);
+    return -1;
+}
+
+uint64_t tu_row_bytes(const cpr_table_schema *t)
+{
+    return 8 + 4 * (uint64_t)(t->dim + t->state_dim);
+}
+
+cpr_part_spec tu_part(const char *job, uint32_t shard, uint32_t num_shards,
+                      uint64_t ckpt, cpr_kind kind, const cpr_table_schema *tables,
+                      size_t n_tables)
+{
+    cpr_part_spec spec = {
+        .id = {job, shard, ckpt}, .kind = kind, .step = ckpt * 100,
+        .num_shards = num_shards, .tables = tables, .n_tables = n_tables,
+    };
+    return spec;
+}
+
+void tu_iota(uint64_t *ids, uint64_t first, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        ids[i] = first + i;
+}
+
+void tu_batch_make(tu_batch *b, const cpr_table_schema *t, const uint64_t *ids,
+                   size_t n, uint64_t ckpt)
+{
+    b->values = malloc((n * t->dim + 1) * sizeof(float));
+    b->state = malloc((n * t->state_dim + 1) * sizeof(float));
+    assert_non_null(b->values);
+    assert_non_null(b->state);
+    tu_fill_batch(&b->batch, t->table, ids, n, t->dim, t->state_dim, ckpt,
+                  b->values, b->state);
+}
+
+void tu_batch_free(tu_batch *b)
+{
+    free(b->values);
+    free(b->state);
+}
+
+cpr_status tu_put_rows(cpr_store *s, const cpr_part_id *id, const cpr_table_schema *t,
+                       const uint64_t *ids, size_t n, uint64_t value_ckpt)
+{
+    tu_batch b;
+    tu_batch_make(&b, t, ids, n, value_ckpt);
+    cpr_status st = cpr_store_put_rows(s, id, &b.batch);
+    tu_batch_free(&b);
+    return st;
+}
+
+void tu_write_part_ok(cpr_store *s, const cpr_part_spec *spec, uint64_t first,
+                      size_t n)
+{
+    uint64_t *ids = malloc((n + 1) * sizeof *ids);
+    assert_non_null(ids);
+    tu_iota(ids, first, n);
+    cpr_status st = tu_write_part(s, spec, ids, n, 16, 0, 1);
+    if (st)
+        fprintf(stderr, "tu_write_part_ok: %s\n", cpr_errmsg());
+    assert_int_equal(st, CPR_OK);
+    free(ids);
+}
+
+cpr_status tu_restore(cpr_store *s, const cpr_restore_query *q, tu_rows *rows,
+                      cpr_restore_result *res)
+{
+    memset(rows, 0, sizeof *rows);
+    return cpr_store_restore(s, q, tu_collect, rows, res);
+}
+
+uint32_t tu_float_bits(float v)
+{
+    uint32_t bits;
+    memcpy(&bits, &v, sizeof bits);
+    return bits;
+}
+
+void tu_assert_row(const tu_row *row, const cpr_table_schema *t, uint64_t id,
+                   uint64_t ckpt)
+{
+    if (row->table != t->table || row->id != id)
+        fail_msg("got row %llu of table %u, expected row %llu of table %u",
+                 (unsigned long long)row->id, row->table, (unsigned long long)id,
+                 t->table);
+    assert_int_equal(row->dim, t->dim);
+    assert_int_equal(row->state_dim, t->state_dim);
+    for (uint32_t i = 0; i < t->dim + t->state_dim; i++) {
+        float want = i < t->dim ? tu_value(t->table, id, ckpt, i)
+                                : tu_state(t->table, id, ckpt, i - t->dim);
+        if (tu_float_bits(row->values[i]) != tu_float_bits(want))
+            fail_msg("table %u row %llu element %u: got %.9g, expected %.9g (the "
+                     "value written at checkpoint %llu)", t->table,
+                     (unsigned long long)id, i, (double)row->values[i], (double)want,
+                     (unsigned long long)ckpt);
+    }
+}
+
+void tu_assert_rows(const tu_row *got, const cpr_table_schema *t, uint64_t first,
+                    uint64_t step, size_t n, uint64_t ckpt)
+{
+    for (size_t i = 0; i < n; i++)
+        tu_assert_row(&got[i], t, first + i * step, ckpt);
+}
+
+cpr_status tu_blob_collect(void *ctx, uint64_t offset, const void *data, size_t len)
+{
+    tu_blob *b = ctx;
+    if (offset != b->len)
+        b->gaps++;
+    b->data = realloc(b->data, b->len + len + 1);
+    if (!b->data)
+        abort();
+    memcpy(b->data + b->len, data, len);
+    b->len += len;
+    return CPR_OK;
+}
+
+void tu_assert_blob(cpr_store *s, const cpr_part_id *id, const char *name,
+                    uint64_t size)
+{
+    tu_blob b = {0};
+    uint64_t reported = UINT64_MAX;
+    assert_int_equal(cpr_store_read_blob(s, id, name, &reported, tu_blob_collect, &b),
+                     CPR_OK);
+    assert_int_equal(reported, size);
+    assert_int_equal(b.len, size);
+    assert_int_equal(b.gaps, 0);
+    for (uint64_t i = 0; i < size; i++)
+        assert_int_equal(b.data[i], tu_blob_byte(id->shard, id->checkpoint, i));
+    free(b.data);
 }

@@ -2,7 +2,9 @@
 /*
  * Helpers shared by CPR tests: temporary directories, deterministic row
  * contents (so a restored value can be checked against what was written
- * without keeping a copy), and writing a whole part in one call.
+ * without keeping a copy), and writing a whole part in one call. The
+ * tu_store_* fixture and the tu_assert_* checks are for cmocka tests: they
+ * fail the running test through cmocka's assertions.
  */
 #ifndef CPR_TESTUTIL_H
 #define CPR_TESTUTIL_H
@@ -55,5 +57,73 @@ typedef struct tu_rows {
 } tu_rows;
 cpr_status tu_collect(void *ctx, const cpr_row_batch *batch); /* cpr_row_fn */
 void tu_rows_free(tu_rows *rows);
+
+/* ---- cmocka helpers for store tests --------------------------------------- */
+
+/* A fresh store in its own temporary directory, for one cmocka test. */
+typedef struct tu_store_fixture {
+    char *dir;        /* temporary directory, removed by teardown */
+    char *path;       /* the store directory inside it */
+    cpr_store *store;
+} tu_store_fixture;
+/* cmocka setup/teardown: *state becomes / is a tu_store_fixture. Setup
+ * returns -1 (and cleans up) if the store cannot be opened. */
+int tu_store_setup(void **state);
+int tu_store_teardown(void **state);
+
+/* Payload bytes of one row: id, values, state. */
+uint64_t tu_row_bytes(const cpr_table_schema *t);
+/* A part spec with step = ckpt * 100 and no explicit base. `job` and
+ * `tables` are borrowed: they must outlive the spec. */
+cpr_part_spec tu_part(const char *job, uint32_t shard, uint32_t num_shards,
+                      uint64_t ckpt, cpr_kind kind, const cpr_table_schema *tables,
+                      size_t n_tables);
+/* ids[i] = first + i for i < n. */
+void tu_iota(uint64_t *ids, uint64_t first, size_t n);
+
+/* A row batch with its own arrays, filled as written at a checkpoint. */
+typedef struct tu_batch {
+    cpr_row_batch batch;
+    float *values;
+    float *state;
+} tu_batch;
+/* Fill b with rows `ids` of `t` as written at `ckpt` (ids are borrowed);
+ * release with tu_batch_free. */
+void tu_batch_make(tu_batch *b, const cpr_table_schema *t, const uint64_t *ids,
+                   size_t n, uint64_t ckpt);
+void tu_batch_free(tu_batch *b);
+
+/* Send rows `ids` of table `t`, valued as written at `value_ckpt`. */
+cpr_status tu_put_rows(cpr_store *s, const cpr_part_id *id, const cpr_table_schema *t,
+                       const uint64_t *ids, size_t n, uint64_t value_ckpt);
+/* Write and commit a part with rows first..first+n-1 of every table; the
+ * test fails unless that succeeds. */
+void tu_write_part_ok(cpr_store *s, const cpr_part_spec *spec, uint64_t first,
+                      size_t n);
+/* cpr_store_restore into a fresh `rows` (free it with tu_rows_free). */
+cpr_status tu_restore(cpr_store *s, const cpr_restore_query *q, tu_rows *rows,
+                      cpr_restore_result *res);
+
+/* The bit pattern of v, so floats compare exactly (and -0 != +0). */
+uint32_t tu_float_bits(float v);
+/* `row` is row `id` of table `t` holding exactly what was written at `ckpt`. */
+void tu_assert_row(const tu_row *row, const cpr_table_schema *t, uint64_t id,
+                   uint64_t ckpt);
+/* got[0..n) are rows first, first+step, ... of `t`, all as of `ckpt`. */
+void tu_assert_rows(const tu_row *got, const cpr_table_schema *t, uint64_t first,
+                    uint64_t step, size_t n, uint64_t ckpt);
+
+/* Collects a blob (a cpr_blob_fn) and notes any gap between chunks. The
+ * caller frees data. */
+typedef struct tu_blob {
+    unsigned char *data;
+    uint64_t len;
+    int gaps;
+} tu_blob;
+cpr_status tu_blob_collect(void *ctx, uint64_t offset, const void *data, size_t len);
+/* Blob `name` of part `id` is `size` bytes of the tu_blob_byte pattern,
+ * delivered in order. */
+void tu_assert_blob(cpr_store *s, const cpr_part_id *id, const char *name,
+                    uint64_t size);
 
 #endif /* CPR_TESTUTIL_H */
