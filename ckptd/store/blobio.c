@@ -69,11 +69,21 @@ static cpr_status io_error(const char *what, const char *path, int err)
     return cpr_fail(CPR_IO, "%s %s: %s", what, path, strerror(err));
 }
 
+/* io_uring_wait_cqe, retried when a signal interrupts the wait. */
+static int wait_cqe(struct io_uring *ring, struct io_uring_cqe **cqe)
+{
+    int rc;
+    do {
+        rc = io_uring_wait_cqe(ring, cqe);
+    } while (rc == -EINTR);
+    return rc;
+}
+
 /* Wait for one completion and check it wrote everything it was asked to. */
 static cpr_status reap_one(cpr_bfile_writer *w)
 {
     struct io_uring_cqe *cqe;
-    int rc = io_uring_wait_cqe(&w->ring, &cqe);
+    int rc = wait_cqe(&w->ring, &cqe);
     if (rc < 0)
         return io_error("io_uring wait on", w->path, -rc);
     iobuf *b = io_uring_cqe_get_data(cqe);
@@ -337,17 +347,21 @@ static cpr_status read_ring(reader *r, uint64_t n_blocks, cpr_bfile_block_fn fn,
             pending++;
         }
         io_uring_submit(&r->ring);
-        while (!done_flag[next_deliver % CPR_BFILE_DEPTH]) {
+        while (st == CPR_OK && !done_flag[next_deliver % CPR_BFILE_DEPTH]) {
             struct io_uring_cqe *cqe;
-            int rc = io_uring_wait_cqe(&r->ring, &cqe);
-            if (rc < 0)
-                return io_error("io_uring wait on", r->path, -rc);
+            int rc = wait_cqe(&r->ring, &cqe);
+            if (rc < 0) {
+                st = io_error("io_uring wait on", r->path, -rc);
+                break;
+            }
             uint64_t idx = io_uring_cqe_get_data64(cqe);
             done_res[idx % CPR_BFILE_DEPTH] = cqe->res;
             done_flag[idx % CPR_BFILE_DEPTH] = 1;
             io_uring_cqe_seen(&r->ring, cqe);
             pending--;
         }
+        if (st)
+            break;
         unsigned slot = next_deliver % CPR_BFILE_DEPTH;
         int res = done_res[slot];
         size_t want = block_len(r->size, next_deliver);
@@ -363,8 +377,8 @@ static cpr_status read_ring(reader *r, uint64_t n_blocks, cpr_bfile_block_fn fn,
     }
     while (pending > 0) { /* drain so the buffers can be freed */
         struct io_uring_cqe *cqe;
-        if (io_uring_wait_cqe(&r->ring, &cqe) < 0)
-            break;
+        if (wait_cqe(&r->ring, &cqe) < 0)
+            break; /* the ring is broken: exiting it cancels what is left */
         io_uring_cqe_seen(&r->ring, cqe);
         pending--;
     }

@@ -32,6 +32,7 @@ typedef struct cpr_job {
     size_t n_parts, cap_parts;
     cpr_table_schema *tables;    /* C4 */
     size_t n_tables;
+    int stale_below_floor;       /* records below the floor survive a crashed GC */
 } cpr_job;
 
 typedef struct cpr_catalog {

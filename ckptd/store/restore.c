@@ -39,6 +39,8 @@
 #include "store_internal.h"
 
 #define DEFAULT_BATCH_ROWS 4096
+#define MAX_BATCH_ROWS (1u << 20)      /* x dim 65536 x 4 bytes stays far from overflow */
+#define MAX_QUERY_ITEMS (1u << 20)     /* tables or ranges in one query */
 #define NEXT_BEFORE_SEEK 16          /* older versions to step over before seeking */
 #define RESTORE_READAHEAD (512u << 10) /* smaller steps wait less per read */
 #define RING_SLOTS 4
@@ -450,8 +452,9 @@ static cpr_status start_workers(cpr_store *store, restore_shared *sh, uint32_t m
         pthread_cond_init(&w->not_empty, NULL);
         for (int s = 0; s < RING_SLOTS; s++) {
             w->ring[s].ids = malloc(sh->batch_rows * sizeof(uint64_t));
+            /* batch_rows <= 2^20 and dims <= 2^16 (checked): no overflow */
             w->ring[s].values = malloc(sh->batch_rows * max_dim * sizeof(float));
-            w->ring[s].state = malloc(sh->batch_rows * (max_sdim + 1) * sizeof(float));
+            w->ring[s].state = malloc(sh->batch_rows * ((size_t)max_sdim + 1) * sizeof(float));
             if (!w->ring[s].ids || !w->ring[s].values || !w->ring[s].state)
                 return cpr_fail(CPR_NO_MEMORY, "out of memory for restore batches");
         }
@@ -556,6 +559,12 @@ static cpr_status check_query(const cpr_restore_query *q, cpr_row_fn fn)
         st = cpr_fail(CPR_INVALID_ARGUMENT, "%zu ranges given without an array", q->n_ranges);
     if (st == CPR_OK && q->n_tables && !q->tables)
         st = cpr_fail(CPR_INVALID_ARGUMENT, "%zu tables given without an array", q->n_tables);
+    if (st == CPR_OK && q->batch_rows > MAX_BATCH_ROWS)
+        st = cpr_fail(CPR_INVALID_ARGUMENT, "batch_rows %zu is above the limit of %u",
+                      q->batch_rows, MAX_BATCH_ROWS);
+    if (st == CPR_OK && (q->n_ranges > MAX_QUERY_ITEMS || q->n_tables > MAX_QUERY_ITEMS))
+        st = cpr_fail(CPR_INVALID_ARGUMENT, "a restore takes at most %u ranges and %u tables",
+                      MAX_QUERY_ITEMS, MAX_QUERY_ITEMS);
     return st;
 }
 

@@ -221,6 +221,25 @@ static void load_floor(cpr_store *store, cpr_job *job)
     rocksdb_free(val);
 }
 
+static cpr_status note_damaged(cpr_store *store, uint32_t job_id, uint32_t shard, uint64_t ckpt)
+{
+    damaged_part *grown = realloc(store->damaged, (store->n_damaged + 1) * sizeof *grown);
+    if (!grown)
+        return cpr_fail(CPR_NO_MEMORY, "out of memory loading part records");
+    store->damaged = grown;
+    store->damaged[store->n_damaged++] = (damaged_part){job_id, shard, ckpt};
+    return CPR_OK;
+}
+
+int cpr_store_is_damaged(const cpr_store *store, uint32_t job_id, uint32_t shard, uint64_t ckpt)
+{
+    for (size_t i = 0; i < store->n_damaged; i++)
+        if (store->damaged[i].job_id == job_id && store->damaged[i].shard == shard &&
+            store->damaged[i].checkpoint == ckpt)
+            return 1;
+    return 0;
+}
+
 static cpr_status load_parts(cpr_store *store, rocksdb_iterator_t *it)
 {
     cpr_status st = CPR_OK;
@@ -241,10 +260,15 @@ static cpr_status load_parts(cpr_store *store, rocksdb_iterator_t *it)
         if (cpr_key_meta_parse(key, klen, &job_id, &shard, &ckpt) != 0)
             continue;
         cpr_job *job = cpr_catalog_find_id(&store->catalog, job_id);
+        if (job && job->floor && ckpt < job->floor) {
+            job->stale_below_floor = 1; /* a GC crashed after G1: the next GC finishes */
+            continue;
+        }
         if (!job || cpr_meta_decode(val, vlen, &m) != CPR_OK) {
             cpr_log(CPR_LOG_ERROR, "part record of job id %u shard %u checkpoint %llu "
                     "is damaged; the part is ignored (cprctl verify reports it)",
                     job_id, shard, (unsigned long long)ckpt);
+            st = note_damaged(store, job_id, shard, ckpt);
             continue;
         }
         st = cpr_job_add_part(job, &m);
@@ -328,6 +352,7 @@ cpr_status cpr_store_open(const char *dir, const cpr_store_options *opts,
     if (!store)
         return cpr_fail(CPR_NO_MEMORY, "out of memory opening store %s", dir);
     pthread_mutex_init(&store->mu, NULL);
+    pthread_mutex_init(&store->commit_mu, NULL);
     if (opts)
         store->opts = *opts;
     if (store->opts.retain_cuts == 0)
@@ -384,6 +409,8 @@ void cpr_store_close(cpr_store *store)
         rocksdb_writeoptions_destroy(store->sync_write);
     cpr_catalog_release(&store->catalog);
     pthread_mutex_destroy(&store->mu);
+    pthread_mutex_destroy(&store->commit_mu);
+    free(store->damaged);
     free(store->dir);
     free(store->db_dir);
     free(store->blobs_dir);
@@ -426,7 +453,9 @@ static uint64_t sweep_root(cpr_store *store, const char *root, int is_staging)
             char *path = cpr_path_join(job_dir, pe->d_name);
             int parsed = sscanf(pe->d_name, "%u-%llu%c", &shard, &ckpt, &tail) == 2;
             int keep = !path || staging_in_use(store, path) ||
-                       (!is_staging && parsed && job && cpr_job_find_part(job, shard, ckpt));
+                       (!is_staging && parsed && job &&
+                        (cpr_job_find_part(job, shard, ckpt) ||
+                         cpr_store_is_damaged(store, job->id, shard, ckpt))); /* S5 */
             if (!keep) {
                 cpr_rmtree(path);
                 removed++;

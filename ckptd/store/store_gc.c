@@ -30,10 +30,7 @@
 typedef struct gc_job {
     uint32_t job_id;
     char name[CPR_NAME_MAX + 1];
-    uint64_t floor;
-    uint64_t *doomed;   /* checkpoints of parts below the floor, with shards */
-    uint32_t *doomed_shards;
-    size_t n_doomed;
+    uint64_t floor;     /* 0: nothing to do */
 } gc_job;
 
 static cpr_status write_floor(cpr_store *store, uint32_t job_id, uint64_t floor)
@@ -110,41 +107,78 @@ static cpr_status delete_versions(cpr_store *store, const gc_job *g, uint64_t *r
     return st;
 }
 
-/* G3: part records, then blob directories. */
-static cpr_status delete_parts(cpr_store *store, const gc_job *g)
+/* G3: every part record below the floor (scanned, not taken from the
+ * catalog, so that records a crashed GC left behind go too), then their
+ * blob directories. */
+static cpr_status delete_parts(cpr_store *store, const gc_job *g, uint64_t *removed)
 {
+    unsigned char lower[CPR_META_KEY_LEN], upper[5] = {'M'};
+    cpr_key_meta(lower, g->job_id, 0, 0);
+    cpr_put_be32(upper + 1, g->job_id + 1);
+    rocksdb_readoptions_t *ro = rocksdb_readoptions_create();
+    rocksdb_readoptions_set_iterate_upper_bound(ro, (const char *)upper, sizeof upper);
+    rocksdb_iterator_t *it = rocksdb_create_iterator(store->db, ro);
     rocksdb_writebatch_t *wb = rocksdb_writebatch_create();
-    for (size_t i = 0; i < g->n_doomed; i++) {
-        unsigned char key[CPR_META_KEY_LEN];
-        cpr_key_meta(key, g->job_id, g->doomed_shards[i], g->doomed[i]);
-        rocksdb_writebatch_delete(wb, (const char *)key, sizeof key);
+    damaged_part *doomed = NULL;
+    size_t n = 0, cap = 0;
+    cpr_status st = CPR_OK;
+    for (rocksdb_iter_seek(it, (const char *)lower, sizeof lower);
+         st == CPR_OK && rocksdb_iter_valid(it); rocksdb_iter_next(it)) {
+        size_t klen;
+        const char *key = rocksdb_iter_key(it, &klen);
+        uint32_t job_id, shard;
+        uint64_t ckpt;
+        if (cpr_key_meta_parse(key, klen, &job_id, &shard, &ckpt) != 0 || ckpt >= g->floor)
+            continue;
+        if (n == cap) {
+            damaged_part *grown = realloc(doomed, (cap = cap ? cap * 2 : 64) * sizeof *grown);
+            if (!grown) {
+                st = cpr_fail(CPR_NO_MEMORY, "out of memory reclaiming parts");
+                break;
+            }
+            doomed = grown;
+        }
+        doomed[n++] = (damaged_part){job_id, shard, ckpt};
+        rocksdb_writebatch_delete(wb, key, klen);
     }
-    cpr_status st = flush_deletes(store, wb, 1);
-    rocksdb_writebatch_destroy(wb);
-    for (size_t i = 0; st == CPR_OK && i < g->n_doomed; i++) {
-        char *dir = cpr_part_dirname(g->name, g->doomed_shards[i], g->doomed[i],
+    if (st == CPR_OK)
+        st = flush_deletes(store, wb, 1);
+    for (size_t i = 0; st == CPR_OK && i < n; i++) {
+        char *dir = cpr_part_dirname(g->name, doomed[i].shard, doomed[i].checkpoint,
                                      store->blobs_dir);
         if (dir)
             cpr_rmtree(dir);
         free(dir);
     }
+    *removed += n;
+    free(doomed);
+    rocksdb_writebatch_destroy(wb);
+    rocksdb_iter_destroy(it);
+    rocksdb_readoptions_destroy(ro);
     return st;
 }
 
-static void compact_job(cpr_store *store, uint32_t job_id)
+static void compact_range(cpr_store *store, char type, uint32_t job_id)
 {
-    unsigned char begin[5] = {'M'}, end[5] = {'R'};
+    unsigned char begin[5] = {(unsigned char)type}, end[5] = {(unsigned char)type};
     cpr_put_be32(begin + 1, job_id);
     cpr_put_be32(end + 1, job_id + 1);
     rocksdb_compactoptions_t *co = rocksdb_compactoptions_create();
     rocksdb_compactoptions_set_bottommost_level_compaction(co, 1 /* kForce */);
-    rocksdb_compactoptions_set_change_level(co, 0);
     rocksdb_compact_range_opt(store->db, co, (const char *)begin, sizeof begin,
                               (const char *)end, sizeof end);
     rocksdb_compactoptions_destroy(co);
 }
 
-/* G1, under store->mu: choose the floor and publish it. */
+/* G4: only this job's part records and rows. */
+static void compact_job(cpr_store *store, uint32_t job_id)
+{
+    compact_range(store, 'M', job_id);
+    compact_range(store, 'R', job_id);
+}
+
+/* G1, under store->commit_mu and store->mu: choose the floor and publish it.
+ * commit_mu keeps a commit from slipping in below a floor being raised. */
 static cpr_status plan_job(cpr_store *store, cpr_job *job, uint32_t keep, gc_job *g)
 {
     uint64_t *cuts = malloc(keep * sizeof *cuts);
@@ -156,15 +190,9 @@ static cpr_status plan_job(cpr_store *store, cpr_job *job, uint32_t keep, gc_job
     memset(g, 0, sizeof *g);
     g->job_id = job->id;
     snprintf(g->name, sizeof g->name, "%s", job->name);
-    if (floor <= job->floor)
-        return CPR_OK; /* nothing new to reclaim */
-    g->doomed = malloc((job->n_parts + 1) * sizeof *g->doomed);
-    g->doomed_shards = malloc((job->n_parts + 1) * sizeof *g->doomed_shards);
-    if (!g->doomed || !g->doomed_shards)
-        return cpr_fail(CPR_NO_MEMORY, "out of memory planning retention");
-    for (size_t i = 0; i < job->n_parts && job->parts[i].checkpoint < floor; i++) {
-        g->doomed[g->n_doomed] = job->parts[i].checkpoint;
-        g->doomed_shards[g->n_doomed++] = job->parts[i].shard;
+    if (floor <= job->floor) { /* nothing new, unless a crashed GC left work */
+        g->floor = job->stale_below_floor ? job->floor : 0;
+        return CPR_OK;
     }
     cpr_status st = write_floor(store, job->id, floor);
     if (st == CPR_OK) {
@@ -178,22 +206,25 @@ static cpr_status plan_job(cpr_store *store, cpr_job *job, uint32_t keep, gc_job
 static cpr_status gc_one(cpr_store *store, cpr_job *job, uint32_t keep, cpr_gc_report *rep)
 {
     gc_job g;
+    pthread_mutex_lock(&store->commit_mu);
     pthread_mutex_lock(&store->mu);
     cpr_status st = plan_job(store, job, keep, &g);
     pthread_mutex_unlock(&store->mu);
+    pthread_mutex_unlock(&store->commit_mu);
     if (st == CPR_OK && g.floor) {
         st = delete_versions(store, &g, &rep->versions_removed);
         if (st == CPR_OK)
-            st = delete_parts(store, &g);
-        if (st == CPR_OK)
+            st = delete_parts(store, &g, &rep->parts_removed);
+        if (st == CPR_OK) {
             compact_job(store, g.job_id);
-        rep->parts_removed += g.n_doomed;
-        rep->floor = g.floor;
-    } else if (st == CPR_OK) {
-        rep->floor = job->floor;
+            pthread_mutex_lock(&store->mu);
+            job->stale_below_floor = 0;
+            pthread_mutex_unlock(&store->mu);
+        }
     }
-    free(g.doomed);
-    free(g.doomed_shards);
+    pthread_mutex_lock(&store->mu);
+    rep->floor = job->floor;
+    pthread_mutex_unlock(&store->mu);
     return st;
 }
 
@@ -206,17 +237,28 @@ cpr_status cpr_store_gc(cpr_store *store, const char *job_name, uint32_t keep,
         return cpr_store_count(store, st);
     if (keep == 0)
         keep = store->opts.retain_cuts;
+    if (st == CPR_OK && keep > 100000)
+        st = cpr_fail(CPR_INVALID_ARGUMENT, "keep %u: retention keeps at most 100000 cuts", keep);
+    if (st)
+        return cpr_store_count(store, st);
     rep.bytes_before = cpr_tree_bytes(store->dir);
     pthread_mutex_lock(&store->mu);
     rep.uncommitted_removed = cpr_store_sweep(store);
+    /* A copy of the job pointers: begin may grow the array meanwhile. Jobs
+     * with parts are never freed while the store is open. */
     size_t n_jobs = store->catalog.n_jobs;
+    cpr_job **jobs = malloc((n_jobs + 1) * sizeof *jobs);
     cpr_job *only = job_name ? cpr_catalog_find(&store->catalog, job_name) : NULL;
+    if (jobs)
+        memcpy(jobs, store->catalog.jobs, n_jobs * sizeof *jobs);
     pthread_mutex_unlock(&store->mu);
-    if (job_name && !only)
+    if (!jobs)
+        st = cpr_fail(CPR_NO_MEMORY, "out of memory for retention");
+    else if (job_name && !only)
         st = cpr_fail(CPR_NOT_FOUND, "job %s has no parts", job_name);
-    /* Jobs are never removed from the catalog, so the pointers stay valid. */
     for (size_t i = 0; st == CPR_OK && i < (only ? 1 : n_jobs); i++)
-        st = gc_one(store, only ? only : store->catalog.jobs[i], keep, &rep);
+        st = gc_one(store, only ? only : jobs[i], keep, &rep);
+    free(jobs);
     if (st == CPR_OK)
         rocksdb_compact_range(store->db, "J", 1, "K", 1);
     rep.bytes_after = cpr_tree_bytes(store->dir);

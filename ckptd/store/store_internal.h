@@ -4,7 +4,10 @@
  *
  *   DIR/db/                      RocksDB: rows, part records, job ids, floors
  *   DIR/blobs/j_<job>/<shard>-<ckpt>/b_<name>   blob files of committed parts
- *   DIR/staging/j_<job>/<shard>-<ckpt>/          an open part: *.sst, blobs/
+ *   DIR/staging/j_<job>/<shard>-<ckpt>.<seq>/    an open part: *.sst, blobs/
+ *
+ * (<seq> is unique per begin, so a part aborted while a late put still holds
+ * it can never touch the directory of the same part begun again.)
  *
  * ("j_" and "b_" prefixes keep names such as ".." harmless as path parts.)
  *
@@ -25,6 +28,8 @@
  *      steps 4 and 5 and is deleted by the sweep at open and by GC.
  *  S3. Everything under staging/ at open is a leftover of a crash (a store
  *      directory is opened by one process at a time) and is deleted.
+ *  S5. A damaged part record keeps its blob directory (verify reports it);
+ *      only a missing record makes the directory a leftover.
  *  S4. Nothing the store ever writes changes a committed row version or blob;
  *      only GC deletes versions, and only those no retained state needs,
  *      after the new floor is durable (store_gc.c).
@@ -72,6 +77,12 @@ typedef struct open_part {
     size_t n_blobs;
 } open_part;
 
+/* A part whose record did not decode at open (S5). */
+typedef struct damaged_part {
+    uint32_t job_id, shard;
+    uint64_t checkpoint;
+} damaged_part;
+
 struct cpr_store {
     char *dir;
     char *db_dir, *blobs_dir, *staging_dir;
@@ -85,6 +96,10 @@ struct cpr_store {
     pthread_mutex_t mu;          /* catalog, open_parts, job commit order */
     cpr_catalog catalog;
     open_part *open_parts;
+    damaged_part *damaged;       /* records that failed to decode at open */
+    size_t n_damaged;
+    pthread_mutex_t commit_mu;   /* commit order per shard vs. each other and GC */
+    _Atomic uint64_t staging_seq;/* makes every begin's staging directory unique */
     _Atomic uint64_t rows_in, bytes_in, rows_out, bytes_out;
     _Atomic uint64_t errors[CPR_STATUS_COUNT_];
 };
@@ -110,6 +125,9 @@ uint64_t cpr_store_sweep(cpr_store *store);
 open_part *cpr_open_part_get(cpr_store *store, const cpr_part_id *id);
 void cpr_open_part_put(cpr_store *store, open_part *part);
 void cpr_open_part_free(open_part *part);
+
+/* 1 if the record of this part failed to decode at open (S5). */
+int cpr_store_is_damaged(const cpr_store *store, uint32_t job_id, uint32_t shard, uint64_t ckpt);
 
 /* Is `job` valid? Sets the error message if not. */
 cpr_status cpr_check_job_name(const char *job);

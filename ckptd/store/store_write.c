@@ -28,11 +28,10 @@
 #include "cpr/crc32c.h"
 #include "store_internal.h"
 
-#define MAX_TABLES_PER_PART 65536u
+#define MAX_TABLES_PER_PART 4096u   /* schema checks are quadratic in this */
+#define MAX_BATCH_ROWS (1u << 24)     /* rows in one put_rows call */
 #define MAX_DIM 65536u
 #define MAX_BLOBS_PER_PART 1024u
-
-static pthread_mutex_t commit_mu = PTHREAD_MUTEX_INITIALIZER;
 
 /* ---- begin ------------------------------------------------------------- */
 
@@ -155,8 +154,14 @@ static cpr_status new_open_part(cpr_store *store, const cpr_part_spec *spec, ope
     part->meta.kind = spec->kind;
     part->meta.step = spec->step;
     part->meta.num_shards = spec->num_shards;
-    part->dir = cpr_part_dirname(spec->id.job, spec->id.shard, spec->id.checkpoint,
-                                 store->staging_dir);
+    char *base = cpr_part_dirname(spec->id.job, spec->id.shard, spec->id.checkpoint,
+                                  store->staging_dir);
+    size_t len = base ? strlen(base) + 24 : 0;
+    part->dir = base ? malloc(len) : NULL;
+    if (part->dir)
+        snprintf(part->dir, len, "%s.%llu", base,
+                 (unsigned long long)atomic_fetch_add(&store->staging_seq, 1));
+    free(base);
     cpr_status st = part->dir ? cpr_meta_copy_tables(&part->meta, spec->tables, spec->n_tables)
                               : cpr_fail(CPR_NO_MEMORY, "out of memory beginning a part");
     if (st) {
@@ -184,7 +189,6 @@ cpr_status cpr_store_begin(cpr_store *store, const cpr_part_spec *spec)
     if (st == CPR_OK)
         st = check_begin(store, job, spec, &part->meta.base);
     if (st == CPR_OK) {
-        cpr_rmtree(part->dir); /* a leftover of an earlier attempt: not ours */
         if (cpr_mkdirs(part->dir) != 0)
             st = cpr_fail(errno == ENOSPC ? CPR_RESOURCE_EXHAUSTED : CPR_IO,
                           "cannot create %s: %s", part->dir, strerror(errno));
@@ -200,7 +204,7 @@ cpr_status cpr_store_begin(cpr_store *store, const cpr_part_spec *spec)
     }
     pthread_mutex_unlock(&store->mu);
     if (st) {
-        free(part->dir); /* not created by us, or a leftover: keep the tree */
+        free(part->dir); /* never created (mkdir is the last step that can fail) */
         part->dir = NULL;
         cpr_open_part_free(part);
     }
@@ -264,8 +268,12 @@ static cpr_status validate_batch(const open_part *part, const cpr_row_batch *b,
     if (!t)
         return cpr_fail(CPR_INVALID_ARGUMENT, "table %u is not in the part's schema; "
                         "declare it at begin", b->table);
+    if (b->n > MAX_BATCH_ROWS)
+        return cpr_fail(CPR_INVALID_ARGUMENT, "a batch holds at most %u rows; got %zu; "
+                        "split it", MAX_BATCH_ROWS, b->n);
     if (b->n > 0 && !b->ids)
         return cpr_fail(CPR_INVALID_ARGUMENT, "batch of %zu rows has no ids", b->n);
+    /* n <= 2^24 and dims <= 2^16 (checked at begin): the products below fit. */
     if (b->values_count != b->n * t->dim || (b->n && !b->values))
         return cpr_fail(CPR_INVALID_ARGUMENT, "table %u: %zu rows of dim %u need %zu "
                         "values; got %zu", b->table, b->n, t->dim, b->n * t->dim,
@@ -598,7 +606,9 @@ static cpr_status publish_blobs(cpr_store *store, open_part *part)
         goto out;
     }
     *strrchr(job_dir, '/') = '\0';
-    if (cpr_mkdirs(job_dir) != 0 || cpr_fsync_dir(store->blobs_dir) != 0 ||
+    /* The blob files' own directory entries first, then the moves. */
+    if ((!store->opts.no_sync && cpr_fsync_dir(staged) != 0) ||
+        cpr_mkdirs(job_dir) != 0 || cpr_fsync_dir(store->blobs_dir) != 0 ||
         rename(staged, part->final_dir) != 0 ||
         (!store->opts.no_sync && cpr_fsync_dir(job_dir) != 0))
         st = cpr_fail(errno == ENOSPC ? CPR_RESOURCE_EXHAUSTED : CPR_IO,
@@ -651,7 +661,7 @@ static void unlink_open_part(cpr_store *store, open_part *part)
 static cpr_status publish(cpr_store *store, open_part *part, const char *meta_path)
 {
     cpr_status st;
-    pthread_mutex_lock(&commit_mu);
+    pthread_mutex_lock(&store->commit_mu);
     pthread_mutex_lock(&store->mu);
     cpr_job *job = cpr_catalog_find_id(&store->catalog, part->job_id);
     st = job ? check_commit(job, &part->meta) : cpr_fail(CPR_INTERNAL, "job vanished");
@@ -679,7 +689,7 @@ static cpr_status publish(cpr_store *store, open_part *part, const char *meta_pa
     } else if (part->final_dir) {
         cpr_rmtree(part->final_dir); /* published but never committed */
     }
-    pthread_mutex_unlock(&commit_mu);
+    pthread_mutex_unlock(&store->commit_mu);
     return st;
 }
 

@@ -128,7 +128,8 @@ typedef struct cpr_row_batch {
 } cpr_row_batch;
 
 /*
- * Append rows to an open part. Ids within one batch must be distinct; a row
+ * Append rows to an open part (at most 2^24 rows a call). Ids within one
+ * batch must be distinct; a row
  * sent again in a later batch of the same part replaces the earlier copy.
  * Errors: CPR_INVALID_ARGUMENT (table not in schema, id >= rows, lengths not
  * n x dim), CPR_CORRUPT (checksum mismatch), CPR_FAILED_PRECONDITION (part
@@ -203,7 +204,7 @@ typedef struct cpr_restore_query {
     const cpr_row_range *ranges; size_t n_ranges; /* none: every row */
     uint64_t modulo;      /* >0: only rows with row % modulo == remainder */
     uint64_t remainder;
-    size_t batch_rows;    /* rows per callback; 0 = 4096 */
+    size_t batch_rows;    /* rows per callback; 0 = 4096; at most 2^20 */
 } cpr_restore_query;
 
 /*
