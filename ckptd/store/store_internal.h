@@ -72,6 +72,7 @@ typedef struct open_part {
     char **files;                /* row files in ingest order, set at commit */
     size_t n_files;
     unsigned char max_key[CPR_ROW_KEY_LEN]; /* largest row key submitted */
+    unsigned out_of_order;       /* batches that went backwards (new chunks) */
     int have_max;
     open_blob *blobs;
     size_t n_blobs;

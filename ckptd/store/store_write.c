@@ -32,6 +32,7 @@
 #define MAX_BATCH_ROWS (1u << 24)     /* rows in one put_rows call */
 #define MAX_DIM 65536u
 #define MAX_BLOBS_PER_PART 1024u
+#define MAX_OUT_OF_ORDER 1024u /* each out-of-order batch costs a row file */
 
 /* ---- begin ------------------------------------------------------------- */
 
@@ -392,6 +393,13 @@ static cpr_status write_rows(cpr_store *store, open_part *part, const cpr_row_ba
     }
     enc->n = b->n;
     int out_of_order = part->have_max && memcmp(enc->data, part->max_key, CPR_ROW_KEY_LEN) <= 0;
+    if (out_of_order && part->out_of_order >= MAX_OUT_OF_ORDER) {
+        cpr_lanes_unused(part->lanes, enc); /* nothing written: the part is unchanged */
+        return cpr_fail(CPR_RESOURCE_EXHAUSTED, "%u batches of this part went backwards in "
+                        "row order (each costs a file); send each table's rows in "
+                        "ascending id order", MAX_OUT_OF_ORDER);
+    }
+    part->out_of_order += out_of_order;
     const unsigned char *last = enc->data + (b->n - 1) * rec_len;
     if (!part->have_max || memcmp(last, part->max_key, CPR_ROW_KEY_LEN) > 0) {
         memcpy(part->max_key, last, CPR_ROW_KEY_LEN);
@@ -414,7 +422,7 @@ cpr_status cpr_store_put_rows(cpr_store *store, const cpr_part_id *id,
         st = batch_order(batch, &order);
     if (st == CPR_OK) {
         st = write_rows(store, part, batch, schema, order);
-        if (st) /* the SST may hold part of the batch: the part cannot go on */
+        if (st && st != CPR_RESOURCE_EXHAUSTED) /* a lane may hold part of it */
             part->state = PART_FAILED;
     }
     if (st == CPR_OK) {

@@ -133,8 +133,10 @@ typedef struct cpr_row_batch {
  * sent again in a later batch of the same part replaces the earlier copy.
  * Errors: CPR_INVALID_ARGUMENT (table not in schema, id >= rows, lengths not
  * n x dim), CPR_CORRUPT (checksum mismatch), CPR_FAILED_PRECONDITION (part
- * not open: never begun, committed or aborted), CPR_IO, CPR_RESOURCE_EXHAUSTED.
- * On failure the part stays open and unchanged.
+ * not open: never begun, committed or aborted), CPR_IO, CPR_RESOURCE_EXHAUSTED
+ * (also: more than 1024 batches of the part went backwards in row order;
+ * send each table's rows in ascending id order). On failure the part stays
+ * open and unchanged, except after CPR_IO (then abort it).
  */
 cpr_status cpr_store_put_rows(cpr_store *store, const cpr_part_id *id,
                               const cpr_row_batch *batch);

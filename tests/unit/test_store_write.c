@@ -627,6 +627,38 @@ static void test_row_sent_twice(void **state)
     tu_rows_free(&rows);
 }
 
+/* Batches that go backwards in row order each cost a row file; past 1024
+ * the store refuses the next one with a specific status, leaving the part
+ * open and unchanged, and what was accepted still commits exactly. */
+static void test_out_of_order_limit(void **state)
+{
+    tu_store_fixture *f = *state;
+    static const cpr_table_schema big[] = {{.table = 1, .rows = 4096, .dim = 2, .state_dim = 0}};
+    cpr_part_spec spec = tu_part("j", 0, 1, 1, CPR_KIND_FULL, big, 1);
+    assert_int_equal(cpr_store_begin(f->store, &spec), CPR_OK);
+    uint64_t row = 2000;
+    assert_int_equal(tu_put_rows(f->store, &spec.id, &big[0], &row, 1, 1), CPR_OK);
+    for (unsigned i = 1; i <= 1024; i++) { /* each one below everything before */
+        row = 2000 - i;
+        assert_int_equal(tu_put_rows(f->store, &spec.id, &big[0], &row, 1, 1), CPR_OK);
+    }
+    row = 10;
+    assert_int_equal(tu_put_rows(f->store, &spec.id, &big[0], &row, 1, 1),
+                     CPR_RESOURCE_EXHAUSTED);
+    assert_true(strstr(cpr_errmsg(), "ascending") != NULL);
+    row = 3000; /* in order again: still accepted */
+    assert_int_equal(tu_put_rows(f->store, &spec.id, &big[0], &row, 1, 1), CPR_OK);
+    assert_int_equal(cpr_store_commit(f->store, &spec.id, 1026), CPR_OK);
+
+    tu_rows rows;
+    cpr_restore_query q = {.job = "j"};
+    assert_int_equal(tu_restore(f->store, &q, &rows, NULL), CPR_OK);
+    assert_int_equal(rows.n, 1026);
+    tu_assert_rows(rows.rows, &big[0], 2000 - 1024, 1, 1025, 1);
+    tu_assert_rows(rows.rows + 1025, &big[0], 3000, 1, 1, 1);
+    tu_rows_free(&rows);
+}
+
 /* ---- stats ------------------------------------------------------------- */
 
 static void test_stats(void **state)
@@ -703,6 +735,7 @@ int main(void)
         STORE_TEST(test_uncommitted_invisible),
         STORE_TEST(test_commit_order),
         STORE_TEST(test_row_sent_twice),
+        STORE_TEST(test_out_of_order_limit),
         STORE_TEST(test_stats),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
