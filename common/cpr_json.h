@@ -14,6 +14,8 @@ typedef struct cpr_json cpr_json;
 
 cpr_json *cpr_json_object(void);
 cpr_json *cpr_json_array(void);
+/* A lone number, for cpr_json_append to an array; NULL on allocation failure. */
+cpr_json *cpr_json_number(double value);
 /* Each add returns 0 on success, -1 on allocation failure. */
 int cpr_json_add_number(cpr_json *obj, const char *key, double value);
 int cpr_json_add_string(cpr_json *obj, const char *key, const char *value);

@@ -101,4 +101,19 @@ bench_cpu bench_cpu_since(bench_cpu start, bench_cpu end);
 /* Print "cpr-bench: <what>: <STATUS>: <cpr_errmsg()>" to stderr; returns st. */
 cpr_status bench_report(cpr_status st, const char *what);
 
+/* ---- cpr_bench.c: command-line helpers ---------------------------------- */
+
+/* A decimal number in [min, max]; prints a message naming `flag` and
+ * returns -1 if `text` is not one. */
+int bench_parse_u64(const char *flag, const char *text, uint64_t min, uint64_t max,
+                    uint64_t *out);
+/* The value of `--flag V` or `--flag=V` at argv[*i]; NULL if argv[*i] is
+ * not `flag`; *missing set when the value is absent. */
+const char *bench_flag_value(int argc, char **argv, int *i, const char *flag, int *missing);
+
+/* ---- bench_embedding.c: cpr-bench embedding ------------------------------ */
+
+/* Run `cpr-bench embedding` with its own arguments; returns the exit code. */
+int bench_embedding_main(int argc, char **argv);
+
 #endif /* CPR_BENCH_H */

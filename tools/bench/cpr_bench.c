@@ -35,7 +35,8 @@ static void usage(FILE *out)
           "  store       ingest and restore a checkpoint with the store and compare\n"
           "              with raw sequential O_DIRECT disk bandwidth\n"
           "  rpc         (arrives with the ckptd issue)\n"
-          "  embedding   (arrives with a later issue)\n"
+          "  embedding   embedding-table forward/backward, tracking overhead, row\n"
+          "              selection and gather, against memcpy bandwidth\n"
           "\n"
           "cpr-bench store [--rows N] [--dim D] [--state-dim S] [--dir PATH]\n"
           "                [--batch-rows B] [--keep] [--json]\n"
@@ -59,8 +60,8 @@ static void usage(FILE *out)
 /* ---- command line -------------------------------------------------------- */
 
 /* A decimal number in [min, max]: digits only, no sign, no spaces. */
-static int parse_u64(const char *flag, const char *text, uint64_t min, uint64_t max,
-                     uint64_t *out)
+int bench_parse_u64(const char *flag, const char *text, uint64_t min, uint64_t max,
+                    uint64_t *out)
 {
     char *end = NULL;
     unsigned long long v = 0;
@@ -81,8 +82,8 @@ static int parse_u64(const char *flag, const char *text, uint64_t min, uint64_t 
 
 /* The value of `--flag V` or `--flag=V` at argv[*i]; NULL if `arg` is not
  * `flag`. *missing is set when the flag is there but its value is not. */
-static const char *flag_value(int argc, char **argv, int *i, const char *flag,
-                              int *missing)
+const char *bench_flag_value(int argc, char **argv, int *i, const char *flag,
+                             int *missing)
 {
     const char *arg = argv[*i];
     size_t len = strlen(flag);
@@ -140,15 +141,15 @@ static int parse_one(int argc, char **argv, int *i, bench_opts *opts)
     for (size_t f = 0; f < sizeof NUM_FLAGS / sizeof NUM_FLAGS[0]; f++) {
         const num_flag *nf = &NUM_FLAGS[f];
         uint64_t v;
-        value = flag_value(argc, argv, i, nf->flag, &missing);
-        if (missing || (value && parse_u64(nf->flag, value, nf->min, nf->max, &v)))
+        value = bench_flag_value(argc, argv, i, nf->flag, &missing);
+        if (missing || (value && bench_parse_u64(nf->flag, value, nf->min, nf->max, &v)))
             return -1;
         if (value) {
             set_num(opts, f, v);
             return 0;
         }
     }
-    value = flag_value(argc, argv, i, "--dir", &missing);
+    value = bench_flag_value(argc, argv, i, "--dir", &missing);
     if (missing || (value && value[0] == '\0')) {
         if (!missing)
             fprintf(stderr, "cpr-bench: --dir needs a non-empty path\n");
@@ -458,10 +459,8 @@ int main(int argc, char **argv)
         fprintf(stderr, "cpr-bench: 'rpc' arrives with the ckptd issue\n");
         return EXIT_USAGE;
     }
-    if (strcmp(cmd, "embedding") == 0) {
-        fprintf(stderr, "cpr-bench: 'embedding' arrives with a later issue\n");
-        return EXIT_USAGE;
-    }
+    if (strcmp(cmd, "embedding") == 0)
+        return bench_embedding_main(argc - 2, argv + 2);
     fprintf(stderr, "cpr-bench: unknown command '%s' (see cpr-bench --help)\n", cmd);
     return EXIT_USAGE;
 }

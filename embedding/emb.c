@@ -1,0 +1,375 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * Front end of the embedding module: configuration defaults and validation,
+ * shard geometry, budgets, argument checks, and dispatch to the CPU or CUDA
+ * backend. Everything a caller can get wrong on the host is rejected here,
+ * before a backend touches the table (emb_internal.h lists what backends may
+ * therefore assume).
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cpr_common.h"
+#include "emb_internal.h"
+
+#define MAX_DIM 4096u
+
+#define DISPATCH(t, fn, ...) \
+    ((t)->cfg.device == CPR_DEVICE_CUDA ? cpr_emb_cuda_##fn(__VA_ARGS__) \
+                                         : cpr_emb_cpu_##fn(__VA_ARGS__))
+
+static const char *const policy_names[] = {"full", "delta", "mfu", "ssu", "topk-norm"};
+
+const char *cpr_policy_name(cpr_policy policy)
+{
+    return (unsigned)policy < 5 ? policy_names[policy] : "unknown";
+}
+
+int cpr_policy_parse(const char *name)
+{
+    for (int i = 0; name && i < 5; i++)
+        if (strcmp(name, policy_names[i]) == 0)
+            return i;
+    return -1;
+}
+
+double cpr_emb_tracker_bytes_per_row(unsigned track)
+{
+    double bytes = 0;
+    if (track & CPR_TRACK_COUNTS)
+        bytes += 4;     /* uint32 count */
+    if (track & CPR_TRACK_DIRTY)
+        bytes += 0.125; /* one bit */
+    if (track & CPR_TRACK_SSU)
+        bytes += 0.125; /* membership bit; + 8 bytes per sampled row */
+    if (track & CPR_TRACK_NORM)
+        bytes += 4;     /* float accumulator */
+    return bytes;
+}
+
+/* ---- geometry --------------------------------------------------------------- */
+
+uint32_t cpr_emb_geom_shard_of(const cpr_emb *t, uint64_t row)
+{
+    if (t->cfg.num_shards == 1) /* hot path: spares a 64-bit division per row */
+        return 0;
+    if (t->cfg.scheme == CPR_SHARD_MODULO)
+        return (uint32_t)(row % t->cfg.num_shards);
+    return (uint32_t)(row / t->range_rows);
+}
+
+uint64_t cpr_emb_geom_shard_rows(const cpr_emb *t, uint32_t shard)
+{
+    uint64_t rows = t->cfg.rows, n = t->cfg.num_shards;
+    if (t->cfg.scheme == CPR_SHARD_MODULO)
+        return rows / n + (shard < rows % n);
+    uint64_t first = (uint64_t)shard * t->range_rows;
+    if (first >= rows)
+        return 0;
+    return rows - first < t->range_rows ? rows - first : t->range_rows;
+}
+
+uint64_t cpr_emb_geom_first(const cpr_emb *t, uint32_t shard)
+{
+    return t->cfg.scheme == CPR_SHARD_MODULO ? shard : (uint64_t)shard * t->range_rows;
+}
+
+uint64_t cpr_emb_geom_stride(const cpr_emb *t)
+{
+    return t->cfg.scheme == CPR_SHARD_MODULO ? t->cfg.num_shards : 1;
+}
+
+uint64_t cpr_emb_geom_row(const cpr_emb *t, uint32_t shard, uint64_t i)
+{
+    return cpr_emb_geom_first(t, shard) + i * cpr_emb_geom_stride(t);
+}
+
+uint32_t cpr_emb_shard_of(const cpr_emb *t, uint64_t row) { return cpr_emb_geom_shard_of(t, row); }
+uint64_t cpr_emb_shard_rows(const cpr_emb *t, uint32_t shard)
+{
+    return shard < t->cfg.num_shards ? cpr_emb_geom_shard_rows(t, shard) : 0;
+}
+uint64_t cpr_emb_rows(const cpr_emb *t) { return t->cfg.rows; }
+uint32_t cpr_emb_dim(const cpr_emb *t) { return t->cfg.dim; }
+uint32_t cpr_emb_state_dim(const cpr_emb *t) { return t->state_dim; }
+uint32_t cpr_emb_num_shards(const cpr_emb *t) { return t->cfg.num_shards; }
+cpr_device_kind cpr_emb_device(const cpr_emb *t) { return t->cfg.device; }
+
+/* ---- create / destroy ------------------------------------------------------- */
+
+static cpr_status fill_defaults(cpr_emb_config *c)
+{
+    if (c->rows == 0 || c->dim == 0 || c->dim > MAX_DIM)
+        return cpr_fail(CPR_INVALID_ARGUMENT, "an embedding table needs rows >= 1 and dim "
+                        "1-%u (got rows %llu, dim %u)", MAX_DIM,
+                        (unsigned long long)c->rows, c->dim);
+    if ((unsigned)c->optimizer > CPR_OPT_ADAGRAD)
+        return cpr_fail(CPR_INVALID_ARGUMENT, "optimizer %d is not SGD (0), row-wise "
+                        "Adagrad (1) or Adagrad (2)", (int)c->optimizer);
+    if ((unsigned)c->scheme > CPR_SHARD_MODULO || (unsigned)c->device > CPR_DEVICE_CUDA)
+        return cpr_fail(CPR_INVALID_ARGUMENT, "unknown shard scheme or device");
+    if (c->track & ~(unsigned)CPR_TRACK_ALL)
+        return cpr_fail(CPR_INVALID_ARGUMENT, "unknown tracker bits 0x%x", c->track);
+    if (!(c->ssu_rate >= 0.0 && c->ssu_rate <= 1.0) || !isfinite(c->learning_rate) ||
+        c->learning_rate < 0 || !isfinite(c->init_scale) || c->init_scale < 0 || c->eps < 0)
+        return cpr_fail(CPR_INVALID_ARGUMENT, "ssu_rate must be in [0, 1]; learning_rate, "
+                        "init_scale and eps finite and >= 0");
+    if (c->num_shards == 0)
+        c->num_shards = 1;
+    if (c->num_shards > c->rows)
+        return cpr_fail(CPR_INVALID_ARGUMENT, "%u shards for %llu rows: every shard needs "
+                        "a row", c->num_shards, (unsigned long long)c->rows);
+    if (c->learning_rate == 0)
+        c->learning_rate = 0.01f;
+    if (c->eps == 0)
+        c->eps = 1e-8f;
+    if (c->init_scale == 0)
+        c->init_scale = (float)(1.0 / sqrt((double)c->rows));
+    if (c->ssu_rate == 0)
+        c->ssu_rate = 0.01;
+    if (c->ssu_capacity == 0)
+        c->ssu_capacity = c->rows / c->num_shards / 8 + 1;
+    return CPR_OK;
+}
+
+cpr_status cpr_emb_create(const cpr_emb_config *config, cpr_emb **out)
+{
+    cpr_emb *t;
+    cpr_status st;
+    if (!config || !out)
+        return cpr_fail(CPR_INVALID_ARGUMENT, "cpr_emb_create needs a config");
+    t = calloc(1, sizeof *t);
+    if (!t)
+        return cpr_fail(CPR_NO_MEMORY, "out of memory creating a table");
+    t->cfg = *config;
+    st = fill_defaults(&t->cfg);
+    if (st) {
+        free(t);
+        return st;
+    }
+    t->state_dim = t->cfg.optimizer == CPR_OPT_SGD ? 0
+                   : t->cfg.optimizer == CPR_OPT_ROWWISE_ADAGRAD ? 1 : t->cfg.dim;
+    t->range_rows = (t->cfg.rows + t->cfg.num_shards - 1) / t->cfg.num_shards;
+    st = DISPATCH(t, create, t);
+    if (st) {
+        free(t);
+        return st;
+    }
+    *out = t;
+    return CPR_OK;
+}
+
+void cpr_emb_destroy(cpr_emb *t)
+{
+    if (!t)
+        return;
+    DISPATCH(t, destroy, t);
+    free(t);
+}
+
+/* ---- training --------------------------------------------------------------- */
+
+/* Host-side checks of a batch; CPU tables also check indices and offsets
+ * here (CUDA tables check their device arrays in a kernel). */
+static cpr_status check_batch(const cpr_emb *t, const int64_t *indices, size_t n_indices,
+                              const int64_t *offsets, size_t n_bags, cpr_pooling pooling,
+                              const void *dense)
+{
+    if ((unsigned)pooling > CPR_POOL_MEAN)
+        return cpr_fail(CPR_INVALID_ARGUMENT, "pooling %d is not SUM (0) or MEAN (1)",
+                        (int)pooling);
+    if ((n_indices && !indices) || (n_bags && (!offsets || !dense)))
+        return cpr_fail(CPR_INVALID_ARGUMENT, "a batch of %zu bags and %zu indices needs "
+                        "its arrays", n_bags, n_indices);
+    if (t->cfg.device == CPR_DEVICE_CUDA)
+        return CPR_OK;
+    for (size_t b = 0; b < n_bags; b++) {
+        int64_t lo = offsets[b], hi = b + 1 < n_bags ? offsets[b + 1] : (int64_t)n_indices;
+        if (lo < 0 || lo > hi || hi > (int64_t)n_indices)
+            return cpr_fail(CPR_INVALID_ARGUMENT, "offsets[%zu] = %lld: offsets must be "
+                            "non-decreasing within [0, %zu]", b, (long long)lo, n_indices);
+    }
+    if (n_bags == 0 && n_indices)
+        return cpr_fail(CPR_INVALID_ARGUMENT, "%zu indices but no bags", n_indices);
+    for (size_t i = 0; i < n_indices; i++)
+        if (indices[i] < 0 || (uint64_t)indices[i] >= t->cfg.rows)
+            return cpr_fail(CPR_INVALID_ARGUMENT, "index %lld at position %zu is outside "
+                            "the table (%llu rows)", (long long)indices[i], i,
+                            (unsigned long long)t->cfg.rows);
+    return CPR_OK;
+}
+
+cpr_status cpr_emb_forward(cpr_emb *t, const int64_t *indices, size_t n_indices,
+                           const int64_t *offsets, size_t n_bags, cpr_pooling pooling, float *out)
+{
+    cpr_status st = check_batch(t, indices, n_indices, offsets, n_bags, pooling, out);
+    if (st)
+        return st;
+    return DISPATCH(t, forward, t, indices, n_indices, offsets, n_bags, pooling, out);
+}
+
+cpr_status cpr_emb_backward(cpr_emb *t, const int64_t *indices, size_t n_indices,
+                            const int64_t *offsets, size_t n_bags, cpr_pooling pooling,
+                            const float *grad)
+{
+    cpr_status st = check_batch(t, indices, n_indices, offsets, n_bags, pooling, grad);
+    if (st)
+        return st;
+    return DISPATCH(t, backward, t, indices, n_indices, offsets, n_bags, pooling, grad);
+}
+
+/* ---- tracking and selection --------------------------------------------------- */
+
+static cpr_status check_shard(const cpr_emb *t, uint32_t shard)
+{
+    if (shard >= t->cfg.num_shards)
+        return cpr_fail(CPR_INVALID_ARGUMENT, "shard %u is not below num_shards %u", shard,
+                        t->cfg.num_shards);
+    return CPR_OK;
+}
+
+cpr_status cpr_emb_stats_get(const cpr_emb *t, uint32_t shard, cpr_emb_stats *out)
+{
+    cpr_status st = check_shard(t, shard);
+    return st ? st : DISPATCH(t, stats, t, shard, out);
+}
+
+static cpr_status check_policy(const cpr_emb *t, cpr_policy policy)
+{
+    static const unsigned needs[] = {0, CPR_TRACK_DIRTY, CPR_TRACK_COUNTS, CPR_TRACK_SSU,
+                                     CPR_TRACK_NORM};
+    if ((unsigned)policy > CPR_POLICY_TOPK_NORM)
+        return cpr_fail(CPR_INVALID_ARGUMENT, "unknown policy %d", (int)policy);
+    if ((t->cfg.track & needs[policy]) != needs[policy])
+        return cpr_fail(CPR_FAILED_PRECONDITION, "policy %s needs its tracker: create the "
+                        "table with that CPR_TRACK_ bit", cpr_policy_name(policy));
+    return CPR_OK;
+}
+
+/* Rows a budget allows for `shard`. */
+static cpr_status budget_rows(const cpr_emb *t, uint32_t shard, cpr_budget b, uint64_t *rows)
+{
+    uint64_t shard_rows = cpr_emb_geom_shard_rows(t, shard);
+    if ((b.fraction > 0) == (b.rows > 0) || !(b.fraction <= 1.0))
+        return cpr_fail(CPR_INVALID_ARGUMENT, "a budget is either a fraction in (0, 1] or "
+                        "a row count, not both or neither");
+    if (b.rows)
+        *rows = b.rows < shard_rows ? b.rows : shard_rows;
+    else
+        *rows = (uint64_t)ceil(b.fraction * (double)shard_rows);
+    return CPR_OK;
+}
+
+cpr_status cpr_emb_select(cpr_emb *t, uint32_t shard, cpr_policy policy, cpr_budget budget,
+                          uint64_t *ids, size_t cap, size_t *n)
+{
+    uint64_t rows = cpr_emb_geom_shard_rows(t, shard);
+    cpr_status st = check_shard(t, shard);
+    if (st == CPR_OK)
+        st = check_policy(t, policy);
+    if (st == CPR_OK && (policy == CPR_POLICY_MFU || policy == CPR_POLICY_SSU ||
+                         policy == CPR_POLICY_TOPK_NORM))
+        st = budget_rows(t, shard, budget, &rows);
+    if (st == CPR_OK && (!ids || !n))
+        st = cpr_fail(CPR_INVALID_ARGUMENT, "select needs an id buffer");
+    if (st == CPR_OK && policy == CPR_POLICY_FULL && cap < rows)
+        st = cpr_fail(CPR_RESOURCE_EXHAUSTED, "FULL selects %llu rows; the buffer holds %zu",
+                      (unsigned long long)rows, cap);
+    if (st)
+        return st;
+    return DISPATCH(t, select, t, shard, policy, rows, ids, cap, n);
+}
+
+/* ---- saves -------------------------------------------------------------------- */
+
+cpr_status cpr_emb_save_begin(cpr_emb *t, uint32_t shard, cpr_policy policy,
+                              const uint64_t *ids, size_t n, cpr_emb_save **out)
+{
+    cpr_status st = check_shard(t, shard);
+    if (st == CPR_OK && (unsigned)policy > CPR_POLICY_TOPK_NORM)
+        st = cpr_fail(CPR_INVALID_ARGUMENT, "unknown policy %d", (int)policy);
+    if (st == CPR_OK && n && !ids)
+        st = cpr_fail(CPR_INVALID_ARGUMENT, "save of %zu rows without ids", n);
+    for (size_t i = 0; st == CPR_OK && i < n; i++) {
+        if (ids[i] >= t->cfg.rows || cpr_emb_geom_shard_of(t, ids[i]) != shard)
+            st = cpr_fail(CPR_INVALID_ARGUMENT, "row %llu is not a row of shard %u",
+                          (unsigned long long)ids[i], shard);
+        else if (i && ids[i] <= ids[i - 1])
+            st = cpr_fail(CPR_INVALID_ARGUMENT, "save ids must be strictly ascending "
+                          "(as cpr_emb_select returns them)");
+    }
+    if (st)
+        return st;
+    cpr_emb_save *save = calloc(1, sizeof *save);
+    if (save)
+        save->ids = malloc((n ? n : 1) * sizeof *save->ids);
+    if (!save || !save->ids) {
+        free(save);
+        return cpr_fail(CPR_NO_MEMORY, "out of memory starting a save of %zu rows", n);
+    }
+    if (n)
+        memcpy(save->ids, ids, n * sizeof *ids);
+    save->shard = shard;
+    save->policy = policy;
+    save->n = n;
+    st = DISPATCH(t, save_begin, t, save);
+    if (st) {
+        free(save->ids);
+        free(save);
+        return st;
+    }
+    *out = save;
+    return CPR_OK;
+}
+
+size_t cpr_emb_save_rows(const cpr_emb_save *save) { return save->n; }
+const uint64_t *cpr_emb_save_ids(const cpr_emb_save *save) { return save->ids; }
+
+cpr_status cpr_emb_gather(cpr_emb *t, const cpr_emb_save *save, float *values, float *state)
+{
+    if (!save || (save->n && (!values || (t->state_dim && !state))))
+        return cpr_fail(CPR_INVALID_ARGUMENT, "gather needs a save and buffers for %zu rows "
+                        "of values%s", save ? save->n : 0, t->state_dim ? " and state" : "");
+    return DISPATCH(t, gather, t, save, values, state);
+}
+
+static void save_end(cpr_emb *t, cpr_emb_save *save, int committed)
+{
+    DISPATCH(t, save_end, t, save, committed);
+    free(save->ids);
+    free(save);
+}
+
+cpr_status cpr_emb_save_commit(cpr_emb *t, cpr_emb_save *save)
+{
+    if (!save)
+        return cpr_fail(CPR_INVALID_ARGUMENT, "commit of a NULL save");
+    save_end(t, save, 1);
+    return CPR_OK;
+}
+
+void cpr_emb_save_abort(cpr_emb *t, cpr_emb_save *save)
+{
+    if (save)
+        save_end(t, save, 0);
+}
+
+cpr_status cpr_emb_apply(cpr_emb *t, const uint64_t *ids, size_t n, const float *values,
+                         const float *state)
+{
+    if (n && (!ids || !values || (t->state_dim && !state)))
+        return cpr_fail(CPR_INVALID_ARGUMENT, "apply of %zu rows needs ids, values%s", n,
+                        t->state_dim ? " and state" : "");
+    for (size_t i = 0; i < n; i++)
+        if (ids[i] >= t->cfg.rows)
+            return cpr_fail(CPR_INVALID_ARGUMENT, "row %llu is outside the table (%llu rows)",
+                            (unsigned long long)ids[i], (unsigned long long)t->cfg.rows);
+    return DISPATCH(t, apply, t, ids, n, values, state);
+}
+
+cpr_status cpr_emb_wipe_shard(cpr_emb *t, uint32_t shard, uint64_t *lost_events)
+{
+    cpr_status st = check_shard(t, shard);
+    return st ? st : DISPATCH(t, wipe_shard, t, shard, lost_events);
+}

@@ -1,0 +1,752 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * CPU backend of the embedding module: the reference semantics that the
+ * CUDA backend reproduces.
+ *
+ * Backward sorts the call's index occurrences by (row, position), sums each
+ * row's gradients in position order, takes one optimizer step per row, and
+ * updates every tracker of that row in the same loop (no second pass over
+ * the batch). SSU sampling decides per occurrence with a hash of (seed, call,
+ * position), shared with the CUDA backend, so both sample identically.
+ *
+ * Saves move tracker values into the save (pending) at begin and drop or
+ * return them at commit or abort (invariant in cpr/embedding.h). A wiped
+ * shard's open saves become inert: their pending values belong to rows
+ * that no longer exist.
+ */
+#define _DEFAULT_SOURCE /* madvise */
+#include <math.h>
+#include <pthread.h>
+#include <sys/mman.h>
+#include <unistd.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cpr_common.h"
+#include "emb_internal.h"
+#include "emb_select.h"
+
+/* The SSU sample of a shard: members in sampling order (oldest first).
+ * Every entry is a member (member bit set), each at most once; a member in
+ * an open save is also marked in `ssu_pending` and skipped by selection, but
+ * keeps its place, so an aborted save gives it back its age. */
+typedef struct ssu_list {
+    uint64_t *ids;
+    size_t len, cap;
+    uint64_t pending;       /* members held by open saves */
+} ssu_list;
+
+typedef struct shard_ctr {
+    uint64_t events, unsaved;
+    uint64_t open_saves;
+    int open_consistent;    /* a FULL/DELTA save is open */
+} shard_ctr;
+
+typedef struct pending {
+    uint32_t *counts;
+    float *norm;
+    uint8_t *dirty;         /* per id: was dirty (FULL/DELTA saves) */
+    uint8_t *sampled;       /* per id: was in the SSU sample */
+    uint64_t count_sum;
+    uint64_t unsaved_at_begin;
+    int wiped;              /* the shard was wiped while this save was open */
+    struct pending *next;   /* open saves of the table */
+    cpr_emb_save *save;
+} pending;
+
+typedef struct occ {
+    uint64_t row;
+    uint32_t bag;
+    uint32_t pos_hi;        /* position in the call: pos_hi << 32 | pos_lo */
+    uint32_t pos_lo;
+} occ;
+
+typedef struct cpu_table {
+    float *weights, *state;
+    uint32_t *counts;
+    uint64_t *dirty;        /* bitmap */
+    float *norm;
+    uint64_t *member;       /* SSU membership bitmap */
+    uint64_t *ssu_pending;  /* SSU members held by an open save */
+    ssu_list *ssu;          /* per shard */
+    shard_ctr *shards;
+    pending *open;
+    uint64_t calls, ssu_threshold;
+    occ *occs;
+    size_t occ_cap;
+    float *gsum;
+} cpu_table;
+
+#define CPU(t) ((cpu_table *)(t)->backend)
+#define PREFETCH_AHEAD 8 /* rows: enough to cover DRAM latency at ~50 ns per row */
+
+/* Bring a row (and its trackers) toward the cache before it is needed: rows
+ * are random in a table far larger than the cache, so every access would
+ * otherwise wait for DRAM. */
+static void prefetch_row(const cpu_table *b, uint64_t row, uint32_t dim, uint32_t state_dim)
+{
+    const char *w = (const char *)(b->weights + row * dim);
+    for (size_t off = 0; off < (size_t)dim * 4; off += 64)
+        __builtin_prefetch(w + off);
+    if (state_dim)
+        __builtin_prefetch(b->state + row * state_dim);
+    if (b->counts)
+        __builtin_prefetch(b->counts + row);
+    if (b->norm)
+        __builtin_prefetch(b->norm + row);
+}
+#define BIT_GET(map, i) (((map)[(i) >> 6] >> ((i) & 63)) & 1u)
+#define BIT_SET(map, i) ((map)[(i) >> 6] |= 1ull << ((i) & 63))
+#define BIT_CLR(map, i) ((map)[(i) >> 6] &= ~(1ull << ((i) & 63)))
+
+static void *xcalloc(size_t n, size_t size, int *oom)
+{
+    void *p = n ? calloc(n, size) : NULL;
+    if (n && !p)
+        *oom = 1;
+    return p;
+}
+
+#define HUGE_PAGE (2u << 20)
+
+/* Zeroed memory for the big per-row arrays, on transparent huge pages where
+ * the kernel offers them: rows are accessed at random, and with 4 KiB pages
+ * almost every access also misses the TLB (measured: forward 2.8M -> see
+ * docs/performance.md). Freed with free(). */
+static void *table_alloc(size_t n, size_t size, int *oom)
+{
+    void *p = NULL;
+    size_t bytes = n * size;
+    if (n == 0)
+        return NULL;
+    if (bytes < HUGE_PAGE)
+        return xcalloc(n, size, oom);
+    if (posix_memalign(&p, HUGE_PAGE, bytes) != 0) {
+        *oom = 1;
+        return NULL;
+    }
+#ifdef MADV_HUGEPAGE
+    madvise(p, bytes, MADV_HUGEPAGE); /* advice only: fine if refused */
+#endif
+    memset(p, 0, bytes);
+    return p;
+}
+
+cpr_status cpr_emb_cpu_create(cpr_emb *t)
+{
+    const cpr_emb_config *c = &t->cfg;
+    int oom = 0;
+    cpu_table *b = calloc(1, sizeof *b);
+    if (!b)
+        return cpr_fail(CPR_NO_MEMORY, "out of memory creating a table");
+    t->backend = b;
+    uint64_t words = (c->rows + 63) / 64;
+    b->weights = table_alloc(c->rows * c->dim, sizeof(float), &oom);
+    b->state = table_alloc(c->rows * t->state_dim, sizeof(float), &oom);
+    b->counts = c->track & CPR_TRACK_COUNTS ? table_alloc(c->rows, 4, &oom) : NULL;
+    b->dirty = c->track & CPR_TRACK_DIRTY ? table_alloc(words, 8, &oom) : NULL;
+    b->norm = c->track & CPR_TRACK_NORM ? table_alloc(c->rows, 4, &oom) : NULL;
+    b->member = c->track & CPR_TRACK_SSU ? table_alloc(words, 8, &oom) : NULL;
+    b->ssu_pending = c->track & CPR_TRACK_SSU ? table_alloc(words, 8, &oom) : NULL;
+    b->ssu = xcalloc(c->num_shards, sizeof *b->ssu, &oom);
+    b->shards = xcalloc(c->num_shards, sizeof *b->shards, &oom);
+    b->gsum = xcalloc(c->dim, sizeof(float), &oom);
+    if (oom) {
+        cpr_emb_cpu_destroy(t);
+        return cpr_fail(CPR_NO_MEMORY, "out of memory for a table of %llu x %u",
+                        (unsigned long long)c->rows, c->dim);
+    }
+    for (uint64_t r = 0; r < c->rows; r++)
+        for (uint32_t j = 0; j < c->dim; j++)
+            b->weights[r * c->dim + j] = cpr_emb_init_value(c->seed, r, j, c->init_scale);
+    b->ssu_threshold = c->ssu_rate >= 1.0 ? UINT64_MAX
+                                          : (uint64_t)(c->ssu_rate * 18446744073709551616.0);
+    return CPR_OK;
+}
+
+void cpr_emb_cpu_destroy(cpr_emb *t)
+{
+    cpu_table *b = CPU(t);
+    if (!b)
+        return;
+    while (b->open) { /* open saves end with the table (cpr_emb_destroy) */
+        pending *p = b->open;
+        b->open = p->next;
+        free(p->save->ids);
+        free(p->save);
+        free(p->counts);
+        free(p->norm);
+        free(p->dirty);
+        free(p->sampled);
+        free(p);
+    }
+    for (uint32_t s = 0; b->ssu && s < t->cfg.num_shards; s++)
+        free(b->ssu[s].ids);
+    free(b->weights);
+    free(b->state);
+    free(b->counts);
+    free(b->dirty);
+    free(b->norm);
+    free(b->member);
+    free(b->ssu_pending);
+    free(b->ssu);
+    free(b->shards);
+    free(b->occs);
+    free(b->gsum);
+    free(b);
+    t->backend = NULL;
+}
+
+/* ---- forward ------------------------------------------------------------------ */
+
+static size_t bag_end(const int64_t *offsets, size_t n_bags, size_t n_indices, size_t b)
+{
+    return b + 1 < n_bags ? (size_t)offsets[b + 1] : n_indices;
+}
+
+cpr_status cpr_emb_cpu_forward(cpr_emb *t, const int64_t *indices, size_t n_indices,
+                               const int64_t *offsets, size_t n_bags, cpr_pooling pooling,
+                               float *out)
+{
+    const float *w = CPU(t)->weights;
+    uint32_t dim = t->cfg.dim;
+    for (size_t b = 0; b < n_bags; b++) {
+        float *o = out + b * dim;
+        size_t lo = (size_t)offsets[b], hi = bag_end(offsets, n_bags, n_indices, b);
+        memset(o, 0, dim * sizeof *o);
+        for (size_t i = lo; i < hi; i++) {
+            if (i + PREFETCH_AHEAD < n_indices)
+                prefetch_row(CPU(t), (uint64_t)indices[i + PREFETCH_AHEAD], dim, 0);
+            const float *row = w + (uint64_t)indices[i] * dim;
+            for (uint32_t j = 0; j < dim; j++)
+                o[j] += row[j];
+        }
+        if (pooling == CPR_POOL_MEAN && hi > lo) {
+            float scale = 1.0f / (float)(hi - lo);
+            for (uint32_t j = 0; j < dim; j++)
+                o[j] *= scale;
+        }
+    }
+    return CPR_OK;
+}
+
+/* ---- backward ------------------------------------------------------------------ */
+
+/* Stable LSD radix sort by row, 8 bits a pass, only as many passes as the
+ * table's row ids need: occurrences come in position order, so stability
+ * keeps equal rows in position order (the CUDA backend sums in that order
+ * too). About 10x faster than qsort for a training batch. */
+static void sort_occurrences(occ *a, occ *tmp, size_t n, uint64_t rows)
+{
+    int passes = 0;
+    while (passes < 8 && (rows - 1) >> (8 * passes))
+        passes++;
+    for (int p = 0; p < passes; p++) {
+        size_t count[257] = {0};
+        int shift = 8 * p;
+        for (size_t i = 0; i < n; i++)
+            count[((a[i].row >> shift) & 0xff) + 1]++;
+        for (int d = 0; d < 256; d++)
+            count[d + 1] += count[d];
+        for (size_t i = 0; i < n; i++)
+            tmp[count[(a[i].row >> shift) & 0xff]++] = a[i];
+        occ *swap = a;
+        a = tmp;
+        tmp = swap;
+    }
+    if (passes % 2) /* the result is in the scratch half */
+        memcpy(tmp, a, n * sizeof *a);
+}
+
+/* The occurrences that belong to a bag (indices before offsets[0] belong to
+ * none), sorted by row; returns how many in *n_occ. */
+static cpr_status collect_occurrences(const cpr_emb *t, cpu_table *b, const int64_t *indices,
+                                      size_t n_indices, const int64_t *offsets, size_t n_bags,
+                                      size_t *n_occ)
+{
+    size_t n = 0;
+    if (b->occ_cap < n_indices) {
+        occ *grown = realloc(b->occs, 2 * n_indices * sizeof *grown); /* + sort scratch */
+        if (!grown)
+            return cpr_fail(CPR_NO_MEMORY, "out of memory for a batch of %zu indices",
+                            n_indices);
+        b->occs = grown;
+        b->occ_cap = n_indices;
+    }
+    for (size_t bag = 0; bag < n_bags; bag++) {
+        size_t hi = bag_end(offsets, n_bags, n_indices, bag);
+        for (size_t i = (size_t)offsets[bag]; i < hi; i++)
+            b->occs[n++] = (occ){(uint64_t)indices[i], (uint32_t)bag, (uint32_t)(i >> 32),
+                                 (uint32_t)i};
+    }
+    sort_occurrences(b->occs, b->occs + n_indices, n, t->cfg.rows);
+    *n_occ = n;
+    return CPR_OK;
+}
+
+/* One optimizer step on `row` with gradient g; returns sum of squared changes. */
+static double step_row(cpr_emb *t, uint64_t row, const float *g)
+{
+    cpu_table *b = CPU(t);
+    uint32_t dim = t->cfg.dim;
+    float lr = t->cfg.learning_rate, eps = t->cfg.eps;
+    float *w = b->weights + row * dim;
+    double change = 0;
+    if (t->cfg.optimizer == CPR_OPT_ROWWISE_ADAGRAD) {
+        double sq = 0;
+        for (uint32_t j = 0; j < dim; j++)
+            sq += (double)g[j] * g[j];
+        float *s = b->state + row;
+        *s += (float)(sq / dim);
+        float scale = lr / (sqrtf(*s) + eps);
+        for (uint32_t j = 0; j < dim; j++) {
+            float d = scale * g[j];
+            w[j] -= d;
+            change += (double)d * d;
+        }
+    } else if (t->cfg.optimizer == CPR_OPT_ADAGRAD) {
+        float *s = b->state + row * dim;
+        for (uint32_t j = 0; j < dim; j++) {
+            s[j] += g[j] * g[j];
+            float d = lr * g[j] / (sqrtf(s[j]) + eps);
+            w[j] -= d;
+            change += (double)d * d;
+        }
+    } else {
+        for (uint32_t j = 0; j < dim; j++) {
+            float d = lr * g[j];
+            w[j] -= d;
+            change += (double)d * d;
+        }
+    }
+    return change;
+}
+
+static void ssu_add(cpr_emb *t, uint64_t row, uint32_t shard)
+{
+    cpu_table *b = CPU(t);
+    ssu_list *l = &b->ssu[shard];
+    if (BIT_GET(b->member, row) || l->len >= t->cfg.ssu_capacity)
+        return; /* already sampled, or the shard's sample is full */
+    if (l->len == l->cap) {
+        size_t cap = l->cap ? l->cap * 2 : 64;
+        uint64_t *grown = realloc(l->ids, cap * sizeof *grown);
+        if (!grown)
+            return; /* sampling is best effort under memory pressure */
+        l->ids = grown;
+        l->cap = cap;
+    }
+    l->ids[l->len++] = row;
+    BIT_SET(b->member, row);
+}
+
+/* Drop the entries whose member bit was cleared, keeping the order. */
+static void ssu_compact(cpu_table *b, ssu_list *l)
+{
+    size_t keep = 0;
+    for (size_t i = 0; i < l->len; i++)
+        if (BIT_GET(b->member, l->ids[i]))
+            l->ids[keep++] = l->ids[i];
+    l->len = keep;
+}
+
+/* Remove `row` from the sample bitmaps (the caller compacts the list). */
+static void ssu_forget(cpu_table *b, ssu_list *l, uint64_t row)
+{
+    if (!BIT_GET(b->member, row))
+        return;
+    BIT_CLR(b->member, row);
+    if (BIT_GET(b->ssu_pending, row)) {
+        BIT_CLR(b->ssu_pending, row);
+        l->pending--;
+    }
+}
+
+/* Trackers of `row` after an update by `n_occ` occurrences (first at `first`). */
+static void track_row(cpr_emb *t, uint64_t row, const occ *first, size_t n_occ, double change)
+{
+    cpu_table *b = CPU(t);
+    uint32_t shard = cpr_emb_geom_shard_of(t, row);
+    if (b->counts) {
+        uint64_t c = (uint64_t)b->counts[row] + n_occ;
+        b->counts[row] = c > UINT32_MAX ? UINT32_MAX : (uint32_t)c;
+    }
+    if (b->dirty)
+        BIT_SET(b->dirty, row);
+    if (b->norm)
+        b->norm[row] += (float)change;
+    if (b->member) {
+        for (size_t k = 0; k < n_occ; k++) {
+            uint64_t pos = (uint64_t)first[k].pos_hi << 32 | first[k].pos_lo;
+            if (cpr_emb_sampled(t->cfg.seed, b->calls, pos, b->ssu_threshold)) {
+                ssu_add(t, row, shard);
+                break;
+            }
+        }
+    }
+    b->shards[shard].events += n_occ;
+    b->shards[shard].unsaved += n_occ;
+}
+
+cpr_status cpr_emb_cpu_backward(cpr_emb *t, const int64_t *indices, size_t n_indices,
+                                const int64_t *offsets, size_t n_bags, cpr_pooling pooling,
+                                const float *grad)
+{
+    cpu_table *b = CPU(t);
+    uint32_t dim = t->cfg.dim;
+    size_t n_occ = 0;
+    cpr_status st = collect_occurrences(t, b, indices, n_indices, offsets, n_bags, &n_occ);
+    if (st)
+        return st;
+    for (size_t i = 0; i < n_occ;) {
+        size_t end = i;
+        uint64_t row = b->occs[i].row;
+        if (i + PREFETCH_AHEAD < n_occ)
+            prefetch_row(b, b->occs[i + PREFETCH_AHEAD].row, dim, t->state_dim);
+        memset(b->gsum, 0, dim * sizeof *b->gsum);
+        for (; end < n_occ && b->occs[end].row == row; end++) {
+            uint32_t bag = b->occs[end].bag;
+            float scale = 1.0f;
+            if (pooling == CPR_POOL_MEAN)
+                scale = 1.0f / (float)(bag_end(offsets, n_bags, n_indices, bag) -
+                                       (size_t)offsets[bag]);
+            const float *g = grad + (size_t)bag * dim;
+            for (uint32_t j = 0; j < dim; j++)
+                b->gsum[j] += scale * g[j];
+        }
+        double change = step_row(t, row, b->gsum);
+        if (t->cfg.track)
+            track_row(t, row, &b->occs[i], end - i, change);
+        else
+            b->shards[cpr_emb_geom_shard_of(t, row)].events += end - i;
+        i = end;
+    }
+    b->calls++;
+    return CPR_OK;
+}
+
+/* ---- stats and selection ------------------------------------------------------------ */
+
+cpr_status cpr_emb_cpu_stats(const cpr_emb *t, uint32_t shard, cpr_emb_stats *out)
+{
+    const cpu_table *b = CPU(t);
+    cpr_emb_stats s = {0};
+    uint64_t n = cpr_emb_geom_shard_rows(t, shard), row = cpr_emb_geom_first(t, shard);
+    uint64_t stride = cpr_emb_geom_stride(t);
+    s.update_events = b->shards[shard].events;
+    s.unsaved_events = b->shards[shard].unsaved;
+    s.sampled_rows = b->ssu[shard].len - b->ssu[shard].pending;
+    s.open_saves = b->shards[shard].open_saves;
+    for (uint64_t i = 0; i < n; i++, row += stride) {
+        s.dirty_rows += b->dirty && BIT_GET(b->dirty, row);
+        s.touched_rows += b->counts && b->counts[row] != 0;
+    }
+    *out = s;
+    return CPR_OK;
+}
+
+static int u64_cmp(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* SSU: the oldest members not held by an open save, at most budget, ascending. */
+static size_t select_ssu(cpr_emb *t, uint32_t shard, uint64_t budget, uint64_t *ids, size_t cap)
+{
+    cpu_table *b = CPU(t);
+    ssu_list *l = &b->ssu[shard];
+    size_t n = 0;
+    for (size_t i = 0; i < l->len && n < budget && n < cap; i++)
+        if (!BIT_GET(b->ssu_pending, l->ids[i]))
+            ids[n++] = l->ids[i];
+    qsort(ids, n, sizeof *ids, u64_cmp);
+    return n;
+}
+
+cpr_status cpr_emb_cpu_select(cpr_emb *t, uint32_t shard, cpr_policy policy,
+                              uint64_t budget_rows, uint64_t *ids, size_t cap, size_t *n)
+{
+    cpu_table *b = CPU(t);
+    uint64_t rows = cpr_emb_geom_shard_rows(t, shard), row = cpr_emb_geom_first(t, shard);
+    uint64_t stride = cpr_emb_geom_stride(t), k = budget_rows < cap ? budget_rows : cap;
+    size_t count = 0;
+    switch (policy) {
+    case CPR_POLICY_FULL:
+        for (uint64_t i = 0; i < rows; i++, row += stride)
+            ids[count++] = row;
+        break;
+    case CPR_POLICY_DELTA:
+        for (uint64_t i = 0; i < rows; i++, row += stride) {
+            if (!BIT_GET(b->dirty, row))
+                continue;
+            if (count == cap)
+                return cpr_fail(CPR_RESOURCE_EXHAUSTED, "more dirty rows than the %zu the "
+                                "buffer holds", cap);
+            ids[count++] = row;
+        }
+        break;
+    case CPR_POLICY_MFU:
+        count = cpr_emb_topk(t, shard, b->counts, k, ids);
+        break;
+    case CPR_POLICY_TOPK_NORM: /* non-negative floats order like their bits */
+        count = cpr_emb_topk(t, shard, b->norm, k, ids);
+        break;
+    case CPR_POLICY_SSU:
+        count = select_ssu(t, shard, k, ids, cap);
+        break;
+    }
+    *n = count;
+    return CPR_OK;
+}
+
+/* ---- saves ---------------------------------------------------------------------------- */
+
+static void free_pending(pending *p)
+{
+    free(p->counts);
+    free(p->norm);
+    free(p->dirty);
+    free(p->sampled);
+    free(p);
+}
+
+static int consistent_policy(cpr_policy policy)
+{
+    return policy == CPR_POLICY_FULL || policy == CPR_POLICY_DELTA;
+}
+
+cpr_status cpr_emb_cpu_save_begin(cpr_emb *t, cpr_emb_save *save)
+{
+    cpu_table *b = CPU(t);
+    shard_ctr *sc = &b->shards[save->shard];
+    int oom = 0, cons = consistent_policy(save->policy);
+    if (cons && sc->open_consistent)
+        return cpr_fail(CPR_FAILED_PRECONDITION, "shard %u already has an open FULL/DELTA "
+                        "save; commit or abort it first", save->shard);
+    pending *p = calloc(1, sizeof *p);
+    if (!p)
+        return cpr_fail(CPR_NO_MEMORY, "out of memory starting a save");
+    p->counts = b->counts ? xcalloc(save->n, 4, &oom) : NULL;
+    p->norm = b->norm ? xcalloc(save->n, 4, &oom) : NULL;
+    p->dirty = b->dirty && cons ? xcalloc(save->n, 1, &oom) : NULL;
+    p->sampled = b->member ? xcalloc(save->n, 1, &oom) : NULL;
+    if (oom) {
+        free_pending(p);
+        return cpr_fail(CPR_NO_MEMORY, "out of memory starting a save of %zu rows", save->n);
+    }
+    for (size_t i = 0; i < save->n; i++) {
+        uint64_t row = save->ids[i];
+        if (p->counts) {
+            p->counts[i] = b->counts[row];
+            p->count_sum += b->counts[row];
+            b->counts[row] = 0;
+        }
+        if (p->norm) {
+            p->norm[i] = b->norm[row];
+            b->norm[row] = 0;
+        }
+        if (p->dirty) {
+            p->dirty[i] = (uint8_t)BIT_GET(b->dirty, row);
+            BIT_CLR(b->dirty, row);
+        }
+        if (p->sampled && BIT_GET(b->member, row) && !BIT_GET(b->ssu_pending, row)) {
+            p->sampled[i] = 1; /* keeps its place in the sample until commit */
+            BIT_SET(b->ssu_pending, row);
+            b->ssu[save->shard].pending++;
+        }
+    }
+    p->unsaved_at_begin = sc->unsaved;
+    p->save = save;
+    p->next = b->open;
+    b->open = p;
+    save->backend = p;
+    sc->open_saves++;
+    sc->open_consistent |= cons;
+    return CPR_OK;
+}
+
+typedef struct gather_job {
+    const cpu_table *b;
+    const uint64_t *ids;
+    size_t n;
+    uint32_t dim, state_dim;
+    float *values, *state;
+} gather_job;
+
+static void *gather_range(void *arg)
+{
+    const gather_job *g = arg;
+    for (size_t i = 0; i < g->n; i++) {
+        uint64_t row = g->ids[i];
+        if (i + PREFETCH_AHEAD < g->n)
+            prefetch_row(g->b, g->ids[i + PREFETCH_AHEAD], g->dim, g->state_dim);
+        memcpy(g->values + i * g->dim, g->b->weights + row * g->dim, g->dim * sizeof(float));
+        if (g->state_dim)
+            memcpy(g->state + i * g->state_dim, g->b->state + row * g->state_dim,
+                   g->state_dim * sizeof(float));
+    }
+    return NULL;
+}
+
+#define GATHER_THREADS_MAX 8
+#define GATHER_ROWS_PER_THREAD 16384 /* below this, threads cost more than they win */
+
+/* Rows are scattered over a table far larger than the caches, so one thread
+ * waits on DRAM most of the time; a few threads keep more misses in flight. */
+cpr_status cpr_emb_cpu_gather(cpr_emb *t, const cpr_emb_save *save, float *values, float *state)
+{
+    gather_job jobs[GATHER_THREADS_MAX];
+    pthread_t threads[GATHER_THREADS_MAX];
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    size_t n_jobs = save->n / GATHER_ROWS_PER_THREAD + 1;
+    if (n_jobs > (size_t)(cpus > 0 ? cpus : 1))
+        n_jobs = (size_t)(cpus > 0 ? cpus : 1);
+    if (n_jobs > GATHER_THREADS_MAX)
+        n_jobs = GATHER_THREADS_MAX;
+    size_t per = (save->n + n_jobs - 1) / n_jobs, started = 0;
+    for (size_t j = 0; j < n_jobs; j++) {
+        size_t lo = j * per < save->n ? j * per : save->n;
+        size_t hi = lo + per < save->n ? lo + per : save->n;
+        jobs[j] = (gather_job){CPU(t), save->ids + lo, hi - lo, t->cfg.dim, t->state_dim,
+                               values + lo * t->cfg.dim, state ? state + lo * t->state_dim : NULL};
+    }
+    /* Job 0 runs here; a thread that cannot start is done here too. */
+    for (size_t j = 1; j < n_jobs; j++) {
+        if (pthread_create(&threads[j], NULL, gather_range, &jobs[j]) != 0)
+            break;
+        started = j;
+    }
+    for (size_t j = started + 1; j < n_jobs; j++)
+        gather_range(&jobs[j]);
+    gather_range(&jobs[0]);
+    for (size_t j = 1; j <= started; j++)
+        pthread_join(threads[j], NULL);
+    return CPR_OK;
+}
+
+/* Abort: the pending values go back to their rows. */
+static void restore_pending(cpr_emb *t, const cpr_emb_save *save, const pending *p)
+{
+    cpu_table *b = CPU(t);
+    for (size_t i = 0; i < save->n; i++) {
+        uint64_t row = save->ids[i];
+        if (p->counts) {
+            uint64_t c = (uint64_t)b->counts[row] + p->counts[i];
+            b->counts[row] = c > UINT32_MAX ? UINT32_MAX : (uint32_t)c;
+        }
+        if (p->norm)
+            b->norm[row] += p->norm[i];
+        if (p->dirty && p->dirty[i])
+            BIT_SET(b->dirty, row);
+        if (p->sampled && p->sampled[i] && BIT_GET(b->ssu_pending, row)) {
+            BIT_CLR(b->ssu_pending, row); /* back in the sample, at its old place */
+            b->ssu[save->shard].pending--;
+        }
+    }
+}
+
+/* Commit: the saved rows leave the SSU sample. */
+static void drop_sampled(cpr_emb *t, const cpr_emb_save *save, const pending *p)
+{
+    cpu_table *b = CPU(t);
+    ssu_list *l = &b->ssu[save->shard];
+    int any = 0;
+    for (size_t i = 0; p->sampled && i < save->n; i++) {
+        if (p->sampled[i] && BIT_GET(b->ssu_pending, save->ids[i])) {
+            ssu_forget(b, l, save->ids[i]);
+            any = 1;
+        }
+    }
+    if (any)
+        ssu_compact(b, l);
+}
+
+void cpr_emb_cpu_save_end(cpr_emb *t, cpr_emb_save *save, int committed)
+{
+    cpu_table *b = CPU(t);
+    pending *p = save->backend;
+    if (!p)
+        return; /* the table was destroyed first */
+    for (pending **pp = &b->open; *pp; pp = &(*pp)->next) {
+        if (*pp == p) {
+            *pp = p->next;
+            break;
+        }
+    }
+    shard_ctr *sc = &b->shards[save->shard];
+    if (!p->wiped && committed) {
+        /* With counts, exactly the saved rows' events; without, a FULL or
+         * DELTA save covers everything the shard had at begin. */
+        uint64_t saved = p->counts ? p->count_sum
+                         : consistent_policy(save->policy) ? p->unsaved_at_begin : 0;
+        sc->unsaved -= saved < sc->unsaved ? saved : sc->unsaved;
+        drop_sampled(t, save, p);
+    } else if (!p->wiped) {
+        restore_pending(t, save, p);
+    }
+    sc->open_saves--;
+    if (consistent_policy(save->policy))
+        sc->open_consistent = 0;
+    free_pending(p);
+    save->backend = NULL;
+}
+
+/* ---- apply and wipe ---------------------------------------------------------------------- */
+
+/* The row now equals a stored copy: nothing about it is unsaved. */
+static void clear_trackers(cpr_emb *t, uint64_t row)
+{
+    cpu_table *b = CPU(t);
+    uint32_t shard = cpr_emb_geom_shard_of(t, row);
+    if (b->counts) {
+        shard_ctr *sc = &b->shards[shard];
+        sc->unsaved -= b->counts[row] < sc->unsaved ? b->counts[row] : sc->unsaved;
+        b->counts[row] = 0;
+    }
+    if (b->norm)
+        b->norm[row] = 0;
+    if (b->dirty)
+        BIT_CLR(b->dirty, row);
+    if (b->member)
+        ssu_forget(b, &b->ssu[shard], row); /* the caller compacts */
+}
+
+cpr_status cpr_emb_cpu_apply(cpr_emb *t, const uint64_t *ids, size_t n, const float *values,
+                             const float *state)
+{
+    cpu_table *b = CPU(t);
+    uint32_t dim = t->cfg.dim, sd = t->state_dim;
+    for (size_t i = 0; i < n; i++) {
+        memcpy(b->weights + ids[i] * dim, values + i * dim, dim * sizeof(float));
+        if (sd)
+            memcpy(b->state + ids[i] * sd, state + i * sd, sd * sizeof(float));
+        clear_trackers(t, ids[i]);
+    }
+    for (uint32_t s = 0; b->member && n && s < t->cfg.num_shards; s++)
+        ssu_compact(b, &b->ssu[s]);
+    return CPR_OK;
+}
+
+cpr_status cpr_emb_cpu_wipe_shard(cpr_emb *t, uint32_t shard, uint64_t *lost_events)
+{
+    cpu_table *b = CPU(t);
+    uint64_t n = cpr_emb_geom_shard_rows(t, shard), row = cpr_emb_geom_first(t, shard);
+    uint64_t stride = cpr_emb_geom_stride(t), lost = b->shards[shard].unsaved;
+    uint32_t dim = t->cfg.dim, sd = t->state_dim;
+    for (uint64_t i = 0; i < n; i++, row += stride) {
+        memset(b->weights + row * dim, 0, dim * sizeof(float));
+        if (sd)
+            memset(b->state + row * sd, 0, sd * sizeof(float));
+        clear_trackers(t, row);
+    }
+    for (pending *p = b->open; p; p = p->next)
+        if (p->save->shard == shard)
+            p->wiped = 1;
+    if (b->member)
+        ssu_compact(b, &b->ssu[shard]);
+    b->shards[shard].unsaved = 0;
+    if (lost_events)
+        *lost_events = lost;
+    return CPR_OK;
+}

@@ -1,0 +1,138 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * Internals shared by the two files of the CUDA embedding backend:
+ * emb_cuda.cu (table, forward, backward) and emb_cuda_select.cu (stats,
+ * selection, saves, apply, wipe). The table's rows, optimizer state and
+ * per-row trackers live on the device; the SSU sample (membership bitmap and
+ * per-shard lists) and the save bookkeeping live on the host, where they
+ * follow emb_cpu.c step by step so both backends select the same rows.
+ */
+#ifndef CPR_EMB_CUDA_INTERNAL_CUH
+#define CPR_EMB_CUDA_INTERNAL_CUH
+
+#include <cuda_runtime.h>
+
+#include "cpr_common.h"
+#include "emb_internal.h"
+
+#define EMB_HIDDEN __attribute__((visibility("hidden")))
+
+/* Every CUDA call is checked; the runtime's message goes to cpr_errmsg().
+ * Needs `cpr_status st` and an `out:` label (declare variables before the
+ * first CHECK: C++ forbids jumping over initialisations). */
+#define CHECK(call)                                                            \
+    do {                                                                       \
+        cudaError_t err_ = (call);                                             \
+        if (err_ != cudaSuccess) {                                             \
+            st = cpr_fail(CPR_CUDA, "%s failed: %s", #call,                    \
+                          cudaGetErrorString(err_));                           \
+            goto out;                                                          \
+        }                                                                      \
+    } while (0)
+
+/* A kernel launch: configuration errors surface at once, faults at the next
+ * synchronisation (also checked). */
+#define CHECK_LAUNCH() CHECK(cudaGetLastError())
+
+#define BIT_GET(map, i) (((map)[(i) >> 6] >> ((i) & 63)) & 1u)
+#define BIT_SET(map, i) ((map)[(i) >> 6] |= 1ull << ((i) & 63))
+#define BIT_CLR(map, i) ((map)[(i) >> 6] &= ~(1ull << ((i) & 63)))
+
+/* Host bytes staged through pinned memory per chunk of gather or apply. */
+#define EMB_STAGING_BYTES (32u << 20)
+/* Grid size for grid-stride kernels: enough blocks to fill any current GPU. */
+#define EMB_MAX_BLOCKS 65535u
+
+typedef unsigned long long ull;
+
+/* Shard geometry as kernels need it (a copy of emb.c's arithmetic). */
+typedef struct emb_geom {
+    uint64_t range_rows;
+    uint32_t num_shards;
+    int modulo;
+} emb_geom;
+
+/* Per-shard event counters, on the device (updated by backward). */
+typedef struct emb_shard_dev {
+    ull events;   /* update events so far */
+    ull unsaved;  /* events not yet covered by a committed save */
+} emb_shard_dev;
+
+/* The SSU sample of a shard, as in emb_cpu.c: members in sampling order
+ * (oldest first), each once; a member held by an open save is also marked
+ * in `ssu_pending`, skipped by selection, and keeps its place. */
+typedef struct emb_ssu_list {
+    uint64_t *ids;
+    size_t len, cap;
+    uint64_t pending;       /* members held by open saves */
+} emb_ssu_list;
+
+typedef struct emb_shard_host {
+    emb_ssu_list ssu;
+    uint64_t open_saves;
+    int open_consistent;    /* a FULL/DELTA save is open */
+} emb_shard_host;
+
+/* An open save's pending tracker values (save->backend). */
+typedef struct emb_pending {
+    uint64_t *d_ids;        /* device copy of save->ids (gather reads it) */
+    uint32_t *d_counts;     /* device, per id; NULL without CPR_TRACK_COUNTS */
+    float *d_norm;          /* device, per id; NULL without CPR_TRACK_NORM */
+    uint8_t *d_dirty;       /* device, per id: was dirty (FULL/DELTA saves only) */
+    uint8_t *sampled;       /* host, per id: was in the SSU sample */
+    uint64_t count_sum;
+    uint64_t unsaved_at_begin;
+    int wiped;              /* the shard was wiped while this save was open */
+    struct emb_pending *next;
+    cpr_emb_save *save;
+} emb_pending;
+
+typedef struct emb_cuda_table {
+    int device;
+    cudaStream_t stream;
+    emb_geom geom;
+    /* device */
+    float *weights, *state;
+    uint32_t *counts;       /* CPR_TRACK_COUNTS */
+    ull *dirty;             /* CPR_TRACK_DIRTY bitmap */
+    float *norm;            /* CPR_TRACK_NORM */
+    emb_shard_dev *shards_dev;
+    void *scratch;          /* grow-only arena for one call's temporaries */
+    size_t scratch_bytes;
+    /* host */
+    uint64_t *member;       /* CPR_TRACK_SSU membership bitmap */
+    uint64_t *ssu_pending;  /* CPR_TRACK_SSU: members held by an open save */
+    emb_shard_host *shards;
+    emb_pending *open;      /* open saves */
+    uint64_t calls, ssu_threshold;
+    ull *pinned_small;      /* a few pinned words for results read back */
+    void *pinned;           /* EMB_STAGING_BYTES of pinned staging, on first use */
+} emb_cuda_table;
+
+#define CUDA_T(t) ((emb_cuda_table *)(t)->backend)
+
+/* One call's temporaries: fill `bytes`, then emb_scratch_get sets `*ptr`. */
+typedef struct emb_scratch_part {
+    void **ptr;
+    size_t bytes;
+} emb_scratch_part;
+
+EMB_HIDDEN cpr_status emb_scratch_get(emb_cuda_table *b, emb_scratch_part *parts, int n);
+EMB_HIDDEN cpr_status emb_pinned_get(emb_cuda_table *b);
+EMB_HIDDEN unsigned emb_blocks(uint64_t work, unsigned per_block);
+EMB_HIDDEN unsigned emb_row_threads(uint32_t dim);
+
+/* Frees an open save's pending arrays and the record itself. */
+EMB_HIDDEN void emb_free_pending(emb_pending *p);
+
+/* The shard of a row, on the device (emb.c's arithmetic). */
+static __device__ __forceinline__ uint32_t emb_dev_shard_of(emb_geom g, uint64_t row)
+{
+    return g.modulo ? (uint32_t)(row % g.num_shards) : (uint32_t)(row / g.range_rows);
+}
+
+/* The host SSU sample (emb_cuda_select.cu), identical to emb_cpu.c's. */
+EMB_HIDDEN void emb_ssu_add(cpr_emb *t, uint64_t row, uint32_t shard);
+EMB_HIDDEN int emb_ssu_all_full(const cpr_emb *t);
+
+#endif /* CPR_EMB_CUDA_INTERNAL_CUH */

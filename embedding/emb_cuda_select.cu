@@ -1,0 +1,854 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * CUDA backend of the embedding module, part 2: stats, row selection, the
+ * save protocol (begin, gather, commit/abort), apply and wipe_shard, with the
+ * semantics of emb_cpu.c (see emb_cuda.cu for part 1 and the overall design).
+ *
+ * Selection runs over the shard's rows on the device: DELTA compacts the
+ * dirty rows (CUB DeviceSelect, order kept); MFU and TOPK_NORM radix-sort
+ * the shard's (key, index) pairs by key, descending and stable, so equal
+ * keys stay in ascending row order (ties toward lower ids), keep the first
+ * min(budget, non-zero keys) and sort those indices ascending. The SSU
+ * sample is host state (emb_cuda_internal.cuh) and is handled here exactly
+ * as in emb_cpu.c. Rows cross to and from the host through a pinned staging
+ * buffer in chunks, on the table's stream; every call has completed when it
+ * returns.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include <cub/cub.cuh>
+
+#include "emb_cuda_internal.cuh"
+
+/* ---- the host SSU sample: emb_cpu.c's functions, step by step ---------------- */
+
+EMB_HIDDEN void emb_ssu_add(cpr_emb *t, uint64_t row, uint32_t shard)
+{
+    emb_cuda_table *b = CUDA_T(t);
+    emb_ssu_list *l = &b->shards[shard].ssu;
+    if (BIT_GET(b->member, row) || l->len >= t->cfg.ssu_capacity)
+        return; /* already sampled, or the shard's sample is full */
+    if (l->len == l->cap) {
+        size_t cap = l->cap ? l->cap * 2 : 64;
+        uint64_t *grown = (uint64_t *)realloc(l->ids, cap * sizeof *grown);
+        if (!grown)
+            return; /* sampling is best effort under memory pressure */
+        l->ids = grown;
+        l->cap = cap;
+    }
+    l->ids[l->len++] = row;
+    BIT_SET(b->member, row);
+}
+
+/* 1 if no shard's sample has room, so that no row can join in this call. */
+EMB_HIDDEN int emb_ssu_all_full(const cpr_emb *t)
+{
+    const emb_cuda_table *b = CUDA_T(t);
+    for (uint32_t s = 0; s < t->cfg.num_shards; s++)
+        if (b->shards[s].ssu.len < t->cfg.ssu_capacity)
+            return 0;
+    return 1;
+}
+
+/* Drop the entries whose member bit was cleared, keeping the order. */
+static void ssu_compact(emb_cuda_table *b, emb_ssu_list *l)
+{
+    size_t keep = 0;
+    for (size_t i = 0; i < l->len; i++)
+        if (BIT_GET(b->member, l->ids[i]))
+            l->ids[keep++] = l->ids[i];
+    l->len = keep;
+}
+
+/* Remove `row` from the sample bitmaps (the caller compacts the list). */
+static void ssu_forget(emb_cuda_table *b, emb_ssu_list *l, uint64_t row)
+{
+    if (!BIT_GET(b->member, row))
+        return;
+    BIT_CLR(b->member, row);
+    if (BIT_GET(b->ssu_pending, row)) {
+        BIT_CLR(b->ssu_pending, row);
+        l->pending--;
+    }
+}
+
+static int u64_cmp(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* SSU: the oldest members not held by an open save, at most budget, ascending. */
+static size_t ssu_select(cpr_emb *t, uint32_t shard, uint64_t budget, uint64_t *ids, size_t cap)
+{
+    emb_cuda_table *b = CUDA_T(t);
+    emb_ssu_list *l = &b->shards[shard].ssu;
+    size_t n = 0;
+    for (size_t i = 0; i < l->len && n < budget && n < cap; i++)
+        if (!BIT_GET(b->ssu_pending, l->ids[i]))
+            ids[n++] = l->ids[i];
+    qsort(ids, n, sizeof *ids, u64_cmp);
+    return n;
+}
+
+/* Save begin: the sampled ids are held by the save, keeping their place. */
+static void ssu_hold(cpr_emb *t, const cpr_emb_save *save, uint8_t *sampled)
+{
+    emb_cuda_table *b = CUDA_T(t);
+    for (size_t i = 0; sampled && i < save->n; i++) {
+        uint64_t row = save->ids[i];
+        if (BIT_GET(b->member, row) && !BIT_GET(b->ssu_pending, row)) {
+            sampled[i] = 1;
+            BIT_SET(b->ssu_pending, row);
+            b->shards[save->shard].ssu.pending++;
+        }
+    }
+}
+
+/* Save end: commit drops the held rows from the sample; abort gives them
+ * back their place. */
+static void ssu_release(cpr_emb *t, const cpr_emb_save *save, const uint8_t *sampled,
+                        int committed)
+{
+    emb_cuda_table *b = CUDA_T(t);
+    emb_ssu_list *l = &b->shards[save->shard].ssu;
+    int any = 0;
+    for (size_t i = 0; sampled && i < save->n; i++) {
+        uint64_t row = save->ids[i];
+        if (!sampled[i] || !BIT_GET(b->ssu_pending, row))
+            continue;
+        if (committed) {
+            ssu_forget(b, l, row);
+            any = 1;
+        } else {
+            BIT_CLR(b->ssu_pending, row);
+            l->pending--;
+        }
+    }
+    if (any)
+        ssu_compact(b, l);
+}
+
+/* ---- device helpers ----------------------------------------------------------------- */
+
+/* *p -= min(v, *p), atomically (emb_cpu.c clamps the same way). */
+static __device__ void sub_clamped(ull *p, ull v)
+{
+    ull old = *p, assumed;
+    do {
+        assumed = old;
+        old = atomicCAS(p, assumed, assumed - (v < assumed ? v : assumed));
+    } while (old != assumed);
+}
+
+static __global__ void sub_clamped_kernel(ull *p, ull v)
+{
+    sub_clamped(p, v);
+}
+
+/* ---- stats ------------------------------------------------------------------------- */
+
+/* out[0] += dirty rows, out[1] += rows with a non-zero count, over rows
+ * first + i * stride, i < n. The loop is block-uniform for __syncthreads_count. */
+static __global__ void stats_kernel(const ull *dirty, const uint32_t *counts, uint64_t first,
+                                    uint64_t stride, uint64_t n, ull *out)
+{
+    for (uint64_t base = blockIdx.x * (uint64_t)blockDim.x; base < n;
+         base += (uint64_t)gridDim.x * blockDim.x) {
+        uint64_t i = base + threadIdx.x, row = first + i * stride;
+        int d = __syncthreads_count(i < n && dirty && BIT_GET(dirty, row));
+        int c = __syncthreads_count(i < n && counts && counts[row] != 0);
+        if (threadIdx.x == 0) {
+            atomicAdd(&out[0], (ull)d);
+            atomicAdd(&out[1], (ull)c);
+        }
+    }
+}
+
+extern "C" cpr_status cpr_emb_cuda_stats(const cpr_emb *t, uint32_t shard, cpr_emb_stats *out)
+{
+    emb_cuda_table *b = CUDA_T(t);
+    uint64_t n = cpr_emb_geom_shard_rows(t, shard);
+    ull *host = b->pinned_small, *dev = NULL;
+    emb_scratch_part parts[] = {{(void **)&dev, 2 * sizeof(ull)}};
+    cpr_emb_stats s;
+    cpr_status st = CPR_OK;
+    memset(&s, 0, sizeof s);
+    CHECK(cudaSetDevice(b->device));
+    st = emb_scratch_get(b, parts, 1);
+    if (st)
+        goto out;
+    CHECK(cudaMemsetAsync(dev, 0, 2 * sizeof(ull), b->stream));
+    if (b->dirty || b->counts) {
+        stats_kernel<<<emb_blocks(n, 256), 256, 0, b->stream>>>(
+            b->dirty, b->counts, cpr_emb_geom_first(t, shard), cpr_emb_geom_stride(t), n, dev);
+        CHECK_LAUNCH();
+    }
+    CHECK(cudaMemcpyAsync(host, dev, 2 * sizeof(ull), cudaMemcpyDeviceToHost, b->stream));
+    CHECK(cudaMemcpyAsync(host + 2, &b->shards_dev[shard], sizeof(emb_shard_dev),
+                          cudaMemcpyDeviceToHost, b->stream));
+    CHECK(cudaStreamSynchronize(b->stream));
+    s.dirty_rows = host[0];
+    s.touched_rows = host[1];
+    s.update_events = host[2];
+    s.unsaved_events = host[3];
+    s.sampled_rows = b->shards[shard].ssu.len - b->shards[shard].ssu.pending;
+    s.open_saves = b->shards[shard].open_saves;
+    *out = s;
+out:
+    return st;
+}
+
+/* ---- selection --------------------------------------------------------------------- */
+
+/* rows[i] = i-th row of the shard; flags[i] = its dirty bit. */
+static __global__ void dirty_flags_kernel(const ull *dirty, uint64_t first, uint64_t stride,
+                                          uint64_t n, uint64_t *rows, uint8_t *flags)
+{
+    for (uint64_t i = blockIdx.x * (uint64_t)blockDim.x + threadIdx.x; i < n;
+         i += (uint64_t)gridDim.x * blockDim.x) {
+        uint64_t row = first + i * stride;
+        rows[i] = row;
+        flags[i] = (uint8_t)BIT_GET(dirty, row);
+    }
+}
+
+/* DELTA: every dirty row of the shard, ascending; more than `cap` is an error. */
+static cpr_status select_delta(cpr_emb *t, emb_cuda_table *b, uint32_t shard, uint64_t *ids,
+                               size_t cap, size_t *count)
+{
+    uint64_t n = cpr_emb_geom_shard_rows(t, shard);
+    uint64_t *rows = NULL, *selected = NULL;
+    uint8_t *flags = NULL;
+    int64_t *num = NULL;
+    void *temp = NULL;
+    size_t temp_bytes = 0;
+    ull found;
+    cpr_status st = CPR_OK;
+    CHECK(cub::DeviceSelect::Flagged(NULL, temp_bytes, rows, flags, selected, num, (int64_t)n,
+                                     b->stream));
+    {
+        emb_scratch_part parts[] = {{(void **)&rows, n * 8}, {(void **)&selected, n * 8},
+                                    {(void **)&flags, n}, {(void **)&num, 8},
+                                    {&temp, temp_bytes}};
+        st = emb_scratch_get(b, parts, 5);
+        if (st)
+            goto out;
+    }
+    dirty_flags_kernel<<<emb_blocks(n, 256), 256, 0, b->stream>>>(
+        b->dirty, cpr_emb_geom_first(t, shard), cpr_emb_geom_stride(t), n, rows, flags);
+    CHECK_LAUNCH();
+    CHECK(cub::DeviceSelect::Flagged(temp, temp_bytes, rows, flags, selected, num, (int64_t)n,
+                                     b->stream));
+    CHECK(cudaMemcpyAsync(b->pinned_small, num, 8, cudaMemcpyDeviceToHost, b->stream));
+    CHECK(cudaStreamSynchronize(b->stream));
+    found = b->pinned_small[0];
+    if (found > cap) {
+        st = cpr_fail(CPR_RESOURCE_EXHAUSTED, "more dirty rows than the %zu the buffer holds",
+                      cap);
+        goto out;
+    }
+    if (found) {
+        CHECK(cudaMemcpyAsync(ids, selected, found * sizeof *ids, cudaMemcpyDeviceToHost,
+                              b->stream));
+        CHECK(cudaStreamSynchronize(b->stream));
+    }
+    *count = (size_t)found;
+out:
+    return st;
+}
+
+/* keys[i] = the i-th shard row's key (count, or the bits of its non-negative
+ * norm, which order like the floats), idx[i] = i; *nonzero += non-zero keys. */
+static __global__ void topk_keys_kernel(const uint32_t *source, uint64_t first, uint64_t stride,
+                                        uint64_t n, uint32_t *keys, uint32_t *idx, ull *nonzero)
+{
+    for (uint64_t base = blockIdx.x * (uint64_t)blockDim.x; base < n;
+         base += (uint64_t)gridDim.x * blockDim.x) {
+        uint64_t i = base + threadIdx.x;
+        uint32_t key = i < n ? source[first + i * stride] : 0;
+        if (i < n) {
+            keys[i] = key;
+            idx[i] = (uint32_t)i;
+        }
+        int c = __syncthreads_count(key != 0);
+        if (threadIdx.x == 0)
+            atomicAdd(nonzero, (ull)c);
+    }
+}
+
+typedef struct topk_scratch {
+    uint32_t *keys_in, *keys_out, *idx_in, *idx_out;
+    ull *nonzero;
+    void *temp;
+    size_t temp_bytes;
+} topk_scratch;
+
+static cpr_status topk_scratch_get(emb_cuda_table *b, uint64_t n, topk_scratch *s)
+{
+    size_t bytes[2] = {0, 0};
+    cpr_status st = CPR_OK;
+    memset(s, 0, sizeof *s);
+    CHECK(cub::DeviceRadixSort::SortPairsDescending(NULL, bytes[0], s->keys_in, s->keys_out,
+                                                    s->idx_in, s->idx_out, (int)n, 0, 32,
+                                                    b->stream));
+    CHECK(cub::DeviceRadixSort::SortKeys(NULL, bytes[1], s->idx_out, s->idx_in, (int)n, 0, 32,
+                                         b->stream));
+    s->temp_bytes = bytes[0] > bytes[1] ? bytes[0] : bytes[1];
+    {
+        emb_scratch_part parts[] = {{(void **)&s->keys_in, n * 4}, {(void **)&s->keys_out, n * 4},
+                                    {(void **)&s->idx_in, n * 4},  {(void **)&s->idx_out, n * 4},
+                                    {(void **)&s->nonzero, 8},     {&s->temp, s->temp_bytes}};
+        st = emb_scratch_get(b, parts, 6);
+    }
+out:
+    return st;
+}
+
+/* MFU / TOPK_NORM: the rows with the largest non-zero keys, at most k, ties
+ * toward lower ids, ascending (as emb_select.c's cpr_emb_topk). */
+static cpr_status select_topk(cpr_emb *t, emb_cuda_table *b, uint32_t shard,
+                              const uint32_t *source, uint64_t k, uint64_t *ids, size_t *count)
+{
+    uint64_t n = cpr_emb_geom_shard_rows(t, shard), first = cpr_emb_geom_first(t, shard);
+    uint64_t stride = cpr_emb_geom_stride(t), take;
+    uint32_t *picked = NULL;
+    topk_scratch s;
+    cpr_status st = CPR_OK;
+    if (k == 0) {
+        *count = 0;
+        return CPR_OK;
+    }
+    st = topk_scratch_get(b, n, &s);
+    if (st)
+        goto out;
+    CHECK(cudaMemsetAsync(s.nonzero, 0, sizeof(ull), b->stream));
+    topk_keys_kernel<<<emb_blocks(n, 256), 256, 0, b->stream>>>(source, first, stride, n,
+                                                                 s.keys_in, s.idx_in, s.nonzero);
+    CHECK_LAUNCH();
+    CHECK(cub::DeviceRadixSort::SortPairsDescending(s.temp, s.temp_bytes, s.keys_in, s.keys_out,
+                                                    s.idx_in, s.idx_out, (int)n, 0, 32,
+                                                    b->stream));
+    CHECK(cudaMemcpyAsync(b->pinned_small, s.nonzero, sizeof(ull), cudaMemcpyDeviceToHost,
+                          b->stream));
+    CHECK(cudaStreamSynchronize(b->stream));
+    take = b->pinned_small[0] < k ? b->pinned_small[0] : k;
+    if (take) {
+        picked = (uint32_t *)malloc(take * sizeof *picked);
+        if (!picked) {
+            st = cpr_fail(CPR_NO_MEMORY, "out of memory selecting %llu rows",
+                          (unsigned long long)take);
+            goto out;
+        }
+        CHECK(cub::DeviceRadixSort::SortKeys(s.temp, s.temp_bytes, s.idx_out, s.idx_in,
+                                             (int)take, 0, 32, b->stream));
+        CHECK(cudaMemcpyAsync(picked, s.idx_in, take * sizeof *picked, cudaMemcpyDeviceToHost,
+                              b->stream));
+        CHECK(cudaStreamSynchronize(b->stream));
+        for (uint64_t i = 0; i < take; i++)
+            ids[i] = first + picked[i] * stride;
+    }
+    *count = (size_t)take;
+out:
+    free(picked);
+    return st;
+}
+
+extern "C" cpr_status cpr_emb_cuda_select(cpr_emb *t, uint32_t shard, cpr_policy policy,
+                                          uint64_t budget_rows, uint64_t *ids, size_t cap,
+                                          size_t *n)
+{
+    emb_cuda_table *b = CUDA_T(t);
+    uint64_t rows = cpr_emb_geom_shard_rows(t, shard);
+    uint64_t k = budget_rows < cap ? budget_rows : cap;
+    size_t count = 0;
+    cpr_status st = CPR_OK;
+    CHECK(cudaSetDevice(b->device));
+    switch (policy) {
+    case CPR_POLICY_FULL:
+        for (uint64_t i = 0; i < rows; i++)
+            ids[count++] = cpr_emb_geom_row(t, shard, i);
+        break;
+    case CPR_POLICY_DELTA:
+        st = select_delta(t, b, shard, ids, cap, &count);
+        break;
+    case CPR_POLICY_MFU:
+        st = select_topk(t, b, shard, b->counts, k, ids, &count);
+        break;
+    case CPR_POLICY_TOPK_NORM: /* non-negative floats order like their bits */
+        st = select_topk(t, b, shard, (const uint32_t *)b->norm, k, ids, &count);
+        break;
+    case CPR_POLICY_SSU:
+        count = ssu_select(t, shard, k, ids, cap);
+        break;
+    }
+    if (st == CPR_OK)
+        *n = count;
+out:
+    return st;
+}
+
+/* ---- saves --------------------------------------------------------------------------- */
+
+static int consistent_policy(cpr_policy policy)
+{
+    return policy == CPR_POLICY_FULL || policy == CPR_POLICY_DELTA;
+}
+
+EMB_HIDDEN void emb_free_pending(emb_pending *p)
+{
+    cudaFree(p->d_ids);
+    cudaFree(p->d_counts);
+    cudaFree(p->d_norm);
+    cudaFree(p->d_dirty);
+    free(p->sampled);
+    free(p);
+}
+
+/* Move the ids' tracker values into the pending arrays; *count_sum += the
+ * counts moved. Ids are distinct (strictly ascending), so rows do not race. */
+static __global__ void save_begin_kernel(const uint64_t *ids, size_t n, uint32_t *counts,
+                                         float *norm, ull *dirty, uint32_t *p_counts,
+                                         float *p_norm, uint8_t *p_dirty, ull *count_sum)
+{
+    ull sum = 0;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x) {
+        uint64_t row = ids[i];
+        if (p_counts) {
+            p_counts[i] = counts[row];
+            sum += counts[row];
+            counts[row] = 0;
+        }
+        if (p_norm) {
+            p_norm[i] = norm[row];
+            norm[row] = 0.0f;
+        }
+        if (p_dirty) {
+            ull mask = 1ull << (row & 63);
+            p_dirty[i] = (atomicAnd(&dirty[row >> 6], ~mask) & mask) != 0;
+        }
+    }
+    for (int off = 16; off > 0; off /= 2) /* every lane gets here: blockDim % 32 == 0 */
+        sum += __shfl_down_sync(0xffffffffu, sum, off);
+    if ((threadIdx.x & 31) == 0 && sum)
+        atomicAdd(count_sum, sum);
+}
+
+static cpr_status pending_alloc(const emb_cuda_table *b, const cpr_emb_save *save,
+                                emb_pending **out)
+{
+    size_t n = save->n;
+    int cons = consistent_policy(save->policy);
+    cpr_status st = CPR_OK;
+    emb_pending *p = (emb_pending *)calloc(1, sizeof *p);
+    if (!p)
+        return cpr_fail(CPR_NO_MEMORY, "out of memory starting a save");
+    if (n) { /* as emb_cpu.c: an empty save has no pending arrays */
+        CHECK(cudaMalloc(&p->d_ids, n * sizeof(uint64_t)));
+        if (b->counts)
+            CHECK(cudaMalloc(&p->d_counts, n * sizeof(uint32_t)));
+        if (b->norm)
+            CHECK(cudaMalloc(&p->d_norm, n * sizeof(float)));
+        if (b->dirty && cons)
+            CHECK(cudaMalloc(&p->d_dirty, n));
+        if (b->member)
+            p->sampled = (uint8_t *)calloc(n, 1);
+        if (b->member && !p->sampled) {
+            st = cpr_fail(CPR_NO_MEMORY, "out of memory starting a save of %zu rows", n);
+            goto out;
+        }
+    }
+out:
+    if (st)
+        emb_free_pending(p);
+    else
+        *out = p;
+    return st;
+}
+
+extern "C" cpr_status cpr_emb_cuda_save_begin(cpr_emb *t, cpr_emb_save *save)
+{
+    emb_cuda_table *b = CUDA_T(t);
+    emb_shard_host *sc = &b->shards[save->shard];
+    int cons = consistent_policy(save->policy);
+    emb_pending *p = NULL;
+    ull *sum_dev = NULL;
+    emb_scratch_part parts[] = {{(void **)&sum_dev, sizeof(ull)}};
+    cpr_status st = CPR_OK;
+    if (cons && sc->open_consistent)
+        return cpr_fail(CPR_FAILED_PRECONDITION, "shard %u already has an open FULL/DELTA "
+                        "save; commit or abort it first", save->shard);
+    CHECK(cudaSetDevice(b->device));
+    st = pending_alloc(b, save, &p);
+    if (!st)
+        st = emb_scratch_get(b, parts, 1);
+    if (st)
+        goto out;
+    CHECK(cudaMemsetAsync(sum_dev, 0, sizeof(ull), b->stream));
+    if (save->n) {
+        CHECK(cudaMemcpyAsync(p->d_ids, save->ids, save->n * sizeof(uint64_t),
+                              cudaMemcpyHostToDevice, b->stream));
+        save_begin_kernel<<<emb_blocks(save->n, 256), 256, 0, b->stream>>>(
+            p->d_ids, save->n, b->counts, b->norm, b->dirty, p->d_counts, p->d_norm,
+            p->d_dirty, sum_dev);
+        CHECK_LAUNCH();
+    }
+    CHECK(cudaMemcpyAsync(b->pinned_small, sum_dev, sizeof(ull), cudaMemcpyDeviceToHost,
+                          b->stream));
+    CHECK(cudaMemcpyAsync(b->pinned_small + 1, &b->shards_dev[save->shard].unsaved,
+                          sizeof(ull), cudaMemcpyDeviceToHost, b->stream));
+    CHECK(cudaStreamSynchronize(b->stream));
+    p->count_sum = b->pinned_small[0];
+    p->unsaved_at_begin = b->pinned_small[1];
+    ssu_hold(t, save, p->sampled);
+    p->save = save;
+    p->next = b->open;
+    b->open = p;
+    save->backend = p;
+    sc->open_saves++;
+    sc->open_consistent |= cons;
+out:
+    if (st && p)
+        emb_free_pending(p);
+    return st;
+}
+
+/* Rows ids[0..n) into vals (n x dim) and state (n x sd). One block per row. */
+static __global__ void gather_kernel(const uint64_t *ids, size_t n, const float *weights,
+                                     const float *state, uint32_t dim, uint32_t sd, float *vals,
+                                     float *state_out)
+{
+    for (size_t i = blockIdx.x; i < n; i += gridDim.x) {
+        uint64_t row = ids[i];
+        for (uint32_t j = threadIdx.x; j < dim; j += blockDim.x)
+            vals[i * dim + j] = weights[row * dim + j];
+        for (uint32_t j = threadIdx.x; j < sd; j += blockDim.x)
+            state_out[i * sd + j] = state[row * sd + j];
+    }
+}
+
+extern "C" cpr_status cpr_emb_cuda_gather(cpr_emb *t, const cpr_emb_save *save, float *values,
+                                          float *state)
+{
+    emb_cuda_table *b = CUDA_T(t);
+    const emb_pending *p = (const emb_pending *)save->backend;
+    uint32_t dim = t->cfg.dim, sd = t->state_dim;
+    size_t row_bytes = ((size_t)dim + sd) * sizeof(float);
+    size_t chunk = EMB_STAGING_BYTES / row_bytes < save->n ? EMB_STAGING_BYTES / row_bytes
+                                                            : save->n;
+    float *dev = NULL, *host;
+    emb_scratch_part parts[] = {{(void **)&dev, chunk * row_bytes}};
+    cpr_status st = CPR_OK;
+    if (!p)
+        return cpr_fail(CPR_FAILED_PRECONDITION, "gather of a save whose table state is gone");
+    if (save->n == 0)
+        return CPR_OK;
+    CHECK(cudaSetDevice(b->device));
+    st = emb_pinned_get(b);
+    if (!st)
+        st = emb_scratch_get(b, parts, 1);
+    if (st)
+        goto out;
+    host = (float *)b->pinned;
+    for (size_t off = 0; off < save->n; off += chunk) {
+        size_t m = save->n - off < chunk ? save->n - off : chunk;
+        gather_kernel<<<emb_blocks(m, 1), emb_row_threads(dim), 0, b->stream>>>(
+            p->d_ids + off, m, b->weights, b->state, dim, sd, dev, dev + m * dim);
+        CHECK_LAUNCH();
+        CHECK(cudaMemcpyAsync(host, dev, m * row_bytes, cudaMemcpyDeviceToHost, b->stream));
+        CHECK(cudaStreamSynchronize(b->stream));
+        memcpy(values + off * dim, host, m * dim * sizeof(float));
+        if (sd)
+            memcpy(state + off * sd, host + m * dim, m * sd * sizeof(float));
+    }
+out:
+    return st;
+}
+
+/* Abort: the pending values go back to their rows (emb_cpu.c's restore_pending). */
+static __global__ void restore_kernel(const uint64_t *ids, size_t n, uint32_t *counts, float *norm,
+                                      ull *dirty, const uint32_t *p_counts, const float *p_norm,
+                                      const uint8_t *p_dirty)
+{
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x) {
+        uint64_t row = ids[i];
+        if (p_counts) {
+            uint64_t c = (uint64_t)counts[row] + p_counts[i];
+            counts[row] = c > UINT32_MAX ? UINT32_MAX : (uint32_t)c;
+        }
+        if (p_norm)
+            norm[row] = __fadd_rn(norm[row], p_norm[i]);
+        if (p_dirty && p_dirty[i])
+            atomicOr(&dirty[row >> 6], 1ull << (row & 63));
+    }
+}
+
+static cpr_status save_end_device(emb_cuda_table *b, const cpr_emb_save *save,
+                                  const emb_pending *p, int committed)
+{
+    cpr_status st = CPR_OK;
+    ull saved;
+    CHECK(cudaSetDevice(b->device));
+    if (committed) {
+        /* With counts, exactly the saved rows' events; without, a FULL or
+         * DELTA save covers everything the shard had at begin. */
+        saved = p->d_counts ? p->count_sum
+                : consistent_policy(save->policy) ? p->unsaved_at_begin : 0;
+        sub_clamped_kernel<<<1, 1, 0, b->stream>>>(&b->shards_dev[save->shard].unsaved, saved);
+        CHECK_LAUNCH();
+    } else if (save->n) {
+        restore_kernel<<<emb_blocks(save->n, 256), 256, 0, b->stream>>>(
+            p->d_ids, save->n, b->counts, b->norm, b->dirty, p->d_counts, p->d_norm, p->d_dirty);
+        CHECK_LAUNCH();
+    }
+    CHECK(cudaStreamSynchronize(b->stream));
+out:
+    return st;
+}
+
+/* Cannot fail by contract: a CUDA error here is logged (the device is then
+ * unusable anyway and the next call reports it). */
+extern "C" void cpr_emb_cuda_save_end(cpr_emb *t, cpr_emb_save *save, int committed)
+{
+    emb_cuda_table *b = CUDA_T(t);
+    emb_pending *p = (emb_pending *)save->backend;
+    emb_shard_host *sc;
+    if (!p)
+        return; /* the table was destroyed first */
+    for (emb_pending **pp = &b->open; *pp; pp = &(*pp)->next) {
+        if (*pp == p) {
+            *pp = p->next;
+            break;
+        }
+    }
+    sc = &b->shards[save->shard];
+    if (!p->wiped && save_end_device(b, save, p, committed) != CPR_OK)
+        cpr_log(CPR_LOG_ERROR, "embedding: ending a save of shard %u: %s", save->shard,
+                cpr_errmsg());
+    if (!p->wiped)
+        ssu_release(t, save, p->sampled, committed);
+    sc->open_saves--;
+    if (consistent_policy(save->policy))
+        sc->open_consistent = 0;
+    emb_free_pending(p);
+    save->backend = NULL;
+}
+
+/* ---- apply and wipe ----------------------------------------------------------------- */
+
+/* The row now equals a stored copy: nothing about it is unsaved (device
+ * trackers; the SSU sample is cleared on the host). Cleared counts collect
+ * per shard in `cleared` and leave unsaved_events afterwards in one step per
+ * shard (the same as emb_cpu.c's per-row clamped subtraction, since a
+ * shard's unsaved events are never fewer than its rows' counts). */
+static __device__ void clear_row_trackers(uint64_t row, uint32_t *counts, float *norm, ull *dirty,
+                                          ull *cleared, emb_geom g)
+{
+    if (counts) {
+        uint32_t c = counts[row];
+        counts[row] = 0;
+        if (c)
+            atomicAdd(&cleared[emb_dev_shard_of(g, row)], (ull)c);
+    }
+    if (norm)
+        norm[row] = 0.0f;
+    if (dirty)
+        atomicAnd(&dirty[row >> 6], ~(1ull << (row & 63)));
+}
+
+/* Write rows ids[0..n) from vals/state_in and clear their trackers. Ids are
+ * distinct. One block per row. */
+static __global__ void scatter_kernel(const uint64_t *ids, size_t n, const float *vals,
+                                      const float *state_in, float *weights, float *state,
+                                      uint32_t dim, uint32_t sd, uint32_t *counts, float *norm,
+                                      ull *dirty, ull *cleared, emb_geom g)
+{
+    for (size_t i = blockIdx.x; i < n; i += gridDim.x) {
+        uint64_t row = ids[i];
+        for (uint32_t j = threadIdx.x; j < dim; j += blockDim.x)
+            weights[row * dim + j] = vals[i * dim + j];
+        for (uint32_t j = threadIdx.x; j < sd; j += blockDim.x)
+            state[row * sd + j] = state_in[i * sd + j];
+        if (threadIdx.x == 0)
+            clear_row_trackers(row, counts, norm, dirty, cleared, g);
+    }
+}
+
+/* unsaved_events of every shard -= its cleared counts (clamped at 0). */
+static __global__ void sub_cleared_kernel(emb_shard_dev *shards, const ull *cleared,
+                                          uint32_t num_shards)
+{
+    for (uint32_t s = blockIdx.x * blockDim.x + threadIdx.x; s < num_shards;
+         s += gridDim.x * blockDim.x)
+        if (cleared[s])
+            sub_clamped(&shards[s].unsaved, cleared[s]);
+}
+
+typedef struct id_at {
+    uint64_t id;
+    size_t at;
+} id_at;
+
+static int id_at_cmp(const void *a, const void *b)
+{
+    const id_at *x = (const id_at *)a, *y = (const id_at *)b;
+    if (x->id != y->id)
+        return x->id < y->id ? -1 : 1;
+    return x->at < y->at ? -1 : x->at > y->at;
+}
+
+/* Positions of `ids` to write: all of them when they are strictly ascending
+ * (*src NULL), else the last position of each distinct id (a repeated id
+ * ends with its last values, as when emb_cpu.c writes them in order). */
+static cpr_status apply_order(const uint64_t *ids, size_t n, size_t **src, size_t *m)
+{
+    id_at *pairs;
+    size_t i = 1, kept = 0;
+    while (i < n && ids[i - 1] < ids[i])
+        i++;
+    *src = NULL;
+    *m = n;
+    if (i >= n)
+        return CPR_OK;
+    pairs = (id_at *)malloc(n * sizeof *pairs);
+    *src = (size_t *)malloc(n * sizeof **src);
+    if (!pairs || !*src) {
+        free(pairs);
+        free(*src);
+        *src = NULL;
+        return cpr_fail(CPR_NO_MEMORY, "out of memory ordering %zu restored rows", n);
+    }
+    for (i = 0; i < n; i++) {
+        pairs[i].id = ids[i];
+        pairs[i].at = i;
+    }
+    qsort(pairs, n, sizeof *pairs, id_at_cmp);
+    for (i = 0; i < n; i++)
+        if (i + 1 == n || pairs[i + 1].id != pairs[i].id)
+            (*src)[kept++] = pairs[i].at;
+    free(pairs);
+    *m = kept;
+    return CPR_OK;
+}
+
+/* Fill the pinned staging with rows src[off..off+c) as [ids][values][state]. */
+static void stage_rows(const cpr_emb *t, char *stage, const uint64_t *ids, const float *values,
+                       const float *state, const size_t *src, size_t off, size_t c)
+{
+    uint32_t dim = t->cfg.dim, sd = t->state_dim;
+    uint64_t *sid = (uint64_t *)stage;
+    float *sval = (float *)(stage + c * sizeof(uint64_t)), *sst = sval + c * dim;
+    for (size_t i = 0; i < c; i++) {
+        size_t k = src ? src[off + i] : off + i;
+        sid[i] = ids[k];
+        memcpy(sval + i * dim, values + k * dim, dim * sizeof(float));
+        if (sd)
+            memcpy(sst + i * sd, state + k * sd, sd * sizeof(float));
+    }
+}
+
+extern "C" cpr_status cpr_emb_cuda_apply(cpr_emb *t, const uint64_t *ids, size_t n,
+                                         const float *values, const float *state)
+{
+    emb_cuda_table *b = CUDA_T(t);
+    uint32_t dim = t->cfg.dim, sd = t->state_dim;
+    size_t row_bytes = sizeof(uint64_t) + ((size_t)dim + sd) * sizeof(float);
+    size_t chunk = EMB_STAGING_BYTES / row_bytes < n ? EMB_STAGING_BYTES / row_bytes : n;
+    size_t m = 0, *src = NULL;
+    uint32_t shards = t->cfg.num_shards;
+    char *dev = NULL;
+    ull *cleared = NULL;
+    emb_scratch_part parts[] = {{(void **)&dev, chunk * row_bytes},
+                                {(void **)&cleared, shards * sizeof(ull)}};
+    cpr_status st = CPR_OK;
+    if (n == 0)
+        return CPR_OK;
+    CHECK(cudaSetDevice(b->device));
+    st = apply_order(ids, n, &src, &m);
+    if (!st)
+        st = emb_pinned_get(b);
+    if (!st)
+        st = emb_scratch_get(b, parts, 2);
+    if (st)
+        goto out;
+    CHECK(cudaMemsetAsync(cleared, 0, shards * sizeof(ull), b->stream));
+    for (size_t off = 0; off < m; off += chunk) {
+        size_t c = m - off < chunk ? m - off : chunk;
+        float *dvals = (float *)(dev + c * sizeof(uint64_t));
+        stage_rows(t, (char *)b->pinned, ids, values, state, src, off, c);
+        CHECK(cudaMemcpyAsync(dev, b->pinned, c * row_bytes, cudaMemcpyHostToDevice,
+                              b->stream));
+        scatter_kernel<<<emb_blocks(c, 1), emb_row_threads(dim), 0, b->stream>>>(
+            (const uint64_t *)dev, c, dvals, dvals + c * dim, b->weights, b->state, dim, sd,
+            b->counts, b->norm, b->dirty, cleared, b->geom);
+        CHECK_LAUNCH();
+        CHECK(cudaStreamSynchronize(b->stream)); /* the staging buffer is reused */
+    }
+    if (b->counts) {
+        sub_cleared_kernel<<<emb_blocks(shards, 256), 256, 0, b->stream>>>(b->shards_dev,
+                                                                           cleared, shards);
+        CHECK_LAUNCH();
+        CHECK(cudaStreamSynchronize(b->stream));
+    }
+    for (size_t i = 0; b->member && i < n; i++)
+        ssu_forget(b, &b->shards[cpr_emb_geom_shard_of(t, ids[i])].ssu, ids[i]);
+    for (uint32_t s = 0; b->member && s < shards; s++)
+        ssu_compact(b, &b->shards[s].ssu);
+out:
+    free(src);
+    return st;
+}
+
+/* Zero rows first + i * stride, i < n: values, state and trackers. */
+static __global__ void wipe_kernel(uint64_t first, uint64_t stride, uint64_t n, float *weights,
+                                   float *state, uint32_t dim, uint32_t sd, uint32_t *counts,
+                                   float *norm, ull *dirty)
+{
+    for (uint64_t i = blockIdx.x; i < n; i += gridDim.x) {
+        uint64_t row = first + i * stride;
+        for (uint32_t j = threadIdx.x; j < dim; j += blockDim.x)
+            weights[row * dim + j] = 0.0f;
+        for (uint32_t j = threadIdx.x; j < sd; j += blockDim.x)
+            state[row * sd + j] = 0.0f;
+        if (threadIdx.x == 0) {
+            if (counts)
+                counts[row] = 0;
+            if (norm)
+                norm[row] = 0.0f;
+            if (dirty)
+                atomicAnd(&dirty[row >> 6], ~(1ull << (row & 63)));
+        }
+    }
+}
+
+extern "C" cpr_status cpr_emb_cuda_wipe_shard(cpr_emb *t, uint32_t shard, uint64_t *lost_events)
+{
+    emb_cuda_table *b = CUDA_T(t);
+    emb_ssu_list *l = &b->shards[shard].ssu;
+    uint64_t n = cpr_emb_geom_shard_rows(t, shard), lost;
+    cpr_status st = CPR_OK;
+    CHECK(cudaSetDevice(b->device));
+    CHECK(cudaMemcpyAsync(b->pinned_small, &b->shards_dev[shard].unsaved, sizeof(ull),
+                          cudaMemcpyDeviceToHost, b->stream));
+    wipe_kernel<<<emb_blocks(n, 1), emb_row_threads(t->cfg.dim), 0, b->stream>>>(
+        cpr_emb_geom_first(t, shard), cpr_emb_geom_stride(t), n, b->weights, b->state,
+        t->cfg.dim, t->state_dim, b->counts, b->norm, b->dirty);
+    CHECK_LAUNCH();
+    CHECK(cudaMemsetAsync(&b->shards_dev[shard].unsaved, 0, sizeof(ull), b->stream));
+    CHECK(cudaStreamSynchronize(b->stream));
+    lost = b->pinned_small[0];
+    for (emb_pending *p = b->open; p; p = p->next)
+        if (p->save->shard == shard)
+            p->wiped = 1;
+    for (size_t i = 0; b->member && i < l->len; i++) /* every member is in the list */
+        ssu_forget(b, l, l->ids[i]);
+    if (b->member)
+        ssu_compact(b, l);
+    if (lost_events)
+        *lost_events = lost;
+out:
+    return st;
+}

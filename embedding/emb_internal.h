@@ -1,0 +1,104 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * Internals shared by the embedding front end (emb.c: validation, defaults,
+ * shard geometry, dispatch) and its two backends: emb_cpu.c and emb_cuda.cu
+ * (emb_cuda_none.c when CUDA is not built). The front end validates every
+ * host-visible argument before a backend runs, so backends may assume:
+ * shard < num_shards; ids < rows; policies have their trackers; budgets are
+ * resolved to a row count (`budget_rows`). Index/offset arrays of CUDA tables
+ * live on the device and are checked there (CPR_INVALID_ARGUMENT on a bad one).
+ * A backend's destroy frees the saves still open on the table (each
+ * cpr_emb_save, its ids and its pending state): cpr_emb_destroy ends them.
+ */
+#ifndef CPR_EMB_INTERNAL_H
+#define CPR_EMB_INTERNAL_H
+
+#include "cpr/embedding.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+struct cpr_emb {
+    cpr_emb_config cfg;        /* defaults filled in */
+    uint32_t state_dim;
+    uint64_t range_rows;       /* RANGE scheme: rows per shard (last may be short) */
+    void *backend;             /* emb_cpu.c / emb_cuda.cu private state */
+};
+
+struct cpr_emb_save {
+    uint32_t shard;
+    cpr_policy policy;
+    size_t n;
+    uint64_t *ids;             /* host, ascending; owned */
+    void *backend;             /* pending tracker values; owned by the backend */
+};
+
+/* Shard geometry (emb.c). */
+uint32_t cpr_emb_geom_shard_of(const cpr_emb *t, uint64_t row);
+uint64_t cpr_emb_geom_shard_rows(const cpr_emb *t, uint32_t shard);
+/* First row of a shard and the stride between its rows (1 or num_shards). */
+uint64_t cpr_emb_geom_first(const cpr_emb *t, uint32_t shard);
+uint64_t cpr_emb_geom_stride(const cpr_emb *t);
+/* The i-th row of a shard. */
+uint64_t cpr_emb_geom_row(const cpr_emb *t, uint32_t shard, uint64_t i);
+
+/* Backend entry points: identical signatures for cpu_ and cuda_. */
+#define CPR_EMB_BACKEND(prefix)                                                          \
+    cpr_status prefix##create(cpr_emb *t);                                               \
+    void prefix##destroy(cpr_emb *t);                                                    \
+    cpr_status prefix##forward(cpr_emb *t, const int64_t *indices, size_t n_indices,     \
+                               const int64_t *offsets, size_t n_bags, cpr_pooling pooling, \
+                               float *out);                                              \
+    cpr_status prefix##backward(cpr_emb *t, const int64_t *indices, size_t n_indices,    \
+                                const int64_t *offsets, size_t n_bags, cpr_pooling pooling, \
+                                const float *grad);                                      \
+    cpr_status prefix##stats(const cpr_emb *t, uint32_t shard, cpr_emb_stats *out);      \
+    cpr_status prefix##select(cpr_emb *t, uint32_t shard, cpr_policy policy,             \
+                              uint64_t budget_rows, uint64_t *ids, size_t cap, size_t *n); \
+    cpr_status prefix##save_begin(cpr_emb *t, cpr_emb_save *save);                       \
+    cpr_status prefix##gather(cpr_emb *t, const cpr_emb_save *save, float *values,       \
+                              float *state);                                             \
+    void prefix##save_end(cpr_emb *t, cpr_emb_save *save, int committed);               \
+    cpr_status prefix##apply(cpr_emb *t, const uint64_t *ids, size_t n,                  \
+                             const float *values, const float *state);                   \
+    cpr_status prefix##wipe_shard(cpr_emb *t, uint32_t shard, uint64_t *lost_events);
+
+CPR_EMB_BACKEND(cpr_emb_cpu_)
+CPR_EMB_BACKEND(cpr_emb_cuda_)
+
+/* 1 if the CUDA backend was compiled in. */
+int cpr_emb_cuda_built(void);
+
+/* Deterministic per-access sampling hash shared by both backends so that a
+ * CPU and a GPU table make the same SSU decisions: 64-bit mix of (seed,
+ * backward call number, position of the occurrence in the call). */
+static inline uint64_t cpr_emb_mix64(uint64_t x)
+{
+    x += 0x9e3779b97f4a7c15ULL;
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+    return x ^ (x >> 31);
+}
+
+/* Initial weight of element j of `row`: U(-scale, scale) from a hash, so
+ * both backends (and any shard layout) start from identical tables. */
+static inline float cpr_emb_init_value(uint64_t seed, uint64_t row, uint32_t j, float scale)
+{
+    uint64_t h = cpr_emb_mix64(cpr_emb_mix64(seed ^ 0x5eedULL) ^ cpr_emb_mix64(row) ^ j);
+    double u = (double)(h >> 11) * (1.0 / 9007199254740992.0); /* [0, 1) */
+    return (float)((2.0 * u - 1.0) * scale);
+}
+
+/* SSU: is occurrence `pos` of backward call `call` sampled at `threshold`
+ * (= ssu_rate * 2^64, saturated)? */
+static inline int cpr_emb_sampled(uint64_t seed, uint64_t call, uint64_t pos,
+                                  uint64_t threshold)
+{
+    return cpr_emb_mix64(seed ^ cpr_emb_mix64(call * 0x100000001b3ULL + pos)) < threshold;
+}
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* CPR_EMB_INTERNAL_H */

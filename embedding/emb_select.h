@@ -1,0 +1,23 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * Top-k row selection over a shard by a 32-bit key (MFU counts, or the bit
+ * pattern of non-negative float norms, which orders like the floats), by
+ * radix select: two 16-bit histogram passes find the k-th largest key, a
+ * third pass collects the rows in ascending id order. O(rows) time, 512 KiB
+ * of histograms, no per-row scratch, deterministic (ties toward lower ids).
+ */
+#ifndef CPR_EMB_SELECT_H
+#define CPR_EMB_SELECT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "emb_internal.h"
+
+/* Rows of `shard` with the largest non-zero keys[row] (32-bit values, read
+ * with memcpy so float arrays may be passed), at most k, ascending into ids
+ * (room for k). Returns how many. */
+size_t cpr_emb_topk(const cpr_emb *t, uint32_t shard, const void *keys, uint64_t k,
+                    uint64_t *ids);
+
+#endif /* CPR_EMB_SELECT_H */

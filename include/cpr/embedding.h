@@ -1,0 +1,229 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * cpr/embedding.h - embedding tables for recommendation models, with the
+ * access tracking and row selection that CPR's prioritized checkpointing
+ * needs. One API for CPU tables and CUDA tables (chosen at creation).
+ *
+ * Training: EmbeddingBag forward (sum or mean pooling over bags given as
+ * indices + offsets, like PyTorch's nn.EmbeddingBag) and a backward that
+ * applies the sparse update directly (SGD, row-wise Adagrad, Adagrad) and,
+ * in the same pass, updates the trackers:
+ *   counts   update events per row since the row was last saved   (MFU)
+ *   dirty    rows modified since the shard's last FULL/DELTA save  (DELTA)
+ *   sampled  a sub-sample of used rows, each access kept with
+ *            probability ssu_rate, at most ssu_capacity rows/shard  (SSU)
+ *   norm     accumulated squared update magnitude since last save  (TOPK_NORM)
+ *   unsaved  per shard: update events not yet in a committed save  (PLS)
+ *
+ * Saving a shard (the save protocol):
+ *   cpr_emb_select      choose rows by policy and budget;
+ *   cpr_emb_save_begin  move the chosen rows' tracker values into a pending
+ *                       save (training may go on and re-dirty them);
+ *   cpr_emb_gather      copy ids, values and optimizer state into host memory;
+ *   cpr_emb_save_commit once the checkpoint committed: drop the pending values
+ *                       (the rows are now saved); or
+ *   cpr_emb_save_abort  the save failed: the pending values return, as if the
+ *                       save had never started.
+ * Invariant: for every row, live tracker value + pending values of open saves
+ * = accumulation since the row's last committed save. unsaved_events counts
+ * both, so PLS is exact even while saves are in flight.
+ *
+ * Memory spaces: for CPU tables every pointer is host memory. For CUDA tables
+ * the training arrays (indices, offsets, output, gradients) are device
+ * pointers; ids, values and state of select/gather/apply are host memory.
+ *
+ * Threading: a table is used by one thread at a time (like a model replica).
+ * Errors: cpr_status; cpr_errmsg() says what to fix; out-parameters are
+ * written only on success; a failed call leaves the table unchanged.
+ */
+#ifndef CPR_EMBEDDING_H
+#define CPR_EMBEDDING_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "cpr/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct cpr_emb cpr_emb;
+typedef struct cpr_emb_save cpr_emb_save;
+
+typedef enum cpr_optimizer {
+    CPR_OPT_SGD = 0,             /* no state */
+    CPR_OPT_ROWWISE_ADAGRAD = 1, /* 1 float of state per row */
+    CPR_OPT_ADAGRAD = 2          /* dim floats of state per row */
+} cpr_optimizer;
+
+typedef enum cpr_pooling { CPR_POOL_SUM = 0, CPR_POOL_MEAN = 1 } cpr_pooling;
+typedef enum cpr_device_kind { CPR_DEVICE_CPU = 0, CPR_DEVICE_CUDA = 1 } cpr_device_kind;
+
+/* Which rows a shard owns: contiguous ranges of ceil(rows / n), or row % n. */
+typedef enum cpr_shard_scheme { CPR_SHARD_RANGE = 0, CPR_SHARD_MODULO = 1 } cpr_shard_scheme;
+
+enum {
+    CPR_TRACK_COUNTS = 1,  /* MFU counts (also what unsaved_events sums) */
+    CPR_TRACK_DIRTY = 2,
+    CPR_TRACK_SSU = 4,
+    CPR_TRACK_NORM = 8,
+    CPR_TRACK_ALL = 15
+};
+
+typedef enum cpr_policy {
+    CPR_POLICY_FULL = 0,      /* every row of the shard */
+    CPR_POLICY_DELTA = 1,     /* rows dirty since the last FULL/DELTA save */
+    CPR_POLICY_MFU = 2,       /* top budget rows by update count */
+    CPR_POLICY_SSU = 3,       /* the sampled rows, up to budget, oldest first */
+    CPR_POLICY_TOPK_NORM = 4  /* top budget rows by accumulated |update|^2 */
+} cpr_policy;
+
+/* Name of a policy ("full", "delta", "mfu", "ssu", "topk-norm"); parse back
+ * with cpr_policy_parse (returns -1 if unknown). */
+const char *cpr_policy_name(cpr_policy policy);
+int cpr_policy_parse(const char *name);
+
+/*
+ * Zero-initialise, then set. Zero fields take the defaults in brackets.
+ * Fields are only ever appended.
+ */
+typedef struct cpr_emb_config {
+    uint64_t rows;             /* >= 1 */
+    uint32_t dim;              /* 1..4096 */
+    cpr_optimizer optimizer;   /* [SGD] */
+    float learning_rate;       /* [0.01] */
+    float eps;                 /* Adagrad epsilon [1e-8] */
+    float init_scale;          /* weights ~ U(-s, s) [1/sqrt(rows)]; state starts at 0 */
+    uint64_t seed;             /* weights and SSU sampling [0] */
+    uint32_t num_shards;       /* [1] */
+    cpr_shard_scheme scheme;   /* [RANGE] */
+    unsigned track;            /* CPR_TRACK_* bits; 0 = no tracking */
+    double ssu_rate;           /* probability an access is sampled [0.01] */
+    uint64_t ssu_capacity;     /* sampled rows kept per shard [rows/shards/8 + 1] */
+    cpr_device_kind device;    /* [CPU] */
+    int cuda_device;           /* [0] */
+} cpr_emb_config;
+
+/* Create a table; *out owns it (release with cpr_emb_destroy). Errors:
+ * CPR_INVALID_ARGUMENT (bad config), CPR_NO_MEMORY, CPR_CUDA (no device or
+ * built without CUDA, with the reason). */
+cpr_status cpr_emb_create(const cpr_emb_config *config, cpr_emb **out);
+/* Open saves end with the table: their handles are freed and must not be
+ * used afterwards. NULL is a no-op. */
+void cpr_emb_destroy(cpr_emb *table);
+
+uint64_t cpr_emb_rows(const cpr_emb *table);
+uint32_t cpr_emb_dim(const cpr_emb *table);
+uint32_t cpr_emb_state_dim(const cpr_emb *table); /* 0, 1 or dim */
+uint32_t cpr_emb_num_shards(const cpr_emb *table);
+cpr_device_kind cpr_emb_device(const cpr_emb *table);
+
+/* Shard that owns `row`; rows owned by `shard`. */
+uint32_t cpr_emb_shard_of(const cpr_emb *table, uint64_t row);
+uint64_t cpr_emb_shard_rows(const cpr_emb *table, uint32_t shard);
+
+/*
+ * out[b] = sum (or mean) of rows indices[offsets[b] .. offsets[b+1]) with
+ * offsets[n_bags] taken as n_indices; an empty bag gives zeros.
+ * out: n_bags x dim floats. CPR_INVALID_ARGUMENT for an index outside the
+ * table or offsets that are not non-decreasing within [0, n_indices].
+ */
+cpr_status cpr_emb_forward(cpr_emb *table, const int64_t *indices, size_t n_indices,
+                           const int64_t *offsets, size_t n_bags, cpr_pooling pooling,
+                           float *out);
+
+/*
+ * Apply the gradient of the loss with respect to the forward's output
+ * (grad: n_bags x dim) to the rows used, with the table's optimizer; occurrences
+ * of a row within one call are summed first (one optimizer step per row per
+ * call), and the trackers are updated in the same pass. Validation happens
+ * before anything changes.
+ */
+cpr_status cpr_emb_backward(cpr_emb *table, const int64_t *indices, size_t n_indices,
+                            const int64_t *offsets, size_t n_bags, cpr_pooling pooling,
+                            const float *grad);
+
+typedef struct cpr_emb_stats {
+    uint64_t update_events;   /* every row update event so far (this shard) */
+    uint64_t unsaved_events;  /* events not yet covered by a committed save */
+    uint64_t dirty_rows;      /* rows a DELTA would save now */
+    uint64_t sampled_rows;    /* rows in the SSU sample */
+    uint64_t touched_rows;    /* rows with a non-zero count */
+    uint64_t open_saves;
+} cpr_emb_stats;
+
+cpr_status cpr_emb_stats_get(const cpr_emb *table, uint32_t shard, cpr_emb_stats *out);
+
+/* Bytes of tracker memory per row for the tracker bits in `track`
+ * (documented overhead; SSU adds 8 bytes per sampled row). */
+double cpr_emb_tracker_bytes_per_row(unsigned track);
+
+/* A budget: exactly one of `fraction` (of the shard's rows, rounded up) or
+ * `rows`. Ignored by FULL and DELTA. */
+typedef struct cpr_budget {
+    double fraction;
+    uint64_t rows;
+} cpr_budget;
+
+/*
+ * Choose the rows `policy` saves for `shard`, in ascending id order, into
+ * ids[0 .. *n) (capacity `cap`; cpr_emb_shard_rows() always suffices).
+ * MFU and TOPK_NORM return the rows with the largest non-zero tracker values
+ * (at most budget; ties broken toward lower ids); SSU the oldest sampled rows
+ * (at most budget); DELTA every dirty row; FULL every row. Requires the
+ * policy's tracker (CPR_FAILED_PRECONDITION otherwise).
+ */
+cpr_status cpr_emb_select(cpr_emb *table, uint32_t shard, cpr_policy policy,
+                          cpr_budget budget, uint64_t *ids, size_t cap, size_t *n);
+
+/*
+ * Start saving rows ids[0..n) of `shard` under `policy` (the ids are
+ * copied). FULL and DELTA saves also clear the rows' dirty bits (restored on
+ * abort); at most one FULL/DELTA save per shard may be open
+ * (CPR_FAILED_PRECONDITION). Ids must belong to the shard.
+ */
+cpr_status cpr_emb_save_begin(cpr_emb *table, uint32_t shard, cpr_policy policy,
+                              const uint64_t *ids, size_t n, cpr_emb_save **out);
+
+/* Number of rows and the ids (ascending) of a save; valid until it ends. */
+size_t cpr_emb_save_rows(const cpr_emb_save *save);
+const uint64_t *cpr_emb_save_ids(const cpr_emb_save *save);
+
+/*
+ * Copy the save's rows into host memory: values (n x dim) and state
+ * (n x state_dim; may be NULL when state_dim is 0), in the order of
+ * cpr_emb_save_ids(). For CUDA tables the copy goes through pinned memory on
+ * the table's stream and has completed when this returns.
+ */
+cpr_status cpr_emb_gather(cpr_emb *table, const cpr_emb_save *save, float *values,
+                          float *state);
+
+/* The checkpoint holding the save committed: the pending tracker values are
+ * dropped. Frees `save`. */
+cpr_status cpr_emb_save_commit(cpr_emb *table, cpr_emb_save *save);
+/* The save failed: pending tracker values return to the rows. Frees `save`.
+ * NULL is a no-op. */
+void cpr_emb_save_abort(cpr_emb *table, cpr_emb_save *save);
+
+/*
+ * Write restored rows (values n x dim, state n x state_dim, host memory)
+ * into the table. The rows' trackers are cleared: they now equal their
+ * stored copies. CPR_INVALID_ARGUMENT for an id outside the table.
+ */
+cpr_status cpr_emb_apply(cpr_emb *table, const uint64_t *ids, size_t n,
+                         const float *values, const float *state);
+
+/*
+ * Emulate the loss of a shard's node: its rows, optimizer state and trackers
+ * are zeroed, and its open saves become inert (their commit or abort then
+ * changes nothing but frees them). Returns, in *lost_events (may be NULL),
+ * the shard's unsaved events at that moment: the updates a partial recovery
+ * loses.
+ */
+cpr_status cpr_emb_wipe_shard(cpr_emb *table, uint32_t shard, uint64_t *lost_events);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* CPR_EMBEDDING_H */
