@@ -94,6 +94,10 @@ static void prefetch_row(const cpu_table *b, uint64_t row, uint32_t dim, uint32_
         __builtin_prefetch(b->counts + row);
     if (b->norm)
         __builtin_prefetch(b->norm + row);
+    if (b->dirty)
+        __builtin_prefetch(b->dirty + (row >> 6));
+    if (b->member)
+        __builtin_prefetch(b->member + (row >> 6));
 }
 #define BIT_GET(map, i) (((map)[(i) >> 6] >> ((i) & 63)) & 1u)
 #define BIT_SET(map, i) ((map)[(i) >> 6] |= 1ull << ((i) & 63))
