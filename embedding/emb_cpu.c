@@ -25,16 +25,7 @@
 #include "cpr_common.h"
 #include "emb_internal.h"
 #include "emb_select.h"
-
-/* The SSU sample of a shard: members in sampling order (oldest first).
- * Every entry is a member (member bit set), each at most once; a member in
- * an open save is also marked in `ssu_pending` and skipped by selection, but
- * keeps its place, so an aborted save gives it back its age. */
-typedef struct ssu_list {
-    uint64_t *ids;
-    size_t len, cap;
-    uint64_t pending;       /* members held by open saves */
-} ssu_list;
+#include "emb_ssu.h"
 
 typedef struct shard_ctr {
     uint64_t events, unsaved;
@@ -66,9 +57,7 @@ typedef struct cpu_table {
     uint32_t *counts;
     uint64_t *dirty;        /* bitmap */
     float *norm;
-    uint64_t *member;       /* SSU membership bitmap */
-    uint64_t *ssu_pending;  /* SSU members held by an open save */
-    ssu_list *ssu;          /* per shard */
+    cpr_emb_ssu ssu;        /* the SSU sample (emb_ssu.c, shared with CUDA) */
     shard_ctr *shards;
     pending *open;
     uint64_t calls, ssu_threshold;
@@ -96,8 +85,8 @@ static void prefetch_row(const cpu_table *b, uint64_t row, uint32_t dim, uint32_
         __builtin_prefetch(b->norm + row);
     if (b->dirty)
         __builtin_prefetch(b->dirty + (row >> 6));
-    if (b->member)
-        __builtin_prefetch(b->member + (row >> 6));
+    if (b->ssu.member)
+        __builtin_prefetch(b->ssu.member + (row >> 6));
 }
 #define BIT_GET(map, i) (((map)[(i) >> 6] >> ((i) & 63)) & 1u)
 #define BIT_SET(map, i) ((map)[(i) >> 6] |= 1ull << ((i) & 63))
@@ -150,15 +139,18 @@ cpr_status cpr_emb_cpu_create(cpr_emb *t)
     b->counts = c->track & CPR_TRACK_COUNTS ? table_alloc(c->rows, 4, &oom) : NULL;
     b->dirty = c->track & CPR_TRACK_DIRTY ? table_alloc(words, 8, &oom) : NULL;
     b->norm = c->track & CPR_TRACK_NORM ? table_alloc(c->rows, 4, &oom) : NULL;
-    b->member = c->track & CPR_TRACK_SSU ? table_alloc(words, 8, &oom) : NULL;
-    b->ssu_pending = c->track & CPR_TRACK_SSU ? table_alloc(words, 8, &oom) : NULL;
-    b->ssu = xcalloc(c->num_shards, sizeof *b->ssu, &oom);
     b->shards = xcalloc(c->num_shards, sizeof *b->shards, &oom);
     b->gsum = xcalloc(c->dim, sizeof(float), &oom);
     if (oom) {
         cpr_emb_cpu_destroy(t);
         return cpr_fail(CPR_NO_MEMORY, "out of memory for a table of %llu x %u",
                         (unsigned long long)c->rows, c->dim);
+    }
+    cpr_status st = cpr_emb_ssu_init(&b->ssu, (c->track & CPR_TRACK_SSU) != 0, c->rows,
+                                     c->num_shards, c->ssu_capacity);
+    if (st) {
+        cpr_emb_cpu_destroy(t);
+        return st;
     }
     for (uint64_t r = 0; r < c->rows; r++)
         for (uint32_t j = 0; j < c->dim; j++)
@@ -184,16 +176,12 @@ void cpr_emb_cpu_destroy(cpr_emb *t)
         free(p->sampled);
         free(p);
     }
-    for (uint32_t s = 0; b->ssu && s < t->cfg.num_shards; s++)
-        free(b->ssu[s].ids);
+    cpr_emb_ssu_release(&b->ssu);
     free(b->weights);
     free(b->state);
     free(b->counts);
     free(b->dirty);
     free(b->norm);
-    free(b->member);
-    free(b->ssu_pending);
-    free(b->ssu);
     free(b->shards);
     free(b->occs);
     free(b->gsum);
@@ -326,46 +314,6 @@ static double step_row(cpr_emb *t, uint64_t row, const float *g)
     return change;
 }
 
-static void ssu_add(cpr_emb *t, uint64_t row, uint32_t shard)
-{
-    cpu_table *b = CPU(t);
-    ssu_list *l = &b->ssu[shard];
-    if (BIT_GET(b->member, row) || l->len >= t->cfg.ssu_capacity)
-        return; /* already sampled, or the shard's sample is full */
-    if (l->len == l->cap) {
-        size_t cap = l->cap ? l->cap * 2 : 64;
-        uint64_t *grown = realloc(l->ids, cap * sizeof *grown);
-        if (!grown)
-            return; /* sampling is best effort under memory pressure */
-        l->ids = grown;
-        l->cap = cap;
-    }
-    l->ids[l->len++] = row;
-    BIT_SET(b->member, row);
-}
-
-/* Drop the entries whose member bit was cleared, keeping the order. */
-static void ssu_compact(cpu_table *b, ssu_list *l)
-{
-    size_t keep = 0;
-    for (size_t i = 0; i < l->len; i++)
-        if (BIT_GET(b->member, l->ids[i]))
-            l->ids[keep++] = l->ids[i];
-    l->len = keep;
-}
-
-/* Remove `row` from the sample bitmaps (the caller compacts the list). */
-static void ssu_forget(cpu_table *b, ssu_list *l, uint64_t row)
-{
-    if (!BIT_GET(b->member, row))
-        return;
-    BIT_CLR(b->member, row);
-    if (BIT_GET(b->ssu_pending, row)) {
-        BIT_CLR(b->ssu_pending, row);
-        l->pending--;
-    }
-}
-
 /* Trackers of `row` after an update by `n_occ` occurrences (first at `first`). */
 static void track_row(cpr_emb *t, uint64_t row, const occ *first, size_t n_occ, double change)
 {
@@ -379,11 +327,11 @@ static void track_row(cpr_emb *t, uint64_t row, const occ *first, size_t n_occ, 
         BIT_SET(b->dirty, row);
     if (b->norm)
         b->norm[row] += (float)change;
-    if (b->member) {
+    if (b->ssu.member && !cpr_emb_ssu_is_member(&b->ssu, row)) {
         for (size_t k = 0; k < n_occ; k++) {
             uint64_t pos = (uint64_t)first[k].pos_hi << 32 | first[k].pos_lo;
             if (cpr_emb_sampled(t->cfg.seed, b->calls, pos, b->ssu_threshold)) {
-                ssu_add(t, row, shard);
+                cpr_emb_ssu_add(&b->ssu, shard, row);
                 break;
             }
         }
@@ -439,7 +387,7 @@ cpr_status cpr_emb_cpu_stats(const cpr_emb *t, uint32_t shard, cpr_emb_stats *ou
     uint64_t stride = cpr_emb_geom_stride(t);
     s.update_events = b->shards[shard].events;
     s.unsaved_events = b->shards[shard].unsaved;
-    s.sampled_rows = b->ssu[shard].len - b->ssu[shard].pending;
+    s.sampled_rows = cpr_emb_ssu_count(&b->ssu, shard);
     s.open_saves = b->shards[shard].open_saves;
     for (uint64_t i = 0; i < n; i++, row += stride) {
         s.dirty_rows += b->dirty && BIT_GET(b->dirty, row);
@@ -447,25 +395,6 @@ cpr_status cpr_emb_cpu_stats(const cpr_emb *t, uint32_t shard, cpr_emb_stats *ou
     }
     *out = s;
     return CPR_OK;
-}
-
-static int u64_cmp(const void *a, const void *b)
-{
-    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-    return x < y ? -1 : x > y;
-}
-
-/* SSU: the oldest members not held by an open save, at most budget, ascending. */
-static size_t select_ssu(cpr_emb *t, uint32_t shard, uint64_t budget, uint64_t *ids, size_t cap)
-{
-    cpu_table *b = CPU(t);
-    ssu_list *l = &b->ssu[shard];
-    size_t n = 0;
-    for (size_t i = 0; i < l->len && n < budget && n < cap; i++)
-        if (!BIT_GET(b->ssu_pending, l->ids[i]))
-            ids[n++] = l->ids[i];
-    qsort(ids, n, sizeof *ids, u64_cmp);
-    return n;
 }
 
 cpr_status cpr_emb_cpu_select(cpr_emb *t, uint32_t shard, cpr_policy policy,
@@ -497,7 +426,7 @@ cpr_status cpr_emb_cpu_select(cpr_emb *t, uint32_t shard, cpr_policy policy,
         count = cpr_emb_topk(t, shard, b->norm, k, ids);
         break;
     case CPR_POLICY_SSU:
-        count = select_ssu(t, shard, k, ids, cap);
+        count = cpr_emb_ssu_select(&b->ssu, shard, k, ids, cap);
         break;
     }
     *n = count;
@@ -534,7 +463,7 @@ cpr_status cpr_emb_cpu_save_begin(cpr_emb *t, cpr_emb_save *save)
     p->counts = b->counts ? xcalloc(save->n, 4, &oom) : NULL;
     p->norm = b->norm ? xcalloc(save->n, 4, &oom) : NULL;
     p->dirty = b->dirty && cons ? xcalloc(save->n, 1, &oom) : NULL;
-    p->sampled = b->member ? xcalloc(save->n, 1, &oom) : NULL;
+    p->sampled = b->ssu.member ? xcalloc(save->n, 1, &oom) : NULL;
     if (oom) {
         free_pending(p);
         return cpr_fail(CPR_NO_MEMORY, "out of memory starting a save of %zu rows", save->n);
@@ -554,12 +483,9 @@ cpr_status cpr_emb_cpu_save_begin(cpr_emb *t, cpr_emb_save *save)
             p->dirty[i] = (uint8_t)BIT_GET(b->dirty, row);
             BIT_CLR(b->dirty, row);
         }
-        if (p->sampled && BIT_GET(b->member, row) && !BIT_GET(b->ssu_pending, row)) {
-            p->sampled[i] = 1; /* keeps its place in the sample until commit */
-            BIT_SET(b->ssu_pending, row);
-            b->ssu[save->shard].pending++;
-        }
     }
+    if (p->sampled) /* held rows keep their place in the sample until commit */
+        cpr_emb_ssu_hold(&b->ssu, save->shard, save->ids, save->n, p->sampled);
     p->unsaved_at_begin = sc->unsaved;
     p->save = save;
     p->next = b->open;
@@ -643,27 +569,9 @@ static void restore_pending(cpr_emb *t, const cpr_emb_save *save, const pending 
             b->norm[row] += p->norm[i];
         if (p->dirty && p->dirty[i])
             BIT_SET(b->dirty, row);
-        if (p->sampled && p->sampled[i] && BIT_GET(b->ssu_pending, row)) {
-            BIT_CLR(b->ssu_pending, row); /* back in the sample, at its old place */
-            b->ssu[save->shard].pending--;
-        }
     }
-}
-
-/* Commit: the saved rows leave the SSU sample. */
-static void drop_sampled(cpr_emb *t, const cpr_emb_save *save, const pending *p)
-{
-    cpu_table *b = CPU(t);
-    ssu_list *l = &b->ssu[save->shard];
-    int any = 0;
-    for (size_t i = 0; p->sampled && i < save->n; i++) {
-        if (p->sampled[i] && BIT_GET(b->ssu_pending, save->ids[i])) {
-            ssu_forget(b, l, save->ids[i]);
-            any = 1;
-        }
-    }
-    if (any)
-        ssu_compact(b, l);
+    if (p->sampled)
+        cpr_emb_ssu_end(&b->ssu, save->shard, save->ids, save->n, p->sampled, 0);
 }
 
 void cpr_emb_cpu_save_end(cpr_emb *t, cpr_emb_save *save, int committed)
@@ -685,7 +593,8 @@ void cpr_emb_cpu_save_end(cpr_emb *t, cpr_emb_save *save, int committed)
         uint64_t saved = p->counts ? p->count_sum
                          : consistent_policy(save->policy) ? p->unsaved_at_begin : 0;
         sc->unsaved -= saved < sc->unsaved ? saved : sc->unsaved;
-        drop_sampled(t, save, p);
+        if (p->sampled)
+            cpr_emb_ssu_end(&b->ssu, save->shard, save->ids, save->n, p->sampled, 1);
     } else if (!p->wiped) {
         restore_pending(t, save, p);
     }
@@ -712,8 +621,6 @@ static void clear_trackers(cpr_emb *t, uint64_t row)
         b->norm[row] = 0;
     if (b->dirty)
         BIT_CLR(b->dirty, row);
-    if (b->member)
-        ssu_forget(b, &b->ssu[shard], row); /* the caller compacts */
 }
 
 cpr_status cpr_emb_cpu_apply(cpr_emb *t, const uint64_t *ids, size_t n, const float *values,
@@ -727,8 +634,8 @@ cpr_status cpr_emb_cpu_apply(cpr_emb *t, const uint64_t *ids, size_t n, const fl
             memcpy(b->state + ids[i] * sd, state + i * sd, sd * sizeof(float));
         clear_trackers(t, ids[i]);
     }
-    for (uint32_t s = 0; b->member && n && s < t->cfg.num_shards; s++)
-        ssu_compact(b, &b->ssu[s]);
+    if (b->ssu.member)
+        cpr_emb_ssu_forget(&b->ssu, t, ids, n);
     return CPR_OK;
 }
 
@@ -747,8 +654,8 @@ cpr_status cpr_emb_cpu_wipe_shard(cpr_emb *t, uint32_t shard, uint64_t *lost_eve
     for (pending *p = b->open; p; p = p->next)
         if (p->save->shard == shard)
             p->wiped = 1;
-    if (b->member)
-        ssu_compact(b, &b->ssu[shard]);
+    if (b->ssu.member)
+        cpr_emb_ssu_clear_shard(&b->ssu, shard);
     b->shards[shard].unsaved = 0;
     if (lost_events)
         *lost_events = lost;

@@ -211,15 +211,14 @@ extern "C" cpr_status cpr_emb_cuda_create(cpr_emb *t)
     b->geom.num_shards = c->num_shards;
     b->geom.modulo = c->scheme == CPR_SHARD_MODULO;
     b->shards = (emb_shard_host *)calloc(c->num_shards, sizeof *b->shards);
-    if (c->track & CPR_TRACK_SSU) {
-        b->member = (uint64_t *)calloc((c->rows + 63) / 64, sizeof *b->member);
-        b->ssu_pending = (uint64_t *)calloc((c->rows + 63) / 64, sizeof *b->ssu_pending);
-    }
-    if (!b->shards || ((c->track & CPR_TRACK_SSU) && (!b->member || !b->ssu_pending))) {
-        st = cpr_fail(CPR_NO_MEMORY, "out of memory for the SSU sample of %llu rows",
-                      (unsigned long long)c->rows);
+    if (!b->shards) {
+        st = cpr_fail(CPR_NO_MEMORY, "out of memory creating a table");
         goto out;
     }
+    st = cpr_emb_ssu_init(&b->ssu, (c->track & CPR_TRACK_SSU) != 0, c->rows, c->num_shards,
+                          c->ssu_capacity);
+    if (st)
+        goto out;
     CHECK(cudaSetDevice(b->device));
     CHECK(cudaStreamCreate(&b->stream));
     CHECK(cudaMallocHost(&b->pinned_small, 8 * sizeof(ull)));
@@ -254,8 +253,6 @@ extern "C" void cpr_emb_cuda_destroy(cpr_emb *t)
         free(p->save);
         emb_free_pending(p);
     }
-    for (uint32_t s = 0; b->shards && s < t->cfg.num_shards; s++)
-        free(b->shards[s].ssu.ids);
     cudaFree(b->weights);
     cudaFree(b->state);
     cudaFree(b->counts);
@@ -270,8 +267,7 @@ extern "C" void cpr_emb_cuda_destroy(cpr_emb *t)
     if (b->stream)
         cudaStreamDestroy(b->stream);
     cudaGetLastError(); /* leave no sticky error behind */
-    free(b->member);
-    free(b->ssu_pending);
+    cpr_emb_ssu_release(&b->ssu);
     free(b->shards);
     free(b);
     t->backend = NULL;
@@ -610,7 +606,7 @@ static cpr_status ssu_collect(cpr_emb *t, emb_cuda_table *b, backward_scratch *s
                           b->stream));
     CHECK(cudaStreamSynchronize(b->stream));
     for (ull i = 0; i < count; i++)
-        emb_ssu_add(t, rows[i], cpr_emb_geom_shard_of(t, rows[i]));
+        cpr_emb_ssu_add(&b->ssu, cpr_emb_geom_shard_of(t, rows[i]), rows[i]);
 out:
     free(rows);
     return st;
@@ -646,7 +642,7 @@ static backward_args backward_args_of(const cpr_emb *t, const emb_cuda_table *b,
     a.run_len = s->run_len;
     a.run_start = s->run_start;
     a.num_runs = s->num_runs;
-    a.sampled = b->member && !emb_ssu_all_full(t) ? s->sampled : NULL;
+    a.sampled = b->ssu.member && !cpr_emb_ssu_all_full(&b->ssu) ? s->sampled : NULL;
     return a;
 }
 

@@ -14,6 +14,7 @@
 
 #include "cpr_common.h"
 #include "emb_internal.h"
+#include "emb_ssu.h"
 
 #define EMB_HIDDEN __attribute__((visibility("hidden")))
 
@@ -58,17 +59,7 @@ typedef struct emb_shard_dev {
     ull unsaved;  /* events not yet covered by a committed save */
 } emb_shard_dev;
 
-/* The SSU sample of a shard, as in emb_cpu.c: members in sampling order
- * (oldest first), each once; a member held by an open save is also marked
- * in `ssu_pending`, skipped by selection, and keeps its place. */
-typedef struct emb_ssu_list {
-    uint64_t *ids;
-    size_t len, cap;
-    uint64_t pending;       /* members held by open saves */
-} emb_ssu_list;
-
 typedef struct emb_shard_host {
-    emb_ssu_list ssu;
     uint64_t open_saves;
     int open_consistent;    /* a FULL/DELTA save is open */
 } emb_shard_host;
@@ -100,8 +91,7 @@ typedef struct emb_cuda_table {
     void *scratch;          /* grow-only arena for one call's temporaries */
     size_t scratch_bytes;
     /* host */
-    uint64_t *member;       /* CPR_TRACK_SSU membership bitmap */
-    uint64_t *ssu_pending;  /* CPR_TRACK_SSU: members held by an open save */
+    cpr_emb_ssu ssu;        /* the SSU sample, host memory (emb_ssu.c, as the CPU) */
     emb_shard_host *shards;
     emb_pending *open;      /* open saves */
     uint64_t calls, ssu_threshold;
@@ -131,8 +121,5 @@ static __device__ __forceinline__ uint32_t emb_dev_shard_of(emb_geom g, uint64_t
     return g.modulo ? (uint32_t)(row % g.num_shards) : (uint32_t)(row / g.range_rows);
 }
 
-/* The host SSU sample (emb_cuda_select.cu), identical to emb_cpu.c's. */
-EMB_HIDDEN void emb_ssu_add(cpr_emb *t, uint64_t row, uint32_t shard);
-EMB_HIDDEN int emb_ssu_all_full(const cpr_emb *t);
 
 #endif /* CPR_EMB_CUDA_INTERNAL_CUH */

@@ -9,8 +9,7 @@
  * the shard's (key, index) pairs by key, descending and stable, so equal
  * keys stay in ascending row order (ties toward lower ids), keep the first
  * min(budget, non-zero keys) and sort those indices ascending. The SSU
- * sample is host state (emb_cuda_internal.cuh) and is handled here exactly
- * as in emb_cpu.c. Rows cross to and from the host through a pinned staging
+ * sample is host state shared with the CPU backend (emb_ssu.c). Rows cross to and from the host through a pinned staging
  * buffer in chunks, on the table's stream; every call has completed when it
  * returns.
  */
@@ -20,115 +19,6 @@
 #include <cub/cub.cuh>
 
 #include "emb_cuda_internal.cuh"
-
-/* ---- the host SSU sample: emb_cpu.c's functions, step by step ---------------- */
-
-EMB_HIDDEN void emb_ssu_add(cpr_emb *t, uint64_t row, uint32_t shard)
-{
-    emb_cuda_table *b = CUDA_T(t);
-    emb_ssu_list *l = &b->shards[shard].ssu;
-    if (BIT_GET(b->member, row) || l->len >= t->cfg.ssu_capacity)
-        return; /* already sampled, or the shard's sample is full */
-    if (l->len == l->cap) {
-        size_t cap = l->cap ? l->cap * 2 : 64;
-        uint64_t *grown = (uint64_t *)realloc(l->ids, cap * sizeof *grown);
-        if (!grown)
-            return; /* sampling is best effort under memory pressure */
-        l->ids = grown;
-        l->cap = cap;
-    }
-    l->ids[l->len++] = row;
-    BIT_SET(b->member, row);
-}
-
-/* 1 if no shard's sample has room, so that no row can join in this call. */
-EMB_HIDDEN int emb_ssu_all_full(const cpr_emb *t)
-{
-    const emb_cuda_table *b = CUDA_T(t);
-    for (uint32_t s = 0; s < t->cfg.num_shards; s++)
-        if (b->shards[s].ssu.len < t->cfg.ssu_capacity)
-            return 0;
-    return 1;
-}
-
-/* Drop the entries whose member bit was cleared, keeping the order. */
-static void ssu_compact(emb_cuda_table *b, emb_ssu_list *l)
-{
-    size_t keep = 0;
-    for (size_t i = 0; i < l->len; i++)
-        if (BIT_GET(b->member, l->ids[i]))
-            l->ids[keep++] = l->ids[i];
-    l->len = keep;
-}
-
-/* Remove `row` from the sample bitmaps (the caller compacts the list). */
-static void ssu_forget(emb_cuda_table *b, emb_ssu_list *l, uint64_t row)
-{
-    if (!BIT_GET(b->member, row))
-        return;
-    BIT_CLR(b->member, row);
-    if (BIT_GET(b->ssu_pending, row)) {
-        BIT_CLR(b->ssu_pending, row);
-        l->pending--;
-    }
-}
-
-static int u64_cmp(const void *a, const void *b)
-{
-    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-    return x < y ? -1 : x > y;
-}
-
-/* SSU: the oldest members not held by an open save, at most budget, ascending. */
-static size_t ssu_select(cpr_emb *t, uint32_t shard, uint64_t budget, uint64_t *ids, size_t cap)
-{
-    emb_cuda_table *b = CUDA_T(t);
-    emb_ssu_list *l = &b->shards[shard].ssu;
-    size_t n = 0;
-    for (size_t i = 0; i < l->len && n < budget && n < cap; i++)
-        if (!BIT_GET(b->ssu_pending, l->ids[i]))
-            ids[n++] = l->ids[i];
-    qsort(ids, n, sizeof *ids, u64_cmp);
-    return n;
-}
-
-/* Save begin: the sampled ids are held by the save, keeping their place. */
-static void ssu_hold(cpr_emb *t, const cpr_emb_save *save, uint8_t *sampled)
-{
-    emb_cuda_table *b = CUDA_T(t);
-    for (size_t i = 0; sampled && i < save->n; i++) {
-        uint64_t row = save->ids[i];
-        if (BIT_GET(b->member, row) && !BIT_GET(b->ssu_pending, row)) {
-            sampled[i] = 1;
-            BIT_SET(b->ssu_pending, row);
-            b->shards[save->shard].ssu.pending++;
-        }
-    }
-}
-
-/* Save end: commit drops the held rows from the sample; abort gives them
- * back their place. */
-static void ssu_release(cpr_emb *t, const cpr_emb_save *save, const uint8_t *sampled,
-                        int committed)
-{
-    emb_cuda_table *b = CUDA_T(t);
-    emb_ssu_list *l = &b->shards[save->shard].ssu;
-    int any = 0;
-    for (size_t i = 0; sampled && i < save->n; i++) {
-        uint64_t row = save->ids[i];
-        if (!sampled[i] || !BIT_GET(b->ssu_pending, row))
-            continue;
-        if (committed) {
-            ssu_forget(b, l, row);
-            any = 1;
-        } else {
-            BIT_CLR(b->ssu_pending, row);
-            l->pending--;
-        }
-    }
-    if (any)
-        ssu_compact(b, l);
-}
 
 /* ---- device helpers ----------------------------------------------------------------- */
 
@@ -193,7 +83,7 @@ extern "C" cpr_status cpr_emb_cuda_stats(const cpr_emb *t, uint32_t shard, cpr_e
     s.touched_rows = host[1];
     s.update_events = host[2];
     s.unsaved_events = host[3];
-    s.sampled_rows = b->shards[shard].ssu.len - b->shards[shard].ssu.pending;
+    s.sampled_rows = cpr_emb_ssu_count(&b->ssu, shard);
     s.open_saves = b->shards[shard].open_saves;
     *out = s;
 out:
@@ -380,7 +270,7 @@ extern "C" cpr_status cpr_emb_cuda_select(cpr_emb *t, uint32_t shard, cpr_policy
         st = select_topk(t, b, shard, (const uint32_t *)b->norm, k, ids, &count);
         break;
     case CPR_POLICY_SSU:
-        count = ssu_select(t, shard, k, ids, cap);
+        count = cpr_emb_ssu_select(&b->ssu, shard, k, ids, cap);
         break;
     }
     if (st == CPR_OK)
@@ -453,9 +343,9 @@ static cpr_status pending_alloc(const emb_cuda_table *b, const cpr_emb_save *sav
             CHECK(cudaMalloc(&p->d_norm, n * sizeof(float)));
         if (b->dirty && cons)
             CHECK(cudaMalloc(&p->d_dirty, n));
-        if (b->member)
+        if (b->ssu.member)
             p->sampled = (uint8_t *)calloc(n, 1);
-        if (b->member && !p->sampled) {
+        if (b->ssu.member && !p->sampled) {
             st = cpr_fail(CPR_NO_MEMORY, "out of memory starting a save of %zu rows", n);
             goto out;
         }
@@ -502,7 +392,8 @@ extern "C" cpr_status cpr_emb_cuda_save_begin(cpr_emb *t, cpr_emb_save *save)
     CHECK(cudaStreamSynchronize(b->stream));
     p->count_sum = b->pinned_small[0];
     p->unsaved_at_begin = b->pinned_small[1];
-    ssu_hold(t, save, p->sampled);
+    if (p->sampled) /* held rows keep their place in the sample until commit */
+        cpr_emb_ssu_hold(&b->ssu, save->shard, save->ids, save->n, p->sampled);
     p->save = save;
     p->next = b->open;
     b->open = p;
@@ -628,8 +519,8 @@ extern "C" void cpr_emb_cuda_save_end(cpr_emb *t, cpr_emb_save *save, int commit
     if (!p->wiped && save_end_device(b, save, p, committed) != CPR_OK)
         cpr_log(CPR_LOG_ERROR, "embedding: ending a save of shard %u: %s", save->shard,
                 cpr_errmsg());
-    if (!p->wiped)
-        ssu_release(t, save, p->sampled, committed);
+    if (!p->wiped && p->sampled)
+        cpr_emb_ssu_end(&b->ssu, save->shard, save->ids, save->n, p->sampled, committed);
     sc->open_saves--;
     if (consistent_policy(save->policy))
         sc->open_consistent = 0;
@@ -793,10 +684,8 @@ extern "C" cpr_status cpr_emb_cuda_apply(cpr_emb *t, const uint64_t *ids, size_t
         CHECK_LAUNCH();
         CHECK(cudaStreamSynchronize(b->stream));
     }
-    for (size_t i = 0; b->member && i < n; i++)
-        ssu_forget(b, &b->shards[cpr_emb_geom_shard_of(t, ids[i])].ssu, ids[i]);
-    for (uint32_t s = 0; b->member && s < shards; s++)
-        ssu_compact(b, &b->shards[s].ssu);
+    if (b->ssu.member)
+        cpr_emb_ssu_forget(&b->ssu, t, ids, n);
 out:
     free(src);
     return st;
@@ -827,7 +716,6 @@ static __global__ void wipe_kernel(uint64_t first, uint64_t stride, uint64_t n, 
 extern "C" cpr_status cpr_emb_cuda_wipe_shard(cpr_emb *t, uint32_t shard, uint64_t *lost_events)
 {
     emb_cuda_table *b = CUDA_T(t);
-    emb_ssu_list *l = &b->shards[shard].ssu;
     uint64_t n = cpr_emb_geom_shard_rows(t, shard), lost;
     cpr_status st = CPR_OK;
     CHECK(cudaSetDevice(b->device));
@@ -843,10 +731,8 @@ extern "C" cpr_status cpr_emb_cuda_wipe_shard(cpr_emb *t, uint32_t shard, uint64
     for (emb_pending *p = b->open; p; p = p->next)
         if (p->save->shard == shard)
             p->wiped = 1;
-    for (size_t i = 0; b->member && i < l->len; i++) /* every member is in the list */
-        ssu_forget(b, l, l->ids[i]);
-    if (b->member)
-        ssu_compact(b, l);
+    if (b->ssu.member)
+        cpr_emb_ssu_clear_shard(&b->ssu, shard);
     if (lost_events)
         *lost_events = lost;
 out:

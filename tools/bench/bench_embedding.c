@@ -17,6 +17,7 @@
 
 #include "bench.h"
 #include "cpr/embedding.h"
+#include "cpr_cli.h"
 #include "cpr_common.h"
 #include "cpr_json.h"
 
@@ -53,19 +54,6 @@ static void emb_usage(FILE *out)
           out);
 }
 
-static int parse_double(const char *flag, const char *text, double lo, double hi, double *out)
-{
-    char *end = NULL;
-    double v = strtod(text, &end);
-    if (end == text || *end != '\0' || !(v >= lo && v <= hi)) {
-        fprintf(stderr, "cpr-bench: %s: '%s' is not a number from %g to %g\n", flag, text,
-                lo, hi);
-        return -1;
-    }
-    *out = v;
-    return 0;
-}
-
 static int parse_emb_args(int argc, char **argv, emb_opts *o)
 {
     static const struct { const char *flag; uint64_t lo, hi; size_t off; } nums[] = {
@@ -98,8 +86,12 @@ static int parse_emb_args(int argc, char **argv, emb_opts *o)
             }
         }
         const char *z = matched ? NULL : bench_flag_value(argc, argv, &i, "--zipf", &missing);
-        if (missing || (z && parse_double("--zipf", z, 0.0, 5.0, &o->zipf)))
+        if (missing)
             return -1;
+        if (z && cpr_cli_double("--zipf", z, 0.0, 1, 5.0, 1, &o->zipf) != CPR_OK) {
+            fprintf(stderr, "cpr-bench: %s\n", cpr_errmsg());
+            return -1;
+        }
         if (!matched && !z) {
             fprintf(stderr, "cpr-bench embedding: unknown argument '%s'\n", argv[i]);
             return -1;

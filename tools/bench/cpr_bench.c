@@ -17,6 +17,7 @@
 
 #include "bench.h"
 #include "cpr_common.h"
+#include "cpr_cli.h"
 #include "cpr_json.h"
 
 #define EXIT_FAILED 1 /* the benchmark ran and something went wrong */
@@ -59,46 +60,22 @@ static void usage(FILE *out)
 
 /* ---- command line -------------------------------------------------------- */
 
-/* A decimal number in [min, max]: digits only, no sign, no spaces. */
+/* The shared parsers (cpr_cli.h), reporting with this tool's name. */
 int bench_parse_u64(const char *flag, const char *text, uint64_t min, uint64_t max,
                     uint64_t *out)
 {
-    char *end = NULL;
-    unsigned long long v = 0;
-    int ok = text[0] >= '0' && text[0] <= '9';
-    if (ok) {
-        errno = 0;
-        v = strtoull(text, &end, 10);
-        ok = errno == 0 && *end == '\0' && v >= min && v <= max;
-    }
-    if (!ok) {
-        fprintf(stderr, "cpr-bench: %s: '%s' is not a whole number from %llu to %llu\n",
-                flag, text, (unsigned long long)min, (unsigned long long)max);
-        return -1;
-    }
-    *out = v;
-    return 0;
+    cpr_status st = cpr_cli_u64(flag, text, min, max, out);
+    if (st)
+        fprintf(stderr, "cpr-bench: %s\n", cpr_errmsg());
+    return st ? -1 : 0;
 }
 
-/* The value of `--flag V` or `--flag=V` at argv[*i]; NULL if `arg` is not
- * `flag`. *missing is set when the flag is there but its value is not. */
-const char *bench_flag_value(int argc, char **argv, int *i, const char *flag,
-                             int *missing)
+const char *bench_flag_value(int argc, char **argv, int *i, const char *flag, int *missing)
 {
-    const char *arg = argv[*i];
-    size_t len = strlen(flag);
-    if (strncmp(arg, flag, len) != 0)
-        return NULL;
-    if (arg[len] == '=')
-        return arg + len + 1;
-    if (arg[len] != '\0')
-        return NULL;
-    if (*i + 1 >= argc) {
-        fprintf(stderr, "cpr-bench: %s needs a value\n", flag);
-        *missing = 1;
-        return NULL;
-    }
-    return argv[++*i];
+    const char *v = cpr_cli_value(argc, argv, i, flag, missing);
+    if (*missing)
+        fprintf(stderr, "cpr-bench: %s\n", cpr_errmsg());
+    return v;
 }
 
 typedef struct num_flag {

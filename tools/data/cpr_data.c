@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "cpr/data.h"
+#include "cpr_cli.h"
 #include "cpr_common.h"
 #include "data_tool.h"
 
@@ -63,64 +64,33 @@ static void usage(FILE *out)
 
 /* ---- command line -------------------------------------------------------- */
 
-/* A decimal number in [min, max]: digits only, no sign, no spaces. */
+/* The shared parsers (cpr_cli.h), reporting with this tool's name. */
+static int report(cpr_status st)
+{
+    if (st)
+        fprintf(stderr, "cpr-data: %s\n", cpr_errmsg());
+    return st ? -1 : 0;
+}
+
 static int parse_u64(const char *flag, const char *text, uint64_t min, uint64_t max,
                      uint64_t *out)
 {
-    char *end = NULL;
-    unsigned long long v = 0;
-    int ok = text[0] >= '0' && text[0] <= '9';
-    if (ok) {
-        errno = 0;
-        v = strtoull(text, &end, 10);
-        ok = errno == 0 && *end == '\0' && v >= min && v <= max;
-    }
-    if (!ok) {
-        fprintf(stderr, "cpr-data: %s: '%s' is not a whole number from %llu to %llu\n",
-                flag, text, (unsigned long long)min, (unsigned long long)max);
-        return -1;
-    }
-    *out = v;
-    return 0;
+    return report(cpr_cli_u64(flag, text, min, max, out));
 }
 
 /* A finite number in (lo, hi), or (lo, hi] when hi_inclusive. */
 static int parse_double(const char *flag, const char *text, double lo, double hi,
                         int hi_inclusive, double *out)
 {
-    char *end = NULL;
-    errno = 0;
-    double v = strtod(text, &end);
-    int ok = text[0] != '\0' && *end == '\0' && errno == 0 && isfinite(v) && v > lo &&
-             (v < hi || (hi_inclusive && v == hi));
-    if (!ok) {
-        fprintf(stderr, "cpr-data: %s: '%s' is not a number in (%g, %g%c\n", flag, text,
-                lo, hi, hi_inclusive ? ']' : ')');
-        return -1;
-    }
-    *out = v;
-    return 0;
+    return report(cpr_cli_double(flag, text, lo, 0, hi, hi_inclusive, out));
 }
 
-/* The value of `--flag V` or `--flag=V` at argv[*i]; NULL if `arg` is not
- * `flag`. *missing is set when the flag is there but its value is not. */
-static const char *flag_value(int argc, char **argv, int *i, const char *flag,
-                              int *missing)
+static const char *flag_value(int argc, char **argv, int *i, const char *flag, int *missing)
 {
-    const char *arg = argv[*i];
-    size_t len = strlen(flag);
-    if (strncmp(arg, flag, len) != 0)
-        return NULL;
-    if (arg[len] == '=')
-        return arg + len + 1;
-    if (arg[len] != '\0')
-        return NULL;
-    if (*i + 1 >= argc) {
-        fprintf(stderr, "cpr-data: %s needs a value\n", flag);
-        *missing = 1;
-        return NULL;
-    }
-    return argv[++*i];
+    const char *v = cpr_cli_value(argc, argv, i, flag, missing);
+    if (*missing)
+        report(CPR_INVALID_ARGUMENT);
+    return v;
 }
 
 static int is_help(const char *arg)

@@ -1,0 +1,60 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* Command-line value parsing for the CPR tools (see cpr_cli.h). */
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cpr_cli.h"
+#include "cpr_common.h"
+
+cpr_status cpr_cli_u64(const char *flag, const char *text, uint64_t min, uint64_t max,
+                       uint64_t *out)
+{
+    char *end = NULL;
+    unsigned long long v = 0;
+    int ok = text[0] >= '0' && text[0] <= '9';
+    if (ok) {
+        errno = 0;
+        v = strtoull(text, &end, 10);
+        ok = errno == 0 && *end == '\0' && v >= min && v <= max;
+    }
+    if (!ok)
+        return cpr_fail(CPR_INVALID_ARGUMENT, "%s: '%s' is not a whole number from %llu to %llu",
+                        flag, text, (unsigned long long)min, (unsigned long long)max);
+    *out = v;
+    return CPR_OK;
+}
+
+cpr_status cpr_cli_double(const char *flag, const char *text, double lo, int lo_closed,
+                          double hi, int hi_closed, double *out)
+{
+    char *end = NULL;
+    errno = 0;
+    double v = strtod(text, &end);
+    int ok = text[0] != '\0' && *end == '\0' && errno == 0 && isfinite(v) &&
+             (v > lo || (lo_closed && v == lo)) && (v < hi || (hi_closed && v == hi));
+    if (!ok)
+        return cpr_fail(CPR_INVALID_ARGUMENT, "%s: '%s' is not a number in %c%g, %g%c", flag,
+                        text, lo_closed ? '[' : '(', lo, hi, hi_closed ? ']' : ')');
+    *out = v;
+    return CPR_OK;
+}
+
+const char *cpr_cli_value(int argc, char **argv, int *i, const char *flag, int *missing)
+{
+    const char *arg = argv[*i];
+    size_t len = strlen(flag);
+    if (strncmp(arg, flag, len) != 0)
+        return NULL;
+    if (arg[len] == '=')
+        return arg + len + 1;
+    if (arg[len] != '\0')
+        return NULL;
+    if (*i + 1 >= argc) {
+        cpr_fail(CPR_INVALID_ARGUMENT, "%s needs a value", flag);
+        *missing = 1;
+        return NULL;
+    }
+    return argv[++*i];
+}

@@ -1,0 +1,158 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* The SSU sample shared by both backends (invariants in emb_ssu.h). */
+#include <stdlib.h>
+#include <string.h>
+
+#include "cpr_common.h"
+#include "emb_ssu.h"
+
+#define BIT_SET(map, i) ((map)[(i) >> 6] |= 1ull << ((i) & 63))
+#define BIT_CLR(map, i) ((map)[(i) >> 6] &= ~(1ull << ((i) & 63)))
+#define BIT_GET(map, i) (((map)[(i) >> 6] >> ((i) & 63)) & 1u)
+
+cpr_status cpr_emb_ssu_init(cpr_emb_ssu *s, int enabled, uint64_t rows, uint32_t n_shards,
+                            uint64_t capacity)
+{
+    memset(s, 0, sizeof *s);
+    if (!enabled)
+        return CPR_OK;
+    s->member = calloc((rows + 63) / 64, 8);
+    s->held = calloc((rows + 63) / 64, 8);
+    s->lists = calloc(n_shards, sizeof *s->lists);
+    s->n_shards = n_shards;
+    s->capacity = capacity;
+    if (!s->member || !s->held || !s->lists) {
+        cpr_emb_ssu_release(s);
+        return cpr_fail(CPR_NO_MEMORY, "out of memory for the SSU sample of %llu rows",
+                        (unsigned long long)rows);
+    }
+    return CPR_OK;
+}
+
+void cpr_emb_ssu_release(cpr_emb_ssu *s)
+{
+    for (uint32_t i = 0; s->lists && i < s->n_shards; i++)
+        free(s->lists[i].ids);
+    free(s->lists);
+    free(s->member);
+    free(s->held);
+    memset(s, 0, sizeof *s);
+}
+
+void cpr_emb_ssu_add(cpr_emb_ssu *s, uint32_t shard, uint64_t row)
+{
+    cpr_emb_ssu_list *l = &s->lists[shard];
+    if (BIT_GET(s->member, row) || l->len >= s->capacity)
+        return; /* already sampled, or the shard's sample is full (U3) */
+    if (l->len == l->cap) {
+        size_t cap = l->cap ? l->cap * 2 : 64;
+        uint64_t *grown = realloc(l->ids, cap * sizeof *grown);
+        if (!grown)
+            return; /* sampling is best effort under memory pressure */
+        l->ids = grown;
+        l->cap = cap;
+    }
+    l->ids[l->len++] = row;
+    BIT_SET(s->member, row);
+}
+
+int cpr_emb_ssu_all_full(const cpr_emb_ssu *s)
+{
+    for (uint32_t i = 0; i < s->n_shards; i++)
+        if (s->lists[i].len < s->capacity)
+            return 0;
+    return 1;
+}
+
+uint64_t cpr_emb_ssu_count(const cpr_emb_ssu *s, uint32_t shard)
+{
+    return s->lists ? s->lists[shard].len - s->lists[shard].held : 0;
+}
+
+static int u64_cmp(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+size_t cpr_emb_ssu_select(const cpr_emb_ssu *s, uint32_t shard, uint64_t budget,
+                          uint64_t *ids, size_t cap)
+{
+    const cpr_emb_ssu_list *l = &s->lists[shard];
+    size_t n = 0;
+    for (size_t i = 0; i < l->len && n < budget && n < cap; i++)
+        if (!BIT_GET(s->held, l->ids[i])) /* U2 */
+            ids[n++] = l->ids[i];
+    qsort(ids, n, sizeof *ids, u64_cmp);
+    return n;
+}
+
+void cpr_emb_ssu_hold(cpr_emb_ssu *s, uint32_t shard, const uint64_t *ids, size_t n,
+                      uint8_t *held)
+{
+    for (size_t i = 0; i < n; i++) {
+        if (BIT_GET(s->member, ids[i]) && !BIT_GET(s->held, ids[i])) {
+            held[i] = 1;
+            BIT_SET(s->held, ids[i]);
+            s->lists[shard].held++;
+        }
+    }
+}
+
+/* Remove `row` from the bitmaps; the caller compacts the list (U1). */
+static void forget_row(cpr_emb_ssu *s, cpr_emb_ssu_list *l, uint64_t row)
+{
+    if (!BIT_GET(s->member, row))
+        return;
+    BIT_CLR(s->member, row);
+    if (BIT_GET(s->held, row)) {
+        BIT_CLR(s->held, row);
+        l->held--;
+    }
+}
+
+/* Drop the entries whose member bit was cleared, keeping the order (U1). */
+static void compact(cpr_emb_ssu *s, cpr_emb_ssu_list *l)
+{
+    size_t keep = 0;
+    for (size_t i = 0; i < l->len; i++)
+        if (BIT_GET(s->member, l->ids[i]))
+            l->ids[keep++] = l->ids[i];
+    l->len = keep;
+}
+
+void cpr_emb_ssu_end(cpr_emb_ssu *s, uint32_t shard, const uint64_t *ids, size_t n,
+                     const uint8_t *held, int committed)
+{
+    cpr_emb_ssu_list *l = &s->lists[shard];
+    int any = 0;
+    for (size_t i = 0; held && i < n; i++) {
+        if (!held[i] || !BIT_GET(s->held, ids[i]))
+            continue; /* the row left the sample meanwhile (apply, wipe) */
+        if (committed) {
+            forget_row(s, l, ids[i]);
+            any = 1;
+        } else { /* back at its old place */
+            BIT_CLR(s->held, ids[i]);
+            l->held--;
+        }
+    }
+    if (any)
+        compact(s, l);
+}
+
+void cpr_emb_ssu_forget(cpr_emb_ssu *s, const cpr_emb *t, const uint64_t *ids, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        forget_row(s, &s->lists[cpr_emb_geom_shard_of(t, ids[i])], ids[i]);
+    for (uint32_t shard = 0; n && shard < s->n_shards; shard++)
+        compact(s, &s->lists[shard]);
+}
+
+void cpr_emb_ssu_clear_shard(cpr_emb_ssu *s, uint32_t shard)
+{
+    cpr_emb_ssu_list *l = &s->lists[shard];
+    for (size_t i = 0; i < l->len; i++) /* every member is in the list (U1) */
+        forget_row(s, l, l->ids[i]);
+    l->len = 0;
+}

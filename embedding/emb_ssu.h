@@ -1,0 +1,74 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * The SSU sample, kept in host memory by both backends so that a CPU and a
+ * GPU table sample, select and release rows identically.
+ *
+ * Per shard, the members in sampling order (oldest first). Invariants:
+ *  U1. every list entry is a member (its member bit is set), at most once;
+ *  U2. a member held by an open save has its `held` bit set: selection skips
+ *      it but it keeps its place, so an aborted save gives it back its age;
+ *  U3. a shard never has more than `capacity` members (held ones included).
+ * Not thread-safe (a table is used by one thread at a time).
+ */
+#ifndef CPR_EMB_SSU_H
+#define CPR_EMB_SSU_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "emb_internal.h"
+
+#ifdef __cplusplus /* used by the CUDA backend too */
+extern "C" {
+#endif
+
+typedef struct cpr_emb_ssu_list {
+    uint64_t *ids;
+    size_t len, cap;
+    uint64_t held;            /* members held by open saves */
+} cpr_emb_ssu_list;
+
+typedef struct cpr_emb_ssu {
+    uint64_t *member;         /* bitmap over rows; NULL: SSU not tracked */
+    uint64_t *held;           /* bitmap over rows (U2) */
+    cpr_emb_ssu_list *lists;  /* one per shard */
+    uint32_t n_shards;
+    uint64_t capacity;        /* U3 */
+} cpr_emb_ssu;
+
+/* Set up for `rows` rows; all zero (disabled) when !enabled. */
+cpr_status cpr_emb_ssu_init(cpr_emb_ssu *s, int enabled, uint64_t rows, uint32_t n_shards,
+                            uint64_t capacity);
+void cpr_emb_ssu_release(cpr_emb_ssu *s);
+
+static inline int cpr_emb_ssu_is_member(const cpr_emb_ssu *s, uint64_t row)
+{
+    return (int)((s->member[row >> 6] >> (row & 63)) & 1u);
+}
+
+/* A sampled access of `row`: it joins its shard's sample unless it is a
+ * member already or the sample is full (best effort under memory pressure). */
+void cpr_emb_ssu_add(cpr_emb_ssu *s, uint32_t shard, uint64_t row);
+/* 1 if no shard's sample has room (no row can join). */
+int cpr_emb_ssu_all_full(const cpr_emb_ssu *s);
+/* Members of `shard` not held by a save. */
+uint64_t cpr_emb_ssu_count(const cpr_emb_ssu *s, uint32_t shard);
+/* The oldest members not held, at most min(budget, cap), ascending into ids. */
+size_t cpr_emb_ssu_select(const cpr_emb_ssu *s, uint32_t shard, uint64_t budget,
+                          uint64_t *ids, size_t cap);
+/* Save begin: hold the members among ids[0..n); held[i] = 1 for each. */
+void cpr_emb_ssu_hold(cpr_emb_ssu *s, uint32_t shard, const uint64_t *ids, size_t n,
+                      uint8_t *held);
+/* Save end: committed, the held rows leave the sample; aborted, they are
+ * released at their old place. */
+void cpr_emb_ssu_end(cpr_emb_ssu *s, uint32_t shard, const uint64_t *ids, size_t n,
+                     const uint8_t *held, int committed);
+/* The rows now equal stored copies (apply): they leave the sample. */
+void cpr_emb_ssu_forget(cpr_emb_ssu *s, const cpr_emb *t, const uint64_t *ids, size_t n);
+/* Every member of `shard` leaves the sample (wipe). */
+void cpr_emb_ssu_clear_shard(cpr_emb_ssu *s, uint32_t shard);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* CPR_EMB_SSU_H */
