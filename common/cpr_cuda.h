@@ -8,6 +8,8 @@
 #ifndef CPR_CUDA_H
 #define CPR_CUDA_H
 
+#include <stddef.h>
+
 #include "cpr/status.h"
 
 #ifdef __cplusplus
@@ -20,6 +22,18 @@ cpr_status cpr_cuda_device_count(int *count);
 cpr_status cpr_cuda_selftest(int device);
 /* 1 if the CUDA sources were compiled into this build. */
 int cpr_cuda_built(void);
+
+/* Device memory for tools and tests (the CUDA runtime stays in .cu files).
+ * cpr_cuda_free(NULL) is a no-op. */
+cpr_status cpr_cuda_alloc(int device, size_t bytes, void **out);
+void cpr_cuda_free(void *ptr);
+cpr_status cpr_cuda_copy_to_device(void *dst, const void *src, size_t bytes);
+
+/* Best-of-5 bandwidth in GB/s of a `bytes` device-to-device copy and of a
+ * device-to-pinned-host copy on `device`: the limits the GPU embedding
+ * benchmark compares with. */
+cpr_status cpr_cuda_copy_bandwidth(int device, size_t bytes, double *d2d_gb_s,
+                                   double *d2h_gb_s);
 
 #ifdef __cplusplus
 }

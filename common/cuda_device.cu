@@ -71,3 +71,79 @@ extern "C" int cpr_cuda_built(void)
 {
     return 1;
 }
+
+extern "C" cpr_status cpr_cuda_alloc(int device, size_t bytes, void **out)
+{
+    cpr_status st = CPR_OK;
+    void *p = NULL;
+    CHECK(cudaSetDevice(device));
+    CHECK(cudaMalloc(&p, bytes ? bytes : 1));
+    *out = p;
+out:
+    return st;
+}
+
+extern "C" void cpr_cuda_free(void *ptr)
+{
+    if (ptr)
+        cudaFree(ptr);
+}
+
+extern "C" cpr_status cpr_cuda_copy_to_device(void *dst, const void *src, size_t bytes)
+{
+    cpr_status st = CPR_OK;
+    CHECK(cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice));
+out:
+    return st;
+}
+
+/* Best of 5 timed copies of `bytes` from src to dst, in GB/s. */
+static cpr_status time_copy(void *dst, const void *src, size_t bytes, cudaMemcpyKind kind,
+                            double *gb_s)
+{
+    cpr_status st = CPR_OK;
+    cudaEvent_t start = NULL, stop = NULL;
+    float best_ms = 0;
+    CHECK(cudaEventCreate(&start));
+    CHECK(cudaEventCreate(&stop));
+    for (int i = 0; i < 5; i++) {
+        float ms = 0;
+        CHECK(cudaEventRecord(start));
+        CHECK(cudaMemcpyAsync(dst, src, bytes, kind));
+        CHECK(cudaEventRecord(stop));
+        CHECK(cudaEventSynchronize(stop));
+        CHECK(cudaEventElapsedTime(&ms, start, stop));
+        if (i == 0 || ms < best_ms)
+            best_ms = ms;
+    }
+    *gb_s = (double)bytes / (best_ms * 1e-3) / 1e9;
+out:
+    if (start)
+        cudaEventDestroy(start);
+    if (stop)
+        cudaEventDestroy(stop);
+    return st;
+}
+
+extern "C" cpr_status cpr_cuda_copy_bandwidth(int device, size_t bytes, double *d2d_gb_s,
+                                              double *d2h_gb_s)
+{
+    cpr_status st = CPR_OK;
+    void *a = NULL, *b = NULL, *host = NULL;
+    CHECK(cudaSetDevice(device));
+    CHECK(cudaMalloc(&a, bytes));
+    CHECK(cudaMalloc(&b, bytes));
+    CHECK(cudaMallocHost(&host, bytes));
+    CHECK(cudaMemset(a, 1, bytes));
+    st = time_copy(b, a, bytes, cudaMemcpyDeviceToDevice, d2d_gb_s);
+    if (st == CPR_OK)
+        st = time_copy(host, a, bytes, cudaMemcpyDeviceToHost, d2h_gb_s);
+out:
+    if (a)
+        cudaFree(a);
+    if (b)
+        cudaFree(b);
+    if (host)
+        cudaFreeHost(host);
+    return st;
+}

@@ -7,7 +7,9 @@
  * drift in the machine affects both alike; the ratio of their backward times
  * is the tracking overhead. Then selection over the whole table (10M rows by
  * default) and the gather of the MFU selection, whose bandwidth is compared
- * with memcpy's.
+ * with memcpy's. With --device cuda the tables live on GPU 0 and the
+ * baselines are a device-to-device copy (training) and a device-to-host copy
+ * (gather, which ends in host memory).
  */
 #include <math.h>
 #include <stddef.h>
@@ -19,16 +21,19 @@
 #include "cpr/embedding.h"
 #include "cpr_cli.h"
 #include "cpr_common.h"
+#include "cpr_cuda.h"
 #include "cpr_json.h"
 
 typedef struct emb_opts {
     uint64_t rows, dim, bags, pooling, iters, rounds;
     double zipf, fraction;
     int json;
+    int cuda;                  /* --device cuda */
 } emb_opts;
 
 typedef struct emb_result {
     double memcpy_gb_s;
+    double d2d_gb_s, d2h_gb_s; /* CUDA: device-to-device and device-to-host copies */
     double forward_s, backward_plain_s, backward_tracked_s;
     uint64_t indices;          /* per pass over the batches */
     double select_ms[5];
@@ -41,7 +46,8 @@ typedef struct emb_result {
 static void emb_usage(FILE *out)
 {
     fputs("usage: cpr-bench embedding [--rows N] [--dim D] [--bags B] [--pooling P]\n"
-          "                           [--iters I] [--rounds R] [--zipf S] [--json]\n"
+          "                           [--iters I] [--rounds R] [--zipf S]\n"
+          "                           [--device cpu|cuda] [--json]\n"
           "  --rows N     rows of the table (default 10000000)\n"
           "  --dim D      floats per row (default 64)\n"
           "  --bags B     bags per batch (default 8192)\n"
@@ -49,8 +55,10 @@ static void emb_usage(FILE *out)
           "  --iters I    batches per pass (default 16)\n"
           "  --rounds R   passes; each time is the best pass (default 3)\n"
           "  --zipf S     exponent of the index distribution (default 1.05)\n"
+          "  --device D   cpu (default) or cuda: tables on GPU 0, compared with a\n"
+          "               device-to-device copy (and gather with device-to-host)\n"
           "  --json       one JSON object on stdout\n"
-          "Tables use row-wise Adagrad on the CPU. Exit 0 done, 1 failure, 2 usage.\n",
+          "Tables use row-wise Adagrad. Exit 0 done, 1 failure, 2 usage.\n",
           out);
 }
 
@@ -84,6 +92,17 @@ static int parse_emb_args(int argc, char **argv, emb_opts *o)
                                     (uint64_t *)((char *)o + nums[n].off)))
                     return -1;
             }
+        }
+        const char *dev = matched ? NULL : bench_flag_value(argc, argv, &i, "--device", &missing);
+        if (missing)
+            return -1;
+        if (dev) {
+            if (strcmp(dev, "cpu") != 0 && strcmp(dev, "cuda") != 0) {
+                fprintf(stderr, "cpr-bench: --device: '%s' is not cpu or cuda\n", dev);
+                return -1;
+            }
+            o->cuda = strcmp(dev, "cuda") == 0;
+            continue;
         }
         const char *z = matched ? NULL : bench_flag_value(argc, argv, &i, "--zipf", &missing);
         if (missing)
@@ -127,9 +146,35 @@ static int64_t zipf_row(uint64_t *s, uint64_t n, double exponent)
 }
 
 typedef struct workload {
-    int64_t *indices, *offsets;
+    int64_t *indices, *offsets;   /* host */
     float *grad, *out;
+    void *dev[4];                 /* CUDA: device copies of the four arrays */
 } workload;
+
+/* The arrays the table reads: the host ones, or their device copies. */
+static void workload_arrays(const emb_opts *o, const workload *w, const int64_t **idx,
+                            const int64_t **off, const float **grad, float **out)
+{
+    *idx = o->cuda ? (const int64_t *)w->dev[0] : w->indices;
+    *off = o->cuda ? (const int64_t *)w->dev[1] : w->offsets;
+    *grad = o->cuda ? (const float *)w->dev[2] : w->grad;
+    *out = o->cuda ? (float *)w->dev[3] : w->out;
+}
+
+static cpr_status workload_to_device(const emb_opts *o, workload *w)
+{
+    size_t bytes[4] = {o->iters * o->bags * o->pooling * sizeof(int64_t),
+                       o->bags * sizeof(int64_t), o->bags * o->dim * sizeof(float),
+                       o->bags * o->dim * sizeof(float)};
+    const void *src[4] = {w->indices, w->offsets, w->grad, w->out};
+    cpr_status st = CPR_OK;
+    for (int i = 0; st == CPR_OK && i < 4; i++) {
+        st = cpr_cuda_alloc(0, bytes[i], &w->dev[i]);
+        if (st == CPR_OK)
+            st = cpr_cuda_copy_to_device(w->dev[i], src[i], bytes[i]);
+    }
+    return st;
+}
 
 static int make_workload(const emb_opts *o, workload *w)
 {
@@ -151,6 +196,8 @@ static int make_workload(const emb_opts *o, workload *w)
 
 static void free_workload(workload *w)
 {
+    for (int i = 0; i < 4; i++)
+        cpr_cuda_free(w->dev[i]);
     free(w->indices);
     free(w->offsets);
     free(w->grad);
@@ -186,18 +233,23 @@ static cpr_status train_pass(const emb_opts *o, workload *w, cpr_emb *plain, cpr
                              double *fwd, double *bwd_plain, double *bwd_tracked)
 {
     size_t n_idx = o->bags * o->pooling;
+    const int64_t *indices, *offsets;
+    const float *grad;
+    float *out;
     cpr_status st = CPR_OK;
+    workload_arrays(o, w, &indices, &offsets, &grad, &out);
     *fwd = *bwd_plain = *bwd_tracked = 0;
+    /* Each call has finished (also on a GPU) when it returns: host timing is exact. */
     for (uint64_t it = 0; st == CPR_OK && it < o->iters; it++) {
-        const int64_t *idx = w->indices + it * n_idx;
+        const int64_t *idx = indices + it * n_idx;
         double t0 = cpr_now_s();
-        st = cpr_emb_forward(plain, idx, n_idx, w->offsets, o->bags, CPR_POOL_SUM, w->out);
+        st = cpr_emb_forward(plain, idx, n_idx, offsets, o->bags, CPR_POOL_SUM, out);
         double t1 = cpr_now_s();
         if (st == CPR_OK)
-            st = cpr_emb_backward(plain, idx, n_idx, w->offsets, o->bags, CPR_POOL_SUM, w->grad);
+            st = cpr_emb_backward(plain, idx, n_idx, offsets, o->bags, CPR_POOL_SUM, grad);
         double t2 = cpr_now_s();
         if (st == CPR_OK)
-            st = cpr_emb_backward(tracked, idx, n_idx, w->offsets, o->bags, CPR_POOL_SUM, w->grad);
+            st = cpr_emb_backward(tracked, idx, n_idx, offsets, o->bags, CPR_POOL_SUM, grad);
         double t3 = cpr_now_s();
         *fwd += t1 - t0;
         *bwd_plain += t2 - t1;
@@ -249,13 +301,18 @@ static cpr_status measure_gather(const emb_opts *o, cpr_emb *tracked, emb_result
 static cpr_status run(const emb_opts *o, emb_result *r)
 {
     cpr_emb_config cfg = {.rows = o->rows, .dim = (uint32_t)o->dim,
-                          .optimizer = CPR_OPT_ROWWISE_ADAGRAD, .seed = 7};
+                          .optimizer = CPR_OPT_ROWWISE_ADAGRAD, .seed = 7,
+                          .device = o->cuda ? CPR_DEVICE_CUDA : CPR_DEVICE_CPU};
     cpr_emb *plain = NULL, *tracked = NULL;
     workload w = {0};
     uint64_t *ids = malloc(o->rows * sizeof *ids);
     cpr_status st = ids && make_workload(o, &w) == 0
                         ? CPR_OK : cpr_fail(CPR_NO_MEMORY, "out of memory for the workload");
     r->memcpy_gb_s = measure_memcpy();
+    if (st == CPR_OK && o->cuda)
+        st = cpr_cuda_copy_bandwidth(0, 256u << 20, &r->d2d_gb_s, &r->d2h_gb_s);
+    if (st == CPR_OK && o->cuda)
+        st = workload_to_device(o, &w);
     fprintf(stderr, "cpr-bench: creating two %llu x %llu tables\n",
             (unsigned long long)o->rows, (unsigned long long)o->dim);
     double t0 = cpr_now_s();
@@ -301,7 +358,13 @@ static int print_emb_json(const emb_opts *o, const emb_result *r)
     double row_bytes = (double)o->dim * 4;
     double gather_gb_s = (double)r->gather_rows * (row_bytes + 4) / r->gather_s / 1e9;
     cpr_json *j = cpr_json_object(), *sel = cpr_json_object();
-    cpr_json_add_string(j, "device", "cpu");
+    cpr_json_add_string(j, "device", o->cuda ? "cuda" : "cpu");
+    if (o->cuda) {
+        cpr_json_add_number(j, "d2d_gb_s", r3(r->d2d_gb_s));
+        cpr_json_add_number(j, "d2h_gb_s", r3(r->d2h_gb_s));
+        cpr_json_add_number(j, "forward_d2d_ratio",
+                            r3(r->indices * row_bytes / r->forward_s / 1e9 / r->d2d_gb_s));
+    }
     cpr_json_add_number(j, "rows", (double)o->rows);
     cpr_json_add_number(j, "dim", (double)o->dim);
     cpr_json_add_number(j, "indices_per_pass", (double)r->indices);
@@ -323,7 +386,9 @@ static int print_emb_json(const emb_opts *o, const emb_result *r)
     cpr_json_add_child(j, "select", sel);
     cpr_json_add_number(j, "gather_rows", (double)r->gather_rows);
     cpr_json_add_number(j, "gather_gb_s", r3(gather_gb_s));
-    cpr_json_add_number(j, "gather_ratio", r3(gather_gb_s / r->memcpy_gb_s));
+    /* A GPU gather ends in host memory: its limit is the device-to-host copy. */
+    cpr_json_add_number(j, "gather_ratio",
+                        r3(gather_gb_s / (o->cuda ? r->d2h_gb_s : r->memcpy_gb_s)));
     cpr_json_add_number(j, "tracker_bytes_per_row", cpr_emb_tracker_bytes_per_row(CPR_TRACK_ALL));
     int rc = cpr_json_print(j, stdout);
     cpr_json_free(j);
@@ -338,6 +403,8 @@ static void print_emb_table(const emb_opts *o, const emb_result *r)
            (unsigned long long)o->rows, (unsigned long long)o->dim,
            (unsigned long long)r->indices, o->zipf);
     printf("  memcpy                 %8.2f GB/s\n", r->memcpy_gb_s);
+    if (o->cuda)
+        printf("  device copy d2d / d2h  %8.2f / %.2f GB/s\n", r->d2d_gb_s, r->d2h_gb_s);
     printf("  forward                %8.2f M rows/s  %6.2f GB/s\n",
            r->indices / r->forward_s / 1e6, r->indices * row_bytes / r->forward_s / 1e9);
     printf("  backward               %8.2f M rows/s\n", r->indices / r->backward_plain_s / 1e6);
@@ -347,8 +414,9 @@ static void print_emb_table(const emb_opts *o, const emb_result *r)
     for (int p = 0; p < 5; p++)
         printf("  select %-10s      %8.2f ms  (%llu rows)\n", cpr_policy_name((cpr_policy)p),
                r->select_ms[p], (unsigned long long)r->selected[p]);
-    printf("  gather (MFU rows)      %8.2f GB/s  = %.2f x memcpy\n", gather_gb_s,
-           gather_gb_s / r->memcpy_gb_s);
+    printf("  gather (MFU rows)      %8.2f GB/s  = %.2f x %s\n", gather_gb_s,
+           gather_gb_s / (o->cuda ? r->d2h_gb_s : r->memcpy_gb_s),
+           o->cuda ? "device-to-host copy" : "memcpy");
 }
 
 int bench_embedding_main(int argc, char **argv)
