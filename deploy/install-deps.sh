@@ -14,6 +14,7 @@ PACKAGES=(
   libisal-dev                        # CRC32C (ISA-L crc32_iscsi)
   libcjson-dev                       # --json output of the tools
   libcmocka-dev                      # unit-test harness
+  protobuf-c-compiler libprotobuf-c-dev  # ckptd wire contract (proto/)
 )
 
 missing=()

@@ -1,0 +1,480 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * protobuf-c <-> store types (see wire.h). Generated code lives in
+ * build/.../proto/cpr/v1/checkpoint.pb-c.[ch]; nothing else includes it.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "cpr/v1/checkpoint.pb-c.h"
+#include "cpr_common.h"
+#include "wire.h"
+
+/* Pack any message into a fresh buffer. */
+static cpr_status pack(const ProtobufCMessage *msg, uint8_t **buf, size_t *len)
+{
+    size_t size = protobuf_c_message_get_packed_size(msg);
+    uint8_t *out = malloc(size ? size : 1);
+    if (!out)
+        return cpr_fail(CPR_NO_MEMORY, "out of memory encoding a %zu-byte message", size);
+    protobuf_c_message_pack(msg, out);
+    *buf = out;
+    *len = size;
+    return CPR_OK;
+}
+
+static cpr_status malformed(const char *what, size_t len)
+{
+    return cpr_fail(CPR_INVALID_ARGUMENT, "malformed %s (%zu bytes): not a valid protobuf "
+                    "message of that type", what, len);
+}
+
+/* protobuf-c gives "" for absent strings; keep the store's messages precise. */
+static const char *str(const char *s)
+{
+    return s ? s : "";
+}
+
+/* ---- Begin ------------------------------------------------------------------ */
+
+cpr_status cpr_wire_begin_decode(const void *buf, size_t len, cpr_wire_begin *out)
+{
+    Cpr__V1__BeginRequest *m = cpr__v1__begin_request__unpack(NULL, len, buf);
+    if (!m)
+        return malformed("BeginRequest", len);
+    cpr_wire_begin b = {.msg = m};
+    b.tables = malloc((m->n_tables ? m->n_tables : 1) * sizeof *b.tables);
+    if (!b.tables) {
+        cpr__v1__begin_request__free_unpacked(m, NULL);
+        return cpr_fail(CPR_NO_MEMORY, "out of memory decoding BeginRequest");
+    }
+    for (size_t i = 0; i < m->n_tables; i++)
+        b.tables[i] = (cpr_table_schema){m->tables[i]->table, m->tables[i]->rows,
+                                         m->tables[i]->dim, m->tables[i]->state_dim};
+    b.spec.id = (cpr_part_id){str(m->job), m->shard, m->checkpoint};
+    b.spec.kind = (cpr_kind)m->kind; /* unknown values are refused by the store */
+    b.spec.step = m->step;
+    b.spec.num_shards = m->num_shards ? m->num_shards : 1;
+    b.spec.base = m->base_checkpoint;
+    b.spec.tables = b.tables;
+    b.spec.n_tables = m->n_tables;
+    *out = b;
+    return CPR_OK;
+}
+
+void cpr_wire_begin_release(cpr_wire_begin *b)
+{
+    if (b->msg)
+        cpr__v1__begin_request__free_unpacked(b->msg, NULL);
+    free(b->tables);
+    memset(b, 0, sizeof *b);
+}
+
+cpr_status cpr_wire_begin_encode(const cpr_part_spec *spec, uint8_t **buf, size_t *len)
+{
+    Cpr__V1__BeginRequest m = CPR__V1__BEGIN_REQUEST__INIT;
+    Cpr__V1__TableSchema *schemas = calloc(spec->n_tables + 1, sizeof *schemas);
+    Cpr__V1__TableSchema **ptrs = calloc(spec->n_tables + 1, sizeof *ptrs);
+    cpr_status st = CPR_OK;
+    if (!schemas || !ptrs) {
+        st = cpr_fail(CPR_NO_MEMORY, "out of memory encoding BeginRequest");
+        goto out;
+    }
+    for (size_t i = 0; i < spec->n_tables; i++) {
+        cpr__v1__table_schema__init(&schemas[i]);
+        schemas[i].table = spec->tables[i].table;
+        schemas[i].rows = spec->tables[i].rows;
+        schemas[i].dim = spec->tables[i].dim;
+        schemas[i].state_dim = spec->tables[i].state_dim;
+        ptrs[i] = &schemas[i];
+    }
+    m.job = (char *)spec->id.job;
+    m.shard = spec->id.shard;
+    m.checkpoint = spec->id.checkpoint;
+    m.kind = (Cpr__V1__Kind)spec->kind;
+    m.step = spec->step;
+    m.n_tables = spec->n_tables;
+    m.tables = ptrs;
+    m.num_shards = spec->num_shards;
+    m.base_checkpoint = spec->base;
+    st = pack(&m.base, buf, len);
+out:
+    free(schemas);
+    free(ptrs);
+    return st;
+}
+
+/* ---- row batches -------------------------------------------------------------- */
+
+/* A view of `bytes` as an array of `elem`-byte items: the length must be a
+ * whole number of them; a misaligned pointer gets an aligned copy. */
+static cpr_status as_array(const ProtobufCBinaryData *bytes, size_t elem, const char *field,
+                           const void **data, size_t *count, void **copy)
+{
+    *copy = NULL;
+    if (bytes->len % elem != 0)
+        return cpr_fail(CPR_INVALID_ARGUMENT, "%s has %zu bytes: not a whole number of "
+                        "%zu-byte items", field, bytes->len, elem);
+    *count = bytes->len / elem;
+    *data = bytes->data;
+    if (bytes->len && ((uintptr_t)bytes->data % elem) != 0) {
+        *copy = malloc(bytes->len);
+        if (!*copy)
+            return cpr_fail(CPR_NO_MEMORY, "out of memory for %s", field);
+        memcpy(*copy, bytes->data, bytes->len);
+        *data = *copy;
+    }
+    return CPR_OK;
+}
+
+cpr_status cpr_wire_rows_decode(const void *buf, size_t len, cpr_wire_rows *out)
+{
+    Cpr__V1__RowBatch *m = cpr__v1__row_batch__unpack(NULL, len, buf);
+    if (!m)
+        return malformed("RowBatch", len);
+    cpr_wire_rows r = {.msg = m};
+    const void *ids = NULL, *values = NULL, *state = NULL;
+    cpr_status st = as_array(&m->ids, 8, "ids", &ids, &r.batch.n, &r.copies[0]);
+    if (st == CPR_OK)
+        st = as_array(&m->values, 4, "values", &values, &r.batch.values_count, &r.copies[1]);
+    if (st == CPR_OK)
+        st = as_array(&m->state, 4, "state", &state, &r.batch.state_count, &r.copies[2]);
+    if (st) {
+        cpr_wire_rows_release(&r);
+        return st;
+    }
+    r.id = (cpr_part_id){str(m->job), m->shard, m->checkpoint};
+    r.batch.table = m->table;
+    r.batch.ids = ids;
+    r.batch.values = values;
+    r.batch.state = r.batch.state_count ? state : NULL;
+    r.batch.crc32c = m->crc32c;
+    r.dim = m->dim;
+    r.state_dim = m->state_dim;
+    *out = r;
+    return CPR_OK;
+}
+
+void cpr_wire_rows_release(cpr_wire_rows *r)
+{
+    if (r->msg)
+        cpr__v1__row_batch__free_unpacked(r->msg, NULL);
+    for (int i = 0; i < 3; i++)
+        free(r->copies[i]);
+    memset(r, 0, sizeof *r);
+}
+
+cpr_status cpr_wire_rows_encode(const cpr_part_id *id, const cpr_row_batch *b, uint32_t dim,
+                                uint32_t state_dim, uint8_t **buf, size_t *len)
+{
+    Cpr__V1__RowBatch m = CPR__V1__ROW_BATCH__INIT;
+    m.job = (char *)id->job;
+    m.shard = id->shard;
+    m.checkpoint = id->checkpoint;
+    m.table = b->table;
+    m.ids = (ProtobufCBinaryData){b->n * 8, (uint8_t *)b->ids};
+    m.values = (ProtobufCBinaryData){b->values_count * 4, (uint8_t *)b->values};
+    m.state = (ProtobufCBinaryData){b->state_count * 4, (uint8_t *)b->state};
+    m.crc32c = b->crc32c;
+    m.dim = dim;
+    m.state_dim = state_dim;
+    return pack(&m.base, buf, len);
+}
+
+/* ---- blob chunks ----------------------------------------------------------------- */
+
+cpr_status cpr_wire_chunk_decode(const void *buf, size_t len, cpr_wire_chunk *out)
+{
+    Cpr__V1__BlobChunk *m = cpr__v1__blob_chunk__unpack(NULL, len, buf);
+    if (!m)
+        return malformed("BlobChunk", len);
+    *out = (cpr_wire_chunk){
+        .id = {str(m->job), m->shard, m->checkpoint}, .name = str(m->name),
+        .offset = m->offset, .size = m->size, .data = m->data.data, .len = m->data.len,
+        .crc32c = m->crc32c, .msg = m,
+    };
+    return CPR_OK;
+}
+
+void cpr_wire_chunk_release(cpr_wire_chunk *c)
+{
+    if (c->msg)
+        cpr__v1__blob_chunk__free_unpacked(c->msg, NULL);
+    memset(c, 0, sizeof *c);
+}
+
+cpr_status cpr_wire_chunk_encode(const cpr_part_id *id, const char *name, uint64_t offset,
+                                 uint64_t size, const void *data, size_t data_len,
+                                 uint32_t crc32c, uint8_t **buf, size_t *len)
+{
+    Cpr__V1__BlobChunk m = CPR__V1__BLOB_CHUNK__INIT;
+    m.job = (char *)id->job;
+    m.shard = id->shard;
+    m.checkpoint = id->checkpoint;
+    m.name = (char *)name;
+    m.offset = offset;
+    m.size = size;
+    m.data = (ProtobufCBinaryData){data_len, (uint8_t *)data};
+    m.crc32c = crc32c;
+    return pack(&m.base, buf, len);
+}
+
+/* ---- commit, abort, get-blob ---------------------------------------------------------- */
+
+cpr_status cpr_wire_commit_decode(const void *buf, size_t len, cpr_wire_part *out)
+{
+    Cpr__V1__CommitRequest *m = cpr__v1__commit_request__unpack(NULL, len, buf);
+    if (!m)
+        return malformed("CommitRequest", len);
+    *out = (cpr_wire_part){{str(m->job), m->shard, m->checkpoint}, m->rows, NULL, m};
+    return CPR_OK;
+}
+
+cpr_status cpr_wire_abort_decode(const void *buf, size_t len, cpr_wire_part *out)
+{
+    Cpr__V1__AbortRequest *m = cpr__v1__abort_request__unpack(NULL, len, buf);
+    if (!m)
+        return malformed("AbortRequest", len);
+    *out = (cpr_wire_part){{str(m->job), m->shard, m->checkpoint}, 0, NULL, m};
+    return CPR_OK;
+}
+
+cpr_status cpr_wire_getblob_decode(const void *buf, size_t len, cpr_wire_part *out)
+{
+    Cpr__V1__GetBlobRequest *m = cpr__v1__get_blob_request__unpack(NULL, len, buf);
+    if (!m)
+        return malformed("GetBlobRequest", len);
+    *out = (cpr_wire_part){{str(m->job), m->shard, m->checkpoint}, 0, str(m->name), m};
+    return CPR_OK;
+}
+
+void cpr_wire_part_release(cpr_wire_part *p)
+{
+    if (p->msg) /* every part request is a plain message: the generic free fits */
+        protobuf_c_message_free_unpacked(p->msg, NULL);
+    memset(p, 0, sizeof *p);
+}
+
+cpr_status cpr_wire_commit_encode(const cpr_part_id *id, uint64_t rows, uint8_t **buf,
+                                  size_t *len)
+{
+    Cpr__V1__CommitRequest m = CPR__V1__COMMIT_REQUEST__INIT;
+    m.job = (char *)id->job;
+    m.shard = id->shard;
+    m.checkpoint = id->checkpoint;
+    m.rows = rows;
+    return pack(&m.base, buf, len);
+}
+
+cpr_status cpr_wire_abort_encode(const cpr_part_id *id, uint8_t **buf, size_t *len)
+{
+    Cpr__V1__AbortRequest m = CPR__V1__ABORT_REQUEST__INIT;
+    m.job = (char *)id->job;
+    m.shard = id->shard;
+    m.checkpoint = id->checkpoint;
+    return pack(&m.base, buf, len);
+}
+
+cpr_status cpr_wire_getblob_encode(const cpr_part_id *id, const char *name, uint8_t **buf,
+                                   size_t *len)
+{
+    Cpr__V1__GetBlobRequest m = CPR__V1__GET_BLOB_REQUEST__INIT;
+    m.job = (char *)id->job;
+    m.shard = id->shard;
+    m.checkpoint = id->checkpoint;
+    m.name = (char *)name;
+    return pack(&m.base, buf, len);
+}
+
+/* ---- restore and list ------------------------------------------------------------------ */
+
+cpr_status cpr_wire_restore_decode(const void *buf, size_t len, cpr_wire_restore *out)
+{
+    Cpr__V1__RestoreRequest *m = cpr__v1__restore_request__unpack(NULL, len, buf);
+    if (!m)
+        return malformed("RestoreRequest", len);
+    cpr_wire_restore r = {.msg = m};
+    r.ranges = malloc((m->n_ranges ? m->n_ranges : 1) * sizeof *r.ranges);
+    if (!r.ranges) {
+        cpr_wire_restore_release(&r);
+        return cpr_fail(CPR_NO_MEMORY, "out of memory decoding RestoreRequest");
+    }
+    for (size_t i = 0; i < m->n_ranges; i++)
+        r.ranges[i] = (cpr_row_range){m->ranges[i]->begin, m->ranges[i]->end};
+    r.query = (cpr_restore_query){
+        .job = str(m->job), .as_of = m->as_of, .consistent = m->consistent,
+        .tables = m->tables, .n_tables = m->n_tables, .ranges = r.ranges,
+        .n_ranges = m->n_ranges, .modulo = m->modulo, .remainder = m->remainder,
+        .batch_rows = m->batch_rows,
+    };
+    *out = r;
+    return CPR_OK;
+}
+
+void cpr_wire_restore_release(cpr_wire_restore *r)
+{
+    if (r->msg)
+        cpr__v1__restore_request__free_unpacked(r->msg, NULL);
+    free(r->ranges);
+    memset(r, 0, sizeof *r);
+}
+
+cpr_status cpr_wire_restore_encode(const cpr_restore_query *q, uint8_t **buf, size_t *len)
+{
+    Cpr__V1__RestoreRequest m = CPR__V1__RESTORE_REQUEST__INIT;
+    Cpr__V1__RowRange *ranges = calloc(q->n_ranges + 1, sizeof *ranges);
+    Cpr__V1__RowRange **ptrs = calloc(q->n_ranges + 1, sizeof *ptrs);
+    cpr_status st = CPR_OK;
+    if (!ranges || !ptrs) {
+        st = cpr_fail(CPR_NO_MEMORY, "out of memory encoding RestoreRequest");
+        goto out;
+    }
+    for (size_t i = 0; i < q->n_ranges; i++) {
+        cpr__v1__row_range__init(&ranges[i]);
+        ranges[i].begin = q->ranges[i].begin;
+        ranges[i].end = q->ranges[i].end;
+        ptrs[i] = &ranges[i];
+    }
+    m.job = (char *)q->job;
+    m.as_of = q->as_of;
+    m.consistent = q->consistent != 0;
+    m.n_tables = q->n_tables;
+    m.tables = (uint32_t *)q->tables;
+    m.n_ranges = q->n_ranges;
+    m.ranges = ptrs;
+    m.modulo = q->modulo;
+    m.remainder = q->remainder;
+    m.batch_rows = (uint32_t)q->batch_rows;
+    st = pack(&m.base, buf, len);
+out:
+    free(ranges);
+    free(ptrs);
+    return st;
+}
+
+cpr_status cpr_wire_list_decode(const void *buf, size_t len, cpr_wire_list *out)
+{
+    Cpr__V1__ListRequest *m = cpr__v1__list_request__unpack(NULL, len, buf);
+    if (!m)
+        return malformed("ListRequest", len);
+    *out = (cpr_wire_list){str(m->job), m};
+    return CPR_OK;
+}
+
+void cpr_wire_list_release(cpr_wire_list *l)
+{
+    if (l->msg)
+        cpr__v1__list_request__free_unpacked(l->msg, NULL);
+    memset(l, 0, sizeof *l);
+}
+
+cpr_status cpr_wire_list_encode(const char *job, uint8_t **buf, size_t *len)
+{
+    Cpr__V1__ListRequest m = CPR__V1__LIST_REQUEST__INIT;
+    m.job = (char *)job;
+    return pack(&m.base, buf, len);
+}
+
+/* ---- responses ------------------------------------------------------------------------------ */
+
+cpr_status cpr_wire_put_response_encode(uint64_t rows, uint64_t bytes, uint8_t **buf, size_t *len)
+{
+    Cpr__V1__PutResponse m = CPR__V1__PUT_RESPONSE__INIT;
+    m.rows = rows;
+    m.bytes = bytes;
+    return pack(&m.base, buf, len);
+}
+
+cpr_status cpr_wire_list_response_encode(const cpr_part_info *parts, size_t n,
+                                         uint64_t latest_consistent, uint8_t **buf, size_t *len)
+{
+    Cpr__V1__ListResponse m = CPR__V1__LIST_RESPONSE__INIT;
+    Cpr__V1__PartInfo *infos = calloc(n + 1, sizeof *infos);
+    Cpr__V1__PartInfo **ptrs = calloc(n + 1, sizeof *ptrs);
+    cpr_status st = CPR_OK;
+    if (!infos || !ptrs) {
+        st = cpr_fail(CPR_NO_MEMORY, "out of memory encoding a list of %zu parts", n);
+        goto out;
+    }
+    for (size_t i = 0; i < n; i++) {
+        cpr__v1__part_info__init(&infos[i]);
+        infos[i].shard = parts[i].shard;
+        infos[i].checkpoint = parts[i].checkpoint;
+        infos[i].kind = (Cpr__V1__Kind)parts[i].kind;
+        infos[i].step = parts[i].step;
+        infos[i].rows = parts[i].rows;
+        infos[i].bytes = parts[i].bytes;
+        infos[i].committed = parts[i].committed != 0;
+        infos[i].consistent = parts[i].consistent != 0;
+        infos[i].num_shards = parts[i].num_shards;
+        infos[i].base_checkpoint = parts[i].base;
+        ptrs[i] = &infos[i];
+    }
+    m.n_parts = n;
+    m.parts = ptrs;
+    m.latest_consistent = latest_consistent;
+    st = pack(&m.base, buf, len);
+out:
+    free(infos);
+    free(ptrs);
+    return st;
+}
+
+cpr_status cpr_wire_list_response_decode(const void *buf, size_t len, cpr_part_info **parts,
+                                         size_t *n, uint64_t *latest_consistent)
+{
+    Cpr__V1__ListResponse *m = cpr__v1__list_response__unpack(NULL, len, buf);
+    if (!m)
+        return malformed("ListResponse", len);
+    cpr_part_info *out = calloc(m->n_parts + 1, sizeof *out);
+    if (!out) {
+        cpr__v1__list_response__free_unpacked(m, NULL);
+        return cpr_fail(CPR_NO_MEMORY, "out of memory decoding a list of parts");
+    }
+    for (size_t i = 0; i < m->n_parts; i++) {
+        const Cpr__V1__PartInfo *p = m->parts[i];
+        out[i] = (cpr_part_info){p->shard, p->checkpoint, (cpr_kind)p->kind, p->step,
+                                 p->num_shards, p->base_checkpoint, p->rows, p->bytes, p->committed,
+                                 p->consistent};
+    }
+    *parts = out;
+    *n = m->n_parts;
+    *latest_consistent = m->latest_consistent;
+    cpr__v1__list_response__free_unpacked(m, NULL);
+    return CPR_OK;
+}
+
+cpr_status cpr_wire_stats_response_encode(const cpr_store_stats *s, uint8_t **buf, size_t *len)
+{
+    static const char *const grpc_names[17] = {
+        "OK", "CANCELLED", "UNKNOWN", "INVALID_ARGUMENT", "DEADLINE_EXCEEDED", "NOT_FOUND",
+        "ALREADY_EXISTS", "PERMISSION_DENIED", "RESOURCE_EXHAUSTED", "FAILED_PRECONDITION",
+        "ABORTED", "OUT_OF_RANGE", "UNIMPLEMENTED", "INTERNAL", "UNAVAILABLE", "DATA_LOSS",
+        "UNAUTHENTICATED"};
+    Cpr__V1__StatsResponse m = CPR__V1__STATS_RESPONSE__INIT;
+    Cpr__V1__ErrorCount counts[17], *ptrs[17];
+    uint64_t by_code[17] = {0};
+    size_t n = 0;
+    for (int st = 1; st < CPR_STATUS_COUNT_; st++)
+        by_code[cpr_status_grpc((cpr_status)st) % 17] += s->errors[st];
+    for (int code = 1; code < 17; code++) {
+        if (!by_code[code])
+            continue;
+        cpr__v1__error_count__init(&counts[n]);
+        counts[n].code = (char *)grpc_names[code];
+        counts[n].count = by_code[code];
+        ptrs[n] = &counts[n];
+        n++;
+    }
+    m.parts = s->parts_committed;
+    m.rows_in = s->rows_in;
+    m.bytes_in = s->bytes_in;
+    m.rows_out = s->rows_out;
+    m.bytes_out = s->bytes_out;
+    m.n_errors = n;
+    m.errors = ptrs;
+    m.store_bytes = s->store_bytes;
+    m.jobs = s->jobs;
+    m.parts_open = s->parts_open;
+    return pack(&m.base, buf, len);
+}

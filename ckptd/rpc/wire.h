@@ -1,0 +1,114 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * The wire layer of ckptd and its clients: protobuf messages of
+ * proto/cpr/v1/checkpoint.proto <-> the store's own types. The only module
+ * that uses protobuf-c.
+ *
+ * Decoding never trusts the bytes: anything malformed (truncated, garbage,
+ * byte arrays whose lengths are not whole numbers of ids or floats, missing
+ * names) is CPR_INVALID_ARGUMENT with a message saying what to fix; the
+ * semantic checks (names, schemas, checksums, states) are the store's. A
+ * decoded request owns its message: views inside it (names, arrays) stay
+ * valid until the matching _release. Encoders return malloc'd buffers the
+ * caller frees. All functions are thread-safe (no shared state).
+ */
+#ifndef CPR_WIRE_H
+#define CPR_WIRE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "cpr/store.h"
+
+/* ---- requests ------------------------------------------------------------- */
+
+typedef struct cpr_wire_begin {
+    cpr_part_spec spec;           /* id.job and tables point into the message */
+    void *msg;
+    cpr_table_schema *tables;
+} cpr_wire_begin;
+
+typedef struct cpr_wire_rows {
+    cpr_part_id id;
+    cpr_row_batch batch;          /* arrays point into the message (or copies) */
+    uint32_t dim, state_dim;      /* as sent (set in Restore responses) */
+    void *msg;
+    void *copies[3];              /* aligned copies, when the message's were not */
+} cpr_wire_rows;
+
+typedef struct cpr_wire_chunk {
+    cpr_part_id id;
+    const char *name;
+    uint64_t offset, size;
+    const void *data;
+    size_t len;
+    uint32_t crc32c;
+    void *msg;
+} cpr_wire_chunk;
+
+/* Commit (rows set), Abort and GetBlob (name set) carry a part id. */
+typedef struct cpr_wire_part {
+    cpr_part_id id;
+    uint64_t rows;
+    const char *name;
+    void *msg;
+} cpr_wire_part;
+
+typedef struct cpr_wire_restore {
+    cpr_restore_query query;      /* arrays point into this struct or the message */
+    void *msg;
+    uint32_t *tables;
+    cpr_row_range *ranges;
+} cpr_wire_restore;
+
+typedef struct cpr_wire_list {
+    const char *job;
+    void *msg;
+} cpr_wire_list;
+
+cpr_status cpr_wire_begin_decode(const void *buf, size_t len, cpr_wire_begin *out);
+cpr_status cpr_wire_rows_decode(const void *buf, size_t len, cpr_wire_rows *out);
+cpr_status cpr_wire_chunk_decode(const void *buf, size_t len, cpr_wire_chunk *out);
+cpr_status cpr_wire_commit_decode(const void *buf, size_t len, cpr_wire_part *out);
+cpr_status cpr_wire_abort_decode(const void *buf, size_t len, cpr_wire_part *out);
+cpr_status cpr_wire_getblob_decode(const void *buf, size_t len, cpr_wire_part *out);
+cpr_status cpr_wire_restore_decode(const void *buf, size_t len, cpr_wire_restore *out);
+cpr_status cpr_wire_list_decode(const void *buf, size_t len, cpr_wire_list *out);
+
+void cpr_wire_begin_release(cpr_wire_begin *m);
+void cpr_wire_rows_release(cpr_wire_rows *m);
+void cpr_wire_chunk_release(cpr_wire_chunk *m);
+void cpr_wire_part_release(cpr_wire_part *m);
+void cpr_wire_restore_release(cpr_wire_restore *m);
+void cpr_wire_list_release(cpr_wire_list *m);
+
+/* ---- encoders (requests: the client library; responses: ckptd) ------------- */
+
+cpr_status cpr_wire_begin_encode(const cpr_part_spec *spec, uint8_t **buf, size_t *len);
+/* dim/state_dim are written as given (0 in requests). */
+cpr_status cpr_wire_rows_encode(const cpr_part_id *id, const cpr_row_batch *batch,
+                                uint32_t dim, uint32_t state_dim, uint8_t **buf, size_t *len);
+cpr_status cpr_wire_chunk_encode(const cpr_part_id *id, const char *name, uint64_t offset,
+                                 uint64_t size, const void *data, size_t data_len,
+                                 uint32_t crc32c, uint8_t **buf, size_t *len);
+cpr_status cpr_wire_commit_encode(const cpr_part_id *id, uint64_t rows, uint8_t **buf,
+                                  size_t *len);
+cpr_status cpr_wire_abort_encode(const cpr_part_id *id, uint8_t **buf, size_t *len);
+cpr_status cpr_wire_getblob_encode(const cpr_part_id *id, const char *name, uint8_t **buf,
+                                   size_t *len);
+cpr_status cpr_wire_restore_encode(const cpr_restore_query *q, uint8_t **buf, size_t *len);
+cpr_status cpr_wire_list_encode(const char *job, uint8_t **buf, size_t *len);
+
+cpr_status cpr_wire_put_response_encode(uint64_t rows, uint64_t bytes, uint8_t **buf,
+                                        size_t *len);
+cpr_status cpr_wire_list_response_encode(const cpr_part_info *parts, size_t n,
+                                         uint64_t latest_consistent, uint8_t **buf,
+                                         size_t *len);
+cpr_status cpr_wire_stats_response_encode(const cpr_store_stats *stats, uint8_t **buf,
+                                          size_t *len);
+
+/* Decode a ListResponse (client side): *parts malloc'd, caller frees. */
+cpr_status cpr_wire_list_response_decode(const void *buf, size_t len, cpr_part_info **parts,
+                                         size_t *n, uint64_t *latest_consistent);
+
+#endif /* CPR_WIRE_H */

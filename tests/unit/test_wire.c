@@ -1,0 +1,279 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * The wire layer: every request and response round-trips through its
+ * protobuf encoding; malformed bytes and inconsistent lengths are refused
+ * with CPR_INVALID_ARGUMENT; and a whole checkpoint travels from encoded
+ * requests through decoding into a real store and back out as encoded
+ * restore responses, byte-exact (the path ckptd will serve).
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "cpr/crc32c.h"
+#include "testutil.h"
+#include "wire.h"
+
+static const cpr_table_schema tables[] = {{.table = 3, .rows = 1000, .dim = 4, .state_dim = 1},
+                                          {.table = 9, .rows = 50, .dim = 2, .state_dim = 0}};
+
+static void test_begin_roundtrip(void **unused)
+{
+    (void)unused;
+    cpr_part_spec spec = {.id = {"job.a-1", 2, 77}, .kind = CPR_KIND_DELTA, .step = 1234,
+                          .num_shards = 4, .base = 70, .tables = tables, .n_tables = 2};
+    uint8_t *buf;
+    size_t len;
+    cpr_wire_begin b;
+    assert_int_equal(cpr_wire_begin_encode(&spec, &buf, &len), CPR_OK);
+    assert_int_equal(cpr_wire_begin_decode(buf, len, &b), CPR_OK);
+    assert_string_equal(b.spec.id.job, "job.a-1");
+    assert_int_equal(b.spec.id.shard, 2);
+    assert_int_equal(b.spec.id.checkpoint, 77);
+    assert_int_equal(b.spec.kind, CPR_KIND_DELTA);
+    assert_int_equal(b.spec.step, 1234);
+    assert_int_equal(b.spec.num_shards, 4);
+    assert_int_equal(b.spec.base, 70);
+    assert_int_equal(b.spec.n_tables, 2);
+    assert_memory_equal(b.spec.tables, tables, sizeof tables);
+    cpr_wire_begin_release(&b);
+    free(buf);
+}
+
+static void test_rows_roundtrip_and_lengths(void **unused)
+{
+    (void)unused;
+    uint64_t ids[3] = {5, 1, 999};
+    float values[12], state[3];
+    cpr_row_batch batch;
+    tu_fill_batch(&batch, 3, ids, 3, 4, 1, 8, values, state);
+    cpr_part_id id = {"j", 0, 8};
+    uint8_t *buf;
+    size_t len;
+    cpr_wire_rows r;
+    assert_int_equal(cpr_wire_rows_encode(&id, &batch, 4, 1, &buf, &len), CPR_OK);
+    assert_int_equal(cpr_wire_rows_decode(buf, len, &r), CPR_OK);
+    assert_int_equal(r.batch.n, 3);
+    assert_int_equal(r.batch.values_count, 12);
+    assert_int_equal(r.batch.state_count, 3);
+    assert_memory_equal(r.batch.ids, ids, sizeof ids);
+    assert_memory_equal(r.batch.values, values, sizeof values);
+    assert_memory_equal(r.batch.state, state, sizeof state);
+    assert_int_equal(r.batch.crc32c, batch.crc32c);
+    assert_int_equal(r.dim, 4);
+    cpr_wire_rows_release(&r);
+    free(buf);
+
+    /* ids that are not whole uint64s, values that are not whole floats */
+    cpr_row_batch bad = batch;
+    bad.n = 0;
+    bad.values_count = 0;
+    bad.state_count = 0;
+    bad.ids = NULL;
+    assert_int_equal(cpr_wire_rows_encode(&id, &bad, 0, 0, &buf, &len), CPR_OK);
+    free(buf);
+    uint8_t odd_ids[] = {0x0a, 0x01, 'j', 0x2a, 0x05, 1, 2, 3, 4, 5}; /* job, ids: 5 bytes */
+    assert_int_equal(cpr_wire_rows_decode(odd_ids, sizeof odd_ids, &r), CPR_INVALID_ARGUMENT);
+    assert_non_null(strstr(cpr_errmsg(), "ids has 5 bytes"));
+    uint8_t odd_values[] = {0x32, 0x03, 1, 2, 3}; /* values: 3 bytes */
+    assert_int_equal(cpr_wire_rows_decode(odd_values, sizeof odd_values, &r),
+                     CPR_INVALID_ARGUMENT);
+    assert_non_null(strstr(cpr_errmsg(), "values has 3 bytes"));
+}
+
+static void test_malformed(void **unused)
+{
+    (void)unused;
+    uint8_t garbage[] = {0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01};
+    uint8_t truncated[] = {0x0a, 0x10, 'a', 'b'}; /* string of 16 bytes, 2 present */
+    cpr_wire_begin b;
+    cpr_wire_rows r;
+    cpr_wire_chunk c;
+    cpr_wire_part p;
+    cpr_wire_restore q;
+    cpr_wire_list l;
+    assert_int_equal(cpr_wire_begin_decode(garbage, sizeof garbage, &b), CPR_INVALID_ARGUMENT);
+    assert_non_null(strstr(cpr_errmsg(), "BeginRequest"));
+    assert_int_equal(cpr_wire_begin_decode(truncated, sizeof truncated, &b), CPR_INVALID_ARGUMENT);
+    assert_int_equal(cpr_wire_rows_decode(truncated, sizeof truncated, &r), CPR_INVALID_ARGUMENT);
+    assert_int_equal(cpr_wire_chunk_decode(garbage, sizeof garbage, &c), CPR_INVALID_ARGUMENT);
+    assert_int_equal(cpr_wire_commit_decode(garbage, sizeof garbage, &p), CPR_INVALID_ARGUMENT);
+    assert_int_equal(cpr_wire_abort_decode(truncated, sizeof truncated, &p), CPR_INVALID_ARGUMENT);
+    assert_int_equal(cpr_wire_getblob_decode(garbage, sizeof garbage, &p), CPR_INVALID_ARGUMENT);
+    assert_int_equal(cpr_wire_restore_decode(truncated, sizeof truncated, &q),
+                     CPR_INVALID_ARGUMENT);
+    assert_int_equal(cpr_wire_list_decode(garbage, sizeof garbage, &l), CPR_INVALID_ARGUMENT);
+    /* An empty message is valid protobuf: all defaults, refused later by the store. */
+    assert_int_equal(cpr_wire_begin_decode("", 0, &b), CPR_OK);
+    assert_string_equal(b.spec.id.job, "");
+    cpr_wire_begin_release(&b);
+}
+
+static void test_small_messages_roundtrip(void **unused)
+{
+    (void)unused;
+    cpr_part_id id = {"jj", 7, 9};
+    uint8_t *buf, blob[5] = {1, 2, 3, 4, 5};
+    size_t len;
+    cpr_wire_part p;
+    cpr_wire_chunk c;
+    assert_int_equal(cpr_wire_commit_encode(&id, 4242, &buf, &len), CPR_OK);
+    assert_int_equal(cpr_wire_commit_decode(buf, len, &p), CPR_OK);
+    assert_string_equal(p.id.job, "jj");
+    assert_int_equal(p.id.shard, 7);
+    assert_int_equal(p.id.checkpoint, 9);
+    assert_int_equal(p.rows, 4242);
+    cpr_wire_part_release(&p);
+    free(buf);
+    assert_int_equal(cpr_wire_getblob_encode(&id, "dense", &buf, &len), CPR_OK);
+    assert_int_equal(cpr_wire_getblob_decode(buf, len, &p), CPR_OK);
+    assert_string_equal(p.name, "dense");
+    cpr_wire_part_release(&p);
+    free(buf);
+    assert_int_equal(cpr_wire_chunk_encode(&id, "dense", 100, 105, blob, 5,
+                                           cpr_crc32c(0, blob, 5), &buf, &len), CPR_OK);
+    assert_int_equal(cpr_wire_chunk_decode(buf, len, &c), CPR_OK);
+    assert_int_equal(c.offset, 100);
+    assert_int_equal(c.size, 105);
+    assert_int_equal(c.len, 5);
+    assert_memory_equal(c.data, blob, 5);
+    assert_int_equal(c.crc32c, cpr_crc32c(0, blob, 5));
+    cpr_wire_chunk_release(&c);
+    free(buf);
+
+    cpr_part_info parts[2] = {{.shard = 1, .checkpoint = 5, .kind = CPR_KIND_FULL, .step = 50,
+                               .num_shards = 2, .rows = 10, .bytes = 400, .committed = 1,
+                               .consistent = 1},
+                              {.shard = 0, .checkpoint = 6, .kind = CPR_KIND_DELTA, .base = 5,
+                               .num_shards = 2, .rows = 3, .bytes = 99, .committed = 0}};
+    cpr_part_info *back;
+    size_t n;
+    uint64_t latest;
+    assert_int_equal(cpr_wire_list_response_encode(parts, 2, 5, &buf, &len), CPR_OK);
+    assert_int_equal(cpr_wire_list_response_decode(buf, len, &back, &n, &latest), CPR_OK);
+    assert_int_equal(n, 2);
+    assert_int_equal(latest, 5);
+    assert_memory_equal(back, parts, sizeof parts);
+    free(back);
+    free(buf);
+}
+
+/* What a restore callback does in ckptd: encode the batch as a response. */
+typedef struct sent {
+    uint8_t *bufs[64];
+    size_t lens[64];
+    size_t n;
+} sent;
+
+static cpr_status encode_response(void *ctx, const cpr_row_batch *b)
+{
+    sent *s = ctx;
+    cpr_part_id id = {"e2e", 0, 0};
+    uint32_t dim = (uint32_t)(b->values_count / b->n);
+    if (s->n == 64)
+        return CPR_RESOURCE_EXHAUSTED;
+    size_t slot = s->n++;
+    return cpr_wire_rows_encode(&id, b, dim, (uint32_t)(b->state_count / b->n),
+                                &s->bufs[slot], &s->lens[slot]) == CPR_OK ? CPR_OK : CPR_INTERNAL;
+}
+
+static void send_rows(cpr_store *store, const cpr_part_id *id, uint32_t table, uint32_t dim,
+                      uint32_t sdim, uint64_t first, size_t n)
+{
+    uint64_t ids[100];
+    float values[100 * 4], state[100];
+    cpr_row_batch batch;
+    uint8_t *buf;
+    size_t len;
+    cpr_wire_rows r;
+    for (size_t i = 0; i < n; i++)
+        ids[i] = first + i;
+    tu_fill_batch(&batch, table, ids, n, dim, sdim, id->checkpoint, values, state);
+    assert_int_equal(cpr_wire_rows_encode(id, &batch, 0, 0, &buf, &len), CPR_OK);
+    assert_int_equal(cpr_wire_rows_decode(buf, len, &r), CPR_OK);
+    assert_int_equal(cpr_store_put_rows(store, &r.id, &r.batch), CPR_OK);
+    cpr_wire_rows_release(&r);
+    free(buf);
+}
+
+static void test_end_to_end_through_store(void **unused)
+{
+    (void)unused;
+    char *dir = tu_mkdtemp("cpr-wire");
+    cpr_store *store;
+    uint8_t *buf;
+    size_t len;
+    assert_int_equal(cpr_store_open(dir, NULL, &store), CPR_OK);
+
+    cpr_part_spec spec = {.id = {"e2e", 0, 1}, .kind = CPR_KIND_FULL, .num_shards = 1,
+                          .tables = tables, .n_tables = 2};
+    cpr_wire_begin b;
+    assert_int_equal(cpr_wire_begin_encode(&spec, &buf, &len), CPR_OK);
+    assert_int_equal(cpr_wire_begin_decode(buf, len, &b), CPR_OK);
+    assert_int_equal(cpr_store_begin(store, &b.spec), CPR_OK);
+    cpr_wire_begin_release(&b);
+    free(buf);
+    send_rows(store, &spec.id, 3, 4, 1, 0, 100);
+    send_rows(store, &spec.id, 3, 4, 1, 100, 60);
+    send_rows(store, &spec.id, 9, 2, 0, 0, 50);
+    cpr_wire_part p;
+    assert_int_equal(cpr_wire_commit_encode(&spec.id, 210, &buf, &len), CPR_OK);
+    assert_int_equal(cpr_wire_commit_decode(buf, len, &p), CPR_OK);
+    assert_int_equal(cpr_store_commit(store, &p.id, p.rows), CPR_OK);
+    cpr_wire_part_release(&p);
+    free(buf);
+
+    uint32_t want_tables[] = {3};
+    cpr_row_range range = {10, 130};
+    cpr_restore_query q = {.job = "e2e", .tables = want_tables, .n_tables = 1,
+                           .ranges = &range, .n_ranges = 1, .modulo = 3, .remainder = 1,
+                           .batch_rows = 16};
+    cpr_wire_restore wq;
+    assert_int_equal(cpr_wire_restore_encode(&q, &buf, &len), CPR_OK);
+    assert_int_equal(cpr_wire_restore_decode(buf, len, &wq), CPR_OK);
+    free(buf);
+    sent s = {0};
+    assert_int_equal(cpr_store_restore(store, &wq.query, encode_response, &s, NULL), CPR_OK);
+    cpr_wire_restore_release(&wq);
+
+    uint64_t expect = 10 + (1 - 10 % 3 + 3) % 3, total = 0; /* first row >= 10 with %3 == 1 */
+    for (size_t i = 0; i < s.n; i++) {
+        cpr_wire_rows r;
+        assert_int_equal(cpr_wire_rows_decode(s.bufs[i], s.lens[i], &r), CPR_OK);
+        assert_true(r.batch.n <= 16);
+        assert_int_equal(r.dim, 4);
+        assert_int_equal(r.state_dim, 1);
+        assert_int_equal(cpr_crc32c_rows(r.batch.ids, r.batch.n, r.batch.values,
+                                         r.batch.values_count, r.batch.state,
+                                         r.batch.state_count), r.batch.crc32c);
+        for (size_t k = 0; k < r.batch.n; k++, expect += 3, total++) {
+            assert_int_equal(r.batch.ids[k], expect);
+            for (uint32_t j = 0; j < 4; j++)
+                assert_true(r.batch.values[k * 4 + j] == tu_value(3, expect, 1, j));
+            assert_true(r.batch.state[k] == tu_state(3, expect, 1, 0));
+        }
+        cpr_wire_rows_release(&r);
+        free(s.bufs[i]);
+    }
+    assert_int_equal(total, 40); /* 10..129 with row % 3 == 1 */
+    cpr_store_close(store);
+    tu_rmtree(dir);
+    free(dir);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_begin_roundtrip),
+        cmocka_unit_test(test_rows_roundtrip_and_lengths),
+        cmocka_unit_test(test_malformed),
+        cmocka_unit_test(test_small_messages_roundtrip),
+        cmocka_unit_test(test_end_to_end_through_store),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
