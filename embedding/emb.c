@@ -117,9 +117,17 @@ static cpr_status fill_defaults(cpr_emb_config *c)
                         "init_scale and eps finite and >= 0");
     if (c->num_shards == 0)
         c->num_shards = 1;
+    if (c->rows > SIZE_MAX / sizeof(float) / c->dim / 2)
+        return cpr_fail(CPR_INVALID_ARGUMENT, "a table of %llu x %u floats does not fit in "
+                        "memory", (unsigned long long)c->rows, c->dim);
     if (c->num_shards > c->rows)
         return cpr_fail(CPR_INVALID_ARGUMENT, "%u shards for %llu rows: every shard needs "
                         "a row", c->num_shards, (unsigned long long)c->rows);
+    uint64_t per = (c->rows + c->num_shards - 1) / c->num_shards;
+    if (c->scheme == CPR_SHARD_RANGE && per * (c->num_shards - 1) >= c->rows)
+        return cpr_fail(CPR_INVALID_ARGUMENT, "%u range shards of %llu rows leave the last "
+                        "shard empty; use fewer shards or CPR_SHARD_MODULO", c->num_shards,
+                        (unsigned long long)per);
     if (c->learning_rate == 0)
         c->learning_rate = 0.01f;
     if (c->eps == 0)
@@ -182,6 +190,9 @@ static cpr_status check_batch(const cpr_emb *t, const int64_t *indices, size_t n
     if ((n_indices && !indices) || (n_bags && (!offsets || !dense)))
         return cpr_fail(CPR_INVALID_ARGUMENT, "a batch of %zu bags and %zu indices needs "
                         "its arrays", n_bags, n_indices);
+    if (n_bags > UINT32_MAX || n_indices > ((size_t)1 << 40))
+        return cpr_fail(CPR_INVALID_ARGUMENT, "a batch holds at most 2^32-1 bags and 2^40 "
+                        "indices (got %zu bags, %zu indices)", n_bags, n_indices);
     if (t->cfg.device == CPR_DEVICE_CUDA)
         return CPR_OK;
     for (size_t b = 0; b < n_bags; b++) {

@@ -369,8 +369,11 @@ cpr_status cpr_emb_cpu_backward(cpr_emb *t, const int64_t *indices, size_t n_ind
         double change = step_row(t, row, b->gsum);
         if (t->cfg.track)
             track_row(t, row, &b->occs[i], end - i, change);
-        else
-            b->shards[cpr_emb_geom_shard_of(t, row)].events += end - i;
+        else { /* the shard counters are kept whatever the trackers */
+            shard_ctr *sc = &b->shards[cpr_emb_geom_shard_of(t, row)];
+            sc->events += end - i;
+            sc->unsaved += end - i;
+        }
         i = end;
     }
     b->calls++;
@@ -419,12 +422,18 @@ cpr_status cpr_emb_cpu_select(cpr_emb *t, uint32_t shard, cpr_policy policy,
             ids[count++] = row;
         }
         break;
-    case CPR_POLICY_MFU:
-        count = cpr_emb_topk(t, shard, b->counts, k, ids);
+    case CPR_POLICY_MFU: {
+        cpr_status st = cpr_emb_topk(t, shard, b->counts, k, ids, &count);
+        if (st)
+            return st;
         break;
-    case CPR_POLICY_TOPK_NORM: /* non-negative floats order like their bits */
-        count = cpr_emb_topk(t, shard, b->norm, k, ids);
+    }
+    case CPR_POLICY_TOPK_NORM: { /* non-negative floats order like their bits */
+        cpr_status st = cpr_emb_topk(t, shard, b->norm, k, ids, &count);
+        if (st)
+            return st;
         break;
+    }
     case CPR_POLICY_SSU:
         count = cpr_emb_ssu_select(&b->ssu, shard, k, ids, cap);
         break;
@@ -590,7 +599,7 @@ void cpr_emb_cpu_save_end(cpr_emb *t, cpr_emb_save *save, int committed)
     if (!p->wiped && committed) {
         /* With counts, exactly the saved rows' events; without, a FULL or
          * DELTA save covers everything the shard had at begin. */
-        uint64_t saved = p->counts ? p->count_sum
+        uint64_t saved = t->cfg.track & CPR_TRACK_COUNTS ? p->count_sum
                          : consistent_policy(save->policy) ? p->unsaved_at_begin : 0;
         sc->unsaved -= saved < sc->unsaved ? saved : sc->unsaved;
         if (p->sampled)
@@ -634,8 +643,12 @@ cpr_status cpr_emb_cpu_apply(cpr_emb *t, const uint64_t *ids, size_t n, const fl
             memcpy(b->state + ids[i] * sd, state + i * sd, sd * sizeof(float));
         clear_trackers(t, ids[i]);
     }
-    if (b->ssu.member)
+    if (b->ssu.member) {
         cpr_emb_ssu_forget(&b->ssu, t, ids, n);
+        for (pending *p = b->open; p; p = p->next)
+            if (p->sampled)
+                cpr_emb_ssu_unhold(p->sampled, p->save->ids, p->save->n, ids, n);
+    }
     return CPR_OK;
 }
 

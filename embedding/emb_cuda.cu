@@ -172,7 +172,7 @@ static cpr_status alloc_device_arrays(cpr_emb *t, emb_cuda_table *b)
     const cpr_emb_config *c = &t->cfg;
     uint64_t words = (c->rows + 63) / 64;
     cpr_status st = CPR_OK;
-    if (c->rows > SIZE_MAX / sizeof(float) / (c->dim > t->state_dim ? c->dim : 1))
+    if (c->rows > SIZE_MAX / sizeof(float) / c->dim)
         return cpr_fail(CPR_NO_MEMORY, "a table of %llu x %u does not fit in memory",
                         (unsigned long long)c->rows, c->dim);
     st = dev_alloc_zero(b, (void **)&b->weights, c->rows * c->dim * sizeof(float), "weights");
@@ -472,8 +472,9 @@ static __device__ void track_row(const backward_args &a, uint64_t row, int occ, 
                                  int sampled, int u)
 {
     uint32_t shard = emb_dev_shard_of(a.geom, row);
-    if (!a.track) {
+    if (!a.track) { /* the shard counters are kept whatever the trackers */
         atomicAdd(&a.shards[shard].events, (ull)occ);
+        atomicAdd(&a.shards[shard].unsaved, (ull)occ);
         return;
     }
     if (a.counts) {

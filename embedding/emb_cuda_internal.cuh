@@ -25,8 +25,10 @@
     do {                                                                       \
         cudaError_t err_ = (call);                                             \
         if (err_ != cudaSuccess) {                                             \
-            st = cpr_fail(CPR_CUDA, "%s failed: %s", #call,                    \
-                          cudaGetErrorString(err_));                           \
+            cudaGetLastError(); /* clear a non-sticky error (e.g. OOM) */      \
+            st = cpr_fail(err_ == cudaErrorMemoryAllocation ? CPR_NO_MEMORY    \
+                                                            : CPR_CUDA,        \
+                          "%s failed: %s", #call, cudaGetErrorString(err_));   \
             goto out;                                                          \
         }                                                                      \
     } while (0)

@@ -486,7 +486,7 @@ static cpr_status save_end_device(emb_cuda_table *b, const cpr_emb_save *save,
     if (committed) {
         /* With counts, exactly the saved rows' events; without, a FULL or
          * DELTA save covers everything the shard had at begin. */
-        saved = p->d_counts ? p->count_sum
+        saved = b->counts ? p->count_sum /* the table tracks counts */
                 : consistent_policy(save->policy) ? p->unsaved_at_begin : 0;
         sub_clamped_kernel<<<1, 1, 0, b->stream>>>(&b->shards_dev[save->shard].unsaved, saved);
         CHECK_LAUNCH();
@@ -572,8 +572,8 @@ static __global__ void scatter_kernel(const uint64_t *ids, size_t n, const float
 static __global__ void sub_cleared_kernel(emb_shard_dev *shards, const ull *cleared,
                                           uint32_t num_shards)
 {
-    for (uint32_t s = blockIdx.x * blockDim.x + threadIdx.x; s < num_shards;
-         s += gridDim.x * blockDim.x)
+    for (uint64_t s = blockIdx.x * blockDim.x + threadIdx.x; s < num_shards;
+         s += (uint64_t)gridDim.x * blockDim.x)
         if (cleared[s])
             sub_clamped(&shards[s].unsaved, cleared[s]);
 }
@@ -684,8 +684,12 @@ extern "C" cpr_status cpr_emb_cuda_apply(cpr_emb *t, const uint64_t *ids, size_t
         CHECK_LAUNCH();
         CHECK(cudaStreamSynchronize(b->stream));
     }
-    if (b->ssu.member)
+    if (b->ssu.member) {
         cpr_emb_ssu_forget(&b->ssu, t, ids, n);
+        for (emb_pending *p = b->open; p; p = p->next)
+            if (p->sampled)
+                cpr_emb_ssu_unhold(p->sampled, p->save->ids, p->save->n, ids, n);
+    }
 out:
     free(src);
     return st;

@@ -3,6 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cpr_common.h"
 #include "emb_select.h"
 
 #define BUCKETS 65536
@@ -49,17 +50,20 @@ static uint32_t find_digit(const uint64_t *hist, uint64_t want, uint64_t *above)
     return 0;
 }
 
-size_t cpr_emb_topk(const cpr_emb *t, uint32_t shard, const void *keys, uint64_t k,
-                    uint64_t *ids)
+cpr_status cpr_emb_topk(const cpr_emb *t, uint32_t shard, const void *keys, uint64_t k,
+                        uint64_t *ids, size_t *n_out)
 {
     uint64_t *hist = malloc(BUCKETS * sizeof *hist);
     uint64_t nonzero = 0, above_hi = 0, above_lo = 0, threshold = 1, ties = UINT64_MAX;
     uint64_t n = cpr_emb_geom_shard_rows(t, shard), row = cpr_emb_geom_first(t, shard);
     uint64_t stride = cpr_emb_geom_stride(t);
     size_t out = 0;
-    if (!hist || k == 0) {
+    if (!hist)
+        return cpr_fail(CPR_NO_MEMORY, "out of memory for selection histograms");
+    if (k == 0) {
         free(hist);
-        return 0; /* the caller's budget is 0, or no memory: select nothing */
+        *n_out = 0;
+        return CPR_OK;
     }
     histogram(t, shard, keys, -1, hist);
     for (uint32_t d = 0; d < BUCKETS; d++)
@@ -81,5 +85,6 @@ size_t cpr_emb_topk(const cpr_emb *t, uint32_t shard, const void *keys, uint64_t
         }
     }
     free(hist);
-    return out;
+    *n_out = out;
+    return CPR_OK;
 }

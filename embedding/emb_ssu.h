@@ -63,6 +63,11 @@ void cpr_emb_ssu_hold(cpr_emb_ssu *s, uint32_t shard, const uint64_t *ids, size_
  * released at their old place. */
 void cpr_emb_ssu_end(cpr_emb_ssu *s, uint32_t shard, const uint64_t *ids, size_t n,
                      const uint8_t *held, int committed);
+/* An open save's held flags (for save_ids, ascending) after `ids` left the
+ * sample (apply): those rows are no longer held by it, so its end must not
+ * touch them (another save may hold them by then). */
+void cpr_emb_ssu_unhold(uint8_t *held, const uint64_t *save_ids, size_t save_n,
+                        const uint64_t *ids, size_t n);
 /* The rows now equal stored copies (apply): they leave the sample. */
 void cpr_emb_ssu_forget(cpr_emb_ssu *s, const cpr_emb *t, const uint64_t *ids, size_t n);
 /* Every member of `shard` leaves the sample (wipe). */

@@ -378,6 +378,8 @@ static cpr_status check_line_start(const cpr_criteo_reader *r, uint64_t offset)
         return cpr_fail(CPR_INVALID_ARGUMENT, "%s: offset %llu is past the end (%llu "
                         "bytes)", r->path, (unsigned long long)offset,
                         (unsigned long long)sb.st_size);
+    if (offset == (uint64_t)sb.st_size) /* the end, as tell reports it (maybe no final newline) */
+        return CPR_OK;
     if (offset == r->data_offset)
         return CPR_OK;
     do {
