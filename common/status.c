@@ -40,6 +40,24 @@ int cpr_status_grpc(cpr_status st)
     return status_grpc[st];
 }
 
+cpr_status cpr_status_from_grpc(int code)
+{
+    switch (code) {
+    case 0: return CPR_OK;
+    case 1: return CPR_UNAVAILABLE;          /* CANCELLED */
+    case 3: return CPR_INVALID_ARGUMENT;
+    case 4: return CPR_TIMEOUT;              /* DEADLINE_EXCEEDED */
+    case 5: return CPR_NOT_FOUND;
+    case 6: return CPR_ALREADY_EXISTS;
+    case 8: return CPR_RESOURCE_EXHAUSTED;
+    case 9: return CPR_FAILED_PRECONDITION;
+    case 10: return CPR_UNAVAILABLE;         /* ABORTED: retry */
+    case 14: return CPR_UNAVAILABLE;
+    case 15: return CPR_CORRUPT;             /* DATA_LOSS */
+    default: return CPR_INTERNAL;
+    }
+}
+
 const char *cpr_errmsg(void)
 {
     return errmsg_buf;

@@ -15,6 +15,7 @@ PACKAGES=(
   libcjson-dev                       # --json output of the tools
   libcmocka-dev                      # unit-test harness
   protobuf-c-compiler libprotobuf-c-dev  # ckptd wire contract (proto/)
+  libgrpc-dev                        # ckptd and the client: gRPC C core
 )
 
 missing=()

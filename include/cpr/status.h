@@ -38,6 +38,11 @@ const char *cpr_status_name(cpr_status st);
 /* The gRPC status code (grpc_status_code numbering) for a CPR status. */
 int cpr_status_grpc(cpr_status st);
 
+/* The CPR status for a gRPC status code received from a server (the inverse
+ * of cpr_status_grpc where it is one-to-one; codes CPR never sends map to
+ * CPR_UNAVAILABLE when transient, else CPR_INTERNAL). */
+cpr_status cpr_status_from_grpc(int code);
+
 /*
  * Message describing the most recent non-OK status returned to the calling
  * thread by any CPR function ("" if none). Thread-local: valid until the

@@ -1,0 +1,217 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * ckptd: the CPR checkpoint daemon for storage nodes. Parses its settings
+ * (flags, or a config file with the same keys), opens the store, serves it
+ * over gRPC, prints the bound address on one line ("ckptd listening on
+ * HOST:PORT") so scripts and tests can read it, and on SIGTERM or SIGINT
+ * stops accepting, aborts what is in flight and closes the store.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cpr/store.h"
+#include "cpr_cli.h"
+#include "cpr_common.h"
+#include "server.h"
+
+#define EXIT_USAGE 2
+
+typedef struct settings {
+    char listen[256];
+    char data_dir[4096];
+    uint64_t threads, retain, max_message_mb;
+    int log_level;
+} settings;
+
+static void usage(FILE *out)
+{
+    fputs("usage: ckptd --data-dir DIR [--listen HOST:PORT] [--config FILE] [--threads N]\n"
+          "             [--retain K] [--max-message-mb M] [--log-level L]\n"
+          "       ckptd --version | --help\n"
+          "\n"
+          "  --listen HOST:PORT   address to serve (default 127.0.0.1:7717; port 0 picks a\n"
+          "                       free port); the bound address is printed on one line\n"
+          "  --data-dir DIR       the store's directory (created if missing)\n"
+          "  --config FILE        settings as `key = value` lines, keys as the flags\n"
+          "                       without dashes (listen, data-dir, ...); flags win\n"
+          "  --threads N          most calls served at once (default 1024)\n"
+          "  --retain K           consistent cuts kept by retention (default 2)\n"
+          "  --max-message-mb M   largest request message (default 64)\n"
+          "  --log-level L        error, warn, info or debug (default info)\n"
+          "\n"
+          "SIGTERM or SIGINT: stop accepting, abort parts in flight, close the store.\n"
+          "Exit status: 0 after a clean stop, 1 failure, 2 bad command line or config.\n",
+          out);
+}
+
+static int fail_usage(const char *msg)
+{
+    fprintf(stderr, "ckptd: %s\n", msg);
+    return -1;
+}
+
+/* Apply one setting (from a flag or the config file). */
+static int set(settings *s, const char *key, const char *value)
+{
+    cpr_status st = CPR_OK;
+    if (strcmp(key, "listen") == 0)
+        snprintf(s->listen, sizeof s->listen, "%s", value);
+    else if (strcmp(key, "data-dir") == 0)
+        snprintf(s->data_dir, sizeof s->data_dir, "%s", value);
+    else if (strcmp(key, "threads") == 0)
+        st = cpr_cli_u64("--threads", value, 1, 100000, &s->threads);
+    else if (strcmp(key, "retain") == 0)
+        st = cpr_cli_u64("--retain", value, 1, 100000, &s->retain);
+    else if (strcmp(key, "max-message-mb") == 0)
+        st = cpr_cli_u64("--max-message-mb", value, 1, 2047, &s->max_message_mb);
+    else if (strcmp(key, "log-level") == 0) {
+        s->log_level = cpr_log_level_parse(value);
+        if (s->log_level < 0)
+            return fail_usage("--log-level: use error, warn, info or debug");
+    } else {
+        char msg[300];
+        snprintf(msg, sizeof msg, "unknown setting '%.200s' (see ckptd --help)", key);
+        return fail_usage(msg);
+    }
+    return st ? fail_usage(cpr_errmsg()) : 0;
+}
+
+static char *trim(char *s)
+{
+    while (*s == ' ' || *s == '\t')
+        s++;
+    size_t n = strlen(s);
+    while (n && (s[n - 1] == ' ' || s[n - 1] == '\t' || s[n - 1] == '\n' || s[n - 1] == '\r'))
+        s[--n] = '\0';
+    return s;
+}
+
+static int read_config(settings *s, const char *path)
+{
+    char line[4352];
+    int lineno = 0, rc = 0;
+    FILE *f = fopen(path, "r");
+    if (!f) {
+        fprintf(stderr, "ckptd: --config %s: %s\n", path, strerror(errno));
+        return -1;
+    }
+    while (rc == 0 && fgets(line, sizeof line, f)) {
+        char *text = trim(line), *eq = strchr(text, '=');
+        lineno++;
+        if (*text == '\0' || *text == '#')
+            continue;
+        if (!eq) {
+            fprintf(stderr, "ckptd: %s:%d: expected `key = value`\n", path, lineno);
+            rc = -1;
+            break;
+        }
+        *eq = '\0';
+        if (set(s, trim(text), trim(eq + 1)) != 0) {
+            fprintf(stderr, "ckptd: (in %s:%d)\n", path, lineno);
+            rc = -1;
+        }
+    }
+    fclose(f);
+    return rc;
+}
+
+/* Flags first find --config (applied before the other flags, which win). */
+static int parse_args(int argc, char **argv, settings *s)
+{
+    static const char *const keys[] = {"listen", "data-dir", "threads", "retain",
+                                       "max-message-mb", "log-level"};
+    for (int i = 1; i < argc; i++) {
+        int missing = 0;
+        const char *cfg = cpr_cli_value(argc, argv, &i, "--config", &missing);
+        if (missing)
+            return fail_usage(cpr_errmsg());
+        if (cfg && read_config(s, cfg) != 0)
+            return -1;
+    }
+    for (int i = 1; i < argc; i++) {
+        int missing = 0, matched = 0;
+        if (cpr_cli_value(argc, argv, &i, "--config", &missing))
+            continue;
+        for (size_t k = 0; k < sizeof keys / sizeof keys[0] && !matched; k++) {
+            char flag[32];
+            snprintf(flag, sizeof flag, "--%s", keys[k]);
+            const char *v = cpr_cli_value(argc, argv, &i, flag, &missing);
+            if (missing)
+                return fail_usage(cpr_errmsg());
+            if (v) {
+                matched = 1;
+                if (set(s, keys[k], v) != 0)
+                    return -1;
+            }
+        }
+        if (!matched) {
+            char msg[300];
+            snprintf(msg, sizeof msg, "unknown argument '%.200s' (see ckptd --help)", argv[i]);
+            return fail_usage(msg);
+        }
+    }
+    if (s->data_dir[0] == '\0')
+        return fail_usage("--data-dir is required");
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    settings s = {.listen = "127.0.0.1:7717", .threads = 1024, .retain = 2,
+                  .max_message_mb = 64, .log_level = CPR_LOG_INFO};
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
+            usage(stdout);
+            return 0;
+        }
+        if (strcmp(argv[i], "--version") == 0) {
+            printf("ckptd %s\n", CPR_VERSION);
+            return 0;
+        }
+    }
+    if (parse_args(argc, argv, &s) != 0)
+        return EXIT_USAGE;
+    cpr_log_threshold = s.log_level;
+
+    /* Block the stop signals in every thread; this one waits for them. */
+    sigset_t stop;
+    sigemptyset(&stop);
+    sigaddset(&stop, SIGTERM);
+    sigaddset(&stop, SIGINT);
+    pthread_sigmask(SIG_BLOCK, &stop, NULL);
+    signal(SIGPIPE, SIG_IGN);
+
+    cpr_store *store = NULL;
+    cpr_server *server = NULL;
+    cpr_store_options so = {.retain_cuts = (uint32_t)s.retain};
+    cpr_server_options srv = {.listen = s.listen,
+                              .max_message_bytes = (size_t)s.max_message_mb << 20,
+                              .max_calls = (unsigned)s.threads};
+    int port = 0, sig = 0;
+    cpr_status st = cpr_store_open(s.data_dir, &so, &store);
+    if (st == CPR_OK)
+        st = cpr_server_start(store, &srv, &server, &port);
+    if (st) {
+        fprintf(stderr, "ckptd: %s: %s\n", cpr_status_name(st), cpr_errmsg());
+        cpr_store_close(store);
+        return 1;
+    }
+    char host[256];
+    snprintf(host, sizeof host, "%s", s.listen);
+    char *colon = strrchr(host, ':');
+    if (colon)
+        *colon = '\0';
+    printf("ckptd listening on %s:%d\n", host, port);
+    fflush(stdout);
+    cpr_log(CPR_LOG_INFO, "serving %s on %s:%d", s.data_dir, host, port);
+    sigwait(&stop, &sig);
+    cpr_log(CPR_LOG_INFO, "signal %d: stopping", sig);
+    cpr_server_stop(server);
+    cpr_store_close(store);
+    cpr_log(CPR_LOG_INFO, "stopped cleanly");
+    return 0;
+}

@@ -1,0 +1,651 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * ckptd's gRPC server on the C core (design in server.h).
+ *
+ * Lifecycle of a call: the acceptor requests it on the server's queue with a
+ * completion queue of its own bound to the call (call_ctx.cq); when it
+ * arrives, a handler thread takes over and runs the method as sequential
+ * code: each step is one grpc_call_start_batch followed by waiting on the
+ * call's own queue, where that batch is the only one outstanding. The
+ * acceptor immediately requests the next call of the same method.
+ *
+ * Invariants
+ *  V1. A call_ctx belongs to the acceptor until its request completes, then
+ *      to exactly one handler thread, which frees it.
+ *  V2. At most one batch per call is outstanding, so the next event on
+ *      call_ctx.cq is the completion of the batch just started.
+ *  V3. `active` counts handler threads; stop waits for it to reach zero
+ *      after cancelling every call, so no handler outlives the store.
+ */
+#define _GNU_SOURCE
+#include <grpc/byte_buffer.h>
+#include <grpc/byte_buffer_reader.h>
+#include <grpc/grpc.h>
+#include <grpc/grpc_security.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cpr/crc32c.h"
+#include "cpr_common.h"
+#include "server.h"
+#include "wire.h"
+
+#define BLOB_CHUNK_BYTES (1u << 20)
+#define MAX_TOUCHED_PARTS 64
+
+typedef struct call_ctx call_ctx;
+typedef void (*handler_fn)(call_ctx *c);
+typedef enum rpc_kind { RPC_UNARY, RPC_CLIENT_STREAM, RPC_SERVER_STREAM } rpc_kind;
+
+typedef struct method {
+    const char *path;
+    rpc_kind kind;
+    handler_fn fn;
+} method;
+
+struct call_ctx {
+    cpr_server *srv;
+    const method *m;
+    size_t method_index;
+    grpc_call *call;
+    gpr_timespec deadline;
+    grpc_metadata_array md;
+    grpc_byte_buffer *payload;
+    grpc_completion_queue *cq; /* bound to the call (V2) */
+    int sent_initial;
+};
+
+struct cpr_server {
+    cpr_store *store;
+    grpc_server *server;
+    grpc_completion_queue *cq; /* new-call notifications */
+    void *handles[16];
+    pthread_t acceptor;
+    int acceptor_started;
+    pthread_mutex_t mu;
+    pthread_cond_t idle;
+    unsigned active, max_calls; /* V3 */
+    int stopping;
+    int shutdown_tag;
+};
+
+static void h_begin(call_ctx *c);
+static void h_put_rows(call_ctx *c);
+static void h_put_blob(call_ctx *c);
+static void h_commit(call_ctx *c);
+static void h_abort(call_ctx *c);
+static void h_list(call_ctx *c);
+static void h_restore(call_ctx *c);
+static void h_get_blob(call_ctx *c);
+static void h_stats(call_ctx *c);
+static void h_health(call_ctx *c);
+
+static const method methods[] = {
+    {"/cpr.v1.Checkpoint/Begin", RPC_UNARY, h_begin},
+    {"/cpr.v1.Checkpoint/PutRows", RPC_CLIENT_STREAM, h_put_rows},
+    {"/cpr.v1.Checkpoint/PutBlob", RPC_CLIENT_STREAM, h_put_blob},
+    {"/cpr.v1.Checkpoint/Commit", RPC_UNARY, h_commit},
+    {"/cpr.v1.Checkpoint/Abort", RPC_UNARY, h_abort},
+    {"/cpr.v1.Checkpoint/List", RPC_UNARY, h_list},
+    {"/cpr.v1.Checkpoint/Restore", RPC_SERVER_STREAM, h_restore},
+    {"/cpr.v1.Checkpoint/GetBlob", RPC_SERVER_STREAM, h_get_blob},
+    {"/cpr.v1.Checkpoint/Stats", RPC_UNARY, h_stats},
+    {"/grpc.health.v1.Health/Check", RPC_UNARY, h_health},
+};
+#define N_METHODS (sizeof methods / sizeof methods[0])
+
+/* ---- batches ------------------------------------------------------------------- */
+
+/* Start one batch and wait for it (V2). 1 on success. */
+static int run_batch(call_ctx *c, grpc_op *ops, size_t n)
+{
+    if (grpc_call_start_batch(c->call, ops, n, c, NULL) != GRPC_CALL_OK)
+        return 0;
+    grpc_event ev = grpc_completion_queue_next(c->cq, gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
+    return ev.type == GRPC_OP_COMPLETE && ev.success;
+}
+
+static int send_initial(call_ctx *c)
+{
+    grpc_op op;
+    memset(&op, 0, sizeof op);
+    op.op = GRPC_OP_SEND_INITIAL_METADATA;
+    c->sent_initial = 1;
+    return run_batch(c, &op, 1);
+}
+
+static grpc_byte_buffer *to_buffer(uint8_t *bytes, size_t len)
+{
+    grpc_slice slice = grpc_slice_new(bytes, len, free); /* takes `bytes` */
+    grpc_byte_buffer *bb = grpc_raw_byte_buffer_create(&slice, 1);
+    grpc_slice_unref(slice);
+    return bb;
+}
+
+/* Send one message; takes `bytes`. */
+static int send_message(call_ctx *c, uint8_t *bytes, size_t len)
+{
+    grpc_op op;
+    memset(&op, 0, sizeof op);
+    op.op = GRPC_OP_SEND_MESSAGE;
+    op.data.send_message.send_message = to_buffer(bytes, len);
+    int ok = run_batch(c, &op, 1);
+    grpc_byte_buffer_destroy(op.data.send_message.send_message);
+    return ok;
+}
+
+/* Final batch: optional response (taken), status with message. */
+static void finish(call_ctx *c, cpr_status st, uint8_t *resp, size_t resp_len)
+{
+    grpc_op ops[4];
+    size_t n = 0;
+    int cancelled = 0;
+    grpc_slice details = grpc_slice_from_copied_string(st ? cpr_errmsg() : "");
+    memset(ops, 0, sizeof ops);
+    if (!c->sent_initial)
+        ops[n++].op = GRPC_OP_SEND_INITIAL_METADATA;
+    if (resp && st == CPR_OK) {
+        ops[n].op = GRPC_OP_SEND_MESSAGE;
+        ops[n++].data.send_message.send_message = to_buffer(resp, resp_len);
+        resp = NULL;
+    }
+    ops[n].op = GRPC_OP_SEND_STATUS_FROM_SERVER;
+    ops[n].data.send_status_from_server.status = (grpc_status_code)cpr_status_grpc(st);
+    ops[n++].data.send_status_from_server.status_details = &details;
+    ops[n].op = GRPC_OP_RECV_CLOSE_ON_SERVER;
+    ops[n++].data.recv_close_on_server.cancelled = &cancelled;
+    c->sent_initial = 1;
+    run_batch(c, ops, n);
+    for (size_t i = 0; i < n; i++)
+        if (ops[i].op == GRPC_OP_SEND_MESSAGE)
+            grpc_byte_buffer_destroy(ops[i].data.send_message.send_message);
+    grpc_slice_unref(details);
+    free(resp);
+    if (st && st != CPR_NOT_FOUND)
+        cpr_log(CPR_LOG_INFO, "%s: %s: %s", c->m->path, cpr_status_name(st), cpr_errmsg());
+}
+
+/* The payload of a unary or server-streaming call, as one slice. */
+static grpc_slice payload_slice(call_ctx *c)
+{
+    grpc_byte_buffer_reader reader;
+    if (!c->payload || !grpc_byte_buffer_reader_init(&reader, c->payload))
+        return grpc_empty_slice();
+    grpc_slice s = grpc_byte_buffer_reader_readall(&reader);
+    grpc_byte_buffer_reader_destroy(&reader);
+    return s;
+}
+
+#define PAYLOAD(s) GRPC_SLICE_START_PTR(s), GRPC_SLICE_LENGTH(s)
+
+/* ---- unary methods ----------------------------------------------------------------- */
+
+static void h_begin(call_ctx *c)
+{
+    grpc_slice s = payload_slice(c);
+    cpr_wire_begin b;
+    cpr_status st = cpr_wire_begin_decode(PAYLOAD(s), &b);
+    if (st == CPR_OK) {
+        st = cpr_store_begin(c->srv->store, &b.spec);
+        cpr_wire_begin_release(&b);
+    }
+    grpc_slice_unref(s);
+    finish(c, st, st ? NULL : calloc(1, 1), 0); /* BeginResponse is empty */
+}
+
+static void h_commit(call_ctx *c)
+{
+    grpc_slice s = payload_slice(c);
+    cpr_wire_part p;
+    cpr_status st = cpr_wire_commit_decode(PAYLOAD(s), &p);
+    if (st == CPR_OK) {
+        st = cpr_store_commit(c->srv->store, &p.id, p.rows);
+        cpr_wire_part_release(&p);
+    }
+    grpc_slice_unref(s);
+    finish(c, st, st ? NULL : calloc(1, 1), 0);
+}
+
+static void h_abort(call_ctx *c)
+{
+    grpc_slice s = payload_slice(c);
+    cpr_wire_part p;
+    cpr_status st = cpr_wire_abort_decode(PAYLOAD(s), &p);
+    if (st == CPR_OK) {
+        st = cpr_store_abort(c->srv->store, &p.id);
+        cpr_wire_part_release(&p);
+    }
+    grpc_slice_unref(s);
+    finish(c, st, st ? NULL : calloc(1, 1), 0);
+}
+
+static void h_list(call_ctx *c)
+{
+    grpc_slice s = payload_slice(c);
+    cpr_wire_list l;
+    cpr_part_info *parts = NULL;
+    size_t n = 0, len = 0;
+    uint64_t cut = 0;
+    uint8_t *resp = NULL;
+    cpr_status st = cpr_wire_list_decode(PAYLOAD(s), &l);
+    if (st == CPR_OK) {
+        st = cpr_store_list(c->srv->store, l.job, &parts, &n);
+        if (st == CPR_OK && cpr_store_latest_cut(c->srv->store, l.job, &cut) != CPR_OK)
+            cut = 0; /* no consistent cut yet: reported as 0 */
+        if (st == CPR_OK)
+            st = cpr_wire_list_response_encode(parts, n, cut, &resp, &len);
+        cpr_wire_list_release(&l);
+    }
+    grpc_slice_unref(s);
+    free(parts);
+    finish(c, st, resp, len);
+}
+
+static void h_stats(call_ctx *c)
+{
+    cpr_store_stats stats;
+    uint8_t *resp = NULL;
+    size_t len = 0;
+    cpr_status st = cpr_store_stats_get(c->srv->store, &stats);
+    if (st == CPR_OK)
+        st = cpr_wire_stats_response_encode(&stats, &resp, &len);
+    finish(c, st, resp, len);
+}
+
+/* grpc.health.v1.HealthCheckResponse{status: SERVING}: field 1, varint 1. */
+static void h_health(call_ctx *c)
+{
+    uint8_t *resp = malloc(2);
+    cpr_status st = resp ? CPR_OK : cpr_fail(CPR_NO_MEMORY, "out of memory");
+    if (resp) {
+        resp[0] = 0x08;
+        resp[1] = 0x01;
+    }
+    finish(c, st, resp, 2);
+}
+
+/* ---- client streams ------------------------------------------------------------------ */
+
+/* Parts a stream wrote to, aborted if it ends abnormally. */
+typedef struct touched {
+    char jobs[MAX_TOUCHED_PARTS][CPR_NAME_MAX + 1];
+    cpr_part_id ids[MAX_TOUCHED_PARTS];
+    size_t n;
+} touched;
+
+static void touch_part(touched *t, const cpr_part_id *id)
+{
+    for (size_t i = 0; i < t->n; i++)
+        if (t->ids[i].shard == id->shard && t->ids[i].checkpoint == id->checkpoint &&
+            strcmp(t->jobs[i], id->job) == 0)
+            return;
+    if (t->n == MAX_TOUCHED_PARTS)
+        return; /* a stream spanning more parts than this is unusual; the rest stay open */
+    snprintf(t->jobs[t->n], sizeof t->jobs[0], "%s", id->job);
+    t->ids[t->n] = (cpr_part_id){t->jobs[t->n], id->shard, id->checkpoint};
+    t->n++;
+}
+
+static void abort_touched(cpr_server *srv, const touched *t)
+{
+    for (size_t i = 0; i < t->n; i++)
+        if (cpr_store_abort(srv->store, &t->ids[i]) == CPR_OK)
+            cpr_log(CPR_LOG_INFO, "aborted part %s/%u/%llu after its stream broke",
+                    t->jobs[i], t->ids[i].shard, (unsigned long long)t->ids[i].checkpoint);
+}
+
+/* One received message of a stream as a slice; *end at end of stream;
+ * returns 0 if the stream broke (client gone, cancelled, deadline). */
+static int recv_message(call_ctx *c, grpc_slice *out, int *end)
+{
+    grpc_op op;
+    grpc_byte_buffer *bb = NULL;
+    memset(&op, 0, sizeof op);
+    op.op = GRPC_OP_RECV_MESSAGE;
+    op.data.recv_message.recv_message = &bb;
+    if (!run_batch(c, &op, 1))
+        return 0;
+    *end = bb == NULL;
+    if (bb) {
+        grpc_byte_buffer_reader reader;
+        grpc_byte_buffer_reader_init(&reader, bb);
+        *out = grpc_byte_buffer_reader_readall(&reader);
+        grpc_byte_buffer_reader_destroy(&reader);
+        grpc_byte_buffer_destroy(bb);
+    }
+    return 1;
+}
+
+typedef cpr_status (*apply_fn)(cpr_server *srv, const uint8_t *msg, size_t len, touched *t,
+                               uint64_t *rows, uint64_t *bytes);
+
+static cpr_status apply_rows(cpr_server *srv, const uint8_t *msg, size_t len, touched *t,
+                             uint64_t *rows, uint64_t *bytes)
+{
+    cpr_wire_rows r;
+    cpr_status st = cpr_wire_rows_decode(msg, len, &r);
+    if (st)
+        return st;
+    touch_part(t, &r.id);
+    st = cpr_store_put_rows(srv->store, &r.id, &r.batch);
+    if (st == CPR_OK) {
+        *rows += r.batch.n;
+        *bytes += r.batch.n * 8 + (r.batch.values_count + r.batch.state_count) * 4;
+    }
+    cpr_wire_rows_release(&r);
+    return st;
+}
+
+static cpr_status apply_chunk(cpr_server *srv, const uint8_t *msg, size_t len, touched *t,
+                              uint64_t *rows, uint64_t *bytes)
+{
+    cpr_wire_chunk ch;
+    (void)rows;
+    cpr_status st = cpr_wire_chunk_decode(msg, len, &ch);
+    if (st)
+        return st;
+    touch_part(t, &ch.id);
+    st = cpr_store_put_blob(srv->store, &ch.id, ch.name, ch.offset, ch.data, ch.len, ch.crc32c);
+    if (st == CPR_OK)
+        *bytes += ch.len;
+    cpr_wire_chunk_release(&ch);
+    return st;
+}
+
+/* Apply every message; any failure aborts the parts the stream wrote to. */
+static void client_stream(call_ctx *c, apply_fn apply)
+{
+    touched *t = calloc(1, sizeof *t);
+    uint64_t rows = 0, bytes = 0;
+    uint8_t *resp = NULL;
+    size_t len = 0;
+    int end = 0, broken = !t || !send_initial(c);
+    cpr_status st = t ? CPR_OK : cpr_fail(CPR_NO_MEMORY, "out of memory");
+    while (st == CPR_OK && !broken && !end) {
+        grpc_slice msg = grpc_empty_slice();
+        if (!recv_message(c, &msg, &end))
+            broken = 1;
+        else if (!end)
+            st = apply(c->srv, GRPC_SLICE_START_PTR(msg), GRPC_SLICE_LENGTH(msg), t, &rows,
+                       &bytes);
+        grpc_slice_unref(msg);
+    }
+    if (broken && st == CPR_OK)
+        st = cpr_fail(CPR_UNAVAILABLE, "the stream broke before it ended; its parts were "
+                      "aborted: begin them again");
+    if (st && t) {
+        char why[512];
+        snprintf(why, sizeof why, "%s", cpr_errmsg());
+        abort_touched(c->srv, t);
+        cpr_fail(st, "%s (the parts this stream wrote to were aborted: begin them again)",
+                 why);
+    }
+    if (st == CPR_OK)
+        st = cpr_wire_put_response_encode(rows, bytes, &resp, &len);
+    finish(c, st, resp, len);
+    free(t);
+}
+
+static void h_put_rows(call_ctx *c) { client_stream(c, apply_rows); }
+static void h_put_blob(call_ctx *c) { client_stream(c, apply_chunk); }
+
+/* ---- server streams ---------------------------------------------------------------------- */
+
+typedef struct restore_out {
+    call_ctx *c;
+    const char *job;
+} restore_out;
+
+static cpr_status send_rows(void *ctx, const cpr_row_batch *b)
+{
+    restore_out *o = ctx;
+    cpr_part_id id = {o->job, 0, 0};
+    uint8_t *buf;
+    size_t len;
+    uint32_t dim = b->n ? (uint32_t)(b->values_count / b->n) : 0;
+    uint32_t sdim = b->n ? (uint32_t)(b->state_count / b->n) : 0;
+    cpr_status st = cpr_wire_rows_encode(&id, b, dim, sdim, &buf, &len);
+    if (st == CPR_OK && !send_message(o->c, buf, len))
+        st = cpr_fail(CPR_UNAVAILABLE, "the client went away during the restore");
+    return st;
+}
+
+static void h_restore(call_ctx *c)
+{
+    grpc_slice s = payload_slice(c);
+    cpr_wire_restore q;
+    cpr_status st = cpr_wire_restore_decode(PAYLOAD(s), &q);
+    if (st == CPR_OK) {
+        restore_out o = {c, q.query.job};
+        st = send_initial(c) ? cpr_store_restore(c->srv->store, &q.query, send_rows, &o, NULL)
+                             : cpr_fail(CPR_UNAVAILABLE, "the client went away");
+        cpr_wire_restore_release(&q);
+    }
+    grpc_slice_unref(s);
+    finish(c, st, NULL, 0);
+}
+
+typedef struct blob_out {
+    call_ctx *c;
+    const cpr_part_id *id;
+    const char *name;
+    uint64_t size;
+} blob_out;
+
+static cpr_status send_chunk(void *ctx, uint64_t offset, const void *data, size_t len)
+{
+    blob_out *o = ctx;
+    uint8_t *buf;
+    size_t n;
+    cpr_status st = cpr_wire_chunk_encode(o->id, o->name, offset, o->size, data, len,
+                                          cpr_crc32c(0, data, len), &buf, &n);
+    if (st == CPR_OK && !send_message(o->c, buf, n))
+        st = cpr_fail(CPR_UNAVAILABLE, "the client went away during the blob read");
+    return st;
+}
+
+/* The blob's size is known only once the store has found it: read a first
+ * time only for the size would cost a second pass, so the size is sent in
+ * every chunk (blob_out.size is filled by cpr_store_read_blob before any). */
+static cpr_status send_chunk_sized(void *ctx, uint64_t offset, const void *data, size_t len)
+{
+    return send_chunk(ctx, offset, data, len);
+}
+
+static void h_get_blob(call_ctx *c)
+{
+    grpc_slice s = payload_slice(c);
+    cpr_wire_part p;
+    cpr_status st = cpr_wire_getblob_decode(PAYLOAD(s), &p);
+    if (st == CPR_OK) {
+        blob_out o = {c, &p.id, p.name, 0};
+        st = send_initial(c) ? cpr_store_read_blob(c->srv->store, &p.id, p.name, &o.size,
+                                                   send_chunk_sized, &o)
+                             : cpr_fail(CPR_UNAVAILABLE, "the client went away");
+        cpr_wire_part_release(&p);
+    }
+    grpc_slice_unref(s);
+    finish(c, st, NULL, 0);
+}
+
+/* ---- acceptor and handlers -------------------------------------------------------------------- */
+
+static void free_call(call_ctx *c)
+{
+    if (c->call)
+        grpc_call_unref(c->call);
+    grpc_metadata_array_destroy(&c->md);
+    if (c->payload)
+        grpc_byte_buffer_destroy(c->payload);
+    if (c->cq) {
+        grpc_completion_queue_shutdown(c->cq);
+        while (grpc_completion_queue_next(c->cq, gpr_inf_future(GPR_CLOCK_REALTIME), NULL).type !=
+               GRPC_QUEUE_SHUTDOWN) {
+        }
+        grpc_completion_queue_destroy(c->cq);
+    }
+    free(c);
+}
+
+static void *handler_main(void *arg)
+{
+    call_ctx *c = arg;
+    cpr_server *srv = c->srv;
+    pthread_mutex_lock(&srv->mu);
+    int over = srv->active > srv->max_calls;
+    pthread_mutex_unlock(&srv->mu);
+    if (over)
+        finish(c, cpr_fail(CPR_UNAVAILABLE, "ckptd is serving its maximum of %u calls; "
+                           "retry later", srv->max_calls), NULL, 0);
+    else
+        c->m->fn(c);
+    free_call(c);
+    pthread_mutex_lock(&srv->mu);
+    if (--srv->active == 0)
+        pthread_cond_broadcast(&srv->idle);
+    pthread_mutex_unlock(&srv->mu);
+    return NULL;
+}
+
+/* Ask for the next call of method i (the acceptor owns the ctx until it arrives, V1). */
+static int request_call(cpr_server *srv, size_t i)
+{
+    call_ctx *c = calloc(1, sizeof *c);
+    if (!c)
+        return -1;
+    c->srv = srv;
+    c->m = &methods[i];
+    c->method_index = i;
+    grpc_metadata_array_init(&c->md);
+    c->cq = grpc_completion_queue_create_for_next(NULL);
+    grpc_call_error e = grpc_server_request_registered_call(
+        srv->server, srv->handles[i], &c->call, &c->deadline, &c->md,
+        methods[i].kind == RPC_CLIENT_STREAM ? NULL : &c->payload, c->cq, srv->cq, c);
+    if (e != GRPC_CALL_OK) {
+        free_call(c);
+        return -1;
+    }
+    return 0;
+}
+
+static void dispatch(cpr_server *srv, call_ctx *c)
+{
+    pthread_t thread;
+    pthread_attr_t attr;
+    pthread_mutex_lock(&srv->mu);
+    srv->active++;
+    pthread_mutex_unlock(&srv->mu);
+    pthread_attr_init(&attr);
+    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+    if (pthread_create(&thread, &attr, handler_main, c) != 0) {
+        finish(c, cpr_fail(CPR_RESOURCE_EXHAUSTED, "ckptd cannot start a thread"), NULL, 0);
+        free_call(c);
+        pthread_mutex_lock(&srv->mu);
+        if (--srv->active == 0)
+            pthread_cond_broadcast(&srv->idle);
+        pthread_mutex_unlock(&srv->mu);
+    }
+    pthread_attr_destroy(&attr);
+}
+
+static void *acceptor_main(void *arg)
+{
+    cpr_server *srv = arg;
+    for (;;) {
+        grpc_event ev = grpc_completion_queue_next(srv->cq, gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
+        if (ev.type == GRPC_QUEUE_SHUTDOWN)
+            return NULL;
+        if (ev.type != GRPC_OP_COMPLETE || ev.tag == &srv->shutdown_tag)
+            continue;
+        call_ctx *c = ev.tag;
+        size_t i = c->method_index;
+        if (!ev.success) { /* the server is shutting down */
+            free_call(c);
+            continue;
+        }
+        dispatch(srv, c);
+        pthread_mutex_lock(&srv->mu);
+        int stopping = srv->stopping;
+        pthread_mutex_unlock(&srv->mu);
+        if (!stopping && request_call(srv, i) != 0)
+            cpr_log(CPR_LOG_ERROR, "cannot request the next %s call", methods[i].path);
+    }
+}
+
+cpr_status cpr_server_start(cpr_store *store, const cpr_server_options *opts,
+                            cpr_server **out, int *port)
+{
+    cpr_server *srv = calloc(1, sizeof *srv);
+    if (!srv)
+        return cpr_fail(CPR_NO_MEMORY, "out of memory starting the server");
+    grpc_init();
+    srv->store = store;
+    srv->max_calls = opts->max_calls ? opts->max_calls : 1024;
+    pthread_mutex_init(&srv->mu, NULL);
+    pthread_cond_init(&srv->idle, NULL);
+    grpc_arg arg = {GRPC_ARG_INTEGER, GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH,
+                    {.integer = (int)(opts->max_message_bytes ? opts->max_message_bytes
+                                                              : 64u << 20)}};
+    grpc_channel_args args = {1, &arg};
+    srv->server = grpc_server_create(&args, NULL);
+    srv->cq = grpc_completion_queue_create_for_next(NULL);
+    grpc_server_register_completion_queue(srv->server, srv->cq, NULL);
+    for (size_t i = 0; i < N_METHODS; i++)
+        srv->handles[i] = grpc_server_register_method(
+            srv->server, methods[i].path, NULL,
+            methods[i].kind == RPC_CLIENT_STREAM ? GRPC_SRM_PAYLOAD_NONE
+                                                 : GRPC_SRM_PAYLOAD_READ_INITIAL_BYTE_BUFFER, 0);
+    grpc_server_credentials *creds = grpc_insecure_server_credentials_create();
+    int bound = grpc_server_add_http2_port(srv->server, opts->listen, creds);
+    grpc_server_credentials_release(creds);
+    if (bound <= 0) {
+        cpr_status st = cpr_fail(CPR_UNAVAILABLE, "cannot listen on %s: the address is "
+                                 "invalid or in use", opts->listen);
+        grpc_server_destroy(srv->server);
+        srv->server = NULL;
+        cpr_server_stop(srv);
+        return st;
+    }
+    grpc_server_start(srv->server);
+    for (size_t i = 0; i < N_METHODS; i++)
+        request_call(srv, i);
+    srv->acceptor_started = pthread_create(&srv->acceptor, NULL, acceptor_main, srv) == 0;
+    *port = bound;
+    *out = srv;
+    return CPR_OK;
+}
+
+void cpr_server_stop(cpr_server *srv)
+{
+    if (!srv)
+        return;
+    pthread_mutex_lock(&srv->mu);
+    srv->stopping = 1;
+    pthread_mutex_unlock(&srv->mu);
+    if (srv->server) {
+        grpc_server_shutdown_and_notify(srv->server, srv->cq, &srv->shutdown_tag);
+        grpc_server_cancel_all_calls(srv->server); /* handlers see their batches fail */
+    }
+    pthread_mutex_lock(&srv->mu); /* V3 */
+    while (srv->active > 0)
+        pthread_cond_wait(&srv->idle, &srv->mu);
+    pthread_mutex_unlock(&srv->mu);
+    if (srv->cq)
+        grpc_completion_queue_shutdown(srv->cq);
+    if (srv->acceptor_started)
+        pthread_join(srv->acceptor, NULL);
+    else if (srv->cq)
+        while (grpc_completion_queue_next(srv->cq, gpr_inf_future(GPR_CLOCK_REALTIME), NULL).type !=
+               GRPC_QUEUE_SHUTDOWN) {
+        }
+    if (srv->server)
+        grpc_server_destroy(srv->server);
+    if (srv->cq)
+        grpc_completion_queue_destroy(srv->cq);
+    pthread_mutex_destroy(&srv->mu);
+    pthread_cond_destroy(&srv->idle);
+    free(srv);
+    grpc_shutdown();
+}

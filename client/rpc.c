@@ -1,0 +1,284 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * gRPC C core client transport (see rpc.h). Every call owns a completion
+ * queue and keeps at most one batch outstanding, so the next event on that
+ * queue is always the batch just started.
+ */
+#include <grpc/byte_buffer.h>
+#include <grpc/byte_buffer_reader.h>
+#include <grpc/grpc.h>
+#include <grpc/grpc_security.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cpr_common.h"
+#include "rpc.h"
+
+struct cpr_rpc {
+    grpc_channel *channel;
+    char target[256];
+};
+
+struct cpr_rpc_stream {
+    cpr_rpc *rpc;
+    const char *method;
+    grpc_call *call;
+    grpc_completion_queue *cq;
+};
+
+cpr_status cpr_rpc_open(const char *host_port, cpr_rpc **out)
+{
+    cpr_rpc *r = calloc(1, sizeof *r);
+    if (!r)
+        return cpr_fail(CPR_NO_MEMORY, "out of memory opening a channel");
+    grpc_init();
+    snprintf(r->target, sizeof r->target, "%s", host_port);
+    /* Checkpoint parts are large: no client-side receive limit. */
+    grpc_arg arg = {GRPC_ARG_INTEGER, GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH, {.integer = -1}};
+    grpc_channel_args args = {1, &arg};
+    grpc_channel_credentials *creds = grpc_insecure_credentials_create();
+    r->channel = grpc_channel_create(host_port, creds, &args);
+    grpc_channel_credentials_release(creds);
+    if (!r->channel) {
+        free(r);
+        grpc_shutdown();
+        return cpr_fail(CPR_INVALID_ARGUMENT, "cannot create a channel to '%s'", host_port);
+    }
+    *out = r;
+    return CPR_OK;
+}
+
+void cpr_rpc_close(cpr_rpc *r)
+{
+    if (!r)
+        return;
+    grpc_channel_destroy(r->channel);
+    free(r);
+    grpc_shutdown();
+}
+
+static gpr_timespec deadline_in(double seconds)
+{
+    return gpr_time_add(gpr_now(GPR_CLOCK_REALTIME),
+                        gpr_time_from_millis((int64_t)(seconds * 1000.0), GPR_TIMESPAN));
+}
+
+static int run_batch(grpc_call *call, grpc_completion_queue *cq, grpc_op *ops, size_t n)
+{
+    if (grpc_call_start_batch(call, ops, n, call, NULL) != GRPC_CALL_OK)
+        return 0;
+    grpc_event ev = grpc_completion_queue_next(cq, gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
+    return ev.type == GRPC_OP_COMPLETE && ev.success;
+}
+
+static void free_call(grpc_call *call, grpc_completion_queue *cq)
+{
+    if (call)
+        grpc_call_unref(call);
+    grpc_completion_queue_shutdown(cq);
+    while (grpc_completion_queue_next(cq, gpr_inf_future(GPR_CLOCK_REALTIME), NULL).type !=
+           GRPC_QUEUE_SHUTDOWN) {
+    }
+    grpc_completion_queue_destroy(cq);
+}
+
+static grpc_call *new_call(cpr_rpc *r, const char *method, double timeout_s,
+                           grpc_completion_queue *cq)
+{
+    grpc_slice path = grpc_slice_from_copied_string(method);
+    grpc_call *call = grpc_channel_create_call(r->channel, NULL, GRPC_PROPAGATE_DEFAULTS, cq,
+                                               path, NULL, deadline_in(timeout_s), NULL);
+    grpc_slice_unref(path);
+    return call;
+}
+
+static grpc_byte_buffer *buffer_of(const uint8_t *msg, size_t len)
+{
+    grpc_slice slice = grpc_slice_from_copied_buffer((const char *)msg, len);
+    grpc_byte_buffer *bb = grpc_raw_byte_buffer_create(&slice, 1);
+    grpc_slice_unref(slice);
+    return bb;
+}
+
+static cpr_status bytes_of(grpc_byte_buffer *bb, uint8_t **out, size_t *len)
+{
+    grpc_byte_buffer_reader reader;
+    grpc_byte_buffer_reader_init(&reader, bb);
+    grpc_slice s = grpc_byte_buffer_reader_readall(&reader);
+    grpc_byte_buffer_reader_destroy(&reader);
+    size_t n = GRPC_SLICE_LENGTH(s);
+    uint8_t *copy = malloc(n ? n : 1);
+    if (copy)
+        memcpy(copy, GRPC_SLICE_START_PTR(s), n);
+    grpc_slice_unref(s);
+    if (!copy)
+        return cpr_fail(CPR_NO_MEMORY, "out of memory for a %zu-byte response", n);
+    *out = copy;
+    *len = n;
+    return CPR_OK;
+}
+
+/* The server's status as ours, with its message. */
+static cpr_status status_of(const char *target, const char *method, grpc_status_code code,
+                            grpc_slice details)
+{
+    if (code == GRPC_STATUS_OK)
+        return CPR_OK;
+    return cpr_fail(cpr_status_from_grpc(code), "%s%s: %.*s", target, method,
+                    (int)GRPC_SLICE_LENGTH(details), (const char *)GRPC_SLICE_START_PTR(details));
+}
+
+/* Receive the status (and, if asked, one message) that ends a call. */
+static cpr_status finish_call(cpr_rpc *r, const char *method, grpc_call *call,
+                              grpc_completion_queue *cq, grpc_op *first, size_t n_first,
+                              int want_initial, uint8_t **resp, size_t *resp_len)
+{
+    grpc_op ops[8];
+    grpc_metadata_array initial, trailing;
+    grpc_byte_buffer *bb = NULL;
+    grpc_status_code code = GRPC_STATUS_UNKNOWN;
+    grpc_slice details = grpc_empty_slice();
+    size_t n = n_first;
+    if (n_first)
+        memcpy(ops, first, n_first * sizeof *ops);
+    grpc_metadata_array_init(&initial);
+    grpc_metadata_array_init(&trailing);
+    memset(ops + n, 0, 3 * sizeof *ops);
+    if (want_initial) {
+        ops[n].op = GRPC_OP_RECV_INITIAL_METADATA;
+        ops[n++].data.recv_initial_metadata.recv_initial_metadata = &initial;
+    }
+    if (resp) {
+        ops[n].op = GRPC_OP_RECV_MESSAGE;
+        ops[n++].data.recv_message.recv_message = &bb;
+    }
+    ops[n].op = GRPC_OP_RECV_STATUS_ON_CLIENT;
+    ops[n].data.recv_status_on_client.trailing_metadata = &trailing;
+    ops[n].data.recv_status_on_client.status = &code;
+    ops[n++].data.recv_status_on_client.status_details = &details;
+    cpr_status st = run_batch(call, cq, ops, n)
+                        ? status_of(r->target, method, code, details)
+                        : cpr_fail(CPR_UNAVAILABLE, "%s%s: the call failed", r->target, method);
+    if (st == CPR_OK && resp)
+        st = bb ? bytes_of(bb, resp, resp_len)
+                : cpr_fail(CPR_INTERNAL, "%s%s: no response message", r->target, method);
+    if (bb)
+        grpc_byte_buffer_destroy(bb);
+    for (size_t i = 0; i < n_first; i++)
+        if (first[i].op == GRPC_OP_SEND_MESSAGE)
+            grpc_byte_buffer_destroy(first[i].data.send_message.send_message);
+    grpc_slice_unref(details);
+    grpc_metadata_array_destroy(&initial);
+    grpc_metadata_array_destroy(&trailing);
+    return st;
+}
+
+cpr_status cpr_rpc_unary(cpr_rpc *r, const char *method, const uint8_t *req, size_t len,
+                         double timeout_s, uint8_t **resp, size_t *resp_len)
+{
+    grpc_completion_queue *cq = grpc_completion_queue_create_for_next(NULL);
+    grpc_call *call = new_call(r, method, timeout_s, cq);
+    grpc_op ops[3];
+    memset(ops, 0, sizeof ops);
+    ops[0].op = GRPC_OP_SEND_INITIAL_METADATA;
+    ops[1].op = GRPC_OP_SEND_MESSAGE;
+    ops[1].data.send_message.send_message = buffer_of(req, len);
+    ops[2].op = GRPC_OP_SEND_CLOSE_FROM_CLIENT;
+    cpr_status st = finish_call(r, method, call, cq, ops, 3, 1, resp, resp_len);
+    free_call(call, cq);
+    return st;
+}
+
+cpr_status cpr_rpc_stream_open(cpr_rpc *r, const char *method, double timeout_s,
+                               cpr_rpc_stream **out)
+{
+    cpr_rpc_stream *s = calloc(1, sizeof *s);
+    if (!s)
+        return cpr_fail(CPR_NO_MEMORY, "out of memory opening a stream");
+    s->rpc = r;
+    s->method = method;
+    s->cq = grpc_completion_queue_create_for_next(NULL);
+    s->call = new_call(r, method, timeout_s, s->cq);
+    grpc_op op;
+    memset(&op, 0, sizeof op);
+    op.op = GRPC_OP_SEND_INITIAL_METADATA;
+    if (!run_batch(s->call, s->cq, &op, 1)) {
+        free_call(s->call, s->cq);
+        free(s);
+        return cpr_fail(CPR_UNAVAILABLE, "%s%s: cannot start the stream", r->target, method);
+    }
+    *out = s;
+    return CPR_OK;
+}
+
+cpr_status cpr_rpc_stream_send(cpr_rpc_stream *s, const uint8_t *msg, size_t len)
+{
+    grpc_op op;
+    memset(&op, 0, sizeof op);
+    op.op = GRPC_OP_SEND_MESSAGE;
+    op.data.send_message.send_message = buffer_of(msg, len);
+    int ok = run_batch(s->call, s->cq, &op, 1);
+    grpc_byte_buffer_destroy(op.data.send_message.send_message);
+    /* A failed send means the call ended: finish() returns the server's why. */
+    return ok ? CPR_OK : cpr_fail(CPR_UNAVAILABLE, "%s%s: the stream ended early",
+                                  s->rpc->target, s->method);
+}
+
+cpr_status cpr_rpc_stream_finish(cpr_rpc_stream *s, uint8_t **resp, size_t *resp_len)
+{
+    grpc_op op;
+    uint8_t *ignored = NULL;
+    size_t ignored_len = 0;
+    memset(&op, 0, sizeof op);
+    op.op = GRPC_OP_SEND_CLOSE_FROM_CLIENT;
+    cpr_status st = finish_call(s->rpc, s->method, s->call, s->cq, &op, 1, 1,
+                                resp ? resp : &ignored, resp ? resp_len : &ignored_len);
+    free(ignored);
+    free_call(s->call, s->cq);
+    free(s);
+    return st;
+}
+
+cpr_status cpr_rpc_server_stream(cpr_rpc *r, const char *method, const uint8_t *req,
+                                 size_t len, double timeout_s, cpr_rpc_msg_fn fn, void *ctx)
+{
+    grpc_completion_queue *cq = grpc_completion_queue_create_for_next(NULL);
+    grpc_call *call = new_call(r, method, timeout_s, cq);
+    grpc_op ops[4];
+    grpc_metadata_array initial;
+    cpr_status st = CPR_OK;
+    grpc_metadata_array_init(&initial);
+    memset(ops, 0, sizeof ops);
+    ops[0].op = GRPC_OP_SEND_INITIAL_METADATA;
+    ops[1].op = GRPC_OP_SEND_MESSAGE;
+    ops[1].data.send_message.send_message = buffer_of(req, len);
+    ops[2].op = GRPC_OP_SEND_CLOSE_FROM_CLIENT;
+    ops[3].op = GRPC_OP_RECV_INITIAL_METADATA;
+    ops[3].data.recv_initial_metadata.recv_initial_metadata = &initial;
+    int ok = run_batch(call, cq, ops, 4);
+    grpc_byte_buffer_destroy(ops[1].data.send_message.send_message);
+    grpc_metadata_array_destroy(&initial);
+    while (ok && st == CPR_OK) {
+        grpc_op op;
+        grpc_byte_buffer *bb = NULL;
+        memset(&op, 0, sizeof op);
+        op.op = GRPC_OP_RECV_MESSAGE;
+        op.data.recv_message.recv_message = &bb;
+        ok = run_batch(call, cq, &op, 1);
+        if (!ok || !bb)
+            break; /* end of the stream: the status says how it ended */
+        uint8_t *msg = NULL;
+        size_t n = 0;
+        st = bytes_of(bb, &msg, &n);
+        grpc_byte_buffer_destroy(bb);
+        if (st == CPR_OK)
+            st = fn(ctx, msg, n);
+        free(msg);
+    }
+    if (st != CPR_OK)
+        grpc_call_cancel(call, NULL); /* the caller stopped: tell the server */
+    cpr_status end = finish_call(r, method, call, cq, NULL, 0, 0, NULL, NULL);
+    free_call(call, cq);
+    return st != CPR_OK ? st : end;
+}

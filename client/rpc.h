@@ -1,0 +1,41 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * Client transport to ckptd over the gRPC C core (the only client module
+ * that uses gRPC): unary calls, client streams and server streams of
+ * already-encoded messages (wire.h encodes them). Every call has a deadline.
+ * A server's error arrives as the matching cpr_status with the server's
+ * message. A channel may be used by many threads at once; a stream by one.
+ */
+#ifndef CPR_RPC_H
+#define CPR_RPC_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "cpr/status.h"
+
+typedef struct cpr_rpc cpr_rpc;
+typedef struct cpr_rpc_stream cpr_rpc_stream;
+
+/* A channel to "host:port". Connecting is lazy: errors show on the first call. */
+cpr_status cpr_rpc_open(const char *host_port, cpr_rpc **out);
+void cpr_rpc_close(cpr_rpc *rpc);
+
+/* method: "/cpr.v1.Checkpoint/Begin" etc. *resp is malloc'd (caller frees). */
+cpr_status cpr_rpc_unary(cpr_rpc *rpc, const char *method, const uint8_t *req, size_t len,
+                         double timeout_s, uint8_t **resp, size_t *resp_len);
+
+cpr_status cpr_rpc_stream_open(cpr_rpc *rpc, const char *method, double timeout_s,
+                               cpr_rpc_stream **out);
+cpr_status cpr_rpc_stream_send(cpr_rpc_stream *s, const uint8_t *msg, size_t len);
+/* Half-close, then wait for the response and status; frees the stream
+ * whatever the outcome. resp may be NULL. */
+cpr_status cpr_rpc_stream_finish(cpr_rpc_stream *s, uint8_t **resp, size_t *resp_len);
+
+typedef cpr_status (*cpr_rpc_msg_fn)(void *ctx, const uint8_t *msg, size_t len);
+/* Send one request, receive messages until the server's status; `fn` may
+ * stop early by returning non-OK (the call is then cancelled). */
+cpr_status cpr_rpc_server_stream(cpr_rpc *rpc, const char *method, const uint8_t *req,
+                                 size_t len, double timeout_s, cpr_rpc_msg_fn fn, void *ctx);
+
+#endif /* CPR_RPC_H */
