@@ -16,113 +16,19 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/prctl.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cmocka.h>
 
 #include "cpr/crc32c.h"
-#include "rpc.h"
+#include "ckptd_harness.h"
 #include "testutil.h"
-#include "wire.h"
 
-#define TIMEOUT_S 20.0
-#define SVC "/cpr.v1.Checkpoint/"
-
-static const cpr_table_schema table = {.table = 1, .rows = 5000, .dim = 8, .state_dim = 1};
-
-typedef struct daemon {
-    pid_t pid;
-    char addr[64];
-} daemon_proc;
-
-/* Start ckptd and read the line with its bound address (a blocking read:
- * the daemon prints it once it is serving). */
-static void start_daemon(daemon_proc *d, const char *dir)
-{
-    int fds[2];
-    assert_int_equal(pipe(fds), 0);
-    d->pid = fork();
-    assert_true(d->pid >= 0);
-    if (d->pid == 0) {
-        prctl(PR_SET_PDEATHSIG, SIGKILL); /* never outlive a failed test */
-        dup2(fds[1], STDOUT_FILENO);
-        close(fds[0]);
-        close(fds[1]);
-        execl(CKPTD_PATH, "ckptd", "--listen", "127.0.0.1:0", "--data-dir", dir,
-              "--log-level", "warn", (char *)NULL);
-        _exit(127);
-    }
-    close(fds[1]);
-    FILE *out = fdopen(fds[0], "r");
-    char line[256] = "";
-    assert_non_null(fgets(line, sizeof line, out));
-    fclose(out);
-    assert_int_equal(sscanf(line, "ckptd listening on %63s", d->addr), 1);
-}
-
-static void stop_daemon(daemon_proc *d)
-{
-    int status = 0;
-    assert_int_equal(kill(d->pid, SIGTERM), 0);
-    assert_int_equal(waitpid(d->pid, &status, 0), d->pid);
-    assert_true(WIFEXITED(status));
-    assert_int_equal(WEXITSTATUS(status), 0);
-}
-
-static cpr_status unary(cpr_rpc *rpc, const char *method, uint8_t *req, size_t len)
-{
-    uint8_t *resp = NULL;
-    size_t n = 0;
-    cpr_status st = cpr_rpc_unary(rpc, method, req, len, TIMEOUT_S, &resp, &n);
-    free(req);
-    free(resp);
-    return st;
-}
-
-static cpr_status begin(cpr_rpc *rpc, const char *job, uint64_t ckpt)
-{
-    cpr_part_spec spec = {.id = {job, 0, ckpt}, .kind = CPR_KIND_FULL, .num_shards = 1,
-                          .tables = &table, .n_tables = 1};
-    uint8_t *buf;
-    size_t len;
-    assert_int_equal(cpr_wire_begin_encode(&spec, &buf, &len), CPR_OK);
-    return unary(rpc, SVC "Begin", buf, len);
-}
-
-/* Stream rows first..first+n-1 (valued as at ckpt) in batches of 100. */
-static cpr_status put_rows(cpr_rpc *rpc, const cpr_part_id *id, uint64_t first, size_t n,
-                           int corrupt_last)
-{
-    cpr_rpc_stream *s;
-    cpr_status st = cpr_rpc_stream_open(rpc, SVC "PutRows", TIMEOUT_S, &s);
-    assert_int_equal(st, CPR_OK);
-    for (size_t off = 0; st == CPR_OK && off < n; off += 100) {
-        uint64_t ids[100];
-        float values[800], state[100];
-        cpr_row_batch b;
-        size_t k = n - off < 100 ? n - off : 100;
-        for (size_t i = 0; i < k; i++)
-            ids[i] = first + off + i;
-        tu_fill_batch(&b, table.table, ids, k, table.dim, table.state_dim, id->checkpoint,
-                      values, state);
-        if (corrupt_last && off + k >= n)
-            b.crc32c ^= 1;
-        uint8_t *buf;
-        size_t len;
-        assert_int_equal(cpr_wire_rows_encode(id, &b, 0, 0, &buf, &len), CPR_OK);
-        st = cpr_rpc_stream_send(s, buf, len);
-        free(buf);
-    }
-    cpr_status end = cpr_rpc_stream_finish(s, NULL, NULL);
-    return end != CPR_OK ? end : st;
-}
 
 static cpr_status put_blob(cpr_rpc *rpc, const cpr_part_id *id, const uint8_t *data, size_t n)
 {
     cpr_rpc_stream *s;
-    cpr_status st = cpr_rpc_stream_open(rpc, SVC "PutBlob", TIMEOUT_S, &s);
+    cpr_status st = cpr_rpc_stream_open(rpc, CH_SVC "PutBlob", CH_TIMEOUT_S, &s);
     assert_int_equal(st, CPR_OK);
     for (size_t off = 0; st == CPR_OK && off < n; off += 65536) {
         size_t k = n - off < 65536 ? n - off : 65536;
@@ -136,14 +42,6 @@ static cpr_status put_blob(cpr_rpc *rpc, const cpr_part_id *id, const uint8_t *d
     }
     cpr_status end = cpr_rpc_stream_finish(s, NULL, NULL);
     return end != CPR_OK ? end : st;
-}
-
-static cpr_status commit(cpr_rpc *rpc, const cpr_part_id *id, uint64_t rows)
-{
-    uint8_t *buf;
-    size_t len;
-    assert_int_equal(cpr_wire_commit_encode(id, rows, &buf, &len), CPR_OK);
-    return unary(rpc, SVC "Commit", buf, len);
 }
 
 typedef struct restored {
@@ -161,8 +59,8 @@ static cpr_status check_rows(void *ctx, const uint8_t *msg, size_t len)
         r->bad = 1;
     for (size_t i = 0; i < w.batch.n; i++, r->rows++, r->next_id++) {
         r->bad |= w.batch.ids[i] != r->next_id;
-        for (uint32_t j = 0; j < table.dim; j++)
-            r->bad |= w.batch.values[i * table.dim + j] != tu_value(1, r->next_id, 1, j);
+        for (uint32_t j = 0; j < ch_table.dim; j++)
+            r->bad |= w.batch.values[i * ch_table.dim + j] != tu_value(1, r->next_id, 1, j);
         r->bad |= w.batch.state[i] != tu_state(1, r->next_id, 1, 0);
     }
     cpr_wire_rows_release(&w);
@@ -176,7 +74,7 @@ static void check_restore(cpr_rpc *rpc, uint64_t want_rows)
     uint8_t *buf;
     size_t len;
     assert_int_equal(cpr_wire_restore_encode(&q, &buf, &len), CPR_OK);
-    assert_int_equal(cpr_rpc_server_stream(rpc, SVC "Restore", buf, len, TIMEOUT_S, check_rows, &r),
+    assert_int_equal(cpr_rpc_server_stream(rpc, CH_SVC "Restore", buf, len, CH_TIMEOUT_S, check_rows, &r),
                      CPR_OK);
     free(buf);
     assert_false(r.bad);
@@ -208,7 +106,7 @@ static void check_blob(cpr_rpc *rpc, const cpr_part_id *id, const uint8_t *want,
     uint8_t *buf;
     size_t len;
     assert_int_equal(cpr_wire_getblob_encode(id, "dense", &buf, &len), CPR_OK);
-    assert_int_equal(cpr_rpc_server_stream(rpc, SVC "GetBlob", buf, len, TIMEOUT_S,
+    assert_int_equal(cpr_rpc_server_stream(rpc, CH_SVC "GetBlob", buf, len, CH_TIMEOUT_S,
                                            collect_blob, &b), CPR_OK);
     free(buf);
     assert_int_equal(b.len, n);
@@ -221,7 +119,7 @@ static void check_health(cpr_rpc *rpc)
     uint8_t *resp = NULL;
     size_t n = 0;
     assert_int_equal(cpr_rpc_unary(rpc, "/grpc.health.v1.Health/Check", (const uint8_t *)"", 0,
-                                   TIMEOUT_S, &resp, &n), CPR_OK);
+                                   CH_TIMEOUT_S, &resp, &n), CPR_OK);
     assert_int_equal(n, 2);
     assert_int_equal(resp[0], 0x08);
     assert_int_equal(resp[1], 0x01); /* SERVING */
@@ -233,25 +131,25 @@ static void provoke_errors(cpr_rpc *rpc, const cpr_part_id *committed)
     uint8_t garbage[] = {0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01};
     uint8_t *copy = malloc(sizeof garbage);
     memcpy(copy, garbage, sizeof garbage);
-    assert_int_equal(unary(rpc, SVC "Begin", copy, sizeof garbage), CPR_INVALID_ARGUMENT);
-    assert_int_equal(begin(rpc, "bad/name", 1), CPR_INVALID_ARGUMENT);
-    assert_int_equal(begin(rpc, "job1", 1), CPR_ALREADY_EXISTS);
-    assert_int_equal(commit(rpc, committed, 250), CPR_FAILED_PRECONDITION);
+    assert_int_equal(ch_unary(rpc, CH_SVC "Begin", copy, sizeof garbage), CPR_INVALID_ARGUMENT);
+    assert_int_equal(ch_begin(rpc, "bad/name", 1), CPR_INVALID_ARGUMENT);
+    assert_int_equal(ch_begin(rpc, "job1", 1), CPR_ALREADY_EXISTS);
+    assert_int_equal(ch_commit(rpc, committed, 250), CPR_FAILED_PRECONDITION);
 
     cpr_restore_query q = {.job = "nosuchjob"};
     restored r = {0};
     uint8_t *buf;
     size_t len;
     assert_int_equal(cpr_wire_restore_encode(&q, &buf, &len), CPR_OK);
-    assert_int_equal(cpr_rpc_server_stream(rpc, SVC "Restore", buf, len, TIMEOUT_S, check_rows, &r),
+    assert_int_equal(cpr_rpc_server_stream(rpc, CH_SVC "Restore", buf, len, CH_TIMEOUT_S, check_rows, &r),
                      CPR_NOT_FOUND);
     free(buf);
 
     /* A damaged batch: DATA_LOSS, and the stream's part is aborted. */
     cpr_part_id two = {"job1", 0, 2};
-    assert_int_equal(begin(rpc, "job1", 2), CPR_OK);
-    assert_int_equal(put_rows(rpc, &two, 0, 150, 1), CPR_CORRUPT);
-    assert_int_equal(commit(rpc, &two, 100), CPR_FAILED_PRECONDITION);
+    assert_int_equal(ch_begin(rpc, "job1", 2), CPR_OK);
+    assert_int_equal(ch_put_rows(rpc, &two, 0, 150, 1, NULL, NULL), CPR_CORRUPT);
+    assert_int_equal(ch_commit(rpc, &two, 100), CPR_FAILED_PRECONDITION);
     check_health(rpc); /* still serving */
 }
 
@@ -259,7 +157,7 @@ static void test_ckptd_end_to_end(void **unused)
 {
     (void)unused;
     char *dir = tu_mkdtemp("cpr-ckptd");
-    daemon_proc d;
+    ch_daemon d;
     cpr_rpc *rpc;
     size_t blob_len = 300000;
     uint8_t *blob = malloc(blob_len);
@@ -267,20 +165,20 @@ static void test_ckptd_end_to_end(void **unused)
         blob[i] = tu_blob_byte(0, 1, i);
     cpr_part_id id = {"job1", 0, 1};
 
-    start_daemon(&d, dir);
+    ch_start(&d, dir);
     assert_int_equal(cpr_rpc_open(d.addr, &rpc), CPR_OK);
     check_health(rpc);
-    assert_int_equal(begin(rpc, "job1", 1), CPR_OK);
-    assert_int_equal(put_rows(rpc, &id, 0, 2500, 0), CPR_OK);
+    assert_int_equal(ch_begin(rpc, "job1", 1), CPR_OK);
+    assert_int_equal(ch_put_rows(rpc, &id, 0, 2500, 0, NULL, NULL), CPR_OK);
     assert_int_equal(put_blob(rpc, &id, blob, blob_len), CPR_OK);
-    assert_int_equal(commit(rpc, &id, 2500), CPR_OK);
+    assert_int_equal(ch_commit(rpc, &id, 2500), CPR_OK);
 
     uint8_t *req, *resp;
     size_t len, resp_len, n;
     cpr_part_info *parts;
     uint64_t cut;
     assert_int_equal(cpr_wire_list_encode("job1", &req, &len), CPR_OK);
-    assert_int_equal(cpr_rpc_unary(rpc, SVC "List", req, len, TIMEOUT_S, &resp, &resp_len), CPR_OK);
+    assert_int_equal(cpr_rpc_unary(rpc, CH_SVC "List", req, len, CH_TIMEOUT_S, &resp, &resp_len), CPR_OK);
     free(req);
     assert_int_equal(cpr_wire_list_response_decode(resp, resp_len, &parts, &n, &cut), CPR_OK);
     free(resp);
@@ -294,14 +192,14 @@ static void test_ckptd_end_to_end(void **unused)
     check_blob(rpc, &id, blob, blob_len);
     provoke_errors(rpc, &id);
     cpr_rpc_close(rpc);
-    stop_daemon(&d);
+    ch_stop(&d);
 
-    start_daemon(&d, dir); /* the same directory after a clean stop */
+    ch_start(&d, dir); /* the same directory after a clean stop */
     assert_int_equal(cpr_rpc_open(d.addr, &rpc), CPR_OK);
     check_restore(rpc, 2500);
     check_blob(rpc, &id, blob, blob_len);
     cpr_rpc_close(rpc);
-    stop_daemon(&d);
+    ch_stop(&d);
     free(blob);
     tu_rmtree(dir);
     free(dir);

@@ -1,0 +1,189 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* Helpers for tests that drive a real ckptd (see ckptd_harness.h). */
+#define _GNU_SOURCE
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "ckptd_harness.h"
+#include "cpr/crc32c.h"
+#include "testutil.h"
+
+const cpr_table_schema ch_table = {.table = 1, .rows = 100000, .dim = 8, .state_dim = 1};
+
+void ch_start(ch_daemon *d, const char *dir)
+{
+    int fds[2];
+    assert_int_equal(pipe(fds), 0);
+    d->pid = fork();
+    assert_true(d->pid >= 0);
+    if (d->pid == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL); /* never outlive a failed test */
+        dup2(fds[1], STDOUT_FILENO);
+        close(fds[0]);
+        close(fds[1]);
+        execl(CKPTD_PATH, "ckptd", "--listen", "127.0.0.1:0", "--data-dir", dir,
+              "--log-level", "warn", (char *)NULL);
+        _exit(127);
+    }
+    close(fds[1]);
+    FILE *out = fdopen(fds[0], "r");
+    char line[256] = "";
+    /* Blocks until the daemon serves: it prints the line after binding. */
+    assert_non_null(fgets(line, sizeof line, out));
+    fclose(out);
+    assert_int_equal(sscanf(line, "ckptd listening on %63s", d->addr), 1);
+}
+
+void ch_stop(ch_daemon *d)
+{
+    int status = 0;
+    assert_int_equal(kill(d->pid, SIGTERM), 0);
+    assert_int_equal(waitpid(d->pid, &status, 0), d->pid);
+    assert_true(WIFEXITED(status));
+    assert_int_equal(WEXITSTATUS(status), 0);
+}
+
+void ch_kill(ch_daemon *d)
+{
+    int status = 0;
+    assert_int_equal(kill(d->pid, SIGKILL), 0);
+    assert_int_equal(waitpid(d->pid, &status, 0), d->pid);
+}
+
+cpr_status ch_unary(cpr_rpc *rpc, const char *method, uint8_t *req, size_t len)
+{
+    uint8_t *resp = NULL;
+    size_t n = 0;
+    cpr_status st = cpr_rpc_unary(rpc, method, req, len, CH_TIMEOUT_S, &resp, &n);
+    free(req);
+    free(resp);
+    return st;
+}
+
+cpr_status ch_begin(cpr_rpc *rpc, const char *job, uint64_t ckpt)
+{
+    cpr_part_spec spec = {.id = {job, 0, ckpt}, .kind = CPR_KIND_FULL, .num_shards = 1,
+                          .tables = &ch_table, .n_tables = 1};
+    uint8_t *buf;
+    size_t len;
+    assert_int_equal(cpr_wire_begin_encode(&spec, &buf, &len), CPR_OK);
+    return ch_unary(rpc, CH_SVC "Begin", buf, len);
+}
+
+cpr_status ch_put_rows(cpr_rpc *rpc, const cpr_part_id *id, uint64_t first, size_t n,
+                       int corrupt_last, void (*after_batch)(void *ctx, size_t sent), void *ctx)
+{
+    cpr_rpc_stream *s;
+    cpr_status st = cpr_rpc_stream_open(rpc, CH_SVC "PutRows", CH_TIMEOUT_S, &s);
+    if (st)
+        return st;
+    size_t sent = 0;
+    for (size_t off = 0; st == CPR_OK && off < n; off += 100) {
+        uint64_t ids[100];
+        float values[800], state[100];
+        cpr_row_batch b;
+        size_t k = n - off < 100 ? n - off : 100;
+        for (size_t i = 0; i < k; i++)
+            ids[i] = first + off + i;
+        tu_fill_batch(&b, ch_table.table, ids, k, ch_table.dim, ch_table.state_dim,
+                      id->checkpoint, values, state);
+        if (corrupt_last && off + k >= n)
+            b.crc32c ^= 1;
+        uint8_t *buf;
+        size_t len;
+        assert_int_equal(cpr_wire_rows_encode(id, &b, 0, 0, &buf, &len), CPR_OK);
+        st = cpr_rpc_stream_send(s, buf, len);
+        free(buf);
+        if (st == CPR_OK && after_batch)
+            after_batch(ctx, ++sent);
+    }
+    cpr_status end = cpr_rpc_stream_finish(s, NULL, NULL);
+    return end != CPR_OK ? end : st;
+}
+
+cpr_status ch_commit(cpr_rpc *rpc, const cpr_part_id *id, uint64_t rows)
+{
+    uint8_t *buf;
+    size_t len;
+    assert_int_equal(cpr_wire_commit_encode(id, rows, &buf, &len), CPR_OK);
+    return ch_unary(rpc, CH_SVC "Commit", buf, len);
+}
+
+typedef struct restored {
+    uint64_t rows, valued_at;
+    int bad;
+} restored;
+
+static cpr_status check_rows(void *ctx, const uint8_t *msg, size_t len)
+{
+    restored *r = ctx;
+    cpr_wire_rows w;
+    if (cpr_wire_rows_decode(msg, len, &w) != CPR_OK) {
+        r->bad = 1;
+        return CPR_OK;
+    }
+    if (cpr_crc32c_rows(w.batch.ids, w.batch.n, w.batch.values, w.batch.values_count,
+                        w.batch.state, w.batch.state_count) != w.batch.crc32c)
+        r->bad = 1;
+    for (size_t i = 0; i < w.batch.n; i++, r->rows++) {
+        uint64_t id = w.batch.ids[i];
+        for (uint32_t j = 0; j < ch_table.dim; j++)
+            r->bad |= w.batch.values[i * ch_table.dim + j] != tu_value(1, id, r->valued_at, j);
+        r->bad |= w.batch.state[i] != tu_state(1, id, r->valued_at, 0);
+    }
+    cpr_wire_rows_release(&w);
+    return CPR_OK;
+}
+
+cpr_status ch_restore(cpr_rpc *rpc, const char *job, uint64_t as_of, uint64_t valued_at,
+                      uint64_t *rows, int *bad)
+{
+    cpr_restore_query q = {.job = job, .as_of = as_of, .batch_rows = 333};
+    restored r = {.valued_at = valued_at};
+    uint8_t *buf;
+    size_t len;
+    assert_int_equal(cpr_wire_restore_encode(&q, &buf, &len), CPR_OK);
+    cpr_status st = cpr_rpc_server_stream(rpc, CH_SVC "Restore", buf, len, CH_TIMEOUT_S,
+                                          check_rows, &r);
+    free(buf);
+    *rows = r.rows;
+    *bad = r.bad;
+    return st;
+}
+
+cpr_status ch_list(cpr_rpc *rpc, const char *job, size_t *n, uint64_t ckpt, int *has_ckpt,
+                   size_t *open_parts)
+{
+    uint8_t *req, *resp;
+    size_t len, resp_len, count;
+    cpr_part_info *parts;
+    uint64_t cut;
+    assert_int_equal(cpr_wire_list_encode(job, &req, &len), CPR_OK);
+    cpr_status st = cpr_rpc_unary(rpc, CH_SVC "List", req, len, CH_TIMEOUT_S, &resp, &resp_len);
+    free(req);
+    if (st)
+        return st;
+    assert_int_equal(cpr_wire_list_response_decode(resp, resp_len, &parts, &count, &cut), CPR_OK);
+    free(resp);
+    *n = 0;
+    *has_ckpt = 0;
+    *open_parts = 0;
+    for (size_t i = 0; i < count; i++) {
+        *n += parts[i].committed != 0;
+        *open_parts += !parts[i].committed;
+        *has_ckpt |= parts[i].committed && parts[i].checkpoint == ckpt;
+    }
+    free(parts);
+    return CPR_OK;
+}

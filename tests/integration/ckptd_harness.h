@@ -1,0 +1,48 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * Helpers for tests that drive a real ckptd process on 127.0.0.1: start it
+ * (port 0; its address is read from the line it prints), stop it, and the
+ * RPCs of a checkpoint part with rows valued by tu_value() at the part's id.
+ * The daemon gets SIGKILL if the test process dies, so none is left behind.
+ */
+#ifndef CPR_CKPTD_HARNESS_H
+#define CPR_CKPTD_HARNESS_H
+
+#include <sys/types.h>
+
+#include "rpc.h"
+#include "wire.h"
+
+#define CH_TIMEOUT_S 20.0
+#define CH_SVC "/cpr.v1.Checkpoint/"
+
+/* The one table the harness's parts hold. */
+extern const cpr_table_schema ch_table;
+
+typedef struct ch_daemon {
+    pid_t pid;
+    char addr[64];
+} ch_daemon;
+
+void ch_start(ch_daemon *d, const char *dir);
+/* SIGTERM; asserts a clean exit (status 0). */
+void ch_stop(ch_daemon *d);
+/* SIGKILL, reaped. */
+void ch_kill(ch_daemon *d);
+
+cpr_status ch_unary(cpr_rpc *rpc, const char *method, uint8_t *req, size_t len); /* takes req */
+cpr_status ch_begin(cpr_rpc *rpc, const char *job, uint64_t ckpt);
+/* Stream rows first..first+n-1 in batches of 100; corrupt_last damages the
+ * last batch's checksum. after_batch (may be NULL) runs after each send. */
+cpr_status ch_put_rows(cpr_rpc *rpc, const cpr_part_id *id, uint64_t first, size_t n,
+                       int corrupt_last, void (*after_batch)(void *ctx, size_t sent), void *ctx);
+cpr_status ch_commit(cpr_rpc *rpc, const cpr_part_id *id, uint64_t rows);
+/* Restore `job` as of `as_of` (0: newest); *rows gets the count; returns
+ * non-OK or sets *bad if any row is not exactly as written at `valued_at`. */
+cpr_status ch_restore(cpr_rpc *rpc, const char *job, uint64_t as_of, uint64_t valued_at,
+                      uint64_t *rows, int *bad);
+/* Committed parts of `job` (count, and whether `ckpt` is one of them). */
+cpr_status ch_list(cpr_rpc *rpc, const char *job, size_t *n, uint64_t ckpt, int *has_ckpt,
+                   size_t *open_parts);
+
+#endif /* CPR_CKPTD_HARNESS_H */
