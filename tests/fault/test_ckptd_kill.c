@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * kill -9 of ckptd while a part streams and while it commits. After each
+ * kill -9 of ckptd while a part streams and while it commits, and SIGTERM
+ * while a part streams (a clean stop: exit 0). After each
  * kill the daemon restarts on the same directory: every part that was
  * committed restores exactly, the interrupted part is either invisible or
  * (for a kill during Commit that landed after the commit point) complete and
@@ -87,6 +88,46 @@ static void test_kill_during_put_rows(void **unused)
     free(dir);
 }
 
+static void term_after_batch(void *ctx, size_t sent)
+{
+    kill_at *k = ctx;
+    if (sent == k->batch)
+        ch_stop(k->d); /* SIGTERM, and asserts the daemon exits 0 */
+}
+
+/* SIGTERM while a part streams: the daemon stops cleanly (exit 0), the
+ * stream's part is aborted, committed data is untouched. */
+static void test_sigterm_during_load(void **unused)
+{
+    (void)unused;
+    char *dir = tu_mkdtemp("cpr-term");
+    ch_daemon d;
+    cpr_rpc *rpc;
+    cpr_part_id kept = {"kept", 0, 1}, busy = {"kept", 0, 2};
+    ch_start(&d, dir);
+    assert_int_equal(cpr_rpc_open(d.addr, &rpc), CPR_OK);
+    assert_int_equal(ch_begin(rpc, "kept", 1), CPR_OK);
+    assert_int_equal(ch_put_rows(rpc, &kept, 0, ROWS, 0, NULL, NULL), CPR_OK);
+    assert_int_equal(ch_commit(rpc, &kept, ROWS), CPR_OK);
+    assert_int_equal(ch_begin(rpc, "kept", 2), CPR_OK);
+    kill_at k = {&d, 3};
+    assert_int_not_equal(ch_put_rows(rpc, &busy, 0, 3000, 0, term_after_batch, &k), CPR_OK);
+    cpr_rpc_close(rpc);
+
+    ch_start(&d, dir);
+    assert_int_equal(cpr_rpc_open(d.addr, &rpc), CPR_OK);
+    size_t committed, open_parts;
+    int has1;
+    assert_int_equal(ch_list(rpc, "kept", &committed, 1, &has1, &open_parts), CPR_OK);
+    assert_int_equal(committed, 1);
+    assert_int_equal(open_parts, 0);
+    assert_part_intact(rpc, "kept");
+    cpr_rpc_close(rpc);
+    ch_stop(&d);
+    tu_rmtree(dir);
+    free(dir);
+}
+
 typedef struct commit_call {
     cpr_rpc *rpc;
     cpr_part_id id;
@@ -159,6 +200,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_kill_during_put_rows),
         cmocka_unit_test(test_kill_during_commit),
+        cmocka_unit_test(test_sigterm_during_load),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
