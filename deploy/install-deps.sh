@@ -16,6 +16,7 @@ PACKAGES=(
   libcmocka-dev                      # unit-test harness
   protobuf-c-compiler libprotobuf-c-dev  # ckptd wire contract (proto/)
   libgrpc-dev                        # ckptd and the client: gRPC C core
+  python3-grpcio python3-grpc-tools  # test_python_client: the wire contract from Python
 )
 
 missing=()

@@ -39,6 +39,7 @@
 #include "store_internal.h"
 
 #define DEFAULT_BATCH_ROWS 4096
+#define DEFAULT_BATCH_BYTES (3u << 20)
 #define MAX_BATCH_ROWS (1u << 20)      /* x dim 65536 x 4 bytes stays far from overflow */
 #define MAX_QUERY_ITEMS (1u << 20)     /* tables or ranges in one query */
 #define NEXT_BEFORE_SEEK 16          /* older versions to step over before seeking */
@@ -537,6 +538,20 @@ static void stop_workers(cpr_store *store, restore_shared *sh)
         rocksdb_release_snapshot(store->db, sh->snap);
 }
 
+/* Up to DEFAULT_BATCH_ROWS rows and about DEFAULT_BATCH_BYTES per batch:
+ * ckptd sends one batch per message, and stock gRPC clients refuse messages
+ * over 4 MiB unless told otherwise. */
+static size_t default_batch_rows(const cpr_table_schema *tables, size_t n)
+{
+    uint64_t widest = 8 + 4;
+    for (size_t i = 0; i < n; i++) {
+        uint64_t row = 8 + ((uint64_t)tables[i].dim + tables[i].state_dim) * 4;
+        widest = row > widest ? row : widest;
+    }
+    uint64_t rows = DEFAULT_BATCH_BYTES / widest;
+    return rows < 1 ? 1 : rows > DEFAULT_BATCH_ROWS ? DEFAULT_BATCH_ROWS : (size_t)rows;
+}
+
 static unsigned worker_count(void)
 {
     long cpus = sysconf(_SC_NPROCESSORS_ONLN);
@@ -587,6 +602,8 @@ cpr_status cpr_store_restore(cpr_store *store, const cpr_restore_query *q, cpr_r
     pthread_mutex_lock(&store->mu);
     st = prepare(store, &sh, &tables, &n_tables);
     pthread_mutex_unlock(&store->mu);
+    if (st == CPR_OK && q->batch_rows == 0)
+        sh.batch_rows = default_batch_rows(tables, n_tables);
     if (st == CPR_OK)
         st = plan_segments(&sh, store->db, tables, n_tables, ranges, n_ranges);
     for (size_t i = 0; st == CPR_OK && i < n_tables; i++) {

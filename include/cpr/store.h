@@ -206,7 +206,8 @@ typedef struct cpr_restore_query {
     const cpr_row_range *ranges; size_t n_ranges; /* none: every row */
     uint64_t modulo;      /* >0: only rows with row % modulo == remainder */
     uint64_t remainder;
-    size_t batch_rows;    /* rows per callback; 0 = 4096; at most 2^20 */
+    size_t batch_rows;    /* rows per callback, at most 2^20; 0: up to 4096 rows
+                             and about 3 MiB per batch */
 } cpr_restore_query;
 
 /*

@@ -654,6 +654,36 @@ static void test_concurrent_same_part(void **state)
     tu_rows_free(&rows);
 }
 
+/* Without batch_rows, a batch stays near 3 MiB however wide the rows, so
+ * that ckptd's restore messages fit gRPC's usual 4 MiB limit. */
+typedef struct batch_sizes {
+    size_t batches, rows, largest_bytes;
+} batch_sizes;
+
+static cpr_status measure_batch(void *ctx, const cpr_row_batch *b)
+{
+    batch_sizes *m = ctx;
+    size_t bytes = b->n * 8 + (b->values_count + b->state_count) * 4;
+    m->batches++;
+    m->rows += b->n;
+    m->largest_bytes = bytes > m->largest_bytes ? bytes : m->largest_bytes;
+    return CPR_OK;
+}
+
+static void test_restore_default_batch_bytes(void **state)
+{
+    tu_store_fixture *f = *state;
+    static const cpr_table_schema wide[] = {{.table = 7, .rows = 2000, .dim = 1000, .state_dim = 1}};
+    cpr_part_spec spec = tu_part("wide", 0, 1, 1, CPR_KIND_FULL, wide, 1);
+    tu_write_part_ok(f->store, &spec, 0, 2000);
+    batch_sizes m = {0};
+    cpr_restore_query q = {.job = "wide"};
+    assert_int_equal(cpr_store_restore(f->store, &q, measure_batch, &m, NULL), CPR_OK);
+    assert_int_equal(m.rows, 2000);
+    assert_true(m.largest_bytes <= (3u << 20));
+    assert_true(m.batches >= 3); /* 2000 rows of 4012 bytes do not fit in one */
+}
+
 #define STORE_TEST(fn) cmocka_unit_test_setup_teardown(fn, tu_store_setup, tu_store_teardown)
 
 int main(void)
@@ -664,6 +694,7 @@ int main(void)
         STORE_TEST(test_restore_as_of),
         STORE_TEST(test_restore_many_versions),
         STORE_TEST(test_restore_batches_and_errors),
+        STORE_TEST(test_restore_default_batch_bytes),
         STORE_TEST(test_latest_cut),
         STORE_TEST(test_verify_and_gc),
         STORE_TEST(test_concurrent_shards),
