@@ -14,8 +14,10 @@
  *      to exactly one handler thread, which frees it.
  *  V2. At most one batch per call is outstanding, so the next event on
  *      call_ctx.cq is the completion of the batch just started.
- *  V3. `active` counts handler threads; stop waits for it to reach zero
- *      after cancelling every call, so no handler outlives the store.
+ *  V3. `active` counts handler threads. Stop cancels every call, joins the
+ *      acceptor (which returns at the shutdown notification, so no handler
+ *      starts after it), then waits for `active` to reach zero: no handler
+ *      outlives the server or the store.
  */
 #define _GNU_SOURCE
 #include <grpc/byte_buffer.h>
@@ -55,6 +57,8 @@ struct call_ctx {
     grpc_byte_buffer *payload;
     grpc_completion_queue *cq; /* bound to the call (V2) */
     int sent_initial;
+    int generic;               /* an unregistered method: answered UNIMPLEMENTED */
+    grpc_call_details details; /* generic calls only */
 };
 
 struct cpr_server {
@@ -81,6 +85,8 @@ static void h_restore(call_ctx *c);
 static void h_get_blob(call_ctx *c);
 static void h_stats(call_ctx *c);
 static void h_health(call_ctx *c);
+static int finish_code(call_ctx *c, grpc_status_code code, const char *msg, uint8_t *resp,
+                       size_t resp_len);
 
 static const method methods[] = {
     {"/cpr.v1.Checkpoint/Begin", RPC_UNARY, h_begin},
@@ -95,6 +101,19 @@ static const method methods[] = {
     {"/grpc.health.v1.Health/Check", RPC_UNARY, h_health},
 };
 #define N_METHODS (sizeof methods / sizeof methods[0])
+
+/* Any other method: one generic request is kept outstanding so such calls
+ * are answered at once instead of waiting (and piling up) forever. */
+static void h_unimplemented(call_ctx *c)
+{
+    char msg[300];
+    snprintf(msg, sizeof msg, "ckptd does not serve %.*s",
+             (int)GRPC_SLICE_LENGTH(c->details.method),
+             (const char *)GRPC_SLICE_START_PTR(c->details.method));
+    finish_code(c, GRPC_STATUS_UNIMPLEMENTED, msg, NULL, 0);
+}
+
+static const method generic_method = {"(unregistered method)", RPC_UNARY, h_unimplemented};
 
 /* ---- batches ------------------------------------------------------------------- */
 
@@ -136,35 +155,45 @@ static int send_message(call_ctx *c, uint8_t *bytes, size_t len)
     return ok;
 }
 
-/* Final batch: optional response (taken), status with message. */
-static void finish(call_ctx *c, cpr_status st, uint8_t *resp, size_t resp_len)
+/* Final batch: optional response (taken), a status with its message.
+ * Returns 1 if the client had cancelled the call (gone, or gave up). */
+static int finish_code(call_ctx *c, grpc_status_code code, const char *msg, uint8_t *resp,
+                       size_t resp_len)
 {
     grpc_op ops[4];
     size_t n = 0;
     int cancelled = 0;
-    grpc_slice details = grpc_slice_from_copied_string(st ? cpr_errmsg() : "");
+    grpc_slice details = grpc_slice_from_copied_string(msg);
     memset(ops, 0, sizeof ops);
     if (!c->sent_initial)
         ops[n++].op = GRPC_OP_SEND_INITIAL_METADATA;
-    if (resp && st == CPR_OK) {
+    if (resp && code == GRPC_STATUS_OK) {
         ops[n].op = GRPC_OP_SEND_MESSAGE;
         ops[n++].data.send_message.send_message = to_buffer(resp, resp_len);
         resp = NULL;
     }
     ops[n].op = GRPC_OP_SEND_STATUS_FROM_SERVER;
-    ops[n].data.send_status_from_server.status = (grpc_status_code)cpr_status_grpc(st);
+    ops[n].data.send_status_from_server.status = code;
     ops[n++].data.send_status_from_server.status_details = &details;
     ops[n].op = GRPC_OP_RECV_CLOSE_ON_SERVER;
     ops[n++].data.recv_close_on_server.cancelled = &cancelled;
     c->sent_initial = 1;
-    run_batch(c, ops, n);
+    if (!run_batch(c, ops, n))
+        cancelled = 1;
     for (size_t i = 0; i < n; i++)
         if (ops[i].op == GRPC_OP_SEND_MESSAGE)
             grpc_byte_buffer_destroy(ops[i].data.send_message.send_message);
     grpc_slice_unref(details);
     free(resp);
+    return cancelled;
+}
+
+static int finish(call_ctx *c, cpr_status st, uint8_t *resp, size_t resp_len)
+{
     if (st && st != CPR_NOT_FOUND)
         cpr_log(CPR_LOG_INFO, "%s: %s: %s", c->m->path, cpr_status_name(st), cpr_errmsg());
+    return finish_code(c, (grpc_status_code)cpr_status_grpc(st), st ? cpr_errmsg() : "", resp,
+                       resp_len);
 }
 
 /* The payload of a unary or server-streaming call, as one slice. */
@@ -282,7 +311,7 @@ static void touch_part(touched *t, const cpr_part_id *id)
             strcmp(t->jobs[i], id->job) == 0)
             return;
     if (t->n == MAX_TOUCHED_PARTS)
-        return; /* a stream spanning more parts than this is unusual; the rest stay open */
+        return; /* documented limit: parts past the 64th of one stream are not aborted */
     snprintf(t->jobs[t->n], sizeof t->jobs[0], "%s", id->job);
     t->ids[t->n] = (cpr_part_id){t->jobs[t->n], id->shard, id->checkpoint};
     t->n++;
@@ -328,8 +357,9 @@ static cpr_status apply_rows(cpr_server *srv, const uint8_t *msg, size_t len, to
     cpr_status st = cpr_wire_rows_decode(msg, len, &r);
     if (st)
         return st;
-    touch_part(t, &r.id);
     st = cpr_store_put_rows(srv->store, &r.id, &r.batch);
+    if (st == CPR_OK || st == CPR_IO) /* refused batches leave the part as it was */
+        touch_part(t, &r.id);
     if (st == CPR_OK) {
         *rows += r.batch.n;
         *bytes += r.batch.n * 8 + (r.batch.values_count + r.batch.state_count) * 4;
@@ -346,8 +376,9 @@ static cpr_status apply_chunk(cpr_server *srv, const uint8_t *msg, size_t len, t
     cpr_status st = cpr_wire_chunk_decode(msg, len, &ch);
     if (st)
         return st;
-    touch_part(t, &ch.id);
     st = cpr_store_put_blob(srv->store, &ch.id, ch.name, ch.offset, ch.data, ch.len, ch.crc32c);
+    if (st == CPR_OK || st == CPR_IO) /* refused chunks leave the part as it was */
+        touch_part(t, &ch.id);
     if (st == CPR_OK)
         *bytes += ch.len;
     cpr_wire_chunk_release(&ch);
@@ -384,7 +415,11 @@ static void client_stream(call_ctx *c, apply_fn apply)
     }
     if (st == CPR_OK)
         st = cpr_wire_put_response_encode(rows, bytes, &resp, &len);
-    finish(c, st, resp, len);
+    int cancelled = finish(c, st, resp, len);
+    if (cancelled && st == CPR_OK && t) { /* the client went away: an end that is no end */
+        cpr_log(CPR_LOG_INFO, "%s: the client cancelled; aborting its parts", c->m->path);
+        abort_touched(c->srv, t);
+    }
     free(t);
 }
 
@@ -477,6 +512,8 @@ static void free_call(call_ctx *c)
     if (c->call)
         grpc_call_unref(c->call);
     grpc_metadata_array_destroy(&c->md);
+    if (c->generic)
+        grpc_call_details_destroy(&c->details);
     if (c->payload)
         grpc_byte_buffer_destroy(c->payload);
     if (c->cq) {
@@ -516,13 +553,20 @@ static int request_call(cpr_server *srv, size_t i)
     if (!c)
         return -1;
     c->srv = srv;
-    c->m = &methods[i];
     c->method_index = i;
+    c->generic = i == N_METHODS;
+    c->m = c->generic ? &generic_method : &methods[i];
     grpc_metadata_array_init(&c->md);
     c->cq = grpc_completion_queue_create_for_next(NULL);
-    grpc_call_error e = grpc_server_request_registered_call(
-        srv->server, srv->handles[i], &c->call, &c->deadline, &c->md,
-        methods[i].kind == RPC_CLIENT_STREAM ? NULL : &c->payload, c->cq, srv->cq, c);
+    grpc_call_error e;
+    if (c->generic) {
+        grpc_call_details_init(&c->details);
+        e = grpc_server_request_call(srv->server, &c->call, &c->details, &c->md, c->cq, srv->cq, c);
+    } else {
+        e = grpc_server_request_registered_call(
+            srv->server, srv->handles[i], &c->call, &c->deadline, &c->md,
+            methods[i].kind == RPC_CLIENT_STREAM ? NULL : &c->payload, c->cq, srv->cq, c);
+    }
     if (e != GRPC_CALL_OK) {
         free_call(c);
         return -1;
@@ -555,9 +599,9 @@ static void *acceptor_main(void *arg)
     cpr_server *srv = arg;
     for (;;) {
         grpc_event ev = grpc_completion_queue_next(srv->cq, gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
-        if (ev.type == GRPC_QUEUE_SHUTDOWN)
-            return NULL;
-        if (ev.type != GRPC_OP_COMPLETE || ev.tag == &srv->shutdown_tag)
+        if (ev.type == GRPC_QUEUE_SHUTDOWN || ev.tag == &srv->shutdown_tag)
+            return NULL; /* shut down: no call is dispatched after this (V3) */
+        if (ev.type != GRPC_OP_COMPLETE)
             continue;
         call_ctx *c = ev.tag;
         size_t i = c->method_index;
@@ -585,10 +629,13 @@ cpr_status cpr_server_start(cpr_store *store, const cpr_server_options *opts,
     srv->max_calls = opts->max_calls ? opts->max_calls : 1024;
     pthread_mutex_init(&srv->mu, NULL);
     pthread_cond_init(&srv->idle, NULL);
-    grpc_arg arg = {GRPC_ARG_INTEGER, GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH,
-                    {.integer = (int)(opts->max_message_bytes ? opts->max_message_bytes
-                                                              : 64u << 20)}};
-    grpc_channel_args args = {1, &arg};
+    grpc_arg arg[2] = {
+        {GRPC_ARG_INTEGER, GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH,
+         {.integer = (int)(opts->max_message_bytes ? opts->max_message_bytes : 64u << 20)}},
+        /* Two daemons must never share a port (and so serve each other's jobs). */
+        {GRPC_ARG_INTEGER, GRPC_ARG_ALLOW_REUSEPORT, {.integer = 0}},
+    };
+    grpc_channel_args args = {2, arg};
     srv->server = grpc_server_create(&args, NULL);
     srv->cq = grpc_completion_queue_create_for_next(NULL);
     grpc_server_register_completion_queue(srv->server, srv->cq, NULL);
@@ -609,7 +656,7 @@ cpr_status cpr_server_start(cpr_store *store, const cpr_server_options *opts,
         return st;
     }
     grpc_server_start(srv->server);
-    for (size_t i = 0; i < N_METHODS; i++)
+    for (size_t i = 0; i <= N_METHODS; i++) /* N_METHODS: the generic request */
         request_call(srv, i);
     srv->acceptor_started = pthread_create(&srv->acceptor, NULL, acceptor_main, srv) == 0;
     *port = bound;
@@ -628,18 +675,25 @@ void cpr_server_stop(cpr_server *srv)
         grpc_server_shutdown_and_notify(srv->server, srv->cq, &srv->shutdown_tag);
         grpc_server_cancel_all_calls(srv->server); /* handlers see their batches fail */
     }
-    pthread_mutex_lock(&srv->mu); /* V3 */
+    /* The acceptor returns at the shutdown notification; after the join no
+     * new handler can start, so the wait below is final (V3). */
+    if (srv->acceptor_started)
+        pthread_join(srv->acceptor, NULL);
+    pthread_mutex_lock(&srv->mu);
     while (srv->active > 0)
         pthread_cond_wait(&srv->idle, &srv->mu);
     pthread_mutex_unlock(&srv->mu);
-    if (srv->cq)
+    if (srv->cq) { /* requests the shutdown failed may still be queued */
         grpc_completion_queue_shutdown(srv->cq);
-    if (srv->acceptor_started)
-        pthread_join(srv->acceptor, NULL);
-    else if (srv->cq)
-        while (grpc_completion_queue_next(srv->cq, gpr_inf_future(GPR_CLOCK_REALTIME), NULL).type !=
-               GRPC_QUEUE_SHUTDOWN) {
+        for (;;) {
+            grpc_event ev = grpc_completion_queue_next(srv->cq, gpr_inf_future(GPR_CLOCK_REALTIME),
+                                                       NULL);
+            if (ev.type == GRPC_QUEUE_SHUTDOWN)
+                break;
+            if (ev.type == GRPC_OP_COMPLETE && ev.tag != &srv->shutdown_tag)
+                free_call(ev.tag);
         }
+    }
     if (srv->server)
         grpc_server_destroy(srv->server);
     if (srv->cq)

@@ -23,7 +23,8 @@ static const char *const status_names[CPR_STATUS_COUNT_] = {
  * RESOURCE_EXHAUSTED 8, FAILED_PRECONDITION 9, INTERNAL 13, UNAVAILABLE 14,
  * DATA_LOSS 15, INVALID_ARGUMENT 3. */
 static const int status_grpc[CPR_STATUS_COUNT_] = {
-    0, 3, 5, 6, 9, 15, 13, 14, 4, 8, 8, 13, 13,
+    0, 3, 5, 6, 9, 15, 14 /* CPR_IO: the disk failed; retry elsewhere or later */,
+    14, 4, 8, 8, 13, 13,
 };
 
 const char *cpr_status_name(cpr_status st)

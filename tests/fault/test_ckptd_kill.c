@@ -19,6 +19,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <fcntl.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
@@ -128,6 +131,135 @@ static void test_sigterm_during_load(void **unused)
     free(dir);
 }
 
+/* Poll List until `job` has no open part, for at most `seconds`. */
+static int wait_no_open_parts(cpr_rpc *rpc, const char *job, double seconds)
+{
+    struct timespec start, now;
+    clock_gettime(CLOCK_MONOTONIC, &start);
+    for (;;) {
+        size_t n = 0, open_parts = 0;
+        int has = 0;
+        cpr_status st = ch_list(rpc, job, &n, 1, &has, &open_parts);
+        if ((st == CPR_OK && open_parts == 0) || st == CPR_NOT_FOUND)
+            return 1;
+        clock_gettime(CLOCK_MONOTONIC, &now);
+        if ((double)(now.tv_sec - start.tv_sec) + (now.tv_nsec - start.tv_nsec) * 1e-9 > seconds)
+            return 0;
+        struct timespec pause = {0, 20000000L}; /* poll interval, not a synchronisation */
+        nanosleep(&pause, NULL);
+    }
+}
+
+/* A client process that dies mid-PutRows: its part is aborted, not left
+ * open for anyone to commit half-written. */
+static void test_client_vanishes(void **unused)
+{
+    (void)unused;
+    char *dir = tu_mkdtemp("cpr-vanish");
+    ch_daemon d;
+    ch_start(&d, dir);
+    pid_t child = fork();
+    assert_true(child >= 0);
+    if (child == 0) {
+        cpr_rpc *rpc;
+        cpr_part_id id = {"gone", 0, 1};
+        cpr_rpc_stream *s;
+        if (cpr_rpc_open(d.addr, &rpc) || ch_begin(rpc, "gone", 1) ||
+            cpr_rpc_stream_open(rpc, CH_SVC "PutRows", CH_TIMEOUT_S, &s))
+            _exit(1);
+        uint64_t ids[10] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9};
+        float values[80], state[10];
+        cpr_row_batch b;
+        tu_fill_batch(&b, ch_table.table, ids, 10, ch_table.dim, ch_table.state_dim, 1, values,
+                      state);
+        uint8_t *buf;
+        size_t len;
+        if (cpr_wire_rows_encode(&id, &b, 0, 0, &buf, &len) || cpr_rpc_stream_send(s, buf, len))
+            _exit(1);
+        /* Wait (bounded) until the daemon has applied the batch, so the test
+         * is about a stream that wrote something and then lost its client. */
+        for (int tries = 0; tries < 500; tries++) {
+            uint8_t *req, *resp;
+            size_t rl, n;
+            cpr_part_info *parts;
+            uint64_t cut;
+            int applied = 0;
+            if (cpr_wire_list_encode("gone", &req, &rl) == CPR_OK &&
+                cpr_rpc_unary(rpc, CH_SVC "List", req, rl, 5.0, &resp, &n) == CPR_OK) {
+                if (cpr_wire_list_response_decode(resp, n, &parts, &n, &cut) == CPR_OK) {
+                    applied = n == 1 && parts[0].rows == 10;
+                    free(parts);
+                }
+                free(resp);
+            }
+            free(req);
+            if (applied)
+                _exit(0); /* gone without finishing the stream */
+            struct timespec pause = {0, 10000000L};
+            nanosleep(&pause, NULL);
+        }
+        _exit(2);
+    }
+    int status;
+    assert_int_equal(waitpid(child, &status, 0), child);
+    assert_int_equal(WEXITSTATUS(status), 0);
+    cpr_rpc *rpc;
+    assert_int_equal(cpr_rpc_open(d.addr, &rpc), CPR_OK);
+    assert_true(wait_no_open_parts(rpc, "gone", 10.0));
+    cpr_part_id id = {"gone", 0, 1};
+    assert_int_equal(ch_commit(rpc, &id, 10), CPR_FAILED_PRECONDITION);
+    cpr_rpc_close(rpc);
+    ch_stop(&d);
+    tu_rmtree(dir);
+    free(dir);
+}
+
+/* A refused batch naming someone else's open part does not abort it; an
+ * unknown method is answered UNIMPLEMENTED; a second daemon cannot take a
+ * port in use. */
+static void test_bad_clients_cannot_hurt_others(void **unused)
+{
+    (void)unused;
+    char *dir = tu_mkdtemp("cpr-others"), *dir2 = tu_mkdtemp("cpr-others2");
+    ch_daemon d;
+    cpr_rpc *rpc;
+    cpr_part_id victim = {"victim", 0, 1};
+    ch_start(&d, dir);
+    assert_int_equal(cpr_rpc_open(d.addr, &rpc), CPR_OK);
+    assert_int_equal(ch_begin(rpc, "victim", 1), CPR_OK);
+    assert_int_equal(ch_put_rows(rpc, &victim, 0, 100, 0, NULL, NULL), CPR_OK);
+    assert_int_equal(ch_put_rows(rpc, &victim, 100, 100, 1, NULL, NULL), CPR_CORRUPT);
+    assert_int_equal(ch_put_rows(rpc, &victim, 200, 100, 0, NULL, NULL), CPR_OK);
+    assert_int_equal(ch_commit(rpc, &victim, 200), CPR_OK); /* still open after the refusal */
+
+    uint8_t *resp = NULL;
+    size_t n = 0;
+    assert_int_equal(cpr_rpc_unary(rpc, "/cpr.v1.Checkpoint/Nope", (const uint8_t *)"", 0, 5.0,
+                                   &resp, &n), CPR_INTERNAL); /* UNIMPLEMENTED */
+    assert_non_null(strstr(cpr_errmsg(), "does not serve"));
+    free(resp);
+    cpr_rpc_close(rpc);
+
+    pid_t pid = fork(); /* a second daemon on the same address must fail */
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        int devnull = open("/dev/null", O_WRONLY);
+        dup2(devnull, STDOUT_FILENO);
+        dup2(devnull, STDERR_FILENO);
+        execl(CKPTD_PATH_FOR_TEST, "ckptd", "--listen", d.addr, "--data-dir", dir2, (char *)NULL);
+        _exit(127);
+    }
+    int status;
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    assert_true(WIFEXITED(status));
+    assert_int_equal(WEXITSTATUS(status), 1);
+    ch_stop(&d);
+    tu_rmtree(dir);
+    tu_rmtree(dir2);
+    free(dir);
+    free(dir2);
+}
+
 typedef struct commit_call {
     cpr_rpc *rpc;
     cpr_part_id id;
@@ -201,6 +333,8 @@ int main(void)
         cmocka_unit_test(test_kill_during_put_rows),
         cmocka_unit_test(test_kill_during_commit),
         cmocka_unit_test(test_sigterm_during_load),
+        cmocka_unit_test(test_client_vanishes),
+        cmocka_unit_test(test_bad_clients_cannot_hurt_others),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
