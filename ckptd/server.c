@@ -224,31 +224,24 @@ static void h_begin(call_ctx *c)
     finish(c, st, st ? NULL : calloc(1, 1), 0); /* BeginResponse is empty */
 }
 
-static void h_commit(call_ctx *c)
+/* Commit and Abort: decode a part id, act on it, answer with an empty message. */
+static void part_call(call_ctx *c, cpr_status (*decode)(const void *, size_t, cpr_wire_part *),
+                      int commit)
 {
     grpc_slice s = payload_slice(c);
     cpr_wire_part p;
-    cpr_status st = cpr_wire_commit_decode(PAYLOAD(s), &p);
+    cpr_status st = decode(PAYLOAD(s), &p);
     if (st == CPR_OK) {
-        st = cpr_store_commit(c->srv->store, &p.id, p.rows);
+        st = commit ? cpr_store_commit(c->srv->store, &p.id, p.rows)
+                    : cpr_store_abort(c->srv->store, &p.id);
         cpr_wire_part_release(&p);
     }
     grpc_slice_unref(s);
-    finish(c, st, st ? NULL : calloc(1, 1), 0);
+    finish(c, st, st ? NULL : calloc(1, 1), 0); /* Commit/AbortResponse are empty */
 }
 
-static void h_abort(call_ctx *c)
-{
-    grpc_slice s = payload_slice(c);
-    cpr_wire_part p;
-    cpr_status st = cpr_wire_abort_decode(PAYLOAD(s), &p);
-    if (st == CPR_OK) {
-        st = cpr_store_abort(c->srv->store, &p.id);
-        cpr_wire_part_release(&p);
-    }
-    grpc_slice_unref(s);
-    finish(c, st, st ? NULL : calloc(1, 1), 0);
-}
+static void h_commit(call_ctx *c) { part_call(c, cpr_wire_commit_decode, 1); }
+static void h_abort(call_ctx *c) { part_call(c, cpr_wire_abort_decode, 0); }
 
 static void h_list(call_ctx *c)
 {
@@ -469,6 +462,8 @@ typedef struct blob_out {
     uint64_t size;
 } blob_out;
 
+/* Every chunk carries the blob's total size: cpr_store_read_blob sets
+ * o->size before the first chunk. */
 static cpr_status send_chunk(void *ctx, uint64_t offset, const void *data, size_t len)
 {
     blob_out *o = ctx;
@@ -481,14 +476,6 @@ static cpr_status send_chunk(void *ctx, uint64_t offset, const void *data, size_
     return st;
 }
 
-/* The blob's size is known only once the store has found it: read a first
- * time only for the size would cost a second pass, so the size is sent in
- * every chunk (blob_out.size is filled by cpr_store_read_blob before any). */
-static cpr_status send_chunk_sized(void *ctx, uint64_t offset, const void *data, size_t len)
-{
-    return send_chunk(ctx, offset, data, len);
-}
-
 static void h_get_blob(call_ctx *c)
 {
     grpc_slice s = payload_slice(c);
@@ -497,7 +484,7 @@ static void h_get_blob(call_ctx *c)
     if (st == CPR_OK) {
         blob_out o = {c, &p.id, p.name, 0};
         st = send_initial(c) ? cpr_store_read_blob(c->srv->store, &p.id, p.name, &o.size,
-                                                   send_chunk_sized, &o)
+                                                   send_chunk, &o)
                              : cpr_fail(CPR_UNAVAILABLE, "the client went away");
         cpr_wire_part_release(&p);
     }

@@ -42,14 +42,6 @@
 #define SEEDED_FLIPS 10
 #define FOOTER_BYTES 4096u
 
-#define assert_status(want, expr)                                              \
-    do {                                                                       \
-        cpr_status got_ = (expr);                                              \
-        if (got_ != (want))                                                    \
-            fail_msg("%s: got %s, want %s (%s)", #expr, cpr_status_name(got_), \
-                     cpr_status_name(want), cpr_errmsg());                     \
-    } while (0)
-
 static uint64_t g_seed;
 
 /* ---- writing the two jobs ----------------------------------------------- */

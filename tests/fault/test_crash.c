@@ -602,26 +602,6 @@ static int listed_committed(cpr_store *store, uint64_t step)
     return found;
 }
 
-static uint64_t count_files(const char *path)
-{
-    DIR *d = opendir(path);
-    uint64_t n = 0;
-    struct dirent *de;
-    if (!d)
-        return 0;
-    while ((de = readdir(d)) != NULL) {
-        char sub[4096];
-        struct stat sb;
-        if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, ".."))
-            continue;
-        snprintf(sub, sizeof sub, "%s/%s", path, de->d_name);
-        if (lstat(sub, &sb) == 0)
-            n += S_ISDIR(sb.st_mode) ? count_files(sub) : 1;
-    }
-    closedir(d);
-    return n;
-}
-
 static uint64_t blobs_of_first(uint64_t n_committed)
 {
     uint64_t n = 0;
@@ -634,10 +614,10 @@ static int check_layout(const char *store_dir, uint64_t n_committed)
 {
     char path[4096];
     snprintf(path, sizeof path, "%s/staging", store_dir);
-    uint64_t staged = count_files(path);
+    uint64_t staged = tu_count_files(path);
     CHECK(staged == 0, "%" PRIu64 " files left under staging/ after open", staged);
     snprintf(path, sizeof path, "%s/blobs", store_dir);
-    uint64_t blobs = count_files(path);
+    uint64_t blobs = tu_count_files(path);
     CHECK(blobs == blobs_of_first(n_committed), "%" PRIu64 " files under blobs/, %"
           PRIu64 " committed blobs", blobs, blobs_of_first(n_committed));
     return 0;

@@ -22,14 +22,7 @@
 #include <cmocka.h>
 
 #include "cpr/embedding.h"
-
-#define assert_status(want, expr)                                              \
-    do {                                                                       \
-        cpr_status got_ = (expr);                                              \
-        if (got_ != (want))                                                    \
-            fail_msg("%s: got %s, want %s (%s)", #expr, cpr_status_name(got_), \
-                     cpr_status_name(want), cpr_errmsg());                     \
-    } while (0)
+#include "testutil.h"
 
 /* ---- randomness ----------------------------------------------------------- */
 

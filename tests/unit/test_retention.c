@@ -36,14 +36,6 @@
 #define N_TABLES 2u
 #define MAX_CKPT 12u
 
-#define assert_status(want, expr)                                              \
-    do {                                                                       \
-        cpr_status got_ = (expr);                                              \
-        if (got_ != (want))                                                    \
-            fail_msg("%s: got %s, want %s (%s)", #expr, cpr_status_name(got_), \
-                     cpr_status_name(want), cpr_errmsg());                     \
-    } while (0)
-
 static const cpr_table_schema g_tables[N_TABLES] = {
     { .table = 1, .rows = ROWS, .dim = 8, .state_dim = 2 },
     { .table = 2, .rows = ROWS, .dim = 4, .state_dim = 0 },
@@ -347,26 +339,6 @@ static void gc_and_check(cpr_store *store, model *m, uint32_t keep, uint64_t wan
     assert_true(rep.bytes_after < rep.bytes_before);
 }
 
-static uint64_t count_files(const char *path)
-{
-    DIR *d = opendir(path);
-    uint64_t n = 0;
-    struct dirent *de;
-    if (!d)
-        return 0;
-    while ((de = readdir(d)) != NULL) {
-        char sub[4096];
-        struct stat sb;
-        if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, ".."))
-            continue;
-        snprintf(sub, sizeof sub, "%s/%s", path, de->d_name);
-        if (lstat(sub, &sb) == 0)
-            n += S_ISDIR(sb.st_mode) ? count_files(sub) : 1;
-    }
-    closedir(d);
-    return n;
-}
-
 /* ---- tests -------------------------------------------------------------- */
 
 /* Keep 2 cuts, reopen, then keep 1; the store stays writable. */
@@ -506,7 +478,7 @@ static void test_gc_reclaims_crash_leftover(void **state)
     assert_true(WIFEXITED(status));
     assert_int_equal(WEXITSTATUS(status), 0);
     print_message("  staging files left by the crashed writer: %" PRIu64 "\n",
-                  count_files(staging));
+                  tu_count_files(staging));
 
     cpr_store *store = NULL;
     model m = { 0 };
@@ -516,7 +488,7 @@ static void test_gc_reclaims_crash_leftover(void **state)
     assert_status(CPR_OK, cpr_store_gc(store, JOB, 2, &rep));
     print_message("  gc after crash: uncommitted_removed %" PRIu64 "\n",
                   rep.uncommitted_removed);
-    assert_int_equal(count_files(staging), 0);
+    assert_int_equal(tu_count_files(staging), 0);
     assert_int_equal(rep.parts_removed, 0);
     model_commit(&m, 1);
     assert_status(CPR_OK, restore_rows(store, 1, 0, &recorded[1]));

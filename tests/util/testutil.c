@@ -43,6 +43,24 @@ void tu_rmtree(const char *path)
     nftw(path, rm_one, 16, FTW_DEPTH | FTW_PHYS);
 }
 
+static _Thread_local uint64_t files_counted;
+
+static int count_one(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
+{
+    (void)path;
+    (void)sb;
+    (void)ftw;
+    files_counted += flag != FTW_D && flag != FTW_DP && flag != FTW_DNR;
+    return 0;
+}
+
+uint64_t tu_count_files(const char *path)
+{
+    files_counted = 0;
+    nftw(path, count_one, 16, FTW_PHYS);
+    return files_counted;
+}
+
 static uint32_t mix(uint64_t x)
 {
     x ^= x >> 33;

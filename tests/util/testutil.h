@@ -18,6 +18,18 @@
 char *tu_mkdtemp(const char *prefix);
 /* rm -rf path (no error if missing). */
 void tu_rmtree(const char *path);
+/* Regular files (and other non-directories) under `path`, recursively; 0 if missing. */
+uint64_t tu_count_files(const char *path);
+
+/* In cmocka tests: fail with both status names and cpr_errmsg() unless
+ * `expr` returns `want`. */
+#define assert_status(want, expr)                                              \
+    do {                                                                       \
+        cpr_status got_ = (expr);                                              \
+        if (got_ != (want))                                                    \
+            fail_msg("%s: got %s, want %s (%s)", #expr, cpr_status_name(got_), \
+                     cpr_status_name(want), cpr_errmsg());                     \
+    } while (0)
 
 /* The deterministic value of element `i` of row `row` of `table` as written
  * at checkpoint `ckpt`: a hash of all four, so a row restored from the wrong
