@@ -3,8 +3,9 @@
  * ckptd: the CPR checkpoint daemon for storage nodes. Parses its settings
  * (flags, or a config file with the same keys), opens the store, serves it
  * over gRPC, prints the bound address on one line ("ckptd listening on
- * HOST:PORT") so scripts and tests can read it, and on SIGTERM or SIGINT
- * stops accepting, aborts what is in flight and closes the store.
+ * HOST:PORT") so scripts and tests can read it, reaps parts left idle by
+ * vanished clients (reaper.c), and on SIGTERM or SIGINT stops accepting,
+ * aborts what is in flight and closes the store.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -16,21 +17,25 @@
 #include "cpr/store.h"
 #include "cpr_cli.h"
 #include "cpr_common.h"
+#include "reaper.h"
 #include "server.h"
 
 #define EXIT_USAGE 2
+#define MAX_IDLE_PART_TIMEOUT_S (7.0 * 24 * 3600)
 
 typedef struct settings {
     char listen[256];
     char data_dir[4096];
     uint64_t threads, retain, max_message_mb;
+    double idle_part_timeout_s;
     int log_level;
 } settings;
 
 static void usage(FILE *out)
 {
     fputs("usage: ckptd --data-dir DIR [--listen HOST:PORT] [--config FILE] [--threads N]\n"
-          "             [--retain K] [--max-message-mb M] [--log-level L]\n"
+          "             [--retain K] [--max-message-mb M] [--idle-part-timeout-s S]\n"
+          "             [--log-level L]\n"
           "       ckptd --version | --help\n"
           "\n"
           "  --listen HOST:PORT   address to serve (default 127.0.0.1:7717; port 0 picks a\n"
@@ -39,8 +44,14 @@ static void usage(FILE *out)
           "  --config FILE        settings as `key = value` lines, keys as the flags\n"
           "                       without dashes (listen, data-dir, ...); flags win\n"
           "  --threads N          most calls served at once (default 1024)\n"
-          "  --retain K           consistent cuts kept by retention (default 2)\n"
+          "  --retain K           consistent cuts kept by retention (default 2; also what\n"
+          "                       Gc with keep 0 keeps)\n"
           "  --max-message-mb M   largest request message (default 64)\n"
+          "  --idle-part-timeout-s S\n"
+          "                       abort a part no Begin, PutRows, PutBlob or Commit has\n"
+          "                       touched for S seconds (its client is presumed gone), and\n"
+          "                       cancel a stream on which no message moved for S seconds\n"
+          "                       (default 600; up to 604800)\n"
           "  --log-level L        error, warn, info or debug (default info)\n"
           "\n"
           "SIGTERM or SIGINT: stop accepting, abort parts in flight, close the store.\n"
@@ -68,6 +79,9 @@ static int set(settings *s, const char *key, const char *value)
         st = cpr_cli_u64("--retain", value, 1, 100000, &s->retain);
     else if (strcmp(key, "max-message-mb") == 0)
         st = cpr_cli_u64("--max-message-mb", value, 1, 2047, &s->max_message_mb);
+    else if (strcmp(key, "idle-part-timeout-s") == 0)
+        st = cpr_cli_double("--idle-part-timeout-s", value, 0, 0, MAX_IDLE_PART_TIMEOUT_S, 1,
+                            &s->idle_part_timeout_s);
     else if (strcmp(key, "log-level") == 0) {
         s->log_level = cpr_log_level_parse(value);
         if (s->log_level < 0)
@@ -123,7 +137,8 @@ static int read_config(settings *s, const char *path)
 static int parse_args(int argc, char **argv, settings *s)
 {
     static const char *const keys[] = {"listen", "data-dir", "threads", "retain",
-                                       "max-message-mb", "log-level"};
+                                       "max-message-mb", "idle-part-timeout-s",
+                                       "log-level"};
     for (int i = 1; i < argc; i++) {
         int missing = 0;
         const char *cfg = cpr_cli_value(argc, argv, &i, "--config", &missing);
@@ -162,7 +177,8 @@ static int parse_args(int argc, char **argv, settings *s)
 int main(int argc, char **argv)
 {
     settings s = {.listen = "127.0.0.1:7717", .threads = 1024, .retain = 2,
-                  .max_message_mb = 64, .log_level = CPR_LOG_INFO};
+                  .max_message_mb = 64, .idle_part_timeout_s = 600,
+                  .log_level = CPR_LOG_INFO};
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
             usage(stdout);
@@ -187,16 +203,22 @@ int main(int argc, char **argv)
 
     cpr_store *store = NULL;
     cpr_server *server = NULL;
+    cpr_reaper *reaper = NULL;
+    /* retain_cuts is also what Gc with keep 0 keeps (cpr_store_gc). */
     cpr_store_options so = {.retain_cuts = (uint32_t)s.retain};
     cpr_server_options srv = {.listen = s.listen,
                               .max_message_bytes = (size_t)s.max_message_mb << 20,
-                              .max_calls = (unsigned)s.threads};
+                              .max_calls = (unsigned)s.threads,
+                              .idle_timeout_s = s.idle_part_timeout_s};
     int port = 0, sig = 0;
     cpr_status st = cpr_store_open(s.data_dir, &so, &store);
+    if (st == CPR_OK)
+        st = cpr_reaper_start(store, s.idle_part_timeout_s, &reaper);
     if (st == CPR_OK)
         st = cpr_server_start(store, &srv, &server, &port);
     if (st) {
         fprintf(stderr, "ckptd: %s: %s\n", cpr_status_name(st), cpr_errmsg());
+        cpr_reaper_stop(reaper);
         cpr_store_close(store);
         return 1;
     }
@@ -211,6 +233,7 @@ int main(int argc, char **argv)
     sigwait(&stop, &sig);
     cpr_log(CPR_LOG_INFO, "signal %d: stopping", sig);
     cpr_server_stop(server);
+    cpr_reaper_stop(reaper);
     cpr_store_close(store);
     cpr_log(CPR_LOG_INFO, "stopped cleanly");
     return 0;

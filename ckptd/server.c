@@ -13,7 +13,10 @@
  *  V1. A call_ctx belongs to the acceptor until its request completes, then
  *      to exactly one handler thread, which frees it.
  *  V2. At most one batch per call is outstanding, so the next event on
- *      call_ctx.cq is the completion of the batch just started.
+ *      call_ctx.cq is the completion of the batch just started. A batch
+ *      that moves a stream's message is waited for at most idle_timeout_s;
+ *      then the call is cancelled and the wait goes on until the batch
+ *      completes (failed), so V2 still holds for the final batch.
  *  V3. `active` counts handler threads. Stop cancels every call, joins the
  *      acceptor (which returns at the shutdown notification, so no handler
  *      starts after it), then waits for `active` to reach zero: no handler
@@ -36,6 +39,12 @@
 
 #define BLOB_CHUNK_BYTES (1u << 20)
 #define MAX_TOUCHED_PARTS 64
+#define DEFAULT_IDLE_TIMEOUT_S 600.0
+/* HTTP/2 keepalive: ping every 30 s, drop the connection if no ack in 10 s.
+ * Clients ping every 30 s (client/rpc.c): accept pings 10 s apart. */
+#define KEEPALIVE_TIME_MS 30000
+#define KEEPALIVE_TIMEOUT_MS 10000
+#define MIN_RECV_PING_INTERVAL_MS 10000
 
 typedef struct call_ctx call_ctx;
 typedef void (*handler_fn)(call_ctx *c);
@@ -71,6 +80,7 @@ struct cpr_server {
     pthread_mutex_t mu;
     pthread_cond_t idle;
     unsigned active, max_calls; /* V3 */
+    double idle_timeout_s;
     int stopping;
     int shutdown_tag;
 };
@@ -85,6 +95,9 @@ static void h_restore(call_ctx *c);
 static void h_get_blob(call_ctx *c);
 static void h_stats(call_ctx *c);
 static void h_health(call_ctx *c);
+static void h_list_jobs(call_ctx *c);
+static void h_verify(call_ctx *c);
+static void h_gc(call_ctx *c);
 static int finish_code(call_ctx *c, grpc_status_code code, const char *msg, uint8_t *resp,
                        size_t resp_len);
 
@@ -99,8 +112,13 @@ static const method methods[] = {
     {"/cpr.v1.Checkpoint/GetBlob", RPC_SERVER_STREAM, h_get_blob},
     {"/cpr.v1.Checkpoint/Stats", RPC_UNARY, h_stats},
     {"/grpc.health.v1.Health/Check", RPC_UNARY, h_health},
+    {"/cpr.v1.Checkpoint/ListJobs", RPC_UNARY, h_list_jobs},
+    {"/cpr.v1.Checkpoint/Verify", RPC_UNARY, h_verify},
+    {"/cpr.v1.Checkpoint/Gc", RPC_UNARY, h_gc},
 };
 #define N_METHODS (sizeof methods / sizeof methods[0])
+_Static_assert(N_METHODS <= sizeof ((cpr_server *)0)->handles /
+                            sizeof ((cpr_server *)0)->handles[0], "grow cpr_server.handles");
 
 /* Any other method: one generic request is kept outstanding so such calls
  * are answered at once instead of waiting (and piling up) forever. */
@@ -117,13 +135,49 @@ static const method generic_method = {"(unregistered method)", RPC_UNARY, h_unim
 
 /* ---- batches ------------------------------------------------------------------- */
 
-/* Start one batch and wait for it (V2). 1 on success. */
+typedef enum batch_result { BATCH_OK, BATCH_FAILED, BATCH_IDLE } batch_result;
+
+/* Which way a stream's batch moves a message: how long it may wait. */
+typedef enum stream_dir { NOT_STREAMING, RECEIVING, SENDING } stream_dir;
+
+/* What a client hears when ckptd gives up on a quiet stream. */
+static void idle_reason(const call_ctx *c, stream_dir dir, char *why, size_t cap)
+{
+    if (dir == RECEIVING)
+        snprintf(why, cap, "ckptd: no message arrived on this stream for %g s "
+                 "(--idle-part-timeout-s): the call was cancelled and the parts it wrote "
+                 "to aborted; begin them again", c->srv->idle_timeout_s);
+    else
+        snprintf(why, cap, "ckptd: the client read no message of this stream for %g s "
+                 "(--idle-part-timeout-s): the call was cancelled", c->srv->idle_timeout_s);
+}
+
+/* Start one batch and wait for it (V2). A stream's batch is waited for at
+ * most idle_timeout_s; then the call is cancelled, with the reason, and the
+ * result is BATCH_IDLE. */
+static batch_result run_batch_for(call_ctx *c, grpc_op *ops, size_t n, stream_dir dir)
+{
+    gpr_timespec forever = gpr_inf_future(GPR_CLOCK_MONOTONIC);
+    gpr_timespec until = forever;
+    if (dir != NOT_STREAMING)
+        until = gpr_time_add(gpr_now(GPR_CLOCK_MONOTONIC),
+                             gpr_time_from_millis((int64_t)(c->srv->idle_timeout_s * 1000),
+                                                  GPR_TIMESPAN));
+    if (grpc_call_start_batch(c->call, ops, n, c, NULL) != GRPC_CALL_OK)
+        return BATCH_FAILED;
+    grpc_event ev = grpc_completion_queue_next(c->cq, until, NULL);
+    if (ev.type != GRPC_QUEUE_TIMEOUT)
+        return ev.type == GRPC_OP_COMPLETE && ev.success ? BATCH_OK : BATCH_FAILED;
+    char why[256];
+    idle_reason(c, dir, why, sizeof why);
+    grpc_call_cancel_with_status(c->call, GRPC_STATUS_DEADLINE_EXCEEDED, why, NULL);
+    grpc_completion_queue_next(c->cq, forever, NULL); /* the batch, failed by the cancel */
+    return BATCH_IDLE;
+}
+
 static int run_batch(call_ctx *c, grpc_op *ops, size_t n)
 {
-    if (grpc_call_start_batch(c->call, ops, n, c, NULL) != GRPC_CALL_OK)
-        return 0;
-    grpc_event ev = grpc_completion_queue_next(c->cq, gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
-    return ev.type == GRPC_OP_COMPLETE && ev.success;
+    return run_batch_for(c, ops, n, NOT_STREAMING) == BATCH_OK;
 }
 
 static int send_initial(call_ctx *c)
@@ -143,16 +197,26 @@ static grpc_byte_buffer *to_buffer(uint8_t *bytes, size_t len)
     return bb;
 }
 
-/* Send one message; takes `bytes`. */
-static int send_message(call_ctx *c, uint8_t *bytes, size_t len)
+/* Send one message of a server stream; takes `bytes`. A client that reads
+ * nothing for idle_timeout_s is cut off (BATCH_IDLE). */
+static batch_result send_message(call_ctx *c, uint8_t *bytes, size_t len)
 {
     grpc_op op;
     memset(&op, 0, sizeof op);
     op.op = GRPC_OP_SEND_MESSAGE;
     op.data.send_message.send_message = to_buffer(bytes, len);
-    int ok = run_batch(c, &op, 1);
+    batch_result r = run_batch_for(c, &op, 1, SENDING);
     grpc_byte_buffer_destroy(op.data.send_message.send_message);
-    return ok;
+    return r;
+}
+
+/* The status for a server stream's failed send. */
+static cpr_status send_failed(call_ctx *c, batch_result r, const char *during)
+{
+    if (r == BATCH_IDLE)
+        return cpr_fail(CPR_TIMEOUT, "the client read nothing for %g s during the %s; "
+                        "the call was cancelled", c->srv->idle_timeout_s, during);
+    return cpr_fail(CPR_UNAVAILABLE, "the client went away during the %s", during);
 }
 
 /* Final batch: optional response (taken), a status with its message.
@@ -265,6 +329,114 @@ static void h_list(call_ctx *c)
     finish(c, st, resp, len);
 }
 
+static void h_list_jobs(call_ctx *c)
+{
+    grpc_slice s = payload_slice(c);
+    char **jobs = NULL;
+    size_t n = 0, len = 0;
+    uint8_t *resp = NULL;
+    cpr_status st = cpr_wire_list_jobs_decode(PAYLOAD(s));
+    grpc_slice_unref(s);
+    if (st == CPR_OK)
+        st = cpr_store_list_jobs(c->srv->store, &jobs, &n);
+    if (st == CPR_OK)
+        st = cpr_wire_list_jobs_response_encode(jobs, n, &resp, &len);
+    cpr_store_names_free(jobs, n);
+    finish(c, st, resp, len);
+}
+
+/* The first CPR_WIRE_MAX_PROBLEMS problems verify reports, copied. */
+typedef struct problem_list {
+    cpr_wire_problem items[CPR_WIRE_MAX_PROBLEMS];
+    size_t n;
+} problem_list;
+
+static void keep_problem(void *ctx, const char *what, const char *where)
+{
+    problem_list *l = ctx;
+    if (l->n == CPR_WIRE_MAX_PROBLEMS)
+        return; /* counted in the report, not detailed */
+    char *what_copy = strdup(what), *where_copy = strdup(where);
+    if (!what_copy || !where_copy) { /* out of memory: counted, not detailed */
+        free(what_copy);
+        free(where_copy);
+        return;
+    }
+    l->items[l->n++] = (cpr_wire_problem){what_copy, where_copy};
+}
+
+static void free_problems(problem_list *l)
+{
+    for (size_t i = 0; l && i < l->n; i++) {
+        free((char *)l->items[i].what);
+        free((char *)l->items[i].where);
+    }
+    free(l);
+}
+
+/* A damaged store is no failure of the call: the report is the answer. */
+static void h_verify(call_ctx *c)
+{
+    grpc_slice s = payload_slice(c);
+    cpr_wire_list v;
+    cpr_verify_report rep = {0};
+    problem_list *found = calloc(1, sizeof *found);
+    uint8_t *resp = NULL;
+    size_t len = 0;
+    cpr_status st = found ? cpr_wire_verify_decode(PAYLOAD(s), &v)
+                          : cpr_fail(CPR_NO_MEMORY, "out of memory for verify");
+    grpc_slice_unref(s);
+    if (st == CPR_OK) {
+        st = cpr_store_verify(c->srv->store, v.job, keep_problem, found, &rep);
+        if (st == CPR_CORRUPT && rep.problems > 0) {
+            cpr_log(CPR_LOG_WARN, "verify of %s: %llu problems", v.job ? v.job : "every job",
+                    (unsigned long long)rep.problems);
+            st = CPR_OK;
+        }
+        cpr_wire_list_release(&v);
+    }
+    if (st == CPR_OK)
+        st = cpr_wire_verify_response_encode(&rep, found->items, found->n, &resp, &len);
+    free_problems(found);
+    finish(c, st, resp, len);
+}
+
+/* floor > 0: the caller's cut (clients spread over several daemons; keep
+ * is then not used); otherwise keep cuts (0: the store's retain_cuts, which
+ * is ckptd --retain). */
+static cpr_status run_gc(cpr_store *store, const cpr_wire_gc *g, cpr_gc_report *rep)
+{
+    if (g->floor && !g->job)
+        return cpr_fail(CPR_INVALID_ARGUMENT, "Gc with floor %llu needs a job: a floor is "
+                        "a checkpoint id of one job", (unsigned long long)g->floor);
+    return g->floor ? cpr_store_gc_floor(store, g->job, g->floor, rep)
+                    : cpr_store_gc(store, g->job, g->keep, rep);
+}
+
+static void h_gc(call_ctx *c)
+{
+    grpc_slice s = payload_slice(c);
+    cpr_wire_gc g;
+    cpr_gc_report rep = {0};
+    uint8_t *resp = NULL;
+    size_t len = 0;
+    cpr_status st = cpr_wire_gc_decode(PAYLOAD(s), &g);
+    grpc_slice_unref(s);
+    if (st == CPR_OK) {
+        st = run_gc(c->srv->store, &g, &rep);
+        if (st == CPR_OK)
+            cpr_log(CPR_LOG_INFO, "gc of %s: floor %llu, %llu parts, %llu versions and %llu "
+                    "leftovers removed", g.job ? g.job : "every job",
+                    (unsigned long long)rep.floor, (unsigned long long)rep.parts_removed,
+                    (unsigned long long)rep.versions_removed,
+                    (unsigned long long)rep.uncommitted_removed);
+        cpr_wire_gc_release(&g);
+    }
+    if (st == CPR_OK)
+        st = cpr_wire_gc_response_encode(&rep, &resp, &len);
+    finish(c, st, resp, len);
+}
+
 static void h_stats(call_ctx *c)
 {
     cpr_store_stats stats;
@@ -297,14 +469,35 @@ typedef struct touched {
     size_t n;
 } touched;
 
-static void touch_part(touched *t, const cpr_part_id *id)
+static int touched_before(const touched *t, const cpr_part_id *id)
 {
     for (size_t i = 0; i < t->n; i++)
         if (t->ids[i].shard == id->shard && t->ids[i].checkpoint == id->checkpoint &&
             strcmp(t->jobs[i], id->job) == 0)
-            return;
+            return 1;
+    return 0;
+}
+
+/* Before writing: may this stream write to `id`? Every part it writes to
+ * must be tracked (to be aborted if the stream breaks), so a part past the
+ * limit is refused before anything of it is written. */
+static cpr_status may_touch(const touched *t, const cpr_part_id *id)
+{
+    if (t->n < MAX_TOUCHED_PARTS || touched_before(t, id))
+        return CPR_OK;
+    return cpr_fail(CPR_RESOURCE_EXHAUSTED, "one stream may write to at most %d parts; "
+                    "this message is for a %dth (%.128s/%u/%llu): write it on another "
+                    "stream", MAX_TOUCHED_PARTS, MAX_TOUCHED_PARTS + 1, id->job, id->shard,
+                    (unsigned long long)id->checkpoint);
+}
+
+/* After writing (may_touch said yes, so there is room). */
+static void touch_part(touched *t, const cpr_part_id *id)
+{
+    if (touched_before(t, id))
+        return;
     if (t->n == MAX_TOUCHED_PARTS)
-        return; /* documented limit: parts past the 64th of one stream are not aborted */
+        BUG("a stream wrote to a part may_touch refused");
     snprintf(t->jobs[t->n], sizeof t->jobs[0], "%s", id->job);
     t->ids[t->n] = (cpr_part_id){t->jobs[t->n], id->shard, id->checkpoint};
     t->n++;
@@ -318,17 +511,22 @@ static void abort_touched(cpr_server *srv, const touched *t)
                     t->jobs[i], t->ids[i].shard, (unsigned long long)t->ids[i].checkpoint);
 }
 
-/* One received message of a stream as a slice; *end at end of stream;
- * returns 0 if the stream broke (client gone, cancelled, deadline). */
-static int recv_message(call_ctx *c, grpc_slice *out, int *end)
+/* One received message of a stream as a slice; *end at end of stream.
+ * BATCH_FAILED: the stream broke (client gone, cancelled, deadline);
+ * BATCH_IDLE: nothing arrived for idle_timeout_s, the call is cancelled. */
+static batch_result recv_message(call_ctx *c, grpc_slice *out, int *end)
 {
     grpc_op op;
     grpc_byte_buffer *bb = NULL;
     memset(&op, 0, sizeof op);
     op.op = GRPC_OP_RECV_MESSAGE;
     op.data.recv_message.recv_message = &bb;
-    if (!run_batch(c, &op, 1))
-        return 0;
+    batch_result r = run_batch_for(c, &op, 1, RECEIVING);
+    if (r != BATCH_OK) {
+        if (bb) /* arrived as the call was cancelled */
+            grpc_byte_buffer_destroy(bb);
+        return r;
+    }
     *end = bb == NULL;
     if (bb) {
         grpc_byte_buffer_reader reader;
@@ -337,7 +535,7 @@ static int recv_message(call_ctx *c, grpc_slice *out, int *end)
         grpc_byte_buffer_reader_destroy(&reader);
         grpc_byte_buffer_destroy(bb);
     }
-    return 1;
+    return BATCH_OK;
 }
 
 typedef cpr_status (*apply_fn)(cpr_server *srv, const uint8_t *msg, size_t len, touched *t,
@@ -350,7 +548,9 @@ static cpr_status apply_rows(cpr_server *srv, const uint8_t *msg, size_t len, to
     cpr_status st = cpr_wire_rows_decode(msg, len, &r);
     if (st)
         return st;
-    st = cpr_store_put_rows(srv->store, &r.id, &r.batch);
+    st = may_touch(t, &r.id);
+    if (st == CPR_OK)
+        st = cpr_store_put_rows(srv->store, &r.id, &r.batch);
     if (st == CPR_OK || st == CPR_IO) /* refused batches leave the part as it was */
         touch_part(t, &r.id);
     if (st == CPR_OK) {
@@ -369,7 +569,10 @@ static cpr_status apply_chunk(cpr_server *srv, const uint8_t *msg, size_t len, t
     cpr_status st = cpr_wire_chunk_decode(msg, len, &ch);
     if (st)
         return st;
-    st = cpr_store_put_blob(srv->store, &ch.id, ch.name, ch.offset, ch.data, ch.len, ch.crc32c);
+    st = may_touch(t, &ch.id);
+    if (st == CPR_OK)
+        st = cpr_store_put_blob(srv->store, &ch.id, ch.name, ch.offset, ch.data, ch.len,
+                                ch.crc32c);
     if (st == CPR_OK || st == CPR_IO) /* refused chunks leave the part as it was */
         touch_part(t, &ch.id);
     if (st == CPR_OK)
@@ -386,17 +589,22 @@ static void client_stream(call_ctx *c, apply_fn apply)
     uint8_t *resp = NULL;
     size_t len = 0;
     int end = 0, broken = !t || !send_initial(c);
+    batch_result got = BATCH_OK;
     cpr_status st = t ? CPR_OK : cpr_fail(CPR_NO_MEMORY, "out of memory");
     while (st == CPR_OK && !broken && !end) {
         grpc_slice msg = grpc_empty_slice();
-        if (!recv_message(c, &msg, &end))
+        got = recv_message(c, &msg, &end);
+        if (got != BATCH_OK)
             broken = 1;
         else if (!end)
             st = apply(c->srv, GRPC_SLICE_START_PTR(msg), GRPC_SLICE_LENGTH(msg), t, &rows,
                        &bytes);
         grpc_slice_unref(msg);
     }
-    if (broken && st == CPR_OK)
+    if (got == BATCH_IDLE)
+        st = cpr_fail(CPR_TIMEOUT, "no message for %g s: cancelled the stream",
+                      c->srv->idle_timeout_s);
+    else if (broken && st == CPR_OK)
         st = cpr_fail(CPR_UNAVAILABLE, "the stream broke before it ended; its parts were "
                       "aborted: begin them again");
     if (st && t) {
@@ -435,9 +643,8 @@ static cpr_status send_rows(void *ctx, const cpr_row_batch *b)
     uint32_t dim = b->n ? (uint32_t)(b->values_count / b->n) : 0;
     uint32_t sdim = b->n ? (uint32_t)(b->state_count / b->n) : 0;
     cpr_status st = cpr_wire_rows_encode(&id, b, dim, sdim, &buf, &len);
-    if (st == CPR_OK && !send_message(o->c, buf, len))
-        st = cpr_fail(CPR_UNAVAILABLE, "the client went away during the restore");
-    return st;
+    batch_result r = st == CPR_OK ? send_message(o->c, buf, len) : BATCH_OK;
+    return r == BATCH_OK ? st : send_failed(o->c, r, "restore");
 }
 
 static void h_restore(call_ctx *c)
@@ -471,9 +678,8 @@ static cpr_status send_chunk(void *ctx, uint64_t offset, const void *data, size_
     size_t n;
     cpr_status st = cpr_wire_chunk_encode(o->id, o->name, offset, o->size, data, len,
                                           cpr_crc32c(0, data, len), &buf, &n);
-    if (st == CPR_OK && !send_message(o->c, buf, n))
-        st = cpr_fail(CPR_UNAVAILABLE, "the client went away during the blob read");
-    return st;
+    batch_result r = st == CPR_OK ? send_message(o->c, buf, n) : BATCH_OK;
+    return r == BATCH_OK ? st : send_failed(o->c, r, "blob read");
 }
 
 static void h_get_blob(call_ctx *c)
@@ -614,15 +820,26 @@ cpr_status cpr_server_start(cpr_store *store, const cpr_server_options *opts,
     grpc_init();
     srv->store = store;
     srv->max_calls = opts->max_calls ? opts->max_calls : 1024;
+    srv->idle_timeout_s = opts->idle_timeout_s > 0 ? opts->idle_timeout_s
+                                                   : DEFAULT_IDLE_TIMEOUT_S;
     pthread_mutex_init(&srv->mu, NULL);
     pthread_cond_init(&srv->idle, NULL);
-    grpc_arg arg[2] = {
+    grpc_arg arg[] = {
         {GRPC_ARG_INTEGER, GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH,
          {.integer = (int)(opts->max_message_bytes ? opts->max_message_bytes : 64u << 20)}},
         /* Two daemons must never share a port (and so serve each other's jobs). */
         {GRPC_ARG_INTEGER, GRPC_ARG_ALLOW_REUSEPORT, {.integer = 0}},
+        /* A client host that vanished (no FIN, no RST) is noticed within ~40 s. */
+        {GRPC_ARG_INTEGER, GRPC_ARG_KEEPALIVE_TIME_MS, {.integer = KEEPALIVE_TIME_MS}},
+        {GRPC_ARG_INTEGER, GRPC_ARG_KEEPALIVE_TIMEOUT_MS, {.integer = KEEPALIVE_TIMEOUT_MS}},
+        {GRPC_ARG_INTEGER, GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, {.integer = 1}},
+        /* Clients' own keepalive pings, also on idle connections, are welcome
+         * (the default would answer them with GOAWAY "too_many_pings"). */
+        {GRPC_ARG_INTEGER, GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS,
+         {.integer = MIN_RECV_PING_INTERVAL_MS}},
+        {GRPC_ARG_INTEGER, GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, {.integer = 0}},
     };
-    grpc_channel_args args = {2, arg};
+    grpc_channel_args args = {sizeof arg / sizeof arg[0], arg};
     srv->server = grpc_server_create(&args, NULL);
     srv->cq = grpc_completion_queue_create_for_next(NULL);
     grpc_server_register_completion_queue(srv->server, srv->cq, NULL);

@@ -2,7 +2,8 @@
 /*
  * gRPC C core client transport (see rpc.h). Every call owns a completion
  * queue and keeps at most one batch outstanding, so the next event on that
- * queue is always the batch just started.
+ * queue is always the batch just started. Deadlines are on the monotonic
+ * clock, so a wall-clock step (NTP) neither kills calls nor stretches them.
  */
 #include <grpc/byte_buffer.h>
 #include <grpc/byte_buffer_reader.h>
@@ -14,6 +15,13 @@
 
 #include "cpr_common.h"
 #include "rpc.h"
+
+/* HTTP/2 keepalive, matching ckptd's (ckptd/server.c): ping every 30 s, also
+ * on idle connections and with no data in between, and drop the connection
+ * if no ack comes in 10 s, so a vanished daemon host fails calls instead of
+ * hanging them until their deadline. */
+#define KEEPALIVE_TIME_MS 30000
+#define KEEPALIVE_TIMEOUT_MS 10000
 
 struct cpr_rpc {
     grpc_channel *channel;
@@ -34,9 +42,15 @@ cpr_status cpr_rpc_open(const char *host_port, cpr_rpc **out)
         return cpr_fail(CPR_NO_MEMORY, "out of memory opening a channel");
     grpc_init();
     snprintf(r->target, sizeof r->target, "%s", host_port);
-    /* Checkpoint parts are large: no client-side receive limit. */
-    grpc_arg arg = {GRPC_ARG_INTEGER, GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH, {.integer = -1}};
-    grpc_channel_args args = {1, &arg};
+    grpc_arg arg[] = {
+        /* Checkpoint parts are large: no client-side receive limit. */
+        {GRPC_ARG_INTEGER, GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH, {.integer = -1}},
+        {GRPC_ARG_INTEGER, GRPC_ARG_KEEPALIVE_TIME_MS, {.integer = KEEPALIVE_TIME_MS}},
+        {GRPC_ARG_INTEGER, GRPC_ARG_KEEPALIVE_TIMEOUT_MS, {.integer = KEEPALIVE_TIMEOUT_MS}},
+        {GRPC_ARG_INTEGER, GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, {.integer = 1}},
+        {GRPC_ARG_INTEGER, GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, {.integer = 0}},
+    };
+    grpc_channel_args args = {sizeof arg / sizeof arg[0], arg};
     grpc_channel_credentials *creds = grpc_insecure_credentials_create();
     r->channel = grpc_channel_create(host_port, creds, &args);
     grpc_channel_credentials_release(creds);
@@ -60,7 +74,7 @@ void cpr_rpc_close(cpr_rpc *r)
 
 static gpr_timespec deadline_in(double seconds)
 {
-    return gpr_time_add(gpr_now(GPR_CLOCK_REALTIME),
+    return gpr_time_add(gpr_now(GPR_CLOCK_MONOTONIC),
                         gpr_time_from_millis((int64_t)(seconds * 1000.0), GPR_TIMESPAN));
 }
 
@@ -204,9 +218,14 @@ cpr_status cpr_rpc_stream_open(cpr_rpc *r, const char *method, double timeout_s,
     memset(&op, 0, sizeof op);
     op.op = GRPC_OP_SEND_INITIAL_METADATA;
     if (!run_batch(s->call, s->cq, &op, 1)) {
+        /* The call ended before it began (no connection, deadline, the
+         * server refused it): its status says why. */
+        cpr_status st = finish_call(r, method, s->call, s->cq, NULL, 0, 0, NULL, NULL);
+        if (st == CPR_OK)
+            st = cpr_fail(CPR_UNAVAILABLE, "%s%s: cannot start the stream", r->target, method);
         free_call(s->call, s->cq);
         free(s);
-        return cpr_fail(CPR_UNAVAILABLE, "%s%s: cannot start the stream", r->target, method);
+        return st;
     }
     *out = s;
     return CPR_OK;

@@ -2,9 +2,14 @@
 /*
  * Client transport to ckptd over the gRPC C core (the only client module
  * that uses gRPC): unary calls, client streams and server streams of
- * already-encoded messages (wire.h encodes them). Every call has a deadline.
- * A server's error arrives as the matching cpr_status with the server's
- * message. A channel may be used by many threads at once; a stream by one.
+ * already-encoded messages (wire.h encodes them). Every call has a deadline
+ * of timeout_s from its start on the monotonic clock (CPR_TIMEOUT when it
+ * passes). A server's error arrives as the matching cpr_status with the
+ * server's message; a call that never reached a server fails with the
+ * status gRPC gives it (CPR_UNAVAILABLE for a refused or lost connection)
+ * and gRPC's reason. Channels send HTTP/2 keepalive pings (30 s, 10 s to
+ * answer), so a vanished daemon host fails calls instead of hanging them. A
+ * channel may be used by many threads at once; a stream by one.
  */
 #ifndef CPR_RPC_H
 #define CPR_RPC_H
@@ -25,8 +30,14 @@ void cpr_rpc_close(cpr_rpc *rpc);
 cpr_status cpr_rpc_unary(cpr_rpc *rpc, const char *method, const uint8_t *req, size_t len,
                          double timeout_s, uint8_t **resp, size_t *resp_len);
 
+/* Start a client stream. If it cannot start (no connection, or the server
+ * ended the call at once), the call's own status is returned, with its
+ * reason, and *out is not set. */
 cpr_status cpr_rpc_stream_open(cpr_rpc *rpc, const char *method, double timeout_s,
                                cpr_rpc_stream **out);
+/* Send one message. A failed send means the call has ended (the server
+ * answered early with an error, or the connection broke): call
+ * cpr_rpc_stream_finish for the status that says why. */
 cpr_status cpr_rpc_stream_send(cpr_rpc_stream *s, const uint8_t *msg, size_t len);
 /* Half-close, then wait for the response and status; frees the stream
  * whatever the outcome. resp may be NULL. */

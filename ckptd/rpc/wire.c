@@ -363,8 +363,8 @@ cpr_status cpr_wire_list_decode(const void *buf, size_t len, cpr_wire_list *out)
 
 void cpr_wire_list_release(cpr_wire_list *l)
 {
-    if (l->msg)
-        cpr__v1__list_request__free_unpacked(l->msg, NULL);
+    if (l->msg) /* a ListRequest or a VerifyRequest: the generic free fits both */
+        protobuf_c_message_free_unpacked(l->msg, NULL);
     memset(l, 0, sizeof *l);
 }
 
@@ -372,6 +372,71 @@ cpr_status cpr_wire_list_encode(const char *job, uint8_t **buf, size_t *len)
 {
     Cpr__V1__ListRequest m = CPR__V1__LIST_REQUEST__INIT;
     m.job = (char *)job;
+    return pack(&m.base, buf, len);
+}
+
+/* ---- list jobs, verify, gc ------------------------------------------------------------------ */
+
+/* "" (protobuf's absent string) as NULL: "every job". */
+static const char *job_or_all(const char *job)
+{
+    return job && *job ? job : NULL;
+}
+
+cpr_status cpr_wire_list_jobs_decode(const void *buf, size_t len)
+{
+    Cpr__V1__ListJobsRequest *m = cpr__v1__list_jobs_request__unpack(NULL, len, buf);
+    if (!m)
+        return malformed("ListJobsRequest", len);
+    cpr__v1__list_jobs_request__free_unpacked(m, NULL);
+    return CPR_OK;
+}
+
+cpr_status cpr_wire_list_jobs_encode(uint8_t **buf, size_t *len)
+{
+    Cpr__V1__ListJobsRequest m = CPR__V1__LIST_JOBS_REQUEST__INIT;
+    return pack(&m.base, buf, len);
+}
+
+cpr_status cpr_wire_verify_decode(const void *buf, size_t len, cpr_wire_list *out)
+{
+    Cpr__V1__VerifyRequest *m = cpr__v1__verify_request__unpack(NULL, len, buf);
+    if (!m)
+        return malformed("VerifyRequest", len);
+    *out = (cpr_wire_list){job_or_all(m->job), m};
+    return CPR_OK;
+}
+
+cpr_status cpr_wire_verify_encode(const char *job, uint8_t **buf, size_t *len)
+{
+    Cpr__V1__VerifyRequest m = CPR__V1__VERIFY_REQUEST__INIT;
+    m.job = (char *)str(job);
+    return pack(&m.base, buf, len);
+}
+
+cpr_status cpr_wire_gc_decode(const void *buf, size_t len, cpr_wire_gc *out)
+{
+    Cpr__V1__GcRequest *m = cpr__v1__gc_request__unpack(NULL, len, buf);
+    if (!m)
+        return malformed("GcRequest", len);
+    *out = (cpr_wire_gc){job_or_all(m->job), m->keep, m->floor, m};
+    return CPR_OK;
+}
+
+void cpr_wire_gc_release(cpr_wire_gc *g)
+{
+    if (g->msg)
+        cpr__v1__gc_request__free_unpacked(g->msg, NULL);
+    memset(g, 0, sizeof *g);
+}
+
+cpr_status cpr_wire_gc_encode(const char *job, uint32_t keep, uint64_t floor, uint8_t **buf,
+                              size_t *len)
+{
+    Cpr__V1__GcRequest m = CPR__V1__GC_REQUEST__INIT;
+    m.job = (char *)str(job);
+    m.keep = keep;
+    m.floor = floor;
     return pack(&m.base, buf, len);
 }
 
@@ -444,13 +509,15 @@ cpr_status cpr_wire_list_response_decode(const void *buf, size_t len, cpr_part_i
     return CPR_OK;
 }
 
+/* gRPC status names by code: ErrorCount.code. */
+static const char *const grpc_names[17] = {
+    "OK", "CANCELLED", "UNKNOWN", "INVALID_ARGUMENT", "DEADLINE_EXCEEDED", "NOT_FOUND",
+    "ALREADY_EXISTS", "PERMISSION_DENIED", "RESOURCE_EXHAUSTED", "FAILED_PRECONDITION",
+    "ABORTED", "OUT_OF_RANGE", "UNIMPLEMENTED", "INTERNAL", "UNAVAILABLE", "DATA_LOSS",
+    "UNAUTHENTICATED"};
+
 cpr_status cpr_wire_stats_response_encode(const cpr_store_stats *s, uint8_t **buf, size_t *len)
 {
-    static const char *const grpc_names[17] = {
-        "OK", "CANCELLED", "UNKNOWN", "INVALID_ARGUMENT", "DEADLINE_EXCEEDED", "NOT_FOUND",
-        "ALREADY_EXISTS", "PERMISSION_DENIED", "RESOURCE_EXHAUSTED", "FAILED_PRECONDITION",
-        "ABORTED", "OUT_OF_RANGE", "UNIMPLEMENTED", "INTERNAL", "UNAVAILABLE", "DATA_LOSS",
-        "UNAUTHENTICATED"};
     Cpr__V1__StatsResponse m = CPR__V1__STATS_RESPONSE__INIT;
     Cpr__V1__ErrorCount counts[17], *ptrs[17];
     uint64_t by_code[17] = {0};
@@ -477,4 +544,149 @@ cpr_status cpr_wire_stats_response_encode(const cpr_store_stats *s, uint8_t **bu
     m.jobs = s->jobs;
     m.parts_open = s->parts_open;
     return pack(&m.base, buf, len);
+}
+
+/* The status a received ErrorCount.code stands for. */
+static cpr_status status_of_grpc_name(const char *name)
+{
+    for (int code = 0; code < 17; code++)
+        if (name && strcmp(name, grpc_names[code]) == 0)
+            return cpr_status_from_grpc(code);
+    return CPR_INTERNAL; /* a code newer than this build */
+}
+
+cpr_status cpr_wire_stats_response_decode(const void *buf, size_t len, cpr_store_stats *out)
+{
+    Cpr__V1__StatsResponse *m = cpr__v1__stats_response__unpack(NULL, len, buf);
+    if (!m)
+        return malformed("StatsResponse", len);
+    cpr_store_stats s;
+    memset(&s, 0, sizeof s);
+    s.jobs = m->jobs;
+    s.parts_committed = m->parts;
+    s.parts_open = m->parts_open;
+    s.rows_in = m->rows_in;
+    s.bytes_in = m->bytes_in;
+    s.rows_out = m->rows_out;
+    s.bytes_out = m->bytes_out;
+    s.store_bytes = m->store_bytes;
+    for (size_t i = 0; i < m->n_errors; i++) {
+        cpr_status st = status_of_grpc_name(m->errors[i]->code);
+        if (st != CPR_OK) /* OK is no error: never sent, ignored if it is */
+            s.errors[st] += m->errors[i]->count;
+    }
+    cpr__v1__stats_response__free_unpacked(m, NULL);
+    *out = s;
+    return CPR_OK;
+}
+
+cpr_status cpr_wire_list_jobs_response_encode(char *const *jobs, size_t n, uint8_t **buf,
+                                              size_t *len)
+{
+    Cpr__V1__ListJobsResponse m = CPR__V1__LIST_JOBS_RESPONSE__INIT;
+    m.n_jobs = n;
+    m.jobs = (char **)jobs;
+    return pack(&m.base, buf, len);
+}
+
+/* A malloc'd copy of s (NULL on OOM). */
+static char *copy_string(const char *s)
+{
+    size_t n = strlen(s) + 1;
+    char *c = malloc(n);
+    if (c)
+        memcpy(c, s, n);
+    return c;
+}
+
+cpr_status cpr_wire_list_jobs_response_decode(const void *buf, size_t len, char ***jobs,
+                                              size_t *n)
+{
+    Cpr__V1__ListJobsResponse *m = cpr__v1__list_jobs_response__unpack(NULL, len, buf);
+    if (!m)
+        return malformed("ListJobsResponse", len);
+    size_t count = 0, want = m->n_jobs;
+    char **names = calloc(want + 1, sizeof *names); /* NULL-terminated */
+    while (names && count < want && (names[count] = copy_string(str(m->jobs[count]))))
+        count++;
+    cpr__v1__list_jobs_response__free_unpacked(m, NULL);
+    if (!names || count < want) {
+        cpr_store_names_free(names, count);
+        return cpr_fail(CPR_NO_MEMORY, "out of memory decoding a list of %zu jobs", want);
+    }
+    *jobs = names;
+    *n = count;
+    return CPR_OK;
+}
+
+cpr_status cpr_wire_verify_response_encode(const cpr_verify_report *r,
+                                           const cpr_wire_problem *details, size_t n,
+                                           uint8_t **buf, size_t *len)
+{
+    if (n > CPR_WIRE_MAX_PROBLEMS)
+        return cpr_fail(CPR_INVALID_ARGUMENT, "a VerifyResponse carries at most %d "
+                        "problems; got %zu", CPR_WIRE_MAX_PROBLEMS, n);
+    Cpr__V1__VerifyResponse m = CPR__V1__VERIFY_RESPONSE__INIT;
+    Cpr__V1__Problem *problems = calloc(n + 1, sizeof *problems);
+    Cpr__V1__Problem **ptrs = calloc(n + 1, sizeof *ptrs);
+    cpr_status st = CPR_OK;
+    if (!problems || !ptrs) {
+        st = cpr_fail(CPR_NO_MEMORY, "out of memory encoding %zu problems", n);
+        goto out;
+    }
+    for (size_t i = 0; i < n; i++) {
+        cpr__v1__problem__init(&problems[i]);
+        problems[i].what = (char *)str(details[i].what);
+        problems[i].where = (char *)str(details[i].where);
+        ptrs[i] = &problems[i];
+    }
+    m.rows_checked = r->rows_checked;
+    m.blobs_checked = r->blobs_checked;
+    m.bytes_checked = r->bytes_checked;
+    m.problems = r->problems;
+    m.n_details = n;
+    m.details = ptrs;
+    st = pack(&m.base, buf, len);
+out:
+    free(problems);
+    free(ptrs);
+    return st;
+}
+
+cpr_status cpr_wire_verify_response_decode(const void *buf, size_t len,
+                                           cpr_verify_report *report, cpr_problem_fn fn,
+                                           void *ctx)
+{
+    Cpr__V1__VerifyResponse *m = cpr__v1__verify_response__unpack(NULL, len, buf);
+    if (!m)
+        return malformed("VerifyResponse", len);
+    for (size_t i = 0; fn && i < m->n_details; i++)
+        fn(ctx, str(m->details[i]->what), str(m->details[i]->where));
+    *report = (cpr_verify_report){m->rows_checked, m->blobs_checked, m->bytes_checked,
+                                  m->problems};
+    cpr__v1__verify_response__free_unpacked(m, NULL);
+    return CPR_OK;
+}
+
+cpr_status cpr_wire_gc_response_encode(const cpr_gc_report *r, uint8_t **buf, size_t *len)
+{
+    Cpr__V1__GcResponse m = CPR__V1__GC_RESPONSE__INIT;
+    m.floor = r->floor;
+    m.parts_removed = r->parts_removed;
+    m.versions_removed = r->versions_removed;
+    m.uncommitted_removed = r->uncommitted_removed;
+    m.bytes_before = r->bytes_before;
+    m.bytes_after = r->bytes_after;
+    return pack(&m.base, buf, len);
+}
+
+cpr_status cpr_wire_gc_response_decode(const void *buf, size_t len, cpr_gc_report *out)
+{
+    Cpr__V1__GcResponse *m = cpr__v1__gc_response__unpack(NULL, len, buf);
+    if (!m)
+        return malformed("GcResponse", len);
+    *out = (cpr_gc_report){m->floor, m->parts_removed, m->versions_removed,
+                           m->uncommitted_removed, m->bytes_before, m->bytes_after};
+    cpr__v1__gc_response__free_unpacked(m, NULL);
+    return CPR_OK;
 }

@@ -61,10 +61,19 @@ typedef struct cpr_wire_restore {
     cpr_row_range *ranges;
 } cpr_wire_restore;
 
+/* List (job as sent, "" if absent) and Verify (job NULL when empty: all jobs). */
 typedef struct cpr_wire_list {
     const char *job;
     void *msg;
 } cpr_wire_list;
+
+/* Gc: job NULL when empty (every job); floor 0 when absent. */
+typedef struct cpr_wire_gc {
+    const char *job;
+    uint32_t keep;
+    uint64_t floor;
+    void *msg;
+} cpr_wire_gc;
 
 cpr_status cpr_wire_begin_decode(const void *buf, size_t len, cpr_wire_begin *out);
 cpr_status cpr_wire_rows_decode(const void *buf, size_t len, cpr_wire_rows *out);
@@ -74,13 +83,18 @@ cpr_status cpr_wire_abort_decode(const void *buf, size_t len, cpr_wire_part *out
 cpr_status cpr_wire_getblob_decode(const void *buf, size_t len, cpr_wire_part *out);
 cpr_status cpr_wire_restore_decode(const void *buf, size_t len, cpr_wire_restore *out);
 cpr_status cpr_wire_list_decode(const void *buf, size_t len, cpr_wire_list *out);
+/* ListJobsRequest has no fields: this only refuses bytes that are not one. */
+cpr_status cpr_wire_list_jobs_decode(const void *buf, size_t len);
+cpr_status cpr_wire_verify_decode(const void *buf, size_t len, cpr_wire_list *out);
+cpr_status cpr_wire_gc_decode(const void *buf, size_t len, cpr_wire_gc *out);
 
 void cpr_wire_begin_release(cpr_wire_begin *m);
 void cpr_wire_rows_release(cpr_wire_rows *m);
 void cpr_wire_chunk_release(cpr_wire_chunk *m);
 void cpr_wire_part_release(cpr_wire_part *m);
 void cpr_wire_restore_release(cpr_wire_restore *m);
-void cpr_wire_list_release(cpr_wire_list *m);
+void cpr_wire_list_release(cpr_wire_list *m); /* also for cpr_wire_verify_decode */
+void cpr_wire_gc_release(cpr_wire_gc *m);
 
 /* ---- encoders (requests: the client library; responses: ckptd) ------------- */
 
@@ -98,17 +112,63 @@ cpr_status cpr_wire_getblob_encode(const cpr_part_id *id, const char *name, uint
                                    size_t *len);
 cpr_status cpr_wire_restore_encode(const cpr_restore_query *q, uint8_t **buf, size_t *len);
 cpr_status cpr_wire_list_encode(const char *job, uint8_t **buf, size_t *len);
+cpr_status cpr_wire_list_jobs_encode(uint8_t **buf, size_t *len);
+/* job NULL or "": every job. */
+cpr_status cpr_wire_verify_encode(const char *job, uint8_t **buf, size_t *len);
+/* job NULL or "": every job (keep only). floor > 0: raise `job`'s floor to
+ * exactly that id (keep is then not used; see GcRequest in the .proto). */
+cpr_status cpr_wire_gc_encode(const char *job, uint32_t keep, uint64_t floor, uint8_t **buf,
+                              size_t *len);
 
 cpr_status cpr_wire_put_response_encode(uint64_t rows, uint64_t bytes, uint8_t **buf,
                                         size_t *len);
 cpr_status cpr_wire_list_response_encode(const cpr_part_info *parts, size_t n,
                                          uint64_t latest_consistent, uint8_t **buf,
                                          size_t *len);
+/* Error counts travel by gRPC status name, several of our codes sharing one
+ * (see cpr_status_grpc). */
 cpr_status cpr_wire_stats_response_encode(const cpr_store_stats *stats, uint8_t **buf,
                                           size_t *len);
+cpr_status cpr_wire_list_jobs_response_encode(char *const *jobs, size_t n, uint8_t **buf,
+                                              size_t *len);
 
-/* Decode a ListResponse (client side): *parts malloc'd, caller frees. */
+/* A problem found by verify, as sent in a VerifyResponse. */
+typedef struct cpr_wire_problem {
+    const char *what;
+    const char *where;
+} cpr_wire_problem;
+#define CPR_WIRE_MAX_PROBLEMS 1000 /* details in one VerifyResponse */
+
+/* `report->problems` counts every problem; `details` holds the first n
+ * (at most CPR_WIRE_MAX_PROBLEMS are sent; more is CPR_INVALID_ARGUMENT). */
+cpr_status cpr_wire_verify_response_encode(const cpr_verify_report *report,
+                                           const cpr_wire_problem *details, size_t n,
+                                           uint8_t **buf, size_t *len);
+cpr_status cpr_wire_gc_response_encode(const cpr_gc_report *report, uint8_t **buf,
+                                       size_t *len);
+
+/* ---- response decoders (client side) ----------------------------------------- */
+
+/* Decode a ListResponse: *parts malloc'd, caller frees. */
 cpr_status cpr_wire_list_response_decode(const void *buf, size_t len, cpr_part_info **parts,
                                          size_t *n, uint64_t *latest_consistent);
+
+/* The inverse of cpr_wire_stats_response_encode; `parts` is parts_committed.
+ * Each error count goes to out->errors[cpr_status_from_grpc(code)]: codes
+ * that several statuses share come back under one of them (UNAVAILABLE as
+ * CPR_UNAVAILABLE, RESOURCE_EXHAUSTED as CPR_RESOURCE_EXHAUSTED, INTERNAL as
+ * CPR_INTERNAL); a name this build does not know counts as CPR_INTERNAL. */
+cpr_status cpr_wire_stats_response_decode(const void *buf, size_t len, cpr_store_stats *out);
+
+/* *jobs: n malloc'd names and a NULL entry; free with cpr_store_names_free. */
+cpr_status cpr_wire_list_jobs_response_decode(const void *buf, size_t len, char ***jobs,
+                                              size_t *n);
+
+/* Fill *report and call fn (may be NULL) once per detail, in order; the
+ * strings are valid during the call only. */
+cpr_status cpr_wire_verify_response_decode(const void *buf, size_t len,
+                                           cpr_verify_report *report, cpr_problem_fn fn,
+                                           void *ctx);
+cpr_status cpr_wire_gc_response_decode(const void *buf, size_t len, cpr_gc_report *out);
 
 #endif /* CPR_WIRE_H */

@@ -537,6 +537,60 @@ out:
     return CPR_OK;
 }
 
+static int name_cmp(const void *a, const void *b)
+{
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* Under store->mu: does `job` have a part (committed or open)? */
+static int job_has_parts(const cpr_store *store, const cpr_job *job)
+{
+    if (job->n_parts)
+        return 1;
+    for (const open_part *p = store->open_parts; p; p = p->next)
+        if (p->job_id == job->id)
+            return 1;
+    return 0;
+}
+
+cpr_status cpr_store_list_jobs(cpr_store *store, char ***names, size_t *n)
+{
+    cpr_status st = CPR_OK;
+    size_t count = 0;
+    pthread_mutex_lock(&store->mu);
+    char **out = calloc(store->catalog.n_jobs + 1, sizeof *out);
+    for (size_t i = 0; out && i < store->catalog.n_jobs; i++) {
+        const cpr_job *job = store->catalog.jobs[i];
+        if (!job_has_parts(store, job))
+            continue;
+        out[count] = strdup(job->name);
+        if (!out[count++]) {
+            st = cpr_fail(CPR_NO_MEMORY, "out of memory listing jobs");
+            break;
+        }
+    }
+    pthread_mutex_unlock(&store->mu);
+    if (!out)
+        st = cpr_fail(CPR_NO_MEMORY, "out of memory listing jobs");
+    if (st) {
+        cpr_store_names_free(out, count);
+        return cpr_store_count(store, st);
+    }
+    qsort(out, count, sizeof *out, name_cmp);
+    *names = out;
+    *n = count;
+    return CPR_OK;
+}
+
+void cpr_store_names_free(char **names, size_t n)
+{
+    if (!names)
+        return;
+    for (size_t i = 0; i < n; i++)
+        free(names[i]);
+    free(names);
+}
+
 cpr_status cpr_store_latest_cut(cpr_store *store, const char *job_name, uint64_t *cut)
 {
     cpr_status st = cpr_check_job_name(job_name);

@@ -6,6 +6,9 @@
  * F the K-th newest cut (the new floor), the retained states are "as of C"
  * for every C >= F. A version (row r, checkpoint c) is needed by one of them
  * iff c >= F, or it is r's newest version with c <= F. Everything else goes.
+ * cpr_store_gc_floor is the same run with F given by the caller (a client
+ * that computed the cut over every store holding the job) instead of chosen
+ * from this store's cuts; only choose_floor differs.
  *
  * Order, so that a crash at any point leaves every retained state intact:
  *   G1. persist the floor F (synced write), and publish it in memory under
@@ -177,16 +180,60 @@ static void compact_job(cpr_store *store, uint32_t job_id)
     compact_range(store, 'R', job_id);
 }
 
-/* G1, under store->commit_mu and store->mu: choose the floor and publish it.
- * commit_mu keeps a commit from slipping in below a floor being raised. */
-static cpr_status plan_job(cpr_store *store, cpr_job *job, uint32_t keep, gc_job *g)
+/* What a run asks for: keep `keep` cuts, or (floor > 0) exactly that floor. */
+typedef struct gc_goal {
+    uint32_t keep;
+    uint64_t floor;
+} gc_goal;
+
+/* Under store->mu: may `floor`, given by the caller, become the job's floor?
+ * It must be a consistent cut (catalog invariant C3 relies on it): here, at
+ * least, no newer than the job's newest part and every part at it consistent. */
+static cpr_status check_given_floor(const cpr_job *job, uint64_t floor)
 {
-    uint64_t *cuts = malloc(keep * sizeof *cuts);
+    unsigned long long f = (unsigned long long)floor;
+    if (floor <= job->floor)
+        return CPR_OK; /* nothing to raise */
+    if (job->n_parts == 0 || job->parts[job->n_parts - 1].checkpoint < floor)
+        return cpr_fail(CPR_FAILED_PRECONDITION, "floor %llu is above job %s's newest "
+                        "committed checkpoint here (%llu): a floor must be a consistent "
+                        "cut of the job", f, job->name, job->n_parts ?
+                        (unsigned long long)job->parts[job->n_parts - 1].checkpoint : 0ULL);
+    for (size_t i = 0; i < job->n_parts; i++) {
+        const cpr_part_meta *p = &job->parts[i];
+        if (p->checkpoint == floor && !p->consistent)
+            return cpr_fail(CPR_FAILED_PRECONDITION, "floor %llu is not a consistent cut "
+                            "of job %s: part %s/%u/%llu is %s", f, job->name, job->name,
+                            p->shard, f, p->kind == CPR_KIND_PRIORITY ? "a PRIORITY part"
+                            : "a DELTA whose chain is incomplete");
+    }
+    return CPR_OK;
+}
+
+/* Under store->mu: the floor the goal asks for (0: not enough cuts yet). */
+static cpr_status choose_floor(const cpr_job *job, const gc_goal *goal, uint64_t *floor)
+{
+    if (goal->floor) {
+        *floor = goal->floor;
+        return check_given_floor(job, goal->floor);
+    }
+    uint64_t *cuts = malloc(goal->keep * sizeof *cuts);
     if (!cuts)
         return cpr_fail(CPR_NO_MEMORY, "out of memory planning retention");
-    size_t n_cuts = cpr_job_cuts(job, cuts, keep);
-    uint64_t floor = n_cuts >= keep ? cuts[keep - 1] : 0;
+    size_t n_cuts = cpr_job_cuts(job, cuts, goal->keep);
+    *floor = n_cuts >= goal->keep ? cuts[goal->keep - 1] : 0;
     free(cuts);
+    return CPR_OK;
+}
+
+/* G1, under store->commit_mu and store->mu: choose the floor and publish it.
+ * commit_mu keeps a commit from slipping in below a floor being raised. */
+static cpr_status plan_job(cpr_store *store, cpr_job *job, const gc_goal *goal, gc_job *g)
+{
+    uint64_t floor = 0;
+    cpr_status st = choose_floor(job, goal, &floor);
+    if (st)
+        return st;
     memset(g, 0, sizeof *g);
     g->job_id = job->id;
     snprintf(g->name, sizeof g->name, "%s", job->name);
@@ -194,7 +241,7 @@ static cpr_status plan_job(cpr_store *store, cpr_job *job, uint32_t keep, gc_job
         g->floor = job->stale_below_floor ? job->floor : 0;
         return CPR_OK;
     }
-    cpr_status st = write_floor(store, job->id, floor);
+    st = write_floor(store, job->id, floor);
     if (st == CPR_OK) {
         g->floor = floor;
         job->floor = floor;
@@ -203,12 +250,13 @@ static cpr_status plan_job(cpr_store *store, cpr_job *job, uint32_t keep, gc_job
     return st;
 }
 
-static cpr_status gc_one(cpr_store *store, cpr_job *job, uint32_t keep, cpr_gc_report *rep)
+static cpr_status gc_one(cpr_store *store, cpr_job *job, const gc_goal *goal,
+                         cpr_gc_report *rep)
 {
     gc_job g;
     pthread_mutex_lock(&store->commit_mu);
     pthread_mutex_lock(&store->mu);
-    cpr_status st = plan_job(store, job, keep, &g);
+    cpr_status st = plan_job(store, job, goal, &g);
     pthread_mutex_unlock(&store->mu);
     pthread_mutex_unlock(&store->commit_mu);
     if (st == CPR_OK && g.floor) {
@@ -228,19 +276,12 @@ static cpr_status gc_one(cpr_store *store, cpr_job *job, uint32_t keep, cpr_gc_r
     return st;
 }
 
-cpr_status cpr_store_gc(cpr_store *store, const char *job_name, uint32_t keep,
-                        cpr_gc_report *report)
+/* One run over `job_name` (NULL: every job), arguments already checked. */
+static cpr_status gc_run(cpr_store *store, const char *job_name, const gc_goal *goal,
+                         cpr_gc_report *report)
 {
     cpr_gc_report rep = {0};
-    cpr_status st = job_name ? cpr_check_job_name(job_name) : CPR_OK;
-    if (st)
-        return cpr_store_count(store, st);
-    if (keep == 0)
-        keep = store->opts.retain_cuts;
-    if (st == CPR_OK && keep > 100000)
-        st = cpr_fail(CPR_INVALID_ARGUMENT, "keep %u: retention keeps at most 100000 cuts", keep);
-    if (st)
-        return cpr_store_count(store, st);
+    cpr_status st = CPR_OK;
     rep.bytes_before = cpr_tree_bytes(store->dir);
     pthread_mutex_lock(&store->mu);
     rep.uncommitted_removed = cpr_store_sweep(store);
@@ -249,7 +290,7 @@ cpr_status cpr_store_gc(cpr_store *store, const char *job_name, uint32_t keep,
     size_t n_jobs = store->catalog.n_jobs;
     cpr_job **jobs = malloc((n_jobs + 1) * sizeof *jobs);
     cpr_job *only = job_name ? cpr_catalog_find(&store->catalog, job_name) : NULL;
-    if (jobs)
+    if (jobs && n_jobs)
         memcpy(jobs, store->catalog.jobs, n_jobs * sizeof *jobs);
     pthread_mutex_unlock(&store->mu);
     if (!jobs)
@@ -257,7 +298,7 @@ cpr_status cpr_store_gc(cpr_store *store, const char *job_name, uint32_t keep,
     else if (job_name && !only)
         st = cpr_fail(CPR_NOT_FOUND, "job %s has no parts", job_name);
     for (size_t i = 0; st == CPR_OK && i < (only ? 1 : n_jobs); i++)
-        st = gc_one(store, only ? only : jobs[i], keep, &rep);
+        st = gc_one(store, only ? only : jobs[i], goal, &rep);
     free(jobs);
     if (st == CPR_OK)
         rocksdb_compact_range(store->db, "J", 1, "K", 1);
@@ -265,6 +306,32 @@ cpr_status cpr_store_gc(cpr_store *store, const char *job_name, uint32_t keep,
     if (st == CPR_OK && report)
         *report = rep;
     return cpr_store_count(store, st);
+}
+
+cpr_status cpr_store_gc(cpr_store *store, const char *job_name, uint32_t keep,
+                        cpr_gc_report *report)
+{
+    gc_goal goal = {.keep = keep ? keep : store->opts.retain_cuts};
+    cpr_status st = job_name ? cpr_check_job_name(job_name) : CPR_OK;
+    if (st == CPR_OK && goal.keep > 100000)
+        st = cpr_fail(CPR_INVALID_ARGUMENT, "keep %u: retention keeps at most 100000 cuts",
+                      goal.keep);
+    if (st)
+        return cpr_store_count(store, st);
+    return gc_run(store, job_name, &goal, report);
+}
+
+cpr_status cpr_store_gc_floor(cpr_store *store, const char *job_name, uint64_t floor,
+                              cpr_gc_report *report)
+{
+    gc_goal goal = {.floor = floor};
+    cpr_status st = cpr_check_job_name(job_name);
+    if (st == CPR_OK && floor == 0)
+        st = cpr_fail(CPR_INVALID_ARGUMENT, "gc of job %s: floor 0 is no checkpoint; give "
+                      "the consistent cut to keep (or use cpr_store_gc)", job_name);
+    if (st)
+        return cpr_store_count(store, st);
+    return gc_run(store, job_name, &goal, report);
 }
 
 /* ---- verify ---------------------------------------------------------------- */
@@ -405,16 +472,30 @@ static cpr_status discard_block(void *ctx, uint64_t offset, const void *data, si
     return CPR_OK;
 }
 
+/* Is part `id` still committed? Retention may have removed it (with its
+ * blobs) since the job was copied: then a failed read is no damage. */
+static int still_committed(cpr_store *store, const cpr_part_id *id)
+{
+    pthread_mutex_lock(&store->mu);
+    cpr_job *job = cpr_catalog_find(&store->catalog, id->job);
+    int found = job && cpr_job_find_part(job, id->shard, id->checkpoint);
+    pthread_mutex_unlock(&store->mu);
+    return found;
+}
+
 static void verify_blobs(verify_run *v, job_copy *job)
 {
     for (size_t i = 0; i < job->n_blobs; i++) {
-        v->rep.blobs_checked++;
         const cpr_part_id *id = &job->blob_parts[i];
         char where[320];
         snprintf(where, sizeof where, "job %s shard %u checkpoint %llu blob %s", id->job,
                  id->shard, (unsigned long long)id->checkpoint, job->blob_names[i]);
-        if (cpr_store_read_blob(v->store, id, job->blob_names[i], NULL, discard_block,
-                                v) != CPR_OK)
+        cpr_status st = cpr_store_read_blob(v->store, id, job->blob_names[i], NULL,
+                                            discard_block, v);
+        if (st != CPR_OK && !still_committed(v->store, id))
+            continue; /* collected meanwhile: not checked, not a problem */
+        v->rep.blobs_checked++;
+        if (st != CPR_OK)
             problem(v, cpr_errmsg(), where);
     }
 }

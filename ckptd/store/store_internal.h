@@ -68,6 +68,8 @@ typedef struct open_part {
     int refs;                    /* guarded by store->mu */
     int removed;                 /* unlinked from open_parts; guarded by store->mu */
     part_state state;            /* guarded by mu */
+    _Atomic uint64_t active_ms;  /* monotonic ms when a call last touched the part
+                                    (cpr_store_abort_idle) */
     cpr_lanes *lanes;            /* row-file writers; NULL until the first rows */
     char **files;                /* row files in ingest order, set at commit */
     size_t n_files;

@@ -15,6 +15,9 @@
  *                           \--abort--> gone
  * A failed put leaves the part OPEN and unchanged, except an I/O failure in
  * the middle of writing an SST, which makes it FAILED (sticky): abort it.
+ * An OPEN or FAILED part that no call has touched for a while may also be
+ * aborted by cpr_store_abort_idle (its writer is presumed gone); one in a
+ * call holds its mutex and is never taken.
  */
 #define _XOPEN_SOURCE 700
 #include <errno.h>
@@ -33,6 +36,12 @@
 #define MAX_DIM 65536u
 #define MAX_BLOBS_PER_PART 1024u
 #define MAX_OUT_OF_ORDER 1024u /* each out-of-order batch costs a row file */
+
+/* Monotonic milliseconds, for idle tracking. */
+static uint64_t now_ms(void)
+{
+    return (uint64_t)(cpr_now_s() * 1000.0);
+}
 
 /* ---- begin ------------------------------------------------------------- */
 
@@ -149,6 +158,7 @@ static cpr_status new_open_part(cpr_store *store, const cpr_part_spec *spec, ope
     if (!part)
         return cpr_fail(CPR_NO_MEMORY, "out of memory beginning a part");
     pthread_mutex_init(&part->mu, NULL);
+    atomic_store(&part->active_ms, now_ms());
     snprintf(part->job_name, sizeof part->job_name, "%s", spec->id.job);
     part->meta.shard = spec->id.shard;
     part->meta.checkpoint = spec->id.checkpoint;
@@ -229,7 +239,8 @@ static cpr_status not_open(cpr_store *store, const cpr_part_id *id, const char *
                         "committed", op, id->job, id->shard,
                         (unsigned long long)id->checkpoint);
     return cpr_fail(strcmp(op, "abort") == 0 ? CPR_NOT_FOUND : CPR_FAILED_PRECONDITION,
-                    "%s: no open part %s/%u/%llu; call begin first", op, id->job,
+                    "%s: no open part %s/%u/%llu (never begun, or aborted: by a "
+                    "client, a broken stream, or after it sat idle); begin it", op, id->job,
                     id->shard, (unsigned long long)id->checkpoint);
 }
 
@@ -241,6 +252,7 @@ static cpr_status lock_open_part(cpr_store *store, const cpr_part_id *id, const 
     if (!part)
         return not_open(store, id, op);
     pthread_mutex_lock(&part->mu);
+    atomic_store(&part->active_ms, now_ms());
     if (part->state != PART_OPEN) {
         int failed = part->state == PART_FAILED;
         pthread_mutex_unlock(&part->mu);
@@ -256,6 +268,7 @@ static cpr_status lock_open_part(cpr_store *store, const cpr_part_id *id, const 
 
 static void unlock_part(cpr_store *store, open_part *part)
 {
+    atomic_store(&part->active_ms, now_ms()); /* idle from the end of the call */
     pthread_mutex_unlock(&part->mu);
     cpr_open_part_put(store, part);
 }
@@ -645,24 +658,26 @@ static cpr_status ingest(cpr_store *store, open_part *part, const char *meta_pat
     return err ? cpr_rocks_error(err, "committing (ingesting the part)") : CPR_OK;
 }
 
-/* Caller holds store->mu. */
-static void unlink_open_part_locked(cpr_store *store, open_part *part)
+/* Caller holds store->mu. 1 if this call unlinked it (0: already gone). */
+static int unlink_open_part_locked(cpr_store *store, open_part *part)
 {
     for (open_part **pp = &store->open_parts; *pp; pp = &(*pp)->next) {
         if (*pp == part) {
             *pp = part->next;
             part->removed = 1;
             part->refs--; /* the table's own reference */
-            return;
+            return 1;
         }
     }
+    return 0;
 }
 
-static void unlink_open_part(cpr_store *store, open_part *part)
+static int unlink_open_part(cpr_store *store, open_part *part)
 {
     pthread_mutex_lock(&store->mu);
-    unlink_open_part_locked(store, part);
+    int unlinked = unlink_open_part_locked(store, part);
     pthread_mutex_unlock(&store->mu);
+    return unlinked;
 }
 
 /* Steps 4-6 under commit_mu, so that per-shard commit order holds (C2). */
@@ -761,5 +776,74 @@ cpr_status cpr_store_abort(cpr_store *store, const cpr_part_id *id)
     pthread_mutex_unlock(&part->mu);
     unlink_open_part(store, part);
     cpr_open_part_put(store, part);
+    return CPR_OK;
+}
+
+/* ---- idle parts ------------------------------------------------------------ */
+
+/* Under store->mu: references to the open parts untouched since cutoff_ms. */
+static cpr_status idle_candidates(cpr_store *store, uint64_t cutoff_ms, open_part ***out,
+                                  size_t *n)
+{
+    size_t count = 0, cap = 0;
+    for (open_part *p = store->open_parts; p; p = p->next)
+        cap++;
+    open_part **parts = malloc((cap + 1) * sizeof *parts);
+    if (!parts)
+        return cpr_fail(CPR_NO_MEMORY, "out of memory looking for idle parts");
+    for (open_part *p = store->open_parts; p; p = p->next) {
+        if (atomic_load(&p->active_ms) > cutoff_ms)
+            continue;
+        p->refs++;
+        parts[count++] = p;
+    }
+    *out = parts;
+    *n = count;
+    return CPR_OK;
+}
+
+/* Abort `part` unless a call holds it or touched it since cutoff_ms. */
+static int abort_if_idle(cpr_store *store, open_part *part, uint64_t cutoff_ms)
+{
+    int idle = 0;
+    if (pthread_mutex_trylock(&part->mu) != 0)
+        return 0; /* in a call right now: not idle */
+    if (part->state != PART_COMMITTING && atomic_load(&part->active_ms) <= cutoff_ms) {
+        part->state = PART_FAILED; /* as cpr_store_abort: late puts now fail */
+        idle = 1;
+    }
+    pthread_mutex_unlock(&part->mu);
+    return idle && unlink_open_part(store, part);
+}
+
+cpr_status cpr_store_abort_idle(cpr_store *store, double idle_s, uint64_t *aborted)
+{
+    open_part **parts = NULL;
+    size_t n = 0;
+    uint64_t count = 0, now = now_ms();
+    if (!(idle_s >= 0.0)) /* also NaN */
+        return cpr_store_count(store, cpr_fail(CPR_INVALID_ARGUMENT, "idle time %g s: "
+                               "give 0 or more seconds", idle_s));
+    double idle_ms = idle_s * 1000.0;
+    uint64_t cutoff = idle_ms >= (double)now ? 0 : now - (uint64_t)idle_ms;
+    pthread_mutex_lock(&store->mu);
+    cpr_status st = idle_candidates(store, cutoff, &parts, &n);
+    pthread_mutex_unlock(&store->mu);
+    if (st)
+        return cpr_store_count(store, st);
+    for (size_t i = 0; i < n; i++) {
+        open_part *p = parts[i];
+        if (abort_if_idle(store, p, cutoff)) {
+            count++;
+            cpr_log(CPR_LOG_WARN, "aborted part %s/%u/%llu: untouched for %.1f s (idle "
+                    "limit %.1f s); its writer is presumed gone", p->job_name,
+                    p->meta.shard, (unsigned long long)p->meta.checkpoint,
+                    (double)(now - atomic_load(&p->active_ms)) / 1000.0, idle_s);
+        }
+        cpr_open_part_put(store, p);
+    }
+    free(parts);
+    if (aborted)
+        *aborted = count;
     return CPR_OK;
 }

@@ -167,6 +167,18 @@ cpr_status cpr_store_commit(cpr_store *store, const cpr_part_id *id,
  * if it is committed, CPR_NOT_FOUND if it was never begun. */
 cpr_status cpr_store_abort(cpr_store *store, const cpr_part_id *id);
 
+/*
+ * Abort every open part that nothing has touched (begin, put_rows, put_blob,
+ * commit) for at least `idle_s` seconds (monotonic clock; 0: every open part
+ * not in a call right now), as cpr_store_abort would, and log each one. For
+ * servers whose clients may vanish between begin and commit: call it
+ * periodically. Parts in a call (a put waiting for the disk, a commit) are
+ * never aborted, whatever their age. `*aborted` (may be NULL) gets the
+ * number aborted. Errors: CPR_INVALID_ARGUMENT (idle_s negative or NaN),
+ * CPR_NO_MEMORY.
+ */
+cpr_status cpr_store_abort_idle(cpr_store *store, double idle_s, uint64_t *aborted);
+
 typedef struct cpr_part_info {
     uint32_t shard;
     uint64_t checkpoint;
@@ -187,6 +199,18 @@ typedef struct cpr_part_info {
  */
 cpr_status cpr_store_list(cpr_store *store, const char *job,
                           cpr_part_info **out, size_t *n);
+
+/*
+ * Names of every job with at least one part (committed or open), sorted
+ * (strcmp order). *names is a malloc'd array of *n malloc'd strings followed
+ * by a NULL entry, owned by the caller: release it with cpr_store_names_free.
+ * An empty store gives *n = 0 and an array holding only the NULL.
+ */
+cpr_status cpr_store_list_jobs(cpr_store *store, char ***names, size_t *n);
+
+/* Free an array from cpr_store_list_jobs (or the wire layer's decoder of a
+ * list of jobs): the n strings, then the array. NULL is a no-op. */
+void cpr_store_names_free(char **names, size_t n);
 
 /* Largest consistent cut of `job`. CPR_NOT_FOUND if the job has none. */
 cpr_status cpr_store_latest_cut(cpr_store *store, const char *job,
@@ -269,6 +293,25 @@ typedef struct cpr_gc_report {
 cpr_status cpr_store_gc(cpr_store *store, const char *job, uint32_t keep,
                         cpr_gc_report *report);
 
+/*
+ * Retention for `job` with the floor chosen by the caller instead of
+ * computed from this store's cuts: raise the job's retention floor to
+ * exactly `floor` and delete what no state as of >= floor needs (as
+ * cpr_store_gc does once it has chosen its floor; uncommitted leftovers go
+ * too). For a job spread over several stores (one per storage node): a store
+ * sees only its own shards, so the caller computes the cut over all of them
+ * and gives it to each. `floor` must be a consistent cut of the job:
+ * every committed part at exactly `floor` in this store must be consistent.
+ * A floor at or below the current one changes nothing (CPR_OK; the report
+ * gives the current floor). Errors: CPR_INVALID_ARGUMENT (bad job name,
+ * floor 0), CPR_NOT_FOUND (the job has no parts), CPR_FAILED_PRECONDITION
+ * (floor above the job's newest committed checkpoint in this store, or a
+ * part at `floor` that is not consistent: a PRIORITY part or a DELTA with an
+ * incomplete chain). `report` may be NULL.
+ */
+cpr_status cpr_store_gc_floor(cpr_store *store, const char *job, uint64_t floor,
+                              cpr_gc_report *report);
+
 /* Called once per problem found by cpr_store_verify. */
 typedef void (*cpr_problem_fn)(void *ctx, const char *what, const char *where);
 
@@ -282,7 +325,9 @@ typedef struct cpr_verify_report {
 /*
  * Read every row and blob of `job` (NULL: all jobs) and check every
  * checksum. Returns CPR_CORRUPT if any problem was found (each reported
- * through `fn`, which may be NULL), CPR_OK if everything is intact.
+ * through `fn`, which may be NULL), CPR_OK if everything is intact. The
+ * report is written in both cases. A part that retention removes while
+ * verify runs is skipped, not reported. CPR_NOT_FOUND: unknown job.
  */
 cpr_status cpr_store_verify(cpr_store *store, const char *job,
                             cpr_problem_fn fn, void *ctx,

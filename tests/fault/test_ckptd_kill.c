@@ -131,25 +131,6 @@ static void test_sigterm_during_load(void **unused)
     free(dir);
 }
 
-/* Poll List until `job` has no open part, for at most `seconds`. */
-static int wait_no_open_parts(cpr_rpc *rpc, const char *job, double seconds)
-{
-    struct timespec start, now;
-    clock_gettime(CLOCK_MONOTONIC, &start);
-    for (;;) {
-        size_t n = 0, open_parts = 0;
-        int has = 0;
-        cpr_status st = ch_list(rpc, job, &n, 1, &has, &open_parts);
-        if ((st == CPR_OK && open_parts == 0) || st == CPR_NOT_FOUND)
-            return 1;
-        clock_gettime(CLOCK_MONOTONIC, &now);
-        if ((double)(now.tv_sec - start.tv_sec) + (now.tv_nsec - start.tv_nsec) * 1e-9 > seconds)
-            return 0;
-        struct timespec pause = {0, 20000000L}; /* poll interval, not a synchronisation */
-        nanosleep(&pause, NULL);
-    }
-}
-
 /* A client process that dies mid-PutRows: its part is aborted, not left
  * open for anyone to commit half-written. */
 static void test_client_vanishes(void **unused)
@@ -205,7 +186,7 @@ static void test_client_vanishes(void **unused)
     assert_int_equal(WEXITSTATUS(status), 0);
     cpr_rpc *rpc;
     assert_int_equal(cpr_rpc_open(d.addr, &rpc), CPR_OK);
-    assert_true(wait_no_open_parts(rpc, "gone", 10.0));
+    assert_true(ch_wait_no_open_parts(rpc, "gone", 10.0));
     cpr_part_id id = {"gone", 0, 1};
     assert_int_equal(ch_commit(rpc, &id, 10), CPR_FAILED_PRECONDITION);
     cpr_rpc_close(rpc);

@@ -12,7 +12,6 @@
 #endif
 #include <dirent.h>
 #include <errno.h>
-#include <fcntl.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -168,18 +167,6 @@ static void blob_path(const char *store_dir, uint64_t bytes, char *out, size_t c
     snprintf(root, sizeof root, "%s/blobs", store_dir);
     if (!find_by_size(root, bytes, out, cap))
         fail_msg("no blob file of %" PRIu64 " bytes under %s", bytes, root);
-}
-
-static void flip_byte(const char *path, uint64_t offset)
-{
-    int fd = open(path, O_RDWR);
-    unsigned char byte;
-    assert_true(fd >= 0);
-    assert_int_equal(pread(fd, &byte, 1, (off_t)offset), 1);
-    byte ^= 0xff;
-    assert_int_equal(pwrite(fd, &byte, 1, (off_t)offset), 1);
-    assert_int_equal(fsync(fd), 0);
-    close(fd);
 }
 
 /* ---- checking what the store delivers ----------------------------------- */
@@ -361,10 +348,10 @@ static void test_flip_sst_and_blob(void **state)
         print_message("  %s: %" PRIu64 " bytes\n", ssts[i].path, ssts[i].bytes);
     assert_true(n >= 1);
     assert_true(ssts[0].bytes > 2 * FOOTER_BYTES);
-    flip_byte(ssts[0].path, ssts[0].bytes / 2);
+    tu_flip_byte(ssts[0].path, ssts[0].bytes / 2);
     char path[4096];
     blob_path(dir, victim.blob_bytes, path, sizeof path);
-    flip_byte(path, BLOCK_BYTES + 1000);
+    tu_flip_byte(path, BLOCK_BYTES + 1000);
 
     cpr_store *store = NULL;
     assert_status(CPR_OK, cpr_store_open(dir, NULL, &store));
@@ -403,7 +390,7 @@ static void flip_and_check(size_t which, int random_offset)
     const sst_file *f = &ssts[which];
     uint64_t span = f->bytes > FOOTER_BYTES ? f->bytes - FOOTER_BYTES : f->bytes;
     uint64_t offset = random_offset ? rng_next() % span : span / 2;
-    flip_byte(f->path, offset);
+    tu_flip_byte(f->path, offset);
     cpr_store *store = NULL;
     cpr_status st = cpr_store_open(dir, NULL, &store);
     print_message("  flip %s @%" PRIu64 " of %" PRIu64 ": open %s;", f->path, offset,
@@ -472,8 +459,8 @@ static void test_blob_damage_kinds(void **state)
     char path[4][4096];
     for (uint32_t s = 0; s < 4; s++)
         blob_path(dir, blobs.blob_bytes + s, path[s], sizeof path[s]);
-    flip_byte(path[0], 10);                              /* first block */
-    flip_byte(path[1], blobs.blob_bytes + 1 - 100);      /* last, partial block */
+    tu_flip_byte(path[0], 10);                              /* first block */
+    tu_flip_byte(path[1], blobs.blob_bytes + 1 - 100);      /* last, partial block */
     assert_int_equal(truncate(path[2], (off_t)(blobs.blob_bytes + 2 - 1)), 0);
     assert_int_equal(truncate(path[3], (off_t)(blobs.blob_bytes + 3 + 1)), 0);
 

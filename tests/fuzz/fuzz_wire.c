@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Fuzz target: arbitrary bytes through ckptd's request decoding and
- * validation (ckptd/rpc/wire.c). The first byte picks the message type.
+ * validation, and through the clients' response decoding (ckptd/rpc/wire.c).
+ * The first byte picks the message type (FUZZ_KINDS of them; see the switch).
  * Every view a successful decode returns is read in full, so a length that
  * lies about its array is caught by the sanitizers. Built as a libFuzzer
  * binary with clang (-DCPR_FUZZ=ON) and, for CI, linked into a replay driver
@@ -9,11 +10,14 @@
  */
 #include <stddef.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "wire.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+#define FUZZ_KINDS 16u /* 0-7 requests as before; 8-15 added with ListJobs/Verify/Gc */
 
 static volatile uint64_t sink; /* keeps the reads below from being optimised away */
 
@@ -30,6 +34,74 @@ static void touch_part(const cpr_part_id *id)
 {
     touch(id->job, strlen(id->job));
     sink += id->shard + id->checkpoint;
+}
+
+static void touch_problem(void *ctx, const char *what, const char *where)
+{
+    (void)ctx;
+    touch(what, strlen(what));
+    touch(where, strlen(where));
+}
+
+/* Kinds 8-15: operations requests and the responses clients decode. */
+static void decode_admin(unsigned kind, const uint8_t *data, size_t size)
+{
+    cpr_wire_list v;
+    cpr_wire_gc g;
+    cpr_store_stats stats;
+    cpr_verify_report vr;
+    cpr_gc_report gr;
+    cpr_part_info *parts;
+    char **jobs;
+    size_t n;
+    uint64_t cut;
+    switch (kind) {
+    case 8:
+        sink += cpr_wire_list_jobs_decode(data, size);
+        break;
+    case 9:
+        if (cpr_wire_verify_decode(data, size, &v) == CPR_OK) {
+            if (v.job)
+                touch(v.job, strlen(v.job));
+            cpr_wire_list_release(&v);
+        }
+        break;
+    case 10:
+        if (cpr_wire_gc_decode(data, size, &g) == CPR_OK) {
+            if (g.job)
+                touch(g.job, strlen(g.job));
+            sink += g.keep + g.floor;
+            cpr_wire_gc_release(&g);
+        }
+        break;
+    case 11:
+        if (cpr_wire_stats_response_decode(data, size, &stats) == CPR_OK)
+            touch(&stats, sizeof stats);
+        break;
+    case 12:
+        if (cpr_wire_list_jobs_response_decode(data, size, &jobs, &n) == CPR_OK) {
+            for (size_t i = 0; i < n; i++)
+                touch(jobs[i], strlen(jobs[i]));
+            sink += jobs[n] == NULL;
+            cpr_store_names_free(jobs, n);
+        }
+        break;
+    case 13:
+        if (cpr_wire_verify_response_decode(data, size, &vr, touch_problem, NULL) == CPR_OK)
+            touch(&vr, sizeof vr);
+        break;
+    case 14:
+        if (cpr_wire_gc_response_decode(data, size, &gr) == CPR_OK)
+            touch(&gr, sizeof gr);
+        break;
+    default:
+        if (cpr_wire_list_response_decode(data, size, &parts, &n, &cut) == CPR_OK) {
+            for (size_t i = 0; i < n; i++) /* field by field: the struct has padding */
+                sink += parts[i].shard + parts[i].checkpoint + parts[i].rows + parts[i].bytes;
+            free(parts);
+        }
+        break;
+    }
 }
 
 static void decode_one(unsigned kind, const uint8_t *data, size_t size)
@@ -86,11 +158,14 @@ static void decode_one(unsigned kind, const uint8_t *data, size_t size)
             cpr_wire_restore_release(&q);
         }
         break;
-    default:
+    case 7:
         if (cpr_wire_list_decode(data, size, &l) == CPR_OK) {
             touch(l.job, strlen(l.job));
             cpr_wire_list_release(&l);
         }
+        break;
+    default:
+        decode_admin(kind, data, size);
         break;
     }
 }
@@ -99,6 +174,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     if (size == 0)
         return 0;
-    decode_one(data[0] % 8u, data + 1, size - 1);
+    decode_one(data[0] % FUZZ_KINDS, data + 1, size - 1);
     return 0;
 }

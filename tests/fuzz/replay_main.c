@@ -28,6 +28,35 @@ static uint64_t next(void)
     return rng;
 }
 
+#define SEED_KINDS 16u /* as FUZZ_KINDS in fuzz_wire.c */
+
+/* Kinds 8-15: operations requests and responses. */
+static cpr_status encode_admin(unsigned kind, uint8_t **buf, size_t *len)
+{
+    static char *const jobs[2] = {"job", "other.job"};
+    static const cpr_wire_problem details[2] = {{"row checksum mismatch", "job j row 3"},
+                                                {"blob block fails", "job j blob dense"}};
+    static const cpr_part_info parts[2] = {{.shard = 1, .checkpoint = 5, .kind = CPR_KIND_FULL,
+                                            .num_shards = 2, .rows = 10, .committed = 1},
+                                           {.shard = 0, .checkpoint = 6, .base = 5,
+                                            .kind = CPR_KIND_DELTA, .num_shards = 2}};
+    cpr_store_stats stats = {.jobs = 2, .parts_committed = 7, .rows_in = 99};
+    cpr_verify_report vr = {10, 2, 4000, 3};
+    cpr_gc_report gr = {5, 2, 300, 1, 10000, 4000};
+    stats.errors[CPR_INVALID_ARGUMENT] = 2;
+    stats.errors[CPR_IO] = 1;
+    switch (kind) {
+    case 8: return cpr_wire_list_jobs_encode(buf, len);
+    case 9: return cpr_wire_verify_encode("job", buf, len);
+    case 10: return cpr_wire_gc_encode("job", 2, 7, buf, len);
+    case 11: return cpr_wire_stats_response_encode(&stats, buf, len);
+    case 12: return cpr_wire_list_jobs_response_encode(jobs, 2, buf, len);
+    case 13: return cpr_wire_verify_response_encode(&vr, details, 2, buf, len);
+    case 14: return cpr_wire_gc_response_encode(&gr, buf, len);
+    default: return cpr_wire_list_response_encode(parts, 2, 5, buf, len);
+    }
+}
+
 /* Seed: one type byte followed by a valid encoding of that type. */
 static size_t make_seed(unsigned kind, uint8_t *out, size_t cap)
 {
@@ -49,7 +78,8 @@ static size_t make_seed(unsigned kind, uint8_t *out, size_t cap)
                     : kind == 4 ? cpr_wire_abort_encode(&id, &buf, &len)
                     : kind == 5 ? cpr_wire_getblob_encode(&id, "dense", &buf, &len)
                     : kind == 6 ? cpr_wire_restore_encode(&q, &buf, &len)
-                                : cpr_wire_list_encode("job", &buf, &len);
+                    : kind == 7 ? cpr_wire_list_encode("job", &buf, &len)
+                                : encode_admin(kind, &buf, &len);
     if (rc != CPR_OK || len + 1 > cap) {
         free(buf);
         return 0;
@@ -114,7 +144,7 @@ int main(int argc, char **argv)
 {
     uint8_t seed[4096], buf[4096 + 64];
     size_t inputs = 0;
-    for (unsigned kind = 0; kind < 8; kind++) {
+    for (unsigned kind = 0; kind < SEED_KINDS; kind++) {
         size_t len = make_seed(kind, seed, sizeof seed);
         if (len == 0) {
             fprintf(stderr, "replay: cannot encode seed %u\n", kind);

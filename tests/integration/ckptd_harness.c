@@ -11,6 +11,7 @@
 #include <string.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -21,8 +22,23 @@
 
 const cpr_table_schema ch_table = {.table = 1, .rows = 100000, .dim = 8, .state_dim = 1};
 
+#define CH_MAX_EXTRA_ARGS 16
+
 void ch_start(ch_daemon *d, const char *dir)
 {
+    ch_start_args(d, dir, NULL);
+}
+
+void ch_start_args(ch_daemon *d, const char *dir, const char *const *extra)
+{
+    const char *argv[8 + CH_MAX_EXTRA_ARGS] = {"ckptd", "--listen", "127.0.0.1:0",
+                                               "--data-dir", dir, "--log-level", "warn"};
+    size_t argc = 7;
+    for (size_t i = 0; extra && extra[i]; i++) {
+        assert_true(i < CH_MAX_EXTRA_ARGS);
+        argv[argc++] = extra[i];
+    }
+    argv[argc] = NULL;
     int fds[2];
     assert_int_equal(pipe(fds), 0);
     d->pid = fork();
@@ -32,8 +48,7 @@ void ch_start(ch_daemon *d, const char *dir)
         dup2(fds[1], STDOUT_FILENO);
         close(fds[0]);
         close(fds[1]);
-        execl(CKPTD_PATH, "ckptd", "--listen", "127.0.0.1:0", "--data-dir", dir,
-              "--log-level", "warn", (char *)NULL);
+        execv(CKPTD_PATH, (char *const *)argv);
         _exit(127);
     }
     close(fds[1]);
@@ -73,7 +88,13 @@ cpr_status ch_unary(cpr_rpc *rpc, const char *method, uint8_t *req, size_t len)
 
 cpr_status ch_begin(cpr_rpc *rpc, const char *job, uint64_t ckpt)
 {
-    cpr_part_spec spec = {.id = {job, 0, ckpt}, .kind = CPR_KIND_FULL, .num_shards = 1,
+    return ch_begin_part(rpc, job, 0, 1, ckpt, CPR_KIND_FULL);
+}
+
+cpr_status ch_begin_part(cpr_rpc *rpc, const char *job, uint32_t shard, uint32_t num_shards,
+                         uint64_t ckpt, cpr_kind kind)
+{
+    cpr_part_spec spec = {.id = {job, shard, ckpt}, .kind = kind, .num_shards = num_shards,
                           .tables = &ch_table, .n_tables = 1};
     uint8_t *buf;
     size_t len;
@@ -186,4 +207,44 @@ cpr_status ch_list(cpr_rpc *rpc, const char *job, size_t *n, uint64_t ckpt, int 
     }
     free(parts);
     return CPR_OK;
+}
+
+static double now_s(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+int ch_poll(int (*cond)(void *ctx), void *ctx, double seconds)
+{
+    double deadline = now_s() + seconds;
+    for (;;) {
+        if (cond(ctx))
+            return 1;
+        if (now_s() > deadline)
+            return 0;
+        struct timespec pause = {0, 20000000L}; /* poll interval, not a synchronisation */
+        nanosleep(&pause, NULL);
+    }
+}
+
+typedef struct open_parts_query {
+    cpr_rpc *rpc;
+    const char *job;
+} open_parts_query;
+
+static int no_open_parts(void *ctx)
+{
+    open_parts_query *q = ctx;
+    size_t n = 0, open_parts = 0;
+    int has = 0;
+    cpr_status st = ch_list(q->rpc, q->job, &n, 1, &has, &open_parts);
+    return (st == CPR_OK && open_parts == 0) || st == CPR_NOT_FOUND;
+}
+
+int ch_wait_no_open_parts(cpr_rpc *rpc, const char *job, double seconds)
+{
+    open_parts_query q = {rpc, job};
+    return ch_poll(no_open_parts, &q, seconds);
 }

@@ -25,6 +25,9 @@ typedef struct ch_daemon {
 } ch_daemon;
 
 void ch_start(ch_daemon *d, const char *dir);
+/* ch_start with more daemon flags: `extra` is a NULL-terminated list
+ * (e.g. {"--idle-part-timeout-s", "1", NULL}); NULL for none. */
+void ch_start_args(ch_daemon *d, const char *dir, const char *const *extra);
 /* SIGTERM; asserts a clean exit (status 0). */
 void ch_stop(ch_daemon *d);
 /* SIGKILL, reaped. */
@@ -32,6 +35,9 @@ void ch_kill(ch_daemon *d);
 
 cpr_status ch_unary(cpr_rpc *rpc, const char *method, uint8_t *req, size_t len); /* takes req */
 cpr_status ch_begin(cpr_rpc *rpc, const char *job, uint64_t ckpt);
+/* Begin part (job, shard, ckpt) of `kind` in a job of num_shards shards. */
+cpr_status ch_begin_part(cpr_rpc *rpc, const char *job, uint32_t shard, uint32_t num_shards,
+                         uint64_t ckpt, cpr_kind kind);
 /* Stream rows first..first+n-1 in batches of 100; corrupt_last damages the
  * last batch's checksum. after_batch (may be NULL) runs after each send. */
 cpr_status ch_put_rows(cpr_rpc *rpc, const cpr_part_id *id, uint64_t first, size_t n,
@@ -44,5 +50,11 @@ cpr_status ch_restore(cpr_rpc *rpc, const char *job, uint64_t as_of, uint64_t va
 /* Committed parts of `job` (count, and whether `ckpt` is one of them). */
 cpr_status ch_list(cpr_rpc *rpc, const char *job, size_t *n, uint64_t ckpt, int *has_ckpt,
                    size_t *open_parts);
+
+/* Poll cond(ctx) until it returns non-zero, for at most `seconds` (a short
+ * pause between polls). 1 if it did, 0 at the deadline. */
+int ch_poll(int (*cond)(void *ctx), void *ctx, double seconds);
+/* Poll List until `job` has no open part (or no part at all). */
+int ch_wait_no_open_parts(cpr_rpc *rpc, const char *job, double seconds);
 
 #endif /* CPR_CKPTD_HARNESS_H */

@@ -6,7 +6,8 @@
 # grpc.insecure_channel. A part goes in (Begin, PutRows, PutBlob, Commit) and
 # comes back byte-exact (List, Restore, GetBlob) with every CRC32C checked on
 # our side by a pure-Python implementation; two errors map to the documented
-# gRPC codes; SIGTERM stops the daemon with exit 0.
+# gRPC codes; ListJobs, Verify and Gc answer through the generated stubs;
+# SIGTERM stops the daemon with exit 0.
 #
 # Usage: /usr/bin/python3 test_python_client.py CKPTD_BINARY PROTO_DIR
 # Needs Debian's python3-grpcio and python3-grpc-tools (deploy/install-deps.sh).
@@ -288,6 +289,25 @@ def provoke_errors(grpc, pb, stub, rows):
                                     timeout=RPC_TIMEOUT_S))
 
 
+def check_operations(grpc, pb, stub, rows):
+    """ListJobs, Verify and Gc through the generated stubs."""
+    jobs = stub.ListJobs(pb.ListJobsRequest(), timeout=RPC_TIMEOUT_S)
+    check(list(jobs.jobs) == [JOB], "ListJobs: %r, want [%r]" % (list(jobs.jobs), JOB))
+    v = stub.Verify(pb.VerifyRequest(job=JOB), timeout=RPC_TIMEOUT_S)
+    check(v.problems == 0 and len(v.details) == 0, "Verify: problems on an intact store: %s" % v)
+    check(v.rows_checked == rows and v.blobs_checked == 1,
+          "Verify: rows_checked %d, blobs_checked %d, want %d and 1"
+          % (v.rows_checked, v.blobs_checked, rows))
+    check(v.bytes_checked >= BLOB_BYTES, "Verify: bytes_checked = %d" % v.bytes_checked)
+    expect_code(grpc, grpc.StatusCode.NOT_FOUND, "Verify of an unknown job",
+                lambda: stub.Verify(pb.VerifyRequest(job="nosuchjob"), timeout=RPC_TIMEOUT_S))
+    g = stub.Gc(pb.GcRequest(job=JOB), timeout=RPC_TIMEOUT_S)  # one cut of the 2 kept
+    check(g.parts_removed == 0 and g.versions_removed == 0, "Gc removed data: %s" % g)
+    check(g.bytes_after > 0, "Gc: bytes_after = %d" % g.bytes_after)
+    expect_code(grpc, grpc.StatusCode.FAILED_PRECONDITION, "Gc to a floor above the newest",
+                lambda: stub.Gc(pb.GcRequest(job=JOB, floor=5), timeout=RPC_TIMEOUT_S))
+
+
 def check_health(stub_channel):
     """grpc.health.v1.Health/Check by hand: empty request, {status: SERVING} back."""
     check_rpc = stub_channel.unary_unary("/grpc.health.v1.Health/Check")
@@ -312,6 +332,8 @@ def exercise(grpc, pb, pb_grpc, addr):
         check_blob(pb, stub, blob)
         provoke_errors(grpc, pb, stub, len(sent_ids))
         check_list(pb, stub, len(sent_ids))  # the aborted part 2 left no trace
+        check_operations(grpc, pb, stub, len(sent_ids))
+        check_restore(pb, stub, sent_ids)  # Gc kept everything
         check_health(channel)  # still serving
 
 

@@ -6,7 +6,8 @@
  * before, older ones must be refused, and the report must count exactly the
  * row versions and parts no retained state needs. Also: nothing is removed
  * with fewer cuts than `keep`, crash leftovers are reclaimed, keep = 1 and the
- * store's default retain_cuts.
+ * store's default retain_cuts, and a floor given by the caller
+ * (cpr_store_gc_floor) is applied exactly or refused.
  */
 #ifndef _DEFAULT_SOURCE
 #define _DEFAULT_SOURCE
@@ -322,21 +323,32 @@ static void free_states(tu_rows *recorded)
         tu_rows_free(&recorded[c]);
 }
 
-static void gc_and_check(cpr_store *store, model *m, uint32_t keep, uint64_t want_floor)
+/* keep > 0: cpr_store_gc(keep); keep == 0 and floor > 0: cpr_store_gc_floor. */
+static void gc_and_check_floor(cpr_store *store, model *m, uint32_t keep, uint64_t floor,
+                               uint64_t want_floor)
 {
     cpr_gc_report rep = { 0 };
     uint64_t versions = 0, parts = 0;
-    assert_status(CPR_OK, cpr_store_gc(store, JOB, keep, &rep));
-    print_message("  gc keep %u: floor %" PRIu64 ", parts %" PRIu64 ", versions %" PRIu64
-                  ", uncommitted %" PRIu64 ", bytes %" PRIu64 " -> %" PRIu64 "\n", keep,
-                  rep.floor, rep.parts_removed, rep.versions_removed,
-                  rep.uncommitted_removed, rep.bytes_before, rep.bytes_after);
+    if (floor)
+        assert_status(CPR_OK, cpr_store_gc_floor(store, JOB, floor, &rep));
+    else
+        assert_status(CPR_OK, cpr_store_gc(store, JOB, keep, &rep));
+    print_message("  gc keep %u floor %" PRIu64 ": floor %" PRIu64 ", parts %" PRIu64
+                  ", versions %" PRIu64 ", uncommitted %" PRIu64 ", bytes %" PRIu64 " -> %"
+                  PRIu64 "\n", keep, floor, rep.floor, rep.parts_removed,
+                  rep.versions_removed, rep.uncommitted_removed, rep.bytes_before,
+                  rep.bytes_after);
     model_gc(m, want_floor, &versions, &parts);
     assert_int_equal(rep.floor, want_floor);
     assert_int_equal(rep.parts_removed, parts);
     assert_int_equal(rep.versions_removed, versions);
     assert_true(versions > 0 && parts > 0);
     assert_true(rep.bytes_after < rep.bytes_before);
+}
+
+static void gc_and_check(cpr_store *store, model *m, uint32_t keep, uint64_t want_floor)
+{
+    gc_and_check_floor(store, m, keep, 0, want_floor);
 }
 
 /* ---- tests -------------------------------------------------------------- */
@@ -431,6 +443,49 @@ static void test_gc_default_keep(void **state)
     free(dir);
 }
 
+/* A floor given by the caller (a client whose job spans several stores):
+ * exactly that floor, checked, kept across a reopen. */
+static void test_gc_given_floor(void **state)
+{
+    (void)state;
+    char *dir = tu_mkdtemp("cpr-retention");
+    cpr_store *store = NULL;
+    model m = { 0 };
+    tu_rows recorded[MAX_CKPT + 1] = { { 0 } };
+    cpr_gc_report rep = { 0 };
+    assert_status(CPR_OK, cpr_store_open(dir, NULL, &store));
+    for (uint64_t c = 1; c <= 10; c++)
+        write_ckpt(store, &m, c);
+    record_states(store, &m, recorded);
+
+    /* Refused, and nothing changes: no job, floor 0, unknown job, above the
+     * newest checkpoint, a checkpoint that is no cut (PRIORITY parts). */
+    assert_status(CPR_INVALID_ARGUMENT, cpr_store_gc_floor(store, NULL, 3, &rep));
+    assert_status(CPR_INVALID_ARGUMENT, cpr_store_gc_floor(store, JOB, 0, &rep));
+    assert_status(CPR_NOT_FOUND, cpr_store_gc_floor(store, "nosuchjob", 3, &rep));
+    assert_status(CPR_FAILED_PRECONDITION, cpr_store_gc_floor(store, JOB, 11, &rep));
+    assert_status(CPR_FAILED_PRECONDITION, cpr_store_gc_floor(store, JOB, 4, &rep));
+    assert_non_null(strstr(cpr_errmsg(), "not a consistent cut"));
+    assert_store_model(store, &m, recorded);
+
+    /* 5: not what keep 2 (7) or keep 1 (9) would choose. */
+    gc_and_check_floor(store, &m, 0, 5, 5);
+    assert_store_model(store, &m, recorded);
+    assert_status(CPR_OK, cpr_store_gc_floor(store, JOB, 3, &rep)); /* below: no-op */
+    assert_int_equal(rep.floor, 5);
+    assert_int_equal(rep.parts_removed + rep.versions_removed, 0);
+    cpr_store_close(store);
+    assert_status(CPR_OK, cpr_store_open(dir, NULL, &store));
+    assert_store_model(store, &m, recorded);
+
+    gc_and_check_floor(store, &m, 0, 9, 9);
+    assert_store_model(store, &m, recorded);
+    cpr_store_close(store);
+    free_states(recorded);
+    tu_rmtree(dir);
+    free(dir);
+}
+
 /* The child commits checkpoint 1, begins checkpoint 2 on shard 0 with rows
  * and a blob, and dies without closing the store. */
 static void crashed_writer(const char *dir)
@@ -516,6 +571,7 @@ int main(void)
         cmocka_unit_test(test_gc_keep_two_then_one),
         cmocka_unit_test(test_gc_fewer_cuts_than_keep),
         cmocka_unit_test(test_gc_default_keep),
+        cmocka_unit_test(test_gc_given_floor),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

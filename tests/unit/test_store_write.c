@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Unit tests of the write path of the checkpoint store API (cpr/store.h):
- * open and reopen, job names, begin, put_rows, put_blob, commit, abort and the
- * stats counters, one behaviour per test, each in a fresh store in its own
+ * open and reopen, job names, begin, put_rows, put_blob, commit, abort, idle
+ * parts, the list of jobs and the stats counters, one behaviour per test, each in a fresh store in its own
  * temporary directory. Every refused call is checked for its exact status and
  * followed by a successful write or commit, to show that it left the part
  * unchanged; rows read back are compared bit for bit with tu_value/tu_state.
@@ -717,6 +717,86 @@ static void test_stats(void **state)
     assert_int_equal(after.jobs, 1); /* "j" only: the refused begin made no job */
 }
 
+static void assert_job_names(cpr_store *store, const char *const *want, size_t n_want)
+{
+    char **names = NULL;
+    size_t n = 99;
+    assert_status(CPR_OK, cpr_store_list_jobs(store, &names, &n));
+    assert_int_equal(n, n_want);
+    for (size_t i = 0; i < n; i++)
+        assert_string_equal(names[i], want[i]);
+    assert_null(names[n]);
+    cpr_store_names_free(names, n);
+}
+
+/* Jobs with a committed or open part, sorted; aborted or refused ones do
+ * not appear; the list survives a reopen. */
+static void test_list_jobs(void **state)
+{
+    tu_store_fixture *f = *state;
+    uint64_t ids[10];
+    tu_iota(ids, 0, 10);
+    assert_job_names(f->store, NULL, 0);
+    cpr_part_spec zeta = tu_part("zeta", 0, 1, 1, CPR_KIND_FULL, one_table, 1);
+    cpr_part_spec alpha = tu_part("alpha", 0, 1, 1, CPR_KIND_FULL, one_table, 1);
+    cpr_part_spec mid = tu_part("mid.1", 0, 1, 1, CPR_KIND_FULL, one_table, 1);
+    cpr_part_spec gone = tu_part("gone", 0, 1, 1, CPR_KIND_FULL, one_table, 1);
+    assert_status(CPR_OK, tu_write_part(f->store, &zeta, ids, 10, 10, 0, 1));
+    assert_status(CPR_OK, cpr_store_begin(f->store, &alpha)); /* open only */
+    assert_status(CPR_OK, tu_write_part(f->store, &mid, ids, 10, 10, 0, 1));
+    assert_status(CPR_OK, cpr_store_begin(f->store, &gone));
+    assert_status(CPR_OK, cpr_store_abort(f->store, &gone.id));
+    assert_job_names(f->store, (const char *const[]){"alpha", "mid.1", "zeta"}, 3);
+    cpr_store_close(f->store); /* the open part is aborted by close */
+    f->store = NULL;
+    assert_status(CPR_OK, cpr_store_open(f->path, NULL, &f->store));
+    assert_job_names(f->store, (const char *const[]){"mid.1", "zeta"}, 2);
+    cpr_store_names_free(NULL, 0); /* a no-op */
+}
+
+/* Idle parts are aborted; fresh ones and committed data are not. */
+static void test_abort_idle(void **state)
+{
+    tu_store_fixture *f = *state;
+    const cpr_table_schema *t = &one_table[0];
+    uint64_t ids[10], other[10], aborted = 99; /* shard 0's rows, shard 1's */
+    tu_iota(ids, 0, 10);
+    tu_iota(other, 100, 10);
+    cpr_part_spec done = tu_part("j", 0, 2, 1, CPR_KIND_FULL, one_table, 1);
+    cpr_part_spec idle = tu_part("j", 1, 2, 1, CPR_KIND_FULL, one_table, 1);
+    assert_status(CPR_OK, tu_write_part(f->store, &done, ids, 10, 10, 0, 1));
+    assert_status(CPR_OK, cpr_store_begin(f->store, &idle));
+    assert_status(CPR_OK, tu_put_rows(f->store, &idle.id, t, other, 10, 1));
+
+    assert_status(CPR_INVALID_ARGUMENT, cpr_store_abort_idle(f->store, -1.0, &aborted));
+    assert_int_equal(aborted, 99); /* written only on success */
+    assert_status(CPR_OK, cpr_store_abort_idle(f->store, 3600.0, &aborted));
+    assert_int_equal(aborted, 0); /* touched just now */
+    assert_status(CPR_OK, tu_put_rows(f->store, &idle.id, t, other, 10, 1)); /* still open */
+
+    assert_status(CPR_OK, cpr_store_abort_idle(f->store, 0.0, &aborted));
+    assert_int_equal(aborted, 1);
+    assert_status(CPR_FAILED_PRECONDITION, tu_put_rows(f->store, &idle.id, t, other, 10, 1));
+    assert_status(CPR_FAILED_PRECONDITION, cpr_store_commit(f->store, &idle.id, 20));
+    assert_status(CPR_NOT_FOUND, cpr_store_abort(f->store, &idle.id));
+    assert_status(CPR_OK, cpr_store_abort_idle(f->store, 0.0, NULL)); /* nothing left */
+
+    cpr_part_info *info = NULL;
+    size_t n = 0;
+    assert_status(CPR_OK, cpr_store_list(f->store, "j", &info, &n));
+    assert_int_equal(n, 1);
+    assert_true(info[0].committed && info[0].shard == 0);
+    free(info);
+    /* The id is free again, and nothing of the aborted rows is visible. */
+    assert_status(CPR_OK, tu_write_part(f->store, &idle, other, 5, 5, 0, 1));
+    tu_rows rows;
+    cpr_restore_query q = {.job = "j"};
+    assert_status(CPR_OK, tu_restore(f->store, &q, &rows, NULL));
+    assert_int_equal(rows.n, 15);
+    tu_assert_rows(rows.rows, t, 0, 1, 10, 1);
+    tu_assert_rows(rows.rows + 10, t, 100, 1, 5, 1);
+    tu_rows_free(&rows);
+}
 
 #define STORE_TEST(fn) cmocka_unit_test_setup_teardown(fn, tu_store_setup, tu_store_teardown)
 
@@ -737,6 +817,8 @@ int main(void)
         STORE_TEST(test_row_sent_twice),
         STORE_TEST(test_out_of_order_limit),
         STORE_TEST(test_stats),
+        STORE_TEST(test_list_jobs),
+        STORE_TEST(test_abort_idle),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -4,12 +4,14 @@
  * protobuf encoding; malformed bytes and inconsistent lengths are refused
  * with CPR_INVALID_ARGUMENT; and a whole checkpoint travels from encoded
  * requests through decoding into a real store and back out as encoded
- * restore responses, byte-exact (the path ckptd will serve).
+ * restore responses, byte-exact (the path ckptd will serve). The operations
+ * messages (ListJobs, Verify, Gc, Stats) round-trip both ways too.
  */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -179,6 +181,200 @@ static void test_small_messages_roundtrip(void **unused)
     free(buf);
 }
 
+/* ---- operations: ListJobs, Verify, Gc, Stats ------------------------------------ */
+
+typedef struct seen_problems {
+    char what[4][64], where[4][64];
+    size_t n;
+} seen_problems;
+
+static void note_problem(void *ctx, const char *what, const char *where)
+{
+    seen_problems *p = ctx;
+    assert_true(p->n < 4);
+    snprintf(p->what[p->n], sizeof p->what[0], "%s", what);
+    snprintf(p->where[p->n++], sizeof p->where[0], "%s", where);
+}
+
+static void test_admin_requests_roundtrip(void **unused)
+{
+    (void)unused;
+    uint8_t *buf;
+    size_t len;
+    cpr_wire_list v;
+    cpr_wire_gc g;
+    assert_status(CPR_OK, cpr_wire_list_jobs_encode(&buf, &len));
+    assert_int_equal(len, 0); /* no fields */
+    assert_status(CPR_OK, cpr_wire_list_jobs_decode(buf, len));
+    free(buf);
+
+    assert_status(CPR_OK, cpr_wire_verify_encode("job.1", &buf, &len));
+    assert_status(CPR_OK, cpr_wire_verify_decode(buf, len, &v));
+    assert_string_equal(v.job, "job.1");
+    cpr_wire_list_release(&v);
+    free(buf);
+    for (int empty = 0; empty < 2; empty++) { /* NULL and "": every job, as NULL */
+        assert_status(CPR_OK, cpr_wire_verify_encode(empty ? "" : NULL, &buf, &len));
+        assert_status(CPR_OK, cpr_wire_verify_decode(buf, len, &v));
+        assert_null(v.job);
+        cpr_wire_list_release(&v);
+        free(buf);
+    }
+
+    assert_status(CPR_OK, cpr_wire_gc_encode("j", 3, 0, &buf, &len));
+    assert_status(CPR_OK, cpr_wire_gc_decode(buf, len, &g));
+    assert_string_equal(g.job, "j");
+    assert_int_equal(g.keep, 3);
+    assert_int_equal(g.floor, 0);
+    cpr_wire_gc_release(&g);
+    free(buf);
+    assert_status(CPR_OK, cpr_wire_gc_encode(NULL, 0, 1ull << 40, &buf, &len));
+    assert_status(CPR_OK, cpr_wire_gc_decode(buf, len, &g));
+    assert_null(g.job);
+    assert_int_equal(g.keep, 0);
+    assert_int_equal(g.floor, 1ull << 40);
+    cpr_wire_gc_release(&g);
+    free(buf);
+}
+
+static void test_admin_responses_roundtrip(void **unused)
+{
+    (void)unused;
+    uint8_t *buf;
+    size_t len, n;
+    char *jobs[] = {"alpha", "b.2", "zz-top"}, **back;
+    assert_status(CPR_OK, cpr_wire_list_jobs_response_encode(jobs, 3, &buf, &len));
+    assert_status(CPR_OK, cpr_wire_list_jobs_response_decode(buf, len, &back, &n));
+    assert_int_equal(n, 3);
+    for (size_t i = 0; i < 3; i++)
+        assert_string_equal(back[i], jobs[i]);
+    assert_null(back[3]);
+    cpr_store_names_free(back, n);
+    free(buf);
+    assert_status(CPR_OK, cpr_wire_list_jobs_response_encode(NULL, 0, &buf, &len));
+    assert_status(CPR_OK, cpr_wire_list_jobs_response_decode(buf, len, &back, &n));
+    assert_int_equal(n, 0);
+    assert_null(back[0]);
+    cpr_store_names_free(back, n);
+    free(buf);
+
+    cpr_verify_report rep = {100, 2, 4096, 7}, got;
+    cpr_wire_problem details[2] = {{"row checksum mismatch", "job j table 1 row 5"},
+                                   {"blob block fails", "job j blob dense"}};
+    seen_problems seen = {0};
+    assert_status(CPR_OK, cpr_wire_verify_response_encode(&rep, details, 2, &buf, &len));
+    assert_status(CPR_OK, cpr_wire_verify_response_decode(buf, len, &got, note_problem, &seen));
+    assert_int_equal(got.rows_checked, 100);
+    assert_int_equal(got.blobs_checked, 2);
+    assert_int_equal(got.bytes_checked, 4096);
+    assert_int_equal(got.problems, 7); /* all of them, though 2 are detailed */
+    assert_int_equal(seen.n, 2);
+    for (size_t i = 0; i < 2; i++) {
+        assert_string_equal(seen.what[i], details[i].what);
+        assert_string_equal(seen.where[i], details[i].where);
+    }
+    assert_status(CPR_OK, cpr_wire_verify_response_decode(buf, len, &got, NULL, NULL));
+    free(buf);
+    assert_status(CPR_INVALID_ARGUMENT,
+                  cpr_wire_verify_response_encode(&rep, details, CPR_WIRE_MAX_PROBLEMS + 1,
+                                                  &buf, &len));
+
+    cpr_gc_report gr = {12, 3, 1u << 20, 2, 999999, 5555}, gback;
+    assert_status(CPR_OK, cpr_wire_gc_response_encode(&gr, &buf, &len));
+    assert_status(CPR_OK, cpr_wire_gc_response_decode(buf, len, &gback));
+    assert_int_equal(gback.floor, 12);
+    assert_int_equal(gback.parts_removed, 3);
+    assert_int_equal(gback.versions_removed, 1u << 20);
+    assert_int_equal(gback.uncommitted_removed, 2);
+    assert_int_equal(gback.bytes_before, 999999);
+    assert_int_equal(gback.bytes_after, 5555);
+    free(buf);
+}
+
+/* Stats travel with errors by gRPC code name: statuses that share a code
+ * come back as one (cpr_status_from_grpc of it). */
+static void test_stats_roundtrip(void **unused)
+{
+    (void)unused;
+    cpr_store_stats s, back;
+    uint8_t *buf;
+    size_t len;
+    memset(&s, 0, sizeof s);
+    s.jobs = 2;
+    s.parts_committed = 9;
+    s.parts_open = 1;
+    s.rows_in = 1000;
+    s.bytes_in = 52000;
+    s.rows_out = 400;
+    s.bytes_out = 20800;
+    s.store_bytes = 1u << 30;
+    s.errors[CPR_INVALID_ARGUMENT] = 3;
+    s.errors[CPR_NOT_FOUND] = 1;
+    s.errors[CPR_CORRUPT] = 6;
+    s.errors[CPR_IO] = 2;               /* UNAVAILABLE */
+    s.errors[CPR_UNAVAILABLE] = 1;      /* UNAVAILABLE */
+    s.errors[CPR_TIMEOUT] = 1;
+    s.errors[CPR_NO_MEMORY] = 4;        /* RESOURCE_EXHAUSTED */
+    s.errors[CPR_RESOURCE_EXHAUSTED] = 1;
+    s.errors[CPR_CUDA] = 5;             /* INTERNAL */
+    assert_status(CPR_OK, cpr_wire_stats_response_encode(&s, &buf, &len));
+    assert_status(CPR_OK, cpr_wire_stats_response_decode(buf, len, &back));
+    free(buf);
+    assert_int_equal(back.jobs, 2);
+    assert_int_equal(back.parts_committed, 9);
+    assert_int_equal(back.parts_open, 1);
+    assert_int_equal(back.rows_in, 1000);
+    assert_int_equal(back.bytes_in, 52000);
+    assert_int_equal(back.rows_out, 400);
+    assert_int_equal(back.bytes_out, 20800);
+    assert_int_equal(back.store_bytes, 1u << 30);
+    uint64_t want[CPR_STATUS_COUNT_] = {0};
+    want[CPR_INVALID_ARGUMENT] = 3;
+    want[CPR_NOT_FOUND] = 1;
+    want[CPR_CORRUPT] = 6;
+    want[CPR_UNAVAILABLE] = 3;
+    want[CPR_TIMEOUT] = 1;
+    want[CPR_RESOURCE_EXHAUSTED] = 5;
+    want[CPR_INTERNAL] = 5;
+    for (int st = 0; st < CPR_STATUS_COUNT_; st++)
+        if (back.errors[st] != want[st])
+            fail_msg("errors[%s] = %llu, want %llu", cpr_status_name((cpr_status)st),
+                     (unsigned long long)back.errors[st], (unsigned long long)want[st]);
+
+    /* errors { code: "WEIRD" count: 4 }: a code this build does not know. */
+    uint8_t weird[] = {0x32, 0x09, 0x0a, 0x05, 'W', 'E', 'I', 'R', 'D', 0x10, 0x04};
+    assert_status(CPR_OK, cpr_wire_stats_response_decode(weird, sizeof weird, &back));
+    assert_int_equal(back.errors[CPR_INTERNAL], 4);
+}
+
+static void test_admin_malformed(void **unused)
+{
+    (void)unused;
+    uint8_t garbage[] = {0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01};
+    uint8_t truncated[] = {0x0a, 0x10, 'a', 'b'};
+    cpr_wire_list v;
+    cpr_wire_gc g;
+    cpr_store_stats stats;
+    cpr_verify_report vr = {1, 1, 1, 1};
+    cpr_gc_report gr;
+    char **jobs = NULL;
+    size_t n = 0;
+    assert_status(CPR_INVALID_ARGUMENT, cpr_wire_list_jobs_decode(garbage, sizeof garbage));
+    assert_non_null(strstr(cpr_errmsg(), "ListJobsRequest"));
+    assert_status(CPR_INVALID_ARGUMENT, cpr_wire_verify_decode(truncated, sizeof truncated, &v));
+    assert_status(CPR_INVALID_ARGUMENT, cpr_wire_gc_decode(garbage, sizeof garbage, &g));
+    assert_non_null(strstr(cpr_errmsg(), "GcRequest"));
+    assert_status(CPR_INVALID_ARGUMENT,
+                  cpr_wire_stats_response_decode(garbage, sizeof garbage, &stats));
+    assert_status(CPR_INVALID_ARGUMENT,
+                  cpr_wire_list_jobs_response_decode(truncated, sizeof truncated, &jobs, &n));
+    assert_null(jobs); /* out-parameters untouched on failure */
+    assert_status(CPR_INVALID_ARGUMENT,
+                  cpr_wire_verify_response_decode(garbage, sizeof garbage, &vr, NULL, NULL));
+    assert_int_equal(vr.problems, 1);
+    assert_status(CPR_INVALID_ARGUMENT, cpr_wire_gc_response_decode(garbage, sizeof garbage, &gr));
+}
+
 /* What a restore callback does in ckptd: encode the batch as a response. */
 typedef struct sent {
     uint8_t *bufs[64];
@@ -290,6 +486,10 @@ int main(void)
         cmocka_unit_test(test_malformed),
         cmocka_unit_test(test_small_messages_roundtrip),
         cmocka_unit_test(test_end_to_end_through_store),
+        cmocka_unit_test(test_admin_requests_roundtrip),
+        cmocka_unit_test(test_admin_responses_roundtrip),
+        cmocka_unit_test(test_stats_roundtrip),
+        cmocka_unit_test(test_admin_malformed),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -7,6 +7,7 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
+#include <fcntl.h>
 #include <ftw.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -59,6 +60,19 @@ uint64_t tu_count_files(const char *path)
     files_counted = 0;
     nftw(path, count_one, 16, FTW_PHYS);
     return files_counted;
+}
+
+void tu_flip_byte(const char *path, uint64_t offset)
+{
+    int fd = open(path, O_RDWR);
+    unsigned char byte;
+    if (fd < 0)
+        fail_msg("cannot open %s to damage it", path);
+    assert_int_equal(pread(fd, &byte, 1, (off_t)offset), 1);
+    byte ^= 0xff;
+    assert_int_equal(pwrite(fd, &byte, 1, (off_t)offset), 1);
+    assert_int_equal(fsync(fd), 0);
+    close(fd);
 }
 
 static uint32_t mix(uint64_t x)

@@ -20,6 +20,9 @@ char *tu_mkdtemp(const char *prefix);
 void tu_rmtree(const char *path);
 /* Regular files (and other non-directories) under `path`, recursively; 0 if missing. */
 uint64_t tu_count_files(const char *path);
+/* Damage a file on disk: invert the byte at `offset` and fsync (in cmocka
+ * tests: fails the test if the file cannot be changed). */
+void tu_flip_byte(const char *path, uint64_t offset);
 
 /* In cmocka tests: fail with both status names and cpr_errmsg() unless
  * `expr` returns `want`. */

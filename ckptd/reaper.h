@@ -1,0 +1,24 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * ckptd's idle-part reaper: a thread that aborts parts no call has touched
+ * for the idle timeout (cpr_store_abort_idle), so that a client which dies
+ * between Begin and Commit (before its stream even opens, where no broken
+ * stream can tell) does not leave its part open until the daemon restarts.
+ */
+#ifndef CPR_REAPER_H
+#define CPR_REAPER_H
+
+#include "cpr/store.h"
+
+typedef struct cpr_reaper cpr_reaper;
+
+/* Start reaping `store` (borrowed: it must outlive the reaper) of parts idle
+ * for `idle_s` (> 0) seconds, checking every idle_s / 4 (at least 50 ms, at
+ * most 30 s). */
+cpr_status cpr_reaper_start(cpr_store *store, double idle_s, cpr_reaper **out);
+
+/* Wake the thread, wait for it to end (at once, unless it is aborting a
+ * part), free. NULL is a no-op. */
+void cpr_reaper_stop(cpr_reaper *reaper);
+
+#endif /* CPR_REAPER_H */

@@ -1,0 +1,304 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * ckptd and clients that go quiet, end to end on the real daemon: a part
+ * begun by a client that then vanishes is aborted after --idle-part-timeout-s
+ * (committed data untouched, a late Commit refused); a client that holds a
+ * PutRows stream open and sends nothing loses the call (its handler thread
+ * is freed: with --threads 1 the daemon serves others again) and its part;
+ * so does a client that stops reading a Restore (the call, that is); a
+ * stream that writes to a 65th part is refused with RESOURCE_EXHAUSTED and
+ * leaves nothing half-written; a stream to a daemon that is not there fails
+ * with gRPC's UNAVAILABLE and reason, not a generic message.
+ */
+#define _GNU_SOURCE
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "ckptd_harness.h"
+#include "testutil.h"
+
+#define QUIET_LIMIT_S 20.0 /* deadline for the daemon to act on a 1 s timeout */
+
+static cpr_status send_rows(cpr_rpc_stream *s, const cpr_part_id *id, uint64_t first,
+                            size_t n)
+{
+    uint64_t ids[100];
+    float values[800], state[100];
+    cpr_row_batch b;
+    uint8_t *buf;
+    size_t len;
+    assert_true(n <= 100);
+    for (size_t i = 0; i < n; i++)
+        ids[i] = first + i;
+    tu_fill_batch(&b, ch_table.table, ids, n, ch_table.dim, ch_table.state_dim,
+                  id->checkpoint, values, state);
+    assert_status(CPR_OK, cpr_wire_rows_encode(id, &b, 0, 0, &buf, &len));
+    cpr_status st = cpr_rpc_stream_send(s, buf, len);
+    free(buf);
+    return st;
+}
+
+/* A client dies after Begin, before any stream: the part is aborted. */
+static void test_idle_part_reaped(void **unused)
+{
+    (void)unused;
+    char *dir = tu_mkdtemp("cpr-idle-part");
+    const char *const idle_1s[] = {"--idle-part-timeout-s", "1", NULL};
+    ch_daemon d;
+    cpr_rpc *rpc;
+    cpr_part_id kept = {"kept", 0, 1}, idle = {"idle", 0, 1};
+    ch_start(&d, dir);
+    assert_status(CPR_OK, cpr_rpc_open(d.addr, &rpc));
+    assert_status(CPR_OK, ch_begin(rpc, "kept", 1));
+    assert_status(CPR_OK, ch_put_rows(rpc, &kept, 0, 500, 0, NULL, NULL));
+    assert_status(CPR_OK, ch_commit(rpc, &kept, 500));
+    cpr_rpc_close(rpc);
+    ch_stop(&d);
+
+    ch_start_args(&d, dir, idle_1s);
+    assert_status(CPR_OK, cpr_rpc_open(d.addr, &rpc));
+    assert_status(CPR_OK, ch_begin(rpc, "idle", 1)); /* ... and nothing more */
+    assert_true(ch_wait_no_open_parts(rpc, "idle", QUIET_LIMIT_S));
+    cpr_status late = ch_commit(rpc, &idle, 0);
+    assert_true(late == CPR_FAILED_PRECONDITION || late == CPR_NOT_FOUND);
+    uint64_t rows = 0;
+    int bad = 0;
+    assert_status(CPR_OK, ch_restore(rpc, "kept", 0, 1, &rows, &bad));
+    assert_int_equal(rows, 500);
+    assert_false(bad);
+    assert_status(CPR_OK, ch_begin(rpc, "idle", 1)); /* the id is free again */
+    cpr_rpc_close(rpc);
+    ch_stop(&d); /* exit 0: the reaper stops at once */
+    tu_rmtree(dir);
+    free(dir);
+}
+
+static int serving(void *ctx)
+{
+    uint8_t *resp = NULL;
+    size_t n = 0;
+    cpr_status st = cpr_rpc_unary(ctx, "/grpc.health.v1.Health/Check", (const uint8_t *)"", 0,
+                                  CH_TIMEOUT_S, &resp, &n);
+    free(resp);
+    return st == CPR_OK;
+}
+
+/* Refused because a call's handler was still winding down after its answer
+ * (the daemon counts handler threads; --threads 1 below)? */
+static int busy(cpr_status st)
+{
+    return st == CPR_UNAVAILABLE && strstr(cpr_errmsg(), "maximum of 1 calls") != NULL;
+}
+
+typedef struct commit_try {
+    cpr_rpc *rpc;
+    const cpr_part_id *id;
+    cpr_status st;
+} commit_try;
+
+static int commit_answered(void *ctx)
+{
+    commit_try *t = ctx;
+    t->st = ch_commit(t->rpc, t->id, 100);
+    return !busy(t->st);
+}
+
+/* Open a PutRows stream, send one batch and go quiet until the daemon
+ * serves others again; then the stream's status. */
+static cpr_status stall_once(cpr_rpc *rpc, const cpr_part_id *id)
+{
+    cpr_rpc_stream *s;
+    /* The client's own deadline is far away: only the daemon can end this. */
+    cpr_status st = cpr_rpc_stream_open(rpc, CH_SVC "PutRows", 600.0, &s);
+    if (st)
+        return st;
+    assert_status(CPR_OK, send_rows(s, id, 0, 100));
+    assert_true(ch_poll(serving, rpc, QUIET_LIMIT_S));
+    return cpr_rpc_stream_finish(s, NULL, NULL);
+}
+
+/* A client keeps a PutRows stream open and sends nothing after one batch. */
+static void test_stalled_stream_cancelled(void **unused)
+{
+    (void)unused;
+    char *dir = tu_mkdtemp("cpr-idle-stream");
+    /* One call at a time: while the stalled stream holds its handler, every
+     * other call is refused; serving again proves the handler was freed. */
+    const char *const args[] = {"--idle-part-timeout-s", "1", "--threads", "1", NULL};
+    ch_daemon d;
+    cpr_rpc *rpc;
+    cpr_part_id id = {"stall", 0, 1};
+    ch_start_args(&d, dir, args);
+    assert_status(CPR_OK, cpr_rpc_open(d.addr, &rpc));
+    assert_status(CPR_OK, ch_begin(rpc, "stall", 1));
+    cpr_status st;
+    int attempts = 0;
+    do /* busy: refused at its start, so it never stalled: again */
+        st = stall_once(rpc, &id);
+    while (busy(st) && ++attempts < 10);
+    /* The daemon ended the call with its reason; the part went with it. */
+    print_message("  stalled stream: %s: %s\n", cpr_status_name(st), cpr_errmsg());
+    assert_int_equal(st, CPR_TIMEOUT);
+    assert_non_null(strstr(cpr_errmsg(), "no message arrived on this stream for 1 s"));
+    assert_true(ch_wait_no_open_parts(rpc, "stall", QUIET_LIMIT_S));
+    commit_try late = {rpc, &id, CPR_OK};
+    assert_true(ch_poll(commit_answered, &late, QUIET_LIMIT_S));
+    assert_status(CPR_FAILED_PRECONDITION, late.st);
+    cpr_rpc_close(rpc);
+    ch_stop(&d);
+    tu_rmtree(dir);
+    free(dir);
+}
+
+/* 32 MiB of rows: far more than gRPC buffers for a reader that stalls
+ * (about 4 MiB here). */
+#define BIG_ROWS 8192
+#define BIG_DIM 1024
+
+typedef struct slow_reader {
+    cpr_rpc *rpc;
+    uint64_t batches;
+    int freed;     /* the daemon served others while this reader stalled */
+} slow_reader;
+
+/* Stalls on the first batch until the daemon has given up on the call. */
+static cpr_status read_slowly(void *ctx, const uint8_t *msg, size_t len)
+{
+    slow_reader *r = ctx;
+    (void)msg;
+    (void)len;
+    if (r->batches++ == 0)
+        r->freed = ch_poll(serving, r->rpc, QUIET_LIMIT_S);
+    return CPR_OK;
+}
+
+/* A client stops reading a Restore: the daemon cancels it after the idle
+ * timeout instead of blocking a handler thread until the client's deadline. */
+static void test_stalled_restore_cancelled(void **unused)
+{
+    (void)unused;
+    char *dir = tu_mkdtemp("cpr-idle-restore");
+    const char *const args[] = {"--idle-part-timeout-s", "1", "--threads", "1", NULL};
+    ch_daemon d;
+    cpr_rpc *rpc;
+    cpr_store *store;
+    cpr_table_schema wide = {.table = 1, .rows = BIG_ROWS, .dim = BIG_DIM};
+    cpr_part_spec spec = tu_part("big", 0, 1, 1, CPR_KIND_FULL, &wide, 1);
+    uint64_t *ids = malloc(BIG_ROWS * sizeof *ids);
+    tu_iota(ids, 0, BIG_ROWS);
+    cpr_store_options no_sync = {.no_sync = 1};
+    assert_status(CPR_OK, cpr_store_open(dir, &no_sync, &store)); /* written directly */
+    assert_status(CPR_OK, tu_write_part(store, &spec, ids, BIG_ROWS, 1024, 0, 1));
+    cpr_store_close(store);
+    free(ids);
+
+    ch_start_args(&d, dir, args); /* no call yet: the restore gets the only slot */
+    assert_status(CPR_OK, cpr_rpc_open(d.addr, &rpc));
+    cpr_restore_query q = {.job = "big", .batch_rows = 256}; /* 1 MiB messages */
+    slow_reader r = {.rpc = rpc};
+    uint8_t *buf;
+    size_t len;
+    assert_status(CPR_OK, cpr_wire_restore_encode(&q, &buf, &len));
+    cpr_status st = cpr_rpc_server_stream(rpc, CH_SVC "Restore", buf, len, 600.0, read_slowly,
+                                          &r);
+    free(buf);
+    print_message("  stalled restore: %llu batches, %s: %s\n", (unsigned long long)r.batches,
+                  cpr_status_name(st), cpr_errmsg());
+    assert_true(r.freed);
+    assert_int_equal(st, CPR_TIMEOUT);
+    assert_non_null(strstr(cpr_errmsg(), "read no message"));
+    assert_true(r.batches < BIG_ROWS / 256); /* cut off, not finished */
+    cpr_rpc_close(rpc);
+    ch_stop(&d);
+    tu_rmtree(dir);
+    free(dir);
+}
+
+#define WIDE_PARTS 65 /* one more than a stream may write to */
+
+static void test_stream_part_limit(void **unused)
+{
+    (void)unused;
+    char *dir = tu_mkdtemp("cpr-idle-wide");
+    ch_daemon d;
+    cpr_rpc *rpc;
+    cpr_rpc_stream *s;
+    ch_start(&d, dir);
+    assert_status(CPR_OK, cpr_rpc_open(d.addr, &rpc));
+    for (uint32_t shard = 0; shard < WIDE_PARTS; shard++)
+        assert_status(CPR_OK, ch_begin_part(rpc, "wide", shard, WIDE_PARTS, 1, CPR_KIND_FULL));
+    assert_status(CPR_OK, cpr_rpc_stream_open(rpc, CH_SVC "PutRows", CH_TIMEOUT_S, &s));
+    cpr_status st = CPR_OK;
+    for (uint32_t shard = 0; shard < WIDE_PARTS && st == CPR_OK; shard++) {
+        cpr_part_id id = {"wide", shard, 1};
+        st = send_rows(s, &id, shard * 10, 10);
+    }
+    st = cpr_rpc_stream_finish(s, NULL, NULL);
+    assert_int_equal(st, CPR_RESOURCE_EXHAUSTED);
+    assert_non_null(strstr(cpr_errmsg(), "at most 64 parts"));
+
+    /* The 64 parts the stream wrote to were aborted; the 65th was never
+     * written to: still open, empty. */
+    uint8_t *req, *resp;
+    size_t len, resp_len, n;
+    cpr_part_info *parts;
+    uint64_t cut;
+    assert_status(CPR_OK, cpr_wire_list_encode("wide", &req, &len));
+    assert_status(CPR_OK, cpr_rpc_unary(rpc, CH_SVC "List", req, len, CH_TIMEOUT_S, &resp,
+                                        &resp_len));
+    free(req);
+    assert_status(CPR_OK, cpr_wire_list_response_decode(resp, resp_len, &parts, &n, &cut));
+    free(resp);
+    assert_int_equal(n, 1);
+    assert_int_equal(parts[0].shard, WIDE_PARTS - 1);
+    assert_false(parts[0].committed);
+    assert_int_equal(parts[0].rows, 0);
+    free(parts);
+    cpr_rpc_close(rpc);
+    ch_stop(&d);
+    tu_rmtree(dir);
+    free(dir);
+}
+
+/* No daemon at the address: the stream's real status, not a guess. */
+static void test_stream_open_reports_status(void **unused)
+{
+    (void)unused;
+    char *dir = tu_mkdtemp("cpr-idle-gone");
+    ch_daemon d;
+    cpr_rpc *rpc;
+    cpr_rpc_stream *s = NULL;
+    ch_start(&d, dir);
+    ch_stop(&d); /* its port is now closed */
+    assert_status(CPR_OK, cpr_rpc_open(d.addr, &rpc));
+    /* The call fails as it starts (not wait-for-ready): the open says so. */
+    assert_status(CPR_UNAVAILABLE, cpr_rpc_stream_open(rpc, CH_SVC "PutRows", CH_TIMEOUT_S, &s));
+    assert_null(s);
+    assert_null(strstr(cpr_errmsg(), "cannot start the stream"));
+    assert_non_null(strstr(cpr_errmsg(), d.addr)); /* where, and gRPC's why */
+    print_message("  refused stream: %s\n", cpr_errmsg());
+    cpr_rpc_close(rpc);
+    tu_rmtree(dir);
+    free(dir);
+}
+
+int main(void)
+{
+    signal(SIGPIPE, SIG_IGN);
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_idle_part_reaped),
+        cmocka_unit_test(test_stalled_stream_cancelled),
+        cmocka_unit_test(test_stalled_restore_cancelled),
+        cmocka_unit_test(test_stream_part_limit),
+        cmocka_unit_test(test_stream_open_reports_status),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
