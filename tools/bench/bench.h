@@ -12,6 +12,7 @@
 #include <stdint.h>
 
 #include "cpr/status.h"
+#include "cpr/store.h"
 
 #define BENCH_MB 1e6 /* bench reports decimal megabytes */
 
@@ -23,6 +24,10 @@ typedef struct bench_opts {
     const char *dir;      /* working directory; NULL: a fresh temp dir */
     int keep;             /* 1: leave the working directory behind */
     int json;             /* 1: one JSON line on stdout instead of a table */
+    /* cpr-bench rpc only */
+    uint32_t shards[8];   /* shard counts to run, in order */
+    size_t n_shards;
+    const char *ckptd;    /* path of the ckptd binary */
 } bench_opts;
 
 /* CPU time used by the whole process (all threads) during a phase. */
@@ -47,7 +52,63 @@ typedef struct bench_result {
     bench_cpu ingest_cpu, restore_cpu;
 } bench_result;
 
-/* ---- bench_store.c: the store phases ------------------------------------ */
+/* Progress lines on stderr (bench_fs.c). */
+typedef struct bench_progress {
+    const char *what;   /* "writing FULL part" */
+    uint64_t total;
+    double last_print_s;
+    int last_pct;
+} bench_progress;
+
+/* ---- bench_store.c: the workload and the store phases -------------------- */
+
+#define BENCH_JOB "bench"
+#define FULL_CKPT 1
+#define PRIORITY_CKPT 2
+#define PRIORITY_ONE_IN 8      /* 12.5% of the rows */
+#define FULL_CHECK_ONE_IN 64   /* rows compared element by element */
+
+/* The rows of the workload, made so that generating them costs almost
+ * nothing in timed loops (bench_store.c says how). One per writer thread. */
+typedef struct bench_data {
+    uint32_t dim, state_dim;
+    size_t batch_rows;
+    /* batch_rows x dim values (and x state_dim state): a row with id `r` is
+     * pattern row r % batch_rows, except element 0, which is its tag. */
+    float *pattern_values;
+    float *pattern_state;
+    uint64_t *ids;             /* ids of the batch being sent */
+    float *values, *state;     /* PRIORITY rows gathered from the pattern */
+    uint64_t *priority_ids;    /* sorted, chosen before any timing */
+    size_t n_priority;
+} bench_data;
+
+cpr_status bench_data_init(bench_data *d, const bench_opts *opts);
+void bench_data_release(bench_data *d);
+/* 1 if row `id` is in the PRIORITY part (a pseudo-random 1 in 8, and row 0). */
+int bench_in_priority(uint64_t id);
+
+/* Prepare rows first..first+n-1 of a part: their ids in d->ids, their values
+ * and state behind the returned pointers, tags of checkpoint `ckpt`. FULL:
+ * `first` counts rows and must be a multiple of batch_rows; PRIORITY: it
+ * indexes d->priority_ids. */
+typedef void (*bench_fill_fn)(bench_data *d, uint64_t first, size_t n, uint64_t ckpt,
+                              float **values, float **state);
+void bench_fill_full(bench_data *d, uint64_t first, size_t n, uint64_t ckpt, float **values,
+                     float **state);
+void bench_fill_priority(bench_data *d, uint64_t first, size_t n, uint64_t ckpt,
+                         float **values, float **state);
+
+/* Checks restored rows (a cpr_row_fn): every row from next_id on arrives, in
+ * order, holding the version of the newest part that has it. */
+typedef struct bench_verifier {
+    const bench_data *d;
+    uint64_t next_id;   /* every row arrives, in ascending order */
+    uint64_t rows;
+    char problem[256];  /* first mismatch, "" if none */
+    bench_progress progress;
+} bench_verifier;
+cpr_status bench_check_batch(void *ctx, const cpr_row_batch *batch);
 
 /* Run the store phases in `store_dir` (which must not exist yet): ingest a
  * FULL and a PRIORITY part, close, drop the page cache of `store_dir`,
@@ -56,6 +117,16 @@ typedef struct bench_result {
  * when a restored row or the row count is not what was written. */
 cpr_status bench_store_run(const bench_opts *opts, const char *store_dir,
                            bench_result *res);
+
+/* ---- bench_rpc.c: the same workload through the client and ckptd ---------- */
+
+/* Start ckptd (opts->ckptd) on 127.0.0.1 over `data_dir`; `shards` writers
+ * ingest the FULL and PRIORITY parts through one client, concurrently (rows
+ * split into contiguous ranges); stop, drop the cache, restart; every shard
+ * restores and checks its rows. Fills the same fields as bench_store_run;
+ * CPU times include the daemon's. */
+cpr_status bench_rpc_run(const bench_opts *opts, const char *data_dir, uint32_t shards,
+                         bench_result *res);
 
 /* ---- bench_raw.c: the raw-disk baseline --------------------------------- */
 
@@ -81,16 +152,9 @@ cpr_status bench_remove_tree(const char *path);
 /* malloc'd "a/b"; NULL when out of memory. */
 char *bench_path_join(const char *a, const char *b);
 
-typedef struct bench_progress {
-    const char *what;   /* "writing FULL part" */
-    uint64_t total;
-    double last_print_s;
-    int last_pct;
-} bench_progress;
-
 void bench_progress_start(bench_progress *p, const char *what, uint64_t total);
 /* Print "cpr-bench: <what> ... NN%" to stderr, at most a few times a second
- * (and always at 100%). */
+ * (and always at 100%); nothing when `what` is NULL. */
 void bench_progress_update(bench_progress *p, uint64_t done);
 
 /* CPU time of the process so far. */

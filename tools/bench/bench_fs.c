@@ -176,6 +176,8 @@ void bench_progress_start(bench_progress *p, const char *what, uint64_t total)
 
 void bench_progress_update(bench_progress *p, uint64_t done)
 {
+    if (!p->what) /* a silent tracker (one of several threads) */
+        return;
     int pct = (int)(done >= p->total ? 100 : done * 100 / p->total);
     if (pct == p->last_pct)
         return;

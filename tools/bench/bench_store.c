@@ -18,25 +18,6 @@
 #include "cpr/store.h"
 #include "cpr_common.h"
 
-#define BENCH_JOB "bench"
-#define FULL_CKPT 1
-#define PRIORITY_CKPT 2
-#define PRIORITY_ONE_IN 8      /* 12.5% of the rows */
-#define FULL_CHECK_ONE_IN 64   /* rows compared element by element */
-
-typedef struct bench_data {
-    uint32_t dim, state_dim;
-    size_t batch_rows;
-    /* batch_rows x dim values (and x state_dim state): a row with id `r` is
-     * pattern row r % batch_rows, except element 0, which is its tag. */
-    float *pattern_values;
-    float *pattern_state;
-    uint64_t *ids;             /* ids of the batch being sent */
-    float *values, *state;     /* PRIORITY rows gathered from the pattern */
-    uint64_t *priority_ids;    /* sorted, chosen before any timing */
-    size_t n_priority;
-} bench_data;
-
 /* splitmix64's finaliser: a cheap, well-mixed hash of a row id. */
 static uint64_t mix64(uint64_t x)
 {
@@ -57,7 +38,7 @@ static float row_tag(uint64_t id, uint64_t ckpt)
 
 /* The PRIORITY part is a pseudo-random 1-in-8 subset, in ascending order;
  * row 0 is always in it so that the part is never empty. */
-static int in_priority(uint64_t id)
+int bench_in_priority(uint64_t id)
 {
     return id == 0 || mix64(id ^ 0x5bd1e995u) % PRIORITY_ONE_IN == 0;
 }
@@ -73,7 +54,7 @@ static void fill_noise(float *out, size_t n, uint64_t seed)
     }
 }
 
-static void data_release(bench_data *d)
+void bench_data_release(bench_data *d)
 {
     free(d->pattern_values);
     free(d->pattern_state);
@@ -89,7 +70,7 @@ static cpr_status choose_priority_rows(bench_data *d, uint64_t rows)
     size_t cap = (size_t)(rows / PRIORITY_ONE_IN) + 1024, n = 0;
     uint64_t *ids = malloc(cap * sizeof *ids);
     for (uint64_t id = 0; ids && id < rows; id++) {
-        if (!in_priority(id))
+        if (!bench_in_priority(id))
             continue;
         if (n == cap) {
             uint64_t *grown = realloc(ids, 2 * cap * sizeof *ids);
@@ -110,7 +91,7 @@ static cpr_status choose_priority_rows(bench_data *d, uint64_t rows)
     return CPR_OK;
 }
 
-static cpr_status data_init(bench_data *d, const bench_opts *opts)
+cpr_status bench_data_init(bench_data *d, const bench_opts *opts)
 {
     size_t b = opts->batch_rows;
     memset(d, 0, sizeof *d);
@@ -126,7 +107,7 @@ static cpr_status data_init(bench_data *d, const bench_opts *opts)
     }
     if (!d->pattern_values || !d->values || !d->ids ||
         (d->state_dim && (!d->pattern_state || !d->state))) {
-        data_release(d);
+        bench_data_release(d);
         return cpr_fail(CPR_NO_MEMORY, "out of memory for a batch of %zu rows", b);
     }
     fill_noise(d->pattern_values, b * d->dim, 0x243F6A8885A308D3ull);
@@ -134,16 +115,12 @@ static cpr_status data_init(bench_data *d, const bench_opts *opts)
         fill_noise(d->pattern_state, b * d->state_dim, 0x13198A2E03707344ull);
     cpr_status st = choose_priority_rows(d, opts->rows);
     if (st)
-        data_release(d);
+        bench_data_release(d);
     return st;
 }
 
 /* ---- ingest ---------------------------------------------------------------- */
 
-/* Prepare rows first..first+n-1 of a part: their ids in d->ids, their values
- * and state behind the returned pointers, tags of checkpoint `ckpt`. */
-typedef void (*fill_fn)(bench_data *d, uint64_t first, size_t n, uint64_t ckpt,
-                        float **values, float **state);
 
 static void set_tag(bench_data *d, float *values, float *state, size_t i,
                     uint64_t id, uint64_t ckpt)
@@ -156,7 +133,7 @@ static void set_tag(bench_data *d, float *values, float *state, size_t i,
 
 /* FULL: rows first..first+n-1; first is a multiple of batch_rows, so the
  * pattern is used in place. */
-static void fill_full(bench_data *d, uint64_t first, size_t n, uint64_t ckpt,
+void bench_fill_full(bench_data *d, uint64_t first, size_t n, uint64_t ckpt,
                       float **values, float **state)
 {
     for (size_t i = 0; i < n; i++) {
@@ -169,7 +146,7 @@ static void fill_full(bench_data *d, uint64_t first, size_t n, uint64_t ckpt,
 
 /* PRIORITY: the chosen rows first..first+n-1 of priority_ids, copied from
  * their pattern rows. */
-static void fill_priority(bench_data *d, uint64_t first, size_t n, uint64_t ckpt,
+void bench_fill_priority(bench_data *d, uint64_t first, size_t n, uint64_t ckpt,
                           float **values, float **state)
 {
     size_t dim = d->dim, sdim = d->state_dim;
@@ -209,7 +186,7 @@ typedef struct part_plan {
     uint64_t ckpt;
     cpr_kind kind;
     uint64_t n_rows;
-    fill_fn fill;
+    bench_fill_fn fill;
     const char *what;        /* progress label */
 } part_plan;
 
@@ -248,10 +225,10 @@ static cpr_status write_part(cpr_store *store, const bench_opts *opts,
 static cpr_status ingest(cpr_store *store, const bench_opts *opts, bench_data *d,
                          bench_result *res)
 {
-    part_plan full = {FULL_CKPT, CPR_KIND_FULL, opts->rows, fill_full,
+    part_plan full = {FULL_CKPT, CPR_KIND_FULL, opts->rows, bench_fill_full,
                       "writing FULL part"};
     part_plan priority = {PRIORITY_CKPT, CPR_KIND_PRIORITY, d->n_priority,
-                          fill_priority, "writing PRIORITY part"};
+                          bench_fill_priority, "writing PRIORITY part"};
     bench_cpu cpu0 = bench_cpu_now();
     double t0 = cpr_now_s();
     cpr_status st = write_part(store, opts, d, &full, &res->full_s);
@@ -267,15 +244,8 @@ static cpr_status ingest(cpr_store *store, const bench_opts *opts, bench_data *d
 
 /* ---- restore and verification ------------------------------------------ */
 
-typedef struct verifier {
-    const bench_data *d;
-    uint64_t next_id;   /* every row arrives, in ascending order */
-    uint64_t rows;
-    char problem[256];  /* first mismatch, "" if none */
-    bench_progress progress;
-} verifier;
 
-static cpr_status mismatch(verifier *v, const char *what, uint64_t id)
+static cpr_status mismatch(bench_verifier *v, const char *what, uint64_t id)
 {
     snprintf(v->problem, sizeof v->problem, "row %llu: %s",
              (unsigned long long)id, what);
@@ -284,14 +254,14 @@ static cpr_status mismatch(verifier *v, const char *what, uint64_t id)
 
 /* The restored row i of batch is the version of the newest part that has it;
  * its tag says which, and every 64th row is compared in full. */
-static cpr_status check_row(verifier *v, const cpr_row_batch *batch, size_t i)
+static cpr_status check_row(bench_verifier *v, const cpr_row_batch *batch, size_t i)
 {
     const bench_data *d = v->d;
     uint64_t id = batch->ids[i];
     if (id != v->next_id)
         return mismatch(v, "out of order, duplicated, or rows before it missing", id);
     v->next_id++;
-    uint64_t ckpt = in_priority(id) ? PRIORITY_CKPT : FULL_CKPT;
+    uint64_t ckpt = bench_in_priority(id) ? PRIORITY_CKPT : FULL_CKPT;
     const float *values = batch->values + i * d->dim;
     const float *state = d->state_dim ? batch->state + i * d->state_dim : NULL;
     float tag = row_tag(id, ckpt);
@@ -310,9 +280,9 @@ static cpr_status check_row(verifier *v, const cpr_row_batch *batch, size_t i)
     return CPR_OK;
 }
 
-static cpr_status check_batch(void *ctx, const cpr_row_batch *batch)
+cpr_status bench_check_batch(void *ctx, const cpr_row_batch *batch)
 {
-    verifier *v = ctx;
+    bench_verifier *v = ctx;
     const bench_data *d = v->d;
     uint64_t first = batch->n ? batch->ids[0] : v->next_id;
     if (batch->table != 0 || batch->values_count != batch->n * d->dim ||
@@ -337,11 +307,11 @@ static cpr_status restore(cpr_store *store, const bench_opts *opts,
     cpr_restore_query query = {.job = BENCH_JOB, .as_of = 0,
                                .batch_rows = opts->batch_rows};
     cpr_restore_result got = {0, 0, 0};
-    verifier v = {.d = d};
+    bench_verifier v = {.d = d};
     bench_progress_start(&v.progress, "restoring", opts->rows);
     bench_cpu cpu0 = bench_cpu_now();
     double t0 = cpr_now_s();
-    cpr_status st = cpr_store_restore(store, &query, check_batch, &v, &got);
+    cpr_status st = cpr_store_restore(store, &query, bench_check_batch, &v, &got);
     res->restore_s = cpr_now_s() - t0;
     res->restore_cpu = bench_cpu_since(cpu0, bench_cpu_now());
     if (v.problem[0]) {
@@ -400,7 +370,7 @@ cpr_status bench_store_run(const bench_opts *opts, const char *store_dir,
     bench_data d;
     cpr_store *store = NULL;
     res->row_bytes = 8 + 4 * (uint64_t)opts->dim + 4 * (uint64_t)opts->state_dim;
-    cpr_status st = bench_report(data_init(&d, opts), "preparing rows");
+    cpr_status st = bench_report(bench_data_init(&d, opts), "preparing rows");
     if (st)
         return st;
     st = open_store(store_dir, &store, &res->open_s);
@@ -415,6 +385,6 @@ cpr_status bench_store_run(const bench_opts *opts, const char *store_dir,
     st = restore(store, opts, &d, res);
 out:
     cpr_store_close(store);
-    data_release(&d);
+    bench_data_release(&d);
     return st;
 }

@@ -9,11 +9,13 @@
  * prints the results; bench_store.c, bench_raw.c and bench_fs.c do the work.
  */
 #include <errno.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
+#include <unistd.h>
 
 #include "bench.h"
 #include "cpr_common.h"
@@ -35,7 +37,9 @@ static void usage(FILE *out)
           "commands:\n"
           "  store       ingest and restore a checkpoint with the store and compare\n"
           "              with raw sequential O_DIRECT disk bandwidth\n"
-          "  rpc         (arrives with the ckptd issue)\n"
+          "  rpc         the same workload through the client library to a ckptd on\n"
+          "              127.0.0.1, by 1, 4 and 16 concurrent shards, against the\n"
+          "              store in-process and the raw disk\n"
           "  embedding   embedding-table forward/backward, tracking overhead, row\n"
           "              selection and gather, against memcpy bandwidth\n"
           "\n"
@@ -52,6 +56,14 @@ static void usage(FILE *out)
           "  --keep          leave the store and the raw test file in place\n"
           "  --json          print one JSON object on one line instead of a table\n"
           "  -h, --help      print this help\n"
+          "\n"
+          "cpr-bench rpc [the store options] [--shards S] [--ckptd PATH]\n"
+          "  runs cpr-bench store's measurements (as the baseline), then for each\n"
+          "  shard count S starts ckptd over DIR/rpc-S, has S threads write their\n"
+          "  share of the rows (one part each, through one client), stops it, drops\n"
+          "  the page cache, restarts it and restores every shard concurrently\n"
+          "  --shards S      run only this shard count (default: 1, 4 and 16)\n"
+          "  --ckptd PATH    the daemon (default: ../ckptd/ckptd beside cpr-bench)\n"
           "\n"
           "Progress goes to stderr. Exit status: 0 done and every restored row\n"
           "verified, 1 a failure or a wrong restored row, 2 bad command line.\n",
@@ -125,6 +137,24 @@ static int parse_one(int argc, char **argv, int *i, bench_opts *opts)
             set_num(opts, f, v);
             return 0;
         }
+    }
+    value = bench_flag_value(argc, argv, i, "--shards", &missing);
+    if (missing)
+        return -1;
+    if (value) {
+        uint64_t v;
+        if (bench_parse_u64("--shards", value, 1, 256, &v))
+            return -1;
+        opts->shards[0] = (uint32_t)v;
+        opts->n_shards = 1;
+        return 0;
+    }
+    value = bench_flag_value(argc, argv, i, "--ckptd", &missing);
+    if (missing)
+        return -1;
+    if (value) {
+        opts->ckptd = value;
+        return 0;
     }
     value = bench_flag_value(argc, argv, i, "--dir", &missing);
     if (missing || (value && value[0] == '\0')) {
@@ -290,7 +320,8 @@ typedef struct json_field {
     double value;
 } json_field;
 
-static int print_json(const bench_opts *opts, const bench_result *r, const char *dir)
+/* The measurements of one run as a JSON object (NULL when out of memory). */
+static cpr_json *result_json(const bench_opts *opts, const bench_result *r)
 {
     rates x = compute_rates(r);
     const json_field fields[] = {
@@ -335,9 +366,19 @@ static int print_json(const bench_opts *opts, const bench_result *r, const char 
     for (size_t i = 0; !failed && i < sizeof fields / sizeof fields[0]; i++)
         failed = cpr_json_add_number(root, fields[i].key, fields[i].value) != 0;
     failed = failed || cpr_json_add_bool(root, "raw_direct", r->raw_direct) ||
-             cpr_json_add_bool(root, "verified", 1) ||
-             cpr_json_add_bool(root, "kept", opts->keep) ||
-             cpr_json_add_string(root, "dir", dir) || cpr_json_print(root, stdout);
+             cpr_json_add_bool(root, "verified", 1);
+    if (failed) {
+        cpr_json_free(root);
+        return NULL;
+    }
+    return root;
+}
+
+static int print_json(const bench_opts *opts, const bench_result *r, const char *dir)
+{
+    cpr_json *root = result_json(opts, r);
+    int failed = !root || cpr_json_add_bool(root, "kept", opts->keep) ||
+                 cpr_json_add_string(root, "dir", dir) || cpr_json_print(root, stdout);
     cpr_json_free(root);
     if (failed)
         fprintf(stderr, "cpr-bench: could not print the JSON result\n");
@@ -418,6 +459,158 @@ out:
     return st || out_rc ? EXIT_FAILED : 0;
 }
 
+/* ---- cpr-bench rpc ------------------------------------------------------------ */
+
+/* ../ckptd/ckptd beside this executable (the build tree's layout). */
+static const char *default_ckptd(char *buf, size_t len)
+{
+    char self[PATH_MAX];
+    ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+    if (n <= 0)
+        return "ckptd";
+    self[n] = '\0';
+    char *slash = strrchr(self, '/');
+    if (slash)
+        *slash = '\0';
+    snprintf(buf, len, "%s/../ckptd/ckptd", self);
+    return buf;
+}
+
+typedef struct rpc_run {
+    uint32_t shards;
+    bench_result res;
+} rpc_run;
+
+static int print_rpc_json(const bench_opts *opts, const bench_result *store,
+                          const rpc_run *runs, size_t n, const char *dir)
+{
+    cpr_json *root = cpr_json_object(), *arr = cpr_json_array();
+    cpr_json *base = result_json(opts, store);
+    int failed = !root || !arr || !base || cpr_json_add_string(root, "bench", "rpc") ||
+                 cpr_json_add_child(root, "store", base);
+    if (failed)
+        cpr_json_free(base);
+    double store_ingest = compute_rates(store).ingest;
+    double store_restore = compute_rates(store).restore;
+    for (size_t i = 0; !failed && i < n; i++) {
+        cpr_json *o = result_json(opts, &runs[i].res);
+        rates x = compute_rates(&runs[i].res);
+        failed = !o || cpr_json_add_number(o, "shards", runs[i].shards) ||
+                 cpr_json_add_number(o, "ingest_vs_store", round3(ratio(x.ingest, store_ingest))) ||
+                 cpr_json_add_number(o, "restore_vs_store",
+                                     round3(ratio(x.restore, store_restore))) ||
+                 cpr_json_append(arr, o);
+        if (failed)
+            cpr_json_free(o);
+    }
+    failed = failed || cpr_json_add_child(root, "runs", arr);
+    if (failed)
+        cpr_json_free(arr);
+    failed = failed || cpr_json_add_bool(root, "kept", opts->keep) ||
+             cpr_json_add_string(root, "dir", dir) || cpr_json_print(root, stdout);
+    cpr_json_free(root);
+    if (failed)
+        fprintf(stderr, "cpr-bench: could not print the JSON result\n");
+    return failed ? -1 : 0;
+}
+
+static int print_rpc_table(const bench_opts *opts, const bench_result *store,
+                           const rpc_run *runs, size_t n, const char *dir)
+{
+    rates s = compute_rates(store);
+    printf("cpr-bench rpc: %llu rows x (dim %u + state %u) = %llu bytes/row, batches of "
+           "%zu\n  dir %s (O_DIRECT %s)\n\n", (unsigned long long)opts->rows, opts->dim,
+           opts->state_dim, (unsigned long long)store->row_bytes, opts->batch_rows, dir,
+           store->raw_direct ? "yes" : "NO: page cache");
+    printf("  raw write %.1f MB/s, raw read %.1f MB/s; store in-process: ingest %.1f MB/s "
+           "(%.3f x raw), restore %.1f MB/s (%.3f x raw)\n\n", s.raw_write, s.raw_read,
+           s.ingest, ratio(s.ingest, s.raw_write), s.restore, ratio(s.restore, s.raw_read));
+    printf("  %6s %12s %9s %9s %12s %9s %9s %16s\n", "shards", "ingest MB/s", "/raw",
+           "/store", "restore MB/s", "/raw", "/store", "cpu ingest u+s");
+    for (size_t i = 0; i < n; i++) {
+        rates x = compute_rates(&runs[i].res);
+        const bench_cpu *c = &runs[i].res.ingest_cpu;
+        printf("  %6u %12.1f %9.3f %9.3f %12.1f %9.3f %9.3f %7.2f+%.2f s\n", runs[i].shards,
+               x.ingest, ratio(x.ingest, s.raw_write), ratio(x.ingest, s.ingest), x.restore,
+               ratio(x.restore, s.raw_read), ratio(x.restore, s.restore), c->user_s, c->sys_s);
+    }
+    printf("\n  every restored row verified; cpu includes the daemon's\n");
+    return fflush(stdout) == 0 ? 0 : -1;
+}
+
+/* Each shard count in its own directory, removed after unless --keep. */
+static cpr_status run_rpc_counts(const bench_opts *opts, const workdir *wd,
+                                 const bench_result *store, rpc_run *runs)
+{
+    cpr_status st = CPR_OK;
+    for (size_t i = 0; st == CPR_OK && i < opts->n_shards; i++) {
+        char name[32];
+        snprintf(name, sizeof name, "rpc-%u", opts->shards[i]);
+        char *dir = bench_path_join(wd->dir, name);
+        if (!dir)
+            return cpr_fail(CPR_NO_MEMORY, "out of memory");
+        st = must_not_exist(dir);
+        runs[i].shards = opts->shards[i];
+        if (st == CPR_OK)
+            st = bench_rpc_run(opts, dir, opts->shards[i], &runs[i].res);
+        bench_report(st, "rpc");
+        /* The raw baseline is measured once, for every run. */
+        runs[i].res.raw_bytes = store->raw_bytes;
+        runs[i].res.raw_direct = store->raw_direct;
+        runs[i].res.raw_write_s = store->raw_write_s;
+        runs[i].res.raw_read_s = store->raw_read_s;
+        if (!opts->keep)
+            bench_report(bench_remove_tree(dir), "cleaning up");
+        free(dir);
+    }
+    return st;
+}
+
+static int cmd_rpc(int argc, char **argv)
+{
+    bench_opts opts;
+    bench_result store;
+    rpc_run runs[8];
+    workdir wd;
+    char ckptd[PATH_MAX + 32];
+    int parsed = parse_store_args(argc, argv, &opts), out_rc = 0;
+    if (parsed) {
+        if (parsed > 0)
+            usage(stdout);
+        return parsed > 0 ? 0 : EXIT_USAGE;
+    }
+    if (!opts.n_shards) {
+        const uint32_t counts[3] = {1, 4, 16};
+        memcpy(opts.shards, counts, sizeof counts);
+        opts.n_shards = 3;
+    }
+    if (!opts.ckptd)
+        opts.ckptd = default_ckptd(ckptd, sizeof ckptd);
+    memset(&store, 0, sizeof store);
+    memset(runs, 0, sizeof runs);
+    double t0 = cpr_now_s();
+    cpr_status st = bench_report(workdir_init(&opts, &wd), "preparing the working directory");
+    if (st)
+        goto out;
+    warn_if_small(wd.dir, opts.rows * (8 + 4 * ((uint64_t)opts.dim + opts.state_dim)));
+    store.raw_direct = bench_direct_supported(wd.dir);
+    st = bench_store_run(&opts, wd.store_dir, &store);
+    if (st == CPR_OK)
+        st = bench_raw_run(wd.raw_path, store.full_bytes, wd.dir, &store);
+    if (st == CPR_OK && !opts.keep) /* room for the daemon's copy */
+        st = bench_report(bench_remove_tree(wd.store_dir), "cleaning up");
+    if (st == CPR_OK)
+        st = run_rpc_counts(&opts, &wd, &store, runs);
+    if (st)
+        goto out;
+    store.total_s = cpr_now_s() - t0;
+    out_rc = opts.json ? print_rpc_json(&opts, &store, runs, opts.n_shards, wd.dir)
+                       : print_rpc_table(&opts, &store, runs, opts.n_shards, wd.dir);
+out:
+    workdir_release(&wd, &opts, st != CPR_ALREADY_EXISTS);
+    return st || out_rc ? EXIT_FAILED : 0;
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 2) {
@@ -432,10 +625,8 @@ int main(int argc, char **argv)
     }
     if (strcmp(cmd, "store") == 0)
         return cmd_store(argc - 2, argv + 2);
-    if (strcmp(cmd, "rpc") == 0) {
-        fprintf(stderr, "cpr-bench: 'rpc' arrives with the ckptd issue\n");
-        return EXIT_USAGE;
-    }
+    if (strcmp(cmd, "rpc") == 0)
+        return cmd_rpc(argc - 2, argv + 2);
     if (strcmp(cmd, "embedding") == 0)
         return bench_embedding_main(argc - 2, argv + 2);
     fprintf(stderr, "cpr-bench: unknown command '%s' (see cpr-bench --help)\n", cmd);

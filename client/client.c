@@ -1,0 +1,388 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * The client library's front: targets, placement of shards on nodes
+ * (rendezvous hashing), retries, and the calls that read or operate on a job
+ * across every node and merge the answers. Writing parts is part.c; talking
+ * to one node is node.c.
+ *
+ * Why the client computes cuts: a daemon sees only the shards placed on it,
+ * so with several nodes no daemon can tell whether checkpoint C is complete
+ * over all shards. The client merges every node's part list and applies the
+ * store's definition (cpr/store.h) to the union; consistent restores and GC
+ * floors then name that cut explicitly to each node.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "client_internal.h"
+#include "cpr_common.h"
+
+#define LOCAL_PREFIX "local://"
+#define GRPC_PREFIX "grpc://"
+#define MAX_NODES 256
+#define MAX_MESSAGE_BYTES ((size_t)16 << 20)
+#define MAX_TIMEOUT_S (30.0 * 24 * 3600)
+
+/* ---- options, open, close ------------------------------------------------------- */
+
+static void fill_defaults(cpr_client_options *o)
+{
+    if (!o->staging_bytes)
+        o->staging_bytes = (size_t)256 << 20;
+    if (o->staging_bytes < ((size_t)2 << 20))
+        o->staging_bytes = (size_t)2 << 20;
+    if (!o->message_bytes)
+        o->message_bytes = (size_t)1 << 20;
+    if (o->message_bytes > MAX_MESSAGE_BYTES) /* ckptd's default message limit is 64 MiB */
+        o->message_bytes = MAX_MESSAGE_BYTES;
+    if (o->message_bytes > o->staging_bytes / 2)
+        o->message_bytes = o->staging_bytes / 2; /* two messages always fit */
+    if (!(o->call_timeout_s > 0))
+        o->call_timeout_s = 30.0;
+    if (!(o->stream_timeout_s > 0))
+        o->stream_timeout_s = 3600.0;
+    if (o->call_timeout_s > MAX_TIMEOUT_S) /* also catches infinity */
+        o->call_timeout_s = MAX_TIMEOUT_S;
+    if (o->stream_timeout_s > MAX_TIMEOUT_S)
+        o->stream_timeout_s = MAX_TIMEOUT_S;
+    if (!o->retries)
+        o->retries = 3;
+    if (o->no_retries)
+        o->retries = 0;
+    if (!(o->backoff_s > 0))
+        o->backoff_s = 0.1;
+}
+
+static cpr_status add_node(cpr_client *c, cpr_node *n)
+{
+    cpr_node **grown = realloc(c->nodes, (c->n_nodes + 1) * sizeof *grown);
+    if (!grown) {
+        cpr_node_close(n);
+        return cpr_fail(CPR_NO_MEMORY, "out of memory opening a client");
+    }
+    c->nodes = grown;
+    c->nodes[c->n_nodes++] = n;
+    return CPR_OK;
+}
+
+/* "host:port,host:port": each non-empty, with a port, no duplicates. */
+static cpr_status open_grpc_nodes(cpr_client *c, const char *list)
+{
+    cpr_status st = CPR_OK;
+    const char *p = list;
+    while (st == CPR_OK) {
+        size_t len = strcspn(p, ",");
+        char host_port[256];
+        const char *colon = memrchr(p, ':', len);
+        if (len == 0 || len >= sizeof host_port || !colon || colon == p || colon + 1 == p + len)
+            return cpr_fail(CPR_INVALID_ARGUMENT, "target grpc://%s: node '%.*s' is not "
+                            "host:port (list nodes as grpc://host:port[,host:port...])", list,
+                            (int)len, p);
+        memcpy(host_port, p, len);
+        host_port[len] = '\0';
+        for (size_t i = 0; i < c->n_nodes; i++)
+            if (strcmp(cpr_node_name(c->nodes[i]), host_port) == 0)
+                return cpr_fail(CPR_INVALID_ARGUMENT, "target grpc://%s names node %s twice",
+                                list, host_port);
+        if (c->n_nodes == MAX_NODES)
+            return cpr_fail(CPR_INVALID_ARGUMENT, "target grpc://%s: more than %d nodes", list,
+                            MAX_NODES);
+        cpr_node *n;
+        st = cpr_node_open_grpc(host_port, &n);
+        if (st == CPR_OK)
+            st = add_node(c, n);
+        if (!p[len])
+            break;
+        p += len + 1;
+    }
+    return st;
+}
+
+cpr_status cpr_client_open(const char *target, const cpr_client_options *opts,
+                           cpr_client **out)
+{
+    if (!target || !out)
+        return cpr_fail(CPR_INVALID_ARGUMENT, "cpr_client_open: target and out must not be NULL");
+    cpr_client *c = calloc(1, sizeof *c);
+    if (!c)
+        return cpr_fail(CPR_NO_MEMORY, "out of memory opening a client");
+    if (opts)
+        c->opts = *opts;
+    fill_defaults(&c->opts);
+    pthread_mutex_init(&c->mu, NULL);
+    pthread_cond_init(&c->room, NULL);
+    cpr_status st;
+    if (strncmp(target, LOCAL_PREFIX, strlen(LOCAL_PREFIX)) == 0 &&
+        target[strlen(LOCAL_PREFIX)] == '/') {
+        cpr_node *n;
+        c->local = 1;
+        st = cpr_node_open_local(target + strlen(LOCAL_PREFIX), &c->opts.store, &n);
+        if (st == CPR_OK)
+            st = add_node(c, n);
+    } else if (strncmp(target, GRPC_PREFIX, strlen(GRPC_PREFIX)) == 0) {
+        st = open_grpc_nodes(c, target + strlen(GRPC_PREFIX));
+    } else {
+        st = cpr_fail(CPR_INVALID_ARGUMENT, "target '%.200s' is neither "
+                      "grpc://host:port[,host:port...] nor local:///absolute/path", target);
+    }
+    if (st) {
+        cpr_client_close(c);
+        return st;
+    }
+    *out = c;
+    return CPR_OK;
+}
+
+void cpr_client_close(cpr_client *c)
+{
+    if (!c)
+        return;
+    cpr_parts_abort_all(c);
+    for (size_t i = 0; i < c->n_nodes; i++)
+        cpr_node_close(c->nodes[i]);
+    free(c->nodes);
+    pthread_mutex_destroy(&c->mu);
+    pthread_cond_destroy(&c->room);
+    free(c);
+}
+
+/* ---- placement ------------------------------------------------------------------------ */
+
+static uint64_t fnv1a(uint64_t h, const void *data, size_t len)
+{
+    const uint8_t *p = data;
+    for (size_t i = 0; i < len; i++)
+        h = (h ^ p[i]) * 0x100000001b3ull;
+    return h;
+}
+
+static uint64_t mix64(uint64_t x) /* splitmix64's finaliser */
+{
+    x ^= x >> 30;
+    x *= 0xbf58476d1ce4e5b9ull;
+    x ^= x >> 27;
+    x *= 0x94d049bb133111ebull;
+    return x ^ (x >> 31);
+}
+
+size_t cpr_client_nodes(const cpr_client *c)
+{
+    return c->n_nodes;
+}
+
+/* Rendezvous (highest random weight): the node whose name scores highest
+ * for (job, shard). Depends only on the names, not on their order. */
+size_t cpr_client_node_of(const cpr_client *c, const char *job, uint32_t shard)
+{
+    uint8_t le[4] = {(uint8_t)shard, (uint8_t)(shard >> 8), (uint8_t)(shard >> 16),
+                     (uint8_t)(shard >> 24)};
+    uint64_t key = fnv1a(fnv1a(0xcbf29ce484222325ull, job, strlen(job) + 1), le, 4);
+    size_t best = 0;
+    uint64_t best_score = 0;
+    for (size_t i = 0; i < c->n_nodes; i++) {
+        const char *name = cpr_node_name(c->nodes[i]);
+        uint64_t score = mix64(key ^ fnv1a(0xcbf29ce484222325ull, name, strlen(name)));
+        if (i == 0 || score > best_score) {
+            best = i;
+            best_score = score;
+        }
+    }
+    return best;
+}
+
+/* ---- retries --------------------------------------------------------------------------- */
+
+static void pause_s(double s)
+{
+    struct timespec ts = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
+    }
+}
+
+int cpr_client_backoff(const cpr_client *c, unsigned attempt)
+{
+    if (attempt >= c->opts.retries)
+        return 0;
+    double backoff = c->opts.backoff_s * (double)(1u << (attempt < 16 ? attempt : 16));
+    cpr_log(CPR_LOG_INFO, "retrying in %.2f s after: %s", backoff, cpr_errmsg());
+    pause_s(backoff);
+    return 1;
+}
+
+cpr_status cpr_client_retry(const cpr_client *c, cpr_attempt_fn call, void *ctx)
+{
+    cpr_status st = call(ctx);
+    for (unsigned i = 0; st == CPR_UNAVAILABLE && cpr_client_backoff(c, i); i++)
+        st = call(ctx);
+    return st;
+}
+
+/* ---- list and cuts ------------------------------------------------------------------------ */
+
+typedef struct list_try {
+    cpr_client *c;
+    cpr_node *node;
+    const char *job;
+    cpr_part_info *parts;
+    size_t n;
+} list_try;
+
+static cpr_status list_once(void *ctx)
+{
+    list_try *t = ctx;
+    return cpr_node_list(t->node, t->job, t->c->opts.call_timeout_s, &t->parts, &t->n);
+}
+
+static int by_checkpoint_shard(const void *a, const void *b)
+{
+    const cpr_part_info *x = a, *y = b;
+    if (x->checkpoint != y->checkpoint)
+        return x->checkpoint < y->checkpoint ? -1 : 1;
+    return x->shard < y->shard ? -1 : x->shard > y->shard;
+}
+
+/* A part on a node other than the one its shard is placed on: the node set
+ * changed since it was written. Every reader that merges nodes refuses it,
+ * since the same shard's versions would be split over two stores. */
+static cpr_status misplaced(cpr_client *c, const char *job, uint32_t shard, size_t on)
+{
+    size_t home = cpr_client_node_of(c, job, shard);
+    return cpr_fail(CPR_FAILED_PRECONDITION, "job %s shard %u has parts on %s but this "
+                    "target places the shard on %s: the set of nodes changed since it was "
+                    "written; use the target it was written with (moving shards between "
+                    "nodes is not supported)", job, shard, cpr_node_name(c->nodes[on]),
+                    cpr_node_name(c->nodes[home]));
+}
+
+cpr_status cpr_client_list_checked(cpr_client *c, const char *job, int check_placement,
+                                   cpr_part_info **out, size_t *n)
+{
+    cpr_part_info *all = NULL;
+    size_t total = 0, found = 0;
+    cpr_status st = CPR_OK;
+    for (size_t i = 0; i < c->n_nodes && st == CPR_OK; i++) {
+        list_try t = {c, c->nodes[i], job, NULL, 0};
+        st = cpr_client_retry(c, list_once, &t);
+        if (st == CPR_NOT_FOUND) {
+            st = CPR_OK; /* no part of the job on this node */
+            continue;
+        }
+        if (st)
+            break;
+        found++;
+        for (size_t j = 0; check_placement && c->n_nodes > 1 && j < t.n; j++)
+            if (cpr_client_node_of(c, job, t.parts[j].shard) != i) {
+                st = misplaced(c, job, t.parts[j].shard, i);
+                break;
+            }
+        if (st) {
+            free(t.parts);
+            break;
+        }
+        cpr_part_info *grown = realloc(all, (total + t.n + 1) * sizeof *grown);
+        if (!grown) {
+            free(t.parts);
+            st = cpr_fail(CPR_NO_MEMORY, "out of memory listing job %s", job);
+            break;
+        }
+        all = grown;
+        if (t.n)
+            memcpy(all + total, t.parts, t.n * sizeof *t.parts);
+        total += t.n;
+        free(t.parts);
+    }
+    if (st == CPR_OK && !found)
+        st = cpr_fail(CPR_NOT_FOUND, "job %s has no parts on %s%s", job,
+                      c->n_nodes > 1 ? "any of the nodes, e.g. " : "",
+                      cpr_node_name(c->nodes[0]));
+    if (st) {
+        free(all);
+        return st;
+    }
+    qsort(all, total, sizeof *all, by_checkpoint_shard);
+    *out = all;
+    *n = total;
+    return CPR_OK;
+}
+
+cpr_status cpr_client_list(cpr_client *c, const char *job, cpr_part_info **out, size_t *n)
+{
+    if (!c || !job || !out || !n)
+        return cpr_fail(CPR_INVALID_ARGUMENT, "cpr_client_list: arguments must not be NULL");
+    return cpr_client_list_checked(c, job, 0, out, n);
+}
+
+/* Is checkpoint parts[first..end) (one checkpoint id, ordered by shard) a
+ * cut? The store's rule (catalog.c) over the committed parts: the lowest
+ * shard's num_shards n, and shards 0..n-1 each consistent with that n;
+ * shards beyond n do not matter. */
+static int is_cut(const cpr_part_info *parts, size_t first, size_t end)
+{
+    uint32_t n = 0, next = 0;
+    for (size_t i = first; i < end; i++) {
+        const cpr_part_info *p = &parts[i];
+        if (!p->committed)
+            continue; /* an open part of the same id does not spoil the cut */
+        if (next == 0)
+            n = p->num_shards;
+        if (next == n)
+            break;
+        if (p->shard != next || !p->consistent || p->num_shards != n)
+            return 0;
+        next++;
+    }
+    return n > 0 && next == n;
+}
+
+/* Cuts of a merged, sorted list, newest first; *cuts malloc'd. */
+static cpr_status cuts_of(const cpr_part_info *parts, size_t n, uint64_t **cuts, size_t *n_cuts)
+{
+    uint64_t *out = malloc((n + 1) * sizeof *out);
+    size_t k = 0;
+    if (!out)
+        return cpr_fail(CPR_NO_MEMORY, "out of memory");
+    for (size_t end = n; end > 0;) {
+        size_t first = end - 1;
+        while (first > 0 && parts[first - 1].checkpoint == parts[end - 1].checkpoint)
+            first--;
+        if (is_cut(parts, first, end))
+            out[k++] = parts[first].checkpoint;
+        end = first;
+    }
+    *cuts = out;
+    *n_cuts = k;
+    return CPR_OK;
+}
+
+cpr_status cpr_client_job_cuts(cpr_client *c, const char *job, uint64_t **cuts,
+                               size_t *n_cuts)
+{
+    cpr_part_info *parts = NULL;
+    size_t n = 0;
+    cpr_status st = cpr_client_list_checked(c, job, 1, &parts, &n);
+    if (st == CPR_OK)
+        st = cuts_of(parts, n, cuts, n_cuts);
+    free(parts);
+    return st;
+}
+
+cpr_status cpr_client_latest_cut(cpr_client *c, const char *job, uint64_t *cut)
+{
+    if (!c || !job || !cut)
+        return cpr_fail(CPR_INVALID_ARGUMENT, "cpr_client_latest_cut: arguments must not be NULL");
+    size_t n_cuts = 0;
+    uint64_t *cuts = NULL;
+    cpr_status st = cpr_client_job_cuts(c, job, &cuts, &n_cuts);
+    if (st)
+        return st;
+    if (n_cuts == 0)
+        st = cpr_fail(CPR_NOT_FOUND, "job %s has no consistent cut: no checkpoint id has a "
+                      "committed FULL (or complete DELTA) part of every shard", job);
+    if (st == CPR_OK)
+        *cut = cuts[0];
+    free(cuts);
+    return st;
+}

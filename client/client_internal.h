@@ -1,0 +1,103 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * Inside the client library. Four modules:
+ *   node.c    one storage node behind one interface: the store in-process
+ *             (local://) or a ckptd over cpr_rpc (grpc://). The only module
+ *             that knows which; it speaks the wire format through wire.h.
+ *   part.c    the asynchronous writer of a part: staging, its sender thread,
+ *             commit and abort.
+ *   client.c  targets, shard placement, retries, list and cuts merged over
+ *             nodes.
+ *   read.c    restores, blob reads and the operations calls (stats, verify,
+ *             gc) that fan out over nodes and merge.
+ */
+#ifndef CPR_CLIENT_INTERNAL_H
+#define CPR_CLIENT_INTERNAL_H
+
+#include <pthread.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "cpr/client.h"
+
+/* ---- node.c ------------------------------------------------------------------- */
+
+typedef struct cpr_node cpr_node;
+typedef struct cpr_node_writer cpr_node_writer;
+
+/* "local:///path" (store options from opts) or "host:port". */
+cpr_status cpr_node_open_local(const char *dir, const cpr_store_options *opts, cpr_node **out);
+cpr_status cpr_node_open_grpc(const char *host_port, cpr_node **out);
+void cpr_node_close(cpr_node *node);
+const char *cpr_node_name(const cpr_node *node);
+
+cpr_status cpr_node_begin(cpr_node *node, const cpr_part_spec *spec, double timeout_s);
+cpr_status cpr_node_commit(cpr_node *node, const cpr_part_id *id, uint64_t rows,
+                           double timeout_s);
+cpr_status cpr_node_abort(cpr_node *node, const cpr_part_id *id, double timeout_s);
+
+/* The data path of one part: streams opened on first use, finished by
+ * cpr_node_writer_close (which frees the writer whatever it returns). */
+cpr_status cpr_node_writer_open(cpr_node *node, const cpr_part_id *id, double timeout_s,
+                                cpr_node_writer **out);
+cpr_status cpr_node_writer_rows(cpr_node_writer *w, const cpr_row_batch *batch);
+cpr_status cpr_node_writer_blob(cpr_node_writer *w, const char *name, uint64_t offset,
+                                const void *data, size_t len, uint32_t crc32c);
+cpr_status cpr_node_writer_close(cpr_node_writer *w);
+
+cpr_status cpr_node_list(cpr_node *node, const char *job, double timeout_s,
+                         cpr_part_info **parts, size_t *n);
+/* Rows are checked against their checksum before `fn` sees them. */
+cpr_status cpr_node_restore(cpr_node *node, const cpr_restore_query *q, double timeout_s,
+                            cpr_row_fn fn, void *ctx, uint64_t *rows, uint64_t *bytes);
+/* fn(ctx, size, offset, data, len) per chunk, checked; size is the blob's length. */
+typedef cpr_status (*cpr_node_chunk_fn)(void *ctx, uint64_t size, uint64_t offset,
+                                        const void *data, size_t len);
+cpr_status cpr_node_read_blob(cpr_node *node, const cpr_part_id *id, const char *name,
+                              double timeout_s, cpr_node_chunk_fn fn, void *ctx);
+cpr_status cpr_node_stats(cpr_node *node, double timeout_s, cpr_store_stats *out);
+cpr_status cpr_node_list_jobs(cpr_node *node, double timeout_s, char ***jobs, size_t *n);
+cpr_status cpr_node_verify(cpr_node *node, const char *job, double timeout_s,
+                           cpr_problem_fn fn, void *ctx, cpr_verify_report *report);
+/* floor > 0: raise `job`'s floor to it; else keep `keep` cuts computed by the node. */
+cpr_status cpr_node_gc(cpr_node *node, const char *job, uint32_t keep, uint64_t floor,
+                       double timeout_s, cpr_gc_report *report);
+
+/* ---- client.c ------------------------------------------------------------------ */
+
+struct cpr_client {
+    cpr_client_options opts;   /* defaults filled in */
+    cpr_node **nodes;
+    size_t n_nodes;
+    int local;
+    /* Staging (part.c): bytes held by queued puts of every part, <= limit. */
+    pthread_mutex_t mu;
+    pthread_cond_t room;
+    size_t staged_bytes;
+    cpr_part *parts;           /* open parts, for close */
+};
+
+/* Run `call` up to 1 + retries times while it returns CPR_UNAVAILABLE,
+ * pausing with exponential backoff in between. */
+typedef cpr_status (*cpr_attempt_fn)(void *ctx);
+cpr_status cpr_client_retry(const cpr_client *c, cpr_attempt_fn call, void *ctx);
+/* Before retry number `attempt` (0-based): 0 if no retries are left, else
+ * pause for the backoff and return 1. */
+int cpr_client_backoff(const cpr_client *c, unsigned attempt);
+
+/* cpr_client_list; with check_placement, a part found on a node other than
+ * its shard's fails with CPR_FAILED_PRECONDITION (the node set changed). */
+cpr_status cpr_client_list_checked(cpr_client *c, const char *job, int check_placement,
+                                   cpr_part_info **out, size_t *n);
+
+/* Consistent cuts of `job` over every node, newest first (*cuts malloc'd;
+ * *n_cuts may be 0). */
+cpr_status cpr_client_job_cuts(cpr_client *c, const char *job, uint64_t **cuts,
+                               size_t *n_cuts);
+
+/* ---- part.c --------------------------------------------------------------------- */
+
+/* Abort and free every part still open (cpr_client_close). */
+void cpr_parts_abort_all(cpr_client *c);
+
+#endif /* CPR_CLIENT_INTERNAL_H */

@@ -1,0 +1,386 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * One storage node behind one interface (client_internal.h): the store
+ * in-process for local://, or a ckptd reached through cpr_rpc, speaking the
+ * messages of wire.h. Everything the remote path receives is checked here
+ * (checksums of rows and chunks) before the rest of the library sees it, so
+ * both transports hand callers the same verified data.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "client_internal.h"
+#include "cpr/crc32c.h"
+#include "cpr_common.h"
+#include "rpc.h"
+#include "wire.h"
+
+#define SVC "/cpr.v1.Checkpoint/"
+
+struct cpr_node {
+    char name[256];
+    cpr_store *store; /* local:// */
+    cpr_rpc *rpc;     /* grpc:// */
+};
+
+struct cpr_node_writer {
+    cpr_node *node;
+    cpr_part_id id;
+    char job[CPR_NAME_MAX + 1];
+    double timeout_s;
+    cpr_rpc_stream *rows;  /* opened on first use */
+    cpr_rpc_stream *blobs;
+};
+
+cpr_status cpr_node_open_local(const char *dir, const cpr_store_options *opts, cpr_node **out)
+{
+    cpr_node *n = calloc(1, sizeof *n);
+    if (!n)
+        return cpr_fail(CPR_NO_MEMORY, "out of memory opening a client");
+    snprintf(n->name, sizeof n->name, "local://%s", dir);
+    cpr_status st = cpr_store_open(dir, opts, &n->store);
+    if (st) {
+        free(n);
+        return st;
+    }
+    *out = n;
+    return CPR_OK;
+}
+
+cpr_status cpr_node_open_grpc(const char *host_port, cpr_node **out)
+{
+    cpr_node *n = calloc(1, sizeof *n);
+    if (!n)
+        return cpr_fail(CPR_NO_MEMORY, "out of memory opening a client");
+    snprintf(n->name, sizeof n->name, "%s", host_port);
+    cpr_status st = cpr_rpc_open(host_port, &n->rpc);
+    if (st) {
+        free(n);
+        return st;
+    }
+    *out = n;
+    return CPR_OK;
+}
+
+void cpr_node_close(cpr_node *n)
+{
+    if (!n)
+        return;
+    cpr_store_close(n->store);
+    cpr_rpc_close(n->rpc);
+    free(n);
+}
+
+const char *cpr_node_name(const cpr_node *n)
+{
+    return n->name;
+}
+
+/* A unary call whose request was encoded by the caller (taken: freed here). */
+static cpr_status unary(cpr_node *n, const char *method, cpr_status enc, uint8_t *req,
+                        size_t len, double timeout_s, uint8_t **resp, size_t *resp_len)
+{
+    uint8_t *ignored = NULL;
+    size_t ignored_len = 0;
+    if (enc)
+        return enc;
+    cpr_status st = cpr_rpc_unary(n->rpc, method, req, len, timeout_s,
+                                  resp ? resp : &ignored, resp ? resp_len : &ignored_len);
+    free(req);
+    free(ignored);
+    return st;
+}
+
+cpr_status cpr_node_begin(cpr_node *n, const cpr_part_spec *spec, double timeout_s)
+{
+    if (n->store)
+        return cpr_store_begin(n->store, spec);
+    uint8_t *req = NULL;
+    size_t len = 0;
+    cpr_status enc = cpr_wire_begin_encode(spec, &req, &len);
+    return unary(n, SVC "Begin", enc, req, len, timeout_s, NULL, NULL);
+}
+
+cpr_status cpr_node_commit(cpr_node *n, const cpr_part_id *id, uint64_t rows, double timeout_s)
+{
+    if (n->store)
+        return cpr_store_commit(n->store, id, rows);
+    uint8_t *req = NULL;
+    size_t len = 0;
+    cpr_status enc = cpr_wire_commit_encode(id, rows, &req, &len);
+    return unary(n, SVC "Commit", enc, req, len, timeout_s, NULL, NULL);
+}
+
+cpr_status cpr_node_abort(cpr_node *n, const cpr_part_id *id, double timeout_s)
+{
+    if (n->store)
+        return cpr_store_abort(n->store, id);
+    uint8_t *req = NULL;
+    size_t len = 0;
+    cpr_status enc = cpr_wire_abort_encode(id, &req, &len);
+    return unary(n, SVC "Abort", enc, req, len, timeout_s, NULL, NULL);
+}
+
+/* ---- the data path of a part ------------------------------------------------------ */
+
+cpr_status cpr_node_writer_open(cpr_node *n, const cpr_part_id *id, double timeout_s,
+                                cpr_node_writer **out)
+{
+    cpr_node_writer *w = calloc(1, sizeof *w);
+    if (!w)
+        return cpr_fail(CPR_NO_MEMORY, "out of memory starting a part's writer");
+    w->node = n;
+    snprintf(w->job, sizeof w->job, "%s", id->job);
+    w->id = (cpr_part_id){w->job, id->shard, id->checkpoint};
+    w->timeout_s = timeout_s;
+    *out = w;
+    return CPR_OK;
+}
+
+static cpr_status send_on(cpr_node_writer *w, cpr_rpc_stream **s, const char *method,
+                          uint8_t *msg, size_t len)
+{
+    cpr_status st = CPR_OK;
+    if (!*s)
+        st = cpr_rpc_stream_open(w->node->rpc, method, w->timeout_s, s);
+    if (st == CPR_OK)
+        st = cpr_rpc_stream_send(*s, msg, len);
+    free(msg);
+    if (st != CPR_OK && *s) {
+        /* The stream ended: its status (the server's reason) is the error. */
+        cpr_status end = cpr_rpc_stream_finish(*s, NULL, NULL);
+        *s = NULL;
+        if (end != CPR_OK)
+            st = end;
+    }
+    return st;
+}
+
+cpr_status cpr_node_writer_rows(cpr_node_writer *w, const cpr_row_batch *b)
+{
+    if (w->node->store)
+        return cpr_store_put_rows(w->node->store, &w->id, b);
+    uint8_t *msg = NULL;
+    size_t len = 0;
+    cpr_status st = cpr_wire_rows_encode(&w->id, b, 0, 0, &msg, &len);
+    return st ? st : send_on(w, &w->rows, SVC "PutRows", msg, len);
+}
+
+cpr_status cpr_node_writer_blob(cpr_node_writer *w, const char *name, uint64_t offset,
+                                const void *data, size_t len, uint32_t crc32c)
+{
+    if (w->node->store)
+        return cpr_store_put_blob(w->node->store, &w->id, name, offset, data, len, crc32c);
+    uint8_t *msg = NULL;
+    size_t n = 0;
+    cpr_status st = cpr_wire_chunk_encode(&w->id, name, offset, 0, data, len, crc32c, &msg, &n);
+    return st ? st : send_on(w, &w->blobs, SVC "PutBlob", msg, n);
+}
+
+cpr_status cpr_node_writer_close(cpr_node_writer *w)
+{
+    cpr_status st = CPR_OK;
+    if (w->rows)
+        st = cpr_rpc_stream_finish(w->rows, NULL, NULL);
+    if (w->blobs) {
+        cpr_status b = cpr_rpc_stream_finish(w->blobs, NULL, NULL);
+        if (st == CPR_OK)
+            st = b;
+    }
+    free(w);
+    return st;
+}
+
+/* ---- reads ----------------------------------------------------------------------------- */
+
+cpr_status cpr_node_list(cpr_node *n, const char *job, double timeout_s, cpr_part_info **parts,
+                         size_t *count)
+{
+    if (n->store)
+        return cpr_store_list(n->store, job, parts, count);
+    uint8_t *req = NULL, *resp = NULL;
+    size_t len = 0, resp_len = 0;
+    uint64_t cut;
+    cpr_status st = cpr_wire_list_encode(job, &req, &len);
+    st = unary(n, SVC "List", st, req, len, timeout_s, &resp, &resp_len);
+    if (st == CPR_OK)
+        st = cpr_wire_list_response_decode(resp, resp_len, parts, count, &cut);
+    free(resp);
+    return st;
+}
+
+typedef struct rows_in {
+    cpr_node *node;
+    cpr_row_fn fn;
+    void *ctx;
+    uint64_t rows, bytes;
+} rows_in;
+
+static cpr_status count_rows(rows_in *in, const cpr_row_batch *b)
+{
+    in->rows += b->n;
+    in->bytes += b->n * 8 + (b->values_count + b->state_count) * 4;
+    return in->fn(in->ctx, b);
+}
+
+static cpr_status local_rows(void *ctx, const cpr_row_batch *b)
+{
+    return count_rows(ctx, b);
+}
+
+static cpr_status remote_rows(void *ctx, const uint8_t *msg, size_t len)
+{
+    rows_in *in = ctx;
+    cpr_wire_rows w;
+    cpr_status st = cpr_wire_rows_decode(msg, len, &w);
+    if (st)
+        return st;
+    const cpr_row_batch *b = &w.batch;
+    if (b->n && (b->values_count != b->n * (size_t)w.dim ||
+                 b->state_count != b->n * (size_t)w.state_dim))
+        st = cpr_fail(CPR_INTERNAL, "%s sent a row batch whose lengths do not match its dim",
+                      in->node->name);
+    else if (cpr_crc32c_rows(b->ids, b->n, b->values, b->values_count, b->state,
+                             b->state_count) != b->crc32c)
+        st = cpr_fail(CPR_CORRUPT, "%s: a restored row batch of table %u failed its checksum "
+                      "in transit", in->node->name, b->table);
+    else
+        st = count_rows(in, b);
+    cpr_wire_rows_release(&w);
+    return st;
+}
+
+cpr_status cpr_node_restore(cpr_node *n, const cpr_restore_query *q, double timeout_s,
+                            cpr_row_fn fn, void *ctx, uint64_t *rows, uint64_t *bytes)
+{
+    rows_in in = {n, fn, ctx, 0, 0};
+    cpr_status st;
+    if (n->store) {
+        st = cpr_store_restore(n->store, q, local_rows, &in, NULL);
+    } else {
+        uint8_t *req = NULL;
+        size_t len = 0;
+        st = cpr_wire_restore_encode(q, &req, &len);
+        if (st == CPR_OK)
+            st = cpr_rpc_server_stream(n->rpc, SVC "Restore", req, len, timeout_s,
+                                       remote_rows, &in);
+        free(req);
+    }
+    *rows = in.rows;
+    *bytes = in.bytes;
+    return st;
+}
+
+typedef struct chunks_in {
+    cpr_node *node;
+    cpr_node_chunk_fn fn;
+    void *ctx;
+    uint64_t size;
+} chunks_in;
+
+static cpr_status local_chunk(void *ctx, uint64_t offset, const void *data, size_t len)
+{
+    chunks_in *in = ctx;
+    return in->fn(in->ctx, in->size, offset, data, len);
+}
+
+static cpr_status remote_chunk(void *ctx, const uint8_t *msg, size_t len)
+{
+    chunks_in *in = ctx;
+    cpr_wire_chunk c;
+    cpr_status st = cpr_wire_chunk_decode(msg, len, &c);
+    if (st)
+        return st;
+    if (cpr_crc32c(0, c.data, c.len) != c.crc32c)
+        st = cpr_fail(CPR_CORRUPT, "%s: chunk at offset %llu of blob %s failed its checksum "
+                      "in transit", in->node->name, (unsigned long long)c.offset, c.name);
+    else
+        st = in->fn(in->ctx, c.size, c.offset, c.data, c.len);
+    cpr_wire_chunk_release(&c);
+    return st;
+}
+
+cpr_status cpr_node_read_blob(cpr_node *n, const cpr_part_id *id, const char *name,
+                              double timeout_s, cpr_node_chunk_fn fn, void *ctx)
+{
+    chunks_in in = {n, fn, ctx, 0};
+    if (n->store) {
+        cpr_status st = cpr_store_read_blob(n->store, id, name, &in.size, local_chunk, &in);
+        /* An empty blob has no chunks: tell the reader its size all the same. */
+        return st == CPR_OK && in.size == 0 ? fn(ctx, 0, 0, NULL, 0) : st;
+    }
+    uint8_t *req = NULL;
+    size_t len = 0;
+    cpr_status st = cpr_wire_getblob_encode(id, name, &req, &len);
+    if (st == CPR_OK)
+        st = cpr_rpc_server_stream(n->rpc, SVC "GetBlob", req, len, timeout_s, remote_chunk,
+                                   &in);
+    free(req);
+    return st;
+}
+
+/* ---- operations ------------------------------------------------------------------------ */
+
+cpr_status cpr_node_stats(cpr_node *n, double timeout_s, cpr_store_stats *out)
+{
+    if (n->store)
+        return cpr_store_stats_get(n->store, out);
+    uint8_t *resp = NULL;
+    size_t resp_len = 0;
+    uint8_t *req = calloc(1, 1); /* StatsRequest is empty */
+    cpr_status st = req ? CPR_OK : cpr_fail(CPR_NO_MEMORY, "out of memory");
+    st = unary(n, SVC "Stats", st, req, 0, timeout_s, &resp, &resp_len);
+    if (st == CPR_OK)
+        st = cpr_wire_stats_response_decode(resp, resp_len, out);
+    free(resp);
+    return st;
+}
+
+cpr_status cpr_node_list_jobs(cpr_node *n, double timeout_s, char ***jobs, size_t *count)
+{
+    if (n->store)
+        return cpr_store_list_jobs(n->store, jobs, count);
+    uint8_t *req = NULL, *resp = NULL;
+    size_t len = 0, resp_len = 0;
+    cpr_status st = cpr_wire_list_jobs_encode(&req, &len);
+    st = unary(n, SVC "ListJobs", st, req, len, timeout_s, &resp, &resp_len);
+    if (st == CPR_OK)
+        st = cpr_wire_list_jobs_response_decode(resp, resp_len, jobs, count);
+    free(resp);
+    return st;
+}
+
+cpr_status cpr_node_verify(cpr_node *n, const char *job, double timeout_s, cpr_problem_fn fn,
+                           void *ctx, cpr_verify_report *report)
+{
+    if (n->store)
+        return cpr_store_verify(n->store, job, fn, ctx, report);
+    uint8_t *req = NULL, *resp = NULL;
+    size_t len = 0, resp_len = 0;
+    cpr_status st = cpr_wire_verify_encode(job, &req, &len);
+    st = unary(n, SVC "Verify", st, req, len, timeout_s, &resp, &resp_len);
+    if (st == CPR_OK)
+        st = cpr_wire_verify_response_decode(resp, resp_len, report, fn, ctx);
+    free(resp);
+    if (st == CPR_OK && report->problems)
+        st = cpr_fail(CPR_CORRUPT, "%s: %llu problem(s) found", n->name,
+                      (unsigned long long)report->problems);
+    return st;
+}
+
+cpr_status cpr_node_gc(cpr_node *n, const char *job, uint32_t keep, uint64_t floor,
+                       double timeout_s, cpr_gc_report *report)
+{
+    if (n->store)
+        return floor ? cpr_store_gc_floor(n->store, job, floor, report)
+                     : cpr_store_gc(n->store, job, keep, report);
+    uint8_t *req = NULL, *resp = NULL;
+    size_t len = 0, resp_len = 0;
+    cpr_status st = cpr_wire_gc_encode(job, keep, floor, &req, &len);
+    st = unary(n, SVC "Gc", st, req, len, timeout_s, &resp, &resp_len);
+    if (st == CPR_OK)
+        st = cpr_wire_gc_response_decode(resp, resp_len, report);
+    free(resp);
+    return st;
+}

@@ -1,0 +1,540 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * The asynchronous writer of one part. Puts copy the caller's data into
+ * staged items (at most about message_bytes each) and queue them; the part's
+ * sender thread computes checksums and hands the items to the node, in
+ * order. Commit drains the queue, closes the streams and commits.
+ *
+ * Invariants
+ *  P1. client->staged_bytes is the sum of the `charge` of every item that
+ *      exists (queued or being sent) in any part, and never exceeds
+ *      opts.staging_bytes: a put waits on client->room until its item fits.
+ *      Every item is charged when created and discharged when freed.
+ *  P2. part->error, once set, never changes; after it the sender discards
+ *      queued items instead of sending them, so a put blocked on room always
+ *      wakes (P1) and then reports the error.
+ *  P3. Items reach the node in the order the puts were made (one queue, one
+ *      sender), so "ascending id order" and blob offsets hold on the wire.
+ *  P4. The sender thread exits only after `closing` is set and the queue is
+ *      empty; commit/abort join it before touching the node again, so no
+ *      call on the part's writer races a Commit or Abort.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "client_internal.h"
+#include "cpr/crc32c.h"
+#include "cpr_common.h"
+
+#define MAX_ITEM_ROWS ((size_t)1 << 24) /* the store's rows per put */
+
+typedef struct item {
+    struct item *next;
+    size_t charge;        /* bytes counted against staging (P1) */
+    int is_blob;
+    uint32_t table;       /* rows */
+    size_t n, values_count, state_count;
+    char name[CPR_NAME_MAX + 1]; /* blob */
+    uint64_t offset;
+    size_t len;
+    _Alignas(8) uint8_t data[]; /* rows: ids | values | state; blob: bytes */
+} item;
+
+typedef struct schema {
+    uint32_t table, dim, state_dim;
+} schema;
+
+struct cpr_part {
+    cpr_client *client;
+    cpr_node *node;
+    char job[CPR_NAME_MAX + 1];
+    cpr_part_id id;
+    schema *tables;
+    size_t n_tables;
+    char **blob_names;
+    size_t n_blobs;
+    cpr_node_writer *writer;
+    pthread_t sender;
+    pthread_mutex_t mu;
+    pthread_cond_t wake;     /* items queued or closing */
+    item *head, *tail;
+    int closing;
+    cpr_status error;        /* P2 */
+    char errmsg[1024];
+    cpr_part_progress progress;
+    cpr_part *next_open;     /* client->parts, under client->mu */
+};
+
+/* ---- staging (P1) ------------------------------------------------------------------ */
+
+static void discharge(cpr_client *c, size_t charge)
+{
+    pthread_mutex_lock(&c->mu);
+    c->staged_bytes -= charge;
+    pthread_cond_broadcast(&c->room);
+    pthread_mutex_unlock(&c->mu);
+}
+
+static void item_free(cpr_part *p, item *it)
+{
+    discharge(p->client, it->charge);
+    free(it);
+}
+
+/* Wait for room, then allocate an item of `payload` bytes. NULL + status on
+ * failure (the part's error, or no memory). */
+static item *item_new(cpr_part *p, size_t payload, cpr_status *st)
+{
+    cpr_client *c = p->client;
+    size_t charge = sizeof(item) + payload;
+    pthread_mutex_lock(&c->mu);
+    while (c->staged_bytes > 0 && c->staged_bytes + charge > c->opts.staging_bytes)
+        pthread_cond_wait(&c->room, &c->mu);
+    c->staged_bytes += charge;
+    pthread_mutex_unlock(&c->mu);
+    item *it = calloc(1, charge);
+    if (!it) {
+        discharge(c, charge);
+        *st = cpr_fail(CPR_NO_MEMORY, "out of memory staging %zu bytes", payload);
+        return NULL;
+    }
+    it->charge = charge;
+    return it;
+}
+
+/* ---- the sender thread ---------------------------------------------------------------- */
+
+static void set_error(cpr_part *p, cpr_status st)
+{
+    pthread_mutex_lock(&p->mu);
+    if (p->error == CPR_OK) {
+        p->error = st;
+        snprintf(p->errmsg, sizeof p->errmsg, "%s", cpr_errmsg());
+    }
+    pthread_mutex_unlock(&p->mu);
+}
+
+static cpr_status send_item(cpr_part *p, item *it)
+{
+    if (it->is_blob)
+        return cpr_node_writer_blob(p->writer, it->name, it->offset, it->data, it->len,
+                                    cpr_crc32c(0, it->data, it->len));
+    const uint64_t *ids = (const uint64_t *)it->data;
+    const float *values = (const float *)(it->data + it->n * 8);
+    const float *state = values + it->values_count;
+    cpr_row_batch b = {it->table, it->n, ids, values, it->values_count,
+                       it->state_count ? state : NULL, it->state_count, 0};
+    b.crc32c = cpr_crc32c_rows(b.ids, b.n, b.values, b.values_count, b.state, b.state_count);
+    return cpr_node_writer_rows(p->writer, &b);
+}
+
+static void *sender_main(void *arg)
+{
+    cpr_part *p = arg;
+    for (;;) {
+        pthread_mutex_lock(&p->mu);
+        while (!p->head && !p->closing)
+            pthread_cond_wait(&p->wake, &p->mu);
+        item *it = p->head;
+        if (it) {
+            p->head = it->next;
+            if (!p->head)
+                p->tail = NULL;
+        }
+        cpr_status failed = p->error;
+        pthread_mutex_unlock(&p->mu);
+        if (!it)
+            return NULL; /* closing and drained (P4) */
+        if (failed == CPR_OK) {
+            cpr_status st = send_item(p, it);
+            if (st)
+                set_error(p, st);
+            pthread_mutex_lock(&p->mu);
+            if (st == CPR_OK) {
+                p->progress.rows_sent += it->n;
+                p->progress.bytes_sent += it->charge - sizeof(item);
+            }
+            pthread_mutex_unlock(&p->mu);
+        }
+        item_free(p, it);
+    }
+}
+
+static cpr_status queue_item(cpr_part *p, item *it)
+{
+    pthread_mutex_lock(&p->mu);
+    cpr_status st = p->error;
+    if (st == CPR_OK) {
+        if (p->tail)
+            p->tail->next = it;
+        else
+            p->head = it;
+        p->tail = it;
+        p->progress.rows_queued += it->n;
+        p->progress.bytes_queued += it->charge - sizeof(item);
+        pthread_cond_signal(&p->wake);
+    }
+    pthread_mutex_unlock(&p->mu);
+    if (st) {
+        item_free(p, it);
+        return cpr_fail(st, "%s", p->errmsg);
+    }
+    return CPR_OK;
+}
+
+/* ---- begin ------------------------------------------------------------------------------ */
+
+typedef struct begin_try {
+    cpr_client *client;
+    cpr_node *node;
+    const cpr_part_spec *spec;
+} begin_try;
+
+static cpr_status begin_once(void *ctx)
+{
+    begin_try *b = ctx;
+    return cpr_node_begin(b->node, b->spec, b->client->opts.call_timeout_s);
+}
+
+static void part_free(cpr_part *p)
+{
+    for (size_t i = 0; i < p->n_blobs; i++)
+        free(p->blob_names[i]);
+    free(p->blob_names);
+    free(p->tables);
+    pthread_mutex_destroy(&p->mu);
+    pthread_cond_destroy(&p->wake);
+    free(p);
+}
+
+static cpr_status part_new(cpr_client *c, const cpr_part_spec *spec, cpr_part **out)
+{
+    cpr_part *p = calloc(1, sizeof *p);
+    if (!p)
+        return cpr_fail(CPR_NO_MEMORY, "out of memory beginning a part");
+    p->client = c;
+    p->node = c->nodes[cpr_client_node_of(c, spec->id.job, spec->id.shard)];
+    snprintf(p->job, sizeof p->job, "%s", spec->id.job);
+    p->id = (cpr_part_id){p->job, spec->id.shard, spec->id.checkpoint};
+    pthread_mutex_init(&p->mu, NULL);
+    pthread_cond_init(&p->wake, NULL);
+    p->tables = calloc(spec->n_tables + 1, sizeof *p->tables);
+    if (!p->tables) {
+        part_free(p);
+        return cpr_fail(CPR_NO_MEMORY, "out of memory beginning a part");
+    }
+    for (size_t i = 0; i < spec->n_tables; i++)
+        p->tables[i] = (schema){spec->tables[i].table, spec->tables[i].dim,
+                                spec->tables[i].state_dim};
+    p->n_tables = spec->n_tables;
+    *out = p;
+    return CPR_OK;
+}
+
+cpr_status cpr_client_begin(cpr_client *c, const cpr_part_spec *spec, cpr_part **out)
+{
+    if (!c || !spec || !out || !spec->id.job || (spec->n_tables && !spec->tables))
+        return cpr_fail(CPR_INVALID_ARGUMENT, "cpr_client_begin: client, spec, spec->id.job, "
+                        "spec->tables (when n_tables > 0) and out must not be NULL");
+    if (!cpr_name_valid(spec->id.job))
+        return cpr_fail(CPR_INVALID_ARGUMENT, "job name '%.64s' is not 1-%d characters of "
+                        "[A-Za-z0-9._-]", spec->id.job, CPR_NAME_MAX);
+    cpr_part *p = NULL;
+    cpr_status st = part_new(c, spec, &p);
+    if (st)
+        return st;
+    begin_try b = {c, p->node, spec};
+    st = cpr_client_retry(c, begin_once, &b);
+    if (st) {
+        part_free(p);
+        return st;
+    }
+    st = cpr_node_writer_open(p->node, &p->id, c->opts.stream_timeout_s, &p->writer);
+    if (st == CPR_OK && pthread_create(&p->sender, NULL, sender_main, p) != 0) {
+        cpr_node_writer_close(p->writer);
+        st = cpr_fail(CPR_RESOURCE_EXHAUSTED, "cannot start the part's sender thread");
+    }
+    if (st) { /* begun on the node but unusable here: do not leave it open */
+        char why[1024];
+        snprintf(why, sizeof why, "%s", cpr_errmsg());
+        cpr_node_abort(p->node, &p->id, c->opts.call_timeout_s);
+        part_free(p);
+        return cpr_fail(st, "%s", why);
+    }
+    pthread_mutex_lock(&c->mu);
+    p->next_open = c->parts;
+    c->parts = p;
+    pthread_mutex_unlock(&c->mu);
+    *out = p;
+    return CPR_OK;
+}
+
+/* ---- puts --------------------------------------------------------------------------------- */
+
+static const schema *find_table(const cpr_part *p, uint32_t table)
+{
+    for (size_t i = 0; i < p->n_tables; i++)
+        if (p->tables[i].table == table)
+            return &p->tables[i];
+    return NULL;
+}
+
+/* a * b, or SIZE_MAX when it does not fit. */
+static size_t mul_size(size_t a, size_t b)
+{
+    size_t r;
+    return __builtin_mul_overflow(a, b, &r) ? SIZE_MAX : r;
+}
+
+static cpr_status check_batch(const cpr_part *p, const cpr_row_batch *b, const schema **t)
+{
+    *t = find_table(p, b->table);
+    if (!*t)
+        return cpr_fail(CPR_INVALID_ARGUMENT, "table %u is not in the schema of part "
+                        "(%s, shard %u, checkpoint %llu): declare it at begin", b->table,
+                        p->job, p->id.shard, (unsigned long long)p->id.checkpoint);
+    size_t want_values = mul_size(b->n, (*t)->dim), want_state = mul_size(b->n, (*t)->state_dim);
+    if (b->n && (want_values == SIZE_MAX || want_state == SIZE_MAX))
+        return cpr_fail(CPR_INVALID_ARGUMENT, "row batch of table %u: %zu rows is too many",
+                        b->table, b->n);
+    if (b->n && (!b->ids || !b->values || b->values_count != want_values ||
+                 b->state_count != want_state || (b->state_count && !b->state)))
+        return cpr_fail(CPR_INVALID_ARGUMENT, "row batch of table %u: expected %zu ids, "
+                        "%zu values (n x dim %u) and %zu state values (n x state_dim %u), "
+                        "got values_count %zu, state_count %zu", b->table, b->n,
+                        b->n * (size_t)(*t)->dim, (*t)->dim, b->n * (size_t)(*t)->state_dim,
+                        (*t)->state_dim, b->values_count, b->state_count);
+    return CPR_OK;
+}
+
+cpr_status cpr_part_put_rows(cpr_part *p, const cpr_row_batch *b)
+{
+    const schema *t;
+    if (!p || !b)
+        return cpr_fail(CPR_INVALID_ARGUMENT, "cpr_part_put_rows: part and batch must not be NULL");
+    cpr_status st = check_batch(p, b, &t);
+    if (st)
+        return st;
+    size_t row_bytes = 8 + 4 * ((size_t)t->dim + t->state_dim);
+    int queued = 0;
+    size_t per_item = p->client->opts.message_bytes / row_bytes;
+    if (per_item == 0)
+        per_item = 1;
+    if (per_item > MAX_ITEM_ROWS)
+        per_item = MAX_ITEM_ROWS;
+    for (size_t done = 0; st == CPR_OK && done < b->n; done += per_item) {
+        size_t k = b->n - done < per_item ? b->n - done : per_item;
+        item *it = item_new(p, k * row_bytes, &st);
+        if (!it)
+            break;
+        it->table = b->table;
+        it->n = k;
+        it->values_count = k * t->dim;
+        it->state_count = k * t->state_dim;
+        memcpy(it->data, b->ids + done, k * 8);
+        memcpy(it->data + k * 8, b->values + done * t->dim, it->values_count * 4);
+        if (it->state_count)
+            memcpy(it->data + k * 8 + it->values_count * 4, b->state + done * t->state_dim,
+                   it->state_count * 4);
+        st = queue_item(p, it);
+        if (st == CPR_OK)
+            queued = 1;
+    }
+    if (st && queued)
+        set_error(p, st); /* part of the batch is queued: the part is incomplete */
+    return st;
+}
+
+static cpr_status claim_blob_name(cpr_part *p, const char *name)
+{
+    if (!name || !cpr_name_valid(name))
+        return cpr_fail(CPR_INVALID_ARGUMENT, "blob name '%.64s' is not 1-%d characters of "
+                        "[A-Za-z0-9._-]", name ? name : "(null)", CPR_NAME_MAX);
+    for (size_t i = 0; i < p->n_blobs; i++)
+        if (strcmp(p->blob_names[i], name) == 0)
+            return cpr_fail(CPR_INVALID_ARGUMENT, "blob %s was already put in this part: "
+                            "put each blob once, whole", name);
+    char **grown = realloc(p->blob_names, (p->n_blobs + 1) * sizeof *grown);
+    char *copy = strdup(name);
+    if (grown)
+        p->blob_names = grown;
+    if (!grown || !copy) {
+        free(copy);
+        return cpr_fail(CPR_NO_MEMORY, "out of memory");
+    }
+    p->blob_names[p->n_blobs++] = copy;
+    return CPR_OK;
+}
+
+cpr_status cpr_part_put_blob(cpr_part *p, const char *name, const void *data, size_t len)
+{
+    if (!p || (len && !data))
+        return cpr_fail(CPR_INVALID_ARGUMENT, "cpr_part_put_blob: part and data must not be NULL");
+    cpr_status st = claim_blob_name(p, name);
+    size_t piece = p->client->opts.message_bytes;
+    int queued = 0;
+    /* An empty blob still sends one (empty) chunk so that it exists. */
+    for (size_t off = 0; st == CPR_OK && (off < len || (len == 0 && off == 0)); off += piece) {
+        size_t k = len - off < piece ? len - off : piece;
+        item *it = item_new(p, k, &st);
+        if (!it)
+            break;
+        it->is_blob = 1;
+        snprintf(it->name, sizeof it->name, "%s", name);
+        it->offset = off;
+        it->len = k;
+        if (k)
+            memcpy(it->data, (const uint8_t *)data + off, k);
+        st = queue_item(p, it);
+        if (st == CPR_OK && off + k < len)
+            queued = 1;
+        if (len == 0)
+            break;
+    }
+    if (st && queued)
+        set_error(p, st); /* part of the blob is queued: the part is incomplete */
+    return st;
+}
+
+void cpr_part_progress_get(const cpr_part *p, cpr_part_progress *out)
+{
+    cpr_part *mp = (cpr_part *)p; /* the mutex, not the part, changes */
+    pthread_mutex_lock(&mp->mu);
+    *out = p->progress;
+    out->error = p->error;
+    pthread_mutex_unlock(&mp->mu);
+}
+
+/* ---- commit and abort ----------------------------------------------------------------------- */
+
+/* Stop the sender after the queue drains (or at once, discarding, when
+ * `discard`), join it and close the writer. Returns the part's outcome. */
+static cpr_status finish_sender(cpr_part *p, int discard)
+{
+    pthread_mutex_lock(&p->mu);
+    p->closing = 1;
+    if (discard && p->error == CPR_OK) {
+        p->error = CPR_FAILED_PRECONDITION;
+        snprintf(p->errmsg, sizeof p->errmsg, "the part was aborted");
+    }
+    pthread_cond_signal(&p->wake);
+    pthread_mutex_unlock(&p->mu);
+    pthread_join(p->sender, NULL);
+    cpr_status st = cpr_node_writer_close(p->writer);
+    p->writer = NULL;
+    if (p->error)
+        return cpr_fail(p->error, "%s", p->errmsg);
+    return st;
+}
+
+static void unlink_part(cpr_part *p)
+{
+    cpr_client *c = p->client;
+    pthread_mutex_lock(&c->mu);
+    for (cpr_part **pp = &c->parts; *pp; pp = &(*pp)->next_open)
+        if (*pp == p) {
+            *pp = p->next_open;
+            break;
+        }
+    pthread_mutex_unlock(&c->mu);
+}
+
+/* After a lost answer: is the part committed on its node? 1 yes, 0 no (open
+ * or gone), -1 cannot tell (the node does not answer). */
+typedef struct state_try {
+    cpr_part *p;
+    cpr_part_info *parts;
+    size_t n;
+} state_try;
+
+static cpr_status list_part_once(void *ctx)
+{
+    state_try *t = ctx;
+    return cpr_node_list(t->p->node, t->p->job, t->p->client->opts.call_timeout_s, &t->parts,
+                         &t->n);
+}
+
+static int committed_on_node(cpr_part *p)
+{
+    state_try t = {p, NULL, 0};
+    cpr_status st = cpr_client_retry(p->client, list_part_once, &t);
+    int committed = st == CPR_OK || st == CPR_NOT_FOUND ? 0 : -1;
+    for (size_t i = 0; st == CPR_OK && i < t.n; i++)
+        if (t.parts[i].shard == p->id.shard && t.parts[i].checkpoint == p->id.checkpoint)
+            committed = t.parts[i].committed;
+    free(t.parts);
+    return committed;
+}
+
+/*
+ * Commit, and when its answer is lost (UNAVAILABLE, TIMEOUT) find out what
+ * happened rather than guess: the part may be committed although the call
+ * failed. On failure the part is aborted; if the daemon refuses the abort
+ * because the commit is still going on or done, its state decides.
+ */
+cpr_status cpr_part_commit(cpr_part *p)
+{
+    if (!p)
+        return cpr_fail(CPR_INVALID_ARGUMENT, "cpr_part_commit: part must not be NULL");
+    cpr_client *c = p->client;
+    char why[1024] = "";
+    int state = 0, sent = 0; /* committed_on_node's answer; Commit was sent */
+    unlink_part(p);
+    cpr_status st = finish_sender(p, 0);
+    if (st == CPR_OK) {
+        sent = 1;
+        st = cpr_node_commit(p->node, &p->id, p->progress.rows_sent, c->opts.stream_timeout_s);
+        if (st == CPR_UNAVAILABLE || st == CPR_TIMEOUT) {
+            snprintf(why, sizeof why, "%s", cpr_errmsg());
+            state = committed_on_node(p);
+            if (state == 1)
+                st = CPR_OK;
+        }
+    }
+    if (st) {
+        if (!why[0])
+            snprintf(why, sizeof why, "%s", cpr_errmsg());
+        cpr_status ab = cpr_node_abort(p->node, &p->id, c->opts.call_timeout_s);
+        if (ab == CPR_FAILED_PRECONDITION) /* committed, or being committed */
+            state = committed_on_node(p);
+        if (state == 1)
+            st = CPR_OK;
+        else if (!sent || ab == CPR_OK || ab == CPR_NOT_FOUND)
+            cpr_fail(st, "commit of (%s, shard %u, checkpoint %llu) failed, the part is "
+                     "not committed: %s", p->job, p->id.shard, (unsigned long long)p->id.checkpoint,
+                     why);
+        else
+            cpr_fail(st, "commit of (%s, shard %u, checkpoint %llu) failed and its outcome is "
+                     "unknown (the node does not answer; list the job to see whether it "
+                     "committed): %s", p->job, p->id.shard,
+                     (unsigned long long)p->id.checkpoint, why);
+    }
+    part_free(p);
+    return st;
+}
+
+cpr_status cpr_part_abort(cpr_part *p)
+{
+    if (!p)
+        return CPR_OK;
+    unlink_part(p);
+    finish_sender(p, 1);
+    cpr_status st = cpr_node_abort(p->node, &p->id, p->client->opts.call_timeout_s);
+    if (st == CPR_NOT_FOUND)
+        st = CPR_OK; /* already gone (e.g. reaped by the daemon): nothing is left */
+    part_free(p);
+    return st;
+}
+
+void cpr_parts_abort_all(cpr_client *c)
+{
+    for (;;) {
+        pthread_mutex_lock(&c->mu);
+        cpr_part *p = c->parts;
+        pthread_mutex_unlock(&c->mu);
+        if (!p)
+            return;
+        cpr_part_abort(p);
+    }
+}

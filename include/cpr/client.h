@@ -1,0 +1,256 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * cpr/client.h - the library trainers link to write checkpoints to CPR
+ * storage and read them back. One API over two transports:
+ *
+ *   grpc://host:port[,host:port...]  ckptd daemons on storage nodes. A job's
+ *       shards are spread over the nodes by rendezvous hashing of (job, shard)
+ *       against each node's "host:port": stable whatever the order of the
+ *       list, and adding a node moves only the shards that now hash to it.
+ *       Everything about one shard (its parts, rows and blobs) lives on the
+ *       node that shard hashes to.
+ *   local:///path                    the store in-process, no daemon (one
+ *       machine, tests, the embedded default).
+ *
+ * Writing a part: cpr_client_begin returns a cpr_part handle. Puts copy the
+ * caller's data into a staging buffer shared by all parts of the client and
+ * return; a background thread per part streams it out (checksums are
+ * computed there, off the training thread). The staging buffer is bounded by
+ * cpr_client_options.staging_bytes: a put that does not fit blocks until the
+ * streams drain (backpressure), so memory never grows without bound.
+ * cpr_part_commit returns once the part is durable and visible.
+ *
+ * Data model, kinds, "as of", consistent cuts and checksums are the store's:
+ * see cpr/store.h. Row values and state are float32; ids uint64.
+ *
+ * Threading: a cpr_client is thread-safe: any number of threads may begin,
+ * list, restore, read blobs at once. A cpr_part is used by one thread at a
+ * time (its own puts are ordered). Callbacks run on the calling thread.
+ *
+ * Errors: every function returns a cpr_status and sets cpr_errmsg(); a
+ * server's error comes back as the same status with the server's message,
+ * prefixed by the node it came from. Out-parameters are written only on
+ * success.
+ */
+#ifndef CPR_CLIENT_H
+#define CPR_CLIENT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "cpr/status.h"
+#include "cpr/store.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct cpr_client cpr_client;
+typedef struct cpr_part cpr_part;
+
+/*
+ * Options for cpr_client_open. Zero-initialise and set what you need; zero
+ * fields take the default. Fields are only ever appended.
+ */
+typedef struct cpr_client_options {
+    size_t staging_bytes;     /* bound on data copied by puts and not yet
+                                 handed to the transport, over all parts of
+                                 the client (default 256 MiB, at least 2 MiB) */
+    size_t message_bytes;     /* payload per PutRows message (default 1 MiB,
+                                 at most 16 MiB and staging_bytes / 2) */
+    double call_timeout_s;    /* deadline of each short call: Begin, List,
+                                 Abort, Stats (default 30 s) */
+    double stream_timeout_s;  /* deadline of a part's streams, of Commit, of a
+                                 restore, of a blob read, of verify and gc
+                                 (default 3600 s; timeouts are capped at 30
+                                 days) */
+    unsigned retries;         /* extra attempts for calls that are safe to
+                                 repeat, on CPR_UNAVAILABLE only (default 3) */
+    double backoff_s;         /* first pause between attempts, doubling
+                                 (default 0.1 s) */
+    int no_retries;           /* 1: never retry (overrides `retries`) */
+    cpr_store_options store;  /* local:// only: options of the store */
+} cpr_client_options;
+
+/*
+ * Open a client for `target` (see the top of this file). grpc:// connects
+ * lazily: an unreachable node shows as CPR_UNAVAILABLE on the first call that
+ * needs it. local:// opens (creating) the store directory now; one process at
+ * a time may open it. `opts` may be NULL. On success *out owns the client;
+ * release it with cpr_client_close. Errors: CPR_INVALID_ARGUMENT (a target
+ * that is neither form, an empty or duplicated node), the store's errors for
+ * local://.
+ */
+cpr_status cpr_client_open(const char *target, const cpr_client_options *opts,
+                           cpr_client **out);
+
+/*
+ * Close the client. Parts still open are aborted (their staged data is
+ * dropped); every cpr_part handle of the client becomes invalid. Must not
+ * run while another thread is inside a call on this client or its parts.
+ * NULL is a no-op.
+ */
+void cpr_client_close(cpr_client *client);
+
+/* Number of storage nodes (1 for local://) and the node that holds `shard`
+ * of `job` (index into the target's list). */
+size_t cpr_client_nodes(const cpr_client *client);
+size_t cpr_client_node_of(const cpr_client *client, const char *job, uint32_t shard);
+
+/* ---- writing a part --------------------------------------------------------- */
+
+/*
+ * Open a part for writing (cpr_store_begin's rules and errors). `spec` and
+ * what it points to are borrowed for the call. Retried on CPR_UNAVAILABLE
+ * (nothing was started); if an earlier attempt did reach the node, the retry
+ * fails with CPR_ALREADY_EXISTS. On success *out is the part's handle: finish
+ * it with exactly one of cpr_part_commit or cpr_part_abort, which free it.
+ */
+cpr_status cpr_client_begin(cpr_client *client, const cpr_part_spec *spec,
+                            cpr_part **out);
+
+/*
+ * Queue rows of one table for the part. The batch's arrays are copied before
+ * the call returns (the caller may reuse them at once); `batch->crc32c` is
+ * ignored: the checksum is computed from the copy. Batches of any size are
+ * split into messages of about message_bytes. Blocks while the staging buffer
+ * is full. Send each table's rows in ascending id order (see cpr_store_put_rows).
+ * Errors: CPR_INVALID_ARGUMENT (table not in the part's schema, lengths not
+ * n x dim / n x state_dim), or the error that has already failed the part's
+ * stream (the part is then dead: abort it). A put that returns OK may still
+ * fail later; cpr_part_commit reports it.
+ */
+cpr_status cpr_part_put_rows(cpr_part *part, const cpr_row_batch *batch);
+
+/*
+ * Queue the whole blob `name` (len bytes, copied in pieces as staging room
+ * allows; may block). A name may be put once per part. Errors as for put_rows.
+ */
+cpr_status cpr_part_put_blob(cpr_part *part, const char *name, const void *data,
+                             size_t len);
+
+/*
+ * Wait until every queued put has been delivered, then commit: on CPR_OK the
+ * part is durable and visible. If the answer to Commit is lost (the node went
+ * away or the deadline passed), the node is asked whether the part committed
+ * and CPR_OK is returned if it did. On failure the part is aborted and the
+ * message says "not committed"; only when the node cannot be reached after a
+ * Commit was sent does the message say the outcome is unknown (list the job:
+ * a daemon that restarts drops parts it had not committed). Frees `part` in
+ * every case.
+ */
+cpr_status cpr_part_commit(cpr_part *part);
+
+/* Drop the part: queued data is discarded, the node told to forget it. Frees
+ * `part`. Returns the node's answer: CPR_OK once nothing of the part is left
+ * (also when the node had already dropped it). The streams are closed
+ * gracefully: a stalled node can hold this call up to stream_timeout_s. */
+cpr_status cpr_part_abort(cpr_part *part);
+
+/* Rows and payload bytes queued so far, and the first error that failed the
+ * part's stream (CPR_OK if none). Never blocks. */
+typedef struct cpr_part_progress {
+    uint64_t rows_queued, bytes_queued;
+    uint64_t rows_sent, bytes_sent;   /* handed to the transport */
+    cpr_status error;
+} cpr_part_progress;
+void cpr_part_progress_get(const cpr_part *part, cpr_part_progress *out);
+
+/* ---- reading ------------------------------------------------------------------ */
+
+/*
+ * Parts of `job` on every node, merged, ordered by (checkpoint, shard);
+ * *out is malloc'd (free()). CPR_NOT_FOUND if no node has a part of the job.
+ * Retried on CPR_UNAVAILABLE.
+ */
+cpr_status cpr_client_list(cpr_client *client, const char *job, cpr_part_info **out,
+                           size_t *n);
+
+/*
+ * Names of every job with at least one part (committed or open) on any node:
+ * the union over nodes, sorted (strcmp order), each once. *jobs is a malloc'd
+ * array of *n malloc'd strings followed by a NULL entry, owned by the caller:
+ * release it with cpr_store_names_free(*jobs, *n) (cpr/store.h). No jobs at
+ * all: *n = 0 and the array holds only the NULL. Retried on CPR_UNAVAILABLE.
+ */
+cpr_status cpr_client_list_jobs(cpr_client *client, char ***jobs, size_t *n);
+
+/*
+ * The job's latest consistent cut, computed over every node's parts (a cut
+ * needs every shard, wherever it lives). CPR_NOT_FOUND if there is none.
+ */
+cpr_status cpr_client_latest_cut(cpr_client *client, const char *job, uint64_t *cut);
+
+/*
+ * Restore rows into the caller's callback (cpr_store_restore's query, order
+ * and errors; batches are verified against their checksum before delivery).
+ * The state is resolved to one checkpoint id first (the cut for `consistent`,
+ * computed over all nodes; the newest committed id for as_of 0), every node
+ * asked reads as of it, and result->as_of names it. `shards`/`n_shards` (may
+ * be NULL/0) select the nodes to ask: those holding these shards (the query's
+ * tables, ranges and modulo select the rows; rows of other shards on the same
+ * node match them too). Otherwise every node is asked and their rows are
+ * delivered node after node (each node's in (table, row) order). A row is
+ * expected on one node only (shards own disjoint rows). With several nodes,
+ * parts found on a node their shard is not placed on (the node set changed)
+ * fail the call with CPR_FAILED_PRECONDITION. Retried on CPR_UNAVAILABLE
+ * while nothing has been delivered.
+ */
+cpr_status cpr_client_restore(cpr_client *client, const cpr_restore_query *query,
+                              const uint32_t *shards, size_t n_shards, cpr_row_fn fn,
+                              void *ctx, cpr_restore_result *result);
+
+/*
+ * Restore into a caller-supplied table buffer: rows are written at
+ * values[(row - row_base) * dim] and state[(row - row_base) * state_dim]
+ * (state may be NULL to skip it) for rows in [row_base, row_base + n_rows) of
+ * `table`; a restored row outside that window fails with
+ * CPR_INVALID_ARGUMENT. Convenience over cpr_client_restore for one table.
+ */
+typedef struct cpr_restore_into {
+    uint32_t table;
+    uint64_t row_base, n_rows;
+    uint32_t dim, state_dim;
+    float *values;
+    float *state;
+    uint8_t *restored;        /* optional: set to 1 for each row written */
+} cpr_restore_into;
+cpr_status cpr_client_restore_table(cpr_client *client, const cpr_restore_query *query,
+                                    const uint32_t *shards, size_t n_shards,
+                                    const cpr_restore_into *into,
+                                    cpr_restore_result *result);
+
+/*
+ * Read blob `name` of committed part `id` from the node holding the shard,
+ * into a malloc'd buffer (*data, free()) of *len bytes. Every chunk is
+ * checked (CPR_CORRUPT). Retried on CPR_UNAVAILABLE.
+ */
+cpr_status cpr_client_read_blob(cpr_client *client, const cpr_part_id *id,
+                                const char *name, void **data, size_t *len);
+
+/* ---- operations ---------------------------------------------------------------- */
+
+/* Counters of every node, summed. */
+cpr_status cpr_client_stats(cpr_client *client, cpr_store_stats *out);
+
+/*
+ * Verify every row and blob of `job` (NULL: all jobs) on every node; each
+ * problem goes to `fn` (may be NULL) with its node in `where`. CPR_CORRUPT if
+ * any was found. `report` (may be NULL) is summed over nodes.
+ */
+cpr_status cpr_client_verify(cpr_client *client, const char *job, cpr_problem_fn fn,
+                             void *ctx, cpr_verify_report *report);
+
+/*
+ * Retention for `job` (NULL: every job) keeping `keep` consistent cuts (0: the
+ * storage's default). With several nodes the cuts are computed over all of
+ * them and each node is told the floor, so a job spread over nodes is
+ * collected exactly like one on a single node. `report` is summed over nodes.
+ */
+cpr_status cpr_client_gc(cpr_client *client, const char *job, uint32_t keep,
+                         cpr_gc_report *report);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* CPR_CLIENT_H */

@@ -1,0 +1,331 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
+# cprctl end to end. cprctl_fixture writes a job whose every value is known
+# (see tests/cli/cprctl_fixture.c); then every command runs against it, in
+# text and --json: list (jobs, parts, latest cut), inspect (a cut and a
+# checkpoint that is not one), stats, verify, export (csv compared line by
+# line with what the fixture computes, f32 compared bit by bit with the csv,
+# the atomic replace of FILE), gc --keep 1 (older parts gone, retained state
+# still exact), and the exit codes (0, 1 on failures, 2 on usage errors).
+# Against: one real ckptd (given as a bare HOST:PORT), local:///path (plus a
+# damaged blob that verify must report), and a job spread over two daemons.
+# Each daemon is stopped with SIGTERM and must exit 0.
+# Usage: test_cprctl.sh CPRCTL CKPTD CPRCTL_FIXTURE
+set -euo pipefail
+
+tool=$1
+ckptd=$2
+fixture=$3
+work=$(mktemp -d "${TMPDIR:-/tmp}/cprctl-test.XXXXXX")
+unset CPR_SERVER
+
+declare -A daemon_pid=() daemon_addr=()
+
+cleanup() {
+    local pid
+    for pid in "${daemon_pid[@]}"; do
+        kill -KILL "$pid" 2> /dev/null || true
+        wait "$pid" 2> /dev/null || true
+    done
+    rm -rf "$work"
+}
+trap cleanup EXIT
+
+fail() { echo "test_cprctl: $*" >&2; exit 1; }
+
+# ---- daemons ----------------------------------------------------------------
+
+# start_daemon NAME: ckptd on a free port of 127.0.0.1 with its own data
+# directory; waits (with a deadline) for the line that gives its address.
+start_daemon() {
+    local name=$1 line fd
+    local fifo="$work/$name.fifo"
+    mkfifo "$fifo"
+    "$ckptd" --listen 127.0.0.1:0 --data-dir "$work/$name.data" > "$fifo" 2> "$work/$name.log" &
+    daemon_pid[$name]=$!
+    exec {fd}< "$fifo" # kept open: the daemon's stdout never sees a closed pipe
+    read -r -t 60 line <&"$fd" || fail "ckptd $name printed no address: $(cat "$work/$name.log")"
+    [[ $line == "ckptd listening on "* ]] || fail "ckptd $name printed '$line'"
+    daemon_addr[$name]=${line#ckptd listening on }
+}
+
+# stop_daemon NAME: SIGTERM, and the daemon must exit 0.
+stop_daemon() {
+    local name=$1 rc=0
+    kill -TERM "${daemon_pid[$name]}"
+    wait "${daemon_pid[$name]}" || rc=$?
+    unset "daemon_pid[$name]"
+    [[ $rc == 0 ]] || fail "ckptd $name exited $rc after SIGTERM: $(tail -5 "$work/$name.log")"
+}
+
+# ---- running cprctl ---------------------------------------------------------------
+
+# expect_rc RC ARGS...: run cprctl ARGS (stdout in $work/out, stderr in
+# $work/err) and check its exit status. Under the sanitizers a leak also
+# exits 1, so their reports are looked for too.
+expect_rc() {
+    local want=$1 rc=0
+    shift
+    "$tool" "$@" > "$work/out" 2> "$work/err" || rc=$?
+    [[ $rc == "$want" ]] || fail "'cprctl $*' exited $rc, not $want: $(cat "$work/err")"
+    ! grep -q -e 'Sanitizer' -e 'runtime error:' "$work/err" ||
+        fail "'cprctl $*': $(cat "$work/err")"
+}
+
+# ok ARGS...: cprctl --server $server ARGS must exit 0.
+ok() { expect_rc 0 --server "$server" "$@"; }
+
+# json_true EXPR: the Python expression, over the JSON object d read from
+# $work/out (which must hold exactly one line), is true.
+json_true() {
+    python3 - "$work/out" "$1" << 'PY' || fail "not true: $1 in $(head -c 2000 "$work/out")"
+import json, sys
+lines = open(sys.argv[1]).read().splitlines()
+assert len(lines) == 1, "expected one JSON line, got %d" % len(lines)
+d = json.loads(lines[0])
+assert eval(sys.argv[2]), sys.argv[2]
+PY
+}
+
+# expect_file_from_fixture FILE TABLE AS_OF: FILE is the fixture's csv.
+expect_csv() {
+    "$fixture" expect "$2" "$3" > "$work/expected.csv"
+    cmp -s "$1" "$work/expected.csv" ||
+        fail "export of table $2 as of $3 differs: $(diff "$1" "$work/expected.csv" | head -5)"
+}
+
+# same_csv_and_f32 CSV F32 DIM STATE_DIM: the binary dump holds bit for bit
+# the floats of the csv (so %.9g round-trips), rows in the same order.
+same_csv_and_f32() {
+    python3 - "$@" << 'PY' || fail "f32 dump $2 does not match $1"
+import struct, sys
+csv_path, f32_path, dim, sdim = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+lines = open(csv_path).read().splitlines()
+header = ["row"] + ["v%d" % i for i in range(dim)] + ["s%d" % i for i in range(sdim)]
+assert lines[0] == ",".join(header), lines[0]
+data = open(f32_path, "rb").read()
+rec = 8 + 4 * (dim + sdim)
+assert len(data) == rec * (len(lines) - 1), (len(data), rec, len(lines))
+for k, line in enumerate(lines[1:]):
+    fields = line.split(",")
+    want = struct.pack("<Q", int(fields[0])) + b"".join(
+        struct.pack("<f", float(x)) for x in fields[1:])
+    assert data[k * rec:(k + 1) * rec] == want, (k, line)
+PY
+}
+
+# ---- the checks, for one store ---------------------------------------------------------
+
+check_list() {
+    ok list
+    [[ $(cat "$work/out") == $'demo\nother' ]] || fail "list: $(cat "$work/out")"
+    ok list --json
+    json_true 'd == {"command": "list", "jobs": ["demo", "other"]}'
+    ok list demo --json
+    json_true '[(p["checkpoint"], p["shard"]) for p in d["parts"]] == [(1,0),(1,1),(2,0),(2,1),(3,0)]'
+    json_true '[p["kind"] for p in d["parts"]] == ["FULL","FULL","DELTA","DELTA","FULL"]'
+    json_true '[p["rows"] for p in d["parts"]] == [750, 750, 100, 100, 750]'
+    json_true 'all(p["committed"] and p["consistent"] and p["num_shards"] == 2 for p in d["parts"])'
+    json_true '[p["base"] for p in d["parts"]] == [0, 0, 1, 1, 0] and d["latest_cut"] == 2'
+    ok list demo
+    grep -q '^CHECKPOINT  SHARD  KIND ' "$work/out" || fail "list demo: no header"
+    grep -q '^2  *1/2  *DELTA  *200  *100 ' "$work/out" || fail "list demo: no DELTA row"
+    grep -q '^latest consistent cut: 2$' "$work/out" || fail "list demo: no latest cut"
+    ok list other --json
+    json_true 'len(d["parts"]) == 8 and d["latest_cut"] == 1'
+    expect_rc 1 --server "$server" list nosuch
+    grep -q 'CPR_NOT_FOUND' "$work/err" || fail "list nosuch: $(cat "$work/err")"
+    expect_rc 1 --server "$server" list nosuch --json
+    json_true 'd["error"]["status"] == "CPR_NOT_FOUND" and "nosuch" in d["error"]["message"]'
+}
+
+check_inspect() {
+    ok inspect demo 2 --json
+    json_true 'd["consistent_cut"] and d["num_shards"] == 2 and d["missing_shards"] == []'
+    json_true 'd["rows"] == 200 and len(d["parts"]) == 2 and d["inconsistent_count"] == 0'
+    ok inspect demo 3 --json
+    json_true 'not d["consistent_cut"] and d["missing_shards"] == [1] and d["missing_count"] == 1'
+    json_true 'd["rows"] == 750 and [p["shard"] for p in d["parts"]] == [0]'
+    ok inspect demo 3
+    grep -q '^consistent cut: *no$' "$work/out" || fail "inspect 3: $(cat "$work/out")"
+    grep -q '^missing shards: *1 (1 of 2)$' "$work/out" || fail "inspect 3: $(cat "$work/out")"
+    ok inspect demo 1
+    grep -q '^consistent cut: *yes$' "$work/out" || fail "inspect 1: $(cat "$work/out")"
+    expect_rc 1 --server "$server" inspect demo 99
+    grep -q 'no part at checkpoint 99' "$work/err" || fail "inspect 99: $(cat "$work/err")"
+    expect_rc 1 --server "$server" inspect demo 99 --json
+    json_true 'd["error"]["status"] == "CPR_NOT_FOUND"'
+}
+
+# check_stats KIND: KIND daemon (counters since the daemon started) or local.
+check_stats() {
+    ok stats --json
+    json_true 'd["jobs"] == 2 and d["parts_committed"] == 13 and d["parts_open"] == 0'
+    json_true 'd["store_bytes"] > 0 and isinstance(d["errors"], dict)'
+    json_true 'all(k.startswith("CPR_") and v > 0 for k, v in d["errors"].items())'
+    if [[ $1 == daemon ]]; then
+        json_true 'd["rows_in"] == 2466 and d["bytes_in"] > 0'
+    fi
+    ok stats
+    grep -q '^parts_committed  *13$' "$work/out" || fail "stats: $(cat "$work/out")"
+}
+
+check_verify() {
+    ok verify --json
+    json_true 'd["intact"] and d["problem_count"] == 0 and d["problems"] == []'
+    json_true 'd["rows_checked"] == 2466 and d["blobs_checked"] == 13 and "job" not in d'
+    ok verify demo
+    grep -q '^result: intact$' "$work/out" || fail "verify demo: $(cat "$work/out")"
+    grep -q '^rows checked  *2450$' "$work/out" || fail "verify demo: $(cat "$work/out")"
+    expect_rc 1 --server "$server" verify nosuch
+}
+
+check_export() {
+    local f="$work/t1.csv"
+    ok export demo 1 "$f" --json
+    expect_csv "$f" 1 0
+    json_true 'd["rows"] == 1000 and d["as_of"] == 3 and d["dim"] == 4 and d["state_dim"] == 2'
+    json_true 'd["bytes"] == '"$(stat -c %s "$f")"' and d["format"] == "csv"'
+    [[ ! -e $f.tmp ]] || fail "export left $f.tmp"
+    ok export demo 1 "$work/t1.f32" --format f32 --quiet
+    grep -q '1000 rows' "$work/err" || fail "export summary: $(cat "$work/err")"
+    same_csv_and_f32 "$f" "$work/t1.f32" 4 2
+    ok export demo 2 "$work/t2.csv" --consistent --format=csv
+    expect_csv "$work/t2.csv" 2 2
+    grep -q 'as of checkpoint 2' "$work/err" || fail "export summary: $(cat "$work/err")"
+    ok export demo 2 "$work/t2.f32" --consistent --format f32 --json
+    json_true 'd["rows"] == 500 and d["bytes"] == 500 * (8 + 12) and d["state_dim"] == 0'
+    same_csv_and_f32 "$work/t2.csv" "$work/t2.f32" 3 0
+    ok export demo 1 - --as-of 1
+    expect_csv "$work/out" 1 1
+    # A failed export leaves FILE as it was and no FILE.tmp.
+    echo "old contents" > "$work/keep.csv"
+    expect_rc 1 --server "$server" export demo 9 "$work/keep.csv"
+    grep -q 'CPR_NOT_FOUND' "$work/err" || fail "export of table 9: $(cat "$work/err")"
+    [[ $(cat "$work/keep.csv") == "old contents" && ! -e $work/keep.csv.tmp ]] ||
+        fail "a failed export touched FILE or left FILE.tmp"
+    expect_rc 1 --server "$server" export demo 1 "$work/no/such/dir/t.csv"
+    grep -q 'CPR_IO' "$work/err" || fail "export into a missing directory: $(cat "$work/err")"
+}
+
+check_gc() {
+    ok gc demo --keep 1 --json
+    json_true 'd["floor"] == 2 and d["parts_removed"] == 2 and d["keep"] == 1'
+    json_true 'd["bytes_before"] >= d["bytes_after"] and d["job"] == "demo"'
+    ok list demo --json
+    json_true '[p["checkpoint"] for p in d["parts"]] == [2, 2, 3] and d["latest_cut"] == 2'
+    ok export demo 1 "$work/after-gc.csv" --consistent
+    expect_csv "$work/after-gc.csv" 1 2
+    ok export demo 1 "$work/after-gc.csv"
+    expect_csv "$work/after-gc.csv" 1 0
+    expect_rc 1 --server "$server" export demo 1 "$work/gone.csv" --as-of 1
+    grep -q 'CPR_FAILED_PRECONDITION' "$work/err" || fail "export below the floor: $(cat "$work/err")"
+    [[ ! -e $work/gone.csv && ! -e $work/gone.csv.tmp ]] || fail "failed export left a file"
+    ok gc
+    grep -q '^parts removed  *0$' "$work/out" || fail "second gc: $(cat "$work/out")"
+    ok verify
+}
+
+# check_store WRITE_TARGET SERVER KIND: write the fixture's data through
+# WRITE_TARGET, then run every check with --server SERVER.
+check_store() {
+    "$fixture" write "$1" || fail "the fixture could not write to $1"
+    server=$2
+    check_list
+    check_inspect
+    check_stats "$3"
+    check_verify
+    check_export
+    check_gc
+}
+
+# ---- usage ------------------------------------------------------------------------------
+
+check_usage() {
+    local s=(--server "127.0.0.1:1")
+    expect_rc 0 --help
+    grep -q 'export JOB TABLE FILE' "$work/out" || fail "--help does not show export"
+    expect_rc 0 export --help
+    grep -q 'uint64 row' "$work/out" || fail "export --help does not document f32"
+    expect_rc 0 -h list
+    expect_rc 2
+    expect_rc 2 "${s[@]}" frobnicate
+    grep -q "frobnicate" "$work/err" || fail "no name of the unknown command"
+    expect_rc 2 "${s[@]}" list --bogus
+    grep -q -- "--bogus" "$work/err" || fail "no name of the unknown option"
+    expect_rc 2 "${s[@]}" list demo other
+    expect_rc 2 "${s[@]}" list 'bad/name'
+    expect_rc 2 "${s[@]}" inspect demo
+    expect_rc 2 "${s[@]}" inspect demo abc
+    grep -q "CKPT" "$work/err" || fail "the usage error does not name CKPT"
+    expect_rc 2 "${s[@]}" export demo x "$work/x"
+    grep -q "TABLE" "$work/err" || fail "the usage error does not name TABLE"
+    expect_rc 2 "${s[@]}" export demo 1
+    expect_rc 2 "${s[@]}" export demo 1 "$work/x" --as-of 1 --consistent
+    expect_rc 2 "${s[@]}" export demo 1 "$work/x" --as-of 0
+    expect_rc 2 "${s[@]}" export demo 1 "$work/x" --format xml
+    expect_rc 2 "${s[@]}" export demo 1 - --json
+    expect_rc 2 "${s[@]}" gc --keep 0
+    expect_rc 2 "${s[@]}" gc --keep x
+    grep -q -- "--keep" "$work/err" || fail "the usage error does not name --keep"
+    expect_rc 2 "${s[@]}" gc --keep
+    expect_rc 2 "${s[@]}" list --keep 1
+    expect_rc 2 "${s[@]}" stats extra
+    expect_rc 2 "${s[@]}" --timeout 0 stats
+    expect_rc 2 list
+    grep -q "CPR_SERVER" "$work/err" || fail "no hint at CPR_SERVER"
+    expect_rc 2 --server "" list
+    expect_rc 2 --server "grpc://" list
+    [[ ! -e $work/x && ! -e $work/x.tmp ]] || fail "a usage error created a file"
+}
+
+# ---- main -----------------------------------------------------------------------------
+
+check_usage
+
+# One daemon, named by a bare HOST:PORT (and once through CPR_SERVER).
+start_daemon one
+check_store "grpc://${daemon_addr[one]}" "${daemon_addr[one]}" daemon
+CPR_SERVER="grpc://${daemon_addr[one]}" "$tool" list > "$work/out" || fail "CPR_SERVER ignored"
+[[ $(cat "$work/out") == $'demo\nother' ]] || fail "list via CPR_SERVER: $(cat "$work/out")"
+addr_one=${daemon_addr[one]}
+stop_daemon one
+expect_rc 1 --server "$addr_one" --timeout 5 list
+grep -q 'CPR_UNAVAILABLE' "$work/err" || fail "a stopped daemon: $(cat "$work/err")"
+
+# The store in-process; then a damaged blob, which verify must report.
+check_store "local://$work/local" "local://$work/local" local
+blob=$(find "$work/local/blobs" -path '*j_other*' -name b_dense | head -1)
+[[ -n $blob ]] || fail "no blob file of job other under $work/local/blobs"
+printf '\xff' | dd of="$blob" bs=1 seek=10 conv=notrunc status=none
+server="local://$work/local"
+expect_rc 1 --server "$server" verify other
+grep -q '^problem: ' "$work/out" || fail "verify printed no problem: $(cat "$work/out")"
+grep -q 'CPR_CORRUPT' "$work/err" || fail "verify: $(cat "$work/err")"
+expect_rc 1 --server "$server" verify --json
+json_true 'not d["intact"] and d["problem_count"] >= 1 and len(d["problems"]) >= 1'
+json_true 'all(p["what"] and p["where"] for p in d["problems"])'
+ok verify demo
+
+# Two daemons: jobs listed once each, parts merged, the cut and the export
+# computed over both.
+start_daemon two_a
+start_daemon two_b
+two="${daemon_addr[two_a]},${daemon_addr[two_b]}"
+"$fixture" write "grpc://$two" || fail "the fixture could not write to grpc://$two"
+server=$two
+check_list
+ok list other --json
+json_true 'sorted(p["shard"] for p in d["parts"]) == list(range(8))'
+ok inspect demo 3 --json
+json_true 'not d["consistent_cut"] and d["missing_shards"] == [1]'
+ok export demo 1 "$work/two.csv" --consistent
+"$fixture" expect 1 2 > "$work/expected.csv"
+cmp -s <(sort "$work/two.csv") <(sort "$work/expected.csv") || fail "two-node export differs"
+ok verify --json
+json_true 'd["intact"] and d["rows_checked"] == 2466 and d["blobs_checked"] == 13'
+ok gc demo --keep 1 --json
+json_true 'd["floor"] == 2 and d["parts_removed"] == 2'
+stop_daemon two_a
+stop_daemon two_b
+echo "test_cprctl: ok"

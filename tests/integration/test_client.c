@@ -1,0 +1,650 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * The client library (cpr/client.h) end to end, against the store in-process
+ * (local://) and against real ckptd processes on 127.0.0.1: parts of every
+ * kind round-trip byte-exact, restores by table, range, modulo, as-of and
+ * consistent cut, blobs, backpressure of the staging buffer, many shards at
+ * once, a job spread over two daemons (placement, cuts, restores and gc over
+ * both), and faults: the daemon killed mid-part, a node that is down, and a
+ * client process killed mid-stream.
+ */
+#define _GNU_SOURCE
+#include <pthread.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "ckptd_harness.h"
+#include "cpr/client.h"
+#include "testutil.h"
+
+static const cpr_table_schema tables[2] = {{1, 4000, 8, 1}, {2, 4000, 3, 0}};
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+/* Rows first, first+step, ... (n of them) of both tables, valued at `ckpt`,
+ * put in one call per table (the library splits them). */
+static cpr_status put_rows(cpr_part *p, uint64_t first, uint64_t step, size_t n, uint64_t ckpt)
+{
+    uint64_t *ids = malloc((n + 1) * sizeof *ids);
+    cpr_status st = CPR_OK;
+    for (size_t i = 0; i < n; i++)
+        ids[i] = first + i * step;
+    for (size_t t = 0; t < 2 && st == CPR_OK; t++) {
+        tu_batch b;
+        tu_batch_make(&b, &tables[t], ids, n, ckpt);
+        b.batch.crc32c = 0; /* ignored by the library: it checksums its copy */
+        st = cpr_part_put_rows(p, &b.batch);
+        tu_batch_free(&b);
+    }
+    free(ids);
+    return st;
+}
+
+static void put_blob(cpr_part *p, uint32_t shard, uint64_t ckpt, size_t len)
+{
+    unsigned char *data = malloc(len + 1);
+    for (size_t i = 0; i < len; i++)
+        data[i] = tu_blob_byte(shard, ckpt, i);
+    assert_status(CPR_OK, cpr_part_put_blob(p, "dense", data, len));
+    free(data);
+}
+
+/* Begin, put rows (modulo layout: shard s of n owns rows s, s+n, ...) and a
+ * blob, commit. */
+static void write_part(cpr_client *c, const char *job, uint32_t shard, uint32_t num_shards,
+                       uint64_t ckpt, cpr_kind kind, size_t rows)
+{
+    cpr_part_spec spec = tu_part(job, shard, num_shards, ckpt, kind, tables, 2);
+    cpr_part *p;
+    assert_status(CPR_OK, cpr_client_begin(c, &spec, &p));
+    assert_status(CPR_OK, put_rows(p, shard, num_shards, rows, ckpt));
+    put_blob(p, shard, ckpt, 70000 + shard);
+    assert_status(CPR_OK, cpr_part_commit(p));
+}
+
+static void restore(cpr_client *c, const cpr_restore_query *q, const uint32_t *shards,
+                    size_t n_shards, tu_rows *rows, cpr_restore_result *res)
+{
+    memset(rows, 0, sizeof *rows);
+    assert_status(CPR_OK, cpr_client_restore(c, q, shards, n_shards, tu_collect, rows, res));
+}
+
+static void assert_blob(cpr_client *c, const char *job, uint32_t shard, uint64_t ckpt,
+                        size_t len)
+{
+    cpr_part_id id = {job, shard, ckpt};
+    void *data = NULL;
+    size_t got = 0;
+    assert_status(CPR_OK, cpr_client_read_blob(c, &id, "dense", &data, &got));
+    assert_int_equal(got, len);
+    for (size_t i = 0; i < len; i++)
+        if (((unsigned char *)data)[i] != tu_blob_byte(shard, ckpt, i))
+            fail_msg("blob byte %zu differs", i);
+    free(data);
+}
+
+/* A daemon on a fresh temporary directory; `target` gets grpc://ADDR. */
+static char *daemon_up(ch_daemon *d, char *target, size_t cap)
+{
+    char *dir = tu_mkdtemp("cpr-client");
+    ch_start(d, dir);
+    snprintf(target, cap, "grpc://%s", d->addr);
+    return dir;
+}
+
+static void daemon_down(ch_daemon *d, char *dir)
+{
+    ch_stop(d);
+    tu_rmtree(dir);
+    free(dir);
+}
+
+/* ---- one node: every kind, every query shape ------------------------------------ */
+
+static void round_trip(const char *target)
+{
+    cpr_client_options o = {.message_bytes = 4096, .backoff_s = 0.01};
+    cpr_client *c;
+    tu_rows rows;
+    cpr_restore_result res;
+    assert_status(CPR_OK, cpr_client_open(target, &o, &c));
+    assert_int_equal(cpr_client_nodes(c), 1);
+
+    write_part(c, "rt", 0, 1, 1, CPR_KIND_FULL, 3000);
+    /* DELTA: rows 0..99 changed at checkpoint 2. PRIORITY: rows 10..19 at 3. */
+    cpr_part_spec spec = tu_part("rt", 0, 1, 2, CPR_KIND_DELTA, tables, 2);
+    cpr_part *p;
+    assert_status(CPR_OK, cpr_client_begin(c, &spec, &p));
+    assert_status(CPR_OK, put_rows(p, 0, 1, 100, 2));
+    assert_status(CPR_OK, cpr_part_commit(p));
+    spec = tu_part("rt", 0, 1, 3, CPR_KIND_PRIORITY, tables, 2);
+    assert_status(CPR_OK, cpr_client_begin(c, &spec, &p));
+    assert_status(CPR_OK, put_rows(p, 10, 1, 10, 3));
+    assert_status(CPR_OK, cpr_part_commit(p));
+
+    cpr_part_info *parts;
+    size_t n;
+    assert_status(CPR_OK, cpr_client_list(c, "rt", &parts, &n));
+    assert_int_equal(n, 3);
+    assert_int_equal(parts[0].rows, 6000);
+    assert_true(parts[0].committed && parts[1].consistent && !parts[2].consistent);
+    assert_int_equal(parts[2].kind, CPR_KIND_PRIORITY);
+    free(parts);
+    uint64_t cut = 0;
+    assert_status(CPR_OK, cpr_client_latest_cut(c, "rt", &cut));
+    assert_int_equal(cut, 2); /* PRIORITY parts are never consistent */
+
+    /* Newest: rows 10..19 from 3, 0..99 from 2, the rest from 1. */
+    cpr_restore_query q = {.job = "rt"};
+    restore(c, &q, NULL, 0, &rows, &res);
+    assert_int_equal(rows.n, 6000);
+    assert_int_equal(res.as_of, 3);
+    assert_int_equal(res.rows, 6000);
+    for (size_t t = 0; t < 2; t++) {
+        tu_assert_rows(rows.rows + t * 3000, &tables[t], 0, 1, 10, 2);
+        tu_assert_rows(rows.rows + t * 3000 + 10, &tables[t], 10, 1, 10, 3);
+        tu_assert_rows(rows.rows + t * 3000 + 20, &tables[t], 20, 1, 80, 2);
+        tu_assert_rows(rows.rows + t * 3000 + 100, &tables[t], 100, 1, 2900, 1);
+    }
+    tu_rows_free(&rows);
+    /* The consistent cut (2), one table, a range and a modulo. */
+    uint32_t only = 2;
+    cpr_row_range range = {50, 150};
+    q = (cpr_restore_query){.job = "rt", .consistent = 1, .tables = &only, .n_tables = 1,
+                            .ranges = &range, .n_ranges = 1, .modulo = 5, .remainder = 0};
+    restore(c, &q, NULL, 0, &rows, &res);
+    assert_int_equal(res.as_of, 2);
+    assert_int_equal(rows.n, 20);
+    tu_assert_rows(rows.rows, &tables[1], 50, 5, 10, 2);
+    tu_assert_rows(rows.rows + 10, &tables[1], 100, 5, 10, 1);
+    tu_rows_free(&rows);
+    /* As of 1: the FULL part alone. */
+    q = (cpr_restore_query){.job = "rt", .as_of = 1, .batch_rows = 77};
+    restore(c, &q, NULL, 0, &rows, &res);
+    assert_int_equal(rows.n, 6000);
+    tu_assert_rows(rows.rows, &tables[0], 0, 1, 3000, 1);
+    tu_rows_free(&rows);
+
+    /* Into a caller's table buffer: rows 0..2999 of table 1. */
+    float *values = calloc(3000 * 8, sizeof *values), *state = calloc(3000, sizeof *state);
+    uint8_t *seen = calloc(3000, 1);
+    cpr_restore_into into = {1, 0, 3000, 8, 1, values, state, seen};
+    q = (cpr_restore_query){.job = "rt", .as_of = 1};
+    assert_status(CPR_OK, cpr_client_restore_table(c, &q, NULL, 0, &into, &res));
+    for (uint64_t r = 0; r < 3000; r++) {
+        assert_int_equal(seen[r], 1);
+        assert_int_equal(tu_float_bits(values[r * 8 + 7]), tu_float_bits(tu_value(1, r, 1, 7)));
+        assert_int_equal(tu_float_bits(state[r]), tu_float_bits(tu_state(1, r, 1, 0)));
+    }
+    into.n_rows = 100; /* too small a window: refused, not overrun */
+    assert_status(CPR_INVALID_ARGUMENT, cpr_client_restore_table(c, &q, NULL, 0, &into, NULL));
+    free(values);
+    free(state);
+    free(seen);
+
+    assert_blob(c, "rt", 0, 1, 70000);
+
+    /* Errors, each specific; nothing committed changes. */
+    spec = tu_part("rt", 0, 1, 3, CPR_KIND_FULL, tables, 2);
+    assert_status(CPR_ALREADY_EXISTS, cpr_client_begin(c, &spec, &p));
+    spec = tu_part("rt", 0, 1, 4, CPR_KIND_FULL, tables, 2);
+    assert_status(CPR_OK, cpr_client_begin(c, &spec, &p));
+    uint64_t id = 1;
+    float v[8] = {0};
+    cpr_row_batch bad = {9, 1, &id, v, 8, NULL, 0, 0};
+    assert_status(CPR_INVALID_ARGUMENT, cpr_part_put_rows(p, &bad));
+    bad.table = 1;
+    bad.values_count = 7;
+    assert_status(CPR_INVALID_ARGUMENT, cpr_part_put_rows(p, &bad));
+    assert_status(CPR_OK, cpr_part_put_blob(p, "empty", "", 0));
+    assert_status(CPR_INVALID_ARGUMENT, cpr_part_put_blob(p, "empty", "x", 1));
+    assert_status(CPR_INVALID_ARGUMENT, cpr_part_put_blob(p, "no/slash", "x", 1));
+    assert_status(CPR_OK, put_rows(p, 0, 1, 5, 4));
+    assert_status(CPR_OK, cpr_part_abort(p));
+    q = (cpr_restore_query){.job = "rt"};
+    restore(c, &q, NULL, 0, &rows, &res);
+    assert_int_equal(res.as_of, 3); /* the aborted part left nothing */
+    tu_rows_free(&rows);
+    /* An empty blob round-trips as empty. */
+    assert_status(CPR_OK, cpr_client_begin(c, &spec, &p));
+    assert_status(CPR_OK, cpr_part_put_blob(p, "empty", NULL, 0));
+    assert_status(CPR_OK, put_rows(p, 0, 1, 3000, 4));
+    assert_status(CPR_OK, cpr_part_commit(p));
+    cpr_part_id pid = {"rt", 0, 4};
+    void *data = NULL;
+    size_t len = 99;
+    assert_status(CPR_OK, cpr_client_read_blob(c, &pid, "empty", &data, &len));
+    assert_int_equal(len, 0);
+    free(data);
+    assert_status(CPR_NOT_FOUND, cpr_client_read_blob(c, &pid, "dense", &data, &len));
+    assert_status(CPR_NOT_FOUND, cpr_client_list(c, "nosuchjob", &parts, &n));
+    assert_status(CPR_NOT_FOUND, cpr_client_latest_cut(c, "nosuchjob", &cut));
+
+    /* A row the storage refuses (id >= rows) fails the part after the put
+     * returned: commit says why, and nothing of the part is visible. */
+    spec = tu_part("rt", 0, 1, 5, CPR_KIND_FULL, tables, 2);
+    assert_status(CPR_OK, cpr_client_begin(c, &spec, &p));
+    assert_status(CPR_OK, put_rows(p, 0, 1, 100, 5));
+    uint64_t too_big = tables[0].rows;
+    tu_batch tb;
+    tu_batch_make(&tb, &tables[0], &too_big, 1, 5);
+    cpr_status put_st = cpr_part_put_rows(p, &tb.batch);
+    tu_batch_free(&tb);
+    assert_true(put_st == CPR_OK || put_st == CPR_INVALID_ARGUMENT);
+    assert_status(CPR_INVALID_ARGUMENT, cpr_part_commit(p));
+    assert_non_null(strstr(cpr_errmsg(), "not committed"));
+    assert_status(CPR_OK, cpr_client_list(c, "rt", &parts, &n));
+    assert_int_equal(n, 4);
+    free(parts);
+
+    cpr_store_stats stats;
+    assert_status(CPR_OK, cpr_client_stats(c, &stats));
+    assert_int_equal(stats.parts_committed, 4);
+    cpr_verify_report vr;
+    assert_status(CPR_OK, cpr_client_verify(c, "rt", NULL, NULL, &vr));
+    assert_true(vr.rows_checked >= 6000 + 200 + 20 + 6000);
+    cpr_client_close(c);
+}
+
+static void test_local_round_trip(void **state)
+{
+    (void)state;
+    char *dir = tu_mkdtemp("cpr-client");
+    char target[512];
+    snprintf(target, sizeof target, "local://%s/store", dir);
+    round_trip(target);
+    tu_rmtree(dir);
+    free(dir);
+}
+
+static void test_grpc_round_trip(void **state)
+{
+    (void)state;
+    ch_daemon d;
+    char target[128];
+    char *dir = daemon_up(&d, target, sizeof target);
+    round_trip(target);
+    daemon_down(&d, dir);
+}
+
+static void test_bad_targets(void **state)
+{
+    (void)state;
+    const char *bad[] = {"", "foo", "local://relative", "grpc://", "grpc://host",
+                         "grpc://:80", "grpc://a:1,a:1", "grpc://a:1,", "http://a:1"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        cpr_client *c = NULL;
+        assert_status(CPR_INVALID_ARGUMENT, cpr_client_open(bad[i], NULL, &c));
+        assert_true(strlen(cpr_errmsg()) > 0);
+    }
+}
+
+/* ---- staging: bounded, and puts block rather than grow --------------------------- */
+
+static void test_backpressure(void **state)
+{
+    (void)state;
+    char *dir = tu_mkdtemp("cpr-client");
+    char target[512];
+    snprintf(target, sizeof target, "local://%s/store", dir);
+    cpr_client_options o = {.staging_bytes = 2u << 20};
+    cpr_client *c;
+    assert_status(CPR_OK, cpr_client_open(target, &o, &c));
+    static const cpr_table_schema wide = {7, 1u << 20, 64, 0};
+    cpr_part_spec spec = tu_part("bp", 0, 1, 1, CPR_KIND_FULL, &wide, 1);
+    cpr_part *p;
+    assert_status(CPR_OK, cpr_client_begin(c, &spec, &p));
+    const size_t per = 4096, batches = 48; /* 48 x ~1 MiB through 2 MiB of staging */
+    uint64_t *ids = malloc(per * sizeof *ids);
+    for (size_t b = 0; b < batches; b++) {
+        tu_iota(ids, b * per, per);
+        tu_batch tb;
+        tu_batch_make(&tb, &wide, ids, per, 1);
+        assert_status(CPR_OK, cpr_part_put_rows(p, &tb.batch));
+        tu_batch_free(&tb);
+        cpr_part_progress pr;
+        cpr_part_progress_get(p, &pr);
+        assert_int_equal(pr.rows_queued, (b + 1) * per);
+        assert_true(pr.bytes_queued - pr.bytes_sent <= o.staging_bytes);
+    }
+    free(ids);
+    assert_status(CPR_OK, cpr_part_commit(p));
+    cpr_restore_query q = {.job = "bp"};
+    tu_rows rows;
+    cpr_restore_result res;
+    restore(c, &q, NULL, 0, &rows, &res);
+    assert_int_equal(rows.n, per * batches);
+    tu_assert_rows(rows.rows, &wide, 0, 1, per * batches, 1);
+    tu_rows_free(&rows);
+    cpr_client_close(c);
+    tu_rmtree(dir);
+    free(dir);
+}
+
+/* ---- many shards at once ---------------------------------------------------------------- */
+
+typedef struct shard_writer {
+    cpr_client *c;
+    uint32_t shard, num_shards;
+    cpr_status st;
+    char why[512];
+} shard_writer;
+
+static void *write_shard(void *arg)
+{
+    shard_writer *w = arg;
+    cpr_part_spec spec = tu_part("many", w->shard, w->num_shards, 1, CPR_KIND_FULL, tables, 2);
+    cpr_part *p;
+    w->st = cpr_client_begin(w->c, &spec, &p);
+    if (w->st == CPR_OK) {
+        w->st = put_rows(p, w->shard, w->num_shards, 4000 / w->num_shards, 1);
+        cpr_status end = w->st ? cpr_part_abort(p) : cpr_part_commit(p);
+        if (w->st == CPR_OK)
+            w->st = end;
+    }
+    snprintf(w->why, sizeof w->why, "%s", cpr_errmsg());
+    return NULL;
+}
+
+static void write_shards_concurrently(cpr_client *c, uint32_t n)
+{
+    pthread_t th[64];
+    shard_writer w[64];
+    for (uint32_t s = 0; s < n; s++) {
+        w[s] = (shard_writer){c, s, n, CPR_OK, ""};
+        assert_int_equal(pthread_create(&th[s], NULL, write_shard, &w[s]), 0);
+    }
+    for (uint32_t s = 0; s < n; s++) {
+        pthread_join(th[s], NULL);
+        if (w[s].st)
+            fail_msg("shard %u: %s: %s", s, cpr_status_name(w[s].st), w[s].why);
+    }
+}
+
+/* All of `job`'s rows as of `ckpt` in the modulo layout, in (table, row) order. */
+static void assert_all_rows(cpr_client *c, const cpr_restore_query *q, uint64_t ckpt)
+{
+    tu_rows rows;
+    restore(c, q, NULL, 0, &rows, NULL);
+    assert_int_equal(rows.n, 8000);
+    /* Several nodes answer in turn: sort back to (table, row). */
+    for (size_t i = 0; i < rows.n; i++) {
+        tu_row *r = &rows.rows[i];
+        size_t t = r->table == 1 ? 0 : 1;
+        tu_assert_row(r, &tables[t], r->id, ckpt);
+    }
+    uint8_t *seen = calloc(8000, 1);
+    for (size_t i = 0; i < rows.n; i++) {
+        size_t at = (rows.rows[i].table == 1 ? 0 : 4000) + rows.rows[i].id;
+        assert_false(seen[at]);
+        seen[at] = 1;
+    }
+    free(seen);
+    tu_rows_free(&rows);
+}
+
+static void test_concurrent_shards(void **state)
+{
+    (void)state;
+    ch_daemon d;
+    char target[128];
+    char *dir = daemon_up(&d, target, sizeof target);
+    cpr_client_options o = {.message_bytes = 16384, .staging_bytes = 4u << 20};
+    cpr_client *c;
+    assert_status(CPR_OK, cpr_client_open(target, &o, &c));
+    write_shards_concurrently(c, 16);
+    uint64_t cut;
+    assert_status(CPR_OK, cpr_client_latest_cut(c, "many", &cut));
+    assert_int_equal(cut, 1);
+    cpr_restore_query q = {.job = "many", .consistent = 1};
+    assert_all_rows(c, &q, 1);
+    cpr_client_close(c);
+    daemon_down(&d, dir);
+}
+
+/* ---- a job spread over two daemons ------------------------------------------------------- */
+
+static void test_two_daemons(void **state)
+{
+    (void)state;
+    char *dir[2] = {tu_mkdtemp("cpr-client"), tu_mkdtemp("cpr-client")};
+    ch_daemon d[2];
+    char target[256], reversed[256], alone[2][128];
+    for (int i = 0; i < 2; i++) {
+        ch_start(&d[i], dir[i]);
+        snprintf(alone[i], sizeof alone[i], "grpc://%s", d[i].addr);
+    }
+    snprintf(target, sizeof target, "grpc://%s,%s", d[0].addr, d[1].addr);
+    snprintf(reversed, sizeof reversed, "grpc://%s,%s", d[1].addr, d[0].addr);
+    cpr_client *c, *rc, *node[2];
+    assert_status(CPR_OK, cpr_client_open(target, NULL, &c));
+    assert_status(CPR_OK, cpr_client_open(reversed, NULL, &rc));
+    for (int i = 0; i < 2; i++)
+        assert_status(CPR_OK, cpr_client_open(alone[i], NULL, &node[i]));
+    assert_int_equal(cpr_client_nodes(c), 2);
+
+    /* Placement: stable whatever the order of the list, and both nodes used. */
+    const uint32_t n = 16;
+    size_t on[2] = {0, 0};
+    for (uint32_t s = 0; s < n; s++) {
+        size_t a = cpr_client_node_of(c, "spread", s), b = cpr_client_node_of(rc, "spread", s);
+        assert_int_equal(a, 1 - b);
+        on[a]++;
+    }
+    assert_true(on[0] > 0 && on[1] > 0);
+
+    write_shards_concurrently(c, n); /* job "many", checkpoint 1 */
+    for (uint32_t s = 0; s < n; s++)
+        write_part(c, "spread", s, n, 1, CPR_KIND_FULL, 4000 / n);
+    /* Checkpoint 2 of every shard but 5: not a cut yet. */
+    for (uint32_t s = 0; s < n; s++)
+        if (s != 5)
+            write_part(c, "spread", s, n, 2, CPR_KIND_FULL, 4000 / n);
+    uint64_t cut;
+    assert_status(CPR_OK, cpr_client_latest_cut(c, "spread", &cut));
+    assert_int_equal(cut, 1);
+    /* Each node holds exactly the shards placed on it, and alone sees no cut. */
+    for (int i = 0; i < 2; i++) {
+        cpr_part_info *parts;
+        size_t k;
+        assert_status(CPR_OK, cpr_client_list(node[i], "spread", &parts, &k));
+        for (size_t j = 0; j < k; j++)
+            assert_int_equal(cpr_client_node_of(c, "spread", parts[j].shard), (size_t)i);
+        free(parts);
+        assert_status(CPR_NOT_FOUND, cpr_client_latest_cut(node[i], "spread", &cut));
+    }
+    write_part(c, "spread", 5, n, 2, CPR_KIND_FULL, 4000 / n);
+    assert_status(CPR_OK, cpr_client_latest_cut(c, "spread", &cut));
+    assert_int_equal(cut, 2);
+
+    cpr_restore_query q = {.job = "spread", .consistent = 1};
+    assert_all_rows(c, &q, 2);
+    q = (cpr_restore_query){.job = "many", .consistent = 1};
+    assert_all_rows(c, &q, 1);
+    /* One shard's rows, asking only its node (the other is not needed). */
+    uint32_t shard = 5;
+    tu_rows rows;
+    q = (cpr_restore_query){.job = "spread", .as_of = 1, .modulo = n, .remainder = 5};
+    restore(c, &q, &shard, 1, &rows, NULL);
+    assert_int_equal(rows.n, 2 * 4000 / n);
+    tu_assert_rows(rows.rows, &tables[0], 5, n, 4000 / n, 1);
+    tu_rows_free(&rows);
+    assert_blob(c, "spread", 5, 2, 70005);
+    assert_blob(c, "spread", 11, 1, 70011);
+
+    /* A job written through one node alone, read through both: shards that
+     * now hash to the other node are refused, not merged silently. */
+    for (uint32_t s = 0; s < n; s++)
+        write_part(node[0], "moved", s, n, 1, CPR_KIND_FULL, 4000 / n);
+    q = (cpr_restore_query){.job = "moved", .consistent = 1};
+    memset(&rows, 0, sizeof rows);
+    assert_status(CPR_FAILED_PRECONDITION,
+                  cpr_client_restore(c, &q, NULL, 0, tu_collect, &rows, NULL));
+    assert_non_null(strstr(cpr_errmsg(), "set of nodes changed"));
+    assert_status(CPR_FAILED_PRECONDITION, cpr_client_latest_cut(c, "moved", &cut));
+    assert_all_rows(node[0], &q, 1); /* the target it was written with still works */
+
+    /* Retention over both nodes: keep one cut (2); as of 1 is gone. */
+    cpr_gc_report gr;
+    assert_status(CPR_OK, cpr_client_gc(c, "spread", 1, &gr));
+    assert_int_equal(gr.floor, 2);
+    assert_true(gr.parts_removed >= n);
+    q = (cpr_restore_query){.job = "spread", .as_of = 1};
+    memset(&rows, 0, sizeof rows);
+    assert_int_equal(cpr_client_restore(c, &q, NULL, 0, tu_collect, &rows, NULL),
+                     CPR_FAILED_PRECONDITION);
+    tu_rows_free(&rows);
+    q = (cpr_restore_query){.job = "spread", .consistent = 1};
+    assert_all_rows(c, &q, 2);
+    cpr_verify_report vr;
+    assert_status(CPR_OK, cpr_client_verify(c, NULL, NULL, NULL, &vr));
+    assert_true(vr.rows_checked >= 2 * 8000);
+    cpr_store_stats st;
+    assert_status(CPR_OK, cpr_client_stats(c, &st));
+    assert_int_equal(st.parts_committed, n /* many */ + n /* spread at 2 */ + n /* moved */);
+
+    cpr_client_close(c);
+    cpr_client_close(rc);
+    for (int i = 0; i < 2; i++) {
+        cpr_client_close(node[i]);
+        ch_stop(&d[i]);
+        tu_rmtree(dir[i]);
+        free(dir[i]);
+    }
+}
+
+/* ---- faults -------------------------------------------------------------------------------- */
+
+static void test_daemon_killed_mid_part(void **state)
+{
+    (void)state;
+    ch_daemon d;
+    char target[128];
+    char *dir = daemon_up(&d, target, sizeof target);
+    cpr_client_options o = {.backoff_s = 0.01, .retries = 2, .call_timeout_s = 5};
+    cpr_client *c;
+    assert_status(CPR_OK, cpr_client_open(target, &o, &c));
+    write_part(c, "kill", 0, 1, 1, CPR_KIND_FULL, 4000);
+    cpr_part_spec spec = tu_part("kill", 0, 1, 2, CPR_KIND_FULL, tables, 2);
+    cpr_part *p;
+    assert_status(CPR_OK, cpr_client_begin(c, &spec, &p));
+    assert_status(CPR_OK, put_rows(p, 0, 1, 2000, 2));
+    ch_kill(&d);
+    cpr_status st = put_rows(p, 2000, 1, 2000, 2); /* may still be staged: OK or failed */
+    assert_true(st == CPR_OK || st == CPR_UNAVAILABLE);
+    st = cpr_part_commit(p);
+    assert_int_equal(st, CPR_UNAVAILABLE);
+    assert_true(strlen(cpr_errmsg()) > 0);
+    /* A node that is down: Begin retries, then says so. */
+    assert_status(CPR_UNAVAILABLE, cpr_client_begin(c, &spec, &p));
+    cpr_client_close(c);
+
+    /* Restart on the same data: the committed part intact, the other gone. */
+    ch_start(&d, dir);
+    snprintf(target, sizeof target, "grpc://%s", d.addr);
+    assert_status(CPR_OK, cpr_client_open(target, &o, &c));
+    cpr_part_info *parts;
+    size_t n;
+    assert_status(CPR_OK, cpr_client_list(c, "kill", &parts, &n));
+    assert_int_equal(n, 1);
+    assert_int_equal(parts[0].checkpoint, 1);
+    free(parts);
+    cpr_restore_query q = {.job = "kill"};
+    tu_rows rows;
+    restore(c, &q, NULL, 0, &rows, NULL);
+    assert_int_equal(rows.n, 8000);
+    tu_assert_rows(rows.rows, &tables[0], 0, 1, 4000, 1);
+    tu_rows_free(&rows);
+    write_part(c, "kill", 0, 1, 2, CPR_KIND_FULL, 4000); /* the save is retried: fine */
+    cpr_client_close(c);
+    daemon_down(&d, dir);
+}
+
+/* A child process streams a large part through the library; it is killed
+ * with SIGKILL once the daemon has received some of it. */
+static void test_client_killed_mid_stream(void **state)
+{
+    (void)state;
+    ch_daemon d;
+    char target[128];
+    char *dir = daemon_up(&d, target, sizeof target);
+    /* The writer is this program run again (a fresh process: gRPC does not
+     * survive fork() in a process that has used it). */
+    pid_t child = fork();
+    assert_true(child >= 0);
+    if (child == 0) {
+        execl("/proc/self/exe", "test_client", "--vanishing-writer", target, (char *)NULL);
+        _exit(127);
+    }
+    cpr_client *c;
+    assert_status(CPR_OK, cpr_client_open(target, NULL, &c));
+    double deadline = now_s() + 30;
+    cpr_store_stats st = {0};
+    while (st.bytes_in < (4u << 20) && now_s() < deadline)
+        assert_status(CPR_OK, cpr_client_stats(c, &st));
+    assert_true(st.bytes_in >= (4u << 20));
+    assert_int_equal(st.parts_open, 1);
+    kill(child, SIGKILL);
+    int wstatus;
+    assert_int_equal(waitpid(child, &wstatus, 0), child);
+    /* The daemon notices the broken stream and aborts the part. */
+    deadline = now_s() + 30;
+    do
+        assert_status(CPR_OK, cpr_client_stats(c, &st));
+    while (st.parts_open && now_s() < deadline);
+    assert_int_equal(st.parts_open, 0);
+    assert_int_equal(st.parts_committed, 0);
+    cpr_part_info *parts;
+    size_t n;
+    assert_status(CPR_NOT_FOUND, cpr_client_list(c, "vanish", &parts, &n));
+    write_part(c, "vanish", 0, 1, 1, CPR_KIND_FULL, 4000); /* the daemon still serves */
+    cpr_client_close(c);
+    daemon_down(&d, dir);
+}
+
+/* The child of test_client_killed_mid_stream: a part that never ends. */
+static int vanishing_writer(const char *target)
+{
+    cpr_client *c;
+    cpr_part *p;
+    cpr_part_spec spec = tu_part("vanish", 0, 1, 1, CPR_KIND_FULL, tables, 2);
+    if (cpr_client_open(target, NULL, &c) || cpr_client_begin(c, &spec, &p))
+        return 3;
+    for (;;) /* rows 0..3999 over and over until killed */
+        if (put_rows(p, 0, 1, 4000, 1))
+            return 4;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc == 3 && strcmp(argv[1], "--vanishing-writer") == 0)
+        return vanishing_writer(argv[2]);
+    signal(SIGPIPE, SIG_IGN);
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_bad_targets),
+        cmocka_unit_test(test_local_round_trip),
+        cmocka_unit_test(test_backpressure),
+        cmocka_unit_test(test_grpc_round_trip),
+        cmocka_unit_test(test_concurrent_shards),
+        cmocka_unit_test(test_two_daemons),
+        cmocka_unit_test(test_daemon_killed_mid_part),
+        cmocka_unit_test(test_client_killed_mid_stream),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
