@@ -17,6 +17,7 @@ PACKAGES=(
   protobuf-c-compiler libprotobuf-c-dev  # ckptd wire contract (proto/)
   libgrpc-dev                        # ckptd and the client: gRPC C core
   python3-grpcio python3-grpc-tools  # test_python_client: the wire contract from Python
+  gnuplot-nox                        # cpr-analyze --plot-dir (run as a program; optional at runtime)
 )
 
 missing=()

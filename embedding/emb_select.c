@@ -6,7 +6,19 @@
 #include "cpr_common.h"
 #include "emb_select.h"
 
-#define BUCKETS 65536
+/* Digits of 16 bits (two passes, 512 KiB of histogram) pay off only when a
+ * shard has far more rows than buckets; smaller shards use 8-bit digits
+ * (four passes over few rows, a 2 KiB histogram on the stack), so selecting
+ * in a small shard costs microseconds instead of clearing 512 KiB. */
+#define WIDE_BITS 16
+#define NARROW_BITS 8
+#define WIDE_MIN_ROWS (1u << 20)
+
+typedef struct radix {
+    unsigned bits;        /* digit width */
+    uint32_t buckets;     /* 1 << bits */
+    uint64_t *hist;
+} radix;
 
 static uint32_t key_at(const void *keys, uint64_t row)
 {
@@ -15,66 +27,85 @@ static uint32_t key_at(const void *keys, uint64_t row)
     return key;
 }
 
-/* Count, per 16-bit digit, the shard's non-zero keys whose high half is
- * `hi` (or every key when hi < 0). */
-static void histogram(const cpr_emb *t, uint32_t shard, const void *keys, long hi,
-                      uint64_t *hist)
+/* Count, per digit at `shift`, the shard's non-zero keys whose digits above
+ * `shift` equal `prefix` (every non-zero key at the top digit). */
+static void histogram(const cpr_emb *t, uint32_t shard, const void *keys, const radix *r,
+                      unsigned shift, uint32_t prefix)
 {
     uint64_t n = cpr_emb_geom_shard_rows(t, shard), row = cpr_emb_geom_first(t, shard);
     uint64_t stride = cpr_emb_geom_stride(t);
-    memset(hist, 0, BUCKETS * sizeof *hist);
+    unsigned above = shift + r->bits; /* 32 at the top digit */
+    uint32_t digit_mask = r->buckets - 1;
+    memset(r->hist, 0, r->buckets * sizeof *r->hist);
     for (uint64_t i = 0; i < n; i++, row += stride) {
         uint32_t key = key_at(keys, row);
         if (key == 0)
             continue;
-        if (hi < 0)
-            hist[key >> 16]++;
-        else if ((long)(key >> 16) == hi)
-            hist[key & 0xffff]++;
+        if (above < 32 && (key >> above) != prefix)
+            continue;
+        r->hist[(key >> shift) & digit_mask]++;
     }
 }
 
 /* The digit d where the running count from the top first reaches `want`;
  * *above = keys in digits above d. */
-static uint32_t find_digit(const uint64_t *hist, uint64_t want, uint64_t *above)
+static uint32_t find_digit(const radix *r, uint64_t want, uint64_t *above)
 {
     uint64_t acc = 0;
-    for (uint32_t d = BUCKETS; d-- > 0;) {
-        if (acc + hist[d] >= want) {
+    for (uint32_t d = r->buckets; d-- > 0;) {
+        if (acc + r->hist[d] >= want) {
             *above = acc;
             return d;
         }
-        acc += hist[d];
+        acc += r->hist[d];
     }
     *above = acc;
     return 0;
 }
 
+/* The k-th largest non-zero key (k < non-zero keys), digit by digit from
+ * the top; r->hist holds the top digit's histogram already. *ties = how
+ * many keys equal to it to take. */
+static uint32_t kth_key(const cpr_emb *t, uint32_t shard, const void *keys, const radix *r,
+                        uint64_t k, uint64_t *ties)
+{
+    uint32_t prefix = 0;
+    uint64_t want = k;
+    int top = 32 - (int)r->bits;
+    for (int shift = top; shift >= 0; shift -= (int)r->bits) {
+        uint64_t above = 0;
+        if (shift != top)
+            histogram(t, shard, keys, r, (unsigned)shift, prefix);
+        uint32_t d = find_digit(r, want, &above);
+        prefix = (prefix << r->bits) | d;
+        want -= above;
+    }
+    *ties = want;
+    return prefix;
+}
+
 cpr_status cpr_emb_topk(const cpr_emb *t, uint32_t shard, const void *keys, uint64_t k,
                         uint64_t *ids, size_t *n_out)
 {
-    uint64_t *hist = malloc(BUCKETS * sizeof *hist);
-    uint64_t nonzero = 0, above_hi = 0, above_lo = 0, threshold = 1, ties = UINT64_MAX;
+    uint64_t narrow[1u << NARROW_BITS];
     uint64_t n = cpr_emb_geom_shard_rows(t, shard), row = cpr_emb_geom_first(t, shard);
-    uint64_t stride = cpr_emb_geom_stride(t);
+    uint64_t stride = cpr_emb_geom_stride(t), nonzero = 0, threshold = 1, ties = UINT64_MAX;
+    radix r = {NARROW_BITS, 1u << NARROW_BITS, narrow};
     size_t out = 0;
-    if (!hist)
-        return cpr_fail(CPR_NO_MEMORY, "out of memory for selection histograms");
     if (k == 0) {
-        free(hist);
         *n_out = 0;
         return CPR_OK;
     }
-    histogram(t, shard, keys, -1, hist);
-    for (uint32_t d = 0; d < BUCKETS; d++)
-        nonzero += hist[d];
-    if (nonzero > k) { /* find the k-th largest key: threshold, and how many ties to take */
-        uint32_t hi = find_digit(hist, k, &above_hi);
-        histogram(t, shard, keys, hi, hist);
-        uint32_t lo = find_digit(hist, k - above_hi, &above_lo);
-        threshold = (uint64_t)hi << 16 | lo;
-        ties = k - above_hi - above_lo;
+    if (n >= WIDE_MIN_ROWS) {
+        r = (radix){WIDE_BITS, 1u << WIDE_BITS, malloc(((size_t)1 << WIDE_BITS) * sizeof(uint64_t))};
+        if (!r.hist)
+            return cpr_fail(CPR_NO_MEMORY, "out of memory for selection histograms");
     }
+    histogram(t, shard, keys, &r, 32 - r.bits, 0);
+    for (uint32_t d = 0; d < r.buckets; d++)
+        nonzero += r.hist[d];
+    if (nonzero > k) /* find the k-th largest key: threshold, and how many ties to take */
+        threshold = kth_key(t, shard, keys, &r, k, &ties);
     for (uint64_t i = 0; i < n && out < k; i++, row += stride) {
         uint32_t key = key_at(keys, row);
         if (key > threshold) {
@@ -84,7 +115,8 @@ cpr_status cpr_emb_topk(const cpr_emb *t, uint32_t shard, const void *keys, uint
             ties--;
         }
     }
-    free(hist);
+    if (r.hist != narrow)
+        free(r.hist);
     *n_out = out;
     return CPR_OK;
 }

@@ -2,9 +2,11 @@
 /*
  * Top-k row selection over a shard by a 32-bit key (MFU counts, or the bit
  * pattern of non-negative float norms, which orders like the floats), by
- * radix select: two 16-bit histogram passes find the k-th largest key, a
- * third pass collects the rows in ascending id order. O(rows) time, 512 KiB
- * of histograms, no per-row scratch, deterministic (ties toward lower ids).
+ * radix select: histogram passes find the k-th largest key digit by digit
+ * (two 16-bit digits with 512 KiB of histograms for shards of 2^20 rows or
+ * more; four 8-bit digits with 2 KiB on the stack below that), a last pass
+ * collects the rows in ascending id order. O(rows) time, no per-row
+ * scratch, deterministic (ties toward lower ids).
  */
 #ifndef CPR_EMB_SELECT_H
 #define CPR_EMB_SELECT_H

@@ -5,9 +5,13 @@
  * inversion Zipf sampler. Everything is a pure function of the seed so a
  * generated file can be reproduced byte for byte; the Zipf sampler keeps
  * no per-rank tables so a table of 2^32 ids costs the same as one of 10.
+ * cpr_zipf (cpr/data.h) is the same sampler behind a public handle.
  */
 #include <math.h>
+#include <stdlib.h>
 
+#include "cpr/data.h"
+#include "cpr_common.h"
 #include "data_internal.h"
 
 void data_rng_seed(data_rng *rng, uint64_t seed)
@@ -116,4 +120,39 @@ uint64_t data_zipf_sample(const data_zipf *z, data_rng *rng)
             u >= hat_integral(z, kd + 0.5) - hat(z, kd))
             return (uint64_t)kd;
     }
+}
+
+/* ---- the public Zipf stream (cpr/data.h) ------------------------------------- */
+
+struct cpr_zipf {
+    data_zipf zipf;
+    data_rng rng;
+};
+
+cpr_status cpr_zipf_create(double s, uint64_t n, uint64_t seed, cpr_zipf **out)
+{
+    if (!out)
+        return cpr_fail(CPR_INVALID_ARGUMENT, "out is NULL");
+    if (!(s > 0.0 && s <= 20.0))
+        return cpr_fail(CPR_INVALID_ARGUMENT, "zipf exponent %g is not in (0, 20]", s);
+    if (n < 1 || n > (1ull << 53))
+        return cpr_fail(CPR_INVALID_ARGUMENT, "zipf ranks %llu are not in 1..2^53",
+                        (unsigned long long)n);
+    cpr_zipf *z = malloc(sizeof *z);
+    if (!z)
+        return cpr_fail(CPR_NO_MEMORY, "out of memory for a Zipf stream");
+    data_zipf_init(&z->zipf, s, n);
+    data_rng_seed(&z->rng, seed);
+    *out = z;
+    return CPR_OK;
+}
+
+uint64_t cpr_zipf_next(cpr_zipf *zipf)
+{
+    return data_zipf_sample(&zipf->zipf, &zipf->rng) - 1;
+}
+
+void cpr_zipf_destroy(cpr_zipf *zipf)
+{
+    free(zipf);
 }

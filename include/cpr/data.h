@@ -213,6 +213,23 @@ uint32_t cpr_synth_value(const cpr_synth *synth, uint32_t table, uint64_t id);
 /* Destroy the generator. NULL is a no-op. */
 void cpr_synth_destroy(cpr_synth *synth);
 
+/* ---- Zipf samples ---------------------------------------------------------------- */
+
+typedef struct cpr_zipf cpr_zipf;
+
+/*
+ * A seeded stream of Zipf ranks 0..n-1 with P(k) proportional to (k+1)^-s:
+ * the generator's own sampler (rejection-inversion, docs/data.md), for
+ * tools that need hot rows without writing a file (cpr-analyze simulate).
+ * The same (s, n, seed) gives the same stream. s in (0, 20], n in 1..2^53.
+ * Errors: CPR_INVALID_ARGUMENT, CPR_NO_MEMORY.
+ */
+cpr_status cpr_zipf_create(double s, uint64_t n, uint64_t seed, cpr_zipf **out);
+/* The next rank, in 0..n-1. */
+uint64_t cpr_zipf_next(cpr_zipf *zipf);
+/* NULL is a no-op. */
+void cpr_zipf_destroy(cpr_zipf *zipf);
+
 #ifdef __cplusplus
 }
 #endif

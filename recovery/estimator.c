@@ -1,0 +1,355 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * The online estimator (cpr/recovery.h): the closed-form model fed with what
+ * the running job measures. Each input has a prior that answers until
+ * `min_samples` samples arrived; from then on an exponentially weighted
+ * moving average (seeded with the mean of the first samples) follows it, so
+ * a slow drift (a store filling up, a busier network) moves the estimate
+ * while one outlier moves it by only `smoothing` of its distance. Failures
+ * are rare, so the MTBF is not averaged but estimated as a Gamma-posterior
+ * mean that starts at the prior and lets the evidence take over.
+ * The prioritized policies' PLS is predicted from measured unsaved events
+ * (the loss ratio below), not from the vanilla formula. docs/model.md has
+ * every formula.
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cpr/recovery.h"
+#include "cpr_common.h"
+
+#define POLICY_COUNT 5
+#define LOSS_RATIO_FLOOR 1e-9 /* a policy that lost nothing: the interval is capped by the job */
+
+/* An input: the prior until `n` reaches min_samples, then an EWMA. */
+typedef struct ewma {
+    double value;   /* mean of the samples so far while n <= min, then the EWMA */
+    uint64_t n;
+} ewma;
+
+struct cpr_estimator {
+    cpr_estimator_config cfg;  /* defaults filled in */
+    ewma save, load, restart, full_bytes, rate;
+    ewma loss_ratio[POLICY_COUNT];
+    uint64_t failures;
+    double now_s;              /* the latest time seen */
+    /* The trackers, integrated over the window since the last save. */
+    int have_track;
+    double track_t;
+    uint64_t track_events, track_unsaved;
+    double area, span;         /* integral of unsaved events dt, and of dt */
+    uint64_t window_events;
+    /* The last save, which opened the window. */
+    int have_save;
+    double save_t;
+    cpr_policy save_policy;
+};
+
+static void ewma_add(ewma *e, double sample, double alpha, uint32_t min_samples)
+{
+    e->n++;
+    if (e->n <= min_samples) /* the running mean seeds the average */
+        e->value += (sample - e->value) / (double)e->n;
+    else
+        e->value += alpha * (sample - e->value);
+}
+
+static int ewma_ready(const ewma *e, uint32_t min_samples)
+{
+    return e->n >= min_samples && e->n > 0;
+}
+
+static double ewma_get(const ewma *e, double prior, uint32_t min_samples)
+{
+    return ewma_ready(e, min_samples) ? e->value : prior;
+}
+
+static int prioritized(cpr_policy policy)
+{
+    return policy == CPR_POLICY_MFU || policy == CPR_POLICY_SSU ||
+           policy == CPR_POLICY_TOPK_NORM;
+}
+
+/* ---- configuration --------------------------------------------------------- */
+
+static cpr_status check_positive(const char *field, double v)
+{
+    if (!(v > 0.0) || !isfinite(v))
+        return cpr_fail(CPR_INVALID_ARGUMENT, "%s: %g is not a positive finite number",
+                        field, v);
+    return CPR_OK;
+}
+
+static void fill_defaults(cpr_estimator_config *c)
+{
+    if (c->fraction == 0.0)
+        c->fraction = 0.125;
+    if (c->smoothing == 0.0)
+        c->smoothing = 0.25;
+    if (c->min_samples == 0)
+        c->min_samples = 3;
+    if (c->prior_failures == 0.0)
+        c->prior_failures = 1.0;
+    if (c->prior_loss_ratio == 0.0)
+        c->prior_loss_ratio = 1.0;
+    if (c->policy == CPR_POLICY_FULL)
+        c->fraction = 1.0; /* vanilla CPR saves every row */
+}
+
+static cpr_status check_config(const cpr_estimator_config *c)
+{
+    const struct { const char *field; double value; } positive[] = {
+        {"job_s", c->job_s}, {"prior_mtbf_s", c->prior_mtbf_s},
+        {"prior_save_s", c->prior_save_s}, {"prior_load_s", c->prior_load_s},
+        {"prior_restart_s", c->prior_restart_s}, {"prior_failures", c->prior_failures},
+        {"prior_loss_ratio", c->prior_loss_ratio},
+    };
+    for (size_t i = 0; i < sizeof positive / sizeof positive[0]; i++) {
+        cpr_status st = check_positive(positive[i].field, positive[i].value);
+        if (st)
+            return st;
+    }
+    if (c->shards < 1)
+        return cpr_fail(CPR_INVALID_ARGUMENT, "shards: must be at least 1");
+    if (!(c->target_pls > 0.0 && c->target_pls < 1.0))
+        return cpr_fail(CPR_INVALID_ARGUMENT, "target_pls: %g is not in (0, 1)", c->target_pls);
+    if (c->formula != CPR_INTERVAL_YOUNG && c->formula != CPR_INTERVAL_DALY)
+        return cpr_fail(CPR_INVALID_ARGUMENT, "formula: %d is neither YOUNG nor DALY",
+                        (int)c->formula);
+    if (c->policy != CPR_POLICY_FULL && !prioritized(c->policy))
+        return cpr_fail(CPR_INVALID_ARGUMENT, "policy: %d is not FULL, MFU, SSU or TOPK_NORM "
+                        "(partial recovery needs rows of every kind saved)", (int)c->policy);
+    if (!(c->fraction > 0.0 && c->fraction <= 1.0))
+        return cpr_fail(CPR_INVALID_ARGUMENT, "fraction: %g is not in (0, 1]", c->fraction);
+    if (!(c->smoothing > 0.0 && c->smoothing <= 1.0))
+        return cpr_fail(CPR_INVALID_ARGUMENT, "smoothing: %g is not in (0, 1]", c->smoothing);
+    return CPR_OK;
+}
+
+cpr_status cpr_estimator_create(const cpr_estimator_config *config, cpr_estimator **out)
+{
+    if (!config || !out)
+        return cpr_fail(CPR_INVALID_ARGUMENT, "config and out must not be NULL");
+    cpr_estimator_config c = *config;
+    fill_defaults(&c);
+    cpr_status st = check_config(&c);
+    if (st)
+        return st;
+    cpr_estimator *e = calloc(1, sizeof *e);
+    if (!e)
+        return cpr_fail(CPR_NO_MEMORY, "out of memory for an estimator");
+    e->cfg = c;
+    *out = e;
+    return CPR_OK;
+}
+
+void cpr_estimator_destroy(cpr_estimator *est)
+{
+    free(est);
+}
+
+/* ---- measurements ------------------------------------------------------------ */
+
+static cpr_status check_sample(const char *field, double v)
+{
+    if (!(v >= 0.0) || !isfinite(v))
+        return cpr_fail(CPR_INVALID_ARGUMENT, "%s: %g is not a finite number >= 0", field, v);
+    return CPR_OK;
+}
+
+/* Validate `now_s` against the clock; does not move it. */
+static cpr_status check_now(const cpr_estimator *e, double now_s)
+{
+    cpr_status st = check_sample("now_s", now_s);
+    if (!st && now_s < e->now_s)
+        st = cpr_fail(CPR_INVALID_ARGUMENT, "now_s: %g is before the latest time seen, %g",
+                      now_s, e->now_s);
+    return st;
+}
+
+/* Close the tracker window at a save: one loss-ratio sample for `policy`
+ * when the window spans a whole interval of that policy. */
+static void close_window(cpr_estimator *e, double now_s, cpr_policy policy)
+{
+    const cpr_estimator_config *c = &e->cfg;
+    if (e->have_save && e->save_policy == policy && e->span > 0.0 && e->window_events > 0 &&
+        now_s > e->save_t) {
+        double fraction = prioritized(policy) ? c->fraction : 1.0;
+        double base_s = (now_s - e->save_t) / fraction;
+        double rate = (double)e->window_events / e->span;
+        double mean_unsaved = e->area / e->span;
+        /* Vanilla saving every base_s averages rate * base_s / 2 unsaved events. */
+        ewma_add(&e->loss_ratio[policy], mean_unsaved / (rate * base_s / 2.0), c->smoothing,
+                 c->min_samples);
+    }
+    e->area = e->span = 0.0;
+    e->window_events = 0;
+    e->have_save = 1;
+    e->save_t = now_s;
+    e->save_policy = policy;
+}
+
+cpr_status cpr_estimator_saved(cpr_estimator *est, double now_s, cpr_policy policy,
+                               double stall_s, uint64_t bytes)
+{
+    if (!est)
+        return cpr_fail(CPR_INVALID_ARGUMENT, "estimator is NULL");
+    cpr_status st = check_now(est, now_s);
+    if (!st)
+        st = check_sample("stall_s", stall_s);
+    if (!st && ((int)policy < 0 || (int)policy >= POLICY_COUNT))
+        st = cpr_fail(CPR_INVALID_ARGUMENT, "policy: %d is not a cpr_policy", (int)policy);
+    if (st)
+        return st;
+    const cpr_estimator_config *c = &est->cfg;
+    est->now_s = now_s;
+    if (policy == CPR_POLICY_FULL && bytes > 0)
+        ewma_add(&est->full_bytes, (double)bytes, c->smoothing, 1);
+    double full_bytes = c->full_bytes ? (double)c->full_bytes
+                        : ewma_get(&est->full_bytes, 0.0, 1);
+    if (policy == CPR_POLICY_FULL)
+        ewma_add(&est->save, stall_s, c->smoothing, c->min_samples);
+    else if (bytes > 0 && full_bytes > 0.0) /* a stall grows with the bytes gathered */
+        ewma_add(&est->save, stall_s * full_bytes / (double)bytes, c->smoothing,
+                 c->min_samples);
+    close_window(est, now_s, policy);
+    return CPR_OK;
+}
+
+cpr_status cpr_estimator_loaded(cpr_estimator *est, double load_s, uint32_t shards_loaded)
+{
+    if (!est)
+        return cpr_fail(CPR_INVALID_ARGUMENT, "estimator is NULL");
+    cpr_status st = check_sample("load_s", load_s);
+    if (st)
+        return st;
+    if (shards_loaded < 1 || shards_loaded > est->cfg.shards)
+        return cpr_fail(CPR_INVALID_ARGUMENT, "shards_loaded: %u is not in 1..%u",
+                        shards_loaded, est->cfg.shards);
+    /* The model's partial load is o_load / N per failed shard: invert it. */
+    ewma_add(&est->load, load_s * est->cfg.shards / shards_loaded, est->cfg.smoothing,
+             est->cfg.min_samples);
+    return CPR_OK;
+}
+
+cpr_status cpr_estimator_restarted(cpr_estimator *est, double restart_s)
+{
+    if (!est)
+        return cpr_fail(CPR_INVALID_ARGUMENT, "estimator is NULL");
+    cpr_status st = check_sample("restart_s", restart_s);
+    if (st)
+        return st;
+    ewma_add(&est->restart, restart_s, est->cfg.smoothing, est->cfg.min_samples);
+    return CPR_OK;
+}
+
+cpr_status cpr_estimator_failed(cpr_estimator *est, double now_s)
+{
+    if (!est)
+        return cpr_fail(CPR_INVALID_ARGUMENT, "estimator is NULL");
+    cpr_status st = check_now(est, now_s);
+    if (st)
+        return st;
+    est->now_s = now_s;
+    est->failures++;
+    return CPR_OK;
+}
+
+cpr_status cpr_estimator_tracked(cpr_estimator *est, double now_s, uint64_t update_events,
+                                 uint64_t unsaved_events)
+{
+    if (!est)
+        return cpr_fail(CPR_INVALID_ARGUMENT, "estimator is NULL");
+    cpr_status st = check_now(est, now_s);
+    if (st)
+        return st;
+    if (est->have_track && update_events < est->track_events)
+        return cpr_fail(CPR_INVALID_ARGUMENT, "update_events: %llu is below the %llu reported "
+                        "before (it counts every event so far)",
+                        (unsigned long long)update_events,
+                        (unsigned long long)est->track_events);
+    est->now_s = now_s;
+    if (est->have_track && now_s > est->track_t) {
+        double dt = now_s - est->track_t;
+        uint64_t events = update_events - est->track_events;
+        est->area += dt * ((double)est->track_unsaved + (double)unsaved_events) / 2.0;
+        est->span += dt;
+        est->window_events += events;
+        ewma_add(&est->rate, (double)events / dt, est->cfg.smoothing, 1);
+    }
+    est->have_track = 1;
+    est->track_t = now_s;
+    est->track_events = update_events;
+    est->track_unsaved = unsaved_events;
+    return CPR_OK;
+}
+
+/* ---- the decision -------------------------------------------------------------- */
+
+/* Into [lo, hi]; hi wins when the bounds cross (a save longer than the job). */
+static double bound(double v, double lo, double hi)
+{
+    if (v < lo)
+        v = lo;
+    return v > hi ? hi : v;
+}
+
+/* The inputs in use: measured where enough was measured, else the priors. */
+static void current_inputs(const cpr_estimator *e, cpr_estimate *out)
+{
+    const cpr_estimator_config *c = &e->cfg;
+    uint32_t min = c->min_samples;
+    /* Exponential failures with a Gamma(prior_failures, prior_failures *
+     * prior_mtbf) prior on the rate: the posterior mean of 1/rate. */
+    out->mtbf_s = (c->prior_failures * c->prior_mtbf_s + e->now_s) /
+                  (c->prior_failures + (double)e->failures);
+    out->save_s = ewma_get(&e->save, c->prior_save_s, min);
+    out->load_s = ewma_get(&e->load, c->prior_load_s, min);
+    out->restart_s = ewma_get(&e->restart, c->prior_restart_s, min);
+    out->loss_ratio = ewma_get(&e->loss_ratio[c->policy], c->prior_loss_ratio, min);
+    out->events_per_s = ewma_get(&e->rate, 0.0, 1);
+    out->failures = e->failures;
+    out->measured = (e->failures ? CPR_MEASURED_MTBF : 0u) |
+                    (ewma_ready(&e->save, min) ? CPR_MEASURED_SAVE : 0u) |
+                    (ewma_ready(&e->load, min) ? CPR_MEASURED_LOAD : 0u) |
+                    (ewma_ready(&e->restart, min) ? CPR_MEASURED_RESTART : 0u) |
+                    (ewma_ready(&e->loss_ratio[c->policy], min) ? CPR_MEASURED_LOSS_RATIO : 0u);
+}
+
+cpr_status cpr_estimator_decide(const cpr_estimator *est, cpr_estimate *out)
+{
+    if (!est || !out)
+        return cpr_fail(CPR_INVALID_ARGUMENT, "estimator and out must not be NULL");
+    const cpr_estimator_config *c = &est->cfg;
+    cpr_estimate r;
+    memset(&r, 0, sizeof r);
+    current_inputs(est, &r);
+    cpr_model_params p = {.mtbf_s = r.mtbf_s, .shards = c->shards, .save_s = r.save_s,
+                          .load_s = r.load_s, .restart_s = r.restart_s, .job_s = c->job_s,
+                          .target_pls = c->target_pls, .formula = c->formula};
+    double t_full = 0.0, ratio = r.loss_ratio > LOSS_RATIO_FLOOR ? r.loss_ratio
+                                                                   : LOSS_RATIO_FLOOR;
+    cpr_status st = cpr_model_interval_full(&p, &t_full);
+    if (st)
+        return cpr_fail(CPR_INTERNAL, "estimator inputs became invalid: %s", cpr_errmsg());
+    t_full = bound(t_full, r.save_s, c->job_s);
+    /* PLS(T) = ratio * T / (2 N T_fail) meets P up to T = 2 P N T_fail / ratio. */
+    double t_part = bound(2.0 * c->target_pls * c->shards * r.mtbf_s / ratio, r.save_s,
+                          c->job_s);
+    st = cpr_model_full(&p, t_full, &r.full);
+    if (!st)
+        st = cpr_model_partial(&p, t_part, &r.partial);
+    if (st)
+        return cpr_fail(CPR_INTERNAL, "estimator inputs became invalid: %s", cpr_errmsg());
+    r.partial.pls *= r.loss_ratio;
+    r.pls = r.partial.pls;
+    r.benefit_frac = r.full.overhead_frac - r.partial.overhead_frac;
+    r.mode = r.partial.overhead_s < r.full.overhead_s ? CPR_RECOVERY_PARTIAL : CPR_RECOVERY_FULL;
+    r.policy = r.mode == CPR_RECOVERY_PARTIAL ? c->policy : CPR_POLICY_FULL;
+    r.fraction = r.policy == CPR_POLICY_FULL ? 1.0 : c->fraction;
+    r.base_interval_s = r.mode == CPR_RECOVERY_PARTIAL ? t_part : t_full;
+    r.interval_s = r.base_interval_s * r.fraction;
+    *out = r;
+    return CPR_OK;
+}

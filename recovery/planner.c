@@ -1,0 +1,394 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * The recovery planner (cpr/recovery.h): from a job's part list, the failed
+ * shards and the estimator's decision, what every shard restores and from
+ * which checkpoint. A pure function, so the same list gives every process
+ * of a job the same plan, and tests can feed it crafted lists.
+ *
+ * Invariants of a plan:
+ *   P1  one entry per shard 0..num_shards-1, in order;
+ *   P2  PARTIAL: failed shards are STORE (as of their newest committed part)
+ *       or INIT (nothing committed; CPR_PLAN_SHARD_UNSAVED); the others KEEP;
+ *   P3  FULL: every shard is STORE as of the cut C, with the cut's step as
+ *       the rewind step and dense state from the cut's blobs; C is a
+ *       consistent cut by the store's definition (cpr/store.h), computed
+ *       here from the list exactly as the store's catalog does;
+ *   P4  RESTART_FROM_SCRATCH: every shard INIT, rewind step 0;
+ *   P5  the reason names the decision's numbers and every problem.
+ */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cpr/recovery.h"
+#include "cpr_common.h"
+
+#define REASON_MAX 1024
+#define REASON_SHARDS 8 /* failed shards named in the reason; the rest are counted */
+
+struct cpr_recovery_plan {
+    cpr_plan_action action;
+    unsigned problems;
+    uint64_t cut, rewind_step;
+    size_t n;
+    cpr_plan_shard *shards;
+    char reason[REASON_MAX];
+    size_t reason_len;
+};
+
+const char *cpr_plan_action_name(cpr_plan_action action)
+{
+    switch (action) {
+    case CPR_PLAN_PARTIAL: return "partial";
+    case CPR_PLAN_FULL: return "full";
+    case CPR_PLAN_RESTART_FROM_SCRATCH: return "restart-from-scratch";
+    }
+    return "unknown";
+}
+
+const char *cpr_shard_source_name(cpr_shard_source source)
+{
+    switch (source) {
+    case CPR_SOURCE_KEEP: return "keep";
+    case CPR_SOURCE_STORE: return "store";
+    case CPR_SOURCE_INIT: return "init";
+    }
+    return "unknown";
+}
+
+const char *cpr_dense_source_name(cpr_dense_source source)
+{
+    switch (source) {
+    case CPR_DENSE_KEEP: return "keep";
+    case CPR_DENSE_REPLICA: return "replica";
+    case CPR_DENSE_BLOB: return "blob";
+    case CPR_DENSE_INIT: return "init";
+    }
+    return "unknown";
+}
+
+/* The store's names, without linking the store for three strings. */
+static const char *kind_name(cpr_kind kind)
+{
+    switch (kind) {
+    case CPR_KIND_FULL: return "FULL";
+    case CPR_KIND_DELTA: return "DELTA";
+    case CPR_KIND_PRIORITY: return "PRIORITY";
+    default: return "UNSPECIFIED";
+    }
+}
+
+static void reason_add(cpr_recovery_plan *plan, const char *fmt, ...) CPR_PRINTF(2, 3);
+static void reason_add(cpr_recovery_plan *plan, const char *fmt, ...)
+{
+    size_t room = REASON_MAX - plan->reason_len;
+    if (room <= 1)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(plan->reason + plan->reason_len, room, fmt, ap);
+    va_end(ap);
+    if (n > 0)
+        plan->reason_len += (size_t)n < room ? (size_t)n : room - 1;
+}
+
+/* ---- validation ---------------------------------------------------------------- */
+
+static cpr_status check_parts(const cpr_part_info *parts, size_t n)
+{
+    if (n > 0 && !parts)
+        return cpr_fail(CPR_INVALID_ARGUMENT, "parts is NULL with n_parts %zu", n);
+    for (size_t i = 0; i < n; i++) {
+        const cpr_part_info *p = &parts[i];
+        if (p->kind != CPR_KIND_FULL && p->kind != CPR_KIND_DELTA && p->kind != CPR_KIND_PRIORITY)
+            return cpr_fail(CPR_INVALID_ARGUMENT, "parts[%zu]: kind %d is not FULL, DELTA or "
+                            "PRIORITY", i, (int)p->kind);
+        if (p->num_shards < 1 || p->shard >= p->num_shards)
+            return cpr_fail(CPR_INVALID_ARGUMENT, "parts[%zu]: shard %u is not below its "
+                            "num_shards %u", i, p->shard, p->num_shards);
+        if (i > 0 && (p->checkpoint < parts[i - 1].checkpoint ||
+                      (p->checkpoint == parts[i - 1].checkpoint && p->shard <= parts[i - 1].shard)))
+            return cpr_fail(CPR_INVALID_ARGUMENT, "parts[%zu] (checkpoint %llu, shard %u) is not "
+                            "after parts[%zu]: the list must be sorted by (checkpoint, shard) "
+                            "without duplicates, as cpr_store_list returns it", i,
+                            (unsigned long long)p->checkpoint, p->shard, i - 1);
+    }
+    return CPR_OK;
+}
+
+static cpr_status check_failed(const cpr_plan_request *r)
+{
+    if (r->n_failed > 0 && !r->failed)
+        return cpr_fail(CPR_INVALID_ARGUMENT, "failed is NULL with n_failed %zu", r->n_failed);
+    for (size_t i = 0; i < r->n_failed; i++) {
+        if (r->failed[i] >= r->num_shards)
+            return cpr_fail(CPR_INVALID_ARGUMENT, "failed[%zu]: shard %u is not below "
+                            "num_shards %u", i, r->failed[i], r->num_shards);
+        for (size_t j = 0; j < i; j++)
+            if (r->failed[j] == r->failed[i])
+                return cpr_fail(CPR_INVALID_ARGUMENT, "failed[%zu]: shard %u is listed twice",
+                                i, r->failed[i]);
+    }
+    return CPR_OK;
+}
+
+static cpr_status check_request(const cpr_plan_request *r)
+{
+    if (r->num_shards < 1)
+        return cpr_fail(CPR_INVALID_ARGUMENT, "num_shards: must be at least 1");
+    if (r->mode != CPR_RECOVERY_FULL && r->mode != CPR_RECOVERY_PARTIAL)
+        return cpr_fail(CPR_INVALID_ARGUMENT, "mode: %d is neither FULL nor PARTIAL",
+                        (int)r->mode);
+    if (r->mode == CPR_RECOVERY_PARTIAL && r->n_failed == 0)
+        return cpr_fail(CPR_INVALID_ARGUMENT, "a PARTIAL recovery needs at least one failed shard");
+    if (r->dense_shard >= r->num_shards)
+        return cpr_fail(CPR_INVALID_ARGUMENT, "dense_shard: %u is not below num_shards %u",
+                        r->dense_shard, r->num_shards);
+    cpr_status st = check_parts(r->parts, r->n_parts);
+    return st ? st : check_failed(r);
+}
+
+/* ---- reading the part list ----------------------------------------------------- */
+
+/* Index of `shard`'s newest committed part of any kind, or -1. */
+static long newest_committed(const cpr_part_info *parts, size_t n, uint32_t shard)
+{
+    for (size_t i = n; i-- > 0;)
+        if (parts[i].shard == shard && parts[i].committed)
+            return (long)i;
+    return -1;
+}
+
+/* Consistent in the store's sense; the store's flag, checked against the
+ * kind so that a malformed list can never make a PRIORITY part a cut. */
+static int consistent(const cpr_part_info *p)
+{
+    return p->committed && p->consistent &&
+           (p->kind == CPR_KIND_FULL || p->kind == CPR_KIND_DELTA);
+}
+
+/* Is checkpoint parts[first].checkpoint (parts [first, end)) a cut? */
+static int is_cut(const cpr_part_info *parts, size_t first, size_t end)
+{
+    uint32_t n = parts[first].num_shards;
+    if (end - first < n)
+        return 0;
+    for (uint32_t s = 0; s < n; s++) {
+        const cpr_part_info *p = &parts[first + s];
+        if (p->shard != s || !consistent(p) || p->num_shards != n)
+            return 0;
+    }
+    return 1;
+}
+
+/* The latest consistent cut: index of its first part, or -1. */
+static long latest_cut(const cpr_part_info *parts, size_t n)
+{
+    size_t end = n;
+    while (end > 0) {
+        size_t first = end - 1;
+        while (first > 0 && parts[first - 1].checkpoint == parts[end - 1].checkpoint)
+            first--;
+        if (is_cut(parts, first, end))
+            return (long)first;
+        end = first;
+    }
+    return -1;
+}
+
+/* ---- the decision's numbers ---------------------------------------------------- */
+
+static void add_decision(cpr_recovery_plan *plan, const cpr_plan_request *r)
+{
+    const cpr_estimate *e = r->estimate;
+    if (!e) {
+        reason_add(plan, "%s recovery asked by the caller (no estimate)",
+                   cpr_recovery_mode_name(r->mode));
+        return;
+    }
+    const char *cmp = e->partial.overhead_s < e->full.overhead_s ? "<" : ">=";
+    reason_add(plan, "%s recovery: partial overhead %.4g%% at %.4g s (%s, PLS %.3g) %s full "
+               "overhead %.4g%% at %.4g s; mtbf %.4g s, save %.4g s, load %.4g s, restart "
+               "%.4g s, %llu failures seen",
+               cpr_recovery_mode_name(r->mode), 100.0 * e->partial.overhead_frac,
+               e->partial.interval_s, cpr_policy_name(e->policy), e->pls, cmp,
+               100.0 * e->full.overhead_frac, e->full.interval_s, e->mtbf_s, e->save_s,
+               e->load_s, e->restart_s, (unsigned long long)e->failures);
+}
+
+/* ---- the plans ------------------------------------------------------------------- */
+
+static void restart_from_scratch(cpr_recovery_plan *plan)
+{
+    plan->action = CPR_PLAN_RESTART_FROM_SCRATCH;
+    plan->cut = plan->rewind_step = 0;
+    for (size_t s = 0; s < plan->n; s++) {
+        cpr_plan_shard *e = &plan->shards[s];
+        memset(e, 0, sizeof *e);
+        e->shard = (uint32_t)s;
+        e->source = CPR_SOURCE_INIT;
+        e->dense = CPR_DENSE_INIT;
+    }
+}
+
+/* Dense state of a failed shard under PARTIAL. */
+static void partial_dense(cpr_recovery_plan *plan, const cpr_plan_request *r, cpr_plan_shard *e)
+{
+    if (r->dense_replica) {
+        e->dense = CPR_DENSE_REPLICA;
+        return;
+    }
+    long d = newest_committed(r->parts, r->n_parts, r->dense_shard);
+    if (d < 0) {
+        e->dense = CPR_DENSE_INIT;
+        plan->problems |= CPR_PLAN_DENSE_UNSAVED;
+        return;
+    }
+    e->dense = CPR_DENSE_BLOB;
+    e->dense_checkpoint = r->parts[d].checkpoint;
+    e->dense_shard = r->dense_shard;
+}
+
+static void partial_shard(cpr_recovery_plan *plan, const cpr_plan_request *r, uint32_t shard,
+                          size_t nth)
+{
+    cpr_plan_shard *e = &plan->shards[shard];
+    long i = newest_committed(r->parts, r->n_parts, shard);
+    if (i >= 0) {
+        e->source = CPR_SOURCE_STORE;
+        e->as_of = r->parts[i].checkpoint;
+        e->kind = r->parts[i].kind;
+        e->step = r->parts[i].step;
+    } else {
+        e->source = CPR_SOURCE_INIT;
+        plan->problems |= CPR_PLAN_SHARD_UNSAVED;
+    }
+    partial_dense(plan, r, e);
+    if (nth >= REASON_SHARDS)
+        return;
+    if (i >= 0)
+        reason_add(plan, "; shard %u restores as of checkpoint %llu (%s, step %llu)", shard,
+                   (unsigned long long)e->as_of, kind_name(e->kind),
+                   (unsigned long long)e->step);
+    else
+        reason_add(plan, "; shard %u has no committed part: its rows restart from their "
+                   "initial values, losing all its updates", shard);
+    reason_add(plan, ", dense state from %s", cpr_dense_source_name(e->dense));
+}
+
+static void plan_partial(cpr_recovery_plan *plan, const cpr_plan_request *r)
+{
+    plan->action = CPR_PLAN_PARTIAL;
+    for (size_t s = 0; s < plan->n; s++)
+        plan->shards[s].shard = (uint32_t)s; /* KEEP, dense KEEP */
+    for (size_t k = 0; k < r->n_failed; k++)
+        partial_shard(plan, r, r->failed[k], k);
+    if (r->n_failed > REASON_SHARDS)
+        reason_add(plan, "; and %zu more failed shards", r->n_failed - REASON_SHARDS);
+    if (plan->problems & CPR_PLAN_DENSE_UNSAVED)
+        reason_add(plan, "; no replica and no committed part of shard %u: dense state is "
+                   "re-initialised", r->dense_shard);
+    if ((plan->problems & CPR_PLAN_SHARD_UNSAVED) && r->restart_if_unsaved) {
+        reason_add(plan, "; a failed shard has nothing committed and restart_if_unsaved is "
+                   "set: every shard restarts from scratch (step 0)");
+        restart_from_scratch(plan);
+    }
+}
+
+/* The step to rewind to: the cut's parts' step (the smallest, if they differ). */
+static uint64_t cut_step(cpr_recovery_plan *plan, const cpr_part_info *cut, uint32_t n)
+{
+    uint64_t lo = cut[0].step, hi = cut[0].step;
+    for (uint32_t s = 1; s < n; s++) {
+        lo = cut[s].step < lo ? cut[s].step : lo;
+        hi = cut[s].step > hi ? cut[s].step : hi;
+    }
+    if (lo != hi)
+        reason_add(plan, "; the cut's parts record steps %llu to %llu: rewinding to the "
+                   "earliest", (unsigned long long)lo, (unsigned long long)hi);
+    return lo;
+}
+
+static void plan_full(cpr_recovery_plan *plan, const cpr_plan_request *r)
+{
+    long first = latest_cut(r->parts, r->n_parts);
+    if (first < 0) {
+        plan->problems |= CPR_PLAN_NO_CUT;
+        reason_add(plan, "; no consistent cut yet (no checkpoint id at which every shard has "
+                   "a committed FULL part or complete DELTA chain): every shard restarts "
+                   "from scratch (step 0)");
+        restart_from_scratch(plan);
+        return;
+    }
+    const cpr_part_info *cut = &r->parts[first];
+    uint32_t cut_n = cut[0].num_shards;
+    plan->action = CPR_PLAN_FULL;
+    plan->cut = cut[0].checkpoint;
+    plan->rewind_step = cut_step(plan, cut, cut_n);
+    uint32_t dense_shard = r->dense_shard < cut_n ? r->dense_shard : 0;
+    for (size_t s = 0; s < plan->n; s++) {
+        cpr_plan_shard *e = &plan->shards[s];
+        e->shard = (uint32_t)s;
+        e->source = CPR_SOURCE_STORE;
+        e->as_of = plan->cut;
+        e->kind = s < cut_n ? cut[s].kind : CPR_KIND_UNSPECIFIED;
+        e->step = plan->rewind_step;
+        e->dense = CPR_DENSE_BLOB;
+        e->dense_checkpoint = plan->cut;
+        e->dense_shard = dense_shard;
+    }
+    reason_add(plan, "; every shard restores as of consistent cut %llu, rewinding to step %llu",
+               (unsigned long long)plan->cut, (unsigned long long)plan->rewind_step);
+    if (cut_n != r->num_shards) {
+        plan->problems |= CPR_PLAN_RESHARDED;
+        reason_add(plan, "; the cut has %u shards and the job %u: restores select each "
+                   "shard's rows by the new sharding", cut_n, r->num_shards);
+    }
+}
+
+cpr_status cpr_recovery_plan_make(const cpr_plan_request *request, cpr_recovery_plan **out)
+{
+    if (!request || !out)
+        return cpr_fail(CPR_INVALID_ARGUMENT, "request and out must not be NULL");
+    cpr_status st = check_request(request);
+    if (st)
+        return st;
+    cpr_recovery_plan *plan = calloc(1, sizeof *plan);
+    cpr_plan_shard *shards = calloc(request->num_shards, sizeof *shards);
+    if (!plan || !shards) {
+        free(plan);
+        free(shards);
+        return cpr_fail(CPR_NO_MEMORY, "out of memory for a plan of %u shards",
+                        request->num_shards);
+    }
+    plan->shards = shards;
+    plan->n = request->num_shards;
+    add_decision(plan, request);
+    if (request->mode == CPR_RECOVERY_PARTIAL)
+        plan_partial(plan, request);
+    else
+        plan_full(plan, request);
+    *out = plan;
+    return CPR_OK;
+}
+
+void cpr_recovery_plan_destroy(cpr_recovery_plan *plan)
+{
+    if (!plan)
+        return;
+    free(plan->shards);
+    free(plan);
+}
+
+cpr_plan_action cpr_recovery_plan_action(const cpr_recovery_plan *plan) { return plan->action; }
+unsigned cpr_recovery_plan_problems(const cpr_recovery_plan *plan) { return plan->problems; }
+uint64_t cpr_recovery_plan_cut(const cpr_recovery_plan *plan) { return plan->cut; }
+uint64_t cpr_recovery_plan_rewind_step(const cpr_recovery_plan *plan) { return plan->rewind_step; }
+size_t cpr_recovery_plan_count(const cpr_recovery_plan *plan) { return plan->n; }
+const char *cpr_recovery_plan_reason(const cpr_recovery_plan *plan) { return plan->reason; }
+
+const cpr_plan_shard *cpr_recovery_plan_shard(const cpr_recovery_plan *plan, size_t i)
+{
+    return i < plan->n ? &plan->shards[i] : NULL;
+}

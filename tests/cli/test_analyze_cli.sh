@@ -1,0 +1,229 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
+# cpr-analyze end to end: `plan` (the exact JSON keys, values computed by
+# hand, exit 2 naming the flag for every kind of bad input), `simulate`
+# (exponential failures agree with `plan` within the 95% intervals; the
+# prioritized policies measured on real tables agree with vanilla at
+# fraction 1 and lose less at 1/8; same seed same bytes; CSV; plots, or a
+# warning and exit 0 without gnuplot), and `report` on the hand-written logs
+# in tests/data (values checked against their arithmetic, malformed logs
+# exit 1). Usage: test_analyze_cli.sh CPR_ANALYZE_BINARY TEST_DATA_DIR
+set -euo pipefail
+
+tool=$1
+data_dir=$2
+work=$(mktemp -d "${TMPDIR:-/tmp}/cpr-analyze-cli.XXXXXX")
+trap 'rm -rf "$work"' EXIT
+
+fail() { echo "test_analyze_cli: $*" >&2; exit 1; }
+
+# The worked example of docs/model.md: T_full = 600 s, T_part = 720 s, and
+# both divide the 180000 s job, so the simulation has no end effect.
+model=(--mtbf-hours 1 --shards 8 --save-s 50 --load-s 120 --restart-s 60 --job-hours 50
+       --target-pls 0.0125)
+
+# ---- plan --------------------------------------------------------------------------
+"$tool" plan "${model[@]}" --json > "$work/plan.json"
+python3 - "$work/plan.json" <<'PY' || fail "plan --json: $(cat "$work/plan.json")"
+import json, sys
+p = json.load(open(sys.argv[1]))
+assert set(p) == {"full", "partial", "decision", "benefit_frac"}, p.keys()
+assert set(p["full"]) == {"interval_s", "overhead_frac", "save_frac", "load_frac",
+                          "lost_frac", "restart_frac"}, p["full"].keys()
+assert set(p["partial"]) == {"interval_s", "overhead_frac", "pls", "save_frac",
+                             "load_frac", "restart_frac"}, p["partial"].keys()
+close = lambda a, b: abs(a - b) <= 1e-12 * max(1, abs(b))
+# O_full = 15000 + 50 (120 + 60 + 300) = 39000 s; O_part = 12500 + 50 (15 + 60) = 16250 s
+assert close(p["full"]["interval_s"], 600) and close(p["partial"]["interval_s"], 720), p
+assert close(p["full"]["overhead_frac"], 39000 / 180000), p
+assert close(p["full"]["lost_frac"], 15000 / 180000), p
+assert close(p["partial"]["overhead_frac"], 16250 / 180000), p
+assert close(p["partial"]["pls"], 0.0125), p
+assert p["decision"] == "partial" and close(p["benefit_frac"], 22750 / 180000), p
+PY
+"$tool" plan "${model[@]}" > "$work/plan.txt"
+grep -q "decision: partial recovery" "$work/plan.txt" || fail "plan table: $(cat "$work/plan.txt")"
+"$tool" plan "${model[@]}" --formula daly --json > "$work/daly.json"
+python3 -c 'import json,sys; t=json.load(open(sys.argv[1]))["full"]["interval_s"]; assert abs(t - (600*(1+1/36+1/1296)-50)) < 1e-9, t' \
+    "$work/daly.json" || fail "Daly interval: $(cat "$work/daly.json")"
+
+# expect_usage FLAG ARGS...: exit 2 and a message naming FLAG.
+expect_usage() {
+    local flag=$1 rc=0
+    shift
+    "$tool" "$@" > /dev/null 2> "$work/err" || rc=$?
+    [[ $rc == 2 ]] || fail "'$*' exited $rc, not 2"
+    grep -q -- "$flag" "$work/err" || fail "'$*': the message does not name $flag: $(cat "$work/err")"
+}
+# with_flag FLAG VALUE: the model flags with FLAG's value replaced.
+with_flag() {
+    local flag=$1 value=$2 out=() i
+    for ((i = 0; i < ${#model[@]}; i += 2)); do
+        if [[ ${model[i]} == "$flag" ]]; then out+=("$flag" "$value"); else out+=("${model[i]}" "${model[i+1]}"); fi
+    done
+    printf '%s\n' "${out[@]}"
+}
+for flag in --mtbf-hours --save-s --load-s --restart-s --job-hours; do
+    for bad in 0 -1 nan inf junk 5x ""; do
+        mapfile -t args < <(with_flag "$flag" "$bad")
+        expect_usage "$flag" plan "${args[@]}"
+    done
+done
+for bad in 0 -2 1.5 nan many; do
+    mapfile -t args < <(with_flag --shards "$bad")
+    expect_usage --shards plan "${args[@]}"
+done
+for bad in 0 1 -0.1 1.5 nan abc; do
+    mapfile -t args < <(with_flag --target-pls "$bad")
+    expect_usage --target-pls plan "${args[@]}"
+done
+expect_usage --formula plan "${model[@]}" --formula newton
+expect_usage --job-hours plan --mtbf-hours 1 --shards 8 --save-s 50 --load-s 120 --restart-s 60 --target-pls 0.01
+expect_usage --bogus plan "${model[@]}" --bogus
+expect_usage --target-pls plan "${model[@]:0:12}" --target-pls
+expect_usage frobnicate frobnicate
+"$tool" --help > /dev/null || fail "--help did not exit 0"
+"$tool" plan --help > /dev/null || fail "plan --help did not exit 0"
+rc=0; "$tool" > /dev/null 2>&1 || rc=$?
+[[ $rc == 2 ]] || fail "no command exited $rc, not 2"
+
+# ---- simulate: the time model against the closed form -------------------------------------
+"$tool" simulate "${model[@]}" --strategies full,partial --trials 400 --seed 7 --json \
+    > "$work/sim.json"
+python3 - "$work/sim.json" "$work/plan.json" <<'PY' || fail "simulate vs plan"
+import json, sys
+s, p = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))
+assert set(s) == {"params", "plan", "results"}, s.keys()
+assert s["plan"] == p, "simulate's plan differs from plan's"
+at = {r["strategy"]: r for r in s["results"] if r["point"] == "plan"}
+assert set(at) == {"full", "partial"}, at.keys()
+def within(stat, want, what):
+    assert stat["lo"] <= want <= stat["hi"], f"{what}: {want} not in [{stat['lo']}, {stat['hi']}]"
+    assert stat["hi"] - stat["lo"] < 0.1 * max(want, 1e-3), f"{what}: interval too wide {stat}"
+within(at["full"]["overhead_frac"], p["full"]["overhead_frac"], "full overhead")
+within(at["partial"]["overhead_frac"], p["partial"]["overhead_frac"], "partial overhead")
+within(at["partial"]["pls"], p["partial"]["pls"], "partial PLS")
+assert at["full"]["interval_s"] == 600 and at["partial"]["interval_s"] == 720
+assert at["full"]["pls"]["mean"] == 0
+sweep = [r for r in s["results"] if r["point"] == "sweep"]
+assert len(sweep) == 2 * 7, len(sweep)
+for r in s["results"]:
+    assert {"strategy", "interval_s", "overhead_frac", "pls", "save_frac", "load_frac",
+            "lost_frac", "restart_frac", "failures", "model_overhead_frac",
+            "model_pls", "trials"} <= set(r), r.keys()
+    # every sweep point agrees with the closed form up to the end effect
+    assert abs(r["overhead_frac"]["mean"] - r["model_overhead_frac"]) < 0.01, r
+PY
+
+# Same seed, same bytes; another seed, other traces.
+"$tool" simulate "${model[@]}" --strategies full,partial --trials 400 --seed 7 --json > "$work/again.json"
+cmp -s "$work/sim.json" "$work/again.json" || fail "the same seed gave different output"
+"$tool" simulate "${model[@]}" --strategies full,partial --trials 400 --seed 8 --json > "$work/other.json"
+! cmp -s "$work/sim.json" "$work/other.json" || fail "another seed gave the same output"
+
+# Weibull failures with the same mean: runs, deterministic, sane.
+"$tool" simulate "${model[@]}" --strategies full --failures weibull --shape 0.7 --trials 200 --json > "$work/weib.json"
+python3 -c 'import json,sys; s=json.load(open(sys.argv[1])); assert s["params"]["failures"]=="weibull"; assert all(r["failures"] > 0 for r in s["results"])' \
+    "$work/weib.json" || fail "weibull run"
+
+# ---- simulate: prioritized policies on real embedding tables ------------------------------
+small=(--rows 256 --batch 64 --steps-per-save 4 --emb-saves 40 --emb-trials 30 --points 1
+       --interval-min-s 720 --interval-max-s 720 --strategies partial,mfu,ssu,topk-norm --json)
+"$tool" simulate "${model[@]}" "${small[@]}" --fraction 1 > "$work/r1.json" 2> /dev/null
+"$tool" simulate "${model[@]}" "${small[@]}" > "$work/r8.json" 2> /dev/null
+python3 - "$work/r1.json" "$work/r8.json" <<'PY' || fail "prioritized PLS"
+import json, sys
+r1, r8 = (json.load(open(f)) for f in sys.argv[1:3])
+at = lambda s: {r["strategy"]: r for r in s["results"] if r["point"] == "plan"}
+a1, a8 = at(r1), at(r8)
+vanilla = a1["partial"]["model_pls"]
+for pol in ("mfu", "ssu", "topk-norm"):
+    # fraction 1: every policy saves every touched row each interval: vanilla
+    st = a1[pol]["pls"]
+    assert st["lo"] <= vanilla <= st["hi"], (pol, st, vanilla)
+    # 1/8 of the rows 8 times as often loses less than vanilla at equal bandwidth
+    assert a8[pol]["pls"]["hi"] < vanilla, (pol, a8[pol]["pls"], vanilla)
+    assert 0 < a8[pol]["loss_ratio"] < 1, a8[pol]
+    assert a8[pol]["save_interval_s"] == 90, a8[pol]
+PY
+
+# ---- simulate: usage errors -----------------------------------------------------------------
+expect_usage --fraction simulate "${model[@]}" --fraction 0
+expect_usage --strategies simulate "${model[@]}" --strategies full,bogus
+expect_usage --shape simulate "${model[@]}" --shape 0
+expect_usage --failures simulate "${model[@]}" --failures gamma
+expect_usage --rows simulate "${model[@]}" --rows 4
+expect_usage --trials simulate "${model[@]}" --trials 1
+expect_usage --interval-min-s simulate "${model[@]}" --interval-min-s 100 --interval-max-s 10
+expect_usage --save-s simulate --mtbf-hours 1 --shards 8 --load-s 1 --restart-s 1 --job-hours 1 --target-pls 0.1
+
+# ---- CSV and plots ---------------------------------------------------------------------------
+"$tool" simulate "${model[@]}" --strategies full,partial --trials 50 --points 3 \
+    --csv "$work/sim.csv" --plot-dir "$work/plots" > /dev/null 2> "$work/plot.err"
+[[ $(head -1 "$work/sim.csv") == strategy,point,interval_s,* ]] || fail "CSV header: $(head -1 "$work/sim.csv")"
+[[ $(wc -l < "$work/sim.csv") == 9 ]] || fail "CSV rows: $(wc -l < "$work/sim.csv") lines, want 1 + 2 x 4"
+[[ -s $work/plots/plots.gp && -s $work/plots/overhead_0.dat ]] || fail "plot data missing"
+if command -v gnuplot > /dev/null; then
+    for f in overhead pls; do
+        [[ $(head -c 4 "$work/plots/$f.png" | od -An -tx1 | tr -d ' ') == 89504e47 ]] ||
+            fail "$f.png is not a PNG"
+    done
+    "$tool" simulate "${model[@]}" --strategies partial --trials 20 --points 2 --plot-dir "$work/svg" --svg > /dev/null 2>&1
+    grep -q "<svg" "$work/svg/pls.svg" || fail "pls.svg is not SVG"
+else
+    echo "test_analyze_cli: gnuplot not installed: PNG checks skipped" >&2
+fi
+# Without gnuplot on PATH: a warning, the data still written, exit 0.
+rc=0
+PATH=/nonexistent "$tool" simulate "${model[@]}" --strategies full --trials 20 --points 2 \
+    --plot-dir "$work/noplot" > /dev/null 2> "$work/noplot.err" || rc=$?
+[[ $rc == 0 ]] || fail "missing gnuplot exited $rc: $(cat "$work/noplot.err")"
+grep -q "gnuplot not found" "$work/noplot.err" || fail "no warning without gnuplot"
+[[ -s $work/noplot/plots.gp && ! -e $work/noplot/overhead.png ]] || fail "noplot directory"
+
+# ---- report on hand-written logs --------------------------------------------------------------
+"$tool" report "$data_dir/run_full.jsonl" "$data_dir/run_mfu.jsonl" > "$work/report.txt"
+grep -q "run_mfu" "$work/report.txt" || fail "report table: $(cat "$work/report.txt")"
+"$tool" report "$data_dir/run_full.jsonl" "$data_dir/run_mfu.jsonl" --json \
+    --csv "$work/report.csv" --plot-dir "$work/rplots" > "$work/report.json" 2> "$work/rplots.err"
+python3 - "$work/report.json" <<'PY' || fail "report --json: $(cat "$work/report.json")"
+import json, sys
+runs = json.load(open(sys.argv[1]))["runs"]
+assert len(runs) == 2
+full, mfu = runs
+close = lambda a, b: abs(a - b) <= 1e-12 * max(1, abs(b))
+# run_full: the summary's breakdown over compute_s 256: (6 + 4 + 40 + 6) / 256
+assert full["strategy"] == "full" and full["recovery"] == "full", full
+assert close(full["overhead_frac"], 56 / 256) and close(full["lost_frac"], 40 / 256), full
+assert close(full["interval_s"], 125), full          # commits at 10, 110, 260
+assert full["pls"] == 0 and full["auc"] == 0.75 and full["logloss"] == 0.5, full
+assert full["checkpoints"] == 3 and full["failures"] == 1, full
+# the model at 125 s with the run's costs: 2*256/125 + (4 + 6 + 62.5), over 256
+assert close(full["model"]["overhead_frac"], (2 * 256 / 125 + 72.5) / 256), full["model"]
+# run_mfu, no summary: stalls 5 x 0.5 s, load 1 s, restart 2 s; last event at 100 s
+assert mfu["strategy"] == "run_mfu" and mfu["recovery"] == "partial", mfu
+assert close(mfu["compute_s"], 94.5) and close(mfu["overhead_frac"], 5.5 / 94.5), mfu
+assert close(mfu["pls"], 50 / 5000) and close(mfu["interval_s"], 20), mfu
+assert mfu["checkpoints"] == 5 and mfu["committed"] == 4 and mfu["bytes_written"] == 40000, mfu
+assert "auc" not in mfu and "model" not in mfu, mfu   # no eval; no shard count for a model
+PY
+[[ $(wc -l < "$work/report.csv") == 3 ]] || fail "report CSV: $(cat "$work/report.csv")"
+[[ -s $work/rplots/loss_0.dat && -s $work/rplots/plots.gp ]] || fail "report plot data"
+
+expect_report_error() {
+    local want=$1 rc=0
+    shift
+    "$tool" report "$@" > /dev/null 2> "$work/err" || rc=$?
+    [[ $rc == 1 ]] || fail "report $* exited $rc, not 1"
+    grep -q -- "$want" "$work/err" || fail "report $*: message lacks '$want': $(cat "$work/err")"
+}
+head -2 "$data_dir/run_mfu.jsonl" > "$work/bad.jsonl"; echo '{"event": "step", ' >> "$work/bad.jsonl"
+expect_report_error "bad.jsonl:3: not valid JSON" "$work/bad.jsonl"
+echo '{"event":"checkpoint","t_s":1,"step":1,"checkpoint":1,"kind":"FULL","policy":"full","rows":1,"bytes":1,"duration_ms":1,"committed":true}' > "$work/field.jsonl"
+expect_report_error '"stall_ms"' "$work/field.jsonl"
+echo '[1, 2]' > "$work/array.jsonl"
+expect_report_error 'string "event"' "$work/array.jsonl"
+expect_report_error "cannot read" "$work/missing.jsonl"
+expect_usage RUN.jsonl report
+expect_usage --bogus report "$data_dir/run_full.jsonl" --bogus
+echo "test_analyze_cli: ok"

@@ -1,0 +1,444 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * The recovery model and the online estimator (cpr/recovery.h): closed
+ * forms against values computed by hand (docs/model.md, the worked example),
+ * Daly's interval, the decision at its edges (equal overheads choose full, a
+ * tight target makes partial lose, a loose one hits the cap at the job),
+ * input validation naming the field, and the estimator converging on
+ * synthetic measurements: priors until measured, EWMA of noisy stalls, the
+ * MTBF posterior, the loss ratio of a prioritized policy lengthening its
+ * interval, and the bounds.
+ */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+#include <cmocka.h>
+
+#include "cpr/recovery.h"
+#include "testutil.h"
+
+#define assert_close(want, got, tol)                                                   \
+    do {                                                                               \
+        double w_ = (want), g_ = (got);                                                \
+        if (!(fabs(w_ - g_) <= (tol)))                                                 \
+            fail_msg("%s = %.17g, want %.17g (+-%g)", #got, g_, w_, (double)(tol));    \
+    } while (0)
+
+/* The worked example of docs/model.md: MTBF 1 h, 8 shards, save 50 s, load
+ * 120 s, restart 60 s, job 50 h, PLS target 0.0125. */
+static cpr_model_params example(void)
+{
+    cpr_model_params p = {.mtbf_s = 3600, .shards = 8, .save_s = 50, .load_s = 120,
+                          .restart_s = 60, .job_s = 180000, .target_pls = 0.0125};
+    return p;
+}
+
+/* ---- closed forms ------------------------------------------------------------ */
+
+static void test_full_by_hand(void **state)
+{
+    (void)state;
+    cpr_model_params p = example();
+    cpr_overhead o;
+    double t = 0;
+    assert_status(CPR_OK, cpr_model_interval_full(&p, &t));
+    assert_close(600.0, t, 1e-9); /* sqrt(2 * 50 * 3600) */
+    assert_status(CPR_OK, cpr_model_full(&p, 600.0, &o));
+    /* 50 failures; save 50*180000/600, load 50*120, lost 50*300, restart 50*60 */
+    assert_close(15000.0, o.save_s, 1e-9);
+    assert_close(6000.0, o.load_s, 1e-9);
+    assert_close(15000.0, o.lost_s, 1e-9);
+    assert_close(3000.0, o.restart_s, 1e-9);
+    assert_close(39000.0, o.overhead_s, 1e-9);
+    assert_close(39000.0 / 180000.0, o.overhead_frac, 1e-15);
+    assert_close(15000.0 / 180000.0, o.lost_frac, 1e-15);
+    assert_close(0.0, o.pls, 0);
+}
+
+static void test_partial_by_hand(void **state)
+{
+    (void)state;
+    cpr_model_params p = example();
+    cpr_overhead o;
+    double t = 0;
+    assert_status(CPR_OK, cpr_model_interval_partial(&p, &t));
+    assert_close(720.0, t, 1e-9); /* 2 * 0.0125 * 8 * 3600 */
+    assert_status(CPR_OK, cpr_model_partial(&p, 720.0, &o));
+    assert_close(12500.0, o.save_s, 1e-9);    /* 50 * 180000 / 720 */
+    assert_close(750.0, o.load_s, 1e-9);      /* 50 * 120 / 8 */
+    assert_close(0.0, o.lost_s, 0);
+    assert_close(3000.0, o.restart_s, 1e-9);
+    assert_close(16250.0, o.overhead_s, 1e-9);
+    assert_close(0.0125, o.pls, 1e-15);       /* 720 / (2 * 8 * 3600) */
+}
+
+static void test_plan_by_hand(void **state)
+{
+    (void)state;
+    cpr_model_params p = example();
+    cpr_model_plan plan;
+    assert_status(CPR_OK, cpr_model_plan_compute(&p, &plan));
+    assert_int_equal(CPR_RECOVERY_PARTIAL, plan.decision);
+    assert_close(600.0, plan.full.interval_s, 1e-9);
+    assert_close(720.0, plan.partial.interval_s, 1e-9);
+    assert_close((39000.0 - 16250.0) / 180000.0, plan.benefit_frac, 1e-12);
+}
+
+static void test_daly(void **state)
+{
+    (void)state;
+    cpr_model_params p = example();
+    p.formula = CPR_INTERVAL_DALY;
+    double t = 0;
+    assert_status(CPR_OK, cpr_model_interval_full(&p, &t));
+    /* 600 (1 + (1/12)/3 + (1/144)/9) - 50, with o_save/(2 T_fail) = 1/144 */
+    assert_close(600.0 * (1.0 + 1.0 / 36.0 + 1.0 / 1296.0) - 50.0, t, 1e-9);
+    p.save_s = 8000; /* >= 2 T_fail: Daly's interval is T_fail */
+    assert_status(CPR_OK, cpr_model_interval_full(&p, &t));
+    assert_close(3600.0, t, 0);
+}
+
+/* ---- the decision at its edges ------------------------------------------------ */
+
+static void test_equal_overheads_choose_full(void **state)
+{
+    (void)state;
+    /* Powers of two keep every operation exact: T_full = sqrt(2*1*2) = 2,
+     * O_full = 8/2 + 4(1+1+1) = 16; T_part = 2*0.25*1*2 = 1,
+     * O_part = 8/1 + 4(1+1) = 16. */
+    cpr_model_params p = {.mtbf_s = 2, .shards = 1, .save_s = 1, .load_s = 1, .restart_s = 1,
+                          .job_s = 8, .target_pls = 0.25};
+    cpr_model_plan plan;
+    assert_status(CPR_OK, cpr_model_plan_compute(&p, &plan));
+    assert_true(plan.full.overhead_s == 16.0);
+    assert_true(plan.partial.overhead_s == 16.0);
+    assert_int_equal(CPR_RECOVERY_FULL, plan.decision);
+    assert_true(plan.benefit_frac == 0.0);
+}
+
+static void test_tight_target_chooses_full(void **state)
+{
+    (void)state;
+    cpr_model_params p = example();
+    p.target_pls = 1e-9; /* T_part = 5.76e-5 s: saving all the time */
+    cpr_model_plan plan;
+    assert_status(CPR_OK, cpr_model_plan_compute(&p, &plan));
+    assert_int_equal(CPR_RECOVERY_FULL, plan.decision);
+    assert_close(2 * 1e-9 * 8 * 3600, plan.partial.interval_s, 1e-15);
+    assert_true(plan.benefit_frac < 0);
+}
+
+static void test_loose_target_caps_at_the_job(void **state)
+{
+    (void)state;
+    cpr_model_params p = example();
+    p.target_pls = 0.999; /* 2 P N T_fail = 57542 s > ... */
+    p.job_s = 36000;      /* ... a 10 h job: the cap */
+    cpr_model_plan plan;
+    assert_status(CPR_OK, cpr_model_plan_compute(&p, &plan));
+    assert_close(36000.0, plan.partial.interval_s, 0);
+    assert_close(36000.0 / (2.0 * 8 * 3600), plan.partial.pls, 1e-15);
+    /* one save a job: O_part = 50 + 10 * (15 + 60) */
+    assert_close(50.0 + 750.0, plan.partial.overhead_s, 1e-9);
+    assert_int_equal(CPR_RECOVERY_PARTIAL, plan.decision);
+}
+
+static void test_partial_overhead_falls_with_interval(void **state)
+{
+    (void)state;
+    cpr_model_params p = example();
+    cpr_overhead a, b;
+    assert_status(CPR_OK, cpr_model_partial(&p, 100.0, &a));
+    assert_status(CPR_OK, cpr_model_partial(&p, 200.0, &b));
+    assert_true(b.overhead_s < a.overhead_s);
+    assert_close(2 * a.pls, b.pls, 1e-15);
+}
+
+static void expect_invalid(cpr_model_params p, const char *field)
+{
+    cpr_model_plan plan;
+    memset(&plan, 0x5a, sizeof plan);
+    unsigned char before[sizeof plan];
+    memcpy(before, &plan, sizeof plan);
+    assert_status(CPR_INVALID_ARGUMENT, cpr_model_plan_compute(&p, &plan));
+    if (!strstr(cpr_errmsg(), field))
+        fail_msg("message '%s' does not name %s", cpr_errmsg(), field);
+    assert_memory_equal(before, &plan, sizeof plan); /* untouched on failure */
+}
+
+static void test_validation_names_the_field(void **state)
+{
+    (void)state;
+    cpr_model_params p = example();
+    p.mtbf_s = 0;
+    expect_invalid(p, "mtbf_s");
+    p = example(), p.save_s = -1;
+    expect_invalid(p, "save_s");
+    p = example(), p.load_s = NAN;
+    expect_invalid(p, "load_s");
+    p = example(), p.restart_s = INFINITY;
+    expect_invalid(p, "restart_s");
+    p = example(), p.job_s = 0;
+    expect_invalid(p, "job_s");
+    p = example(), p.shards = 0;
+    expect_invalid(p, "shards");
+    p = example(), p.target_pls = 1.0;
+    expect_invalid(p, "target_pls");
+    p = example(), p.target_pls = 0.0;
+    expect_invalid(p, "target_pls");
+    p = example(), p.formula = (cpr_interval_formula)7;
+    expect_invalid(p, "formula");
+    cpr_overhead o;
+    p = example();
+    assert_status(CPR_INVALID_ARGUMENT, cpr_model_full(&p, 0.0, &o));
+    assert_non_null(strstr(cpr_errmsg(), "interval_s"));
+    assert_status(CPR_INVALID_ARGUMENT, cpr_model_partial(&p, NAN, &o));
+}
+
+/* ---- the estimator ------------------------------------------------------------- */
+
+static cpr_estimator_config est_config(void)
+{
+    cpr_estimator_config c = {.shards = 8, .job_s = 180000, .target_pls = 0.0125,
+                              .prior_mtbf_s = 3600, .prior_save_s = 50, .prior_load_s = 120,
+                              .prior_restart_s = 60};
+    return c;
+}
+
+static void test_estimator_priors_answer_first(void **state)
+{
+    (void)state;
+    cpr_estimator_config c = est_config();
+    cpr_estimator *e = NULL;
+    cpr_estimate r;
+    assert_status(CPR_OK, cpr_estimator_create(&c, &e));
+    assert_status(CPR_OK, cpr_estimator_decide(e, &r));
+    /* now_s = 0, no failure: the MTBF is the prior; everything is the example */
+    assert_int_equal(0, r.measured);
+    assert_close(3600.0, r.mtbf_s, 0);
+    assert_int_equal(CPR_RECOVERY_PARTIAL, r.mode);
+    assert_int_equal(CPR_POLICY_FULL, r.policy); /* vanilla CPR by default */
+    assert_close(720.0, r.interval_s, 1e-9);
+    assert_close(1.0, r.fraction, 0);
+    assert_close(600.0, r.full.interval_s, 1e-9);
+    assert_close(16250.0 / 180000.0, r.partial.overhead_frac, 1e-12);
+    assert_close(0.0125, r.pls, 1e-15);
+    cpr_estimator_destroy(e);
+    cpr_estimator_destroy(NULL);
+}
+
+static void test_estimator_save_converges(void **state)
+{
+    (void)state;
+    cpr_estimator_config c = est_config();
+    cpr_estimator *e = NULL;
+    cpr_estimate r;
+    assert_status(CPR_OK, cpr_estimator_create(&c, &e));
+    assert_status(CPR_OK, cpr_estimator_saved(e, 10, CPR_POLICY_FULL, 20.0, 1000));
+    assert_status(CPR_OK, cpr_estimator_saved(e, 20, CPR_POLICY_FULL, 20.0, 1000));
+    assert_status(CPR_OK, cpr_estimator_decide(e, &r));
+    assert_close(50.0, r.save_s, 0); /* 2 < min_samples 3: still the prior */
+    assert_false(r.measured & CPR_MEASURED_SAVE);
+    assert_status(CPR_OK, cpr_estimator_saved(e, 30, CPR_POLICY_FULL, 20.0, 1000));
+    assert_status(CPR_OK, cpr_estimator_decide(e, &r));
+    assert_close(20.0, r.save_s, 1e-12);
+    assert_true(r.measured & CPR_MEASURED_SAVE);
+    /* Noisy stalls around 30 s: the average follows within the noise. */
+    for (int i = 0; i < 40; i++)
+        assert_status(CPR_OK, cpr_estimator_saved(e, 40 + i, CPR_POLICY_FULL,
+                                                  i % 2 ? 27.0 : 33.0, 1000));
+    assert_status(CPR_OK, cpr_estimator_decide(e, &r));
+    assert_close(30.0, r.save_s, 3.0 * 0.25 + 1e-9); /* alpha of the noise amplitude */
+    /* A prioritized save of 1/8 of the bytes stalling 1/8 as long is a
+     * full-size sample of the same cost. */
+    assert_status(CPR_OK, cpr_estimator_saved(e, 100, CPR_POLICY_MFU, r.save_s / 8, 125));
+    cpr_estimate r2;
+    assert_status(CPR_OK, cpr_estimator_decide(e, &r2));
+    assert_close(r.save_s, r2.save_s, 1e-9);
+    cpr_estimator_destroy(e);
+}
+
+static void test_estimator_mtbf_posterior(void **state)
+{
+    (void)state;
+    cpr_estimator_config c = est_config();
+    c.prior_mtbf_s = 10000;
+    cpr_estimator *e = NULL;
+    cpr_estimate r;
+    assert_status(CPR_OK, cpr_estimator_create(&c, &e));
+    for (int i = 1; i <= 500; i++)
+        assert_status(CPR_OK, cpr_estimator_failed(e, 1000.0 * i));
+    assert_status(CPR_OK, cpr_estimator_decide(e, &r));
+    assert_close((10000.0 + 500000.0) / 501.0, r.mtbf_s, 1e-9);
+    assert_close(1000.0, r.mtbf_s, 20.0);
+    assert_int_equal(500, r.failures);
+    assert_true(r.measured & CPR_MEASURED_MTBF);
+    cpr_estimator_destroy(e);
+}
+
+/* The trackers of a job that saves with `policy` every `spacing` seconds,
+ * each save leaving `left_after_save` of the unsaved events, reported every
+ * second and just after each save. */
+static void feed_windows(cpr_estimator *e, cpr_policy policy, double spacing, double rate,
+                         double left_after_save, int saves)
+{
+    double t = 0, events = 0, unsaved = 0;
+    for (int k = 0; k < saves; k++) {
+        for (int s = 0; s < (int)spacing; s++) {
+            t += 1.0;
+            events += rate;
+            unsaved += rate;
+            assert_status(CPR_OK, cpr_estimator_tracked(e, t, (uint64_t)events, (uint64_t)unsaved));
+        }
+        unsaved *= left_after_save;
+        assert_status(CPR_OK, cpr_estimator_saved(e, t, policy, 1.0, 100));
+        assert_status(CPR_OK, cpr_estimator_tracked(e, t, (uint64_t)events, (uint64_t)unsaved));
+    }
+}
+
+static void test_estimator_vanilla_loss_ratio_is_one(void **state)
+{
+    (void)state;
+    cpr_estimator_config c = est_config();
+    cpr_estimator *e = NULL;
+    cpr_estimate r;
+    assert_status(CPR_OK, cpr_estimator_create(&c, &e));
+    feed_windows(e, CPR_POLICY_FULL, 100, 1000, 0.0, 10); /* every save takes all */
+    assert_status(CPR_OK, cpr_estimator_decide(e, &r));
+    assert_true(r.measured & CPR_MEASURED_LOSS_RATIO);
+    /* The trapezoids over 1 s samples see mean (0+100)/2 steps of 1000:
+     * exactly rate * T / 2. */
+    assert_close(1.0, r.loss_ratio, 0.02);
+    assert_close(1000.0, r.events_per_s, 1e-9);
+    cpr_estimator_destroy(e);
+}
+
+static void test_estimator_prioritized_loses_less_longer_interval(void **state)
+{
+    (void)state;
+    cpr_estimator_config c = est_config();
+    c.policy = CPR_POLICY_MFU;
+    c.fraction = 0.125;
+    c.job_s = 1e9; /* no cap */
+    cpr_estimator *e = NULL;
+    cpr_estimate before, after;
+    assert_status(CPR_OK, cpr_estimator_create(&c, &e));
+    assert_status(CPR_OK, cpr_estimator_decide(e, &before));
+    assert_close(720.0, before.base_interval_s, 1e-9); /* prior ratio 1: vanilla */
+    assert_close(90.0, before.interval_s, 1e-9);       /* 1/8 of the rows every 1/8 T */
+    assert_int_equal(CPR_POLICY_MFU, before.policy);
+    /* Saves every 90 s that leave nothing unsaved: mean unsaved rate*90/2
+     * against vanilla's rate*720/2 at the same bandwidth: ratio 1/8. */
+    feed_windows(e, CPR_POLICY_MFU, 90, 100, 0.0, 12);
+    assert_status(CPR_OK, cpr_estimator_decide(e, &after));
+    assert_true(after.measured & CPR_MEASURED_LOSS_RATIO);
+    assert_close(0.125, after.loss_ratio, 0.005);
+    /* 1080 s without a failure raised the MTBF posterior: (3600 + 1080) / 1 */
+    assert_close(4680.0, after.mtbf_s, 1e-9);
+    assert_close(2 * 0.0125 * 8 * 4680.0 / after.loss_ratio, after.base_interval_s, 1e-6);
+    assert_true(after.interval_s > 7 * before.interval_s);
+    assert_close(0.0125, after.pls, 1e-9); /* the target, met with a longer interval */
+    cpr_estimator_destroy(e);
+}
+
+static void test_estimator_bounds(void **state)
+{
+    (void)state;
+    cpr_estimator_config c = est_config();
+    c.prior_mtbf_s = 100;
+    c.prior_save_s = 500; /* Young: sqrt(2*500*100) = 316 < the save itself */
+    c.target_pls = 1e-6;
+    cpr_estimator *e = NULL;
+    cpr_estimate r;
+    assert_status(CPR_OK, cpr_estimator_create(&c, &e));
+    assert_status(CPR_OK, cpr_estimator_decide(e, &r));
+    assert_close(500.0, r.full.interval_s, 0);     /* never below the save time */
+    assert_close(500.0, r.partial.interval_s, 0);
+    cpr_estimator_destroy(e);
+    c = est_config();
+    c.job_s = 100; /* shorter than every interval */
+    assert_status(CPR_OK, cpr_estimator_create(&c, &e));
+    assert_status(CPR_OK, cpr_estimator_decide(e, &r));
+    assert_close(100.0, r.full.interval_s, 0);
+    assert_close(100.0, r.partial.interval_s, 0);
+    cpr_estimator_destroy(e);
+}
+
+static void test_estimator_rejects_bad_input(void **state)
+{
+    (void)state;
+    cpr_estimator_config c = est_config();
+    cpr_estimator *e = NULL;
+    cpr_estimate a, b;
+    assert_status(CPR_OK, cpr_estimator_create(&c, &e));
+    assert_status(CPR_OK, cpr_estimator_failed(e, 100));
+    assert_status(CPR_OK, cpr_estimator_decide(e, &a));
+    assert_status(CPR_INVALID_ARGUMENT, cpr_estimator_failed(e, 50)); /* time went back */
+    assert_status(CPR_INVALID_ARGUMENT, cpr_estimator_saved(e, 200, CPR_POLICY_FULL, NAN, 1));
+    assert_status(CPR_INVALID_ARGUMENT, cpr_estimator_saved(e, 200, (cpr_policy)9, 1, 1));
+    assert_status(CPR_INVALID_ARGUMENT, cpr_estimator_loaded(e, -1, 1));
+    assert_status(CPR_INVALID_ARGUMENT, cpr_estimator_loaded(e, 1, 9)); /* 9 > 8 shards */
+    assert_status(CPR_INVALID_ARGUMENT, cpr_estimator_restarted(e, INFINITY));
+    assert_status(CPR_OK, cpr_estimator_tracked(e, 150, 100, 10));
+    assert_status(CPR_INVALID_ARGUMENT, cpr_estimator_tracked(e, 160, 99, 10));
+    assert_status(CPR_OK, cpr_estimator_decide(e, &b));
+    assert_int_equal(a.failures, b.failures);
+    assert_close(a.save_s, b.save_s, 0);
+    assert_close(a.load_s, b.load_s, 0);
+    cpr_estimator_destroy(e);
+    c.policy = CPR_POLICY_DELTA;
+    assert_status(CPR_INVALID_ARGUMENT, cpr_estimator_create(&c, &e));
+    assert_non_null(strstr(cpr_errmsg(), "policy"));
+    c = est_config(), c.prior_load_s = 0;
+    assert_status(CPR_INVALID_ARGUMENT, cpr_estimator_create(&c, &e));
+    assert_non_null(strstr(cpr_errmsg(), "prior_load_s"));
+    c = est_config(), c.policy = CPR_POLICY_SSU, c.fraction = 1.5;
+    assert_status(CPR_INVALID_ARGUMENT, cpr_estimator_create(&c, &e));
+    assert_non_null(strstr(cpr_errmsg(), "fraction"));
+}
+
+static void test_estimator_partial_loads_scale(void **state)
+{
+    (void)state;
+    cpr_estimator_config c = est_config();
+    cpr_estimator *e = NULL;
+    cpr_estimate r;
+    assert_status(CPR_OK, cpr_estimator_create(&c, &e));
+    for (int i = 0; i < 3; i++) {
+        assert_status(CPR_OK, cpr_estimator_loaded(e, 10.0, 1)); /* one shard of 8 */
+        assert_status(CPR_OK, cpr_estimator_restarted(e, 5.0));
+    }
+    assert_status(CPR_OK, cpr_estimator_decide(e, &r));
+    assert_close(80.0, r.load_s, 1e-12);
+    assert_close(5.0, r.restart_s, 1e-12);
+    assert_true((r.measured & (CPR_MEASURED_LOAD | CPR_MEASURED_RESTART)) ==
+                (CPR_MEASURED_LOAD | CPR_MEASURED_RESTART));
+    cpr_estimator_destroy(e);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_full_by_hand),
+        cmocka_unit_test(test_partial_by_hand),
+        cmocka_unit_test(test_plan_by_hand),
+        cmocka_unit_test(test_daly),
+        cmocka_unit_test(test_equal_overheads_choose_full),
+        cmocka_unit_test(test_tight_target_chooses_full),
+        cmocka_unit_test(test_loose_target_caps_at_the_job),
+        cmocka_unit_test(test_partial_overhead_falls_with_interval),
+        cmocka_unit_test(test_validation_names_the_field),
+        cmocka_unit_test(test_estimator_priors_answer_first),
+        cmocka_unit_test(test_estimator_save_converges),
+        cmocka_unit_test(test_estimator_mtbf_posterior),
+        cmocka_unit_test(test_estimator_vanilla_loss_ratio_is_one),
+        cmocka_unit_test(test_estimator_prioritized_loses_less_longer_interval),
+        cmocka_unit_test(test_estimator_bounds),
+        cmocka_unit_test(test_estimator_rejects_bad_input),
+        cmocka_unit_test(test_estimator_partial_loads_scale),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
