@@ -39,6 +39,7 @@
 
 #define BLOB_CHUNK_BYTES (1u << 20)
 #define MAX_TOUCHED_PARTS 64
+#define STREAM_WINDOW_BYTES (8 << 20)
 #define DEFAULT_IDLE_TIMEOUT_S 600.0
 /* HTTP/2 keepalive: ping every 30 s, drop the connection if no ack in 10 s.
  * Clients ping every 30 s (client/rpc.c): accept pings 10 s apart. */
@@ -838,6 +839,10 @@ cpr_status cpr_server_start(cpr_store *store, const cpr_server_options *opts,
         {GRPC_ARG_INTEGER, GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS,
          {.integer = MIN_RECV_PING_INTERVAL_MS}},
         {GRPC_ARG_INTEGER, GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, {.integer = 0}},
+        /* A stream's receive window: a client may run this far ahead of the
+         * handler, so sending and storing overlap (the default, 64 KiB grown
+         * by BDP probing, keeps a 1 MiB-message stream mostly waiting). */
+        {GRPC_ARG_INTEGER, GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES, {.integer = STREAM_WINDOW_BYTES}},
     };
     grpc_channel_args args = {sizeof arg / sizeof arg[0], arg};
     srv->server = grpc_server_create(&args, NULL);

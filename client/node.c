@@ -145,8 +145,9 @@ static cpr_status send_on(cpr_node_writer *w, cpr_rpc_stream **s, const char *me
     if (!*s)
         st = cpr_rpc_stream_open(w->node->rpc, method, w->timeout_s, s);
     if (st == CPR_OK)
-        st = cpr_rpc_stream_send(*s, msg, len);
-    free(msg);
+        st = cpr_rpc_stream_send_owned(*s, msg, len); /* takes msg */
+    else
+        free(msg);
     if (st != CPR_OK && *s) {
         /* The stream ended: its status (the server's reason) is the error. */
         cpr_status end = cpr_rpc_stream_finish(*s, NULL, NULL);

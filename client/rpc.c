@@ -49,6 +49,8 @@ cpr_status cpr_rpc_open(const char *host_port, cpr_rpc **out)
         {GRPC_ARG_INTEGER, GRPC_ARG_KEEPALIVE_TIMEOUT_MS, {.integer = KEEPALIVE_TIMEOUT_MS}},
         {GRPC_ARG_INTEGER, GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, {.integer = 1}},
         {GRPC_ARG_INTEGER, GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, {.integer = 0}},
+        /* Restores stream large batches: let the daemon run ahead of us. */
+        {GRPC_ARG_INTEGER, GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES, {.integer = 8 << 20}},
     };
     grpc_channel_args args = {sizeof arg / sizeof arg[0], arg};
     grpc_channel_credentials *creds = grpc_insecure_credentials_create();
@@ -231,17 +233,32 @@ cpr_status cpr_rpc_stream_open(cpr_rpc *r, const char *method, double timeout_s,
     return CPR_OK;
 }
 
-cpr_status cpr_rpc_stream_send(cpr_rpc_stream *s, const uint8_t *msg, size_t len)
+static cpr_status stream_send(cpr_rpc_stream *s, grpc_byte_buffer *bb)
 {
     grpc_op op;
     memset(&op, 0, sizeof op);
     op.op = GRPC_OP_SEND_MESSAGE;
-    op.data.send_message.send_message = buffer_of(msg, len);
+    op.data.send_message.send_message = bb;
     int ok = run_batch(s->call, s->cq, &op, 1);
     grpc_byte_buffer_destroy(op.data.send_message.send_message);
     /* A failed send means the call ended: finish() returns the server's why. */
     return ok ? CPR_OK : cpr_fail(CPR_UNAVAILABLE, "%s%s: the stream ended early",
                                   s->rpc->target, s->method);
+}
+
+cpr_status cpr_rpc_stream_send(cpr_rpc_stream *s, const uint8_t *msg, size_t len)
+{
+    return stream_send(s, buffer_of(msg, len));
+}
+
+cpr_status cpr_rpc_stream_send_owned(cpr_rpc_stream *s, uint8_t *msg, size_t len)
+{
+    /* gRPC frees the bytes with free() once the transport is done with them:
+     * the bulk of a checkpoint is not copied again on its way out. */
+    grpc_slice slice = grpc_slice_new(msg, len, free);
+    grpc_byte_buffer *bb = grpc_raw_byte_buffer_create(&slice, 1);
+    grpc_slice_unref(slice);
+    return stream_send(s, bb);
 }
 
 cpr_status cpr_rpc_stream_finish(cpr_rpc_stream *s, uint8_t **resp, size_t *resp_len)

@@ -39,6 +39,9 @@ cpr_status cpr_rpc_stream_open(cpr_rpc *rpc, const char *method, double timeout_
  * answered early with an error, or the connection broke): call
  * cpr_rpc_stream_finish for the status that says why. */
 cpr_status cpr_rpc_stream_send(cpr_rpc_stream *s, const uint8_t *msg, size_t len);
+/* The same, taking `msg` (malloc'd): it is freed with free() by the call,
+ * whatever the outcome, and not copied. */
+cpr_status cpr_rpc_stream_send_owned(cpr_rpc_stream *s, uint8_t *msg, size_t len);
 /* Half-close, then wait for the response and status; frees the stream
  * whatever the outcome. resp may be NULL. */
 cpr_status cpr_rpc_stream_finish(cpr_rpc_stream *s, uint8_t **resp, size_t *resp_len);
