@@ -28,6 +28,9 @@ int cpr_cuda_built(void);
 cpr_status cpr_cuda_alloc(int device, size_t bytes, void **out);
 void cpr_cuda_free(void *ptr);
 cpr_status cpr_cuda_copy_to_device(void *dst, const void *src, size_t bytes);
+/* Device to host (synchronous): what a trainer needs to bring a GPU table's
+ * forward output back to its CPU MLPs. */
+cpr_status cpr_cuda_copy_to_host(void *dst, const void *src, size_t bytes);
 
 /* Best-of-5 bandwidth in GB/s of a `bytes` device-to-device copy and of a
  * device-to-pinned-host copy on `device`: the limits the GPU embedding

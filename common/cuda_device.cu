@@ -97,6 +97,14 @@ out:
     return st;
 }
 
+extern "C" cpr_status cpr_cuda_copy_to_host(void *dst, const void *src, size_t bytes)
+{
+    cpr_status st = CPR_OK;
+    CHECK(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToHost));
+out:
+    return st;
+}
+
 /* Best of 5 timed copies of `bytes` from src to dst, in GB/s. */
 static cpr_status time_copy(void *dst, const void *src, size_t bytes, cudaMemcpyKind kind,
                             double *gb_s)

@@ -41,6 +41,14 @@ cpr_status cpr_cuda_copy_to_device(void *dst, const void *src, size_t bytes)
     return cpr_fail(CPR_CUDA, "CPR was built without CUDA");
 }
 
+cpr_status cpr_cuda_copy_to_host(void *dst, const void *src, size_t bytes)
+{
+    (void)dst;
+    (void)src;
+    (void)bytes;
+    return cpr_fail(CPR_CUDA, "CPR was built without CUDA");
+}
+
 cpr_status cpr_cuda_copy_bandwidth(int device, size_t bytes, double *d2d_gb_s, double *d2h_gb_s)
 {
     (void)device;

@@ -1,0 +1,446 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * cpr-dlrm: train the reference DLRM on a Criteo file (real Kaggle/Terabyte
+ * data or `cpr-data gen` output), evaluate it on the held-out lines and
+ * write a JSON event log. This file is the command line and the progress
+ * lines on stderr; the model, loader and loop are cpr_dlrm (dlrm.h). The
+ * hooks for checkpointing and failure injection are left NULL here: see
+ * make_hooks() below, where they plug in.
+ */
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cpr_cli.h"
+#include "cpr_common.h"
+#include "cpr_cuda.h"
+#include "dlrm.h"
+
+#define EXIT_FAILED 1
+#define EXIT_USAGE 2
+
+static void usage(FILE *out)
+{
+    fputs("usage: cpr-dlrm --data FILE [options]\n"
+          "\n"
+          "Train a DLRM on a Criteo TSV/CSV file; the last --holdout of its lines are\n"
+          "held out for evaluation (AUC, log loss).\n"
+          "\n"
+          "data and run:\n"
+          "  --data FILE            Criteo TSV (Kaggle/Terabyte, cpr-data gen) or CSV\n"
+          "                         with a header; also accepted as the only argument\n"
+          "  --steps N              train N steps (batches)\n"
+          "  --epochs E             train E passes over the training lines (default 1;\n"
+          "                         not with --steps)\n"
+          "  --batch B              samples per step (default 128)\n"
+          "  --holdout F            fraction in [0, 1) of the lines, taken from the end\n"
+          "                         of the file, held out (default 0.1)\n"
+          "  --shuffle-window N     shuffle samples within windows of N (default 0:\n"
+          "                         file order)\n"
+          "  --seed S               weights, tables and shuffle (default 0)\n"
+          "\n"
+          "model:\n"
+          "  --emb-dim D            embedding width (default 16)\n"
+          "  --table-rows R         rows per table: categoricals hash modulo R\n"
+          "                         (default 100000)\n"
+          "  --tables T             use categoricals C1..CT (default 26)\n"
+          "  --bottom SPEC          bottom MLP widths, 13 first and D last\n"
+          "                         (default 13-64-D)\n"
+          "  --top SPEC             top MLP widths after the interaction, 1 last\n"
+          "                         (default 128-64-1)\n"
+          "  --optimizer O          MLPs: sgd or adagrad (default adagrad)\n"
+          "  --lr LR                MLP learning rate (default 0.05)\n"
+          "  --emb-optimizer O      tables: sgd, rowwise-adagrad or adagrad\n"
+          "                         (default rowwise-adagrad)\n"
+          "  --emb-lr LR            table learning rate (default: --lr)\n"
+          "  --shards N             shards per table, the unit that fails and is\n"
+          "                         checkpointed (default 1)\n"
+          "  --shard-scheme S       range or modulo (default range)\n"
+          "  --track LIST           table trackers: none, all, or a comma list of\n"
+          "                         counts,dirty,ssu,norm (default none)\n"
+          "  --device D             tables on cpu, cuda or auto (default cpu)\n"
+          "\n"
+          "output:\n"
+          "  --eval-every K         evaluate every K steps (default 0: at the end only)\n"
+          "  --eval-max N           at most N held-out samples per evaluation\n"
+          "                         (default 0: all)\n"
+          "  --log-every K          a step event and progress line every K steps\n"
+          "                         (default 100; 0: none)\n"
+          "  --json-log FILE        one JSON object per line: start, step, eval, summary\n"
+          "  -q, --quiet            no progress lines\n"
+          "  -h, --help             print this help\n"
+          "\n"
+          "Exit status: 0 done, 1 failure, 2 bad command line.\n",
+          out);
+}
+
+typedef struct options {
+    dlrm_config model;
+    dlrm_loader_options data;
+    dlrm_train_options train;
+    const char *json_log;
+    const char *bottom_spec;
+    int have_steps, have_epochs, have_emb_lr, quiet;
+    int device_auto;
+} options;
+
+static int report(cpr_status st)
+{
+    if (st)
+        fprintf(stderr, "cpr-dlrm: %s\n", cpr_errmsg());
+    return st ? -1 : 0;
+}
+
+static int parse_u64(const char *flag, const char *text, uint64_t lo, uint64_t hi,
+                     uint64_t *out)
+{
+    return report(cpr_cli_u64(flag, text, lo, hi, out));
+}
+
+static int parse_u32(const char *flag, const char *text, uint32_t lo, uint32_t hi,
+                     uint32_t *out)
+{
+    uint64_t v = 0;
+    if (parse_u64(flag, text, lo, hi, &v))
+        return -1;
+    *out = (uint32_t)v;
+    return 0;
+}
+
+static int parse_rate(const char *flag, const char *text, float *out)
+{
+    double v = 0;
+    if (report(cpr_cli_double(flag, text, 0, 0, 1e6, 1, &v)))
+        return -1;
+    *out = (float)v;
+    return 0;
+}
+
+/* One of `names` (index into it), or -1 with a message. */
+static int parse_choice(const char *flag, const char *text, const char *const *names)
+{
+    for (int i = 0; names[i]; i++)
+        if (strcmp(text, names[i]) == 0)
+            return i;
+    fprintf(stderr, "cpr-dlrm: %s: '%s' is not one of", flag, text);
+    for (int i = 0; names[i]; i++)
+        fprintf(stderr, " %s", names[i]);
+    fputc('\n', stderr);
+    return -1;
+}
+
+static int parse_track(const char *text, unsigned *out)
+{
+    static const char *const bits[] = {"counts", "dirty", "ssu", "norm", NULL};
+    unsigned track = 0;
+    char word[16];
+    if (strcmp(text, "none") == 0 || strcmp(text, "all") == 0) {
+        *out = text[0] == 'a' ? CPR_TRACK_ALL : 0;
+        return 0;
+    }
+    for (const char *p = text;;) {
+        const char *comma = strchr(p, ',');
+        size_t len = comma ? (size_t)(comma - p) : strlen(p);
+        int bit = -1;
+        if (len < sizeof word) {
+            memcpy(word, p, len);
+            word[len] = '\0';
+            bit = parse_choice("--track", word, bits);
+        } else {
+            fprintf(stderr, "cpr-dlrm: --track: '%s' is not none, all or a list of "
+                    "counts,dirty,ssu,norm\n", text);
+        }
+        if (bit < 0)
+            return -1;
+        track |= 1u << bit;
+        if (!comma)
+            break;
+        p = comma + 1;
+    }
+    *out = track;
+    return 0;
+}
+
+static int parse_layers(const char *flag, const char *text, dlrm_layers *out)
+{
+    cpr_status st = dlrm_layers_parse(text, out);
+    if (st)
+        fprintf(stderr, "cpr-dlrm: %s: %s\n", flag, cpr_errmsg());
+    return st ? -1 : 0;
+}
+
+static int set_choice_flag(options *o, const char *flag, const char *v)
+{
+    static const char *const mlp_opts[] = {"sgd", "adagrad", NULL};
+    static const char *const emb_opts[] = {"sgd", "rowwise-adagrad", "adagrad", NULL};
+    static const char *const schemes[] = {"range", "modulo", NULL};
+    static const char *const devices[] = {"cpu", "cuda", "auto", NULL};
+    int c;
+    if (strcmp(flag, "--optimizer") == 0) {
+        c = parse_choice(flag, v, mlp_opts);
+        o->model.optimizer = (dlrm_optimizer)c;
+    } else if (strcmp(flag, "--emb-optimizer") == 0) {
+        c = parse_choice(flag, v, emb_opts);
+        o->model.emb_optimizer = (cpr_optimizer)c;
+    } else if (strcmp(flag, "--shard-scheme") == 0) {
+        c = parse_choice(flag, v, schemes);
+        o->model.shard_scheme = (cpr_shard_scheme)c;
+    } else {
+        c = parse_choice(flag, v, devices);
+        o->model.device = c == 1 ? CPR_DEVICE_CUDA : CPR_DEVICE_CPU;
+        o->device_auto = c == 2;
+    }
+    return c < 0 ? -1 : 0;
+}
+
+/* Flags that take a whole number, with their ranges. */
+static int set_count_flag(options *o, const char *flag, const char *v)
+{
+    dlrm_config *m = &o->model;
+    if (strcmp(flag, "--steps") == 0) {
+        o->have_steps = 1;
+        return parse_u64(flag, v, 1, UINT64_MAX / 2, &o->train.steps);
+    }
+    if (strcmp(flag, "--epochs") == 0) {
+        o->have_epochs = 1;
+        return parse_u64(flag, v, 1, 1u << 20, &o->train.epochs);
+    }
+    if (strcmp(flag, "--batch") == 0)
+        return parse_u32(flag, v, 1, 1u << 20, &m->max_batch);
+    if (strcmp(flag, "--emb-dim") == 0)
+        return parse_u32(flag, v, 1, 4096, &m->emb_dim);
+    if (strcmp(flag, "--table-rows") == 0)
+        return parse_u64(flag, v, 1, 1ull << 40, &m->table_rows);
+    if (strcmp(flag, "--tables") == 0)
+        return parse_u32(flag, v, 1, CPR_CRITEO_SPARSE, &m->num_tables);
+    if (strcmp(flag, "--shards") == 0)
+        return parse_u32(flag, v, 1, 1u << 16, &m->num_shards);
+    if (strcmp(flag, "--seed") == 0)
+        return parse_u64(flag, v, 0, UINT64_MAX, &m->seed);
+    if (strcmp(flag, "--eval-every") == 0)
+        return parse_u64(flag, v, 0, UINT64_MAX, &o->train.eval_every);
+    if (strcmp(flag, "--eval-max") == 0)
+        return parse_u64(flag, v, 0, UINT64_MAX, &o->train.eval_max);
+    if (strcmp(flag, "--log-every") == 0)
+        return parse_u64(flag, v, 0, UINT64_MAX, &o->train.log_every);
+    /* --shuffle-window */
+    return parse_u64(flag, v, 0, 1ull << 28, &o->data.shuffle_window);
+}
+
+static int set_number_flag(options *o, const char *flag, const char *v)
+{
+    if (strcmp(flag, "--lr") == 0)
+        return parse_rate(flag, v, &o->model.lr);
+    if (strcmp(flag, "--emb-lr") == 0) {
+        o->have_emb_lr = 1;
+        return parse_rate(flag, v, &o->model.emb_lr);
+    }
+    if (strcmp(flag, "--holdout") == 0)
+        return report(cpr_cli_double(flag, v, 0, 1, 1, 0, &o->data.holdout));
+    return set_count_flag(o, flag, v);
+}
+
+static const char *const VALUE_FLAGS[] = {
+    "--data", "--json-log", "--bottom", "--top", "--track", "--optimizer",
+    "--emb-optimizer", "--shard-scheme", "--device", "--steps", "--epochs", "--batch",
+    "--lr", "--emb-lr", "--emb-dim", "--table-rows", "--tables", "--shards", "--seed",
+    "--eval-every", "--eval-max", "--log-every", "--shuffle-window", "--holdout", NULL};
+
+static int set_flag(options *o, const char *flag, const char *v)
+{
+    if (strcmp(flag, "--data") == 0 || strcmp(flag, "--json-log") == 0) {
+        if (v[0] == '\0') {
+            fprintf(stderr, "cpr-dlrm: %s needs a non-empty path\n", flag);
+            return -1;
+        }
+        *(strcmp(flag, "--data") == 0 ? &o->data.path : &o->json_log) = v;
+        return 0;
+    }
+    if (strcmp(flag, "--bottom") == 0) {
+        o->bottom_spec = v;
+        return parse_layers(flag, v, &o->model.bottom);
+    }
+    if (strcmp(flag, "--top") == 0)
+        return parse_layers(flag, v, &o->model.top);
+    if (strcmp(flag, "--track") == 0)
+        return parse_track(v, &o->model.track);
+    if (strcmp(flag, "--optimizer") == 0 || strcmp(flag, "--emb-optimizer") == 0 ||
+        strcmp(flag, "--shard-scheme") == 0 || strcmp(flag, "--device") == 0)
+        return set_choice_flag(o, flag, v);
+    return set_number_flag(o, flag, v);
+}
+
+/* One argument at argv[*i]: 0 taken, 1 help, -1 error printed. */
+static int parse_one(int argc, char **argv, int *i, options *o)
+{
+    const char *arg = argv[*i];
+    if (strcmp(arg, "--help") == 0 || strcmp(arg, "-h") == 0)
+        return 1;
+    if (strcmp(arg, "--quiet") == 0 || strcmp(arg, "-q") == 0) {
+        o->quiet = 1;
+        return 0;
+    }
+    for (int f = 0; VALUE_FLAGS[f]; f++) {
+        int missing = 0;
+        const char *v = cpr_cli_value(argc, argv, i, VALUE_FLAGS[f], &missing);
+        if (missing)
+            return report(CPR_INVALID_ARGUMENT);
+        if (v)
+            return set_flag(o, VALUE_FLAGS[f], v);
+    }
+    if (arg[0] == '-' || o->data.path) {
+        fprintf(stderr, "cpr-dlrm: unexpected argument '%s' (see cpr-dlrm --help)\n", arg);
+        return -1;
+    }
+    o->data.path = arg;
+    return 0;
+}
+
+/* Cross-flag rules and defaults that depend on other flags. */
+static int finish_options(options *o)
+{
+    if (!o->data.path) {
+        fprintf(stderr, "cpr-dlrm: --data FILE is required (see cpr-dlrm --help)\n");
+        return -1;
+    }
+    if (o->have_steps && o->have_epochs) {
+        fprintf(stderr, "cpr-dlrm: --steps and --epochs exclude each other\n");
+        return -1;
+    }
+    if (!o->have_steps && !o->have_epochs)
+        o->train.epochs = 1;
+    if (!o->have_emb_lr)
+        o->model.emb_lr = o->model.lr;
+    if (!o->bottom_spec) /* 13-64-D follows --emb-dim */
+        o->model.bottom.size[2] = o->model.emb_dim;
+    o->train.batch = o->model.max_batch;
+    o->data.num_tables = o->model.num_tables;
+    o->data.table_rows = o->model.table_rows;
+    o->data.seed = o->model.seed;
+    return 0;
+}
+
+/* 0 run, 1 help printed, -1 error printed. */
+static int parse_args(int argc, char **argv, options *o)
+{
+    memset(o, 0, sizeof *o);
+    dlrm_config_init(&o->model);
+    o->data.holdout = 0.1;
+    o->train.log_every = 100;
+    for (int i = 1; i < argc; i++) {
+        int rc = parse_one(argc, argv, &i, o);
+        if (rc)
+            return rc;
+    }
+    return finish_options(o);
+}
+
+/* ---- running ---------------------------------------------------------------------- */
+
+static void print_progress(void *ctx, const dlrm_progress *p)
+{
+    (void)ctx;
+    if (p->eval) {
+        fprintf(stderr, "cpr-dlrm: eval at step %llu: auc %.4f logloss %.4f (%llu samples)\n",
+                (unsigned long long)p->step, p->eval->auc, p->eval->logloss,
+                (unsigned long long)p->eval->samples);
+        return;
+    }
+    if (p->steps_total)
+        fprintf(stderr, "cpr-dlrm: step %llu/%llu", (unsigned long long)p->step,
+                (unsigned long long)p->steps_total);
+    else
+        fprintf(stderr, "cpr-dlrm: step %llu (epoch %llu)", (unsigned long long)p->step,
+                (unsigned long long)p->epoch + 1);
+    fprintf(stderr, " loss %.4f, %.1f steps/s, %.1f s\n", p->loss, p->steps_per_s,
+            p->elapsed_s);
+}
+
+/*
+ * The hooks of this run. Checkpointing (after_step: select rows, gather
+ * into the staging buffer, stream in the background; on_finish: drain;
+ * on_summary: bytes, stalls, PLS) and failure injection (before_step: wipe
+ * a shard on schedule, then partial or full recovery through the model's
+ * tables, dense blob and the loader's state blob) plug in here; the core
+ * trainer runs without them.
+ */
+static dlrm_hooks make_hooks(void)
+{
+    return (dlrm_hooks){0};
+}
+
+static int resolve_device(options *o)
+{
+    int count = 0;
+    if (!o->device_auto)
+        return 0;
+    if (cpr_cuda_built() && cpr_cuda_device_count(&count) == CPR_OK && count > 0)
+        o->model.device = CPR_DEVICE_CUDA;
+    return 0;
+}
+
+static void print_summary(const dlrm_run_result *r)
+{
+    double busy = r->train_s + r->io_s;
+    fprintf(stderr, "cpr-dlrm: done: %llu steps, %llu samples in %.2f s (train %.2f s, io "
+            "%.2f s, eval %.2f s), %.1f steps/s\n", (unsigned long long)r->steps,
+            (unsigned long long)r->samples, r->total_s, r->train_s, r->io_s, r->eval_s,
+            busy > 0 ? (double)r->steps / busy : 0);
+    if (r->evaluated)
+        fprintf(stderr, "cpr-dlrm: held-out: auc %.4f logloss %.4f (%llu samples)\n",
+                r->eval.auc, r->eval.logloss, (unsigned long long)r->eval.samples);
+}
+
+static int run(options *o)
+{
+    dlrm_model *model = NULL;
+    dlrm_loader *loader = NULL;
+    dlrm_trainer *trainer = NULL;
+    dlrm_run_result result;
+    dlrm_hooks hooks = make_hooks();
+    FILE *log = NULL;
+    cpr_status st = CPR_OK;
+    resolve_device(o);
+    if (o->json_log && !(log = fopen(o->json_log, "w"))) {
+        fprintf(stderr, "cpr-dlrm: %s: %s\n", o->json_log, strerror(errno));
+        return EXIT_FAILED;
+    }
+    o->train.json_log = log;
+    o->train.progress = o->quiet ? NULL : print_progress;
+    st = dlrm_model_create(&o->model, &model);
+    /* The model's configuration is all flags: a refusal is a usage error. */
+    int usage_error = st == CPR_INVALID_ARGUMENT;
+    if (st == CPR_OK)
+        st = dlrm_loader_open(&o->data, &loader);
+    if (st == CPR_OK)
+        st = dlrm_trainer_create(model, loader, &o->train, &hooks, &trainer);
+    if (st == CPR_OK)
+        st = dlrm_trainer_run(trainer, &result);
+    if (st)
+        fprintf(stderr, "cpr-dlrm: %s: %s\n", cpr_status_name(st), cpr_errmsg());
+    else if (!o->quiet)
+        print_summary(&result);
+    dlrm_trainer_destroy(trainer);
+    dlrm_loader_close(loader);
+    dlrm_model_destroy(model);
+    if (log && fclose(log) != 0 && st == CPR_OK) {
+        fprintf(stderr, "cpr-dlrm: %s: %s\n", o->json_log, strerror(errno));
+        st = CPR_IO;
+    }
+    return usage_error ? EXIT_USAGE : st ? EXIT_FAILED : 0;
+}
+
+int main(int argc, char **argv)
+{
+    options o;
+    int parsed = parse_args(argc, argv, &o);
+    if (parsed > 0) {
+        usage(stdout);
+        return 0;
+    }
+    if (parsed < 0)
+        return EXIT_USAGE;
+    return run(&o);
+}
