@@ -99,6 +99,8 @@ static void h_health(call_ctx *c);
 static void h_list_jobs(call_ctx *c);
 static void h_verify(call_ctx *c);
 static void h_gc(call_ctx *c);
+static void h_get_recovery(call_ctx *c);
+static void h_put_recovery(call_ctx *c);
 static int finish_code(call_ctx *c, grpc_status_code code, const char *msg, uint8_t *resp,
                        size_t resp_len);
 
@@ -116,6 +118,8 @@ static const method methods[] = {
     {"/cpr.v1.Checkpoint/ListJobs", RPC_UNARY, h_list_jobs},
     {"/cpr.v1.Checkpoint/Verify", RPC_UNARY, h_verify},
     {"/cpr.v1.Checkpoint/Gc", RPC_UNARY, h_gc},
+    {"/cpr.v1.Checkpoint/GetRecovery", RPC_UNARY, h_get_recovery},
+    {"/cpr.v1.Checkpoint/PutRecovery", RPC_UNARY, h_put_recovery},
 };
 #define N_METHODS (sizeof methods / sizeof methods[0])
 _Static_assert(N_METHODS <= sizeof ((cpr_server *)0)->handles /
@@ -435,6 +439,56 @@ static void h_gc(call_ctx *c)
     }
     if (st == CPR_OK)
         st = cpr_wire_gc_response_encode(&rep, &resp, &len);
+    finish(c, st, resp, len);
+}
+
+/* The job's recovery record; a job without one answers generation 0 and an
+ * empty plan (not an error). */
+static void h_get_recovery(call_ctx *c)
+{
+    grpc_slice s = payload_slice(c);
+    cpr_wire_list g;
+    uint64_t generation = 0, written_ms = 0;
+    void *plan = NULL;
+    size_t plan_len = 0, len = 0;
+    uint8_t *resp = NULL;
+    cpr_status st = cpr_wire_get_recovery_decode(PAYLOAD(s), &g);
+    grpc_slice_unref(s);
+    if (st == CPR_OK) {
+        st = cpr_store_recovery_get_timed(c->srv->store, g.job, &generation, &plan, &plan_len,
+                                          &written_ms);
+        if (st == CPR_OK)
+            st = cpr_wire_recovery_record_encode(g.job, generation, plan, plan_len, written_ms,
+                                                 &resp, &len);
+        cpr_wire_list_release(&g);
+    }
+    free(plan);
+    finish(c, st, resp, len);
+}
+
+/* Compare-and-set; the answer (the new record) is sent only once it is
+ * durable. A lost race is FAILED_PRECONDITION naming the current generation. */
+static void h_put_recovery(call_ctx *c)
+{
+    grpc_slice s = payload_slice(c);
+    cpr_wire_recovery p;
+    uint64_t generation = 0, written_ms = 0;
+    size_t len = 0;
+    uint8_t *resp = NULL;
+    cpr_status st = cpr_wire_put_recovery_decode(PAYLOAD(s), &p);
+    if (st == CPR_OK) {
+        st = cpr_store_recovery_put_timed(c->srv->store, p.job, p.generation, p.plan, p.len,
+                                          &generation, &written_ms);
+        if (st == CPR_OK) {
+            cpr_log(CPR_LOG_INFO, "recovery record of %s: generation %llu (%zu-byte plan)",
+                    p.job, (unsigned long long)generation, p.len);
+            /* The plan is the caller's own: not echoed back. */
+            st = cpr_wire_recovery_record_encode(p.job, generation, NULL, 0, written_ms, &resp,
+                                                 &len);
+        }
+        cpr_wire_recovery_release(&p);
+    }
+    grpc_slice_unref(s);
     finish(c, st, resp, len);
 }
 

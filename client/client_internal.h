@@ -10,6 +10,8 @@
  *             nodes.
  *   read.c    restores, blob reads and the operations calls (stats, verify,
  *             gc) that fan out over nodes and merge.
+ *   recovery_rec.c  the job's recovery record (compare-and-set on the node of
+ *             shard 0), with the reconciliation of a put whose answer is lost.
  */
 #ifndef CPR_CLIENT_INTERNAL_H
 #define CPR_CLIENT_INTERNAL_H
@@ -62,6 +64,12 @@ cpr_status cpr_node_verify(cpr_node *node, const char *job, double timeout_s,
 /* floor > 0: raise `job`'s floor to it; else keep `keep` cuts computed by the node. */
 cpr_status cpr_node_gc(cpr_node *node, const char *job, uint32_t keep, uint64_t floor,
                        double timeout_s, cpr_gc_report *report);
+/* The job's recovery record (*plan malloc'd) and its compare-and-set. */
+cpr_status cpr_node_recovery_get(cpr_node *node, const char *job, double timeout_s,
+                                 uint64_t *generation, void **plan, size_t *len);
+cpr_status cpr_node_recovery_put(cpr_node *node, const char *job, uint64_t expected,
+                                 const void *plan, size_t len, double timeout_s,
+                                 uint64_t *generation);
 
 /* ---- client.c ------------------------------------------------------------------ */
 

@@ -385,3 +385,61 @@ cpr_status cpr_node_gc(cpr_node *n, const char *job, uint32_t keep, uint64_t flo
     free(resp);
     return st;
 }
+
+/* ---- recovery records ------------------------------------------------------------------ */
+
+/* A RecoveryRecord answer: generation and a malloc'd copy of the plan. */
+static cpr_status record_answer(const uint8_t *resp, size_t resp_len, uint64_t *generation,
+                                void **plan, size_t *len)
+{
+    cpr_wire_recovery r;
+    cpr_status st = cpr_wire_recovery_record_decode(resp, resp_len, &r);
+    if (st)
+        return st;
+    void *copy = malloc(r.len ? r.len : 1);
+    if (copy) {
+        if (r.len)
+            memcpy(copy, r.plan, r.len);
+        *generation = r.generation;
+        *plan = copy;
+        *len = r.len;
+    } else {
+        st = cpr_fail(CPR_NO_MEMORY, "out of memory for a %zu-byte recovery plan", r.len);
+    }
+    cpr_wire_recovery_release(&r);
+    return st;
+}
+
+cpr_status cpr_node_recovery_get(cpr_node *n, const char *job, double timeout_s,
+                                 uint64_t *generation, void **plan, size_t *len)
+{
+    if (n->store)
+        return cpr_store_recovery_get(n->store, job, generation, plan, len);
+    uint8_t *req = NULL, *resp = NULL;
+    size_t req_len = 0, resp_len = 0;
+    cpr_status st = cpr_wire_get_recovery_encode(job, &req, &req_len);
+    st = unary(n, SVC "GetRecovery", st, req, req_len, timeout_s, &resp, &resp_len);
+    if (st == CPR_OK)
+        st = record_answer(resp, resp_len, generation, plan, len);
+    free(resp);
+    return st;
+}
+
+cpr_status cpr_node_recovery_put(cpr_node *n, const char *job, uint64_t expected,
+                                 const void *plan, size_t len, double timeout_s,
+                                 uint64_t *generation)
+{
+    if (n->store)
+        return cpr_store_recovery_put(n->store, job, expected, plan, len, generation);
+    uint8_t *req = NULL, *resp = NULL;
+    size_t req_len = 0, resp_len = 0;
+    void *none = NULL; /* the answer carries no plan */
+    size_t none_len = 0;
+    cpr_status st = cpr_wire_put_recovery_encode(job, expected, plan, len, &req, &req_len);
+    st = unary(n, SVC "PutRecovery", st, req, req_len, timeout_s, &resp, &resp_len);
+    if (st == CPR_OK)
+        st = record_answer(resp, resp_len, generation, &none, &none_len);
+    free(none);
+    free(resp);
+    return st;
+}

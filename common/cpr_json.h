@@ -53,5 +53,7 @@ size_t cpr_json_array_size(const cpr_json *array);
 const cpr_json *cpr_json_array_get(const cpr_json *array, size_t i);
 /* A value that is a number: 0 and *out set, else -1. */
 int cpr_json_number_value(const cpr_json *value, double *out);
+/* A value that is a string: 0 and *out set (it lives as long as the tree), else -1. */
+int cpr_json_string_value(const cpr_json *value, const char **out);
 
 #endif /* CPR_JSON_H */

@@ -88,6 +88,14 @@ int cpr_json_number_value(const cpr_json *value, double *out)
     return 0;
 }
 
+int cpr_json_string_value(const cpr_json *value, const char **out)
+{
+    if (!value || !cJSON_IsString(AS_CJSON(value)))
+        return -1;
+    *out = cJSON_GetStringValue(AS_CJSON(value));
+    return 0;
+}
+
 int cpr_json_get_number(const cpr_json *obj, const char *key, double *out)
 {
     return cpr_json_number_value(cpr_json_get(obj, key), out);

@@ -91,6 +91,7 @@ uint64_t cpr_emb_shard_rows(const cpr_emb *t, uint32_t shard)
     return shard < t->cfg.num_shards ? cpr_emb_geom_shard_rows(t, shard) : 0;
 }
 uint64_t cpr_emb_rows(const cpr_emb *t) { return t->cfg.rows; }
+cpr_shard_scheme cpr_emb_scheme(const cpr_emb *t) { return t->cfg.scheme; }
 uint32_t cpr_emb_dim(const cpr_emb *t) { return t->cfg.dim; }
 uint32_t cpr_emb_state_dim(const cpr_emb *t) { return t->state_dim; }
 uint32_t cpr_emb_num_shards(const cpr_emb *t) { return t->cfg.num_shards; }

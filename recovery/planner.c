@@ -23,19 +23,9 @@
 
 #include "cpr/recovery.h"
 #include "cpr_common.h"
+#include "plan_internal.h"
 
-#define REASON_MAX 1024
 #define REASON_SHARDS 8 /* failed shards named in the reason; the rest are counted */
-
-struct cpr_recovery_plan {
-    cpr_plan_action action;
-    unsigned problems;
-    uint64_t cut, rewind_step;
-    size_t n;
-    cpr_plan_shard *shards;
-    char reason[REASON_MAX];
-    size_t reason_len;
-};
 
 const char *cpr_plan_action_name(cpr_plan_action action)
 {

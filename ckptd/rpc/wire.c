@@ -363,7 +363,7 @@ cpr_status cpr_wire_list_decode(const void *buf, size_t len, cpr_wire_list *out)
 
 void cpr_wire_list_release(cpr_wire_list *l)
 {
-    if (l->msg) /* a ListRequest or a VerifyRequest: the generic free fits both */
+    if (l->msg) /* a List, Verify or GetRecovery request: the generic free fits all */
         protobuf_c_message_free_unpacked(l->msg, NULL);
     memset(l, 0, sizeof *l);
 }
@@ -689,4 +689,71 @@ cpr_status cpr_wire_gc_response_decode(const void *buf, size_t len, cpr_gc_repor
                            m->uncommitted_removed, m->bytes_before, m->bytes_after};
     cpr__v1__gc_response__free_unpacked(m, NULL);
     return CPR_OK;
+}
+
+/* ---- recovery records ----------------------------------------------------------------------- */
+
+cpr_status cpr_wire_get_recovery_decode(const void *buf, size_t len, cpr_wire_list *out)
+{
+    Cpr__V1__GetRecoveryRequest *m = cpr__v1__get_recovery_request__unpack(NULL, len, buf);
+    if (!m)
+        return malformed("GetRecoveryRequest", len);
+    *out = (cpr_wire_list){str(m->job), m};
+    return CPR_OK;
+}
+
+cpr_status cpr_wire_get_recovery_encode(const char *job, uint8_t **buf, size_t *len)
+{
+    Cpr__V1__GetRecoveryRequest m = CPR__V1__GET_RECOVERY_REQUEST__INIT;
+    m.job = (char *)str(job);
+    return pack(&m.base, buf, len);
+}
+
+cpr_status cpr_wire_put_recovery_decode(const void *buf, size_t len, cpr_wire_recovery *out)
+{
+    Cpr__V1__PutRecoveryRequest *m = cpr__v1__put_recovery_request__unpack(NULL, len, buf);
+    if (!m)
+        return malformed("PutRecoveryRequest", len);
+    *out = (cpr_wire_recovery){str(m->job), m->expected_generation,
+                               m->plan.len ? m->plan.data : NULL, m->plan.len, 0, m};
+    return CPR_OK;
+}
+
+cpr_status cpr_wire_put_recovery_encode(const char *job, uint64_t expected, const void *plan,
+                                        size_t plan_len, uint8_t **buf, size_t *len)
+{
+    Cpr__V1__PutRecoveryRequest m = CPR__V1__PUT_RECOVERY_REQUEST__INIT;
+    m.job = (char *)str(job);
+    m.expected_generation = expected;
+    m.plan = (ProtobufCBinaryData){plan_len, (uint8_t *)plan};
+    return pack(&m.base, buf, len);
+}
+
+cpr_status cpr_wire_recovery_record_encode(const char *job, uint64_t generation,
+                                           const void *plan, size_t plan_len,
+                                           uint64_t written_unix_ms, uint8_t **buf, size_t *len)
+{
+    Cpr__V1__RecoveryRecord m = CPR__V1__RECOVERY_RECORD__INIT;
+    m.job = (char *)str(job);
+    m.generation = generation;
+    m.plan = (ProtobufCBinaryData){plan_len, (uint8_t *)plan};
+    m.written_unix_ms = written_unix_ms;
+    return pack(&m.base, buf, len);
+}
+
+cpr_status cpr_wire_recovery_record_decode(const void *buf, size_t len, cpr_wire_recovery *out)
+{
+    Cpr__V1__RecoveryRecord *m = cpr__v1__recovery_record__unpack(NULL, len, buf);
+    if (!m)
+        return malformed("RecoveryRecord", len);
+    *out = (cpr_wire_recovery){str(m->job), m->generation, m->plan.len ? m->plan.data : NULL,
+                               m->plan.len, m->written_unix_ms, m};
+    return CPR_OK;
+}
+
+void cpr_wire_recovery_release(cpr_wire_recovery *r)
+{
+    if (r->msg) /* a PutRecoveryRequest or a RecoveryRecord: the generic free fits both */
+        protobuf_c_message_free_unpacked(r->msg, NULL);
+    memset(r, 0, sizeof *r);
 }

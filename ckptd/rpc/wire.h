@@ -75,6 +75,18 @@ typedef struct cpr_wire_gc {
     void *msg;
 } cpr_wire_gc;
 
+/* PutRecoveryRequest (generation = expected_generation; written_unix_ms 0)
+ * and RecoveryRecord. job is as sent ("" if absent); plan points into the
+ * message (NULL when len is 0). */
+typedef struct cpr_wire_recovery {
+    const char *job;
+    uint64_t generation;
+    const void *plan;
+    size_t len;
+    uint64_t written_unix_ms;
+    void *msg;
+} cpr_wire_recovery;
+
 cpr_status cpr_wire_begin_decode(const void *buf, size_t len, cpr_wire_begin *out);
 cpr_status cpr_wire_rows_decode(const void *buf, size_t len, cpr_wire_rows *out);
 cpr_status cpr_wire_chunk_decode(const void *buf, size_t len, cpr_wire_chunk *out);
@@ -87,14 +99,20 @@ cpr_status cpr_wire_list_decode(const void *buf, size_t len, cpr_wire_list *out)
 cpr_status cpr_wire_list_jobs_decode(const void *buf, size_t len);
 cpr_status cpr_wire_verify_decode(const void *buf, size_t len, cpr_wire_list *out);
 cpr_status cpr_wire_gc_decode(const void *buf, size_t len, cpr_wire_gc *out);
+/* GetRecoveryRequest: the job as sent ("" if absent); release with
+ * cpr_wire_list_release. */
+cpr_status cpr_wire_get_recovery_decode(const void *buf, size_t len, cpr_wire_list *out);
+cpr_status cpr_wire_put_recovery_decode(const void *buf, size_t len, cpr_wire_recovery *out);
 
 void cpr_wire_begin_release(cpr_wire_begin *m);
 void cpr_wire_rows_release(cpr_wire_rows *m);
 void cpr_wire_chunk_release(cpr_wire_chunk *m);
 void cpr_wire_part_release(cpr_wire_part *m);
 void cpr_wire_restore_release(cpr_wire_restore *m);
-void cpr_wire_list_release(cpr_wire_list *m); /* also for cpr_wire_verify_decode */
+void cpr_wire_list_release(cpr_wire_list *m); /* also for verify and get_recovery */
 void cpr_wire_gc_release(cpr_wire_gc *m);
+/* For PutRecoveryRequest and RecoveryRecord alike. */
+void cpr_wire_recovery_release(cpr_wire_recovery *m);
 
 /* ---- encoders (requests: the client library; responses: ckptd) ------------- */
 
@@ -119,6 +137,10 @@ cpr_status cpr_wire_verify_encode(const char *job, uint8_t **buf, size_t *len);
  * exactly that id (keep is then not used; see GcRequest in the .proto). */
 cpr_status cpr_wire_gc_encode(const char *job, uint32_t keep, uint64_t floor, uint8_t **buf,
                               size_t *len);
+
+cpr_status cpr_wire_get_recovery_encode(const char *job, uint8_t **buf, size_t *len);
+cpr_status cpr_wire_put_recovery_encode(const char *job, uint64_t expected, const void *plan,
+                                        size_t plan_len, uint8_t **buf, size_t *len);
 
 cpr_status cpr_wire_put_response_encode(uint64_t rows, uint64_t bytes, uint8_t **buf,
                                         size_t *len);
@@ -170,5 +192,13 @@ cpr_status cpr_wire_verify_response_decode(const void *buf, size_t len,
                                            cpr_verify_report *report, cpr_problem_fn fn,
                                            void *ctx);
 cpr_status cpr_wire_gc_response_decode(const void *buf, size_t len, cpr_gc_report *out);
+
+/* RecoveryRecord, the answer to GetRecovery and PutRecovery. */
+cpr_status cpr_wire_recovery_record_encode(const char *job, uint64_t generation,
+                                           const void *plan, size_t plan_len,
+                                           uint64_t written_unix_ms, uint8_t **buf,
+                                           size_t *len);
+cpr_status cpr_wire_recovery_record_decode(const void *buf, size_t len,
+                                           cpr_wire_recovery *out);
 
 #endif /* CPR_WIRE_H */

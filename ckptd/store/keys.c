@@ -92,3 +92,10 @@ size_t cpr_key_job(unsigned char out[130], const char *name)
     memcpy(out + 1, name, len);
     return len + 1;
 }
+
+size_t cpr_key_recovery(unsigned char out[130], const char *name)
+{
+    size_t len = cpr_key_job(out, name);
+    out[0] = 'G';
+    return len;
+}

@@ -7,11 +7,15 @@
  *   'M' job_id:4 shard:4 checkpoint:8                  part metadata
  *   'J' job name                                       job name -> job_id
  *   'F' job_id:4                                       retention floor
+ *   'G' job name                                       recovery record
  *
  * The checkpoint id is stored inverted (~id) so the versions of one row are
  * ordered newest first: "newest version <= C" is a single forward seek to
  * (job, table, row, ~C). The shard is last so that two shards writing the
- * same row at the same checkpoint can never overwrite each other.
+ * same row at the same checkpoint can never overwrite each other. The
+ * recovery record is keyed by the job's name, not its id: it may exist before
+ * the job has any part (and so any id), and nothing that works by job id
+ * (GC's deletes and compactions of 'R' and 'M' ranges) can reach it.
  */
 #ifndef CPR_STORE_KEYS_H
 #define CPR_STORE_KEYS_H
@@ -44,6 +48,8 @@ int cpr_key_meta_parse(const void *key, size_t len, uint32_t *job_id,
 void cpr_key_floor(unsigned char out[CPR_FLOOR_KEY_LEN], uint32_t job_id);
 /* 'J' + name; returns the length (<= 129). */
 size_t cpr_key_job(unsigned char out[130], const char *name);
+/* 'G' + name; returns the length (<= 129). */
+size_t cpr_key_recovery(unsigned char out[130], const char *name);
 
 void cpr_put_be32(unsigned char *p, uint32_t v);
 void cpr_put_be64(unsigned char *p, uint64_t v);

@@ -353,6 +353,7 @@ cpr_status cpr_store_open(const char *dir, const cpr_store_options *opts,
         return cpr_fail(CPR_NO_MEMORY, "out of memory opening store %s", dir);
     pthread_mutex_init(&store->mu, NULL);
     pthread_mutex_init(&store->commit_mu, NULL);
+    pthread_mutex_init(&store->recovery_mu, NULL);
     if (opts)
         store->opts = *opts;
     if (store->opts.retain_cuts == 0)
@@ -410,6 +411,7 @@ void cpr_store_close(cpr_store *store)
     cpr_catalog_release(&store->catalog);
     pthread_mutex_destroy(&store->mu);
     pthread_mutex_destroy(&store->commit_mu);
+    pthread_mutex_destroy(&store->recovery_mu);
     free(store->damaged);
     free(store->dir);
     free(store->db_dir);

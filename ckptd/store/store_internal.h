@@ -2,7 +2,8 @@
 /*
  * Internals of the store shared by store*.c. Layout of a store directory:
  *
- *   DIR/db/                      RocksDB: rows, part records, job ids, floors
+ *   DIR/db/                      RocksDB: rows, part records, job ids, floors,
+ *                                recovery records
  *   DIR/blobs/j_<job>/<shard>-<ckpt>/b_<name>   blob files of committed parts
  *   DIR/staging/j_<job>/<shard>-<ckpt>.<seq>/    an open part: *.sst, blobs/
  *
@@ -33,6 +34,11 @@
  *  S4. Nothing the store ever writes changes a committed row version or blob;
  *      only GC deletes versions, and only those no retained state needs,
  *      after the new floor is durable (store_gc.c).
+ *  S6. A job's recovery record ('G' name, store_recovery.c) changes only by
+ *      a compare-and-set under recovery_mu whose synced write is durable
+ *      before the caller hears of it; its generation only ever grows by one.
+ *      Nothing else (GC, the sweep, aborts) writes or deletes 'G' keys, and
+ *      a record needs no part of its job.
  */
 #ifndef CPR_STORE_INTERNAL_H
 #define CPR_STORE_INTERNAL_H
@@ -102,6 +108,7 @@ struct cpr_store {
     damaged_part *damaged;       /* records that failed to decode at open */
     size_t n_damaged;
     pthread_mutex_t commit_mu;   /* commit order per shard vs. each other and GC */
+    pthread_mutex_t recovery_mu; /* recovery records' compare-and-set (S6) */
     _Atomic uint64_t staging_seq;/* makes every begin's staging directory unique */
     _Atomic uint64_t rows_in, bytes_in, rows_out, bytes_out;
     _Atomic uint64_t errors[CPR_STATUS_COUNT_];

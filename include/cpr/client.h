@@ -59,7 +59,8 @@ typedef struct cpr_client_options {
     size_t message_bytes;     /* payload per PutRows message (default 1 MiB,
                                  at most 16 MiB and staging_bytes / 2) */
     double call_timeout_s;    /* deadline of each short call: Begin, List,
-                                 Abort, Stats (default 30 s) */
+                                 Abort, Stats, the recovery record's get and
+                                 put (default 30 s) */
     double stream_timeout_s;  /* deadline of a part's streams, of Commit, of a
                                  restore, of a blob read, of verify and gc
                                  (default 3600 s; timeouts are capped at 30
@@ -227,6 +228,47 @@ cpr_status cpr_client_restore_table(cpr_client *client, const cpr_restore_query 
  */
 cpr_status cpr_client_read_blob(cpr_client *client, const cpr_part_id *id,
                                 const char *name, void **data, size_t *len);
+
+/* ---- the job's recovery record -------------------------------------------------- */
+
+/*
+ * Every process of a job must act on the same recovery decision: it is
+ * recorded in storage under the job as a generation number and an opaque
+ * plan (cpr/recovery.h encodes and decodes plans; cpr_recovery_decide_and_record
+ * does the whole round). The record lives on the node holding (job, shard 0)
+ * (cpr_client_node_of), in the store itself for local://; it may exist
+ * before the job has any part, and gc never removes it (cpr/store.h).
+ * Trainers read it at step boundaries and act when the generation moves.
+ */
+
+/*
+ * The job's record: *generation (0 when none) and a malloc'd copy of the
+ * plan (*plan, free(); never NULL on success; *len 0 when none). Retried on
+ * CPR_UNAVAILABLE. Errors: CPR_INVALID_ARGUMENT (bad job name),
+ * CPR_CORRUPT (the stored record is damaged), CPR_UNAVAILABLE.
+ */
+cpr_status cpr_client_recovery_get(cpr_client *client, const char *job, uint64_t *generation,
+                                   void **plan, size_t *len);
+
+/*
+ * Compare-and-set: record `plan` (len bytes, at most CPR_RECOVERY_PLAN_MAX;
+ * borrowed for the call) as generation expected + 1 if the job's generation
+ * is exactly `expected` (0: no record yet); on CPR_OK *generation is
+ * expected + 1 and the record is durable. Of concurrent puts with the same
+ * `expected`, exactly one succeeds; the others get CPR_FAILED_PRECONDITION
+ * (the message names the current generation): read the winner's plan with
+ * cpr_client_recovery_get and act on it.
+ * Not retried blindly: if the answer is lost (CPR_UNAVAILABLE, CPR_TIMEOUT),
+ * the record is read back. Generation expected + 1 holding exactly these
+ * bytes: CPR_OK (a process that recorded an identical plan is
+ * indistinguishable, and it is the same decision). Still `expected`: the put
+ * did not happen and is sent again (UNAVAILABLE only, within `retries`).
+ * Anything else: CPR_FAILED_PRECONDITION. If the record cannot be read back,
+ * the put's own error is returned and the message says the outcome is
+ * unknown. Errors also: CPR_INVALID_ARGUMENT (bad job name, plan too large).
+ */
+cpr_status cpr_client_recovery_put(cpr_client *client, const char *job, uint64_t expected,
+                                   const void *plan, size_t len, uint64_t *generation);
 
 /* ---- operations ---------------------------------------------------------------- */
 

@@ -117,6 +117,7 @@ uint64_t cpr_emb_rows(const cpr_emb *table);
 uint32_t cpr_emb_dim(const cpr_emb *table);
 uint32_t cpr_emb_state_dim(const cpr_emb *table); /* 0, 1 or dim */
 uint32_t cpr_emb_num_shards(const cpr_emb *table);
+cpr_shard_scheme cpr_emb_scheme(const cpr_emb *table);
 cpr_device_kind cpr_emb_device(const cpr_emb *table);
 
 /* Shard that owns `row`; rows owned by `shard`. */

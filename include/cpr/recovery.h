@@ -16,13 +16,23 @@
  *                  the failed shards and the decision, what each shard
  *                  restores and from which checkpoint, or why it cannot.
  *
+ * and two that act through the client library (cpr/client.h; link
+ * cpr_recovery_exec):
+ *
+ *   the record     a plan encoded and recorded in ckptd under the job by
+ *                  compare-and-set, so every process of a job acts on the
+ *                  same decision (cpr_recovery_decide_and_record);
+ *   the executor   a plan carried out into embedding tables, with the rows,
+ *                  bytes and time it took (cpr_recovery_execute).
+ *
  * Units: seconds everywhere, as doubles. Fractions are overheads divided by
  * the failure-free job length.
  *
- * Threading: the model and planner functions are pure and thread-safe. An
- * estimator is used by one thread at a time; distinct estimators are
- * independent. A plan is immutable once made and may be read from any number
- * of threads.
+ * Threading: the model, planner and codec functions are pure and
+ * thread-safe. An estimator is used by one thread at a time; distinct
+ * estimators are independent. A plan is immutable once made and may be read
+ * from any number of threads. The executor uses the caller's tables on the
+ * calling thread (cpr/embedding.h: one thread per table at a time).
  *
  * Errors: cpr_status; cpr_errmsg() names the field to fix. Out-parameters
  * are written only on success; a failed call leaves its handle unchanged.
@@ -33,6 +43,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "cpr/client.h"
 #include "cpr/embedding.h"
 #include "cpr/status.h"
 #include "cpr/store.h"
@@ -323,6 +334,149 @@ const cpr_plan_shard *cpr_recovery_plan_shard(const cpr_recovery_plan *plan, siz
 /* Why: the decision with the estimator's numbers and any problem, for logs
  * and for recording with the plan. Lives as long as the plan. */
 const char *cpr_recovery_plan_reason(const cpr_recovery_plan *plan);
+
+/* ---- recording the decision (the plan's bytes in ckptd) -------------------- */
+
+#define CPR_PLAN_ENCODING 1 /* version of cpr_recovery_plan_encode's output */
+
+/*
+ * A plan as the bytes of a recovery record: one line of versioned JSON
+ * (docs/model.md gives the format), every field of the plan, reason
+ * included. *buf is malloc'd (free()); *len bytes, not NUL-terminated.
+ * Errors: CPR_INVALID_ARGUMENT (an id or step of 2^53 or more, which JSON
+ * numbers cannot carry exactly; more than 2^20 shards), CPR_NO_MEMORY.
+ */
+cpr_status cpr_recovery_plan_encode(const cpr_recovery_plan *plan, void **buf, size_t *len);
+
+/*
+ * The inverse: *out owns a plan equal, field by field, to the one encoded.
+ * Nothing is trusted: CPR_INVALID_ARGUMENT for bytes that are not a plan
+ * (empty, not JSON, a field missing or out of range, entries out of order:
+ * the message says which), CPR_FAILED_PRECONDITION for a plan of a newer
+ * encoding version than this library reads, CPR_NO_MEMORY.
+ */
+cpr_status cpr_recovery_plan_decode(const void *buf, size_t len, cpr_recovery_plan **out);
+
+/*
+ * Decide, plan and record, so that every process of a job acts on the same
+ * plan: list the job's parts through `client` (a job without parts plans
+ * with an empty list), make the plan from `request` (its num_shards,
+ * failed shards, dense_replica, dense_shard and restart_if_unsaved; its
+ * parts are ignored) with the estimator's decision (cpr_estimator_decide;
+ * `estimator` NULL: request->mode and request->estimate), encode it and
+ * record it with cpr_client_recovery_put(expected_generation). If another
+ * process recorded first, its plan is read back and decoded instead. On
+ * CPR_OK *out owns the plan to act on (the recorded one, whoever wrote it),
+ * *generation is its generation, and *won (may be NULL) is 1 if this call's
+ * plan was recorded, 0 if another's was. `expected_generation` is the
+ * generation this process last acted on (0: none); a record already beyond
+ * it makes this process act on the newest record without recording.
+ * Errors: the planner's (CPR_INVALID_ARGUMENT), the client's
+ * (CPR_UNAVAILABLE when ckptd cannot be reached; nothing was recorded unless
+ * the message says the outcome is unknown), a recorded plan that does not
+ * decode (CPR_INVALID_ARGUMENT, CPR_FAILED_PRECONDITION).
+ */
+cpr_status cpr_recovery_decide_and_record(cpr_client *client, const char *job,
+                                          const cpr_estimator *estimator,
+                                          const cpr_plan_request *request,
+                                          uint64_t expected_generation, cpr_recovery_plan **out,
+                                          uint64_t *generation, int *won);
+
+/*
+ * What a trainer calls at a step boundary: the job's recorded plan.
+ * *generation gets the record's generation; *out the decoded plan, or NULL
+ * when there is no record (generation 0). A trainer that has acted on
+ * generation g acts again when this returns a larger one. Errors: the
+ * client's, and those of cpr_recovery_plan_decode.
+ */
+cpr_status cpr_recovery_read_recorded(cpr_client *client, const char *job,
+                                      uint64_t *generation, cpr_recovery_plan **out);
+
+/* ---- the executor ------------------------------------------------------------ */
+
+/* One embedding table of the job: its id in the checkpoints
+ * (cpr_table_schema.table) and the caller's table, which the executor writes
+ * with cpr_emb_apply. Every table of the job must be given. */
+typedef struct cpr_exec_table {
+    uint32_t table;
+    cpr_emb *emb;           /* borrowed for the call */
+} cpr_exec_table;
+
+/* Zero-initialise, then set; fields are only ever appended. */
+typedef struct cpr_exec_options {
+    const char *dense_blob; /* name of the dense-state blob to read when the plan's
+                               dense source is BLOB (into the report); NULL: read
+                               nothing, the report names the part to read */
+    size_t batch_rows;      /* rows per restored batch [store default] */
+} cpr_exec_options;
+
+/* What one shard's restore did. */
+typedef struct cpr_exec_shard {
+    uint32_t shard;
+    cpr_shard_source source;  /* the plan's: only STORE shards restore rows */
+    uint64_t as_of;           /* STORE: the checkpoint id restored */
+    uint64_t rows;            /* rows written into the tables */
+    uint64_t bytes;           /* their ids, values and state, in bytes */
+    uint64_t rows_skipped;    /* rows delivered but owned by another shard (see
+                                 cpr_recovery_execute), not written */
+    double seconds;           /* wall time of the shard's restore */
+} cpr_exec_shard;
+
+/* The executor's report; release with cpr_exec_report_release. */
+typedef struct cpr_exec_report {
+    cpr_plan_action action;
+    uint64_t rewind_step;     /* FULL: the step training rewinds to; else 0 */
+    uint64_t rows, bytes, rows_skipped; /* over all shards */
+    double seconds;           /* the whole call, dense blob included */
+    size_t n_shards;
+    cpr_exec_shard *shards;   /* n_shards entries, shard i at index i */
+    cpr_dense_source dense;   /* where the dense state comes from (KEEP when no
+                                 shard restores) */
+    uint32_t dense_shard;     /* BLOB: the part holding the dense blob: */
+    uint64_t dense_checkpoint;/*   (job, dense_shard, dense_checkpoint) */
+    void *dense_data;         /* BLOB and options.dense_blob set: the blob's bytes */
+    size_t dense_len;         /*   (malloc'd, owned by the report); else NULL, 0 */
+} cpr_exec_report;
+
+/*
+ * Carry out `plan` for `job` through `client` into `tables`:
+ *   STORE shards (PARTIAL: the failed shards; FULL: every shard) get their
+ *     rows of every table as of the entry's as_of, written with
+ *     cpr_emb_apply (values and optimizer state; the rows' trackers are
+ *     cleared). A shard's rows are selected by each table's own sharding
+ *     (cpr_emb_shard_of): row ranges for CPR_SHARD_RANGE, row % N for
+ *     CPR_SHARD_MODULO, asked of the node holding the shard (all nodes
+ *     when the plan says CPR_PLAN_RESHARDED). When the tables' shardings
+ *     differ, one query cannot select exactly, and delivered rows another
+ *     shard owns are skipped (counted in rows_skipped), never written.
+ *     Rows never committed as of as_of (partial recovery from a PRIORITY
+ *     part with no FULL before it, say) are not touched: they keep
+ *     whatever the caller put there (zeros after cpr_emb_wipe_shard).
+ *   KEEP and INIT shards are not touched: INIT means nothing usable was
+ *     committed, and initialising rows is the caller's (so is restarting
+ *     from scratch, RESTART_FROM_SCRATCH, where every shard is INIT).
+ *   Dense state: the report says where it comes from; for BLOB with
+ *     options->dense_blob set, that blob of part (job, dense_shard,
+ *     dense_checkpoint) is read into report->dense_data.
+ * Every table's num_shards must be the plan's shard count. `opts` may be
+ * NULL. On CPR_OK *out is filled (release it). Errors (nothing is reported,
+ * and the STORE shards may be partly restored: fix the cause and run the
+ * plan again, which rewrites the same rows):
+ *   CPR_INVALID_ARGUMENT: a table NULL or given twice, a table's num_shards
+ *     differs from the plan's; restored rows of a table the caller did not
+ *     give (the message names the table); a table whose dim or state_dim
+ *     differs from the stored rows';
+ *   the client's: CPR_NOT_FOUND (the job or the part is gone),
+ *     CPR_FAILED_PRECONDITION (as_of below the retention floor),
+ *     CPR_CORRUPT, CPR_UNAVAILABLE, CPR_TIMEOUT; CPR_NO_MEMORY.
+ */
+cpr_status cpr_recovery_execute(cpr_client *client, const char *job,
+                                const cpr_recovery_plan *plan, const cpr_exec_table *tables,
+                                size_t n_tables, const cpr_exec_options *opts,
+                                cpr_exec_report *out);
+
+/* Free what a report owns (shards, dense_data) and zero it. NULL is a no-op. */
+void cpr_exec_report_release(cpr_exec_report *report);
 
 #ifdef __cplusplus
 }

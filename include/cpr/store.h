@@ -312,6 +312,56 @@ cpr_status cpr_store_gc(cpr_store *store, const char *job, uint32_t keep,
 cpr_status cpr_store_gc_floor(cpr_store *store, const char *job, uint64_t floor,
                               cpr_gc_report *report);
 
+/* ---- the recovery record ---------------------------------------------------- */
+
+/*
+ * A job's recovery record: a generation number and an opaque plan (the
+ * recovery module's encoding, cpr/recovery.h), so that every process of a
+ * job acts on the same recovery decision. Generation 0 means "no record".
+ * The record is independent of the job's parts: it may be written before
+ * the job has any part (cpr_store_list_jobs does not list such a job), and
+ * retention (cpr_store_gc, cpr_store_gc_floor) never removes it. Every
+ * record carries a CRC32C, checked on every read (CPR_CORRUPT).
+ */
+#define CPR_RECOVERY_PLAN_MAX (1u << 20) /* largest plan, in bytes */
+
+/*
+ * The job's record: *generation (0 when there is none) and a malloc'd copy
+ * of the plan (*plan, free(); never NULL on success, *len 0 when there is
+ * no record or the plan is empty). Errors: CPR_INVALID_ARGUMENT (bad job
+ * name), CPR_CORRUPT (the stored record fails its checksum), CPR_IO,
+ * CPR_NO_MEMORY.
+ */
+cpr_status cpr_store_recovery_get(cpr_store *store, const char *job, uint64_t *generation,
+                                  void **plan, size_t *len);
+
+/* cpr_store_recovery_get, with the wall-clock time the record was written
+ * (milliseconds since the Unix epoch; 0 when there is no record) in
+ * *written_unix_ms (may be NULL). */
+cpr_status cpr_store_recovery_get_timed(cpr_store *store, const char *job, uint64_t *generation,
+                                        void **plan, size_t *len, uint64_t *written_unix_ms);
+
+/*
+ * Compare-and-set: if the job's generation is exactly `expected` (0: no
+ * record yet), store `plan` (len bytes, at most CPR_RECOVERY_PLAN_MAX,
+ * copied; may be NULL when len is 0) as generation expected + 1 and return
+ * it in *generation, once it is durable (a synced write). Atomic with
+ * respect to every other put on this store: of concurrent puts with the
+ * same `expected`, exactly one succeeds. Errors: CPR_FAILED_PRECONDITION
+ * (the generation is not `expected`; the message names the current one, and
+ * the record is unchanged), CPR_INVALID_ARGUMENT (bad job name, plan too
+ * large, expected = UINT64_MAX), CPR_CORRUPT (the stored record is damaged:
+ * its generation cannot be compared), CPR_IO, CPR_RESOURCE_EXHAUSTED.
+ */
+cpr_status cpr_store_recovery_put(cpr_store *store, const char *job, uint64_t expected,
+                                  const void *plan, size_t len, uint64_t *generation);
+
+/* cpr_store_recovery_put, with the record's written time (as stored) in
+ * *written_unix_ms (may be NULL). */
+cpr_status cpr_store_recovery_put_timed(cpr_store *store, const char *job, uint64_t expected,
+                                        const void *plan, size_t len, uint64_t *generation,
+                                        uint64_t *written_unix_ms);
+
 /* Called once per problem found by cpr_store_verify. */
 typedef void (*cpr_problem_fn)(void *ctx, const char *what, const char *where);
 

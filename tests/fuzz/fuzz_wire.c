@@ -2,7 +2,7 @@
 /*
  * Fuzz target: arbitrary bytes through ckptd's request decoding and
  * validation, and through the clients' response decoding (ckptd/rpc/wire.c).
- * The first byte picks the message type (FUZZ_KINDS of them; see the switch).
+ * The first byte picks the message type (FUZZ_KINDS of them; see the switches).
  * Every view a successful decode returns is read in full, so a length that
  * lies about its array is caught by the sanitizers. Built as a libFuzzer
  * binary with clang (-DCPR_FUZZ=ON) and, for CI, linked into a replay driver
@@ -17,7 +17,8 @@
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
-#define FUZZ_KINDS 16u /* 0-7 requests as before; 8-15 added with ListJobs/Verify/Gc */
+#define FUZZ_KINDS 19u /* 0-7 requests as before; 8-15 added with ListJobs/Verify/Gc;
+                          16-18 with GetRecovery/PutRecovery */
 
 static volatile uint64_t sink; /* keeps the reads below from being optimised away */
 
@@ -104,6 +105,29 @@ static void decode_admin(unsigned kind, const uint8_t *data, size_t size)
     }
 }
 
+/* Kinds 16-18: the recovery record's requests and the record clients decode. */
+static void decode_recovery(unsigned kind, const uint8_t *data, size_t size)
+{
+    cpr_wire_list g;
+    cpr_wire_recovery r;
+    if (kind == 16) {
+        if (cpr_wire_get_recovery_decode(data, size, &g) == CPR_OK) {
+            touch(g.job, strlen(g.job));
+            cpr_wire_list_release(&g);
+        }
+        return;
+    }
+    cpr_status st = kind == 17 ? cpr_wire_put_recovery_decode(data, size, &r)
+                               : cpr_wire_recovery_record_decode(data, size, &r);
+    if (st != CPR_OK)
+        return;
+    touch(r.job, strlen(r.job));
+    if (r.plan)
+        touch(r.plan, r.len);
+    sink += r.generation + r.written_unix_ms + (r.plan == NULL) * (r.len == 0);
+    cpr_wire_recovery_release(&r);
+}
+
 static void decode_one(unsigned kind, const uint8_t *data, size_t size)
 {
     cpr_wire_begin b;
@@ -165,7 +189,10 @@ static void decode_one(unsigned kind, const uint8_t *data, size_t size)
         }
         break;
     default:
-        decode_admin(kind, data, size);
+        if (kind >= 16)
+            decode_recovery(kind, data, size);
+        else
+            decode_admin(kind, data, size);
         break;
     }
 }

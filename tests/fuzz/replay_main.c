@@ -28,7 +28,19 @@ static uint64_t next(void)
     return rng;
 }
 
-#define SEED_KINDS 16u /* as FUZZ_KINDS in fuzz_wire.c */
+#define SEED_KINDS 19u /* as FUZZ_KINDS in fuzz_wire.c */
+
+/* Kinds 16-18: the recovery record's requests and the record. */
+static cpr_status encode_recovery(unsigned kind, uint8_t **buf, size_t *len)
+{
+    static const char plan[] = "{\"cpr_plan\":1,\"action\":\"partial\"}";
+    switch (kind) {
+    case 16: return cpr_wire_get_recovery_encode("job", buf, len);
+    case 17: return cpr_wire_put_recovery_encode("job", 3, plan, sizeof plan - 1, buf, len);
+    default: return cpr_wire_recovery_record_encode("job", 4, plan, sizeof plan - 1,
+                                                    1700000000000ull, buf, len);
+    }
+}
 
 /* Kinds 8-15: operations requests and responses. */
 static cpr_status encode_admin(unsigned kind, uint8_t **buf, size_t *len)
@@ -79,7 +91,8 @@ static size_t make_seed(unsigned kind, uint8_t *out, size_t cap)
                     : kind == 5 ? cpr_wire_getblob_encode(&id, "dense", &buf, &len)
                     : kind == 6 ? cpr_wire_restore_encode(&q, &buf, &len)
                     : kind == 7 ? cpr_wire_list_encode("job", &buf, &len)
-                                : encode_admin(kind, &buf, &len);
+                    : kind >= 16 ? encode_recovery(kind, &buf, &len)
+                                 : encode_admin(kind, &buf, &len);
     if (rc != CPR_OK || len + 1 > cap) {
         free(buf);
         return 0;

@@ -7,7 +7,8 @@
 # comes back byte-exact (List, Restore, GetBlob) with every CRC32C checked on
 # our side by a pure-Python implementation; two errors map to the documented
 # gRPC codes; ListJobs, Verify and Gc answer through the generated stubs;
-# SIGTERM stops the daemon with exit 0.
+# GetRecovery/PutRecovery record a plan by compare-and-set; SIGTERM stops
+# the daemon with exit 0.
 #
 # Usage: /usr/bin/python3 test_python_client.py CKPTD_BINARY PROTO_DIR
 # Needs Debian's python3-grpcio and python3-grpc-tools (deploy/install-deps.sh).
@@ -308,6 +309,34 @@ def check_operations(grpc, pb, stub, rows):
                 lambda: stub.Gc(pb.GcRequest(job=JOB, floor=5), timeout=RPC_TIMEOUT_S))
 
 
+def check_recovery(grpc, pb, stub):
+    """GetRecovery/PutRecovery: no record, one put, a losing put, the record back."""
+    job = "pyrec"
+    r = stub.GetRecovery(pb.GetRecoveryRequest(job=job), timeout=RPC_TIMEOUT_S)
+    check(r.generation == 0 and r.plan == b"" and r.written_unix_ms == 0,
+          "GetRecovery without a record: %s" % r)
+    plan = b'{"cpr_plan":1,"action":"partial"}\x00\xff'  # opaque bytes to the daemon
+    before_ms = int(time.time() * 1000)
+    w = stub.PutRecovery(pb.PutRecoveryRequest(job=job, expected_generation=0, plan=plan),
+                         timeout=RPC_TIMEOUT_S)
+    check(w.job == job and w.generation == 1, "PutRecovery: %s, want generation 1" % w)
+    check(w.written_unix_ms >= before_ms - 5000, "PutRecovery: written_unix_ms %d is before "
+          "the call (%d)" % (w.written_unix_ms, before_ms))
+    try:
+        stub.PutRecovery(pb.PutRecoveryRequest(job=job, expected_generation=0, plan=b"late"),
+                         timeout=RPC_TIMEOUT_S)
+        raise TestFailure("a second PutRecovery at generation 0 succeeded")
+    except grpc.RpcError as e:
+        check(e.code() == grpc.StatusCode.FAILED_PRECONDITION and "generation 1" in e.details(),
+              "losing PutRecovery: %s %r" % (e.code(), e.details()))
+    r = stub.GetRecovery(pb.GetRecoveryRequest(job=job), timeout=RPC_TIMEOUT_S)
+    check(r.generation == 1 and r.plan == plan and r.written_unix_ms == w.written_unix_ms,
+          "GetRecovery after the put: %s" % r)
+    expect_code(grpc, grpc.StatusCode.INVALID_ARGUMENT, "GetRecovery of a bad job name",
+                lambda: stub.GetRecovery(pb.GetRecoveryRequest(job="no/such"),
+                                         timeout=RPC_TIMEOUT_S))
+
+
 def check_health(stub_channel):
     """grpc.health.v1.Health/Check by hand: empty request, {status: SERVING} back."""
     check_rpc = stub_channel.unary_unary("/grpc.health.v1.Health/Check")
@@ -334,6 +363,7 @@ def exercise(grpc, pb, pb_grpc, addr):
         check_list(pb, stub, len(sent_ids))  # the aborted part 2 left no trace
         check_operations(grpc, pb, stub, len(sent_ids))
         check_restore(pb, stub, sent_ids)  # Gc kept everything
+        check_recovery(grpc, pb, stub)
         check_health(channel)  # still serving
 
 

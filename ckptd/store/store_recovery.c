@@ -1,0 +1,195 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * Recovery records (cpr/store.h): per job, a generation number and an opaque
+ * plan, changed only by compare-and-set, so that every process of a job that
+ * races to record its recovery decision learns the one that won. Keyed by
+ * job name ('G' name, keys.h) so that a record may precede the job's first
+ * part and stays out of reach of everything that works by job id (GC).
+ *
+ * Invariant S6 (store_internal.h): a put reads the current generation,
+ * compares it, and writes the new record with a synced write, all under
+ * recovery_mu; the caller hears of success only once the write is durable.
+ * Reads take no lock: one RocksDB get sees either the old or the new record.
+ *
+ * Value layout: version:1 (1) ‖ generation:8 ‖ written_unix_ms:8 ‖
+ * crc32c:4 ‖ plan, integers big-endian; the CRC32C covers the 17 bytes
+ * before it and the plan, so a damaged record is refused (CPR_CORRUPT),
+ * never trusted.
+ */
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "cpr/crc32c.h"
+#include "store_internal.h"
+
+#define RECORD_VERSION 1
+#define HEADER_BYTES 21 /* version, generation, written time, crc */
+
+typedef struct record {
+    uint64_t generation;
+    uint64_t written_unix_ms;
+    void *plan;          /* malloc'd, never NULL once decoded */
+    size_t len;
+} record;
+
+static uint64_t unix_ms_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+static uint32_t record_crc(const unsigned char *head, const void *plan, size_t len)
+{
+    return cpr_crc32c(cpr_crc32c(0, head, 17), plan, len);
+}
+
+static cpr_status decode(const char *job, const char *val, size_t vlen, record *out)
+{
+    const unsigned char *v = (const unsigned char *)val;
+    if (vlen < HEADER_BYTES || v[0] != RECORD_VERSION ||
+        record_crc(v, v + HEADER_BYTES, vlen - HEADER_BYTES) != cpr_get_be32(v + 17))
+        return cpr_fail(CPR_CORRUPT, "the recovery record of job %s is damaged (%zu bytes, "
+                        "bad version or checksum): it cannot be trusted; an operator must "
+                        "remove it", job, vlen);
+    out->len = vlen - HEADER_BYTES;
+    out->plan = malloc(out->len ? out->len : 1);
+    if (!out->plan)
+        return cpr_fail(CPR_NO_MEMORY, "out of memory for a %zu-byte recovery plan", out->len);
+    memcpy(out->plan, v + HEADER_BYTES, out->len);
+    out->generation = cpr_get_be64(v + 1);
+    out->written_unix_ms = cpr_get_be64(v + 9);
+    return CPR_OK;
+}
+
+/* The job's record; generation 0 and an empty plan when there is none. */
+static cpr_status read_record(cpr_store *store, const char *job, record *out)
+{
+    unsigned char key[130];
+    size_t klen = cpr_key_recovery(key, job), vlen = 0;
+    char *err = NULL;
+    char *val = rocksdb_get(store->db, store->read_opts, (const char *)key, klen, &vlen, &err);
+    if (err)
+        return cpr_rocks_error(err, "reading a recovery record");
+    cpr_status st = CPR_OK;
+    if (val) {
+        st = decode(job, val, vlen, out);
+    } else {
+        *out = (record){0, 0, malloc(1), 0};
+        if (!out->plan)
+            st = cpr_fail(CPR_NO_MEMORY, "out of memory reading a recovery record");
+    }
+    rocksdb_free(val);
+    return st;
+}
+
+/* Write generation and time (of *r) with `plan`, synced. */
+static cpr_status write_record(cpr_store *store, const char *job, const record *r,
+                               const void *plan, size_t len)
+{
+    unsigned char key[130];
+    size_t klen = cpr_key_recovery(key, job);
+    unsigned char *val = malloc(HEADER_BYTES + len);
+    if (!val)
+        return cpr_fail(CPR_NO_MEMORY, "out of memory writing a %zu-byte recovery plan", len);
+    val[0] = RECORD_VERSION;
+    cpr_put_be64(val + 1, r->generation);
+    cpr_put_be64(val + 9, r->written_unix_ms);
+    if (len)
+        memcpy(val + HEADER_BYTES, plan, len);
+    cpr_put_be32(val + 17, record_crc(val, val + HEADER_BYTES, len));
+    char *err = NULL;
+    rocksdb_put(store->db, store->sync_write, (const char *)key, klen, (const char *)val,
+                HEADER_BYTES + len, &err);
+    free(val);
+    return err ? cpr_rocks_error(err, "writing a recovery record") : CPR_OK;
+}
+
+cpr_status cpr_store_recovery_get_timed(cpr_store *store, const char *job, uint64_t *generation,
+                                        void **plan, size_t *len, uint64_t *written_unix_ms)
+{
+    if (!store || !generation || !plan || !len)
+        return cpr_fail(CPR_INVALID_ARGUMENT, "cpr_store_recovery_get: store, generation, plan "
+                        "and len must not be NULL");
+    cpr_status st = cpr_check_job_name(job);
+    record r = {0};
+    if (st == CPR_OK)
+        st = read_record(store, job, &r);
+    if (st)
+        return cpr_store_count(store, st);
+    *generation = r.generation;
+    *plan = r.plan;
+    *len = r.len;
+    if (written_unix_ms)
+        *written_unix_ms = r.written_unix_ms;
+    return CPR_OK;
+}
+
+cpr_status cpr_store_recovery_get(cpr_store *store, const char *job, uint64_t *generation,
+                                  void **plan, size_t *len)
+{
+    return cpr_store_recovery_get_timed(store, job, generation, plan, len, NULL);
+}
+
+static cpr_status check_put(const char *job, uint64_t expected, const void *plan, size_t len)
+{
+    cpr_status st = cpr_check_job_name(job);
+    if (st)
+        return st;
+    if (len > CPR_RECOVERY_PLAN_MAX)
+        return cpr_fail(CPR_INVALID_ARGUMENT, "recovery plan of job %s is %zu bytes; at most "
+                        "%u are stored", job, len, CPR_RECOVERY_PLAN_MAX);
+    if (len && !plan)
+        return cpr_fail(CPR_INVALID_ARGUMENT, "recovery plan is NULL with %zu bytes", len);
+    if (expected == UINT64_MAX)
+        return cpr_fail(CPR_INVALID_ARGUMENT, "expected generation %llu leaves no next one",
+                        (unsigned long long)expected);
+    return CPR_OK;
+}
+
+/* Under recovery_mu: compare, then write durably (S6). */
+static cpr_status compare_and_set(cpr_store *store, const char *job, uint64_t expected,
+                                  const void *plan, size_t len, record *now)
+{
+    record cur = {0};
+    cpr_status st = read_record(store, job, &cur);
+    if (st)
+        return st;
+    free(cur.plan);
+    if (cur.generation != expected)
+        return cpr_fail(CPR_FAILED_PRECONDITION, "the recovery record of job %s is at "
+                        "generation %llu, not the expected %llu: another process recorded a "
+                        "decision first; read it (GetRecovery) and act on it", job,
+                        (unsigned long long)cur.generation, (unsigned long long)expected);
+    *now = (record){expected + 1, unix_ms_now(), NULL, 0};
+    return write_record(store, job, now, plan, len);
+}
+
+cpr_status cpr_store_recovery_put_timed(cpr_store *store, const char *job, uint64_t expected,
+                                        const void *plan, size_t len, uint64_t *generation,
+                                        uint64_t *written_unix_ms)
+{
+    if (!store || !generation)
+        return cpr_fail(CPR_INVALID_ARGUMENT, "cpr_store_recovery_put: store and generation "
+                        "must not be NULL");
+    cpr_status st = check_put(job, expected, plan, len);
+    record now = {0};
+    if (st == CPR_OK) {
+        pthread_mutex_lock(&store->recovery_mu);
+        st = compare_and_set(store, job, expected, plan, len, &now);
+        pthread_mutex_unlock(&store->recovery_mu);
+    }
+    if (st)
+        return cpr_store_count(store, st);
+    *generation = now.generation;
+    if (written_unix_ms)
+        *written_unix_ms = now.written_unix_ms;
+    return CPR_OK;
+}
+
+cpr_status cpr_store_recovery_put(cpr_store *store, const char *job, uint64_t expected,
+                                  const void *plan, size_t len, uint64_t *generation)
+{
+    return cpr_store_recovery_put_timed(store, job, expected, plan, len, generation, NULL);
+}

@@ -1,0 +1,130 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * Agreeing on one recovery plan (cpr/recovery.h): every process of a job
+ * that sees a failure decides and plans on its own, then tries to record its
+ * plan in ckptd by compare-and-set on the job's recovery generation. Exactly
+ * one succeeds; every other reads the winner's plan back. So all of them act
+ * on the plan that was recorded, whatever each would have decided (their
+ * part lists or estimators may differ by a commit or a measurement).
+ *
+ *   decide  list parts -> estimator decision -> cpr_recovery_plan_make
+ *   record  encode -> cpr_client_recovery_put(expected)
+ *             OK                      -> act on our plan (won)
+ *             FAILED_PRECONDITION     -> get, decode -> act on theirs
+ */
+#include <stdlib.h>
+
+#include "cpr/recovery.h"
+#include "cpr_common.h"
+
+/* The job's parts; a job that has none yet plans from an empty list. */
+static cpr_status list_parts(cpr_client *client, const char *job, cpr_part_info **parts,
+                             size_t *n)
+{
+    cpr_status st = cpr_client_list(client, job, parts, n);
+    if (st == CPR_NOT_FOUND) {
+        *parts = NULL;
+        *n = 0;
+        return CPR_OK;
+    }
+    return st;
+}
+
+static cpr_status make_plan(cpr_client *client, const char *job, const cpr_estimator *est,
+                            const cpr_plan_request *request, cpr_recovery_plan **plan)
+{
+    cpr_plan_request r = *request;
+    cpr_estimate e;
+    cpr_part_info *parts = NULL;
+    cpr_status st = CPR_OK;
+    if (est) {
+        st = cpr_estimator_decide(est, &e);
+        r.mode = e.mode;
+        r.estimate = &e;
+    }
+    if (st == CPR_OK)
+        st = list_parts(client, job, &parts, &r.n_parts);
+    r.parts = parts;
+    if (st == CPR_OK)
+        st = cpr_recovery_plan_make(&r, plan);
+    free(parts);
+    return st;
+}
+
+cpr_status cpr_recovery_read_recorded(cpr_client *client, const char *job,
+                                      uint64_t *generation, cpr_recovery_plan **out)
+{
+    if (!client || !job || !generation || !out)
+        return cpr_fail(CPR_INVALID_ARGUMENT, "cpr_recovery_read_recorded: arguments must not "
+                        "be NULL");
+    uint64_t gen = 0;
+    void *bytes = NULL;
+    size_t len = 0;
+    cpr_recovery_plan *plan = NULL;
+    cpr_status st = cpr_client_recovery_get(client, job, &gen, &bytes, &len);
+    if (st == CPR_OK && gen > 0)
+        st = cpr_recovery_plan_decode(bytes, len, &plan);
+    free(bytes);
+    if (st)
+        return st;
+    *generation = gen;
+    *out = plan;
+    return CPR_OK;
+}
+
+/* Another process recorded first: its plan is the one to act on. */
+static cpr_status take_recorded(cpr_client *client, const char *job, uint64_t expected,
+                                cpr_recovery_plan **out, uint64_t *generation)
+{
+    cpr_status st = cpr_recovery_read_recorded(client, job, generation, out);
+    if (st == CPR_OK && *generation <= expected) {
+        cpr_recovery_plan_destroy(*out);
+        *out = NULL;
+        st = cpr_fail(CPR_FAILED_PRECONDITION, "the recovery record of job %s is at generation "
+                      "%llu, not beyond the expected %llu: expected_generation must be a "
+                      "generation this job's record has had", job,
+                      (unsigned long long)*generation, (unsigned long long)expected);
+    }
+    return st;
+}
+
+cpr_status cpr_recovery_decide_and_record(cpr_client *client, const char *job,
+                                          const cpr_estimator *estimator,
+                                          const cpr_plan_request *request,
+                                          uint64_t expected_generation, cpr_recovery_plan **out,
+                                          uint64_t *generation, int *won)
+{
+    if (!client || !job || !request || !out || !generation)
+        return cpr_fail(CPR_INVALID_ARGUMENT, "cpr_recovery_decide_and_record: client, job, "
+                        "request, out and generation must not be NULL");
+    cpr_recovery_plan *mine = NULL, *theirs = NULL;
+    void *bytes = NULL;
+    size_t len = 0;
+    uint64_t gen = 0;
+    cpr_status st = make_plan(client, job, estimator, request, &mine);
+    if (st == CPR_OK)
+        st = cpr_recovery_plan_encode(mine, &bytes, &len);
+    int lost = 0;
+    if (st == CPR_OK) {
+        st = cpr_client_recovery_put(client, job, expected_generation, bytes, len, &gen);
+        lost = st == CPR_FAILED_PRECONDITION;
+    }
+    free(bytes);
+    if (lost) {
+        cpr_log(CPR_LOG_INFO, "job %s: %s; acting on the recorded plan", job, cpr_errmsg());
+        st = take_recorded(client, job, expected_generation, &theirs, &gen);
+    }
+    if (st) {
+        cpr_recovery_plan_destroy(mine);
+        return st;
+    }
+    if (won)
+        *won = theirs == NULL;
+    if (theirs) {
+        cpr_recovery_plan_destroy(mine);
+        mine = theirs;
+    }
+    *out = mine;
+    *generation = gen;
+    return CPR_OK;
+}
