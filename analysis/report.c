@@ -459,6 +459,32 @@ static int print_json(const run_log *runs, const run_result *res, size_t n)
     return bad ? -1 : 0;
 }
 
+/* --summary FILE: a JSON array, one run object per strategy (the objects of
+ * --json), for scripts such as the demo's var/report/summary.json. */
+static int write_summary(const char *path, const run_log *runs, const run_result *res,
+                         size_t n)
+{
+    cpr_json *arr = cpr_json_array();
+    int bad = !arr;
+    for (size_t i = 0; i < n && !bad; i++) {
+        cpr_json *r = run_json(&runs[i], &res[i]);
+        if (cpr_json_append(arr, r)) {
+            cpr_json_free(r);
+            bad = 1;
+        }
+    }
+    FILE *f = bad ? NULL : fopen(path, "w");
+    if (!bad && !f)
+        fprintf(stderr, "cpr-analyze: --summary: cannot write %s\n", path);
+    bad |= !f || cpr_json_print(arr, f);
+    if (f)
+        bad |= fclose(f) != 0;
+    cpr_json_free(arr);
+    if (bad)
+        fprintf(stderr, "cpr-analyze: --summary: error writing %s\n", path);
+    return bad ? -1 : 0;
+}
+
 /* Unknown values are empty CSV fields. */
 static void csv_opt(FILE *f, int have, double v)
 {
@@ -528,7 +554,7 @@ typedef struct report_cmd {
     const char *paths[MAX_RUNS];
     size_t n;
     int json, svg;
-    const char *csv, *plot_dir;
+    const char *csv, *plot_dir, *summary;
 } report_cmd;
 
 /* One argument: 0 taken, 1 --help, -1 error printed. */
@@ -542,9 +568,9 @@ static int parse_one(int argc, char **argv, int *i, report_cmd *c)
         *(arg[2] == 'j' ? &c->json : &c->svg) = 1;
         return 0;
     }
-    const char *const flags[2] = {"--csv", "--plot-dir"};
-    const char **slots[2] = {&c->csv, &c->plot_dir};
-    for (int f = 0; f < 2; f++) {
+    const char *const flags[3] = {"--csv", "--plot-dir", "--summary"};
+    const char **slots[3] = {&c->csv, &c->plot_dir, &c->summary};
+    for (int f = 0; f < 3; f++) {
         const char *v = analyze_flag(argc, argv, i, flags[f], &missing);
         if (missing)
             return -1;
@@ -577,6 +603,8 @@ static int report_output(const report_cmd *c, const run_log *runs, const run_res
     else if (print_json(runs, res, c->n))
         return EXIT_FAILED;
     if (c->csv && write_csv(c->csv, runs, res, c->n))
+        return EXIT_FAILED;
+    if (c->summary && write_summary(c->summary, runs, res, c->n))
         return EXIT_FAILED;
     if (c->plot_dir && plot_runs(c->plot_dir, c->svg, runs, res, c->n))
         return EXIT_FAILED;

@@ -3,9 +3,9 @@
  * cpr-dlrm: train the reference DLRM on a Criteo file (real Kaggle/Terabyte
  * data or `cpr-data gen` output), evaluate it on the held-out lines and
  * write a JSON event log. This file is the command line and the progress
- * lines on stderr; the model, loader and loop are cpr_dlrm (dlrm.h). The
- * hooks for checkpointing and failure injection are left NULL here: see
- * make_hooks() below, where they plug in.
+ * lines on stderr; the model, loader and loop are cpr_dlrm (dlrm.h), and
+ * checkpointing, failure injection and recovery are ckpt.h's hooks, set up
+ * in make_hooks() below.
  */
 #include <errno.h>
 #include <math.h>
@@ -16,6 +16,8 @@
 #include "cpr_cli.h"
 #include "cpr_common.h"
 #include "cpr_cuda.h"
+#include "ckpt.h"
+#include "cpr_harness.h"
 #include "dlrm.h"
 
 #define EXIT_FAILED 1
@@ -62,6 +64,36 @@ static void usage(FILE *out)
           "                         counts,dirty,ssu,norm (default none)\n"
           "  --device D             tables on cpu, cuda or auto (default cpu)\n"
           "\n"
+          "checkpoints and recovery (docs/dlrm.md):\n"
+          "  --ckpt TARGET          grpc://HOST:PORT[,...] (ckptd) or local:///PATH;\n"
+          "                         none (default): no checkpoints\n"
+          "  --job NAME             job name in storage (default dlrm)\n"
+          "  --policy P             full, delta, partial, mfu, ssu, topk-norm or auto\n"
+          "                         (default full)\n"
+          "  --ckpt-interval-steps K  base interval in steps (prioritized policies save\n"
+          "                         every r*K); default: derived from the recovery model\n"
+          "  --fraction R           rows a prioritized save takes (default 0.125)\n"
+          "  --full-every N         delta/prioritized: a FULL part every N saves\n"
+          "                         (default 8 for delta, first save only otherwise)\n"
+          "  --recovery M           partial, full or auto (default: full for full and\n"
+          "                         delta, auto for auto, partial otherwise)\n"
+          "  --restart-s S          emulated restart cost per failure, counted as\n"
+          "                         overhead, never slept (default 0)\n"
+          "  --target-pls P         largest acceptable PLS (default 0.02)\n"
+          "  --ckpt-timeout-s S     client deadlines (default 30)\n"
+          "  --ckpt-sync            wait for each save's commit (reproducible save\n"
+          "                         points; the wait counts as stall)\n"
+          "  --resume               continue the job from its latest consistent cut\n"
+          "  --crash-at-step N      SIGKILL this process after step N (after draining\n"
+          "                         the save in flight): a real trainer fault\n"
+          "\n"
+          "failure injection:\n"
+          "  --mtbf-steps M         mean executed steps between shard failures\n"
+          "  --failures K           K failures expected over the run (mean = steps/K)\n"
+          "  --failure-dist D       exponential or weibull (default exponential)\n"
+          "  --weibull-shape K      Weibull shape (default 0.7); same mean\n"
+          "  --failure-seed S       seed of the schedule (default 1)\n"
+          "\n"
           "output:\n"
           "  --eval-every K         evaluate every K steps (default 0: at the end only)\n"
           "  --eval-max N           at most N held-out samples per evaluation\n"
@@ -84,6 +116,11 @@ typedef struct options {
     const char *bottom_spec;
     int have_steps, have_epochs, have_emb_lr, quiet;
     int device_auto;
+    dlrm_ckpt_options ckpt;
+    int have_recovery;
+    double failures_expected, mtbf_steps, weibull_shape;
+    uint64_t failure_seed;
+    int failure_dist;
 } options;
 
 static int report(cpr_status st)
@@ -246,10 +283,75 @@ static const char *const VALUE_FLAGS[] = {
     "--data", "--json-log", "--bottom", "--top", "--track", "--optimizer",
     "--emb-optimizer", "--shard-scheme", "--device", "--steps", "--epochs", "--batch",
     "--lr", "--emb-lr", "--emb-dim", "--table-rows", "--tables", "--shards", "--seed",
-    "--eval-every", "--eval-max", "--log-every", "--shuffle-window", "--holdout", NULL};
+    "--eval-every", "--eval-max", "--log-every", "--shuffle-window", "--holdout",
+    "--ckpt", "--job", "--policy", "--ckpt-interval-steps", "--fraction", "--full-every",
+    "--recovery", "--restart-s", "--target-pls", "--ckpt-timeout-s", "--crash-at-step",
+    "--mtbf-steps", "--failures", "--failure-dist", "--weibull-shape", "--failure-seed",
+    NULL};
+
+/* The flags of checkpointing and failure injection: 0 set, -1 error, 1 not one. */
+static int set_ckpt_flag(options *o, const char *flag, const char *v)
+{
+    static const char *const recoveries[] = {"partial", "full", "auto", NULL};
+    static const char *const dists[] = {"exponential", "weibull", NULL};
+    dlrm_ckpt_options *c = &o->ckpt;
+    int i;
+    if (strcmp(flag, "--ckpt") == 0) {
+        c->target = strcmp(v, "none") == 0 ? NULL : v;
+        return 0;
+    }
+    if (strcmp(flag, "--job") == 0) {
+        c->job = v;
+        return 0;
+    }
+    if (strcmp(flag, "--policy") == 0) {
+        static const char *const names[] = {"full", "delta", "partial", "mfu", "ssu",
+                                            "topk-norm", "auto", NULL};
+        i = parse_choice(flag, v, names);
+        c->policy = (dlrm_ckpt_policy)i;
+        return i < 0 ? -1 : 0;
+    }
+    if (strcmp(flag, "--recovery") == 0) {
+        i = parse_choice(flag, v, recoveries);
+        c->recovery = (dlrm_recovery_choice)i;
+        o->have_recovery = 1;
+        return i < 0 ? -1 : 0;
+    }
+    if (strcmp(flag, "--failure-dist") == 0) {
+        i = parse_choice(flag, v, dists);
+        o->failure_dist = i;
+        return i < 0 ? -1 : 0;
+    }
+    if (strcmp(flag, "--ckpt-interval-steps") == 0)
+        return parse_u64(flag, v, 1, UINT64_MAX / 2, &c->interval_steps);
+    if (strcmp(flag, "--full-every") == 0)
+        return parse_u32(flag, v, 0, UINT32_MAX, &c->full_every);
+    if (strcmp(flag, "--crash-at-step") == 0)
+        return parse_u64(flag, v, 1, UINT64_MAX / 2, &c->crash_at_step);
+    if (strcmp(flag, "--failure-seed") == 0)
+        return parse_u64(flag, v, 0, UINT64_MAX, &o->failure_seed);
+    if (strcmp(flag, "--fraction") == 0)
+        return report(cpr_cli_double(flag, v, 0, 0, 1, 1, &c->fraction));
+    if (strcmp(flag, "--target-pls") == 0)
+        return report(cpr_cli_double(flag, v, 0, 0, 1, 0, &c->target_pls));
+    if (strcmp(flag, "--restart-s") == 0)
+        return report(cpr_cli_double(flag, v, 0, 1, 1e9, 1, &c->restart_s));
+    if (strcmp(flag, "--ckpt-timeout-s") == 0)
+        return report(cpr_cli_double(flag, v, 0, 0, 1e6, 1, &c->timeout_s));
+    if (strcmp(flag, "--mtbf-steps") == 0)
+        return report(cpr_cli_double(flag, v, 0, 0, 1e15, 1, &o->mtbf_steps));
+    if (strcmp(flag, "--failures") == 0)
+        return report(cpr_cli_double(flag, v, 0, 1, 1e9, 1, &o->failures_expected));
+    if (strcmp(flag, "--weibull-shape") == 0)
+        return report(cpr_cli_double(flag, v, 0, 0, 100, 1, &o->weibull_shape));
+    return 1;
+}
 
 static int set_flag(options *o, const char *flag, const char *v)
 {
+    int ck = set_ckpt_flag(o, flag, v);
+    if (ck <= 0)
+        return ck;
     if (strcmp(flag, "--data") == 0 || strcmp(flag, "--json-log") == 0) {
         if (v[0] == '\0') {
             fprintf(stderr, "cpr-dlrm: %s needs a non-empty path\n", flag);
@@ -282,6 +384,14 @@ static int parse_one(int argc, char **argv, int *i, options *o)
         o->quiet = 1;
         return 0;
     }
+    if (strcmp(arg, "--resume") == 0) {
+        o->ckpt.resume = 1;
+        return 0;
+    }
+    if (strcmp(arg, "--ckpt-sync") == 0) {
+        o->ckpt.sync = 1;
+        return 0;
+    }
     for (int f = 0; VALUE_FLAGS[f]; f++) {
         int missing = 0;
         const char *v = cpr_cli_value(argc, argv, i, VALUE_FLAGS[f], &missing);
@@ -311,6 +421,18 @@ static int finish_options(options *o)
     }
     if (!o->have_steps && !o->have_epochs)
         o->train.epochs = 1;
+    if (o->mtbf_steps > 0 && o->failures_expected > 0) {
+        fprintf(stderr, "cpr-dlrm: --mtbf-steps and --failures exclude each other\n");
+        return -1;
+    }
+    if (o->ckpt.resume && !o->ckpt.target) {
+        fprintf(stderr, "cpr-dlrm: --resume needs --ckpt TARGET\n");
+        return -1;
+    }
+    if (!o->have_recovery)
+        o->ckpt.recovery = dlrm_ckpt_default_recovery(o->ckpt.policy);
+    if (o->ckpt.target || o->mtbf_steps > 0 || o->failures_expected > 0)
+        o->model.track |= dlrm_ckpt_policy_track(o->ckpt.policy);
     if (!o->have_emb_lr)
         o->model.emb_lr = o->model.lr;
     if (!o->bottom_spec) /* 13-64-D follows --emb-dim */
@@ -329,6 +451,8 @@ static int parse_args(int argc, char **argv, options *o)
     dlrm_config_init(&o->model);
     o->data.holdout = 0.1;
     o->train.log_every = 100;
+    o->failure_seed = 1;
+    o->weibull_shape = 0.7;
     for (int i = 1; i < argc; i++) {
         int rc = parse_one(argc, argv, &i, o);
         if (rc)
@@ -358,17 +482,57 @@ static void print_progress(void *ctx, const dlrm_progress *p)
             p->elapsed_s);
 }
 
-/*
- * The hooks of this run. Checkpointing (after_step: select rows, gather
- * into the staging buffer, stream in the background; on_finish: drain;
- * on_summary: bytes, stalls, PLS) and failure injection (before_step: wipe
- * a shard on schedule, then partial or full recovery through the model's
- * tables, dense blob and the loader's state blob) plug in here; the core
- * trainer runs without them.
- */
-static dlrm_hooks make_hooks(void)
+/* The run's length in steps: --steps, or epochs of whole batches. */
+static uint64_t total_steps(const options *o, const dlrm_loader *loader)
 {
-    return (dlrm_hooks){0};
+    if (o->train.steps)
+        return o->train.steps;
+    uint64_t per_epoch = (dlrm_loader_train_lines(loader) + o->train.batch - 1) /
+                         o->train.batch;
+    return o->train.epochs * (per_epoch ? per_epoch : 1);
+}
+
+/* The failure schedule of this run (none without --mtbf-steps/--failures),
+ * printed so that runs can be compared. */
+static cpr_status make_schedule(options *o, uint64_t steps, fh_failure **out, size_t *n)
+{
+    *out = NULL;
+    *n = 0;
+    double mean = o->mtbf_steps > 0 ? o->mtbf_steps
+                  : o->failures_expected > 0 ? (double)steps / o->failures_expected : 0;
+    if (mean <= 0)
+        return CPR_OK;
+    fh_schedule_config c = {.seed = o->failure_seed,
+                            .distribution = (fh_distribution)o->failure_dist,
+                            .shape = o->weibull_shape, .mean_steps = mean,
+                            .horizon_steps = 4 * steps, .num_shards = o->model.num_shards};
+    cpr_status st = fh_schedule_make(&c, out, n);
+    if (st == CPR_OK && !o->quiet)
+        fh_schedule_print(stderr, *out, *n);
+    o->ckpt.mtbf_steps = mean;
+    return st;
+}
+
+/*
+ * The hooks of this run: ckpt.h's checkpointer (after_step: select rows,
+ * gather into the staging buffer, commit in the background; on_finish:
+ * drain; on_summary: bytes, stalls, PLS) and failure injection (before_step:
+ * wipe a shard on schedule, then partial or full recovery).
+ */
+static cpr_status make_hooks(options *o, dlrm_model *model, dlrm_loader *loader,
+                             fh_failure **failures, dlrm_ckpt **ck, dlrm_hooks *hooks)
+{
+    size_t n = 0;
+    uint64_t steps = total_steps(o, loader);
+    cpr_status st = make_schedule(o, steps, failures, &n);
+    o->ckpt.failures = *failures;
+    o->ckpt.n_failures = n;
+    o->ckpt.total_steps = steps;
+    if (st == CPR_OK)
+        st = dlrm_ckpt_create(&o->ckpt, model, ck);
+    if (st == CPR_OK)
+        *hooks = dlrm_ckpt_hooks(*ck);
+    return st;
 }
 
 static int resolve_device(options *o)
@@ -399,7 +563,9 @@ static int run(options *o)
     dlrm_loader *loader = NULL;
     dlrm_trainer *trainer = NULL;
     dlrm_run_result result;
-    dlrm_hooks hooks = make_hooks();
+    dlrm_hooks hooks = {0};
+    dlrm_ckpt *ck = NULL;
+    fh_failure *failures = NULL;
     FILE *log = NULL;
     cpr_status st = CPR_OK;
     resolve_device(o);
@@ -415,6 +581,8 @@ static int run(options *o)
     if (st == CPR_OK)
         st = dlrm_loader_open(&o->data, &loader);
     if (st == CPR_OK)
+        st = make_hooks(o, model, loader, &failures, &ck, &hooks);
+    if (st == CPR_OK)
         st = dlrm_trainer_create(model, loader, &o->train, &hooks, &trainer);
     if (st == CPR_OK)
         st = dlrm_trainer_run(trainer, &result);
@@ -422,6 +590,8 @@ static int run(options *o)
         fprintf(stderr, "cpr-dlrm: %s: %s\n", cpr_status_name(st), cpr_errmsg());
     else if (!o->quiet)
         print_summary(&result);
+    dlrm_ckpt_destroy(ck);
+    free(failures);
     dlrm_trainer_destroy(trainer);
     dlrm_loader_close(loader);
     dlrm_model_destroy(model);

@@ -86,7 +86,8 @@ cpr_json *dlrm_trainer_event(dlrm_trainer *tr, const char *name)
     cpr_json *ev = cpr_json_object();
     if (ev && (cpr_json_add_string(ev, "event", name) ||
                cpr_json_add_number(ev, "step", (double)dlrm_model_step(tr->model)) ||
-               cpr_json_add_number(ev, "t", dlrm_trainer_elapsed_s(tr)))) {
+               cpr_json_add_number(ev, "t", dlrm_trainer_elapsed_s(tr)) ||
+               cpr_json_add_number(ev, "t_s", dlrm_trainer_elapsed_s(tr)))) {
         cpr_json_free(ev);
         ev = NULL;
     }

@@ -60,7 +60,9 @@ assert summary["steps"] == 12 and summary["samples"] == 192, summary
 PY
 
 # Exit codes.
-"$dlrm" --help | grep -q "usage: cpr-dlrm" || fail "--help did not print the usage"
+"$dlrm" --help > "$work/help" || fail "--help failed"
+grep -q "usage: cpr-dlrm" "$work/help" || fail "--help did not print the usage"
+grep -q -- "--policy" "$work/help" || fail "--help does not list the checkpoint flags"
 expect_rc() {
     local want=$1 rc=0
     shift
@@ -78,4 +80,10 @@ expect_rc 2 --data "$work/gen.tsv" --top 16-2
 expect_rc 2 --data "$work/gen.tsv" --no-such-flag
 expect_rc 2 --data "$work/gen.tsv" --steps
 expect_rc 1 --data "$work/missing.tsv" "${small[@]}" --steps 1
+expect_rc 2 --data "$work/gen.tsv" --policy bogus
+expect_rc 2 --data "$work/gen.tsv" --recovery sometimes
+expect_rc 2 --data "$work/gen.tsv" --fraction 0
+expect_rc 2 --data "$work/gen.tsv" --resume
+expect_rc 2 --data "$work/gen.tsv" --mtbf-steps 10 --failures 2
+expect_rc 2 --data "$work/gen.tsv" --failure-dist gamma
 echo "test_dlrm_cli: ok"

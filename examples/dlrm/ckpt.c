@@ -1,0 +1,614 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * Saving for the reference DLRM trainer (ckpt.h): options and policies, the
+ * interval (given, or derived from the recovery model through the online
+ * estimator, in units of training steps), job-wide saves in which each shard
+ * writes its own part (its rows of every table; shard 0's part also carries
+ * the dense blob and the loader state), the commit thread, settling saves
+ * into the trackers (commit or abort), the checkpoint events and the summary.
+ * Recovery is recover.c. Invariants in ckpt_internal.h.
+ */
+#include <math.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ckpt_internal.h"
+#include "cpr_common.h"
+
+static const char *const POLICY_NAMES[] = {"full", "delta", "partial", "mfu",
+                                           "ssu", "topk-norm", "auto", NULL};
+
+int dlrm_ckpt_policy_parse(const char *name)
+{
+    for (int i = 0; POLICY_NAMES[i]; i++)
+        if (strcmp(name, POLICY_NAMES[i]) == 0)
+            return i;
+    return -1;
+}
+
+const char *dlrm_ckpt_policy_name(dlrm_ckpt_policy p)
+{
+    return (unsigned)p <= DLRM_CKPT_AUTO ? POLICY_NAMES[p] : "?";
+}
+
+unsigned dlrm_ckpt_policy_track(dlrm_ckpt_policy p)
+{
+    switch (p) {
+    case DLRM_CKPT_DELTA: return CPR_TRACK_COUNTS | CPR_TRACK_DIRTY;
+    case DLRM_CKPT_SSU: return CPR_TRACK_COUNTS | CPR_TRACK_SSU;
+    case DLRM_CKPT_TOPK_NORM: return CPR_TRACK_COUNTS | CPR_TRACK_NORM;
+    case DLRM_CKPT_AUTO: return CPR_TRACK_ALL;
+    default: return CPR_TRACK_COUNTS;
+    }
+}
+
+dlrm_recovery_choice dlrm_ckpt_default_recovery(dlrm_ckpt_policy p)
+{
+    if (p == DLRM_CKPT_FULL || p == DLRM_CKPT_DELTA)
+        return DLRM_RECOVER_FULL;
+    return p == DLRM_CKPT_AUTO ? DLRM_RECOVER_AUTO : DLRM_RECOVER_PARTIAL;
+}
+
+static int prioritized(dlrm_ckpt_policy p)
+{
+    return p == DLRM_CKPT_MFU || p == DLRM_CKPT_SSU || p == DLRM_CKPT_TOPK_NORM;
+}
+
+/* The embedding policy of a PRIORITY part. */
+static cpr_policy priority_policy(dlrm_ckpt_policy p)
+{
+    return p == DLRM_CKPT_SSU ? CPR_POLICY_SSU
+           : p == DLRM_CKPT_TOPK_NORM ? CPR_POLICY_TOPK_NORM : CPR_POLICY_MFU;
+}
+
+/* ---- time in steps ------------------------------------------------------------------ */
+
+/* Executed steps (recomputed ones included): the clock of failures and of
+ * the estimator. */
+double dlrm_ckpt_exec_steps(const dlrm_ckpt *ck)
+{
+    dlrm_run_result r;
+    dlrm_trainer_times(ck->trainer, &r);
+    return (double)r.steps;
+}
+
+/* Mean wall seconds of one step (reading and training). */
+double dlrm_ckpt_step_s(const dlrm_ckpt *ck)
+{
+    dlrm_run_result r;
+    dlrm_trainer_times(ck->trainer, &r);
+    double busy = r.train_s + r.io_s;
+    return r.steps && busy > 0 ? busy / (double)r.steps : 1e-3;
+}
+
+/* ---- creation ------------------------------------------------------------------------ */
+
+static cpr_status make_estimator(dlrm_ckpt *ck)
+{
+    const dlrm_ckpt_options *o = &ck->o;
+    double job = (double)o->total_steps;
+    cpr_estimator_config c = {
+        .shards = ck->shards, .job_s = job, .target_pls = o->target_pls,
+        .prior_mtbf_s = o->mtbf_steps > 0 ? o->mtbf_steps : 100.0 * job,
+        .prior_save_s = 1.0, .prior_load_s = 1.0, .prior_restart_s = 1.0,
+        .policy = prioritized(o->policy) ? priority_policy(o->policy)
+                  : o->policy == DLRM_CKPT_AUTO ? CPR_POLICY_MFU : CPR_POLICY_FULL,
+        .fraction = prioritized(o->policy) || o->policy == DLRM_CKPT_AUTO ? o->fraction : 1.0};
+    return cpr_estimator_create(&c, &ck->est);
+}
+
+static cpr_status check_options(dlrm_ckpt_options *o)
+{
+    if (!o->job)
+        o->job = "dlrm";
+    if (o->fraction == 0)
+        o->fraction = 0.125;
+    if (o->target_pls == 0)
+        o->target_pls = 0.02;
+    if (o->timeout_s == 0)
+        o->timeout_s = 30;
+    if (o->full_every == 0 && o->policy == DLRM_CKPT_DELTA)
+        o->full_every = 8;
+    if (!(o->fraction > 0 && o->fraction <= 1))
+        return cpr_fail(CPR_INVALID_ARGUMENT, "fraction must be in (0, 1]");
+    if (!(o->target_pls > 0 && o->target_pls < 1))
+        return cpr_fail(CPR_INVALID_ARGUMENT, "target PLS must be in (0, 1)");
+    if (o->total_steps == 0)
+        return cpr_fail(CPR_INVALID_ARGUMENT, "the run's length in steps is needed");
+    if (!cpr_name_valid(o->job))
+        return cpr_fail(CPR_INVALID_ARGUMENT, "job name '%s' is not 1-128 chars of "
+                        "[A-Za-z0-9._-]", o->job);
+    if ((unsigned)o->policy > DLRM_CKPT_AUTO || (unsigned)o->recovery > DLRM_RECOVER_AUTO)
+        return cpr_fail(CPR_INVALID_ARGUMENT, "unknown policy or recovery mode");
+    return CPR_OK;
+}
+
+/* Highest checkpoint id of the job's parts (0: none); refuses an existing
+ * job unless resuming. */
+static cpr_status scan_job(dlrm_ckpt *ck)
+{
+    cpr_part_info *parts = NULL;
+    size_t n = 0;
+    cpr_status st = cpr_client_list(ck->client, ck->o.job, &parts, &n);
+    if (st == CPR_NOT_FOUND)
+        return CPR_OK;
+    if (st)
+        return st;
+    for (size_t i = 0; i < n; i++)
+        if (parts[i].checkpoint >= ck->next_id)
+            ck->next_id = parts[i].checkpoint + 1;
+    free(parts);
+    if (n && !ck->o.resume)
+        return cpr_fail(CPR_ALREADY_EXISTS, "job '%s' already has checkpoints: continue it "
+                        "with --resume or choose another --job", ck->o.job);
+    return CPR_OK;
+}
+
+static cpr_status alloc_tables(dlrm_ckpt *ck)
+{
+    ck->schemas = calloc(ck->tables, sizeof *ck->schemas);
+    ck->need_full = malloc(ck->shards);
+    ck->fl.parts = calloc(ck->shards, sizeof *ck->fl.parts);
+    ck->fl.status = calloc(ck->shards, sizeof *ck->fl.status);
+    ck->fl.kinds = calloc(ck->shards, sizeof *ck->fl.kinds);
+    ck->fl.saves = calloc((size_t)ck->shards * ck->tables, sizeof *ck->fl.saves);
+    if (!ck->schemas || !ck->need_full || !ck->fl.parts || !ck->fl.status || !ck->fl.kinds ||
+        !ck->fl.saves)
+        return cpr_fail(CPR_NO_MEMORY, "out of memory for the checkpointer");
+    memset(ck->need_full, 1, ck->shards);
+    uint64_t most = 0;
+    for (uint32_t t = 0; t < ck->tables; t++) {
+        cpr_emb *e = dlrm_model_table(ck->model, t);
+        ck->schemas[t] = (cpr_table_schema){.table = t, .rows = cpr_emb_rows(e),
+                                            .dim = cpr_emb_dim(e),
+                                            .state_dim = cpr_emb_state_dim(e)};
+        for (uint32_t s = 0; s < ck->shards; s++)
+            most = cpr_emb_shard_rows(e, s) > most ? cpr_emb_shard_rows(e, s) : most;
+    }
+    const cpr_table_schema *s0 = &ck->schemas[0];
+    ck->scratch_rows = most ? most : 1;
+    ck->ids = malloc(ck->scratch_rows * sizeof *ck->ids);
+    ck->values = malloc(ck->scratch_rows * s0->dim * sizeof *ck->values);
+    ck->state = malloc(ck->scratch_rows * (s0->state_dim ? s0->state_dim : 1) *
+                       sizeof *ck->state);
+    if (!ck->ids || !ck->values || !ck->state)
+        return cpr_fail(CPR_NO_MEMORY, "out of memory for the gather buffers");
+    return CPR_OK;
+}
+
+cpr_status dlrm_ckpt_create(const dlrm_ckpt_options *opts, dlrm_model *model,
+                            dlrm_ckpt **out)
+{
+    if (!opts || !model || !out)
+        return cpr_fail(CPR_INVALID_ARGUMENT, "dlrm_ckpt_create needs options and a model");
+    dlrm_ckpt *ck = calloc(1, sizeof *ck);
+    if (!ck)
+        return cpr_fail(CPR_NO_MEMORY, "out of memory for the checkpointer");
+    ck->o = *opts;
+    ck->model = model;
+    ck->next_id = 1;
+    pthread_mutex_init(&ck->fl.mu, NULL);
+    pthread_cond_init(&ck->fl.cv, NULL);
+    const dlrm_config *cfg = dlrm_model_config(model);
+    ck->tables = cfg->num_tables;
+    ck->shards = cfg->num_shards;
+    cpr_status st = check_options(&ck->o);
+    if (st == CPR_OK)
+        st = alloc_tables(ck);
+    if (st == CPR_OK)
+        st = make_estimator(ck);
+    if (st == CPR_OK && ck->o.target) {
+        cpr_client_options co = {.call_timeout_s = ck->o.timeout_s,
+                                 .stream_timeout_s = ck->o.timeout_s};
+        st = cpr_client_open(ck->o.target, &co, &ck->client);
+        if (st == CPR_OK)
+            st = scan_job(ck);
+    }
+    if (st) {
+        dlrm_ckpt_destroy(ck);
+        return st;
+    }
+    snprintf(ck->job, sizeof ck->job, "%s", ck->o.job);
+    ck->o.job = ck->job;
+    *out = ck;
+    return CPR_OK;
+}
+
+void dlrm_ckpt_destroy(dlrm_ckpt *ck)
+{
+    if (!ck)
+        return;
+    if (ck->fl.active && ck->trainer)
+        dlrm_ckpt_drain(ck);
+    cpr_client_close(ck->client);
+    cpr_estimator_destroy(ck->est);
+    pthread_mutex_destroy(&ck->fl.mu);
+    pthread_cond_destroy(&ck->fl.cv);
+    free(ck->fl.parts);
+    free(ck->fl.status);
+    free(ck->fl.kinds);
+    free(ck->fl.saves);
+    free(ck->schemas);
+    free(ck->need_full);
+    free(ck->ids);
+    free(ck->values);
+    free(ck->state);
+    free(ck);
+}
+
+void dlrm_ckpt_stats_get(const dlrm_ckpt *ck, dlrm_ckpt_stats *out)
+{
+    *out = ck->st;
+    out->interval_steps = ck->interval_steps;
+}
+
+/* ---- the interval and the recovery decision ------------------------------------------- */
+
+cpr_recovery_mode dlrm_ckpt_decide_mode(dlrm_ckpt *ck, cpr_estimate *est, int *have_est)
+{
+    *have_est = cpr_estimator_decide(ck->est, est) == CPR_OK;
+    if (ck->o.recovery == DLRM_RECOVER_FULL)
+        return CPR_RECOVERY_FULL;
+    if (ck->o.recovery == DLRM_RECOVER_PARTIAL)
+        return CPR_RECOVERY_PARTIAL;
+    return *have_est ? est->mode : CPR_RECOVERY_FULL;
+}
+
+/* Steps until the next save: given (a base interval; prioritized saves run
+ * r times it), or the estimator's answer in steps. */
+static uint64_t next_interval(dlrm_ckpt *ck, cpr_estimate *e, int *have)
+{
+    double r = prioritized(ck->o.policy) ? ck->o.fraction : 1.0, steps;
+    *have = cpr_estimator_decide(ck->est, e) == CPR_OK;
+    if (ck->o.interval_steps)
+        steps = (double)ck->o.interval_steps * r;
+    else if (!*have)
+        steps = (double)ck->o.total_steps;
+    else if (ck->o.policy == DLRM_CKPT_AUTO)
+        steps = e->interval_s;
+    else if (ck->o.policy == DLRM_CKPT_FULL || ck->o.policy == DLRM_CKPT_DELTA)
+        steps = e->full.interval_s;
+    else
+        steps = e->partial.interval_s * r;
+    if (!(steps >= 1))
+        steps = 1;
+    return (uint64_t)llround(fmin(steps, 1e15));
+}
+
+/* ---- starting a save ------------------------------------------------------------------- */
+
+/* The kind shard s writes in this save, and the embedding policy. */
+static cpr_kind shard_kind(const dlrm_ckpt *ck, uint32_t s, const cpr_estimate *e, int have,
+                           cpr_policy *policy)
+{
+    dlrm_ckpt_policy p = ck->o.policy;
+    int periodic_full = ck->o.full_every && ck->saves_done % ck->o.full_every == 0;
+    if (p == DLRM_CKPT_AUTO && have && e->policy != CPR_POLICY_FULL && !ck->need_full[s] &&
+        !periodic_full) {
+        *policy = e->policy;
+        return CPR_KIND_PRIORITY;
+    }
+    if ((p == DLRM_CKPT_DELTA || prioritized(p)) && !ck->need_full[s] && !periodic_full) {
+        *policy = p == DLRM_CKPT_DELTA ? CPR_POLICY_DELTA : priority_policy(p);
+        return p == DLRM_CKPT_DELTA ? CPR_KIND_DELTA : CPR_KIND_PRIORITY;
+    }
+    *policy = CPR_POLICY_FULL;
+    return CPR_KIND_FULL;
+}
+
+/* Select, begin, gather and queue one table's rows of shard s. */
+static cpr_status stage_table(dlrm_ckpt *ck, uint32_t s, uint32_t t, cpr_policy policy,
+                              cpr_part *part)
+{
+    cpr_emb *e = dlrm_model_table(ck->model, t);
+    const cpr_table_schema *sc = &ck->schemas[t];
+    size_t n = 0;
+    cpr_budget budget = {.fraction = ck->o.fraction};
+    cpr_status st = cpr_emb_select(e, s, policy, budget, ck->ids, ck->scratch_rows, &n);
+    if (st || n == 0)
+        return st;
+    cpr_emb_save **save = &ck->fl.saves[(size_t)s * ck->tables + t];
+    st = cpr_emb_save_begin(e, s, policy, ck->ids, n, save);
+    if (st == CPR_OK)
+        st = cpr_emb_gather(e, *save, ck->values, sc->state_dim ? ck->state : NULL);
+    if (st == CPR_OK && part) {
+        cpr_row_batch b = {.table = t, .n = n, .ids = cpr_emb_save_ids(*save),
+                           .values = ck->values, .values_count = n * sc->dim,
+                           .state = sc->state_dim ? ck->state : NULL,
+                           .state_count = n * sc->state_dim};
+        st = cpr_part_put_rows(part, &b);
+    }
+    ck->fl.rows += n;
+    ck->fl.bytes += n * (8 + 4 * (uint64_t)(sc->dim + sc->state_dim));
+    return st;
+}
+
+/* The dense blob and the loader state, in shard 0's part. */
+static cpr_status stage_blobs(dlrm_ckpt *ck, cpr_part *part)
+{
+    size_t cap = dlrm_model_dense_bytes(ck->model), len = 0, llen = 0;
+    uint8_t lbuf[DLRM_LOADER_STATE_BYTES];
+    void *buf = malloc(cap);
+    if (!buf)
+        return cpr_fail(CPR_NO_MEMORY, "out of memory for the dense blob");
+    cpr_status st = dlrm_model_dense_save(ck->model, buf, cap, &len);
+    if (st == CPR_OK)
+        st = cpr_part_put_blob(part, "dense", buf, len);
+    free(buf);
+    if (st == CPR_OK)
+        st = dlrm_loader_state_save(dlrm_trainer_loader(ck->trainer), lbuf, sizeof lbuf, &llen);
+    if (st == CPR_OK)
+        st = cpr_part_put_blob(part, "loader", lbuf, llen);
+    ck->fl.bytes += len + llen;
+    return st;
+}
+
+/* Begin shard s's part and queue everything it holds. On failure the part
+ * is dropped (its saves are aborted in settle, I2). */
+static void stage_shard(dlrm_ckpt *ck, uint32_t s, const cpr_estimate *e, int have)
+{
+    cpr_policy policy;
+    cpr_kind kind = shard_kind(ck, s, e, have, &policy);
+    ck->fl.kinds[s] = kind;
+    if (s == 0) {
+        ck->fl.kind = kind;
+        ck->fl.policy = policy;
+    }
+    cpr_part_spec spec = {.id = {ck->o.job, s, ck->fl.checkpoint}, .kind = kind,
+                          .step = ck->fl.step, .num_shards = ck->shards,
+                          .tables = ck->schemas, .n_tables = ck->tables};
+    cpr_part *part = NULL;
+    cpr_status st = cpr_client_begin(ck->client, &spec, &part);
+    for (uint32_t t = 0; st == CPR_OK && t < ck->tables; t++)
+        st = stage_table(ck, s, t, policy, part);
+    if (st == CPR_OK && s == 0)
+        st = stage_blobs(ck, part);
+    if (st && part)
+        cpr_part_abort(part);
+    if (st)
+        cpr_log(CPR_LOG_WARN, "checkpoint %llu: shard %u not staged: %s: %s",
+                (unsigned long long)ck->fl.checkpoint, s, cpr_status_name(st), cpr_errmsg());
+    ck->fl.parts[s] = st ? NULL : part;
+    ck->fl.status[s] = st;
+}
+
+/* The commit thread: commit every staged part (I1). */
+static void *commit_main(void *arg)
+{
+    dlrm_ckpt *ck = arg;
+    for (uint32_t s = 0; s < ck->shards; s++) {
+        if (!ck->fl.parts[s])
+            continue;
+        ck->fl.status[s] = cpr_part_commit(ck->fl.parts[s]);
+        if (ck->fl.status[s])
+            cpr_log(CPR_LOG_WARN, "checkpoint %llu: shard %u not committed: %s",
+                    (unsigned long long)ck->fl.checkpoint, s, cpr_errmsg());
+        ck->fl.parts[s] = NULL;
+    }
+    pthread_mutex_lock(&ck->fl.mu);
+    ck->fl.done = 1;
+    pthread_cond_signal(&ck->fl.cv);
+    pthread_mutex_unlock(&ck->fl.mu);
+    return NULL;
+}
+
+static void report_tracked(dlrm_ckpt *ck)
+{
+    uint64_t events = 0, unsaved = 0;
+    for (uint32_t t = 0; t < ck->tables; t++)
+        for (uint32_t s = 0; s < ck->shards; s++) {
+            cpr_emb_stats es;
+            if (cpr_emb_stats_get(dlrm_model_table(ck->model, t), s, &es) == CPR_OK) {
+                events += es.update_events;
+                unsaved += es.unsaved_events;
+            }
+        }
+    cpr_estimator_tracked(ck->est, dlrm_ckpt_exec_steps(ck), events, unsaved);
+}
+
+static cpr_status start_save(dlrm_ckpt *ck)
+{
+    cpr_estimate e;
+    int have = 0;
+    ck->interval_steps = next_interval(ck, &e, &have);
+    report_tracked(ck);
+    double t0 = cpr_now_s();
+    ckpt_flight *fl = &ck->fl;
+    fl->checkpoint = ck->next_id++;
+    fl->step = dlrm_model_step(ck->model);
+    fl->rows = fl->bytes = 0;
+    fl->done = 0;
+    fl->t_begin = t0;
+    for (uint32_t s = 0; s < ck->shards; s++)
+        stage_shard(ck, s, &e, have);
+    fl->stall_s = cpr_now_s() - t0;
+    ck->st.saves_started++;
+    ck->saves_done++;
+    report_tracked(ck);
+    if (ck->o.staged)
+        ck->o.staged(ck->o.staged_ctx, fl->checkpoint);
+    if (pthread_create(&fl->thread, NULL, commit_main, ck) != 0) {
+        commit_main(ck); /* no thread: commit inline rather than lose the save */
+        fl->done = 1;
+        fl->active = 2;
+        return CPR_OK;
+    }
+    fl->active = 1;
+    return CPR_OK;
+}
+
+/* ---- settling a save ----------------------------------------------------------------------- */
+
+static cpr_status emit_checkpoint(dlrm_ckpt *ck, int committed, uint32_t shards_ok,
+                                  double duration_s)
+{
+    ckpt_flight *fl = &ck->fl;
+    cpr_json *ev = dlrm_trainer_event(ck->trainer, "checkpoint");
+    if (ev && (cpr_json_add_number(ev, "checkpoint", (double)fl->checkpoint) ||
+               cpr_json_add_string(ev, "kind", cpr_kind_name(fl->kind)) ||
+               cpr_json_add_string(ev, "policy", cpr_policy_name(fl->policy)) ||
+               cpr_json_add_number(ev, "rows", (double)fl->rows) ||
+               cpr_json_add_number(ev, "bytes", (double)fl->bytes) ||
+               cpr_json_add_number(ev, "stall_ms", fl->stall_s * 1e3) ||
+               cpr_json_add_number(ev, "duration_ms", duration_s * 1e3) ||
+               cpr_json_add_bool(ev, "committed", committed) ||
+               cpr_json_add_number(ev, "save_step", (double)fl->step) ||
+               cpr_json_add_number(ev, "shards_committed", shards_ok))) {
+        cpr_json_free(ev);
+        ev = NULL;
+    }
+    return dlrm_trainer_emit(ck->trainer, ev);
+}
+
+/* End every embedding save of the flight (I2) and log it. */
+static cpr_status settle(dlrm_ckpt *ck)
+{
+    ckpt_flight *fl = &ck->fl;
+    if (fl->active == 1)
+        pthread_join(fl->thread, NULL);
+    fl->active = 0;
+    double duration_s = cpr_now_s() - fl->t_begin;
+    uint32_t ok = 0;
+    for (uint32_t s = 0; s < ck->shards; s++) {
+        int committed = fl->status[s] == CPR_OK;
+        ok += committed;
+        for (uint32_t t = 0; t < ck->tables; t++) {
+            cpr_emb_save **save = &fl->saves[(size_t)s * ck->tables + t];
+            if (*save && committed)
+                cpr_emb_save_commit(dlrm_model_table(ck->model, t), *save);
+            else if (*save)
+                cpr_emb_save_abort(dlrm_model_table(ck->model, t), *save);
+            *save = NULL;
+        }
+        if (committed && fl->kinds[s] != CPR_KIND_PRIORITY)
+            ck->need_full[s] = 0;
+    }
+    int all = ok == ck->shards;
+    ck->st.save_s += fl->stall_s;
+    ck->st.bytes_written += fl->bytes;
+    if (all) {
+        ck->st.saves_committed++;
+        ck->st.last_committed = fl->checkpoint;
+        ck->st.last_committed_step = fl->step;
+        cpr_estimator_saved(ck->est, dlrm_ckpt_exec_steps(ck), fl->policy,
+                            fl->stall_s / dlrm_ckpt_step_s(ck), fl->bytes);
+    } else {
+        ck->st.saves_failed++;
+    }
+    return emit_checkpoint(ck, all, ok, duration_s);
+}
+
+static int flight_done(dlrm_ckpt *ck)
+{
+    pthread_mutex_lock(&ck->fl.mu);
+    int done = ck->fl.done;
+    pthread_mutex_unlock(&ck->fl.mu);
+    return done;
+}
+
+/* Wait for the save in flight (its commit is bounded by the client's
+ * deadlines) and settle it. */
+cpr_status dlrm_ckpt_drain(dlrm_ckpt *ck)
+{
+    if (!ck->fl.active)
+        return CPR_OK;
+    double t0 = cpr_now_s();
+    pthread_mutex_lock(&ck->fl.mu);
+    while (!ck->fl.done)
+        pthread_cond_wait(&ck->fl.cv, &ck->fl.mu);
+    pthread_mutex_unlock(&ck->fl.mu);
+    if (ck->o.sync)
+        ck->fl.stall_s += cpr_now_s() - t0;
+    return settle(ck);
+}
+
+/* After a recovery: DELTA and PRIORITY chains restart with FULL parts, and a
+ * rewind reschedules the next save from the step training resumes at. */
+void dlrm_ckpt_after_recovery(dlrm_ckpt *ck, int rewound)
+{
+    memset(ck->need_full, 1, ck->shards);
+    if (rewound)
+        ck->next_save_step = dlrm_model_step(ck->model) + ck->interval_steps;
+}
+
+/* ---- the hooks --------------------------------------------------------------------------- */
+
+static cpr_status after_step(void *ctx, dlrm_trainer *trainer)
+{
+    dlrm_ckpt *ck = ctx;
+    cpr_status st = CPR_OK;
+    ck->trainer = trainer;
+    uint64_t step = dlrm_model_step(ck->model);
+    if (ck->fl.active && flight_done(ck))
+        st = settle(ck);
+    if (st == CPR_OK && ck->client && !ck->fl.active && step >= ck->next_save_step) {
+        st = start_save(ck);
+        ck->next_save_step = step + ck->interval_steps;
+        if (st == CPR_OK && ck->o.sync)
+            st = dlrm_ckpt_drain(ck);
+    }
+    if (st == CPR_OK && ck->o.crash_at_step && step == ck->o.crash_at_step) {
+        st = dlrm_ckpt_drain(ck);
+        cpr_log(CPR_LOG_WARN, "crashing on purpose after step %llu (--crash-at-step)",
+                (unsigned long long)step);
+        raise(SIGKILL);
+    }
+    return st;
+}
+
+static cpr_status on_finish(void *ctx, dlrm_trainer *trainer)
+{
+    dlrm_ckpt *ck = ctx;
+    ck->trainer = trainer;
+    return dlrm_ckpt_drain(ck);
+}
+
+static uint64_t total_update_events(dlrm_ckpt *ck)
+{
+    uint64_t events = 0;
+    for (uint32_t t = 0; t < ck->tables; t++)
+        for (uint32_t s = 0; s < ck->shards; s++) {
+            cpr_emb_stats es;
+            if (cpr_emb_stats_get(dlrm_model_table(ck->model, t), s, &es) == CPR_OK)
+                events += es.update_events;
+        }
+    return events;
+}
+
+static void on_summary(void *ctx, dlrm_trainer *trainer, cpr_json *ev)
+{
+    dlrm_ckpt *ck = ctx;
+    dlrm_run_result r;
+    dlrm_trainer_times(trainer, &r);
+    const dlrm_ckpt_stats *s = &ck->st;
+    double overhead = s->save_s + s->load_s + s->lost_s + s->restart_s;
+    double compute = r.train_s + r.io_s - s->lost_s;
+    compute = compute > 1e-9 ? compute : 1e-9;
+    uint64_t events = total_update_events(ck);
+    const char *names[] = {"shards", "compute_s", "save_s", "load_s", "lost_s", "restart_s",
+                           "update_events", "lost_events", "bytes_written", "failures",
+                           "recoveries", "checkpoints", "checkpoints_failed", "fraction",
+                           "overhead_frac", "pls", "interval_steps", "wall_s", NULL};
+    double values[] = {ck->shards, compute, s->save_s, s->load_s, s->lost_s, s->restart_s,
+                       (double)events, (double)s->lost_events, (double)s->bytes_written,
+                       (double)s->failures, (double)s->recoveries, (double)s->saves_committed,
+                       (double)s->saves_failed,
+                       prioritized(ck->o.policy) ? ck->o.fraction : 1.0, overhead / compute,
+                       events ? (double)s->lost_events / (double)events : 0,
+                       (double)ck->interval_steps, r.total_s};
+    for (size_t i = 0; names[i]; i++)
+        cpr_json_add_number(ev, names[i], values[i]);
+    cpr_json_add_string(ev, "strategy", ck->client ? dlrm_ckpt_policy_name(ck->o.policy)
+                                                   : "none");
+    cpr_json_add_string(ev, "recovery", ck->o.recovery == DLRM_RECOVER_FULL ? "full"
+                                        : ck->o.recovery == DLRM_RECOVER_PARTIAL ? "partial"
+                                                                                 : "auto");
+}
+
+dlrm_hooks dlrm_ckpt_hooks(dlrm_ckpt *ck)
+{
+    return (dlrm_hooks){.ctx = ck, .before_step = dlrm_ckpt_before_step,
+                        .after_step = after_step, .on_finish = on_finish,
+                        .on_summary = on_summary};
+}

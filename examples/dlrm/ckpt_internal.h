@@ -1,0 +1,77 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * The dlrm_ckpt object, shared by ckpt.c (options, saving, the commit
+ * thread, the summary) and recover.c (failure injection, recovery, resume).
+ *
+ * Invariants:
+ *  I1. At most one job-wide save is in flight (`fl.active`); its parts are
+ *      touched only by the commit thread between start_save and settle.
+ *  I2. Every cpr_emb_save of a save ends exactly once, on the training
+ *      thread, in settle: committed iff its shard's part committed.
+ *  I3. Before a failure is injected or a recovery restores rows, the save in
+ *      flight is settled (dlrm_ckpt_drain), so no open save spans a wipe.
+ *  I4. Checkpoint ids only grow (next_id), above every part of the job, so a
+ *      rewound run never reuses an id.
+ */
+#ifndef CPR_DLRM_CKPT_INTERNAL_H
+#define CPR_DLRM_CKPT_INTERNAL_H
+
+#include <pthread.h>
+
+#include "ckpt.h"
+
+typedef struct ckpt_flight {
+    int active;
+    pthread_t thread;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int done;                 /* set by the commit thread under mu */
+    uint64_t checkpoint, step;
+    cpr_kind kind;            /* shard 0's kind, for the log */
+    cpr_policy policy;
+    cpr_part **parts;         /* per shard; NULL when begin or a put failed */
+    cpr_status *status;       /* per shard: the part's outcome */
+    cpr_kind *kinds;          /* per shard */
+    cpr_emb_save **saves;     /* shard-major: saves[s * tables + t] */
+    uint64_t rows, bytes;
+    double stall_s, t_begin;
+} ckpt_flight;
+
+struct dlrm_ckpt {
+    dlrm_ckpt_options o;
+    char job[CPR_NAME_MAX + 1];
+    dlrm_model *model;
+    dlrm_trainer *trainer;    /* set by the first hook call */
+    cpr_client *client;       /* NULL without a target */
+    cpr_estimator *est;
+    uint32_t tables, shards;
+    cpr_table_schema *schemas;
+    /* scratch for one table's shard */
+    uint64_t *ids;
+    float *values, *state;
+    size_t scratch_rows;
+    uint8_t *need_full;       /* per shard: next save must be FULL */
+    ckpt_flight fl;
+    uint64_t next_id, next_save_step, saves_done, interval_steps;
+    size_t next_failure;
+    int started;              /* first before_step ran */
+    uint8_t loader0[DLRM_LOADER_STATE_BYTES];
+    size_t loader0_len;
+    dlrm_ckpt_stats st;
+    uint64_t lost_events_partial;
+};
+
+/* ckpt.c */
+cpr_status dlrm_ckpt_drain(dlrm_ckpt *ck);
+double dlrm_ckpt_step_s(const dlrm_ckpt *ck);
+double dlrm_ckpt_exec_steps(const dlrm_ckpt *ck);
+void dlrm_ckpt_after_recovery(dlrm_ckpt *ck, int rewound);
+cpr_recovery_mode dlrm_ckpt_decide_mode(dlrm_ckpt *ck, cpr_estimate *est, int *have_est);
+
+/* recover.c */
+cpr_status dlrm_ckpt_before_step(void *ctx, dlrm_trainer *trainer);
+/* The rows of `shard` (all shards when shard == UINT32_MAX) back to their
+ * initial values, from a freshly created model of the same configuration. */
+cpr_status dlrm_ckpt_reinit(dlrm_ckpt *ck, uint32_t shard, int dense_too);
+
+#endif /* CPR_DLRM_CKPT_INTERNAL_H */

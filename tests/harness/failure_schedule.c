@@ -1,0 +1,130 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * The seeded failure schedule (cpr_harness.h). Uniform doubles come from
+ * xoshiro256** seeded through SplitMix64 (the same generator as the DLRM
+ * example's, written out here so the harness depends on nothing but libc and
+ * libm), so a seed gives the same schedule everywhere up to libm's log/pow.
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cpr_common.h"
+#include "cpr_harness.h"
+
+typedef struct fh_rng {
+    uint64_t s[4];
+} fh_rng;
+
+static uint64_t mix64(uint64_t x)
+{
+    x ^= x >> 30;
+    x *= 0xbf58476d1ce4e5b9ull;
+    x ^= x >> 27;
+    x *= 0x94d049bb133111ebull;
+    return x ^ (x >> 31);
+}
+
+static uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
+
+static void rng_seed(fh_rng *r, uint64_t seed)
+{
+    for (int i = 0; i < 4; i++) {
+        seed += 0x9e3779b97f4a7c15ull;
+        r->s[i] = mix64(seed);
+    }
+}
+
+static uint64_t rng_next(fh_rng *r)
+{
+    uint64_t *s = r->s, result = rotl(s[1] * 5, 7) * 9, t = s[1] << 17;
+    s[2] ^= s[0];
+    s[3] ^= s[1];
+    s[1] ^= s[2];
+    s[0] ^= s[3];
+    s[2] ^= t;
+    s[3] = rotl(s[3], 45);
+    return result;
+}
+
+/* Uniform in (0, 1]: never 0, so -log(u) is finite. */
+static double rng_unit(fh_rng *r) { return (double)((rng_next(r) >> 11) + 1) * 0x1.0p-53; }
+
+static cpr_status check(const fh_schedule_config *c)
+{
+    if (!(c->mean_steps > 0) || !isfinite(c->mean_steps))
+        return cpr_fail(CPR_INVALID_ARGUMENT, "mean_steps must be positive and finite");
+    if (c->num_shards == 0)
+        return cpr_fail(CPR_INVALID_ARGUMENT, "num_shards must be at least 1");
+    if (c->distribution != FH_EXPONENTIAL && c->distribution != FH_WEIBULL)
+        return cpr_fail(CPR_INVALID_ARGUMENT, "distribution must be exponential or weibull");
+    if (c->distribution == FH_WEIBULL && (!(c->shape > 0) || !isfinite(c->shape)))
+        return cpr_fail(CPR_INVALID_ARGUMENT, "the Weibull shape must be positive and finite");
+    return CPR_OK;
+}
+
+/* One inter-arrival time in steps (inverse CDF of the distribution). */
+static double draw_gap(const fh_schedule_config *c, fh_rng *r)
+{
+    double e = -log(rng_unit(r)); /* Exp(1) */
+    if (c->distribution == FH_EXPONENTIAL)
+        return c->mean_steps * e;
+    double scale = c->mean_steps / tgamma(1.0 + 1.0 / c->shape);
+    return scale * pow(e, 1.0 / c->shape);
+}
+
+cpr_status fh_schedule_make(const fh_schedule_config *config, fh_failure **out, size_t *n)
+{
+    if (!config || !out || !n)
+        return cpr_fail(CPR_INVALID_ARGUMENT, "fh_schedule_make needs a config and outputs");
+    cpr_status st = check(config);
+    if (st)
+        return st;
+    fh_rng rng;
+    rng_seed(&rng, config->seed ^ 0x6661696c75726573ull); /* "failures" */
+    fh_failure *list = NULL;
+    size_t count = 0, cap = 0;
+    double t = 0;
+    uint64_t last = 0;
+    for (;;) {
+        t += draw_gap(config, &rng);
+        uint64_t step = (uint64_t)ceil(t);
+        step = step > last ? step : last + 1;
+        if (step > config->horizon_steps)
+            break;
+        if (count == cap) {
+            cap = cap ? 2 * cap : 16;
+            fh_failure *grown = realloc(list, cap * sizeof *grown);
+            if (!grown) {
+                free(list);
+                return cpr_fail(CPR_NO_MEMORY, "out of memory for a failure schedule");
+            }
+            list = grown;
+        }
+        list[count].step = step;
+        list[count].shard = (uint32_t)(rng_next(&rng) % config->num_shards);
+        count++;
+        last = step;
+    }
+    *out = list;
+    *n = count;
+    return CPR_OK;
+}
+
+void fh_schedule_print(FILE *out, const fh_failure *failures, size_t n)
+{
+    fprintf(out, "failure schedule: %zu failure%s", n, n == 1 ? "" : "s");
+    for (size_t i = 0; i < n; i++)
+        fprintf(out, "%s step %llu shard %u", i ? "," : ":",
+                (unsigned long long)failures[i].step, failures[i].shard);
+    fputc('\n', out);
+}
+
+int fh_distribution_parse(const char *name)
+{
+    if (strcmp(name, "exponential") == 0)
+        return FH_EXPONENTIAL;
+    if (strcmp(name, "weibull") == 0)
+        return FH_WEIBULL;
+    return -1;
+}
