@@ -4,6 +4,8 @@
 #   make test   build and run the whole suite (ctest)
 #   make asan   the same under AddressSanitizer + UndefinedBehaviorSanitizer
 #   make demo   build and run the store demonstration (see README.md)
+#   make demo-dlrm  the DLRM comparison under injected failures (scripts/demo.sh;
+#               becomes `make demo` once sized to 10 minutes; DATA=/path optional)
 #   make bench  full-size store benchmark, JSON on stdout
 BUILD      ?= build
 ASAN_BUILD ?= build-asan
@@ -11,7 +13,7 @@ CPR_CUDA   ?= AUTO
 JOBS       ?= $(shell nproc 2>/dev/null || echo 2)
 CMAKE_ARGS ?=
 
-.PHONY: all deps build test asan demo bench clean
+.PHONY: all deps build test asan demo demo-dlrm bench clean
 
 all: build
 
@@ -33,6 +35,9 @@ asan: deps
 
 demo: build
 	@scripts/demo-store.sh $(BUILD)
+
+demo-dlrm: build
+	@scripts/demo.sh $(BUILD) $(DATA)
 
 bench: build
 	$(BUILD)/tools/cpr-bench store --json
