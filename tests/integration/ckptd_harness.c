@@ -69,6 +69,21 @@ void ch_stop(ch_daemon *d)
     assert_int_equal(WEXITSTATUS(status), 0);
 }
 
+char *ch_daemon_up(ch_daemon *d, char *target, size_t cap)
+{
+    char *dir = tu_mkdtemp("cpr-ckptd");
+    ch_start(d, dir);
+    snprintf(target, cap, "grpc://%s", d->addr);
+    return dir;
+}
+
+void ch_daemon_down(ch_daemon *d, char *dir)
+{
+    ch_stop(d);
+    tu_rmtree(dir);
+    free(dir);
+}
+
 void ch_kill(ch_daemon *d)
 {
     int status = 0;

@@ -32,6 +32,11 @@ void ch_start_args(ch_daemon *d, const char *dir, const char *const *extra);
 void ch_stop(ch_daemon *d);
 /* SIGKILL, reaped. */
 void ch_kill(ch_daemon *d);
+/* A daemon on a fresh temporary directory (returned, malloc'd); `target`
+ * gets grpc://ADDR. ch_daemon_down stops it (clean exit asserted) and removes
+ * and frees the directory. */
+char *ch_daemon_up(ch_daemon *d, char *target, size_t cap);
+void ch_daemon_down(ch_daemon *d, char *dir);
 
 cpr_status ch_unary(cpr_rpc *rpc, const char *method, uint8_t *req, size_t len); /* takes req */
 cpr_status ch_begin(cpr_rpc *rpc, const char *job, uint64_t ckpt);

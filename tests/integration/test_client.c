@@ -99,22 +99,6 @@ static void assert_blob(cpr_client *c, const char *job, uint32_t shard, uint64_t
     free(data);
 }
 
-/* A daemon on a fresh temporary directory; `target` gets grpc://ADDR. */
-static char *daemon_up(ch_daemon *d, char *target, size_t cap)
-{
-    char *dir = tu_mkdtemp("cpr-client");
-    ch_start(d, dir);
-    snprintf(target, cap, "grpc://%s", d->addr);
-    return dir;
-}
-
-static void daemon_down(ch_daemon *d, char *dir)
-{
-    ch_stop(d);
-    tu_rmtree(dir);
-    free(dir);
-}
-
 /* ---- one node: every kind, every query shape ------------------------------------ */
 
 static void round_trip(const char *target)
@@ -278,9 +262,9 @@ static void test_grpc_round_trip(void **state)
     (void)state;
     ch_daemon d;
     char target[128];
-    char *dir = daemon_up(&d, target, sizeof target);
+    char *dir = ch_daemon_up(&d, target, sizeof target);
     round_trip(target);
-    daemon_down(&d, dir);
+    ch_daemon_down(&d, dir);
 }
 
 static void test_bad_targets(void **state)
@@ -404,7 +388,7 @@ static void test_concurrent_shards(void **state)
     (void)state;
     ch_daemon d;
     char target[128];
-    char *dir = daemon_up(&d, target, sizeof target);
+    char *dir = ch_daemon_up(&d, target, sizeof target);
     cpr_client_options o = {.message_bytes = 16384, .staging_bytes = 4u << 20};
     cpr_client *c;
     assert_status(CPR_OK, cpr_client_open(target, &o, &c));
@@ -415,7 +399,7 @@ static void test_concurrent_shards(void **state)
     cpr_restore_query q = {.job = "many", .consistent = 1};
     assert_all_rows(c, &q, 1);
     cpr_client_close(c);
-    daemon_down(&d, dir);
+    ch_daemon_down(&d, dir);
 }
 
 /* ---- a job spread over two daemons ------------------------------------------------------- */
@@ -536,7 +520,7 @@ static void test_daemon_killed_mid_part(void **state)
     (void)state;
     ch_daemon d;
     char target[128];
-    char *dir = daemon_up(&d, target, sizeof target);
+    char *dir = ch_daemon_up(&d, target, sizeof target);
     cpr_client_options o = {.backoff_s = 0.01, .retries = 2, .call_timeout_s = 5};
     cpr_client *c;
     assert_status(CPR_OK, cpr_client_open(target, &o, &c));
@@ -573,7 +557,7 @@ static void test_daemon_killed_mid_part(void **state)
     tu_rows_free(&rows);
     write_part(c, "kill", 0, 1, 2, CPR_KIND_FULL, 4000); /* the save is retried: fine */
     cpr_client_close(c);
-    daemon_down(&d, dir);
+    ch_daemon_down(&d, dir);
 }
 
 /* A child process streams a large part through the library; it is killed
@@ -583,7 +567,7 @@ static void test_client_killed_mid_stream(void **state)
     (void)state;
     ch_daemon d;
     char target[128];
-    char *dir = daemon_up(&d, target, sizeof target);
+    char *dir = ch_daemon_up(&d, target, sizeof target);
     /* The writer is this program run again (a fresh process: gRPC does not
      * survive fork() in a process that has used it). */
     pid_t child = fork();
@@ -615,7 +599,7 @@ static void test_client_killed_mid_stream(void **state)
     assert_status(CPR_NOT_FOUND, cpr_client_list(c, "vanish", &parts, &n));
     write_part(c, "vanish", 0, 1, 1, CPR_KIND_FULL, 4000); /* the daemon still serves */
     cpr_client_close(c);
-    daemon_down(&d, dir);
+    ch_daemon_down(&d, dir);
 }
 
 /* The child of test_client_killed_mid_stream: a part that never ends. */

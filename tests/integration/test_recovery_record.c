@@ -43,22 +43,6 @@ static void assert_record(cpr_client *c, const char *job, uint64_t generation, c
     free(got);
 }
 
-/* A daemon on a fresh temporary directory; `target` gets grpc://ADDR. */
-static char *daemon_up(ch_daemon *d, char *target, size_t cap)
-{
-    char *dir = tu_mkdtemp("cpr-recrec");
-    ch_start(d, dir);
-    snprintf(target, cap, "grpc://%s", d->addr);
-    return dir;
-}
-
-static void daemon_down(ch_daemon *d, char *dir)
-{
-    ch_stop(d);
-    tu_rmtree(dir);
-    free(dir);
-}
-
 /* The semantics every transport must give. */
 static void compare_and_set(cpr_client *c)
 {
@@ -132,7 +116,7 @@ static void test_two_clients_race(void **state)
     (void)state;
     ch_daemon d;
     char target[128];
-    char *dir = daemon_up(&d, target, sizeof target);
+    char *dir = ch_daemon_up(&d, target, sizeof target);
     pthread_barrier_t barrier;
     pthread_barrier_init(&barrier, NULL, 2);
     racer r[2] = {{.barrier = &barrier, .name = 'A'}, {.barrier = &barrier, .name = 'B'}};
@@ -177,7 +161,7 @@ static void test_two_clients_race(void **state)
     assert_status(CPR_OK, cpr_client_open(target, NULL, &c));
     assert_record(c, "race", ROUNDS, last, strlen(last));
     cpr_client_close(c);
-    daemon_down(&d, dir);
+    ch_daemon_down(&d, dir);
 }
 
 /* ---- placement and a daemon that is down -------------------------------------------------- */
@@ -188,7 +172,7 @@ static void test_placement_and_down(void **state)
     ch_daemon d[2];
     char *dir[2], alone[2][128], target[256];
     for (int i = 0; i < 2; i++)
-        dir[i] = daemon_up(&d[i], alone[i], sizeof alone[i]);
+        dir[i] = ch_daemon_up(&d[i], alone[i], sizeof alone[i]);
     snprintf(target, sizeof target, "grpc://%s,%s", d[0].addr, d[1].addr);
     cpr_client *c, *node[2];
     assert_status(CPR_OK, cpr_client_open(target, NULL, &c));
@@ -227,7 +211,7 @@ static void test_placement_and_down(void **state)
     cpr_client_close(c);
     tu_rmtree(dir[1]);
     free(dir[1]);
-    daemon_down(&d[0], dir[0]);
+    ch_daemon_down(&d[0], dir[0]);
 }
 
 /* ---- deciding together ----------------------------------------------------------------------- */
@@ -283,7 +267,7 @@ static void test_decide_and_record_race(void **state)
     (void)state;
     ch_daemon d;
     char target[128];
-    char *dir = daemon_up(&d, target, sizeof target);
+    char *dir = ch_daemon_up(&d, target, sizeof target);
     cpr_client *c;
     assert_status(CPR_OK, cpr_client_open(target, NULL, &c));
     for (uint32_t s = 0; s < 2; s++)
@@ -350,7 +334,7 @@ static void test_decide_and_record_race(void **state)
     for (int i = 0; i < 2; i++)
         free(dd[i].encoded);
     cpr_client_close(c);
-    daemon_down(&d, dir);
+    ch_daemon_down(&d, dir);
 }
 
 int main(void)
