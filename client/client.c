@@ -141,6 +141,7 @@ void cpr_client_close(cpr_client *c)
     if (!c)
         return;
     cpr_parts_abort_all(c);
+    cpr_parts_pool_release(c);
     for (size_t i = 0; i < c->n_nodes; i++)
         cpr_node_close(c->nodes[i]);
     free(c->nodes);

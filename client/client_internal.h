@@ -83,7 +83,10 @@ struct cpr_client {
     pthread_cond_t room;
     size_t staged_bytes;
     cpr_part *parts;           /* open parts, for close */
+    void *pool[16];            /* free full-size staging items (part.c) */
+    size_t n_pool;
 };
+#define POOL_MAX 16
 
 /* Run `call` up to 1 + retries times while it returns CPR_UNAVAILABLE,
  * pausing with exponential backoff in between. */
@@ -107,5 +110,7 @@ cpr_status cpr_client_job_cuts(cpr_client *c, const char *job, uint64_t **cuts,
 
 /* Abort and free every part still open (cpr_client_close). */
 void cpr_parts_abort_all(cpr_client *c);
+/* Free the pooled staging items (cpr_client_close, after the parts). */
+void cpr_parts_pool_release(cpr_client *c);
 
 #endif /* CPR_CLIENT_INTERNAL_H */

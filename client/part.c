@@ -32,6 +32,7 @@
 typedef struct item {
     struct item *next;
     size_t charge;        /* bytes counted against staging (P1) */
+    int pooled;           /* allocated full size: may go back to the pool */
     int is_blob;
     uint32_t table;       /* rows */
     size_t n, values_count, state_count;
@@ -76,10 +77,28 @@ static void discharge(cpr_client *c, size_t charge)
     pthread_mutex_unlock(&c->mu);
 }
 
+/* Freed full-size items are kept for reuse (at most POOL_MAX): a 1 MiB
+ * malloc is above glibc's mmap threshold, so without the pool every item
+ * would be mapped, faulted in page by page and unmapped again. */
 static void item_free(cpr_part *p, item *it)
 {
-    discharge(p->client, it->charge);
+    cpr_client *c = p->client;
+    pthread_mutex_lock(&c->mu);
+    c->staged_bytes -= it->charge;
+    pthread_cond_broadcast(&c->room);
+    if (it->pooled && c->n_pool < POOL_MAX) {
+        c->pool[c->n_pool++] = it;
+        it = NULL;
+    }
+    pthread_mutex_unlock(&c->mu);
     free(it);
+}
+
+void cpr_parts_pool_release(cpr_client *c)
+{
+    for (size_t i = 0; i < c->n_pool; i++)
+        free(c->pool[i]);
+    c->n_pool = 0;
 }
 
 /* Wait for room, then allocate an item of `payload` bytes. NULL + status on
@@ -92,14 +111,19 @@ static item *item_new(cpr_part *p, size_t payload, cpr_status *st)
     while (c->staged_bytes > 0 && c->staged_bytes + charge > c->opts.staging_bytes)
         pthread_cond_wait(&c->room, &c->mu);
     c->staged_bytes += charge;
+    int full_size = payload <= c->opts.message_bytes;
+    item *it = full_size && c->n_pool ? c->pool[--c->n_pool] : NULL;
     pthread_mutex_unlock(&c->mu);
-    item *it = calloc(1, charge);
+    if (!it)
+        it = malloc(full_size ? sizeof(item) + c->opts.message_bytes : charge);
     if (!it) {
         discharge(c, charge);
         *st = cpr_fail(CPR_NO_MEMORY, "out of memory staging %zu bytes", payload);
         return NULL;
     }
+    memset(it, 0, sizeof *it); /* the payload is written by the caller */
     it->charge = charge;
+    it->pooled = full_size;
     return it;
 }
 
