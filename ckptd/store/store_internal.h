@@ -98,6 +98,7 @@ struct cpr_store {
     cpr_store_options opts;
     rocksdb_t *db;
     rocksdb_options_t *db_opts;
+    rocksdb_cache_t *block_cache; /* shared by every table reader */
     rocksdb_options_t *sst_opts;
     rocksdb_envoptions_t *env_opts;
     rocksdb_readoptions_t *read_opts;
