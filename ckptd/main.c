@@ -28,15 +28,15 @@ typedef struct settings {
     char listen[256];
     char data_dir[4096];
     uint64_t threads, retain, max_message_mb;
-    double idle_part_timeout_s;
+    double idle_part_timeout_s, gc_interval_s;
     int log_level;
 } settings;
 
 static void usage(FILE *out)
 {
     fputs("usage: ckptd --data-dir DIR [--listen HOST:PORT] [--config FILE] [--threads N]\n"
-          "             [--retain K] [--max-message-mb M] [--idle-part-timeout-s S]\n"
-          "             [--log-level L]\n"
+          "             [--retain K] [--gc-interval-s S] [--max-message-mb M]\n"
+          "             [--idle-part-timeout-s S] [--log-level L]\n"
           "       ckptd --version | --help\n"
           "\n"
           "  --listen HOST:PORT   address to serve (default 127.0.0.1:7717; port 0 picks a\n"
@@ -47,6 +47,9 @@ static void usage(FILE *out)
           "  --threads N          most calls served at once (default 1024)\n"
           "  --retain K           consistent cuts kept by retention (default 2; also what\n"
           "                       Gc with keep 0 keeps)\n"
+          "  --gc-interval-s S    run retention (keep --retain cuts of every job) every S\n"
+          "                       seconds when something was written (default 30; 0: only\n"
+          "                       when a client calls Gc)\n"
           "  --max-message-mb M   largest request message (default 64)\n"
           "  --idle-part-timeout-s S\n"
           "                       abort a part no Begin, PutRows, PutBlob or Commit has\n"
@@ -78,6 +81,9 @@ static int set(settings *s, const char *key, const char *value)
         st = cpr_cli_u64("--threads", value, 1, 100000, &s->threads);
     else if (strcmp(key, "retain") == 0)
         st = cpr_cli_u64("--retain", value, 1, 100000, &s->retain);
+    else if (strcmp(key, "gc-interval-s") == 0)
+        st = cpr_cli_double("--gc-interval-s", value, 0, 1, MAX_IDLE_PART_TIMEOUT_S, 1,
+                            &s->gc_interval_s);
     else if (strcmp(key, "max-message-mb") == 0)
         st = cpr_cli_u64("--max-message-mb", value, 1, 2047, &s->max_message_mb);
     else if (strcmp(key, "idle-part-timeout-s") == 0)
@@ -137,7 +143,7 @@ static int read_config(settings *s, const char *path)
 /* Flags first find --config (applied before the other flags, which win). */
 static int parse_args(int argc, char **argv, settings *s)
 {
-    static const char *const keys[] = {"listen", "data-dir", "threads", "retain",
+    static const char *const keys[] = {"listen", "data-dir", "threads", "retain", "gc-interval-s",
                                        "max-message-mb", "idle-part-timeout-s",
                                        "log-level"};
     for (int i = 1; i < argc; i++) {
@@ -183,7 +189,7 @@ int main(int argc, char **argv)
     mallopt(M_MMAP_THRESHOLD, 64 << 20);
     mallopt(M_TRIM_THRESHOLD, 256 << 20);
     settings s = {.listen = "127.0.0.1:7717", .threads = 1024, .retain = 2,
-                  .max_message_mb = 64, .idle_part_timeout_s = 600,
+                  .max_message_mb = 64, .idle_part_timeout_s = 600, .gc_interval_s = 30,
                   .log_level = CPR_LOG_INFO};
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
@@ -219,7 +225,7 @@ int main(int argc, char **argv)
     int port = 0, sig = 0;
     cpr_status st = cpr_store_open(s.data_dir, &so, &store);
     if (st == CPR_OK)
-        st = cpr_reaper_start(store, s.idle_part_timeout_s, &reaper);
+        st = cpr_reaper_start(store, s.idle_part_timeout_s, s.gc_interval_s, &reaper);
     if (st == CPR_OK)
         st = cpr_server_start(store, &srv, &server, &port);
     if (st) {

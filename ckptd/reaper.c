@@ -20,6 +20,8 @@
 struct cpr_reaper {
     cpr_store *store;
     double idle_s, period_s;
+    double gc_interval_s, next_gc_s; /* 0: no periodic retention */
+    uint64_t committed_at_gc;        /* rows_in when retention last ran */
     pthread_t thread;
     pthread_mutex_t mu;
     pthread_cond_t wake; /* on CLOCK_MONOTONIC */
@@ -34,6 +36,26 @@ static struct timespec monotonic_in(double seconds)
     t.tv_sec += (time_t)(ns / 1000000000LL);
     t.tv_nsec = (long)(ns % 1000000000LL);
     return t;
+}
+
+/* Periodic retention, when due and something was written since the last. */
+static void retention(cpr_reaper *r)
+{
+    cpr_store_stats stats;
+    if (r->gc_interval_s <= 0 || cpr_now_s() < r->next_gc_s ||
+        cpr_store_stats_get(r->store, &stats) != CPR_OK || stats.rows_in == r->committed_at_gc)
+        return;
+    r->next_gc_s = cpr_now_s() + r->gc_interval_s;
+    r->committed_at_gc = stats.rows_in;
+    cpr_gc_report rep;
+    cpr_status st = cpr_store_gc(r->store, NULL, 0, &rep);
+    if (st != CPR_OK && st != CPR_NOT_FOUND)
+        cpr_log(CPR_LOG_ERROR, "periodic retention: %s", cpr_errmsg());
+    else if (st == CPR_OK && (rep.parts_removed || rep.uncommitted_removed))
+        cpr_log(CPR_LOG_INFO, "periodic retention: %llu parts and %llu row versions removed, "
+                "%llu -> %llu bytes", (unsigned long long)rep.parts_removed,
+                (unsigned long long)rep.versions_removed, (unsigned long long)rep.bytes_before,
+                (unsigned long long)rep.bytes_after);
 }
 
 static void *reaper_main(void *arg)
@@ -51,13 +73,15 @@ static void *reaper_main(void *arg)
         uint64_t aborted = 0;
         if (cpr_store_abort_idle(r->store, r->idle_s, &aborted) != CPR_OK)
             cpr_log(CPR_LOG_ERROR, "idle-part reaper: %s", cpr_errmsg());
+        retention(r);
         pthread_mutex_lock(&r->mu);
     }
     pthread_mutex_unlock(&r->mu);
     return NULL;
 }
 
-cpr_status cpr_reaper_start(cpr_store *store, double idle_s, cpr_reaper **out)
+cpr_status cpr_reaper_start(cpr_store *store, double idle_s, double gc_interval_s,
+                            cpr_reaper **out)
 {
     if (!(idle_s > 0))
         return cpr_fail(CPR_INVALID_ARGUMENT, "idle-part timeout %g s: give more than 0 s",
@@ -69,6 +93,10 @@ cpr_status cpr_reaper_start(cpr_store *store, double idle_s, cpr_reaper **out)
     r->idle_s = idle_s;
     r->period_s = idle_s / 4 < MIN_PERIOD_S ? MIN_PERIOD_S
                   : idle_s / 4 > MAX_PERIOD_S ? MAX_PERIOD_S : idle_s / 4;
+    r->gc_interval_s = gc_interval_s > 0 ? gc_interval_s : 0;
+    if (r->gc_interval_s > 0 && r->gc_interval_s < r->period_s)
+        r->period_s = r->gc_interval_s < MIN_PERIOD_S ? MIN_PERIOD_S : r->gc_interval_s;
+    r->next_gc_s = cpr_now_s() + r->gc_interval_s;
     pthread_condattr_t attr;
     pthread_condattr_init(&attr);
     pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);

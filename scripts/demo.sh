@@ -9,13 +9,13 @@
 # var/report/summary.json and plots. Sized for a few minutes on 2 cores.
 #
 # usage: scripts/demo.sh BUILD_DIR [DATA]
-# environment: DEMO_ROWS (synthetic lines, default 2000000), DEMO_SEED,
+# environment: DEMO_ROWS (synthetic lines, default 1000000), DEMO_SEED,
 #              DEMO_FAILURES (expected over a run, default 6), DEMO_SHARDS (8)
 set -euo pipefail
 
 build=${1:?usage: scripts/demo.sh BUILD_DIR [DATA]}
 data=${2:-}
-rows=${DEMO_ROWS:-2000000}
+rows=${DEMO_ROWS:-1000000}
 seed=${DEMO_SEED:-1}
 failures=${DEMO_FAILURES:-6}
 shards=${DEMO_SHARDS:-8}
@@ -57,6 +57,7 @@ fifo="$var/ckptd.fifo"
 rm -f "$fifo"
 mkfifo "$fifo"
 "$build/ckptd/ckptd" --listen 127.0.0.1:0 --data-dir "$var/ckptd" --log-level warn \
+    --gc-interval-s 10 \
     > "$fifo" 2> "$var/ckptd.log" &
 daemon_pid=$!
 # The daemon prints its address once it serves; EOF (it died) ends the read.

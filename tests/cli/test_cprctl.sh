@@ -41,7 +41,7 @@ start_daemon() {
     local name=$1 line fd
     local fifo="$work/$name.fifo"
     mkfifo "$fifo"
-    "$ckptd" --listen 127.0.0.1:0 --data-dir "$work/$name.data" > "$fifo" 2> "$work/$name.log" &
+    "$ckptd" --listen 127.0.0.1:0 --data-dir "$work/$name.data" --gc-interval-s 0 > "$fifo" 2> "$work/$name.log" &
     daemon_pid[$name]=$!
     exec {fd}< "$fifo" # kept open: the daemon's stdout never sees a closed pipe
     read -r -t 60 line <&"$fd" || fail "ckptd $name printed no address: $(cat "$work/$name.log")"

@@ -227,7 +227,8 @@ static void test_bad_clients_cannot_hurt_others(void **unused)
         int devnull = open("/dev/null", O_WRONLY);
         dup2(devnull, STDOUT_FILENO);
         dup2(devnull, STDERR_FILENO);
-        execl(CKPTD_PATH_FOR_TEST, "ckptd", "--listen", d.addr, "--data-dir", dir2, (char *)NULL);
+        execl(CKPTD_PATH_FOR_TEST, "ckptd", "--listen", d.addr, "--data-dir", dir2,
+              "--gc-interval-s", "0", (char *)NULL);
         _exit(127);
     }
     int status;

@@ -31,9 +31,12 @@ void ch_start(ch_daemon *d, const char *dir)
 
 void ch_start_args(ch_daemon *d, const char *dir, const char *const *extra)
 {
-    const char *argv[8 + CH_MAX_EXTRA_ARGS] = {"ckptd", "--listen", "127.0.0.1:0",
-                                               "--data-dir", dir, "--log-level", "warn"};
-    size_t argc = 7;
+    /* Retention only when a test asks for it: a periodic run could remove
+     * the old checkpoints a test restores. */
+    const char *argv[10 + CH_MAX_EXTRA_ARGS] = {"ckptd", "--listen", "127.0.0.1:0",
+                                                "--data-dir", dir, "--log-level", "warn",
+                                                "--gc-interval-s", "0"};
+    size_t argc = 9;
     for (size_t i = 0; extra && extra[i]; i++) {
         assert_true(i < CH_MAX_EXTRA_ARGS);
         argv[argc++] = extra[i];

@@ -441,6 +441,41 @@ static void test_gc_keep(void **unused)
     free(dir);
 }
 
+typedef struct parts_left {
+    cpr_rpc *rpc;
+    const char *job;
+    size_t n;
+} parts_left;
+
+static int one_part_left(void *ctx)
+{
+    parts_left *p = ctx;
+    size_t open_parts;
+    int has;
+    return ch_list(p->rpc, p->job, &p->n, 4, &has, &open_parts) == CPR_OK && p->n == 1;
+}
+
+/* Nobody calls Gc: the daemon's periodic retention keeps --retain cuts. */
+static void test_gc_periodic(void **unused)
+{
+    (void)unused;
+    char *dir = tu_mkdtemp("cpr-admin-gc");
+    const char *const periodic[] = {"--retain", "1", "--gc-interval-s", "0.2", NULL};
+    ch_daemon d;
+    cpr_rpc *rpc;
+    ch_start_args(&d, dir, periodic);
+    assert_status(CPR_OK, cpr_rpc_open(d.addr, &rpc));
+    write_history(rpc, "p", 4);
+    parts_left p = {rpc, "p", 0};
+    assert_true(ch_poll(one_part_left, &p, 30.0));
+    assert_status(CPR_OK, restore_as_of(rpc, "p", 4));
+    assert_status(CPR_FAILED_PRECONDITION, restore_as_of(rpc, "p", 3));
+    cpr_rpc_close(rpc);
+    ch_stop(&d);
+    tu_rmtree(dir);
+    free(dir);
+}
+
 static void test_gc_floor(void **unused)
 {
     (void)unused;
@@ -496,6 +531,7 @@ int main(void)
         cmocka_unit_test(test_verify_caps_details),
         cmocka_unit_test(test_gc_keep),
         cmocka_unit_test(test_gc_floor),
+        cmocka_unit_test(test_gc_periodic),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -131,7 +131,8 @@ def read_line(fd, deadline):
 
 
 def start_daemon(ckptd, data_dir, log):
-    proc = subprocess.Popen([ckptd, "--listen", "127.0.0.1:0", "--data-dir", data_dir],
+    proc = subprocess.Popen([ckptd, "--listen", "127.0.0.1:0", "--data-dir", data_dir,
+                             "--gc-interval-s", "0"],
                             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=log,
                             preexec_fn=_die_with_parent)
     line = read_line(proc.stdout.fileno(), time.monotonic() + STARTUP_TIMEOUT_S)

@@ -48,7 +48,7 @@ static cpr_status daemon_start(const char *ckptd, const char *dir, bench_daemon 
         close(fds[0]);
         close(fds[1]);
         execl(ckptd, "ckptd", "--listen", "127.0.0.1:0", "--data-dir", dir, "--log-level",
-              "warn", (char *)NULL);
+              "warn", "--gc-interval-s", "0", (char *)NULL);
         fprintf(stderr, "cpr-bench: cannot run %s: %s\n", ckptd, strerror(errno));
         _exit(127);
     }
