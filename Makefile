@@ -3,9 +3,10 @@
 # Debian 12 machine needs nothing but `make test` (or `make demo`).
 #   make test   build and run the whole suite (ctest)
 #   make asan   the same under AddressSanitizer + UndefinedBehaviorSanitizer
-#   make demo   build and run the store demonstration (see README.md)
-#   make demo-dlrm  the DLRM comparison under injected failures (scripts/demo.sh;
-#               becomes `make demo` once sized to 10 minutes; DATA=/path optional)
+#   make demo   the CPR comparison: a DLRM trained under one injected failure
+#               schedule with full, partial, MFU, SSU and TOPK_NORM recovery
+#               against ckptd (scripts/demo.sh; DATA=/path/to/train.txt optional)
+#   make demo-store  the store against the raw disk (scripts/demo-store.sh)
 #   make bench  full-size store benchmark, JSON on stdout
 BUILD      ?= build
 ASAN_BUILD ?= build-asan
@@ -13,7 +14,7 @@ CPR_CUDA   ?= AUTO
 JOBS       ?= $(shell nproc 2>/dev/null || echo 2)
 CMAKE_ARGS ?=
 
-.PHONY: all deps build test asan demo demo-dlrm bench clean
+.PHONY: all deps build test asan demo demo-store bench clean
 
 all: build
 
@@ -34,10 +35,10 @@ asan: deps
 	  ctest --test-dir $(ASAN_BUILD) --output-on-failure -j $(JOBS)
 
 demo: build
-	@scripts/demo-store.sh $(BUILD)
-
-demo-dlrm: build
 	@scripts/demo.sh $(BUILD) $(DATA)
+
+demo-store: build
+	@scripts/demo-store.sh $(BUILD)
 
 bench: build
 	$(BUILD)/tools/cpr-bench store --json

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: Apache-2.0
-# `make demo` until the trainer issue lands: writes a FULL and a PRIORITY
+# `make demo-store`: writes a FULL and a PRIORITY
 # checkpoint part of a 500k-row embedding table through the real store,
 # restores it, and compares ingest and restore speed with the raw disk
 # measured in the same run. Data lives under ./var/demo and is removed after.
@@ -9,6 +9,4 @@ build=${1:-build}
 mkdir -p var
 dir=$(mktemp -d "$PWD/var/demo.XXXXXX")
 trap 'rm -rf "$dir"' EXIT
-echo "demo: the full CPR demo (DLRM training under injected failures) arrives with the"
-echo "demo: trainer issue; today it shows the checkpoint store against this machine's disk."
 "$build/tools/cpr-bench" store --rows 500000 --dim 64 --dir "$dir"
