@@ -19,6 +19,7 @@
 
 #include "client_internal.h"
 #include "cpr_common.h"
+#include "cpr_rng.h"
 
 #define LOCAL_PREFIX "local://"
 #define GRPC_PREFIX "grpc://"
@@ -160,15 +161,6 @@ static uint64_t fnv1a(uint64_t h, const void *data, size_t len)
     return h;
 }
 
-static uint64_t mix64(uint64_t x) /* splitmix64's finaliser */
-{
-    x ^= x >> 30;
-    x *= 0xbf58476d1ce4e5b9ull;
-    x ^= x >> 27;
-    x *= 0x94d049bb133111ebull;
-    return x ^ (x >> 31);
-}
-
 size_t cpr_client_nodes(const cpr_client *c)
 {
     return c->n_nodes;
@@ -185,7 +177,7 @@ size_t cpr_client_node_of(const cpr_client *c, const char *job, uint32_t shard)
     uint64_t best_score = 0;
     for (size_t i = 0; i < c->n_nodes; i++) {
         const char *name = cpr_node_name(c->nodes[i]);
-        uint64_t score = mix64(key ^ fnv1a(0xcbf29ce484222325ull, name, strlen(name)));
+        uint64_t score = cpr_mix64(key ^ fnv1a(0xcbf29ce484222325ull, name, strlen(name)));
         if (i == 0 || score > best_score) {
             best = i;
             best_score = score;

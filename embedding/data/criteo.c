@@ -64,12 +64,12 @@ struct cpr_criteo_reader {
 
 uint64_t cpr_criteo_hash(uint32_t table, uint32_t value)
 {
-    return data_mix64((((uint64_t)table << 33) | value) ^ HASH_SALT);
+    return cpr_mix64((((uint64_t)table << 33) | value) ^ HASH_SALT);
 }
 
 uint64_t cpr_criteo_hash_missing(uint32_t table)
 {
-    return data_mix64((((uint64_t)table << 33) | MISSING_BIT) ^ HASH_SALT);
+    return cpr_mix64((((uint64_t)table << 33) | MISSING_BIT) ^ HASH_SALT);
 }
 
 /* ---- buffered lines ------------------------------------------------------------- */

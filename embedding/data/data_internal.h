@@ -11,42 +11,20 @@
 
 #include <stdint.h>
 
-/* SplitMix64's finaliser (Stafford's variant 13): a bijection on 64 bits
- * with full avalanche, so structured keys (small table, value) spread. */
-static inline uint64_t data_mix64(uint64_t x)
-{
-    x ^= x >> 30;
-    x *= 0xbf58476d1ce4e5b9ull;
-    x ^= x >> 27;
-    x *= 0x94d049bb133111ebull;
-    x ^= x >> 31;
-    return x;
-}
+#include "cpr_rng.h"
 
-/* The SplitMix64 step: advance *state by the golden gamma and mix. Used to
- * derive independent sub-seeds and to seed xoshiro. */
-static inline uint64_t data_splitmix64(uint64_t *state)
-{
-    *state += 0x9e3779b97f4a7c15ull;
-    return data_mix64(*state);
-}
-
-typedef struct data_rng {
-    uint64_t s[4];
-} data_rng;
-
-void data_rng_seed(data_rng *rng, uint64_t seed);
-uint64_t data_rng_next(data_rng *rng);
+/* The hashes and the xoshiro256** stream come from common/cpr_rng.h
+ * (cpr_mix64, cpr_splitmix64, cpr_rng). */
 /* Uniform in [0, 1) with 53 random bits. */
-double data_rng_uniform(data_rng *rng);
+double data_rng_uniform(cpr_rng *rng);
 /* Standard normal (Box-Muller; one value per call, the pair's twin dropped
  * so the stream does not depend on call parity). */
-double data_rng_normal(data_rng *rng);
+double data_rng_normal(cpr_rng *rng);
 
 /* A deterministic uniform in [-1, 1) from a 64-bit key (no state). */
 static inline double data_hash_unit(uint64_t key)
 {
-    return (double)(data_mix64(key) >> 11) * 0x1p-52 - 1.0;
+    return (double)(cpr_mix64(key) >> 11) * 0x1p-52 - 1.0;
 }
 
 /*
@@ -67,6 +45,6 @@ typedef struct data_zipf {
 
 void data_zipf_init(data_zipf *z, double s, uint64_t n);
 /* A rank in 1..n. */
-uint64_t data_zipf_sample(const data_zipf *z, data_rng *rng);
+uint64_t data_zipf_sample(const data_zipf *z, cpr_rng *rng);
 
 #endif /* CPR_DATA_INTERNAL_H */

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The seeded randomness of the synthetic generator: xoshiro256** (Blackman
- * and Vigna) for the stream, Box-Muller for normals, and a rejection-
+ * and Vigna, common/cpr_rng.h) for the stream, Box-Muller for normals, and a rejection-
  * inversion Zipf sampler. Everything is a pure function of the seed so a
  * generated file can be reproduced byte for byte; the Zipf sampler keeps
  * no per-rank tables so a table of 2^32 ids costs the same as one of 10.
@@ -14,39 +14,12 @@
 #include "cpr_common.h"
 #include "data_internal.h"
 
-void data_rng_seed(data_rng *rng, uint64_t seed)
+double data_rng_uniform(cpr_rng *rng)
 {
-    uint64_t sm = seed;
-    for (int i = 0; i < 4; i++)
-        rng->s[i] = data_splitmix64(&sm);
-    /* SplitMix64 never yields four zero words, so the state is valid. */
+    return (double)(cpr_rng_next(rng) >> 11) * 0x1p-53;
 }
 
-static inline uint64_t rotl(uint64_t x, int k)
-{
-    return (x << k) | (x >> (64 - k));
-}
-
-uint64_t data_rng_next(data_rng *rng)
-{
-    uint64_t *s = rng->s;
-    uint64_t result = rotl(s[1] * 5, 7) * 9;
-    uint64_t t = s[1] << 17;
-    s[2] ^= s[0];
-    s[3] ^= s[1];
-    s[1] ^= s[2];
-    s[0] ^= s[3];
-    s[2] ^= t;
-    s[3] = rotl(s[3], 45);
-    return result;
-}
-
-double data_rng_uniform(data_rng *rng)
-{
-    return (double)(data_rng_next(rng) >> 11) * 0x1p-53;
-}
-
-double data_rng_normal(data_rng *rng)
+double data_rng_normal(cpr_rng *rng)
 {
     double u1 = 1.0 - data_rng_uniform(rng); /* (0, 1]: log is finite */
     double u2 = data_rng_uniform(rng);
@@ -103,7 +76,7 @@ void data_zipf_init(data_zipf *z, double s, uint64_t n)
     z->squeeze = 2.0 - hat_integral_inv(z, hat_integral(z, 2.5) - hat(z, 2.0));
 }
 
-uint64_t data_zipf_sample(const data_zipf *z, data_rng *rng)
+uint64_t data_zipf_sample(const data_zipf *z, cpr_rng *rng)
 {
     if (z->n <= 1.0)
         return 1;
@@ -126,7 +99,7 @@ uint64_t data_zipf_sample(const data_zipf *z, data_rng *rng)
 
 struct cpr_zipf {
     data_zipf zipf;
-    data_rng rng;
+    cpr_rng rng;
 };
 
 cpr_status cpr_zipf_create(double s, uint64_t n, uint64_t seed, cpr_zipf **out)
@@ -142,7 +115,7 @@ cpr_status cpr_zipf_create(double s, uint64_t n, uint64_t seed, cpr_zipf **out)
     if (!z)
         return cpr_fail(CPR_NO_MEMORY, "out of memory for a Zipf stream");
     data_zipf_init(&z->zipf, s, n);
-    data_rng_seed(&z->rng, seed);
+    cpr_rng_seed(&z->rng, seed);
     *out = z;
     return CPR_OK;
 }

@@ -33,7 +33,7 @@
 struct cpr_synth {
     uint32_t tables;
     data_zipf zipf[CPR_CRITEO_SPARSE];
-    data_rng rng;                          /* the row stream */
+    cpr_rng rng;                          /* the row stream */
     uint64_t teacher_key;                  /* keys the hashed embeddings */
     uint32_t scramble_key[CPR_CRITEO_SPARSE][2];
     double table_weight[CPR_CRITEO_SPARSE];
@@ -108,12 +108,12 @@ static double sigmoid(double x)
 
 /* ---- drawing rows ------------------------------------------------------------ */
 
-static void draw_row(const cpr_synth *s, data_rng *rng, synth_row *row)
+static void draw_row(const cpr_synth *s, cpr_rng *rng, synth_row *row)
 {
     row->dense_present = 0;
     for (int d = 0; d < CPR_CRITEO_DENSE; d++) {
         row->dense[d] = 0;
-        if ((data_rng_next(rng) & DENSE_MISSING_MASK) == 0)
+        if ((cpr_rng_next(rng) & DENSE_MISSING_MASK) == 0)
             continue;
         double x = floor(exp(s->dense_mu[d] + s->dense_sigma[d] * data_rng_normal(rng)));
         row->dense[d] = x < DENSE_MAX ? x : DENSE_MAX;
@@ -123,7 +123,7 @@ static void draw_row(const cpr_synth *s, data_rng *rng, synth_row *row)
         row->ids[t] = data_zipf_sample(&s->zipf[t], rng) - 1;
 }
 
-static uint32_t draw_label(const cpr_synth *s, data_rng *rng, const synth_row *row)
+static uint32_t draw_label(const cpr_synth *s, cpr_rng *rng, const synth_row *row)
 {
     double z = (raw_logit(s, row) - s->logit_mean) * s->logit_inv_std * LOGIT_SCALE;
     return data_rng_uniform(rng) < sigmoid(z + s->bias) ? 1u : 0u;
@@ -156,16 +156,16 @@ static cpr_status check_options(const cpr_synth_options *o)
 /* Every hidden parameter, from sub-seeds of the one seed. */
 static void draw_teacher(cpr_synth *s, const cpr_synth_options *o, uint64_t *seeder)
 {
-    data_rng rng;
+    cpr_rng rng;
     double zipf_s = o->zipf_s > 0 ? o->zipf_s : 1.05;
-    data_rng_seed(&rng, data_splitmix64(seeder));
-    s->teacher_key = data_splitmix64(seeder);
+    cpr_rng_seed(&rng, cpr_splitmix64(seeder));
+    s->teacher_key = cpr_splitmix64(seeder);
     for (uint32_t t = 0; t < CPR_CRITEO_SPARSE; t++) {
         uint64_t card = o->cardinality ? o->cardinality : 100000;
         if (o->table_cardinality && t < s->tables)
             card = o->table_cardinality[t];
         data_zipf_init(&s->zipf[t], zipf_s, card);
-        uint64_t key = data_splitmix64(seeder);
+        uint64_t key = cpr_splitmix64(seeder);
         s->scramble_key[t][0] = (uint32_t)key;
         s->scramble_key[t][1] = (uint32_t)(key >> 32);
         s->table_weight[t] = 0.3 + 0.7 * data_rng_uniform(&rng);
@@ -196,10 +196,10 @@ static cpr_status calibrate(cpr_synth *s, double rate, uint64_t seed)
     double *z = malloc(CALIBRATION_ROWS * sizeof *z), sum = 0, sum_sq = 0;
     double lo = -40, hi = 40;
     synth_row row;
-    data_rng rng;
+    cpr_rng rng;
     if (!z)
         return cpr_fail(CPR_NO_MEMORY, "synth: out of memory");
-    data_rng_seed(&rng, seed);
+    cpr_rng_seed(&rng, seed);
     for (size_t i = 0; i < CALIBRATION_ROWS; i++) {
         draw_row(s, &rng, &row);
         z[i] = raw_logit(s, &row);
@@ -243,9 +243,9 @@ cpr_status cpr_synth_create(const cpr_synth_options *opts, cpr_synth **out)
     uint64_t seeder = opts->seed;
     s->tables = opts->tables ? opts->tables : CPR_CRITEO_SPARSE;
     draw_teacher(s, opts, &seeder);
-    data_rng_seed(&s->rng, data_splitmix64(&seeder));
+    cpr_rng_seed(&s->rng, cpr_splitmix64(&seeder));
     st = calibrate(s, opts->positive_rate > 0 ? opts->positive_rate : 0.25,
-                   data_splitmix64(&seeder));
+                   cpr_splitmix64(&seeder));
 out:
     if (st) {
         cpr_synth_destroy(s);

@@ -11,44 +11,10 @@
 
 #include "cpr_common.h"
 #include "cpr_harness.h"
-
-typedef struct fh_rng {
-    uint64_t s[4];
-} fh_rng;
-
-static uint64_t mix64(uint64_t x)
-{
-    x ^= x >> 30;
-    x *= 0xbf58476d1ce4e5b9ull;
-    x ^= x >> 27;
-    x *= 0x94d049bb133111ebull;
-    return x ^ (x >> 31);
-}
-
-static uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
-
-static void rng_seed(fh_rng *r, uint64_t seed)
-{
-    for (int i = 0; i < 4; i++) {
-        seed += 0x9e3779b97f4a7c15ull;
-        r->s[i] = mix64(seed);
-    }
-}
-
-static uint64_t rng_next(fh_rng *r)
-{
-    uint64_t *s = r->s, result = rotl(s[1] * 5, 7) * 9, t = s[1] << 17;
-    s[2] ^= s[0];
-    s[3] ^= s[1];
-    s[1] ^= s[2];
-    s[0] ^= s[3];
-    s[2] ^= t;
-    s[3] = rotl(s[3], 45);
-    return result;
-}
+#include "cpr_rng.h"
 
 /* Uniform in (0, 1]: never 0, so -log(u) is finite. */
-static double rng_unit(fh_rng *r) { return (double)((rng_next(r) >> 11) + 1) * 0x1.0p-53; }
+static double rng_unit(cpr_rng *r) { return (double)((cpr_rng_next(r) >> 11) + 1) * 0x1.0p-53; }
 
 static cpr_status check(const fh_schedule_config *c)
 {
@@ -64,7 +30,7 @@ static cpr_status check(const fh_schedule_config *c)
 }
 
 /* One inter-arrival time in steps (inverse CDF of the distribution). */
-static double draw_gap(const fh_schedule_config *c, fh_rng *r)
+static double draw_gap(const fh_schedule_config *c, cpr_rng *r)
 {
     double e = -log(rng_unit(r)); /* Exp(1) */
     if (c->distribution == FH_EXPONENTIAL)
@@ -80,8 +46,8 @@ cpr_status fh_schedule_make(const fh_schedule_config *config, fh_failure **out, 
     cpr_status st = check(config);
     if (st)
         return st;
-    fh_rng rng;
-    rng_seed(&rng, config->seed ^ 0x6661696c75726573ull); /* "failures" */
+    cpr_rng rng;
+    cpr_rng_seed(&rng, config->seed ^ 0x6661696c75726573ull); /* "failures" */
     fh_failure *list = NULL;
     size_t count = 0, cap = 0;
     double t = 0;
@@ -102,7 +68,7 @@ cpr_status fh_schedule_make(const fh_schedule_config *config, fh_failure **out, 
             list = grown;
         }
         list[count].step = step;
-        list[count].shard = (uint32_t)(rng_next(&rng) % config->num_shards);
+        list[count].shard = (uint32_t)(cpr_rng_next(&rng) % config->num_shards);
         count++;
         last = step;
     }

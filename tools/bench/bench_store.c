@@ -17,30 +17,20 @@
 #include "cpr/crc32c.h"
 #include "cpr/store.h"
 #include "cpr_common.h"
-
-/* splitmix64's finaliser: a cheap, well-mixed hash of a row id. */
-static uint64_t mix64(uint64_t x)
-{
-    x ^= x >> 30;
-    x *= 0xBF58476D1CE4E5B9ull;
-    x ^= x >> 27;
-    x *= 0x94D049BB133111EBull;
-    x ^= x >> 31;
-    return x;
-}
+#include "cpr_rng.h"
 
 /* Element 0 of row `id` as written at checkpoint `ckpt`: an integer below
  * 2^24, so it is exact as a float and distinct between the two versions. */
 static float row_tag(uint64_t id, uint64_t ckpt)
 {
-    return (float)(mix64(id * 4 + ckpt) >> 40);
+    return (float)(cpr_mix64(id * 4 + ckpt) >> 40);
 }
 
 /* The PRIORITY part is a pseudo-random 1-in-8 subset, in ascending order;
  * row 0 is always in it so that the part is never empty. */
 int bench_in_priority(uint64_t id)
 {
-    return id == 0 || mix64(id ^ 0x5bd1e995u) % PRIORITY_ONE_IN == 0;
+    return id == 0 || cpr_mix64(id ^ 0x5bd1e995u) % PRIORITY_ONE_IN == 0;
 }
 
 static void fill_noise(float *out, size_t n, uint64_t seed)
