@@ -439,17 +439,12 @@ static cpr_status prepare(cpr_store *store, restore_shared *sh, cpr_table_schema
         (*tables)[i] = *t;
     }
     *n_tables = n;
-    /* GC publishes a new floor under store->mu before deleting anything, so
-     * a snapshot taken here still holds every version this restore needs. */
+    /* GC publishes a new floor under store->mu before the retention filter
+     * may drop anything below it, and the filter ignores snapshots: so the
+     * iterators are made here, in the critical section that checked as_of
+     * against the floor. They pin the files they read (retention_filter.h
+     * F3); the snapshot hides commits that come later. */
     sh->snap = rocksdb_create_snapshot(store->db);
-    return CPR_OK;
-}
-
-/* ---- workers: start, consume, stop ------------------------------------------ */
-
-static cpr_status start_workers(cpr_store *store, restore_shared *sh, uint32_t max_dim,
-                                uint32_t max_sdim)
-{
     /* Scans read ahead in large steps and stay out of the block cache. */
     sh->ro = rocksdb_readoptions_create();
     rocksdb_readoptions_set_verify_checksums(sh->ro, 1);
@@ -459,6 +454,16 @@ static cpr_status start_workers(cpr_store *store, restore_shared *sh, uint32_t m
     sh->upper[0] = 'R';
     cpr_put_be32(sh->upper + 1, sh->job_id + 1);
     rocksdb_readoptions_set_iterate_upper_bound(sh->ro, (const char *)sh->upper, sizeof sh->upper);
+    for (unsigned i = 0; i < sh->n_workers; i++)
+        sh->workers[i].it = rocksdb_create_iterator(store->db, sh->ro);
+    return CPR_OK;
+}
+
+/* ---- workers: start, consume, stop ------------------------------------------ */
+
+static cpr_status start_workers(restore_shared *sh, uint32_t max_dim,
+                                uint32_t max_sdim)
+{
     for (unsigned i = 0; i < sh->n_workers; i++) {
         worker *w = &sh->workers[i];
         w->sh = sh;
@@ -473,7 +478,6 @@ static cpr_status start_workers(cpr_store *store, restore_shared *sh, uint32_t m
             if (!w->ring[s].ids || !w->ring[s].values || !w->ring[s].state)
                 return cpr_fail(CPR_NO_MEMORY, "out of memory for restore batches");
         }
-        w->it = rocksdb_create_iterator(store->db, sh->ro);
     }
     for (unsigned i = 0; i < sh->n_workers; i++) {
         if (pthread_create(&sh->workers[i].thread, NULL, worker_main, &sh->workers[i]) != 0)
@@ -534,8 +538,6 @@ static void stop_workers(cpr_store *store, restore_shared *sh)
         worker *w = &sh->workers[i];
         if (w->started)
             pthread_join(w->thread, NULL);
-        if (w->it)
-            rocksdb_iter_destroy(w->it);
         for (int s = 0; s < RING_SLOTS; s++) {
             free(w->ring[s].ids);
             free(w->ring[s].values);
@@ -546,6 +548,11 @@ static void stop_workers(cpr_store *store, restore_shared *sh)
             pthread_cond_destroy(&w->not_empty);
         }
     }
+    /* prepare made one per worker before the count could shrink to the
+     * number of segments */
+    for (unsigned i = 0; i < MAX_WORKERS; i++)
+        if (sh->workers[i].it)
+            rocksdb_iter_destroy(sh->workers[i].it);
     if (sh->ro)
         rocksdb_readoptions_destroy(sh->ro);
     if (sh->snap)
@@ -627,7 +634,7 @@ cpr_status cpr_store_restore(cpr_store *store, const cpr_restore_query *q, cpr_r
     if (st == CPR_OK && sh.n_segs < sh.n_workers)
         sh.n_workers = sh.n_segs ? (unsigned)sh.n_segs : 1;
     if (st == CPR_OK)
-        st = start_workers(store, &sh, max_dim, max_sdim);
+        st = start_workers(&sh, max_dim, max_sdim);
     if (st == CPR_OK)
         st = consume(&sh, fn, ctx, &res);
 out:

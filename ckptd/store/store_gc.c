@@ -10,15 +10,22 @@
  * that computed the cut over every store holding the job) instead of chosen
  * from this store's cuts; only choose_floor differs.
  *
+ * Unneeded row versions are not deleted one by one (a tombstone per
+ * version, as many as the data, then a rewrite to drop both): they are left
+ * to the retention compaction filter (retention_filter.h, F1-F4), which
+ * drops them while RocksDB rewrites files. Periodic retention
+ * (cpr_store_gc_lazy) stops there and lets RocksDB's own compactions, which
+ * new checkpoints keep triggering, reclaim the space; an explicit GC
+ * compacts the job's range so that the space is returned before it answers.
+ *
  * Order, so that a crash at any point leaves every retained state intact:
  *   G1. persist the floor F (synced write), and publish it in memory under
  *       store->mu: from then on nothing below F can be restored, so no
  *       reader depends on the versions about to go (restores already running
- *       read from their own snapshot);
- *   G2. delete unneeded row versions (batched writes, last one synced);
- *   G3. delete the part records below F, then their blob directories
+ *       hold iterators that pin their files, F3); then give F to the filter;
+ *   G2. delete the part records below F, then their blob directories
  *       (a directory left by a crash here has no record: swept, S2);
- *   G4. compact the job's key range so the space is really returned.
+ *   G3. explicit GC only: compact the job's key range.
  * A crash between steps only leaves garbage that the next GC removes.
  */
 #include <stdio.h>
@@ -27,8 +34,6 @@
 
 #include "cpr/crc32c.h"
 #include "store_internal.h"
-
-#define DELETE_BATCH 65536
 
 typedef struct gc_job {
     uint32_t job_id;
@@ -57,60 +62,10 @@ static cpr_status flush_deletes(cpr_store *store, rocksdb_writebatch_t *wb, int 
     rocksdb_write(store->db, wo, wb, &err);
     rocksdb_writeoptions_destroy(wo);
     rocksdb_writebatch_clear(wb);
-    return err ? cpr_rocks_error(err, "deleting reclaimed versions") : CPR_OK;
+    return err ? cpr_rocks_error(err, "deleting reclaimed part records") : CPR_OK;
 }
 
-/* G2: walk every row version of the job, newest first within each row. */
-static cpr_status delete_versions(cpr_store *store, const gc_job *g, uint64_t *removed)
-{
-    unsigned char lower[5] = {'R'}, upper[5] = {'R'};
-    cpr_put_be32(lower + 1, g->job_id);
-    cpr_put_be32(upper + 1, g->job_id + 1);
-    rocksdb_readoptions_t *ro = rocksdb_readoptions_create();
-    rocksdb_readoptions_set_fill_cache(ro, 0);
-    rocksdb_readoptions_set_iterate_upper_bound(ro, (const char *)upper, sizeof upper);
-    rocksdb_iterator_t *it = rocksdb_create_iterator(store->db, ro);
-    rocksdb_writebatch_t *wb = rocksdb_writebatch_create();
-    cpr_status st = CPR_OK;
-    cpr_row_key prev = {0}, k;
-    int have_prev = 0, kept_at_or_below_floor = 0;
-
-    for (rocksdb_iter_seek(it, (const char *)lower, sizeof lower);
-         st == CPR_OK && rocksdb_iter_valid(it); rocksdb_iter_next(it)) {
-        size_t klen;
-        const char *key = rocksdb_iter_key(it, &klen);
-        if (cpr_key_row_parse(key, klen, &k) != 0)
-            continue;
-        if (!have_prev || k.table != prev.table || k.row != prev.row)
-            kept_at_or_below_floor = 0;
-        have_prev = 1;
-        prev = k;
-        if (k.checkpoint > g->floor)
-            continue;
-        if (!kept_at_or_below_floor) { /* r's newest version <= F: needed */
-            kept_at_or_below_floor = 1;
-            continue;
-        }
-        rocksdb_writebatch_delete(wb, key, klen);
-        (*removed)++;
-        if (rocksdb_writebatch_count(wb) >= DELETE_BATCH)
-            st = flush_deletes(store, wb, 0);
-    }
-    char *err = NULL;
-    rocksdb_iter_get_error(it, &err);
-    if (st == CPR_OK && err)
-        st = cpr_rocks_error(err, "scanning versions for retention");
-    else if (err)
-        rocksdb_free(err);
-    if (st == CPR_OK)
-        st = flush_deletes(store, wb, 1);
-    rocksdb_writebatch_destroy(wb);
-    rocksdb_iter_destroy(it);
-    rocksdb_readoptions_destroy(ro);
-    return st;
-}
-
-/* G3: every part record below the floor (scanned, not taken from the
+/* G2: every part record below the floor (scanned, not taken from the
  * catalog, so that records a crashed GC left behind go too), then their
  * blob directories. */
 static cpr_status delete_parts(cpr_store *store, const gc_job *g, uint64_t *removed)
@@ -173,7 +128,7 @@ static void compact_range(cpr_store *store, char type, uint32_t job_id)
     rocksdb_compactoptions_destroy(co);
 }
 
-/* G4: only this job's part records and rows. */
+/* G3: only this job's part records and rows; the filter drops versions. */
 static void compact_job(cpr_store *store, uint32_t job_id)
 {
     compact_range(store, 'M', job_id);
@@ -246,42 +201,46 @@ static cpr_status plan_job(cpr_store *store, cpr_job *job, const gc_goal *goal, 
         g->floor = floor;
         job->floor = floor;
         cpr_job_drop_below(job, floor);
+        cpr_floors_set(&store->floors, job->id, floor); /* F2: durable and published */
     }
     return st;
 }
 
 static cpr_status gc_one(cpr_store *store, cpr_job *job, const gc_goal *goal,
-                         cpr_gc_report *rep)
+                         int explicit_run, cpr_gc_report *rep)
 {
     gc_job g;
     pthread_mutex_lock(&store->commit_mu);
     pthread_mutex_lock(&store->mu);
     cpr_status st = plan_job(store, job, goal, &g);
+    /* An explicit GC also returns what lazy runs left to compaction. */
+    int pending = job->reclaim_pending;
+    int reclaim = st == CPR_OK && explicit_run && (g.floor || pending);
     pthread_mutex_unlock(&store->mu);
     pthread_mutex_unlock(&store->commit_mu);
-    if (st == CPR_OK && g.floor) {
-        st = delete_versions(store, &g, &rep->versions_removed);
-        if (st == CPR_OK)
-            st = delete_parts(store, &g, &rep->parts_removed);
-        if (st == CPR_OK) {
-            compact_job(store, g.job_id);
-            pthread_mutex_lock(&store->mu);
-            job->stale_below_floor = 0;
-            pthread_mutex_unlock(&store->mu);
-        }
-    }
+    if (st == CPR_OK && g.floor)
+        st = delete_parts(store, &g, &rep->parts_removed);
+    if (st == CPR_OK && reclaim)
+        compact_job(store, job->id);
     pthread_mutex_lock(&store->mu);
+    if (st == CPR_OK && g.floor)
+        job->stale_below_floor = 0;
+    if (st == CPR_OK && (g.floor || reclaim))
+        job->reclaim_pending = !reclaim;
     rep->floor = job->floor;
     pthread_mutex_unlock(&store->mu);
     return st;
 }
 
-/* One run over `job_name` (NULL: every job), arguments already checked. */
+/* One run over `job_name` (NULL: every job), arguments already checked.
+ * versions_removed counts what the filter dropped meanwhile: this run's
+ * compactions and any RocksDB ran on its own. */
 static cpr_status gc_run(cpr_store *store, const char *job_name, const gc_goal *goal,
-                         cpr_gc_report *report)
+                         int explicit_run, cpr_gc_report *report)
 {
     cpr_gc_report rep = {0};
     cpr_status st = CPR_OK;
+    uint64_t dropped_before = atomic_load(&store->floors.dropped);
     rep.bytes_before = cpr_tree_bytes(store->dir);
     pthread_mutex_lock(&store->mu);
     rep.uncommitted_removed = cpr_store_sweep(store);
@@ -298,10 +257,11 @@ static cpr_status gc_run(cpr_store *store, const char *job_name, const gc_goal *
     else if (job_name && !only)
         st = cpr_fail(CPR_NOT_FOUND, "job %s has no parts", job_name);
     for (size_t i = 0; st == CPR_OK && i < (only ? 1 : n_jobs); i++)
-        st = gc_one(store, only ? only : jobs[i], goal, &rep);
+        st = gc_one(store, only ? only : jobs[i], goal, explicit_run, &rep);
     free(jobs);
-    if (st == CPR_OK)
+    if (st == CPR_OK && explicit_run)
         rocksdb_compact_range(store->db, "J", 1, "K", 1);
+    rep.versions_removed = atomic_load(&store->floors.dropped) - dropped_before;
     rep.bytes_after = cpr_tree_bytes(store->dir);
     if (st == CPR_OK && report)
         *report = rep;
@@ -318,7 +278,13 @@ cpr_status cpr_store_gc(cpr_store *store, const char *job_name, uint32_t keep,
                       goal.keep);
     if (st)
         return cpr_store_count(store, st);
-    return gc_run(store, job_name, &goal, report);
+    return gc_run(store, job_name, &goal, 1, report);
+}
+
+cpr_status cpr_store_gc_lazy(cpr_store *store, cpr_gc_report *report)
+{
+    gc_goal goal = {.keep = store->opts.retain_cuts};
+    return gc_run(store, NULL, &goal, 0, report);
 }
 
 cpr_status cpr_store_gc_floor(cpr_store *store, const char *job_name, uint64_t floor,
@@ -331,7 +297,7 @@ cpr_status cpr_store_gc_floor(cpr_store *store, const char *job_name, uint64_t f
                       "the consistent cut to keep (or use cpr_store_gc)", job_name);
     if (st)
         return cpr_store_count(store, st);
-    return gc_run(store, job_name, &goal, report);
+    return gc_run(store, job_name, &goal, 1, report);
 }
 
 /* ---- verify ---------------------------------------------------------------- */

@@ -54,6 +54,7 @@
 #include "keys.h"
 #include "lanes.h"
 #include "meta.h"
+#include "retention_filter.h"
 
 typedef struct open_blob {
     char name[CPR_NAME_MAX + 1];
@@ -110,6 +111,7 @@ struct cpr_store {
     size_t n_damaged;
     pthread_mutex_t commit_mu;   /* commit order per shard vs. each other and GC */
     pthread_mutex_t recovery_mu; /* recovery records' compare-and-set (S6) */
+    cpr_floors floors;           /* the compaction filter's view of job floors */
     _Atomic uint64_t staging_seq;/* makes every begin's staging directory unique */
     _Atomic uint64_t rows_in, bytes_in, rows_out, bytes_out;
     _Atomic uint64_t errors[CPR_STATUS_COUNT_];

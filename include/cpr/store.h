@@ -277,7 +277,7 @@ cpr_status cpr_store_read_blob(cpr_store *store, const cpr_part_id *id,
 typedef struct cpr_gc_report {
     uint64_t floor;              /* oldest restorable checkpoint id afterwards */
     uint64_t parts_removed;      /* committed parts no retained state needs */
-    uint64_t versions_removed;   /* row versions deleted */
+    uint64_t versions_removed;   /* row versions dropped while the run lasted */
     uint64_t uncommitted_removed;/* leftovers of crashed writers */
     uint64_t bytes_before;       /* store size on disk before and after */
     uint64_t bytes_after;
@@ -292,6 +292,16 @@ typedef struct cpr_gc_report {
  */
 cpr_status cpr_store_gc(cpr_store *store, const char *job, uint32_t keep,
                         cpr_gc_report *report);
+
+/*
+ * Periodic retention, as ckptd runs it between checkpoints: raise every
+ * job's floor as cpr_store_gc with keep 0 would and delete the part records
+ * and blobs below it, but rewrite nothing now. The row versions below the
+ * floor are dropped as RocksDB compacts the files holding them, which new
+ * checkpoints keep causing; an explicit cpr_store_gc returns the space at
+ * once. Cheap whatever the size of the store (no scan of row versions).
+ */
+cpr_status cpr_store_gc_lazy(cpr_store *store, cpr_gc_report *report);
 
 /*
  * Retention for `job` with the floor chosen by the caller instead of

@@ -323,6 +323,18 @@ static void free_states(tu_rows *recorded)
         tu_rows_free(&recorded[c]);
 }
 
+/* The store holds exactly the model's row versions, no more: what an
+ * explicit GC's compaction leaves (verify visits every stored version). */
+static void assert_versions_stored(cpr_store *store, const model *m)
+{
+    uint64_t want = 0;
+    for (uint64_t r = 0; r < ROWS; r++)
+        want += (uint64_t)__builtin_popcount(m->versions[r]) * N_TABLES;
+    cpr_verify_report rep = { 0 };
+    assert_status(CPR_OK, cpr_store_verify(store, JOB, NULL, NULL, &rep));
+    assert_int_equal(rep.rows_checked, want);
+}
+
 /* keep > 0: cpr_store_gc(keep); keep == 0 and floor > 0: cpr_store_gc_floor. */
 static void gc_and_check_floor(cpr_store *store, model *m, uint32_t keep, uint64_t floor,
                                uint64_t want_floor)
@@ -344,6 +356,7 @@ static void gc_and_check_floor(cpr_store *store, model *m, uint32_t keep, uint64
     assert_int_equal(rep.versions_removed, versions);
     assert_true(versions > 0 && parts > 0);
     assert_true(rep.bytes_after < rep.bytes_before);
+    assert_versions_stored(store, m);
 }
 
 static void gc_and_check(cpr_store *store, model *m, uint32_t keep, uint64_t want_floor)
@@ -564,6 +577,108 @@ static void test_gc_reclaims_crash_leftover(void **state)
     free(dir);
 }
 
+/* Periodic retention (cpr_store_gc_lazy): floors and part records move at
+ * once, retained states restore exactly, versions wait for a compaction;
+ * a later explicit GC at the same floor returns them. */
+static void test_gc_lazy(void **state)
+{
+    (void)state;
+    char *dir = tu_mkdtemp("cpr-retention");
+    cpr_store *store = NULL;
+    model m = { 0 };
+    tu_rows recorded[MAX_CKPT + 1] = { { 0 } };
+    cpr_gc_report rep = { 0 };
+    uint64_t versions = 0, parts = 0;
+    assert_status(CPR_OK, cpr_store_open(dir, NULL, &store)); /* retain 2 cuts */
+    for (uint64_t c = 1; c <= 10; c++)
+        write_ckpt(store, &m, c);
+    record_states(store, &m, recorded);
+
+    assert_status(CPR_OK, cpr_store_gc_lazy(store, &rep));
+    model_gc(&m, 7, &versions, &parts); /* cuts 1 3 5 7 9 */
+    print_message("  lazy gc: floor %" PRIu64 ", parts %" PRIu64 ", versions dropped "
+                  "meanwhile %" PRIu64 " of %" PRIu64 "\n", rep.floor, rep.parts_removed,
+                  rep.versions_removed, versions);
+    assert_int_equal(rep.floor, 7);
+    assert_int_equal(rep.parts_removed, parts);
+    assert_true(rep.versions_removed <= versions);
+    assert_store_model(store, &m, recorded);
+
+    uint64_t dropped_lazily = rep.versions_removed;
+    assert_status(CPR_OK, cpr_store_gc(store, JOB, 2, &rep));
+    assert_int_equal(rep.floor, 7);
+    assert_int_equal(rep.parts_removed, 0);
+    assert_true(dropped_lazily + rep.versions_removed <= versions);
+    assert_versions_stored(store, &m);
+    assert_store_model(store, &m, recorded);
+    cpr_store_close(store);
+    assert_status(CPR_OK, cpr_store_open(dir, NULL, &store));
+    assert_store_model(store, &m, recorded);
+    cpr_store_close(store);
+    free_states(recorded);
+    tu_rmtree(dir);
+    free(dir);
+}
+
+/* A restore that is running when GC raises the floor above its checkpoint
+ * and compacts (the filter ignores snapshots) still returns exactly its
+ * state: its iterators pin the files it reads (retention_filter.h F3). */
+typedef struct gc_midway {
+    cpr_store *store;
+    tu_rows rows;
+    int gc_done;
+    cpr_gc_report rep;
+} gc_midway;
+
+static cpr_status collect_then_gc(void *ctx, const cpr_row_batch *batch)
+{
+    gc_midway *g = ctx;
+    cpr_status st = tu_collect(&g->rows, batch);
+    if (st == CPR_OK && !g->gc_done) {
+        g->gc_done = 1;
+        st = cpr_store_gc(g->store, JOB, 1, &g->rep);
+    }
+    return st;
+}
+
+static void test_gc_during_restore(void **state)
+{
+    (void)state;
+    char *dir = tu_mkdtemp("cpr-retention");
+    model m = { 0 };
+    tu_rows recorded[MAX_CKPT + 1] = { { 0 } };
+    gc_midway g = { 0 };
+    assert_status(CPR_OK, cpr_store_open(dir, NULL, &g.store));
+    for (uint64_t c = 1; c <= 10; c++)
+        write_ckpt(g.store, &m, c);
+    record_states(g.store, &m, recorded);
+
+    /* One row per batch: the workers are far from done when GC runs. */
+    cpr_restore_query q = { .job = JOB, .as_of = 3, .batch_rows = 1 };
+    cpr_restore_result res = { 0 };
+    assert_status(CPR_OK, cpr_store_restore(g.store, &q, collect_then_gc, &g, &res));
+    assert_true(g.gc_done);
+    print_message("  gc during a restore as of 3: floor %" PRIu64 ", versions %" PRIu64
+                  ", restored %zu rows\n", g.rep.floor, g.rep.versions_removed, g.rows.n);
+    assert_int_equal(g.rep.floor, 9);
+    assert_true(g.rep.versions_removed > 0);
+    assert_int_equal(res.as_of, 3);
+    assert_rows_equal(&g.rows, &recorded[3]);
+    tu_rows after;
+    assert_status(CPR_FAILED_PRECONDITION, restore_rows(g.store, 3, 0, &after));
+    tu_rows_free(&after);
+    uint64_t versions = 0, parts = 0;
+    model_gc(&m, 9, &versions, &parts);
+    assert_int_equal(g.rep.versions_removed, versions);
+    assert_versions_stored(g.store, &m);
+    assert_store_model(g.store, &m, recorded);
+    tu_rows_free(&g.rows);
+    cpr_store_close(g.store);
+    free_states(recorded);
+    tu_rmtree(dir);
+    free(dir);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -572,6 +687,8 @@ int main(void)
         cmocka_unit_test(test_gc_fewer_cuts_than_keep),
         cmocka_unit_test(test_gc_default_keep),
         cmocka_unit_test(test_gc_given_floor),
+        cmocka_unit_test(test_gc_lazy),
+        cmocka_unit_test(test_gc_during_restore),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
