@@ -4,7 +4,7 @@
  * for the idle timeout (cpr_store_abort_idle), so that a client which dies
  * between Begin and Commit (before its stream even opens, where no broken
  * stream can tell) does not leave its part open until the daemon restarts.
- * The same thread runs retention (cpr_store_gc of every job, keeping the
+ * The same thread runs retention (cpr_store_gc_lazy: every job keeps the
  * store's retain_cuts) every gc_interval_s, so row versions do not pile up
  * when no operator calls Gc: every restore steps over all of a row's
  * versions, and with tens of FULL parts kept that dominates its cost.

@@ -430,11 +430,11 @@ static void h_gc(call_ctx *c)
     if (st == CPR_OK) {
         st = run_gc(c->srv->store, &g, &rep);
         if (st == CPR_OK)
-            cpr_log(CPR_LOG_INFO, "gc of %s: floor %llu, %llu parts, %llu versions and %llu "
-                    "leftovers removed", g.job ? g.job : "every job",
+            cpr_log(CPR_LOG_INFO, "gc of %s: floor %llu, %llu parts and %llu leftovers removed, "
+                    "%llu row versions dropped meanwhile", g.job ? g.job : "every job",
                     (unsigned long long)rep.floor, (unsigned long long)rep.parts_removed,
-                    (unsigned long long)rep.versions_removed,
-                    (unsigned long long)rep.uncommitted_removed);
+                    (unsigned long long)rep.uncommitted_removed,
+                    (unsigned long long)rep.versions_removed);
         cpr_wire_gc_release(&g);
     }
     if (st == CPR_OK)

@@ -10,8 +10,7 @@
  * *chunks* of about CPR_LANE_CHUNK_BYTES; each chunk becomes one SST file,
  * written by one lane, and successive chunks go to successive lanes, so the
  * lanes work in parallel while every file still covers a contiguous key
- * range (non-overlapping files are placed below L0 by ingestion and read
- * sequentially by restores). A batch that does not start above every key
+ * range (read sequentially by restores). A batch that does not start above every key
  * before it starts a new chunk as well. cpr_lanes_finish returns the files in
  * chunk order, the order in which they must be ingested, so that a key
  * written twice keeps its later copy.

@@ -219,6 +219,7 @@ static void load_floor(cpr_store *store, cpr_job *job)
     if (val && vlen == 8) {
         job->floor = cpr_get_be64((const unsigned char *)val);
         cpr_floors_set(&store->floors, job->id, job->floor); /* durable: F2 */
+        job->reclaim_pending = 1; /* lazy runs may have left versions behind */
     }
     rocksdb_free(val);
 }
@@ -322,8 +323,8 @@ static void setup_rocks_options(cpr_store *store)
      * newest data down but never the oldest levels of a small job, so stale
      * versions stayed in the read path for good (a restore steps over each
      * one) and every level was rewritten over and over. Universal merges
-     * similar-sized runs and, once the files pass 3x the newest run's size,
-     * all of them, which is when the retention filter drops what no kept
+     * similar-sized runs and, once the newer runs add up to twice the oldest
+     * (largest) one, all of them, which is when the retention filter drops what no kept
      * state needs. Measured with cpr-dlrm's full policy (docs/performance.md):
      * full restores of 1.3 M rows went from 4-21 s to 1.5-4 s. The cost is
      * the usual one of tiering: a full merge needs up to twice the space. */

@@ -25,7 +25,8 @@
  *       hold iterators that pin their files, F3); then give F to the filter;
  *   G2. delete the part records below F, then their blob directories
  *       (a directory left by a crash here has no record: swept, S2);
- *   G3. explicit GC only: compact the job's key range.
+ *   G3. explicit GC only: compact (under universal compaction RocksDB
+ *       compacts every file whatever the range, so once per run).
  * A crash between steps only leaves garbage that the next GC removes.
  */
 #include <stdio.h>
@@ -47,8 +48,13 @@ static cpr_status write_floor(cpr_store *store, uint32_t job_id, uint64_t floor)
     char *err = NULL;
     cpr_key_floor(key, job_id);
     cpr_put_be64(val, floor);
-    rocksdb_put(store->db, store->sync_write, (const char *)key, sizeof key,
-                (const char *)val, sizeof val, &err);
+    /* Synced even under no_sync: the filter's drops become durable through
+     * RocksDB's synced MANIFEST, so the floor must be durable first (F2). */
+    rocksdb_writeoptions_t *wo = rocksdb_writeoptions_create();
+    rocksdb_writeoptions_set_sync(wo, 1);
+    rocksdb_put(store->db, wo, (const char *)key, sizeof key, (const char *)val, sizeof val,
+                &err);
+    rocksdb_writeoptions_destroy(wo);
     return err ? cpr_rocks_error(err, "recording the retention floor") : CPR_OK;
 }
 
@@ -116,23 +122,16 @@ static cpr_status delete_parts(cpr_store *store, const gc_job *g, uint64_t *remo
     return st;
 }
 
-static void compact_range(cpr_store *store, char type, uint32_t job_id)
+/* G3: one compaction of everything. Under universal compaction RocksDB
+ * compacts every file whatever range is asked for, so one call per run
+ * (not per job) is the least it can cost; the filter drops the versions of
+ * every job with a raised floor, and the deleted part records go too. */
+static void compact_all(cpr_store *store)
 {
-    unsigned char begin[5] = {(unsigned char)type}, end[5] = {(unsigned char)type};
-    cpr_put_be32(begin + 1, job_id);
-    cpr_put_be32(end + 1, job_id + 1);
     rocksdb_compactoptions_t *co = rocksdb_compactoptions_create();
     rocksdb_compactoptions_set_bottommost_level_compaction(co, 1 /* kForce */);
-    rocksdb_compact_range_opt(store->db, co, (const char *)begin, sizeof begin,
-                              (const char *)end, sizeof end);
+    rocksdb_compact_range_opt(store->db, co, NULL, 0, NULL, 0);
     rocksdb_compactoptions_destroy(co);
-}
-
-/* G3: only this job's part records and rows; the filter drops versions. */
-static void compact_job(cpr_store *store, uint32_t job_id)
-{
-    compact_range(store, 'M', job_id);
-    compact_range(store, 'R', job_id);
 }
 
 /* What a run asks for: keep `keep` cuts, or (floor > 0) exactly that floor. */
@@ -206,35 +205,37 @@ static cpr_status plan_job(cpr_store *store, cpr_job *job, const gc_goal *goal, 
     return st;
 }
 
+/* G1 and G2 for one job; *reclaim: it has versions for G3 to drop. */
 static cpr_status gc_one(cpr_store *store, cpr_job *job, const gc_goal *goal,
-                         int explicit_run, cpr_gc_report *rep)
+                         int explicit_run, int *reclaim, cpr_gc_report *rep)
 {
     gc_job g;
     pthread_mutex_lock(&store->commit_mu);
     pthread_mutex_lock(&store->mu);
     cpr_status st = plan_job(store, job, goal, &g);
-    /* An explicit GC also returns what lazy runs left to compaction. */
-    int pending = job->reclaim_pending;
-    int reclaim = st == CPR_OK && explicit_run && (g.floor || pending);
+    if (st == CPR_OK) {
+        /* An explicit run takes over what lazy runs (or a reopen) left to
+         * compaction; a lazy run that raises the floor later sets it again. */
+        int pending = (g.floor != 0) | job->reclaim_pending;
+        *reclaim |= explicit_run && pending;
+        job->reclaim_pending = !explicit_run && pending;
+    }
     pthread_mutex_unlock(&store->mu);
     pthread_mutex_unlock(&store->commit_mu);
     if (st == CPR_OK && g.floor)
         st = delete_parts(store, &g, &rep->parts_removed);
-    if (st == CPR_OK && reclaim)
-        compact_job(store, job->id);
     pthread_mutex_lock(&store->mu);
     if (st == CPR_OK && g.floor)
         job->stale_below_floor = 0;
-    if (st == CPR_OK && (g.floor || reclaim))
-        job->reclaim_pending = !reclaim;
     rep->floor = job->floor;
     pthread_mutex_unlock(&store->mu);
     return st;
 }
 
 /* One run over `job_name` (NULL: every job), arguments already checked.
- * versions_removed counts what the filter dropped meanwhile: this run's
- * compactions and any RocksDB ran on its own. */
+ * versions_removed counts what the filter dropped meanwhile, for every job:
+ * this run's compaction and any RocksDB ran on its own (and a compaction
+ * that failed after filtering counts again when it is redone). */
 static cpr_status gc_run(cpr_store *store, const char *job_name, const gc_goal *goal,
                          int explicit_run, cpr_gc_report *report)
 {
@@ -256,11 +257,12 @@ static cpr_status gc_run(cpr_store *store, const char *job_name, const gc_goal *
         st = cpr_fail(CPR_NO_MEMORY, "out of memory for retention");
     else if (job_name && !only)
         st = cpr_fail(CPR_NOT_FOUND, "job %s has no parts", job_name);
+    int reclaim = 0;
     for (size_t i = 0; st == CPR_OK && i < (only ? 1 : n_jobs); i++)
-        st = gc_one(store, only ? only : jobs[i], goal, explicit_run, &rep);
+        st = gc_one(store, only ? only : jobs[i], goal, explicit_run, &reclaim, &rep);
     free(jobs);
-    if (st == CPR_OK && explicit_run)
-        rocksdb_compact_range(store->db, "J", 1, "K", 1);
+    if (st == CPR_OK && reclaim)
+        compact_all(store);
     rep.versions_removed = atomic_load(&store->floors.dropped) - dropped_before;
     rep.bytes_after = cpr_tree_bytes(store->dir);
     if (st == CPR_OK && report)

@@ -277,7 +277,8 @@ cpr_status cpr_store_read_blob(cpr_store *store, const cpr_part_id *id,
 typedef struct cpr_gc_report {
     uint64_t floor;              /* oldest restorable checkpoint id afterwards */
     uint64_t parts_removed;      /* committed parts no retained state needs */
-    uint64_t versions_removed;   /* row versions dropped while the run lasted */
+    uint64_t versions_removed;   /* row versions (of any job) dropped while the
+                                    run lasted, by its compaction or RocksDB's */
     uint64_t uncommitted_removed;/* leftovers of crashed writers */
     uint64_t bytes_before;       /* store size on disk before and after */
     uint64_t bytes_after;
