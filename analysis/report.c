@@ -37,6 +37,7 @@ typedef struct run_log {
     uint32_t shards;
     double fraction;                   /* rows a prioritized save takes; 1 otherwise */
     double compute_s;                  /* failure-free time: the job's T_total */
+    double wall_s;                     /* the whole run, end to end */
     double *loss_step, *loss;          /* the loss curve */
     size_t n_loss, cap_loss;
 } run_log;
@@ -47,6 +48,8 @@ typedef struct run_result {
     double overhead_frac, save_frac, load_frac, lost_frac, restart_frac, pls;
     int have_pls, have_model;
     double model_overhead_frac, model_pls, mtbf_s;
+    int have_slowdown;                 /* a "none" run is in the report */
+    double slowdown_frac;              /* wall_s over the "none" run's, minus 1 */
 } run_result;
 
 /* ---- reading a log ------------------------------------------------------------------- */
@@ -201,6 +204,7 @@ static int ev_summary(run_log *r, const cpr_json *ev)
     r->failures = (uint64_t)v[10];
     r->have_update_events = 1;
     r->fraction = opt_number(ev, "fraction", 1.0);
+    r->wall_s = opt_number(ev, "wall_s", opt_number(ev, "total_s", 0.0));
     r->have_summary = 1;
     return 0;
 }
@@ -341,6 +345,8 @@ static int run_compute(run_log *r, run_result *out)
     }
     if (!(r->fraction > 0 && r->fraction <= 1))
         r->fraction = 1.0;
+    if (!(r->wall_s > 0))
+        r->wall_s = r->last_t;
     double job = r->compute_s;
     if (r->committed >= 2)
         out->save_interval_s = (r->last_commit_t - r->first_commit_t) / (double)(r->committed - 1);
@@ -356,14 +362,29 @@ static int run_compute(run_log *r, run_result *out)
     return 0;
 }
 
+/* overhead_frac divides by each run's own compute time, which checkpoint
+ * streaming, commits and the storage's compactions stretch when they share
+ * the cores; the end-to-end time against the baseline run shows that too. */
+static void compare_with_baseline(const run_log *runs, run_result *res, size_t n)
+{
+    const run_log *base = NULL;
+    for (size_t i = 0; i < n && !base; i++)
+        if (strcmp(runs[i].strategy, "none") == 0 && runs[i].wall_s > 0)
+            base = &runs[i];
+    for (size_t i = 0; base && i < n; i++) {
+        res[i].have_slowdown = runs[i].wall_s > 0;
+        res[i].slowdown_frac = runs[i].wall_s / base->wall_s - 1.0;
+    }
+}
+
 /* ---- output ------------------------------------------------------------------------- */
 
 static void print_table(const run_log *runs, const run_result *res, size_t n)
 {
     printf("cpr-analyze report: %zu run%s\n\n", n, n == 1 ? "" : "s");
-    printf("%-12s %-8s %10s %8s %9s %8s %8s %8s %8s %10s %12s %7s %8s %9s %9s\n", "strategy",
-           "recovery", "interval_s", "failures", "overhead", "save", "load", "lost", "restart",
-           "PLS", "bytes", "AUC", "logloss", "model", "model PLS");
+    printf("%-12s %-8s %10s %8s %9s %8s %8s %8s %8s %10s %12s %7s %8s %9s %9s %9s\n",
+           "strategy", "recovery", "interval_s", "failures", "overhead", "save", "load", "lost",
+           "restart", "PLS", "bytes", "AUC", "logloss", "model", "model PLS", "wall/none");
     for (size_t i = 0; i < n; i++) {
         const run_log *r = &runs[i];
         const run_result *o = &res[i];
@@ -381,10 +402,17 @@ static void print_table(const run_log *runs, const run_result *res, size_t n)
         else
             printf("%7s %8s ", "-", "-");
         if (o->have_model)
-            printf("%8.3f%% %9.4g\n", 100 * o->model_overhead_frac, o->model_pls);
+            printf("%8.3f%% %9.4g ", 100 * o->model_overhead_frac, o->model_pls);
         else
-            printf("%9s %9s\n", "-", "-");
+            printf("%9s %9s ", "-", "-");
+        if (o->have_slowdown)
+            printf("%+8.1f%%\n", 100 * o->slowdown_frac);
+        else
+            printf("%9s\n", "-");
     }
+    if (n && res[0].have_slowdown)
+        printf("\noverhead: over the run's own compute time; wall/none: its whole time over "
+               "the \"none\" run's\n");
 }
 
 static cpr_json *model_json(const run_result *o)
@@ -412,6 +440,7 @@ static cpr_json *run_json(const run_log *r, const run_result *o)
            cpr_json_add_number(j, "save_interval_s", o->save_interval_s) |
            cpr_json_add_number(j, "steps", (double)r->steps) |
            cpr_json_add_number(j, "compute_s", r->compute_s) |
+           cpr_json_add_number(j, "wall_s", r->wall_s) |
            cpr_json_add_number(j, "failures", (double)r->failures) |
            cpr_json_add_number(j, "recoveries", (double)r->recoveries) |
            cpr_json_add_number(j, "checkpoints", (double)r->checkpoints) |
@@ -433,6 +462,8 @@ static cpr_json *run_json(const run_log *r, const run_result *o)
                cpr_json_add_number(j, "logloss", r->logloss);
     if (o->have_model)
         bad |= json_put(j, "model", model_json(o));
+    if (o->have_slowdown)
+        bad |= cpr_json_add_number(j, "slowdown_frac", o->slowdown_frac);
     if (bad) {
         cpr_json_free(j);
         return NULL;
@@ -503,7 +534,7 @@ static int write_csv(const char *path, const run_log *runs, const run_result *re
     }
     fprintf(f, "path,strategy,recovery,interval_s,save_interval_s,failures,overhead_frac,"
             "save_frac,load_frac,lost_frac,restart_frac,pls,bytes_written,auc,logloss,"
-            "model_overhead_frac,model_pls\n");
+            "model_overhead_frac,model_pls,wall_s,slowdown_frac\n");
     for (size_t i = 0; i < n; i++) {
         const run_log *r = &runs[i];
         const run_result *o = &res[i];
@@ -517,6 +548,8 @@ static int write_csv(const char *path, const run_log *runs, const run_result *re
         csv_opt(f, r->have_eval, r->logloss);
         csv_opt(f, o->have_model, o->model_overhead_frac);
         csv_opt(f, o->have_model, o->model_pls);
+        fprintf(f, ",%.17g", r->wall_s);
+        csv_opt(f, o->have_slowdown, o->slowdown_frac);
         fputc('\n', f);
     }
     int bad = ferror(f);
@@ -633,8 +666,10 @@ int cmd_report(int argc, char **argv)
         if (read_log(&runs[i]) || run_compute(&runs[i], &res[i]))
             rc = EXIT_FAILED;
     }
-    if (rc == 0)
+    if (rc == 0) {
+        compare_with_baseline(runs, res, c.n);
         rc = report_output(&c, runs, res);
+    }
     for (size_t i = 0; runs && i < c.n; i++)
         run_release(&runs[i]);
     free(runs);

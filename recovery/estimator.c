@@ -13,6 +13,7 @@
  * every formula.
  */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -33,6 +34,7 @@ struct cpr_estimator {
     ewma save, load, restart, full_bytes, rate;
     ewma loss_ratio[POLICY_COUNT];
     uint64_t failures;
+    char time_unit[8];         /* cfg.time_unit points here */
     double now_s;              /* the latest time seen */
     /* The trackers, integrated over the window since the last save. */
     int have_track;
@@ -95,6 +97,8 @@ static void fill_defaults(cpr_estimator_config *c)
         c->prior_loss_ratio = 1.0;
     if (c->policy == CPR_POLICY_FULL)
         c->fraction = 1.0; /* vanilla CPR saves every row */
+    if (!c->time_unit || !*c->time_unit)
+        c->time_unit = "s";
 }
 
 static cpr_status check_config(const cpr_estimator_config *c)
@@ -136,10 +140,15 @@ cpr_status cpr_estimator_create(const cpr_estimator_config *config, cpr_estimato
     cpr_status st = check_config(&c);
     if (st)
         return st;
+    if (strlen(c.time_unit) >= sizeof ((cpr_estimate *)0)->time_unit)
+        return cpr_fail(CPR_INVALID_ARGUMENT, "time_unit \"%s\" is longer than %zu bytes",
+                        c.time_unit, sizeof ((cpr_estimate *)0)->time_unit - 1);
     cpr_estimator *e = calloc(1, sizeof *e);
     if (!e)
         return cpr_fail(CPR_NO_MEMORY, "out of memory for an estimator");
     e->cfg = c;
+    snprintf(e->time_unit, sizeof e->time_unit, "%s", c.time_unit);
+    e->cfg.time_unit = e->time_unit; /* the caller's string need not outlive us */
     *out = e;
     return CPR_OK;
 }
@@ -324,6 +333,7 @@ cpr_status cpr_estimator_decide(const cpr_estimator *est, cpr_estimate *out)
     const cpr_estimator_config *c = &est->cfg;
     cpr_estimate r;
     memset(&r, 0, sizeof r);
+    snprintf(r.time_unit, sizeof r.time_unit, "%s", est->time_unit);
     current_inputs(est, &r);
     cpr_model_params p = {.mtbf_s = r.mtbf_s, .shards = c->shards, .save_s = r.save_s,
                           .load_s = r.load_s, .restart_s = r.restart_s, .job_s = c->job_s,

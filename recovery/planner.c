@@ -198,13 +198,14 @@ static void add_decision(cpr_recovery_plan *plan, const cpr_plan_request *r)
         return;
     }
     const char *cmp = e->partial.overhead_s < e->full.overhead_s ? "<" : ">=";
-    reason_add(plan, "%s recovery: partial overhead %.4g%% at %.4g s (%s, PLS %.3g) %s full "
-               "overhead %.4g%% at %.4g s; mtbf %.4g s, save %.4g s, load %.4g s, restart "
-               "%.4g s, %llu failures seen",
+    const char *u = e->time_unit[0] ? e->time_unit : "s";
+    reason_add(plan, "%s recovery: partial overhead %.4g%% at %.4g %s (%s, PLS %.3g) %s full "
+               "overhead %.4g%% at %.4g %s; mtbf %.4g %s, save %.4g %s, load %.4g %s, restart "
+               "%.4g %s, %llu failures seen",
                cpr_recovery_mode_name(r->mode), 100.0 * e->partial.overhead_frac,
-               e->partial.interval_s, cpr_policy_name(e->policy), e->pls, cmp,
-               100.0 * e->full.overhead_frac, e->full.interval_s, e->mtbf_s, e->save_s,
-               e->load_s, e->restart_s, (unsigned long long)e->failures);
+               e->partial.interval_s, u, cpr_policy_name(e->policy), e->pls, cmp,
+               100.0 * e->full.overhead_frac, e->full.interval_s, u, e->mtbf_s, u, e->save_s,
+               u, e->load_s, u, e->restart_s, u, (unsigned long long)e->failures);
 }
 
 /* ---- the plans ------------------------------------------------------------------- */

@@ -94,7 +94,8 @@ static cpr_status make_estimator(dlrm_ckpt *ck)
         .prior_save_s = 1.0, .prior_load_s = 1.0, .prior_restart_s = 1.0,
         .policy = prioritized(o->policy) ? priority_policy(o->policy)
                   : o->policy == DLRM_CKPT_AUTO ? CPR_POLICY_MFU : CPR_POLICY_FULL,
-        .fraction = prioritized(o->policy) || o->policy == DLRM_CKPT_AUTO ? o->fraction : 1.0};
+        .fraction = prioritized(o->policy) || o->policy == DLRM_CKPT_AUTO ? o->fraction : 1.0,
+        .time_unit = "steps"}; /* the trainer's clock is executed steps */
     return cpr_estimator_create(&c, &ck->est);
 }
 

@@ -163,6 +163,9 @@ typedef struct cpr_estimator_config {
                                    same interval before it is measured, > 0 [1] */
     uint64_t full_bytes;        /* bytes of a full checkpoint; 0: learnt from FULL
                                    saves. Scales prioritized saves' stalls. */
+    const char *time_unit;      /* what every time above and below counts, for
+                                   messages only; at most 7 bytes, copied ["s"]:
+                                   a trainer may count in steps ("steps") */
 } cpr_estimator_config;
 
 /* Create an estimator; *out owns it. CPR_INVALID_ARGUMENT names a bad
@@ -222,6 +225,7 @@ typedef struct cpr_estimate {
     cpr_overhead full;         /* full recovery at its (bounded) interval */
     cpr_overhead partial;      /* partial recovery with the policy at its interval */
     double benefit_frac;       /* full.overhead_frac - partial.overhead_frac */
+    char time_unit[8];         /* the config's time_unit ("s" by default) */
 } cpr_estimate;
 
 /*

@@ -208,6 +208,23 @@ assert mfu["checkpoints"] == 5 and mfu["committed"] == 4 and mfu["bytes_written"
 assert "auc" not in mfu and "model" not in mfu, mfu   # no eval; no shard count for a model
 PY
 [[ $(wc -l < "$work/report.csv") == 3 ]] || fail "report CSV: $(cat "$work/report.csv")"
+
+# With a "none" run, every run is also compared end to end with it.
+cat > "$work/none.jsonl" <<'EOF2'
+{"event":"summary","t_s":200,"strategy":"none","shards":2,"steps":3300,"wall_s":200,"compute_s":200,"save_s":0,"load_s":0,"lost_s":0,"restart_s":0,"update_events":33000,"lost_events":0,"bytes_written":0,"failures":0}
+EOF2
+"$tool" report "$work/none.jsonl" "$data_dir/run_full.jsonl" "$data_dir/run_mfu.jsonl" --json \
+    > "$work/vs_none.json" || fail "report with a baseline"
+python3 - "$work/vs_none.json" <<'PY' || fail "report vs none: $(cat "$work/vs_none.json")"
+import json, sys
+none, full, mfu = json.load(open(sys.argv[1]))["runs"]
+assert none["slowdown_frac"] == 0 and none["wall_s"] == 200, none
+assert abs(full["slowdown_frac"] - (312 / 200 - 1)) < 1e-12, full      # the summary's wall_s
+assert abs(mfu["slowdown_frac"] - (100 / 200 - 1)) < 1e-12, mfu        # no summary: last t_s
+PY
+"$tool" report "$work/none.jsonl" "$data_dir/run_full.jsonl" | grep -q "wall/none" \
+    || fail "report table lacks the wall/none column"
+! grep -q slowdown_frac "$work/report.json" || fail "slowdown_frac without a none run"
 [[ -s $work/rplots/loss_0.dat && -s $work/rplots/plots.gp ]] || fail "report plot data"
 
 expect_report_error() {

@@ -254,6 +254,25 @@ static void test_reason_carries_the_estimate(void **state)
     cpr_recovery_plan_destroy(plan);
     cpr_estimator_destroy(est);
     cpr_recovery_plan_destroy(NULL);
+
+    /* A trainer counting in steps sees steps; the unit string is copied. */
+    char unit[8] = "steps";
+    c.time_unit = unit;
+    assert_status(CPR_OK, cpr_estimator_create(&c, &est));
+    memset(unit, 'x', sizeof unit - 1);
+    assert_status(CPR_OK, cpr_estimator_decide(est, &e));
+    assert_string_equal(e.time_unit, "steps");
+    r.estimate = &e;
+    assert_status(CPR_OK, cpr_recovery_plan_make(&r, &plan));
+    why = cpr_recovery_plan_reason(plan);
+    assert_non_null(strstr(why, "mtbf 3600 steps"));
+    assert_non_null(strstr(why, "restart 20 steps"));
+    assert_null(strstr(why, " s,"));
+    cpr_recovery_plan_destroy(plan);
+    cpr_estimator_destroy(est);
+    c.time_unit = "fortnights"; /* too long */
+    assert_status(CPR_INVALID_ARGUMENT, cpr_estimator_create(&c, &est));
+    assert_non_null(strstr(cpr_errmsg(), "time_unit"));
 }
 
 static void expect_refused(const cpr_part_info *parts, size_t n, uint32_t num_shards,
