@@ -20,6 +20,7 @@ cpr_json *cpr_json_array(void);
  * allocation failure. */
 cpr_json *cpr_json_number(double value);
 cpr_json *cpr_json_string(const char *value);
+cpr_json *cpr_json_null(void);
 /* Each add returns 0 on success, -1 on allocation failure. */
 int cpr_json_add_number(cpr_json *obj, const char *key, double value);
 int cpr_json_add_string(cpr_json *obj, const char *key, const char *value);

@@ -16,6 +16,7 @@ cpr_json *cpr_json_object(void) { return (cpr_json *)cJSON_CreateObject(); }
 cpr_json *cpr_json_array(void) { return (cpr_json *)cJSON_CreateArray(); }
 cpr_json *cpr_json_number(double value) { return (cpr_json *)cJSON_CreateNumber(value); }
 cpr_json *cpr_json_string(const char *value) { return (cpr_json *)cJSON_CreateString(value); }
+cpr_json *cpr_json_null(void) { return (cpr_json *)cJSON_CreateNull(); }
 
 int cpr_json_add_number(cpr_json *obj, const char *key, double value)
 {

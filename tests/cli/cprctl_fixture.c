@@ -7,7 +7,10 @@
  * 1 FULL on both shards, 2 DELTA of rows < 100 on both, 3 FULL on shard 0
  * only (so 3 is not a consistent cut); each part with a blob "dense". Job
  * "other" has 8 shards of one FULL part each (so that with several nodes it
- * almost surely lives on more than one), table 7 (16 rows, dim 2). `expect TABLE AS_OF` prints the CSV that
+ * almost surely lives on more than one), table 7 (16 rows, dim 2). Job
+ * "demo" also gets a recovery record: the FULL plan of a resume (cut 2,
+ * rewind to step 200), recorded as generation 1 by
+ * cpr_recovery_decide_and_record. `expect TABLE AS_OF` prints the CSV that
  * `cprctl export demo TABLE FILE` must write for that state (AS_OF 0: the
  * newest), computed from the layout, not read back from storage.
  */
@@ -16,6 +19,7 @@
 #include <string.h>
 
 #include "cpr/client.h"
+#include "cpr/recovery.h"
 #include "testutil.h"
 
 #define NUM_SHARDS 2
@@ -84,6 +88,21 @@ static int do_write(const char *target)
     for (uint32_t s = 0; s < OTHER_SHARDS && st == CPR_OK; s++)
         st = write_part(c, "other", OTHER_TABLES, 1, s, OTHER_SHARDS, 1, CPR_KIND_FULL,
                         UINT64_MAX);
+    if (st == CPR_OK) {
+        cpr_plan_request req = {.num_shards = NUM_SHARDS, .mode = CPR_RECOVERY_FULL};
+        cpr_recovery_plan *plan = NULL;
+        uint64_t generation = 0;
+        int won = 0;
+        st = cpr_recovery_decide_and_record(c, "demo", NULL, &req, 0, &plan, &generation,
+                                            &won);
+        if (st == CPR_OK && (!won || generation != 1 || cpr_recovery_plan_cut(plan) != 2)) {
+            fprintf(stderr, "cprctl_fixture: recorded generation %llu, cut %llu, won %d\n",
+                    (unsigned long long)generation,
+                    (unsigned long long)cpr_recovery_plan_cut(plan), won);
+            st = CPR_INTERNAL;
+        }
+        cpr_recovery_plan_destroy(plan);
+    }
     cpr_client_close(c);
     if (st) {
         fprintf(stderr, "cprctl_fixture: write %s: %s: %s\n", target, cpr_status_name(st),

@@ -226,6 +226,23 @@ check_gc() {
     ok verify
 }
 
+# The fixture recorded demo's FULL resume plan (generation 1, cut 2, step 200);
+# other has no record.
+check_recovery() {
+    ok recovery demo
+    grep -q '^generation  *1$' "$work/out" || fail "recovery: $(cat "$work/out")"
+    grep -q '^action  *full$' "$work/out" || fail "recovery action: $(cat "$work/out")"
+    grep -q '^cut  *2$' "$work/out" || fail "recovery cut: $(cat "$work/out")"
+    grep -q '^rewind step  *200$' "$work/out" || fail "recovery step: $(cat "$work/out")"
+    grep -Eq '^1  +store  +2  +DELTA  +200 ' "$work/out" || fail "recovery shards: $(cat "$work/out")"
+    ok recovery demo --json
+    json_true 'd["generation"] == 1 and d["plan"]["action"] == "full" and d["plan"]["cut"] == 2'
+    ok recovery other
+    grep -q '^generation  *0$' "$work/out" || fail "recovery of other: $(cat "$work/out")"
+    ok recovery other --json
+    json_true 'd["generation"] == 0 and d["plan"] is None'
+}
+
 # check_store WRITE_TARGET SERVER KIND: write the fixture's data through
 # WRITE_TARGET, then run every check with --server SERVER.
 check_store() {
@@ -236,6 +253,7 @@ check_store() {
     check_stats "$3"
     check_verify
     check_export
+    check_recovery
     check_gc
 }
 
@@ -258,6 +276,8 @@ check_usage() {
     expect_rc 2 "${s[@]}" inspect demo
     expect_rc 2 "${s[@]}" inspect demo abc
     grep -q "CKPT" "$work/err" || fail "the usage error does not name CKPT"
+    expect_rc 2 "${s[@]}" recovery
+    expect_rc 2 "${s[@]}" recovery demo other
     expect_rc 2 "${s[@]}" export demo x "$work/x"
     grep -q "TABLE" "$work/err" || fail "the usage error does not name TABLE"
     expect_rc 2 "${s[@]}" export demo 1

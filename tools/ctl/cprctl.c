@@ -65,6 +65,14 @@ static const command COMMANDS[] = {
      "  Counters of every node, summed: jobs, parts, rows and bytes in and out\n"
      "  since each daemon started, size on disk, failed calls by status (only\n"
      "  statuses with failures are shown).\n"},
+    {"recovery", 1, 1, 0, ctl_cmd_recovery,
+     "cprctl recovery JOB\n"
+     "  JOB's recovery record, the decision every process of the job acts on:\n"
+     "  its generation (0: none recorded), the action (partial, full,\n"
+     "  restart-from-scratch), the consistent cut and the step to rewind to\n"
+     "  (full), problems, the reason with the estimator's numbers, and per shard\n"
+     "  what it restores (source, as-of checkpoint, kind, step, dense state).\n"
+     "  With --json the plan is the recorded JSON (docs/model.md), or null.\n"},
     {"export", 3, 3, OPT_AS_OF | OPT_CONSISTENT | OPT_FORMAT | OPT_QUIET, ctl_cmd_export,
      "cprctl export JOB TABLE FILE [--as-of C | --consistent] [--format csv|f32]\n"
      "                             [--quiet]\n"

@@ -4,7 +4,8 @@
  * the helpers every command uses to report (aligned text tables, one JSON
  * object, failures with their status) and the commands themselves.
  * cprctl.c parses and dispatches, ctl_ops.c runs list, inspect, verify, gc
- * and stats, ctl_export.c runs export. Not installed; not part of the API.
+ * and stats, ctl_export.c runs export, ctl_recovery.c runs recovery. Not
+ * installed; not part of the API.
  */
 #ifndef CPR_CTL_H
 #define CPR_CTL_H
@@ -95,5 +96,6 @@ int ctl_cmd_verify(ctl *c);
 int ctl_cmd_gc(ctl *c);
 int ctl_cmd_stats(ctl *c);
 int ctl_cmd_export(ctl *c);
+int ctl_cmd_recovery(ctl *c);
 
 #endif /* CPR_CTL_H */
