@@ -317,6 +317,18 @@ static void record_states(cpr_store *store, const model *m, tu_rows *recorded)
     }
 }
 
+/* A store in `dir` with checkpoints 1..10 written, their states recorded. */
+static cpr_store *open_with_ten(const char *dir, const cpr_store_options *opts, model *m,
+                                tu_rows *recorded)
+{
+    cpr_store *store = NULL;
+    assert_status(CPR_OK, cpr_store_open(dir, opts, &store));
+    for (uint64_t c = 1; c <= 10; c++)
+        write_ckpt(store, m, c);
+    record_states(store, m, recorded);
+    return store;
+}
+
 static void free_states(tu_rows *recorded)
 {
     for (uint64_t c = 0; c <= MAX_CKPT; c++)
@@ -374,10 +386,7 @@ static void test_gc_keep_two_then_one(void **state)
     cpr_store *store = NULL;
     model m = { 0 };
     tu_rows recorded[MAX_CKPT + 1] = { { 0 } };
-    assert_status(CPR_OK, cpr_store_open(dir, NULL, &store));
-    for (uint64_t c = 1; c <= 10; c++)
-        write_ckpt(store, &m, c);
-    record_states(store, &m, recorded);
+    store = open_with_ten(dir, NULL, &m, recorded);
     assert_store_model(store, &m, recorded);
 
     gc_and_check(store, &m, 2, 7); /* cuts 1 3 5 7 9: keep 7 and 9 */
@@ -439,10 +448,7 @@ static void test_gc_default_keep(void **state)
     cpr_store_options opts = { .retain_cuts = 3 };
     model m = { 0 };
     tu_rows recorded[MAX_CKPT + 1] = { { 0 } };
-    assert_status(CPR_OK, cpr_store_open(dir, &opts, &store));
-    for (uint64_t c = 1; c <= 10; c++)
-        write_ckpt(store, &m, c);
-    record_states(store, &m, recorded);
+    store = open_with_ten(dir, &opts, &m, recorded);
     gc_and_check(store, &m, 0, 5); /* cuts 1 3 5 7 9: keep 5 7 9 */
     assert_store_model(store, &m, recorded);
     cpr_gc_report rep = { 0 };
@@ -466,10 +472,7 @@ static void test_gc_given_floor(void **state)
     model m = { 0 };
     tu_rows recorded[MAX_CKPT + 1] = { { 0 } };
     cpr_gc_report rep = { 0 };
-    assert_status(CPR_OK, cpr_store_open(dir, NULL, &store));
-    for (uint64_t c = 1; c <= 10; c++)
-        write_ckpt(store, &m, c);
-    record_states(store, &m, recorded);
+    store = open_with_ten(dir, NULL, &m, recorded);
 
     /* Refused, and nothing changes: no job, floor 0, unknown job, above the
      * newest checkpoint, a checkpoint that is no cut (PRIORITY parts). */
@@ -589,10 +592,7 @@ static void test_gc_lazy(void **state)
     tu_rows recorded[MAX_CKPT + 1] = { { 0 } };
     cpr_gc_report rep = { 0 };
     uint64_t versions = 0, parts = 0;
-    assert_status(CPR_OK, cpr_store_open(dir, NULL, &store)); /* retain 2 cuts */
-    for (uint64_t c = 1; c <= 10; c++)
-        write_ckpt(store, &m, c);
-    record_states(store, &m, recorded);
+    store = open_with_ten(dir, NULL, &m, recorded); /* retain 2 cuts */
 
     assert_status(CPR_OK, cpr_store_gc_lazy(store, &rep));
     model_gc(&m, 7, &versions, &parts); /* cuts 1 3 5 7 9 */
@@ -663,10 +663,7 @@ static void test_gc_during_restore(void **state)
     model m = { 0 };
     tu_rows recorded[MAX_CKPT + 1] = { { 0 } };
     gc_midway g = { 0 };
-    assert_status(CPR_OK, cpr_store_open(dir, NULL, &g.store));
-    for (uint64_t c = 1; c <= 10; c++)
-        write_ckpt(g.store, &m, c);
-    record_states(g.store, &m, recorded);
+    g.store = open_with_ten(dir, NULL, &m, recorded);
 
     /* One row per batch: the workers are far from done when GC runs. */
     cpr_restore_query q = { .job = JOB, .as_of = 3, .batch_rows = 1 };
