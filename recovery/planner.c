@@ -14,7 +14,10 @@
  *       consistent cut by the store's definition (cpr/store.h), computed
  *       here from the list exactly as the store's catalog does;
  *   P4  RESTART_FROM_SCRATCH: every shard INIT, rewind step 0;
- *   P5  the reason names the decision's numbers and every problem.
+ *   P5  the reason names the decision's numbers and every problem;
+ *   P6  parts in the abandoned range (abandoned_after, abandoned_through] do
+ *       not exist for the plan: a FULL recovery rewound training to a cut,
+ *       and what was saved after it belongs to a timeline that was left.
  */
 #include <stdarg.h>
 #include <stdio.h>
@@ -135,6 +138,11 @@ static cpr_status check_request(const cpr_plan_request *r)
     if (r->dense_shard >= r->num_shards)
         return cpr_fail(CPR_INVALID_ARGUMENT, "dense_shard: %u is not below num_shards %u",
                         r->dense_shard, r->num_shards);
+    if (r->abandoned_through && r->abandoned_through <= r->abandoned_after)
+        return cpr_fail(CPR_INVALID_ARGUMENT, "abandoned_through %llu must be above "
+                        "abandoned_after %llu (or 0: nothing abandoned)",
+                        (unsigned long long)r->abandoned_through,
+                        (unsigned long long)r->abandoned_after);
     cpr_status st = check_parts(r->parts, r->n_parts);
     return st ? st : check_failed(r);
 }
@@ -356,10 +364,36 @@ cpr_status cpr_recovery_plan_make(const cpr_plan_request *request, cpr_recovery_
     plan->shards = shards;
     plan->n = request->num_shards;
     add_decision(plan, request);
+    /* P6: plan over the parts of the timeline training is on. */
+    cpr_plan_request live = *request;
+    cpr_part_info *kept = NULL;
+    size_t dropped = 0;
+    if (request->abandoned_through && request->n_parts) {
+        kept = malloc(request->n_parts * sizeof *kept);
+        if (!kept) {
+            cpr_recovery_plan_destroy(plan);
+            return cpr_fail(CPR_NO_MEMORY, "out of memory planning over %zu parts",
+                            request->n_parts);
+        }
+        live.n_parts = 0;
+        for (size_t i = 0; i < request->n_parts; i++) {
+            uint64_t c = request->parts[i].checkpoint;
+            if (c > request->abandoned_after && c <= request->abandoned_through)
+                dropped++;
+            else
+                kept[live.n_parts++] = request->parts[i];
+        }
+        live.parts = kept;
+    }
+    if (dropped)
+        reason_add(plan, "; %zu parts of the abandoned timeline (checkpoints %llu-%llu) ignored",
+                   dropped, (unsigned long long)request->abandoned_after + 1,
+                   (unsigned long long)request->abandoned_through);
     if (request->mode == CPR_RECOVERY_PARTIAL)
-        plan_partial(plan, request);
+        plan_partial(plan, &live);
     else
-        plan_full(plan, request);
+        plan_full(plan, &live);
+    free(kept);
     *out = plan;
     return CPR_OK;
 }

@@ -12,6 +12,10 @@
  *      flight is settled (dlrm_ckpt_drain), so no open save spans a wipe.
  *  I4. Checkpoint ids only grow (next_id), above every part of the job, so a
  *      rewound run never reuses an id.
+ *  I5. After a rewind to cut C (0: from scratch), the ids C+1..next_id-1 of
+ *      that moment are the abandoned timeline (abandoned_after/_through);
+ *      every later plan ignores them (cpr_plan_request), so a partial
+ *      recovery never restores a shard from a part training left behind.
  */
 #ifndef CPR_DLRM_CKPT_INTERNAL_H
 #define CPR_DLRM_CKPT_INTERNAL_H
@@ -53,6 +57,7 @@ struct dlrm_ckpt {
     uint8_t *need_full;       /* per shard: next save must be FULL */
     ckpt_flight fl;
     uint64_t next_id, next_save_step, saves_done, interval_steps;
+    uint64_t abandoned_after, abandoned_through; /* I5; 0, 0: none */
     size_t next_failure;
     int started;              /* first before_step ran */
     uint8_t loader0[DLRM_LOADER_STATE_BYTES];

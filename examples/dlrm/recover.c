@@ -136,7 +136,8 @@ static cpr_status make_plan(dlrm_ckpt *ck, cpr_recovery_mode mode, const uint32_
     cpr_plan_request req = {.parts = parts, .n_parts = n, .num_shards = ck->shards,
                             .failed = failed, .n_failed = n_failed, .mode = mode,
                             .estimate = est, .dense_replica = mode == CPR_RECOVERY_PARTIAL,
-                            .dense_shard = 0};
+                            .dense_shard = 0, .abandoned_after = ck->abandoned_after,
+                            .abandoned_through = ck->abandoned_through};
     st = cpr_recovery_plan_make(&req, plan);
     free(parts);
     return st;
@@ -149,6 +150,11 @@ static cpr_status execute(dlrm_ckpt *ck, const cpr_recovery_plan *plan, int *rew
     cpr_status st = CPR_OK;
     cpr_plan_action action = cpr_recovery_plan_action(plan);
     *rewound = action != CPR_PLAN_PARTIAL;
+    if (*rewound && ck->next_id > cpr_recovery_plan_cut(plan) + 1) {
+        /* I5: what was saved after the cut is on the timeline we leave. */
+        ck->abandoned_after = cpr_recovery_plan_cut(plan);
+        ck->abandoned_through = ck->next_id - 1;
+    }
     if (action == CPR_PLAN_RESTART_FROM_SCRATCH) {
         st = dlrm_ckpt_reinit(ck, UINT32_MAX, 1);
         if (st == CPR_OK)

@@ -300,6 +300,12 @@ typedef struct cpr_plan_request {
     uint32_t dense_shard;       /* the shard whose parts carry the dense blobs [0] */
     int restart_if_unsaved;     /* 1: a failed shard with nothing committed makes
                                    the plan RESTART_FROM_SCRATCH instead of INIT */
+    uint64_t abandoned_after;   /* parts with abandoned_after < checkpoint <=      */
+    uint64_t abandoned_through; /* abandoned_through are ignored: written after the
+                                   cut a FULL recovery rewound to, on the timeline
+                                   training then left. A caller that recovered to
+                                   cut C with ids up to M used gives (C, M) until
+                                   every shard has saved again. [0, 0: none] */
 } cpr_plan_request;
 
 typedef struct cpr_recovery_plan cpr_recovery_plan;

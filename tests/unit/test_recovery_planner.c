@@ -275,6 +275,48 @@ static void test_reason_carries_the_estimate(void **state)
     assert_non_null(strstr(cpr_errmsg(), "time_unit"));
 }
 
+/* After a FULL recovery rewound to cut 1, shard 0 had saved PRIORITY parts 2
+ * and 3 and both shards a FULL part at 4 that never became a cut together
+ * (shard 1's is uncommitted): 2..4 are the abandoned timeline. On the new
+ * timeline shard 1 saved FULL at 5. Ignoring 1 < c <= 4, shard 0 restores
+ * as of the cut, not from its abandoned part 3; shard 1 from 5. */
+static void test_abandoned_timeline_is_ignored(void **state)
+{
+    (void)state;
+    const cpr_part_info parts[] = {
+        part(0, 1, F, 100, 2, 0, 1, 1), part(1, 1, F, 100, 2, 0, 1, 1),
+        part(0, 2, P, 150, 2, 0, 1, 0), part(0, 3, P, 180, 2, 0, 1, 0),
+        part(0, 4, F, 200, 2, 0, 1, 1), part(1, 4, F, 200, 2, 0, 0, 0),
+        part(1, 5, F, 130, 2, 0, 1, 1),
+    };
+    const uint32_t both[] = {0, 1};
+    cpr_plan_request r = {.parts = parts, .n_parts = 7, .num_shards = 2, .failed = both,
+                          .n_failed = 2, .mode = CPR_RECOVERY_PARTIAL};
+    cpr_recovery_plan *plan = NULL;
+    assert_status(CPR_OK, cpr_recovery_plan_make(&r, &plan)); /* unaware: the wrong part */
+    assert_entry(plan, 0, CPR_SOURCE_STORE, 4, CPR_KIND_FULL, 200);
+    cpr_recovery_plan_destroy(plan);
+
+    r.abandoned_after = 1;
+    r.abandoned_through = 4;
+    assert_status(CPR_OK, cpr_recovery_plan_make(&r, &plan));
+    assert_entry(plan, 0, CPR_SOURCE_STORE, 1, CPR_KIND_FULL, 100);
+    assert_entry(plan, 1, CPR_SOURCE_STORE, 5, CPR_KIND_FULL, 130);
+    assert_non_null(strstr(cpr_recovery_plan_reason(plan), "4 parts of the abandoned timeline"));
+    cpr_recovery_plan_destroy(plan);
+
+    r.mode = CPR_RECOVERY_FULL; /* the cut stays 1: 4 is abandoned, 5 is shard 1 alone */
+    assert_status(CPR_OK, cpr_recovery_plan_make(&r, &plan));
+    assert_int_equal(CPR_PLAN_FULL, cpr_recovery_plan_action(plan));
+    assert_int_equal(1, cpr_recovery_plan_cut(plan));
+    assert_int_equal(100, cpr_recovery_plan_rewind_step(plan));
+    cpr_recovery_plan_destroy(plan);
+
+    r.abandoned_through = 1; /* not above abandoned_after */
+    assert_status(CPR_INVALID_ARGUMENT, cpr_recovery_plan_make(&r, &plan));
+    assert_non_null(strstr(cpr_errmsg(), "abandoned_through"));
+}
+
 static void expect_refused(const cpr_part_info *parts, size_t n, uint32_t num_shards,
                            cpr_recovery_mode mode, const uint32_t *failed, size_t n_failed,
                            const char *words)
@@ -322,6 +364,7 @@ int main(void)
         cmocka_unit_test(test_full_without_cut_restarts_from_scratch),
         cmocka_unit_test(test_full_shard_count_rules),
         cmocka_unit_test(test_reason_carries_the_estimate),
+        cmocka_unit_test(test_abandoned_timeline_is_ignored),
         cmocka_unit_test(test_invalid_requests),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
