@@ -33,7 +33,7 @@ typedef struct cpr_job {
     cpr_table_schema *tables;    /* C4 */
     size_t n_tables;
     int stale_below_floor;       /* records below the floor survive a crashed GC */
-    int reclaim_pending;         /* a lazy GC raised the floor; no compaction since */
+    unsigned reclaim_pending;    /* floor raises not compacted since (store_gc.c) */
 } cpr_job;
 
 typedef struct cpr_catalog {

@@ -25,8 +25,9 @@
  *       hold iterators that pin their files, F3); then give F to the filter;
  *   G2. delete the part records below F, then their blob directories
  *       (a directory left by a crash here has no record: swept, S2);
- *   G3. explicit GC only: compact (under universal compaction RocksDB
- *       compacts every file whatever the range, so once per run).
+ *   G3. explicit GC only: compact the key ranges of the jobs that have
+ *       versions to drop (also when a later job of the run failed: their
+ *       floors are already durable and published).
  * A crash between steps only leaves garbage that the next GC removes.
  */
 #include <stdio.h>
@@ -122,16 +123,24 @@ static cpr_status delete_parts(cpr_store *store, const gc_job *g, uint64_t *remo
     return st;
 }
 
-/* G3: one compaction of everything. Under universal compaction RocksDB
- * compacts every file whatever range is asked for, so one call per run
- * (not per job) is the least it can cost; the filter drops the versions of
- * every job with a raised floor, and the deleted part records go too. */
-static void compact_all(cpr_store *store)
+/* G3: compact one job's rows and part records; the filter drops the
+ * versions below its floor on the way. */
+static void compact_range(cpr_store *store, char type, uint32_t job_id)
 {
+    unsigned char begin[5] = {(unsigned char)type}, end[5] = {(unsigned char)type};
+    cpr_put_be32(begin + 1, job_id);
+    cpr_put_be32(end + 1, job_id + 1);
     rocksdb_compactoptions_t *co = rocksdb_compactoptions_create();
     rocksdb_compactoptions_set_bottommost_level_compaction(co, 1 /* kForce */);
-    rocksdb_compact_range_opt(store->db, co, NULL, 0, NULL, 0);
+    rocksdb_compact_range_opt(store->db, co, (const char *)begin, sizeof begin,
+                              (const char *)end, sizeof end);
     rocksdb_compactoptions_destroy(co);
+}
+
+static void compact_job(cpr_store *store, uint32_t job_id)
+{
+    compact_range(store, 'M', job_id);
+    compact_range(store, 'R', job_id);
 }
 
 /* What a run asks for: keep `keep` cuts, or (floor > 0) exactly that floor. */
@@ -206,25 +215,31 @@ static cpr_status plan_job(cpr_store *store, cpr_job *job, const gc_goal *goal, 
 }
 
 /* G1 and G2 for one job; *reclaim: it has versions for G3 to drop. */
+/* G1-G3 for one job. reclaim_pending counts floor raises not compacted
+ * yet (lazy runs, or a reopen); an explicit run compacts and subtracts the
+ * raises it saw, so one that comes meanwhile stays pending. */
 static cpr_status gc_one(cpr_store *store, cpr_job *job, const gc_goal *goal,
-                         int explicit_run, int *reclaim, cpr_gc_report *rep)
+                         int explicit_run, cpr_gc_report *rep)
 {
     gc_job g;
+    unsigned pending = 0;
     pthread_mutex_lock(&store->commit_mu);
     pthread_mutex_lock(&store->mu);
     cpr_status st = plan_job(store, job, goal, &g);
-    if (st == CPR_OK) {
-        /* An explicit run takes over what lazy runs (or a reopen) left to
-         * compaction; a lazy run that raises the floor later sets it again. */
-        int pending = (g.floor != 0) | job->reclaim_pending;
-        *reclaim |= explicit_run && pending;
-        job->reclaim_pending = !explicit_run && pending;
-    }
+    if (st == CPR_OK && g.floor)
+        job->reclaim_pending++;
+    if (st == CPR_OK) /* a refused plan compacts nothing */
+        pending = job->reclaim_pending;
     pthread_mutex_unlock(&store->mu);
     pthread_mutex_unlock(&store->commit_mu);
     if (st == CPR_OK && g.floor)
         st = delete_parts(store, &g, &rep->parts_removed);
+    /* Also after a failed delete_parts: the floor is durable and published. */
+    if (explicit_run && pending)
+        compact_job(store, job->id);
     pthread_mutex_lock(&store->mu);
+    if (explicit_run && pending)
+        job->reclaim_pending -= pending;
     if (st == CPR_OK && g.floor)
         job->stale_below_floor = 0;
     rep->floor = job->floor;
@@ -257,12 +272,9 @@ static cpr_status gc_run(cpr_store *store, const char *job_name, const gc_goal *
         st = cpr_fail(CPR_NO_MEMORY, "out of memory for retention");
     else if (job_name && !only)
         st = cpr_fail(CPR_NOT_FOUND, "job %s has no parts", job_name);
-    int reclaim = 0;
     for (size_t i = 0; st == CPR_OK && i < (only ? 1 : n_jobs); i++)
-        st = gc_one(store, only ? only : jobs[i], goal, explicit_run, &reclaim, &rep);
+        st = gc_one(store, only ? only : jobs[i], goal, explicit_run, &rep);
     free(jobs);
-    if (st == CPR_OK && reclaim)
-        compact_all(store);
     rep.versions_removed = atomic_load(&store->floors.dropped) - dropped_before;
     rep.bytes_after = cpr_tree_bytes(store->dir);
     if (st == CPR_OK && report)
