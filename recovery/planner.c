@@ -206,7 +206,11 @@ static void add_decision(cpr_recovery_plan *plan, const cpr_plan_request *r)
         return;
     }
     const char *cmp = e->partial.overhead_s < e->full.overhead_s ? "<" : ">=";
-    const char *u = e->time_unit[0] ? e->time_unit : "s";
+    /* The caller may have filled the estimate itself: bounded, NUL or not. */
+    char u[sizeof e->time_unit + 1] = "s";
+    if (e->time_unit[0])
+        snprintf(u, sizeof u, "%.*s", (int)strnlen(e->time_unit, sizeof e->time_unit),
+                 e->time_unit);
     reason_add(plan, "%s recovery: partial overhead %.4g%% at %.4g %s (%s, PLS %.3g) %s full "
                "overhead %.4g%% at %.4g %s; mtbf %.4g %s, save %.4g %s, load %.4g %s, restart "
                "%.4g %s, %llu failures seen",

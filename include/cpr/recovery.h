@@ -175,7 +175,8 @@ cpr_status cpr_estimator_create(const cpr_estimator_config *config, cpr_estimato
 void cpr_estimator_destroy(cpr_estimator *est);
 
 /*
- * Measurements. `now_s` is the job's time: seconds since it started,
+ * Measurements. `now_s` is the job's time since it started, in the
+ * config's time_unit (seconds unless the caller counts otherwise),
  * non-decreasing across calls (an earlier time is CPR_INVALID_ARGUMENT; the
  * MTBF estimate counts time from 0). Each returns CPR_INVALID_ARGUMENT for a
  * negative, NaN or infinite value, and then records nothing.

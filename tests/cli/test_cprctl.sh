@@ -234,9 +234,13 @@ check_recovery() {
     grep -q '^action  *full$' "$work/out" || fail "recovery action: $(cat "$work/out")"
     grep -q '^cut  *2$' "$work/out" || fail "recovery cut: $(cat "$work/out")"
     grep -q '^rewind step  *200$' "$work/out" || fail "recovery step: $(cat "$work/out")"
-    grep -Eq '^1  +store  +2  +DELTA  +200 ' "$work/out" || fail "recovery shards: $(cat "$work/out")"
+    grep -Eq '^1  +store  +2  +DELTA  +200  +blob of shard 0 at 2$' "$work/out" ||
+        fail "recovery shards: $(cat "$work/out")"
+    grep -q '^problems  *none$' "$work/out" || fail "recovery problems: $(cat "$work/out")"
+    grep -q '^reason .*every shard restores as of consistent cut 2, rewinding to step 200$' \
+        "$work/out" || fail "recovery reason: $(cat "$work/out")"
     ok recovery demo --json
-    json_true 'd["generation"] == 1 and d["plan"]["action"] == "full" and d["plan"]["cut"] == 2'
+    json_true 'd["generation"] == 1 and d["plan"]["action"] == "full" and d["plan"]["cut"] == 2 and len(d["plan"]["shards"]) == 2'
     ok recovery other
     grep -q '^generation  *0$' "$work/out" || fail "recovery of other: $(cat "$work/out")"
     ok recovery other --json

@@ -2,10 +2,11 @@
 /*
  * cprctl: the operators' CLI of CPR storage. It answers what is stored
  * (list, inspect), whether it is intact (verify), reclaims space (gc), shows
- * the daemons' counters (stats) and dumps a table to a file (export), over
- * any target the client library accepts. This file parses the command line,
- * opens the client and dispatches; it also holds the reporting helpers the
- * commands share (ctl.h). Commands are in ctl_ops.c and ctl_export.c.
+ * the daemons' counters (stats), dumps a table to a file (export) and
+ * decodes a job's recovery record (recovery), over any target the client
+ * library accepts. This file parses the command line, opens the client and
+ * dispatches; it also holds the reporting helpers the commands share
+ * (ctl.h). Commands are in ctl_ops.c, ctl_export.c and ctl_recovery.c.
  */
 #include <stdarg.h>
 #include <stdio.h>
@@ -58,8 +59,10 @@ static const command COMMANDS[] = {
      "  Retention for JOB (default: every job): keep the newest K consistent cuts\n"
      "  (K >= 1; default: the storage's setting, 2 unless ckptd --retain says\n"
      "  otherwise) and everything newer, delete what no retained state needs.\n"
-     "  Prints the floor (oldest restorable checkpoint), the parts, row versions\n"
-     "  and uncommitted leftovers removed, and the store size before and after.\n"},
+     "  Prints the floor (oldest restorable checkpoint), the parts and uncommitted\n"
+     "  leftovers removed, the row versions dropped while it ran (those of every\n"
+     "  job, by its compaction or the storage's own), and the store size before\n"
+     "  and after.\n"},
     {"stats", 0, 0, 0, ctl_cmd_stats,
      "cprctl stats\n"
      "  Counters of every node, summed: jobs, parts, rows and bytes in and out\n"
@@ -72,7 +75,10 @@ static const command COMMANDS[] = {
      "  restart-from-scratch), the consistent cut and the step to rewind to\n"
      "  (full), problems, the reason with the estimator's numbers, and per shard\n"
      "  what it restores (source, as-of checkpoint, kind, step, dense state).\n"
-     "  With --json the plan is the recorded JSON (docs/model.md), or null.\n"},
+     "  With --json the plan is the recorded JSON (docs/model.md), or null.\n"
+     "  A record may exist before a job has parts, so a job without one (or\n"
+     "  unknown) is generation 0 and exit 0; a record this cprctl cannot decode\n"
+     "  is printed raw on stderr with exit 1.\n"},
     {"export", 3, 3, OPT_AS_OF | OPT_CONSISTENT | OPT_FORMAT | OPT_QUIET, ctl_cmd_export,
      "cprctl export JOB TABLE FILE [--as-of C | --consistent] [--format csv|f32]\n"
      "                             [--quiet]\n"

@@ -418,7 +418,7 @@ int ctl_cmd_gc(ctl *c)
     ctl_table_cell(&t, "%llu", (unsigned long long)r.floor);
     ctl_table_cell(&t, "parts removed");
     ctl_table_cell(&t, "%llu", (unsigned long long)r.parts_removed);
-    ctl_table_cell(&t, "row versions removed");
+    ctl_table_cell(&t, "row versions dropped");
     ctl_table_cell(&t, "%llu", (unsigned long long)r.versions_removed);
     ctl_table_cell(&t, "uncommitted removed");
     ctl_table_cell(&t, "%llu", (unsigned long long)r.uncommitted_removed);

@@ -22,14 +22,21 @@ static const struct {
     {CPR_PLAN_RESHARDED, "resharded"},
 };
 
+/* "none", or the names of the bits, and any this cprctl does not know. */
 static void problems_text(unsigned bits, char *out, size_t cap)
 {
     size_t used = 0;
+    unsigned known = 0;
     out[0] = '\0';
-    for (size_t i = 0; i < sizeof PROBLEMS / sizeof PROBLEMS[0]; i++)
-        if (bits & PROBLEMS[i].bit)
-            used += (size_t)snprintf(out + used, used < cap ? cap - used : 0, "%s%s",
-                                     used ? "," : "", PROBLEMS[i].name);
+    for (size_t i = 0; i < sizeof PROBLEMS / sizeof PROBLEMS[0]; i++) {
+        known |= PROBLEMS[i].bit;
+        if ((bits & PROBLEMS[i].bit) && used < cap)
+            used += (size_t)snprintf(out + used, cap - used, "%s%s", used ? "," : "",
+                                     PROBLEMS[i].name);
+    }
+    if ((bits & ~known) && used < cap)
+        used += (size_t)snprintf(out + used, cap - used, "%sunknown 0x%x", used ? "," : "",
+                                 bits & ~known);
     if (!used)
         snprintf(out, cap, "none");
 }
@@ -42,9 +49,9 @@ static void shard_row(ctl_table *t, const cpr_plan_shard *e)
     ctl_table_cell(t, store ? "%llu" : "-", (unsigned long long)e->as_of);
     ctl_table_cell(t, "%s", store ? cpr_kind_name(e->kind) : "-");
     ctl_table_cell(t, store ? "%llu" : "-", (unsigned long long)e->step);
-    if (e->dense == CPR_DENSE_BLOB)
-        ctl_table_cell(t, "%s %u/%llu", cpr_dense_source_name(e->dense), e->dense_shard,
-                       (unsigned long long)e->dense_checkpoint);
+    if (e->dense == CPR_DENSE_BLOB) /* the part (shard, checkpoint) holding it */
+        ctl_table_cell(t, "%s of shard %u at %llu", cpr_dense_source_name(e->dense),
+                       e->dense_shard, (unsigned long long)e->dense_checkpoint);
     else
         ctl_table_cell(t, "%s", cpr_dense_source_name(e->dense));
 }
@@ -64,17 +71,19 @@ static int print_text(const char *job, uint64_t generation, const cpr_recovery_p
         return ctl_table_print(&head, stdout) ? EXIT_FAILED : 0;
     }
     problems_text(cpr_recovery_plan_problems(plan), problems, sizeof problems);
+    int full = cpr_recovery_plan_action(plan) == CPR_PLAN_FULL;
     ctl_table_cell(&head, "action");
     ctl_table_cell(&head, "%s", cpr_plan_action_name(cpr_recovery_plan_action(plan)));
     ctl_table_cell(&head, "cut");
-    ctl_table_cell(&head, "%llu", (unsigned long long)cpr_recovery_plan_cut(plan));
+    ctl_table_cell(&head, full ? "%llu" : "-", (unsigned long long)cpr_recovery_plan_cut(plan));
     ctl_table_cell(&head, "rewind step");
-    ctl_table_cell(&head, "%llu", (unsigned long long)cpr_recovery_plan_rewind_step(plan));
+    ctl_table_cell(&head, full ? "%llu" : "-",
+                   (unsigned long long)cpr_recovery_plan_rewind_step(plan));
     ctl_table_cell(&head, "problems");
     ctl_table_cell(&head, "%s", problems);
-    ctl_table_cell(&head, "reason");
-    ctl_table_cell(&head, "%s", cpr_recovery_plan_reason(plan));
     int bad = ctl_table_print(&head, stdout);
+    /* Outside the table, whole: a reason can be longer than a table cell. */
+    bad |= printf("reason       %s\n", cpr_recovery_plan_reason(plan)) < 0;
     ctl_table_init(&shards, 6);
     static const char *const cols[] = {"SHARD", "SOURCE", "AS_OF", "KIND", "STEP", "DENSE"};
     for (size_t i = 0; i < 6; i++)
@@ -94,9 +103,13 @@ int ctl_cmd_recovery(ctl *c)
     size_t len = 0;
     cpr_recovery_plan *plan = NULL;
     cpr_status st = cpr_client_recovery_get(c->client, job, &generation, &bytes, &len);
-    if (st == CPR_OK && generation)
-        st = cpr_recovery_plan_decode(bytes, len, &plan);
-    if (st) {
+    if (st)
+        return ctl_fail(c, st);
+    if (generation && (st = cpr_recovery_plan_decode(bytes, len, &plan)) != CPR_OK) {
+        /* Say what is there before failing: the generation and the bytes. */
+        fprintf(stderr, "cprctl: recovery: job %s generation %llu holds %zu bytes this "
+                "cprctl cannot read as a plan: %.*s\n", job, (unsigned long long)generation,
+                len, (int)(len < 4096 ? len : 4096), (const char *)bytes);
         free(bytes);
         return ctl_fail(c, st);
     }
