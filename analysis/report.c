@@ -417,14 +417,9 @@ static void print_table(const run_log *runs, const run_result *res, size_t n)
 
 static cpr_json *model_json(const run_result *o)
 {
-    cpr_json *m = cpr_json_object();
-    if (m && (cpr_json_add_number(m, "overhead_frac", o->model_overhead_frac) |
-              cpr_json_add_number(m, "pls", o->model_pls) |
-              cpr_json_add_number(m, "mtbf_s", o->mtbf_s))) {
-        cpr_json_free(m);
-        m = NULL;
-    }
-    return m;
+    static const char *const keys[] = {"overhead_frac", "pls", "mtbf_s"};
+    const double values[] = {o->model_overhead_frac, o->model_pls, o->mtbf_s};
+    return cpr_json_numbers(keys, values, 3);
 }
 
 /* Keys absent from a run: "pls" when the log has no update events, "auc"

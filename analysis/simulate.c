@@ -247,13 +247,9 @@ static cpr_status run_all(const sim_opts *o, const double *grid, sim_run *run)
 
 static cpr_json *stat_json(sim_stat s)
 {
-    cpr_json *o = cpr_json_object();
-    if (o && (cpr_json_add_number(o, "mean", s.mean) | cpr_json_add_number(o, "lo", s.lo) |
-              cpr_json_add_number(o, "hi", s.hi))) {
-        cpr_json_free(o);
-        o = NULL;
-    }
-    return o;
+    static const char *const keys[] = {"mean", "lo", "hi"};
+    const double values[] = {s.mean, s.lo, s.hi};
+    return cpr_json_numbers(keys, values, 3);
 }
 
 static cpr_json *result_json(const sim_opts *o, const sim_result *r)

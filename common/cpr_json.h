@@ -21,6 +21,8 @@ cpr_json *cpr_json_array(void);
 cpr_json *cpr_json_number(double value);
 cpr_json *cpr_json_string(const char *value);
 cpr_json *cpr_json_null(void);
+/* An object of n numbers, keys[i]: values[i]; NULL on allocation failure. */
+cpr_json *cpr_json_numbers(const char *const *keys, const double *values, size_t n);
 /* Each add returns 0 on success, -1 on allocation failure. */
 int cpr_json_add_number(cpr_json *obj, const char *key, double value);
 int cpr_json_add_string(cpr_json *obj, const char *key, const char *value);

@@ -18,6 +18,17 @@ cpr_json *cpr_json_number(double value) { return (cpr_json *)cJSON_CreateNumber(
 cpr_json *cpr_json_string(const char *value) { return (cpr_json *)cJSON_CreateString(value); }
 cpr_json *cpr_json_null(void) { return (cpr_json *)cJSON_CreateNull(); }
 
+cpr_json *cpr_json_numbers(const char *const *keys, const double *values, size_t n)
+{
+    cpr_json *o = cpr_json_object();
+    for (size_t i = 0; o && i < n; i++)
+        if (cpr_json_add_number(o, keys[i], values[i])) {
+            cpr_json_free(o);
+            o = NULL;
+        }
+    return o;
+}
+
 int cpr_json_add_number(cpr_json *obj, const char *key, double value)
 {
     return cJSON_AddNumberToObject(AS_CJSON(obj), key, value) ? 0 : -1;

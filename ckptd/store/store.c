@@ -320,9 +320,9 @@ static void setup_rocks_options(cpr_store *store)
     /* Leveled compaction. Universal compaction (tried for restores inside
      * training runs, docs/performance.md) lost every row of an ingested part
      * in test_store_read when a compaction ran between restores, with or
-     * without the retention filter: not used until that is understood. */
-    /* Ingested parts land in L0; let it grow rather than stall a commit on
-     * compaction. */
+     * without the retention filter: not used until that is understood.
+     * Ingested parts that overlap older ones land in L0; let it grow rather
+     * than stall a commit on compaction. */
     rocksdb_options_set_level0_slowdown_writes_trigger(store->db_opts, 64);
     rocksdb_options_set_level0_stop_writes_trigger(store->db_opts, 128);
     rocksdb_options_set_info_log_level(store->db_opts, 2 /* WARN */);

@@ -214,7 +214,6 @@ static cpr_status plan_job(cpr_store *store, cpr_job *job, const gc_goal *goal, 
     return st;
 }
 
-/* G1 and G2 for one job; *reclaim: it has versions for G3 to drop. */
 /* G1-G3 for one job. reclaim_pending counts floor raises not compacted
  * yet (lazy runs, or a reopen); an explicit run compacts and subtracts the
  * raises it saw, so one that comes meanwhile stays pending. */

@@ -95,6 +95,20 @@ static int print_text(const char *job, uint64_t generation, const cpr_recovery_p
     return bad ? EXIT_FAILED : 0;
 }
 
+/* The recorded bytes as a JSON tree (they decoded as a plan, so they are
+ * JSON); NULL only when out of memory. */
+static cpr_json *recorded_json(const void *bytes, size_t len)
+{
+    char *text = malloc(len + 1);
+    if (!text)
+        return NULL;
+    memcpy(text, bytes, len);
+    text[len] = '\0';
+    cpr_json *p = cpr_json_parse(text);
+    free(text);
+    return p;
+}
+
 int ctl_cmd_recovery(ctl *c)
 {
     const char *job = c->args[0];
@@ -121,18 +135,7 @@ int ctl_cmd_recovery(ctl *c)
         ctl_json_begin(c, &j);
         ctl_jstr(&j, j.root, "job", job);
         ctl_jnum(&j, j.root, "generation", (double)generation);
-        cpr_json *p = NULL;
-        char *text = plan ? malloc(len + 1) : NULL;
-        if (text) {
-            memcpy(text, bytes, len);
-            text[len] = '\0';
-            p = cpr_json_parse(text);
-            free(text);
-        }
-        if (!p)
-            p = plan ? NULL : cpr_json_null();
-        if (!p)
-            j.oom = 1;
+        cpr_json *p = plan ? recorded_json(bytes, len) : cpr_json_null();
         ctl_jchild(&j, j.root, "plan", p);
         rc = ctl_json_emit(c, &j, 0);
     } else {
