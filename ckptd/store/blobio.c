@@ -439,3 +439,173 @@ out:
         close(r.fd);
     return st;
 }
+
+int cpr_fsync_dir(const char *path)
+{
+    int fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0)
+        return -1;
+    int rc = fsync(fd);
+    close(fd);
+    return rc;
+}
+
+/* ---- extent reads ------------------------------------------------------- */
+
+int cpr_bfile_open_read(const char *path, int direct)
+{
+    int got;
+    return open_maybe_direct(path, O_RDONLY, direct, &got);
+}
+
+typedef struct fetch_slot {
+    unsigned char *buf;   /* aligned; NULL once delivered */
+    size_t skip;          /* bytes before the extent in buf */
+    size_t ask;           /* bytes read into buf */
+    int res;
+    int done;
+} fetch_slot;
+
+struct cpr_fetcher {
+    const cpr_fetch_req *reqs;
+    size_t n, next_submit, next_deliver;
+    unsigned depth, in_flight;
+    int have_ring;
+    struct io_uring ring;
+    fetch_slot *slots;    /* depth of them; request i uses slot i % depth */
+};
+
+static cpr_status fetch_prepare(cpr_fetcher *f, size_t i, fetch_slot *s)
+{
+    const cpr_fetch_req *r = &f->reqs[i];
+    uint64_t start = r->offset & ~(uint64_t)(CPR_IO_ALIGN - 1);
+    s->skip = (size_t)(r->offset - start);
+    s->ask = (s->skip + r->len + CPR_IO_ALIGN - 1) & ~(size_t)(CPR_IO_ALIGN - 1);
+    s->done = 0;
+    s->res = 0;
+    if (posix_memalign((void **)&s->buf, CPR_IO_ALIGN, s->ask ? s->ask : CPR_IO_ALIGN))
+        return cpr_fail(CPR_NO_MEMORY, "out of memory for a read of %zu bytes", s->ask);
+    return CPR_OK;
+}
+
+/* Read whatever of [have, need) is missing synchronously (short reads,
+ * and the path without io_uring). */
+static cpr_status fetch_finish_sync(const cpr_fetch_req *r, fetch_slot *s, size_t have)
+{
+    uint64_t start = r->offset - s->skip;
+    size_t need = s->skip + r->len;
+    while (have < need) {
+        ssize_t got = pread(r->fd, s->buf + have, s->ask - have, (off_t)(start + have));
+        if (got < 0 && errno == EINTR)
+            continue;
+        if (got < 0)
+            return cpr_fail(errno == EIO ? CPR_IO : CPR_IO, "read of %zu bytes at offset "
+                            "%llu: %s", r->len, (unsigned long long)r->offset,
+                            strerror(errno));
+        if (got == 0)
+            return cpr_fail(CPR_CORRUPT, "segment ends before the extent of %zu bytes at "
+                            "offset %llu", r->len, (unsigned long long)r->offset);
+        have += (size_t)got;
+    }
+    return CPR_OK;
+}
+
+static cpr_status fetch_submit(cpr_fetcher *f)
+{
+    while (f->next_submit < f->n && f->next_submit < f->next_deliver + f->depth) {
+        size_t i = f->next_submit;
+        fetch_slot *s = &f->slots[i % f->depth];
+        cpr_status st = fetch_prepare(f, i, s);
+        if (st)
+            return st;
+        f->next_submit++;
+        if (!f->have_ring)
+            continue;
+        struct io_uring_sqe *sqe = io_uring_get_sqe(&f->ring);
+        if (!sqe)
+            BUG("io_uring fetch queue full although depth is bounded");
+        io_uring_prep_read(sqe, f->reqs[i].fd, s->buf, (unsigned)s->ask,
+                           f->reqs[i].offset - s->skip);
+        io_uring_sqe_set_data64(sqe, i);
+        f->in_flight++;
+    }
+    if (f->have_ring && f->in_flight) {
+        int rc = io_uring_submit(&f->ring);
+        if (rc < 0)
+            return cpr_fail(CPR_IO, "io_uring submit: %s", strerror(-rc));
+    }
+    return CPR_OK;
+}
+
+cpr_status cpr_fetcher_create(const cpr_fetch_req *reqs, size_t n, unsigned depth,
+                              cpr_fetcher **out)
+{
+    cpr_fetcher *f = calloc(1, sizeof *f);
+    if (depth == 0)
+        depth = 1;
+    if (f)
+        f->slots = calloc(depth, sizeof *f->slots);
+    if (!f || !f->slots) {
+        free(f);
+        return cpr_fail(CPR_NO_MEMORY, "out of memory starting reads");
+    }
+    f->reqs = reqs;
+    f->n = n;
+    f->depth = depth;
+    f->have_ring = n > 0 && io_uring_queue_init(depth, &f->ring, 0) == 0;
+    *out = f;
+    return CPR_OK;
+}
+
+cpr_status cpr_fetcher_next(cpr_fetcher *f, void **owner, const unsigned char **data)
+{
+    if (f->next_deliver >= f->n)
+        return cpr_fail(CPR_INTERNAL, "fetcher: all %zu extents were delivered", f->n);
+    cpr_status st = fetch_submit(f);
+    size_t i = f->next_deliver;
+    fetch_slot *s = &f->slots[i % f->depth];
+    while (st == CPR_OK && f->have_ring && !s->done) {
+        struct io_uring_cqe *cqe;
+        int rc = wait_cqe(&f->ring, &cqe);
+        if (rc < 0)
+            return cpr_fail(CPR_IO, "io_uring wait: %s", strerror(-rc));
+        uint64_t idx = io_uring_cqe_get_data64(cqe);
+        f->slots[idx % f->depth].res = cqe->res;
+        f->slots[idx % f->depth].done = 1;
+        io_uring_cqe_seen(&f->ring, cqe);
+        f->in_flight--;
+    }
+    if (st)
+        return st;
+    if (f->have_ring && s->res < 0)
+        return cpr_fail(CPR_IO, "read of %zu bytes at offset %llu: %s", f->reqs[i].len,
+                        (unsigned long long)f->reqs[i].offset, strerror(-s->res));
+    st = fetch_finish_sync(&f->reqs[i], s, f->have_ring ? (size_t)s->res : 0);
+    if (st)
+        return st;
+    *owner = s->buf;
+    *data = s->buf + s->skip;
+    s->buf = NULL;
+    f->next_deliver++;
+    return CPR_OK;
+}
+
+void cpr_fetcher_destroy(cpr_fetcher *f)
+{
+    if (!f)
+        return;
+    if (f->have_ring) {
+        while (f->in_flight > 0) {
+            struct io_uring_cqe *cqe;
+            if (wait_cqe(&f->ring, &cqe) < 0)
+                break; /* exiting the ring cancels the rest */
+            io_uring_cqe_seen(&f->ring, cqe);
+            f->in_flight--;
+        }
+        io_uring_queue_exit(&f->ring);
+    }
+    for (unsigned i = 0; i < f->depth; i++)
+        free(f->slots[i].buf);
+    free(f->slots);
+    free(f);
+}

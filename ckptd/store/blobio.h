@@ -41,4 +41,44 @@ typedef cpr_status (*cpr_bfile_block_fn)(void *ctx, uint64_t index,
 cpr_status cpr_bfile_read(const char *path, uint64_t size, int direct,
                           cpr_bfile_block_fn fn, void *ctx);
 
+/* fsync a directory (its entries: files created or renamed in it). 0 or -1
+ * with errno set. */
+int cpr_fsync_dir(const char *path);
+
+/* ---- extent reads: several files, several reads in flight --------------- */
+
+#define CPR_IO_ALIGN 4096u
+
+/* Open `path` for reading, O_DIRECT if `direct` and the filesystem allows
+ * it. Returns the descriptor, or -1 with errno set. */
+int cpr_bfile_open_read(const char *path, int direct);
+
+/* One read: [offset, offset + len) of fd. */
+typedef struct cpr_fetch_req {
+    int fd;
+    uint64_t offset;
+    size_t len;
+} cpr_fetch_req;
+
+typedef struct cpr_fetcher cpr_fetcher;
+
+/*
+ * Read reqs[0..n) (borrowed until destroy) with up to `depth` reads in
+ * flight, delivered in order by cpr_fetcher_next. Reads are aligned to
+ * CPR_IO_ALIGN (O_DIRECT); each goes to its own buffer, so the caller may
+ * hold several delivered extents at once. Memory in flight: depth extents.
+ */
+cpr_status cpr_fetcher_create(const cpr_fetch_req *reqs, size_t n, unsigned depth,
+                              cpr_fetcher **out);
+
+/* The next extent's bytes at *data (aligned like its offset modulo
+ * CPR_IO_ALIGN); *owner is the buffer holding them, the caller's to free().
+ * CPR_IO on a failed read, CPR_CORRUPT if the file ends before the extent,
+ * CPR_INTERNAL when asked for more than n extents. */
+cpr_status cpr_fetcher_next(cpr_fetcher *f, void **owner, const unsigned char **data);
+
+/* Wait for reads still in flight and free what was not delivered. NULL is a
+ * no-op. */
+void cpr_fetcher_destroy(cpr_fetcher *f);
+
 #endif /* CPR_BLOBIO_H */

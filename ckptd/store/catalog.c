@@ -13,6 +13,9 @@ void cpr_catalog_release(cpr_catalog *cat)
         cpr_job *job = cat->jobs[i];
         for (size_t p = 0; p < job->n_parts; p++)
             cpr_meta_release(&job->parts[p]);
+        for (size_t f = 0; f < job->n_folds; f++)
+            cpr_meta_release(&job->folds[f]);
+        free(job->folds);
         free(job->parts);
         free(job->tables);
         free(job);
@@ -222,6 +225,8 @@ size_t cpr_job_cuts(const cpr_job *job, uint64_t *cuts, size_t max)
     while (end > 0) {
         size_t first = end - 1;
         uint64_t ckpt = job->parts[first].checkpoint;
+        if (job->floor && ckpt < job->floor)
+            break; /* C5: below the floor nothing is a cut any more */
         while (first > 0 && job->parts[first - 1].checkpoint == ckpt)
             first--;
         if (is_cut(job, first, end)) {
@@ -232,4 +237,44 @@ size_t cpr_job_cuts(const cpr_job *job, uint64_t *cuts, size_t max)
         end = first;
     }
     return count;
+}
+
+cpr_status cpr_job_add_fold(cpr_job *job, cpr_part_meta *m)
+{
+    if (job->n_folds == job->cap_folds) {
+        size_t cap = job->cap_folds ? job->cap_folds * 2 : 8;
+        cpr_part_meta *grown = realloc(job->folds, cap * sizeof *grown);
+        if (!grown) {
+            cpr_meta_release(m);
+            return cpr_fail(CPR_NO_MEMORY, "out of memory adding a fold to job %s", job->name);
+        }
+        job->folds = grown;
+        job->cap_folds = cap;
+    }
+    size_t at = 0;
+    while (at < job->n_folds &&
+           (job->folds[at].shard < m->shard ||
+            (job->folds[at].shard == m->shard && job->folds[at].checkpoint < m->checkpoint)))
+        at++;
+    memmove(&job->folds[at + 1], &job->folds[at], (job->n_folds - at) * sizeof *job->folds);
+    job->folds[at] = *m;
+    job->n_folds++;
+    memset(m, 0, sizeof *m);
+    return CPR_OK;
+}
+
+void cpr_job_drop_fold(cpr_job *job, size_t i)
+{
+    cpr_meta_release(&job->folds[i]);
+    memmove(&job->folds[i], &job->folds[i + 1], (job->n_folds - i - 1) * sizeof *job->folds);
+    job->n_folds--;
+}
+
+const cpr_part_meta *cpr_job_fold_at_most(const cpr_job *job, uint32_t shard, uint64_t max)
+{
+    const cpr_part_meta *best = NULL;
+    for (size_t i = 0; i < job->n_folds; i++)
+        if (job->folds[i].shard == shard && job->folds[i].checkpoint <= max)
+            best = &job->folds[i];
+    return best;
 }

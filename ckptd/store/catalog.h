@@ -15,6 +15,12 @@
  *      ever raises the floor to a consistent cut, deleting older parts).
  *  C4. tables[] of a job holds one schema per table id ever declared; dims
  *      never change within a job.
+ *  C5. parts[] holds every part whose record exists, also below the floor
+ *      (a GC that crashed before removing them); List, cuts and restores
+ *      ignore parts below the floor except as data (store_gc.c).
+ *  C6. folds[] holds the job's folds, sorted by (shard, checkpoint): fold
+ *      (s, X) holds, for every row, shard s's newest version older than X
+ *      unless a part of s at X holds the row (fold.c).
  */
 #ifndef CPR_STORE_CATALOG_H
 #define CPR_STORE_CATALOG_H
@@ -32,8 +38,8 @@ typedef struct cpr_job {
     size_t n_parts, cap_parts;
     cpr_table_schema *tables;    /* C4 */
     size_t n_tables;
-    int stale_below_floor;       /* records below the floor survive a crashed GC */
-    unsigned reclaim_pending;    /* floor raises not compacted since (store_gc.c) */
+    cpr_part_meta *folds;        /* C6; checkpoint = X */
+    size_t n_folds, cap_folds;
 } cpr_job;
 
 typedef struct cpr_catalog {
@@ -65,7 +71,15 @@ cpr_status cpr_job_merge_tables(cpr_job *job, const cpr_table_schema *tables,
                                 size_t n);
 const cpr_table_schema *cpr_job_table(const cpr_job *job, uint32_t table);
 
-/* Consistent cuts, newest first; returns how many exist (writes at most max). */
+/* Take ownership of *m and insert it as a fold (replacing none). */
+cpr_status cpr_job_add_fold(cpr_job *job, cpr_part_meta *m);
+/* Remove (and release) fold i. */
+void cpr_job_drop_fold(cpr_job *job, size_t i);
+/* Newest fold of `shard` with checkpoint <= max (NULL: none). */
+const cpr_part_meta *cpr_job_fold_at_most(const cpr_job *job, uint32_t shard, uint64_t max);
+
+/* Consistent cuts at or above the floor, newest first; returns how many
+ * exist (writes at most max). */
 size_t cpr_job_cuts(const cpr_job *job, uint64_t *cuts, size_t max);
 
 #endif /* CPR_STORE_CATALOG_H */

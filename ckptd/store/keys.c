@@ -28,40 +28,16 @@ uint64_t cpr_get_be64(const unsigned char *p)
     return (uint64_t)cpr_get_be32(p) << 32 | cpr_get_be32(p + 4);
 }
 
-void cpr_key_row(unsigned char out[CPR_ROW_KEY_LEN], const cpr_row_key *k)
-{
-    out[0] = 'R';
-    cpr_put_be32(out + 1, k->job_id);
-    cpr_put_be32(out + 5, k->table);
-    cpr_put_be64(out + 9, k->row);
-    cpr_put_be64(out + 17, ~k->checkpoint);
-    cpr_put_be32(out + 25, k->shard);
-}
-
-int cpr_key_row_parse(const void *key, size_t len, cpr_row_key *out)
-{
-    const unsigned char *p = key;
-    if (len != CPR_ROW_KEY_LEN || p[0] != 'R')
-        return -1;
-    out->job_id = cpr_get_be32(p + 1);
-    out->table = cpr_get_be32(p + 5);
-    out->row = cpr_get_be64(p + 9);
-    out->checkpoint = ~cpr_get_be64(p + 17);
-    out->shard = cpr_get_be32(p + 25);
-    return 0;
-}
-
-void cpr_key_row_prefix(unsigned char out[9], uint32_t job_id, uint32_t table)
-{
-    out[0] = 'R';
-    cpr_put_be32(out + 1, job_id);
-    cpr_put_be32(out + 5, table);
-}
-
 void cpr_key_meta(unsigned char out[CPR_META_KEY_LEN], uint32_t job_id,
                   uint32_t shard, uint64_t checkpoint)
 {
-    out[0] = 'M';
+    cpr_key_part_record(out, 'M', job_id, shard, checkpoint);
+}
+
+void cpr_key_part_record(unsigned char out[CPR_META_KEY_LEN], char type, uint32_t job_id,
+                         uint32_t shard, uint64_t checkpoint)
+{
+    out[0] = (unsigned char)type;
     cpr_put_be32(out + 1, job_id);
     cpr_put_be32(out + 5, shard);
     cpr_put_be64(out + 9, checkpoint);
@@ -71,7 +47,7 @@ int cpr_key_meta_parse(const void *key, size_t len, uint32_t *job_id,
                        uint32_t *shard, uint64_t *checkpoint)
 {
     const unsigned char *p = key;
-    if (len != CPR_META_KEY_LEN || p[0] != 'M')
+    if (len != CPR_META_KEY_LEN || (p[0] != 'M' && p[0] != 'B'))
         return -1;
     *job_id = cpr_get_be32(p + 1);
     *shard = cpr_get_be32(p + 5);

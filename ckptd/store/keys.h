@@ -1,21 +1,19 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * RocksDB key layout of the store. All integers are big-endian so that byte
- * order is numeric order. Every key starts with a one-byte record type:
+ * RocksDB key layout of the store's catalog (store format 2: RocksDB holds
+ * no rows). All integers are big-endian so that byte order is numeric
+ * order. Every key starts with a one-byte record type:
  *
- *   'R' job_id:4 table:4 row:8 ~checkpoint:8 shard:4   row version (29 bytes)
- *   'M' job_id:4 shard:4 checkpoint:8                  part metadata
+ *   'V'                                                store format (u32 LE)
+ *   'M' job_id:4 shard:4 checkpoint:8                  part record (meta.h)
+ *   'B' job_id:4 shard:4 checkpoint:8                  fold record (meta.h)
  *   'J' job name                                       job name -> job_id
  *   'F' job_id:4                                       retention floor
  *   'G' job name                                       recovery record
  *
- * The checkpoint id is stored inverted (~id) so the versions of one row are
- * ordered newest first: "newest version <= C" is a single forward seek to
- * (job, table, row, ~C). The shard is last so that two shards writing the
- * same row at the same checkpoint can never overwrite each other. The
- * recovery record is keyed by the job's name, not its id: it may exist before
- * the job has any part (and so any id), and nothing that works by job id
- * (GC's deletes and compactions of 'R' and 'M' ranges) can reach it.
+ * The recovery record is keyed by the job's name, not its id: it may exist
+ * before the job has any part (and so any id), and nothing that works by
+ * job id (GC's deletes of 'M' and 'B' records) can reach it.
  */
 #ifndef CPR_STORE_KEYS_H
 #define CPR_STORE_KEYS_H
@@ -23,26 +21,15 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define CPR_ROW_KEY_LEN 29
 #define CPR_META_KEY_LEN 17
 #define CPR_FLOOR_KEY_LEN 5
 
-typedef struct cpr_row_key {
-    uint32_t job_id;
-    uint32_t table;
-    uint64_t row;
-    uint64_t checkpoint;
-    uint32_t shard;
-} cpr_row_key;
-
-void cpr_key_row(unsigned char out[CPR_ROW_KEY_LEN], const cpr_row_key *k);
-/* Returns 0 if `key` is a well-formed row key. */
-int cpr_key_row_parse(const void *key, size_t len, cpr_row_key *out);
-/* Prefix of all row keys of (job, table): 9 bytes; of a job: 5 bytes. */
-void cpr_key_row_prefix(unsigned char out[9], uint32_t job_id, uint32_t table);
-
 void cpr_key_meta(unsigned char out[CPR_META_KEY_LEN], uint32_t job_id,
                   uint32_t shard, uint64_t checkpoint);
+/* 'M' (part) or 'B' (fold) record key. */
+void cpr_key_part_record(unsigned char out[CPR_META_KEY_LEN], char type, uint32_t job_id,
+                         uint32_t shard, uint64_t checkpoint);
+/* Parses 'M' and 'B' keys. */
 int cpr_key_meta_parse(const void *key, size_t len, uint32_t *job_id,
                        uint32_t *shard, uint64_t *checkpoint);
 void cpr_key_floor(unsigned char out[CPR_FLOOR_KEY_LEN], uint32_t job_id);

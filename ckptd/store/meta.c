@@ -5,6 +5,8 @@
  *   u64 base u64 rows u64 bytes i64 committed_unix_ms
  *   u32 n_tables { u32 table u64 rows u32 dim u32 state_dim }
  *   u32 n_blobs  { u8 name_len name u64 size u32 n_crcs { u32 crc } }
+ *   u64 seg_token u64 seg_bytes
+ *   u32 n_blocks { u32 table u32 n u64 first u64 last u64 offset u32 len u32 crc }
  *   u32 crc32c(all of the above)
  * Decoding never trusts a count: every read is bounds-checked first.
  */
@@ -15,7 +17,8 @@
 #include "cpr_common.h"
 #include "meta.h"
 
-#define META_VERSION 1
+#define META_VERSION 2 /* 1: store format 1 (rows in RocksDB) */
+#define BLOCK_REF_BYTES 40
 
 typedef struct wbuf {
     unsigned char *p;
@@ -73,6 +76,19 @@ cpr_status cpr_meta_encode(const cpr_part_meta *m, unsigned char **buf, size_t *
         PUT(&b, bl->size);
         PUT(&b, (uint32_t)bl->n_crcs);
         put(&b, bl->crcs, bl->n_crcs * sizeof(uint32_t));
+    }
+    PUT(&b, m->seg_token);
+    PUT(&b, m->seg_bytes);
+    PUT(&b, (uint32_t)m->n_blocks);
+    for (size_t i = 0; i < m->n_blocks; i++) {
+        const cpr_block_ref *r = &m->blocks[i];
+        PUT(&b, r->table);
+        PUT(&b, r->n);
+        PUT(&b, r->first);
+        PUT(&b, r->last);
+        PUT(&b, r->offset);
+        PUT(&b, r->len);
+        PUT(&b, r->crc);
     }
     if (!b.oom)
         PUT(&b, cpr_crc32c(0, b.p, b.len));
@@ -138,6 +154,34 @@ static cpr_status decode_blobs(rbuf *r, cpr_part_meta *m)
     return r->bad ? CPR_CORRUPT : CPR_OK;
 }
 
+static cpr_status decode_blocks(rbuf *r, cpr_part_meta *m)
+{
+    uint32_t n;
+    GET(r, m->seg_token);
+    GET(r, m->seg_bytes);
+    GET(r, n);
+    if (r->bad || n > (r->len - r->off) / BLOCK_REF_BYTES)
+        return CPR_CORRUPT;
+    m->blocks = malloc((n ? n : 1) * sizeof *m->blocks);
+    if (!m->blocks)
+        return CPR_NO_MEMORY;
+    m->n_blocks = m->cap_blocks = n;
+    for (uint32_t i = 0; i < n; i++) {
+        cpr_block_ref *b = &m->blocks[i];
+        GET(r, b->table);
+        GET(r, b->n);
+        GET(r, b->first);
+        GET(r, b->last);
+        GET(r, b->offset);
+        GET(r, b->len);
+        GET(r, b->crc);
+        if (b->n == 0 || b->first > b->last || b->offset % 8 ||
+            b->offset + b->len > m->seg_bytes)
+            return CPR_CORRUPT;
+    }
+    return r->bad ? CPR_CORRUPT : CPR_OK;
+}
+
 static cpr_status decode_body(rbuf *r, cpr_part_meta *m)
 {
     uint8_t version, kind;
@@ -168,7 +212,8 @@ static cpr_status decode_body(rbuf *r, cpr_part_meta *m)
         GET(r, m->tables[i].dim);
         GET(r, m->tables[i].state_dim);
     }
-    return decode_blobs(r, m);
+    cpr_status st = decode_blobs(r, m);
+    return st ? st : decode_blocks(r, m);
 }
 
 cpr_status cpr_meta_decode(const void *buf, size_t len, cpr_part_meta *out)
@@ -204,9 +249,11 @@ void cpr_meta_release(cpr_part_meta *m)
         free(m->blobs[i].crcs);
     free(m->blobs);
     free(m->tables);
+    free(m->blocks);
     m->blobs = NULL;
     m->tables = NULL;
-    m->n_blobs = m->n_tables = 0;
+    m->blocks = NULL;
+    m->n_blobs = m->n_tables = m->n_blocks = m->cap_blocks = 0;
 }
 
 cpr_status cpr_meta_copy_tables(cpr_part_meta *dst, const cpr_table_schema *tables,
@@ -237,4 +284,18 @@ const cpr_blob_meta *cpr_meta_blob(const cpr_part_meta *m, const char *name)
         if (strcmp(m->blobs[i].name, name) == 0)
             return &m->blobs[i];
     return NULL;
+}
+
+cpr_status cpr_meta_add_block(cpr_part_meta *m, const cpr_block_ref *ref)
+{
+    if (m->n_blocks == m->cap_blocks) {
+        size_t cap = m->cap_blocks ? m->cap_blocks * 2 : 16;
+        cpr_block_ref *grown = realloc(m->blocks, cap * sizeof *grown);
+        if (!grown)
+            return cpr_fail(CPR_NO_MEMORY, "out of memory indexing blocks");
+        m->blocks = grown;
+        m->cap_blocks = cap;
+    }
+    m->blocks[m->n_blocks++] = *ref;
+    return CPR_OK;
 }

@@ -1,9 +1,12 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * The commit record of a part ('M' key): everything List needs, the table
- * schemas, and each blob's length and per-block CRC32C. Encoded as a small
- * versioned little-endian record ending in a CRC32C of all preceding bytes,
- * so a damaged record is detected and reported rather than trusted.
+ * The commit record of a part ('M' key) or of a fold ('B' key): everything
+ * List needs, the table schemas, each blob's length and per-block CRC32C,
+ * the segment object holding the rows, and the block index (per block:
+ * table, rows, first and last row id, offset and length in the segment,
+ * CRC32C). Encoded as a small versioned little-endian record ending in a
+ * CRC32C of all preceding bytes, so a damaged record is detected and
+ * reported rather than trusted.
  */
 #ifndef CPR_STORE_META_H
 #define CPR_STORE_META_H
@@ -20,6 +23,16 @@ typedef struct cpr_blob_meta {
     size_t n_crcs;
 } cpr_blob_meta;
 
+/* Where one row block lives, as the catalog knows it. */
+typedef struct cpr_block_ref {
+    uint32_t table;
+    uint32_t n;          /* rows */
+    uint64_t first, last;/* row ids */
+    uint64_t offset;     /* in the segment; a multiple of 8 */
+    uint32_t len;        /* bytes, header included */
+    uint32_t crc;        /* the block's CRC32C (also in its header) */
+} cpr_block_ref;
+
 typedef struct cpr_part_meta {
     uint32_t shard;
     uint64_t checkpoint;
@@ -34,6 +47,11 @@ typedef struct cpr_part_meta {
     size_t n_tables;
     cpr_blob_meta *blobs;     /* owned */
     size_t n_blobs;
+    uint64_t seg_token;       /* names the segment object (0: no rows) */
+    uint64_t seg_bytes;       /* its length */
+    cpr_block_ref *blocks;    /* owned; in segment order */
+    size_t n_blocks;
+    size_t cap_blocks;        /* not stored */
     int consistent;           /* derived by the catalog, not stored */
 } cpr_part_meta;
 
@@ -47,5 +65,7 @@ cpr_status cpr_meta_copy_tables(cpr_part_meta *dst, const cpr_table_schema *tabl
                                 size_t n);
 const cpr_table_schema *cpr_meta_table(const cpr_part_meta *m, uint32_t table);
 const cpr_blob_meta *cpr_meta_blob(const cpr_part_meta *m, const char *name);
+/* Append a block reference (grows m->blocks). */
+cpr_status cpr_meta_add_block(cpr_part_meta *m, const cpr_block_ref *ref);
 
 #endif /* CPR_STORE_META_H */

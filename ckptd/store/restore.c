@@ -1,274 +1,48 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * Restore: stream rows "as of" a checkpoint, in (table, row) order, in
- * bounded memory, using every core.
+ * Restore: rows "as of" a checkpoint, in (table, row) order, read from the
+ * blocks that can hold the answer and merged newest first.
  *
- * Scanning. Versions of a row are ordered newest first (keys.h), so for each
- * row the first version with checkpoint <= C is the answer: when the
- * iterator sits on a newer version we seek to (row, ~C); after emitting a
- * row we step over its older versions with Next (far cheaper than a seek).
- * Every row's CRC is checked before it is copied out.
+ * Sources. As of C, shard s's state is its newest FULL part at or below C
+ * and the parts of s after it up to C; when a fold (s, X) exists with
+ * FULL < X <= C, the fold replaces every part of s below X (catalog C6).
+ * Every shard with a part at or below C contributes its sources; a row's
+ * answer is its newest version among all of them (by checkpoint; between
+ * shards at the same checkpoint the lower shard; within one part the later
+ * block). Blocks whose table or row span misses the query are not read.
  *
- * Parallelism. A single RocksDB iterator is CPU-bound (about 1 us per row)
- * and waits on its own synchronous read-ahead, so the selected row ranges
- * are cut into segments and scanned by worker threads, each with its own
- * iterator on one shared snapshot (so a concurrent commit or GC cannot tear
- * the restore). Segment i goes to worker i % W; each worker fills a ring of
- * RING_SLOTS batches and blocks when it is full. Segments are sized (from
- * RocksDB's size estimates) to about one ring of data: then worker i+1 can
- * scan its whole segment while the consumer drains worker i's, which is what
- * makes the workers run in parallel. The caller's thread takes
- * the batches of segment 0, 1, 2, ... in order and runs the callback, so the
- * output order is exactly that of a sequential scan, and memory is bounded by
- * W x RING_SLOTS batches whatever the size of the job.
+ * Merge. The candidate blocks of a table are sorted by first row and read
+ * in that order (backend read_start: several reads in flight). A block is
+ * loaded when the merge reaches its first row, its CRC32C and header are
+ * checked against the catalog before any of its rows is used, and it is
+ * freed when the merge passes its last row; a binary heap of cursors keyed
+ * by (row id, priority) yields each row's winner. A stretch where one block
+ * is alone is copied as a run, and a whole stored block that the query
+ * selects entirely is handed on unchanged (pass-through).
  *
  * Invariants
- *  R1. A batch never spans two segments; the last batch of a segment (maybe
- *      empty) carries seg_end, so the consumer knows when to switch worker.
- *  R2. A worker's ring slot is reused only after the consumer's callback
- *      for it has returned (the consumer advances the tail after the call).
- *  R3. On any error or cancel, every worker sees `cancel` before blocking
- *      again, and all workers are joined before cpr_store_restore returns.
+ *  M1. A cursor is loaded before the merge emits any row >= its first row
+ *      (candidates are loaded while their first row <= the heap's least
+ *      id), so every version of an emitted row was in the heap.
+ *  M2. Memory: the reads in flight (FETCH_DEPTH blocks), the blocks whose
+ *      row span the merge is inside, and one output batch.
+ *  M3. The catalog is read only under store->mu, in plan(); the restore is
+ *      registered as a reader there (S7), so the segments it planned to
+ *      read outlive any GC or fold that removes their records.
  */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "cpr/crc32c.h"
+#include "restore.h"
 #include "store_internal.h"
 
-#define DEFAULT_BATCH_ROWS 4096
+#define DEFAULT_BATCH_ROWS 16384
 #define DEFAULT_BATCH_BYTES (3u << 20)
 #define MAX_BATCH_ROWS (1u << 20)      /* x dim 65536 x 4 bytes stays far from overflow */
 #define MAX_QUERY_ITEMS (1u << 20)     /* tables or ranges in one query */
-#define NEXT_BEFORE_SEEK 64          /* older versions to step over before seeking */
-#define RESTORE_READAHEAD (512u << 10) /* smaller steps wait less per read */
-#define RING_SLOTS 4
-#define MAX_WORKERS 8
-#define WORKERS_PER_CPU 4
-
-typedef struct segment {
-    cpr_table_schema table;
-    uint64_t begin, end;
-} segment;
-
-typedef struct slot {
-    uint64_t *ids;
-    float *values, *state;
-    size_t n;
-    uint32_t table, dim, state_dim;
-    int seg_end;
-} slot;
-
-struct restore_shared;
-
-typedef struct worker {
-    struct restore_shared *sh;
-    unsigned index;
-    pthread_t thread;
-    int started;
-    rocksdb_iterator_t *it;
-    slot ring[RING_SLOTS];
-    unsigned head, count;            /* guarded by sh->mu */
-    pthread_cond_t not_full, not_empty;
-    cpr_status st;                   /* set before the failing seg_end slot */
-    char errmsg[512];
-    const segment *seg;              /* being scanned */
-} worker;
-
-typedef struct restore_shared {
-    const cpr_restore_query *q;
-    uint32_t job_id;
-    uint64_t as_of;
-    size_t batch_rows;
-    segment *segs;
-    size_t n_segs;
-    worker workers[MAX_WORKERS];
-    unsigned n_workers;
-    pthread_mutex_t mu;
-    int cancel;                      /* guarded by mu */
-    rocksdb_readoptions_t *ro;
-    const rocksdb_snapshot_t *snap;
-    unsigned char upper[5];
-} restore_shared;
-
-/* ---- one worker's scan -------------------------------------------------- */
-
-static void seek_row(worker *w, uint64_t row)
-{
-    unsigned char key[CPR_ROW_KEY_LEN];
-    cpr_row_key k = {w->sh->job_id, w->seg->table.table, row, w->sh->as_of, 0};
-    cpr_key_row(key, &k);
-    rocksdb_iter_seek(w->it, (const char *)key, sizeof key);
-}
-
-static int current_row(worker *w, cpr_row_key *k)
-{
-    size_t klen;
-    if (!rocksdb_iter_valid(w->it))
-        return 0;
-    const char *key = rocksdb_iter_key(w->it, &klen);
-    return cpr_key_row_parse(key, klen, k) == 0 && k->job_id == w->sh->job_id &&
-           k->table == w->seg->table.table;
-}
-
-/* Wait for a free slot (the one at head); NULL if cancelled. */
-static slot *acquire_slot(worker *w)
-{
-    restore_shared *sh = w->sh;
-    pthread_mutex_lock(&sh->mu);
-    while (w->count == RING_SLOTS && !sh->cancel)
-        pthread_cond_wait(&w->not_full, &sh->mu);
-    slot *s = sh->cancel ? NULL : &w->ring[w->head];
-    pthread_mutex_unlock(&sh->mu);
-    if (s) {
-        s->n = 0;
-        s->seg_end = 0;
-        s->table = w->seg->table.table;
-        s->dim = w->seg->table.dim;
-        s->state_dim = w->seg->table.state_dim;
-    }
-    return s;
-}
-
-static void publish_slot(worker *w)
-{
-    pthread_mutex_lock(&w->sh->mu);
-    w->head = (w->head + 1) % RING_SLOTS;
-    w->count++;
-    pthread_cond_signal(&w->not_empty);
-    pthread_mutex_unlock(&w->sh->mu);
-}
-
-static cpr_status copy_row(worker *w, slot *s, const cpr_row_key *k)
-{
-    size_t vlen, klen;
-    const char *key = rocksdb_iter_key(w->it, &klen);
-    const unsigned char *val = (const unsigned char *)rocksdb_iter_value(w->it, &vlen);
-    size_t vbytes = (size_t)s->dim * 4, sbytes = (size_t)s->state_dim * 4;
-    uint32_t stored;
-    if (vlen != 4 + vbytes + sbytes)
-        return cpr_fail(CPR_CORRUPT, "row %llu of table %u (checkpoint %llu, shard %u) "
-                        "has %zu bytes, expected %zu", (unsigned long long)k->row,
-                        k->table, (unsigned long long)k->checkpoint, k->shard, vlen,
-                        4 + vbytes + sbytes);
-    memcpy(&stored, val, 4);
-    uint32_t crc = cpr_crc32c(0, key + 5, CPR_ROW_KEY_LEN - 5);
-    if (cpr_crc32c(crc, val + 4, vbytes + sbytes) != stored)
-        return cpr_fail(CPR_CORRUPT, "row %llu of table %u (checkpoint %llu, shard %u) "
-                        "fails its checksum: the stored copy is damaged",
-                        (unsigned long long)k->row, k->table,
-                        (unsigned long long)k->checkpoint, k->shard);
-    s->ids[s->n] = k->row;
-    memcpy(s->values + s->n * s->dim, val + 4, vbytes);
-    if (sbytes)
-        memcpy(s->state + s->n * s->state_dim, val + 4 + vbytes, sbytes);
-    s->n++;
-    return CPR_OK;
-}
-
-/* Step past the older versions of `row`. */
-static void skip_versions(worker *w, uint64_t row)
-{
-    cpr_row_key k;
-    for (int i = 0; i < NEXT_BEFORE_SEEK; i++) {
-        rocksdb_iter_next(w->it);
-        if (!current_row(w, &k) || k.row != row)
-            return;
-    }
-    if (row < w->seg->end)
-        seek_row(w, row + 1);
-}
-
-/* At a version of k->row newer than as_of: step (Next) to the newest one
- * <= as_of, or to the next row; seek only after NEXT_BEFORE_SEEK steps. A
- * seek costs a block read in every overlapping file, a step almost nothing. */
-static void newer_versions(worker *w, const cpr_row_key *k)
-{
-    cpr_row_key at;
-    for (int i = 0; i < NEXT_BEFORE_SEEK; i++) {
-        rocksdb_iter_next(w->it);
-        if (!current_row(w, &at) || at.row != k->row || at.checkpoint <= w->sh->as_of)
-            return;
-    }
-    seek_row(w, k->row); /* lands on the newest version <= as_of */
-}
-
-/* First row >= row that passes the modulo filter (UINT64_MAX: none). */
-static uint64_t next_wanted(const cpr_restore_query *q, uint64_t row)
-{
-    uint64_t m = q->modulo, rem = q->remainder, want;
-    if (m == 0 || row % m == rem)
-        return row;
-    want = row - row % m + rem;
-    if (want < row)
-        want += m;
-    return want < row ? UINT64_MAX : want; /* overflow */
-}
-
-/* Scan one segment into slots; the last slot published carries seg_end. */
-static cpr_status scan_segment(worker *w)
-{
-    const segment *seg = w->seg;
-    cpr_status st = CPR_OK;
-    cpr_row_key k;
-    slot *s = acquire_slot(w);
-    uint64_t first = next_wanted(w->sh->q, seg->begin);
-    if (!s)
-        return CPR_OK; /* cancelled */
-    if (first < seg->end)
-        seek_row(w, first);
-    while (st == CPR_OK && first < seg->end && current_row(w, &k) && k.row < seg->end) {
-        uint64_t want = next_wanted(w->sh->q, k.row);
-        if (want != k.row) {
-            if (want >= seg->end)
-                break;
-            seek_row(w, want);
-        } else if (k.checkpoint > w->sh->as_of) {
-            newer_versions(w, &k); /* to the newest version <= as_of */
-        } else {
-            st = copy_row(w, s, &k);
-            skip_versions(w, k.row);
-            if (st == CPR_OK && s->n == w->sh->batch_rows) {
-                publish_slot(w);
-                if (!(s = acquire_slot(w)))
-                    return CPR_OK;
-            }
-        }
-    }
-    if (st == CPR_OK) {
-        char *err = NULL;
-        rocksdb_iter_get_error(w->it, &err);
-        if (err)
-            st = cpr_rocks_error(err, "reading rows");
-    }
-    if (st) { /* the consumer reads st after seeing this seg_end slot */
-        s->n = 0;
-        w->st = st;
-        snprintf(w->errmsg, sizeof w->errmsg, "%s", cpr_errmsg());
-    }
-    s->seg_end = 1;
-    publish_slot(w);
-    return st;
-}
-
-static void *worker_main(void *arg)
-{
-    worker *w = arg;
-    restore_shared *sh = w->sh;
-    for (size_t i = w->index; i < sh->n_segs; i += sh->n_workers) {
-        w->seg = &sh->segs[i];
-        if (scan_segment(w) != CPR_OK)
-            break;
-        pthread_mutex_lock(&sh->mu);
-        int stop = sh->cancel;
-        pthread_mutex_unlock(&sh->mu);
-        if (stop)
-            break;
-    }
-    return NULL;
-}
+#define FETCH_DEPTH 8
 
 /* ---- planning ------------------------------------------------------------- */
 
@@ -279,16 +53,17 @@ static int range_cmp(const void *a, const void *b)
 }
 
 /* Sorted, merged copy of the query's ranges (all rows if none). */
-static cpr_status normalise_ranges(const cpr_restore_query *q, cpr_row_range **out, size_t *n)
+static cpr_status normalise_ranges(const cpr_row_range *in, size_t n_in, cpr_row_range **out,
+                                   size_t *n)
 {
-    size_t count = q->n_ranges ? q->n_ranges : 1, merged = 0;
+    size_t count = n_in ? n_in : 1, merged = 0;
     cpr_row_range *rs = malloc(count * sizeof *rs);
     if (!rs)
         return cpr_fail(CPR_NO_MEMORY, "out of memory for %zu ranges", count);
-    if (q->n_ranges == 0) {
+    if (n_in == 0) {
         rs[0] = (cpr_row_range){0, UINT64_MAX};
     } else {
-        memcpy(rs, q->ranges, count * sizeof *rs);
+        memcpy(rs, in, count * sizeof *rs);
         qsort(rs, count, sizeof *rs, range_cmp);
     }
     for (size_t i = 0; i < count; i++) {
@@ -306,286 +81,661 @@ static cpr_status normalise_ranges(const cpr_restore_query *q, cpr_row_range **o
     return CPR_OK;
 }
 
+/* Index of the first range with end > row (n if none). */
+static size_t range_at(const cpr_row_range *rs, size_t n, uint64_t row)
+{
+    size_t lo = 0, hi = n;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (rs[mid].end <= row)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+static int span_selected(const cpr_merge_plan *p, uint64_t first, uint64_t last)
+{
+    size_t i = range_at(p->ranges, p->n_ranges, first);
+    return i < p->n_ranges && p->ranges[i].begin <= last;
+}
+
+static int table_wanted(const cpr_merge_plan *p, uint32_t table)
+{
+    for (size_t i = 0; i < p->n_tables; i++)
+        if (p->tables[i].table == table)
+            return 1;
+    return 0;
+}
+
+static cpr_status add_object(cpr_merge_plan *p, const char *name, uint32_t *index)
+{
+    if (p->n_objects && strcmp(p->objects[p->n_objects - 1], name) == 0) {
+        *index = (uint32_t)(p->n_objects - 1);
+        return CPR_OK;
+    }
+    if (p->n_objects == p->cap_objects) {
+        size_t cap = p->cap_objects ? p->cap_objects * 2 : 16;
+        char **grown = realloc(p->objects, cap * sizeof *grown);
+        if (!grown)
+            return cpr_fail(CPR_NO_MEMORY, "out of memory planning a restore");
+        p->objects = grown;
+        p->cap_objects = cap;
+    }
+    p->objects[p->n_objects] = strdup(name);
+    if (!p->objects[p->n_objects])
+        return cpr_fail(CPR_NO_MEMORY, "out of memory planning a restore");
+    *index = (uint32_t)p->n_objects++;
+    return CPR_OK;
+}
+
+static cpr_status add_candidate(cpr_merge_plan *p, const cpr_merge_cand *c)
+{
+    if (p->n_cands == p->cap_cands) {
+        size_t cap = p->cap_cands ? p->cap_cands * 2 : 64;
+        cpr_merge_cand *grown = realloc(p->cands, cap * sizeof *grown);
+        if (!grown)
+            return cpr_fail(CPR_NO_MEMORY, "out of memory planning a restore");
+        p->cands = grown;
+        p->cap_cands = cap;
+    }
+    p->cands[p->n_cands++] = *c;
+    return CPR_OK;
+}
+
+/* The blocks of one source (a part, or a fold) that the query can use. */
+static cpr_status add_source(cpr_merge_plan *p, const char *job, const cpr_part_meta *m,
+                             int fold)
+{
+    char name[CPR_SEG_NAME_MAX];
+    uint32_t obj = 0;
+    int have_obj = 0;
+    cpr_status st = CPR_OK;
+    if (!m->seg_token)
+        return CPR_OK;
+    (fold ? cpr_seg_fold_name : cpr_seg_part_name)(name, job, m->shard, m->checkpoint,
+                                                   m->seg_token);
+    for (size_t i = 0; st == CPR_OK && i < m->n_blocks; i++) {
+        const cpr_block_ref *b = &m->blocks[i];
+        if (!table_wanted(p, b->table) || !span_selected(p, b->first, b->last))
+            continue;
+        if (!have_obj) {
+            st = add_object(p, name, &obj);
+            have_obj = 1;
+        }
+        cpr_merge_cand c = {
+            .ref = *b, .object = obj, .shard = m->shard,
+            .checkpoint = fold ? 0 : m->checkpoint, .seq = i, .fold = fold,
+        };
+        if (st == CPR_OK)
+            st = add_candidate(p, &c);
+    }
+    return st;
+}
+
+cpr_status cpr_shard_sources(const cpr_job *job, uint32_t shard, uint64_t as_of,
+                             const cpr_part_meta **fold, uint64_t *start)
+{
+    const cpr_part_meta *full = NULL;
+    for (size_t i = 0; i < job->n_parts; i++) {
+        const cpr_part_meta *m = &job->parts[i];
+        if (m->checkpoint > as_of)
+            break;
+        if (m->shard == shard && m->kind == CPR_KIND_FULL)
+            full = m;
+    }
+    const cpr_part_meta *f = cpr_job_fold_at_most(job, shard, as_of);
+    if (f && (!full || f->checkpoint > full->checkpoint)) {
+        *fold = f;
+        *start = f->checkpoint;
+    } else {
+        *fold = NULL;
+        *start = full ? full->checkpoint : 0;
+    }
+    return CPR_OK;
+}
+
+/* Distinct shards with a part or fold at or below as_of, ascending. */
+static cpr_status shards_of(const cpr_job *job, uint64_t as_of, uint32_t **out, size_t *n)
+{
+    size_t cap = job->n_parts + job->n_folds + 1, count = 0;
+    uint32_t *s = malloc(cap * sizeof *s);
+    if (!s)
+        return cpr_fail(CPR_NO_MEMORY, "out of memory planning a restore");
+    for (size_t i = 0; i < job->n_parts; i++)
+        if (job->parts[i].checkpoint <= as_of)
+            s[count++] = job->parts[i].shard;
+    for (size_t i = 0; i < job->n_folds; i++)
+        if (job->folds[i].checkpoint <= as_of)
+            s[count++] = job->folds[i].shard;
+    /* few shards: insertion sort and dedupe */
+    size_t uniq = 0;
+    for (size_t i = 0; i < count; i++) {
+        uint32_t v = s[i];
+        size_t j = uniq;
+        int dup = 0;
+        for (size_t k = 0; k < uniq; k++)
+            dup |= s[k] == v;
+        if (dup)
+            continue;
+        while (j > 0 && s[j - 1] > v) {
+            s[j] = s[j - 1];
+            j--;
+        }
+        s[j] = v;
+        uniq++;
+    }
+    *out = s;
+    *n = uniq;
+    return CPR_OK;
+}
+
+/* Candidates of one shard as of `as_of` (sources above). */
+static cpr_status plan_shard(cpr_merge_plan *p, const cpr_job *job, uint32_t shard,
+                             uint64_t as_of)
+{
+    const cpr_part_meta *fold;
+    uint64_t start;
+    cpr_status st = cpr_shard_sources(job, shard, as_of, &fold, &start);
+    if (st == CPR_OK && fold)
+        st = add_source(p, job->name, fold, 1);
+    for (size_t i = 0; st == CPR_OK && i < job->n_parts; i++) {
+        const cpr_part_meta *m = &job->parts[i];
+        if (m->checkpoint > as_of)
+            break;
+        if (m->shard == shard && m->checkpoint >= start)
+            st = add_source(p, job->name, m, 0);
+    }
+    return st;
+}
+
+static int cand_cmp(const void *a, const void *b)
+{
+    const cpr_merge_cand *x = a, *y = b;
+    if (x->ref.table != y->ref.table)
+        return x->ref.table < y->ref.table ? -1 : 1;
+    if (x->ref.first != y->ref.first)
+        return x->ref.first < y->ref.first ? -1 : 1;
+    if (x->object != y->object)
+        return x->object < y->object ? -1 : 1;
+    return x->seq < y->seq ? -1 : x->seq > y->seq;
+}
+
 static int schema_cmp(const void *a, const void *b)
 {
     uint32_t x = ((const cpr_table_schema *)a)->table, y = ((const cpr_table_schema *)b)->table;
     return x < y ? -1 : x > y;
 }
 
-/* Bytes RocksDB holds for rows [begin, end) of a table (an estimate from
- * the SST indexes: cheap, and exact enough to size segments). */
-static uint64_t approx_bytes(rocksdb_t *db, uint32_t job_id, uint32_t table, uint64_t begin,
-                             uint64_t end)
+cpr_status cpr_merge_plan_build(cpr_merge_plan *p, const cpr_job *job, uint64_t as_of,
+                                const uint32_t *tables, size_t n_tables, int only_shard,
+                                uint32_t shard)
 {
-    unsigned char lo[CPR_ROW_KEY_LEN], hi[CPR_ROW_KEY_LEN];
-    cpr_row_key k = {job_id, table, begin, UINT64_MAX, 0};
-    const char *starts[1] = {(const char *)lo}, *limits[1] = {(const char *)hi};
-    size_t start_len = sizeof lo, limit_len = sizeof hi;
-    uint64_t size = 0;
-    char *err = NULL;
-    cpr_key_row(lo, &k);
-    k.row = end;
-    cpr_key_row(hi, &k);
-    rocksdb_approximate_sizes(db, 1, starts, &start_len, limits, &limit_len, &size, &err);
-    if (err) {
-        rocksdb_free(err);
-        return UINT64_MAX; /* unknown: split as if large */
-    }
-    return size;
-}
-
-typedef struct seg_plan {
-    restore_shared *sh;
-    rocksdb_t *db;
-    uint64_t target_bytes;  /* what fits in one worker's ring */
-    segment *segs;
-    size_t n, cap;
-} seg_plan;
-
-static int add_segment(seg_plan *p, const cpr_table_schema *t, uint64_t begin, uint64_t end)
-{
-    if (p->n == p->cap) {
-        size_t cap = p->cap ? p->cap * 2 : 64;
-        segment *grown = realloc(p->segs, cap * sizeof *grown);
-        if (!grown)
-            return -1;
-        p->segs = grown;
-        p->cap = cap;
-    }
-    p->segs[p->n++] = (segment){*t, begin, end};
-    return 0;
-}
-
-/* Halve [begin, end) until each piece holds about one ring of data, so a
- * worker can scan a whole segment ahead of the consumer (see the top
- * comment). An empty stretch of a sparse table stays one segment: one seek. */
-static int split_range(seg_plan *p, const cpr_table_schema *t, uint64_t begin, uint64_t end,
-                       int depth)
-{
-    /* The estimate only decides how to cut, never whether to scan: it can
-     * be 0 for rows that share a block with their neighbours. */
-    uint64_t bytes = approx_bytes(p->db, p->sh->job_id, t->table, begin, end);
-    if (bytes <= p->target_bytes || end - begin < 2 * 1024 || depth >= 40)
-        return add_segment(p, t, begin, end);
-    uint64_t mid = begin + (end - begin) / 2;
-    if (split_range(p, t, begin, mid, depth + 1) != 0)
-        return -1;
-    return split_range(p, t, mid, end, depth + 1);
-}
-
-/* Cut every (table, range) into segments, tables in ascending order. */
-static cpr_status plan_segments(restore_shared *sh, rocksdb_t *db, cpr_table_schema *tables,
-                                size_t n_tables, const cpr_row_range *ranges, size_t n_ranges)
-{
-    seg_plan p = {.sh = sh, .db = db};
-    int rc = 0;
-    qsort(tables, n_tables, sizeof *tables, schema_cmp);
-    for (size_t t = 0; rc == 0 && t < n_tables; t++) {
-        if (t > 0 && tables[t].table == tables[t - 1].table)
-            continue;
-        uint64_t row_bytes = 8 + ((uint64_t)tables[t].dim + tables[t].state_dim) * 4;
-        p.target_bytes = (RING_SLOTS - 1) * sh->batch_rows * row_bytes;
-        for (size_t r = 0; rc == 0 && r < n_ranges; r++) {
-            uint64_t begin = ranges[r].begin;
-            uint64_t end = ranges[r].end < tables[t].rows ? ranges[r].end : tables[t].rows;
-            if (begin < end)
-                rc = split_range(&p, &tables[t], begin, end, 0);
-        }
-    }
-    if (rc != 0) {
-        free(p.segs);
+    size_t n = n_tables ? n_tables : job->n_tables;
+    p->as_of = as_of;
+    p->tables = malloc((n ? n : 1) * sizeof *p->tables);
+    if (!p->tables)
         return cpr_fail(CPR_NO_MEMORY, "out of memory planning a restore");
+    for (size_t i = 0; i < n; i++) {
+        const cpr_table_schema *t = n_tables ? cpr_job_table(job, tables[i]) : &job->tables[i];
+        if (!t)
+            return cpr_fail(CPR_NOT_FOUND, "table %u is not part of job %s: no committed "
+                            "part declares it", tables[i], job->name);
+        p->tables[i] = *t;
     }
-    sh->segs = p.segs;
-    sh->n_segs = p.n;
+    qsort(p->tables, n, sizeof *p->tables, schema_cmp);
+    size_t uniq = 0;
+    for (size_t i = 0; i < n; i++)
+        if (uniq == 0 || p->tables[uniq - 1].table != p->tables[i].table)
+            p->tables[uniq++] = p->tables[i];
+    p->n_tables = uniq;
+    cpr_status st = CPR_OK;
+    if (only_shard) {
+        st = plan_shard(p, job, shard, as_of);
+    } else {
+        uint32_t *shards = NULL;
+        size_t n_shards = 0;
+        st = shards_of(job, as_of, &shards, &n_shards);
+        for (size_t i = 0; st == CPR_OK && i < n_shards; i++)
+            st = plan_shard(p, job, shards[i], as_of);
+        free(shards);
+    }
+    if (st == CPR_OK)
+        qsort(p->cands, p->n_cands, sizeof *p->cands, cand_cmp);
+    return st;
+}
+
+void cpr_merge_plan_release(cpr_merge_plan *p)
+{
+    for (size_t i = 0; i < p->n_objects; i++)
+        free(p->objects[i]);
+    free(p->objects);
+    free(p->cands);
+    free(p->tables);
+    free(p->ranges);
+    memset(p, 0, sizeof *p);
+}
+
+/* ---- cursors and the heap ---------------------------------------------------- */
+
+typedef struct cursor {
+    void *owner;                 /* the read buffer */
+    const unsigned char *data;   /* the stored block */
+    cpr_block_view v;
+    uint32_t pos;
+    const cpr_merge_cand *cand;
+} cursor;
+
+static uint64_t version_of(const cursor *c)
+{
+    return c->v.versions ? c->v.versions[c->pos] : c->cand->checkpoint;
+}
+
+/* Does a's row version beat b's (same row id)? */
+static int beats(const cursor *a, const cursor *b)
+{
+    uint64_t va = version_of(a), vb = version_of(b);
+    if (va != vb)
+        return va > vb;
+    if (a->cand->shard != b->cand->shard)
+        return a->cand->shard < b->cand->shard;
+    return a->cand->seq > b->cand->seq;
+}
+
+static int before(const cursor *a, const cursor *b)
+{
+    uint64_t ia = a->v.ids[a->pos], ib = b->v.ids[b->pos];
+    return ia != ib ? ia < ib : beats(a, b);
+}
+
+typedef struct heap {
+    cursor **c;
+    size_t n, cap;
+} heap;
+
+static cpr_status heap_push(heap *h, cursor *x)
+{
+    if (h->n == h->cap) {
+        size_t cap = h->cap ? h->cap * 2 : 16;
+        cursor **grown = realloc(h->c, cap * sizeof *grown);
+        if (!grown)
+            return cpr_fail(CPR_NO_MEMORY, "out of memory merging blocks");
+        h->c = grown;
+        h->cap = cap;
+    }
+    size_t i = h->n++;
+    while (i > 0 && before(x, h->c[(i - 1) / 2])) {
+        h->c[i] = h->c[(i - 1) / 2];
+        i = (i - 1) / 2;
+    }
+    h->c[i] = x;
     return CPR_OK;
 }
+
+static cursor *heap_pop(heap *h)
+{
+    cursor *top = h->c[0], *last = h->c[--h->n];
+    size_t i = 0;
+    for (;;) {
+        size_t l = 2 * i + 1, r = l + 1, m = i;
+        const cursor *best = last;
+        if (l < h->n && before(h->c[l], best)) {
+            m = l;
+            best = h->c[l];
+        }
+        if (r < h->n && before(h->c[r], best))
+            m = r;
+        if (m == i)
+            break;
+        h->c[i] = h->c[m];
+        i = m;
+    }
+    if (h->n)
+        h->c[i] = last;
+    return top;
+}
+
+static void cursor_free(cursor *c)
+{
+    if (c) {
+        free(c->owner);
+        free(c);
+    }
+}
+
+/* ---- output ------------------------------------------------------------------ */
+
+typedef struct out_batch {
+    const cpr_merge_sink *sink;
+    const cpr_table_schema *t;
+    size_t n, cap;
+    uint64_t *ids, *versions;
+    float *values, *state;
+    cpr_restore_result *res;
+} out_batch;
+
+static cpr_status out_flush(out_batch *o)
+{
+    if (o->n == 0)
+        return CPR_OK;
+    cpr_merge_rows rows = {
+        .table = o->t->table, .dim = o->t->dim, .state_dim = o->t->state_dim, .n = o->n,
+        .ids = o->ids, .versions = o->sink->want_versions ? o->versions : NULL,
+        .values = o->values, .state = o->t->state_dim ? o->state : NULL,
+    };
+    o->res->rows += o->n;
+    o->res->bytes += o->n * (8 + ((uint64_t)o->t->dim + o->t->state_dim) * 4);
+    o->n = 0;
+    return o->sink->rows(o->sink->ctx, &rows);
+}
+
+/* Rows [i, j) of cursor c (all selected) into the batch. */
+static cpr_status out_copy(out_batch *o, const cursor *c, uint32_t i, uint32_t j)
+{
+    const cpr_table_schema *t = o->t;
+    cpr_status st = CPR_OK;
+    while (st == CPR_OK && i < j) {
+        size_t take = o->cap - o->n;
+        if (take > j - i)
+            take = j - i;
+        memcpy(o->ids + o->n, c->v.ids + i, take * 8);
+        if (o->sink->want_versions) {
+            if (c->v.versions) {
+                memcpy(o->versions + o->n, c->v.versions + i, take * 8);
+            } else {
+                for (size_t k = 0; k < take; k++)
+                    o->versions[o->n + k] = c->cand->checkpoint;
+            }
+        }
+        memcpy(o->values + o->n * t->dim, c->v.values + (size_t)i * t->dim,
+               take * t->dim * 4);
+        if (t->state_dim)
+            memcpy(o->state + o->n * t->state_dim, c->v.state + (size_t)i * t->state_dim,
+                   take * t->state_dim * 4);
+        o->n += take;
+        i += (uint32_t)take;
+        if (o->n == o->cap)
+            st = out_flush(o);
+    }
+    return st;
+}
+
+/* ---- the merge ------------------------------------------------------------------ */
+
+typedef struct merge {
+    cpr_store *store;
+    const cpr_merge_plan *p;
+    cpr_obj_reader *reader;
+    out_batch out;
+    heap h;
+    size_t next;                 /* next candidate to load */
+} merge;
+
+static int row_selected(const cpr_merge_plan *p, uint64_t id)
+{
+    if (p->modulo && id % p->modulo != p->remainder)
+        return 0;
+    size_t i = range_at(p->ranges, p->n_ranges, id);
+    return i < p->n_ranges && p->ranges[i].begin <= id;
+}
+
+/* Keep a version? (folds keep versions below keep_below only) */
+static int version_kept(const merge *m, const cursor *c)
+{
+    return !m->p->keep_below || version_of(c) < m->p->keep_below;
+}
+
+static cpr_status load_next(merge *m, cursor **out)
+{
+    const cpr_merge_cand *cand = &m->p->cands[m->next++];
+    cursor *c = calloc(1, sizeof *c);
+    if (!c)
+        return cpr_fail(CPR_NO_MEMORY, "out of memory merging blocks");
+    c->cand = cand;
+    cpr_status st = m->store->segs->ops->read_next(m->reader, &c->owner, &c->data);
+    if (st == CPR_OK)
+        st = cpr_block_open(c->data, cand->ref.len, &c->v);
+    const char *obj = m->p->objects[cand->object];
+    if (st == CPR_CORRUPT)
+        st = cpr_fail(CPR_CORRUPT, "segment %s, block at offset %llu (table %u, rows "
+                      "%llu..%llu): %s", obj, (unsigned long long)cand->ref.offset,
+                      cand->ref.table, (unsigned long long)cand->ref.first,
+                      (unsigned long long)cand->ref.last, cpr_errmsg());
+    if (st == CPR_OK &&
+        (c->v.h.table != cand->ref.table || c->v.h.n != cand->ref.n ||
+         c->v.h.first_row != cand->ref.first || c->v.h.last_row != cand->ref.last ||
+         c->v.h.crc32c != cand->ref.crc || !c->v.versions != !cand->fold))
+        st = cpr_fail(CPR_CORRUPT, "segment %s, block at offset %llu: the block is not "
+                      "the one the catalog records (table %u rows %llu..%llu)", obj,
+                      (unsigned long long)cand->ref.offset, cand->ref.table,
+                      (unsigned long long)cand->ref.first, (unsigned long long)cand->ref.last);
+    if (st == CPR_OK && (c->v.h.dim != m->out.t->dim || c->v.h.state_dim != m->out.t->state_dim))
+        st = cpr_fail(CPR_CORRUPT, "segment %s, block at offset %llu: dims %u+%u, the "
+                      "table has %u+%u", obj, (unsigned long long)cand->ref.offset,
+                      c->v.h.dim, c->v.h.state_dim, m->out.t->dim, m->out.t->state_dim);
+    if (st) {
+        cursor_free(c);
+        return st;
+    }
+    /* Skip to the first row the query's ranges can select. */
+    const cpr_merge_plan *p = m->p;
+    size_t r = range_at(p->ranges, p->n_ranges, c->v.h.first_row);
+    if (r < p->n_ranges && p->ranges[r].begin > c->v.h.first_row) {
+        uint32_t lo = 0, hi = c->v.h.n;
+        while (lo < hi) {
+            uint32_t mid = lo + (hi - lo) / 2;
+            if (c->v.ids[mid] < p->ranges[r].begin)
+                lo = mid + 1;
+            else
+                hi = mid;
+        }
+        c->pos = lo;
+    }
+    *out = c;
+    return CPR_OK;
+}
+
+/* Load every candidate of the table whose first row is <= row (M1). */
+static cpr_status load_through(merge *m, size_t end, uint64_t row)
+{
+    cpr_status st = CPR_OK;
+    while (st == CPR_OK && m->next < end && m->p->cands[m->next].ref.first <= row) {
+        cursor *c = NULL;
+        st = load_next(m, &c);
+        if (st == CPR_OK && c->pos < c->v.h.n)
+            st = heap_push(&m->h, c);
+        else
+            cursor_free(c);
+    }
+    return st;
+}
+
+/* The lone cursor c, from its position to its end: runs of selected rows. */
+static cpr_status emit_alone(merge *m, cursor *c)
+{
+    const cpr_merge_plan *p = m->p;
+    uint32_t n = c->v.h.n;
+    if (c->pos == 0 && m->out.sink->block && !p->modulo && !p->keep_below &&
+        !c->v.versions && n <= m->out.cap && row_selected(p, c->v.ids[0]) &&
+        range_at(p->ranges, p->n_ranges, c->v.ids[0]) ==
+            range_at(p->ranges, p->n_ranges, c->v.ids[n - 1])) {
+        /* pass-through: the stored block, unchanged */
+        cpr_status st = out_flush(&m->out);
+        if (st)
+            return st;
+        m->out.res->rows += n;
+        m->out.res->bytes += (uint64_t)n * (8 + ((uint64_t)c->v.h.dim + c->v.h.state_dim) * 4);
+        c->pos = n;
+        return m->out.sink->block(m->out.sink->ctx, c->data, c->cand->ref.len, &c->v);
+    }
+    cpr_status st = CPR_OK;
+    while (st == CPR_OK && c->pos < n) {
+        uint64_t id = c->v.ids[c->pos];
+        size_t r = range_at(p->ranges, p->n_ranges, id);
+        if (r == p->n_ranges) {
+            c->pos = n;
+            break;
+        }
+        uint32_t i = c->pos;
+        while (i < n && c->v.ids[i] < p->ranges[r].begin)
+            i++;
+        uint32_t j = i;
+        while (j < n && c->v.ids[j] < p->ranges[r].end)
+            j++;
+        if (!p->modulo && !p->keep_below) {
+            st = out_copy(&m->out, c, i, j);
+        } else {
+            for (uint32_t k = i; st == CPR_OK && k < j; k++) {
+                c->pos = k;
+                if ((!p->modulo || c->v.ids[k] % p->modulo == p->remainder) &&
+                    version_kept(m, c))
+                    st = out_copy(&m->out, c, k, k + 1);
+            }
+        }
+        c->pos = j;
+    }
+    return st;
+}
+
+/* Merge the candidates [begin, end) of one table. */
+static cpr_status merge_table(merge *m, size_t end)
+{
+    cpr_status st = CPR_OK;
+    while (st == CPR_OK) {
+        if (m->h.n == 0) {
+            if (m->next == end)
+                break;
+            st = load_through(m, end, m->p->cands[m->next].ref.first);
+            continue;
+        }
+        st = load_through(m, end, m->h.c[0]->v.ids[m->h.c[0]->pos]);
+        if (st)
+            break;
+        cursor *top = m->h.c[0];
+        if (m->h.n == 1 &&
+            (m->next == end || m->p->cands[m->next].ref.first > top->v.h.last_row)) {
+            heap_pop(&m->h);
+            st = emit_alone(m, top);
+            cursor_free(top);
+            continue;
+        }
+        cursor *w = heap_pop(&m->h);
+        uint64_t id = w->v.ids[w->pos];
+        if (row_selected(m->p, id) && version_kept(m, w))
+            st = out_copy(&m->out, w, w->pos, w->pos + 1);
+        /* losers: the same row in other blocks */
+        while (st == CPR_OK && m->h.n && m->h.c[0]->v.ids[m->h.c[0]->pos] == id) {
+            cursor *l = heap_pop(&m->h);
+            if (++l->pos < l->v.h.n)
+                st = heap_push(&m->h, l);
+            else
+                cursor_free(l);
+        }
+        if (st == CPR_OK && ++w->pos < w->v.h.n)
+            st = heap_push(&m->h, w);
+        else
+            cursor_free(w);
+    }
+    while (m->h.n)
+        cursor_free(heap_pop(&m->h));
+    return st;
+}
+
+static size_t batch_rows_for(const cpr_merge_plan *p, const cpr_table_schema *t)
+{
+    if (p->batch_rows)
+        return p->batch_rows;
+    size_t rows = DEFAULT_BATCH_BYTES / (8 + ((size_t)t->dim + t->state_dim) * 4);
+    return rows < 1 ? 1 : rows > DEFAULT_BATCH_ROWS ? DEFAULT_BATCH_ROWS : rows;
+}
+
+static cpr_status out_reserve(out_batch *o, const cpr_table_schema *t, size_t cap)
+{
+    free(o->ids);
+    free(o->versions);
+    free(o->values);
+    free(o->state);
+    o->t = t;
+    o->n = 0;
+    o->cap = cap;
+    o->ids = malloc(cap * 8);
+    o->versions = malloc(cap * 8);
+    o->values = malloc(cap * t->dim * 4);
+    o->state = malloc(cap * ((size_t)t->state_dim + 1) * 4);
+    if (!o->ids || !o->versions || !o->values || !o->state)
+        return cpr_fail(CPR_NO_MEMORY, "out of memory for restore batches");
+    return CPR_OK;
+}
+
+cpr_status cpr_merge_run(cpr_store *store, const cpr_merge_plan *p, const cpr_merge_sink *sink,
+                         cpr_restore_result *res)
+{
+    merge m = {.store = store, .p = p, .out = {.sink = sink, .res = res}};
+    cpr_obj_extent *ext = malloc((p->n_cands ? p->n_cands : 1) * sizeof *ext);
+    cpr_status st = ext ? CPR_OK : cpr_fail(CPR_NO_MEMORY, "out of memory starting reads");
+    for (size_t i = 0; st == CPR_OK && i < p->n_cands; i++)
+        ext[i] = (cpr_obj_extent){p->objects[p->cands[i].object], p->cands[i].ref.offset,
+                                  p->cands[i].ref.len};
+    if (st == CPR_OK && p->n_cands)
+        st = store->segs->ops->read_start(store->segs, ext, p->n_cands, FETCH_DEPTH, &m.reader);
+    for (size_t t = 0; st == CPR_OK && t < p->n_tables; t++) {
+        const cpr_table_schema *schema = &p->tables[t];
+        size_t end = m.next;
+        while (end < p->n_cands && p->cands[end].ref.table == schema->table)
+            end++;
+        if (end == m.next)
+            continue;
+        st = out_reserve(&m.out, schema, batch_rows_for(p, schema));
+        if (st == CPR_OK)
+            st = merge_table(&m, end);
+        if (st == CPR_OK)
+            st = out_flush(&m.out);
+    }
+    if (m.reader)
+        store->segs->ops->read_end(m.reader);
+    free(m.h.c);
+    free(m.out.ids);
+    free(m.out.versions);
+    free(m.out.values);
+    free(m.out.state);
+    free(ext);
+    return st;
+}
+
+/* ---- cpr_store_restore ----------------------------------------------------------- */
 
 static uint64_t newest_checkpoint(const cpr_job *job)
 {
     return job->n_parts ? job->parts[job->n_parts - 1].checkpoint : 0;
 }
 
-/* Under store->mu: resolve as_of, copy the schemas, take the snapshot. */
-static cpr_status prepare(cpr_store *store, restore_shared *sh, cpr_table_schema **tables,
-                          size_t *n_tables)
+/* Under store->mu: resolve as_of and plan (M3). */
+static cpr_status plan(cpr_store *store, const cpr_restore_query *q, cpr_merge_plan *p)
 {
-    const cpr_restore_query *q = sh->q;
     cpr_job *job = cpr_catalog_find(&store->catalog, q->job);
+    uint64_t as_of = 0;
     if (!job || job->n_parts == 0)
         return cpr_fail(CPR_NOT_FOUND, "job %s has no committed parts", q->job);
-    sh->job_id = job->id;
     if (q->consistent) {
-        if (cpr_job_cuts(job, &sh->as_of, 1) == 0)
+        if (cpr_job_cuts(job, &as_of, 1) == 0)
             return cpr_fail(CPR_NOT_FOUND, "job %s has no consistent cut yet", q->job);
     } else {
-        sh->as_of = q->as_of ? q->as_of : newest_checkpoint(job);
+        as_of = q->as_of ? q->as_of : newest_checkpoint(job);
     }
-    if (job->floor && sh->as_of < job->floor)
+    if (job->floor && as_of < job->floor)
         return cpr_fail(CPR_FAILED_PRECONDITION, "checkpoint %llu of job %s was "
                         "reclaimed by retention; the oldest restorable is %llu",
-                        (unsigned long long)sh->as_of, q->job,
-                        (unsigned long long)job->floor);
-    size_t n = q->n_tables ? q->n_tables : job->n_tables;
-    *tables = malloc((n ? n : 1) * sizeof **tables);
-    if (!*tables)
-        return cpr_fail(CPR_NO_MEMORY, "out of memory preparing a restore");
-    for (size_t i = 0; i < n; i++) {
-        const cpr_table_schema *t = q->n_tables ? cpr_job_table(job, q->tables[i])
-                                                : &job->tables[i];
-        if (!t)
-            return cpr_fail(CPR_NOT_FOUND, "table %u is not part of job %s: no committed "
-                            "part declares it", q->tables[i], q->job);
-        (*tables)[i] = *t;
-    }
-    *n_tables = n;
-    /* GC publishes a new floor under store->mu before the retention filter
-     * may drop anything below it, and the filter ignores snapshots: so the
-     * iterators are made here, in the critical section that checked as_of
-     * against the floor. They pin the files they read (retention_filter.h
-     * F3); the snapshot hides commits that come later. */
-    sh->snap = rocksdb_create_snapshot(store->db);
-    /* Scans read ahead in large steps and stay out of the block cache. */
-    sh->ro = rocksdb_readoptions_create();
-    rocksdb_readoptions_set_verify_checksums(sh->ro, 1);
-    rocksdb_readoptions_set_fill_cache(sh->ro, 0);
-    rocksdb_readoptions_set_readahead_size(sh->ro, RESTORE_READAHEAD);
-    rocksdb_readoptions_set_snapshot(sh->ro, sh->snap);
-    sh->upper[0] = 'R';
-    cpr_put_be32(sh->upper + 1, sh->job_id + 1);
-    rocksdb_readoptions_set_iterate_upper_bound(sh->ro, (const char *)sh->upper, sizeof sh->upper);
-    for (unsigned i = 0; i < sh->n_workers; i++)
-        sh->workers[i].it = rocksdb_create_iterator(store->db, sh->ro);
-    return CPR_OK;
-}
-
-/* ---- workers: start, consume, stop ------------------------------------------ */
-
-static cpr_status start_workers(restore_shared *sh, uint32_t max_dim,
-                                uint32_t max_sdim)
-{
-    for (unsigned i = 0; i < sh->n_workers; i++) {
-        worker *w = &sh->workers[i];
-        w->sh = sh;
-        w->index = i;
-        pthread_cond_init(&w->not_full, NULL);
-        pthread_cond_init(&w->not_empty, NULL);
-        for (int s = 0; s < RING_SLOTS; s++) {
-            w->ring[s].ids = malloc(sh->batch_rows * sizeof(uint64_t));
-            /* batch_rows <= 2^20 and dims <= 2^16 (checked): no overflow */
-            w->ring[s].values = malloc(sh->batch_rows * max_dim * sizeof(float));
-            w->ring[s].state = malloc(sh->batch_rows * ((size_t)max_sdim + 1) * sizeof(float));
-            if (!w->ring[s].ids || !w->ring[s].values || !w->ring[s].state)
-                return cpr_fail(CPR_NO_MEMORY, "out of memory for restore batches");
-        }
-    }
-    for (unsigned i = 0; i < sh->n_workers; i++) {
-        if (pthread_create(&sh->workers[i].thread, NULL, worker_main, &sh->workers[i]) != 0)
-            return cpr_fail(CPR_RESOURCE_EXHAUSTED, "cannot start restore threads");
-        sh->workers[i].started = 1;
-    }
-    return CPR_OK;
-}
-
-static cpr_status deliver(slot *s, cpr_row_fn fn, void *ctx, cpr_restore_result *res)
-{
-    cpr_row_batch b = {
-        .table = s->table, .n = s->n, .ids = s->ids, .values = s->values,
-        .values_count = s->n * s->dim, .state = s->state_dim ? s->state : NULL,
-        .state_count = s->n * s->state_dim,
-    };
-    b.crc32c = cpr_crc32c_rows(b.ids, b.n, b.values, b.values_count, b.state, b.state_count);
-    res->rows += b.n;
-    res->bytes += b.n * 8 + (b.values_count + b.state_count) * 4;
-    return fn(ctx, &b);
-}
-
-/* Take segment after segment, in order, from the worker that scanned it. */
-static cpr_status consume(restore_shared *sh, cpr_row_fn fn, void *ctx, cpr_restore_result *res)
-{
-    cpr_status st = CPR_OK;
-    for (size_t i = 0; st == CPR_OK && i < sh->n_segs; i++) {
-        worker *w = &sh->workers[i % sh->n_workers];
-        int seg_end = 0;
-        while (st == CPR_OK && !seg_end) {
-            pthread_mutex_lock(&sh->mu);
-            while (w->count == 0)
-                pthread_cond_wait(&w->not_empty, &sh->mu);
-            slot *s = &w->ring[(w->head + RING_SLOTS - w->count) % RING_SLOTS];
-            pthread_mutex_unlock(&sh->mu);
-            seg_end = s->seg_end;
-            if (seg_end && w->st)
-                st = cpr_fail(w->st, "%s", w->errmsg);
-            else if (s->n)
-                st = deliver(s, fn, ctx, res);
-            pthread_mutex_lock(&sh->mu); /* R2: release only after the callback */
-            w->count--;
-            pthread_cond_signal(&w->not_full);
-            pthread_mutex_unlock(&sh->mu);
-        }
-    }
+                        (unsigned long long)as_of, q->job, (unsigned long long)job->floor);
+    cpr_status st = cpr_merge_plan_build(p, job, as_of, q->tables, q->n_tables, 0, 0);
+    if (st == CPR_OK)
+        cpr_store_reader_enter_locked(store);
     return st;
 }
 
-static void stop_workers(cpr_store *store, restore_shared *sh)
+static cpr_status check_query(const cpr_restore_query *q, int have_fn)
 {
-    pthread_mutex_lock(&sh->mu);
-    sh->cancel = 1; /* R3 */
-    for (unsigned i = 0; i < sh->n_workers; i++)
-        pthread_cond_broadcast(&sh->workers[i].not_full);
-    pthread_mutex_unlock(&sh->mu);
-    for (unsigned i = 0; i < sh->n_workers; i++) {
-        worker *w = &sh->workers[i];
-        if (w->started)
-            pthread_join(w->thread, NULL);
-        for (int s = 0; s < RING_SLOTS; s++) {
-            free(w->ring[s].ids);
-            free(w->ring[s].values);
-            free(w->ring[s].state);
-        }
-        if (w->sh) {
-            pthread_cond_destroy(&w->not_full);
-            pthread_cond_destroy(&w->not_empty);
-        }
-    }
-    /* prepare made one per worker before the count could shrink to the
-     * number of segments */
-    for (unsigned i = 0; i < MAX_WORKERS; i++)
-        if (sh->workers[i].it)
-            rocksdb_iter_destroy(sh->workers[i].it);
-    if (sh->ro)
-        rocksdb_readoptions_destroy(sh->ro);
-    if (sh->snap)
-        rocksdb_release_snapshot(store->db, sh->snap);
-}
-
-/* Up to DEFAULT_BATCH_ROWS rows and about DEFAULT_BATCH_BYTES per batch:
- * ckptd sends one batch per message, and stock gRPC clients refuse messages
- * over 4 MiB unless told otherwise. */
-static size_t default_batch_rows(const cpr_table_schema *tables, size_t n)
-{
-    uint64_t widest = 8 + 4;
-    for (size_t i = 0; i < n; i++) {
-        uint64_t row = 8 + ((uint64_t)tables[i].dim + tables[i].state_dim) * 4;
-        widest = row > widest ? row : widest;
-    }
-    uint64_t rows = DEFAULT_BATCH_BYTES / widest;
-    return rows < 1 ? 1 : rows > DEFAULT_BATCH_ROWS ? DEFAULT_BATCH_ROWS : (size_t)rows;
-}
-
-static unsigned worker_count(void)
-{
-    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-    /* A worker spends much of its time in synchronous read-ahead, so run
-     * several per core: on 2 cores, 8 workers restore about twice as fast
-     * as 2 (docs/performance.md). */
-    cpus *= WORKERS_PER_CPU;
-    return cpus < 2 ? 2 : cpus > MAX_WORKERS ? MAX_WORKERS : (unsigned)cpus;
-}
-
-static cpr_status check_query(const cpr_restore_query *q, cpr_row_fn fn)
-{
-    if (!q || !fn)
+    if (!q || !have_fn)
         return cpr_fail(CPR_INVALID_ARGUMENT, "restore needs a query and a callback");
     cpr_status st = cpr_check_job_name(q->job);
     if (st == CPR_OK && q->modulo && q->remainder >= q->modulo)
@@ -604,50 +754,124 @@ static cpr_status check_query(const cpr_restore_query *q, cpr_row_fn fn)
     return st;
 }
 
+static cpr_status restore(cpr_store *store, const cpr_restore_query *q,
+                          const cpr_merge_sink *sink, int have_fn, cpr_restore_result *result)
+{
+    cpr_merge_plan p = {0};
+    cpr_restore_result res = {0};
+    int reading = 0;
+    cpr_status st = check_query(q, have_fn);
+    if (st == CPR_OK)
+        st = normalise_ranges(q->ranges, q->n_ranges, &p.ranges, &p.n_ranges);
+    if (st == CPR_OK) {
+        p.modulo = q->modulo;
+        p.remainder = q->remainder;
+        p.batch_rows = q->batch_rows;
+        pthread_mutex_lock(&store->mu);
+        st = plan(store, q, &p);
+        reading = st == CPR_OK;
+        pthread_mutex_unlock(&store->mu);
+    }
+    if (st == CPR_OK)
+        st = cpr_merge_run(store, &p, sink, &res);
+    if (reading)
+        cpr_store_reader_leave(store);
+    atomic_fetch_add(&store->rows_out, res.rows);
+    atomic_fetch_add(&store->bytes_out, res.bytes);
+    if (st == CPR_OK && result) {
+        res.as_of = p.as_of;
+        *result = res;
+    }
+    cpr_merge_plan_release(&p);
+    return cpr_store_count(store, st);
+}
+
+/* Row API: batches of arrays with their CRC32C. */
+typedef struct row_ctx {
+    cpr_row_fn fn;
+    void *ctx;
+    size_t batch_rows;
+} row_ctx;
+
+static cpr_status rows_to_batch(void *ctx, const cpr_merge_rows *r)
+{
+    row_ctx *rc = ctx;
+    cpr_row_batch b = {
+        .table = r->table, .n = r->n, .ids = r->ids, .values = r->values,
+        .values_count = r->n * r->dim, .state = r->state,
+        .state_count = r->n * r->state_dim,
+    };
+    b.crc32c = cpr_crc32c_rows(b.ids, b.n, b.values, b.values_count, b.state, b.state_count);
+    return rc->fn(rc->ctx, &b);
+}
+
+static cpr_status block_to_batch(void *ctx, const void *block, size_t len,
+                                 const cpr_block_view *v)
+{
+    (void)block;
+    (void)len;
+    cpr_merge_rows r = {
+        .table = v->h.table, .dim = v->h.dim, .state_dim = v->h.state_dim, .n = v->h.n,
+        .ids = v->ids, .values = v->values, .state = v->state,
+    };
+    return rows_to_batch(ctx, &r);
+}
+
 cpr_status cpr_store_restore(cpr_store *store, const cpr_restore_query *q, cpr_row_fn fn,
                              void *ctx, cpr_restore_result *result)
 {
-    restore_shared sh = {.q = q, .n_workers = worker_count()};
-    cpr_restore_result res = {0};
-    cpr_table_schema *tables = NULL;
-    cpr_row_range *ranges = NULL;
-    size_t n_tables = 0, n_ranges = 0;
-    uint32_t max_dim = 1, max_sdim = 0;
-    cpr_status st = check_query(q, fn);
-    pthread_mutex_init(&sh.mu, NULL);
-    if (st == CPR_OK)
-        st = normalise_ranges(q, &ranges, &n_ranges);
-    if (st)
-        goto out;
-    sh.batch_rows = q->batch_rows ? q->batch_rows : DEFAULT_BATCH_ROWS;
-    pthread_mutex_lock(&store->mu);
-    st = prepare(store, &sh, &tables, &n_tables);
-    pthread_mutex_unlock(&store->mu);
-    if (st == CPR_OK && q->batch_rows == 0)
-        sh.batch_rows = default_batch_rows(tables, n_tables);
-    if (st == CPR_OK)
-        st = plan_segments(&sh, store->db, tables, n_tables, ranges, n_ranges);
-    for (size_t i = 0; st == CPR_OK && i < n_tables; i++) {
-        max_dim = tables[i].dim > max_dim ? tables[i].dim : max_dim;
-        max_sdim = tables[i].state_dim > max_sdim ? tables[i].state_dim : max_sdim;
+    row_ctx rc = {fn, ctx, 0};
+    cpr_merge_sink sink = {.rows = rows_to_batch, .block = block_to_batch, .ctx = &rc};
+    return restore(store, q, &sink, fn != NULL, result);
+}
+
+/* Block API: stored blocks unchanged, merged rows sealed into new blocks. */
+typedef struct block_ctx {
+    cpr_block_fn fn;
+    void *ctx;
+    unsigned char *buf;
+    size_t cap;
+} block_ctx;
+
+static cpr_status rows_to_block(void *ctx, const cpr_merge_rows *r)
+{
+    block_ctx *bc = ctx;
+    size_t bytes = cpr_block_size((uint32_t)r->n, r->dim, r->state_dim, 0);
+    cpr_block_layout l;
+    if (bytes == 0)
+        return cpr_fail(CPR_INTERNAL, "restore batch of %zu rows is over the block limit",
+                        r->n);
+    if (bytes > bc->cap) {
+        free(bc->buf);
+        bc->buf = NULL;
+        if (posix_memalign((void **)&bc->buf, 64, bytes)) {
+            bc->cap = 0;
+            return cpr_fail(CPR_NO_MEMORY, "out of memory building a block");
+        }
+        bc->cap = bytes;
     }
-    if (st == CPR_OK && sh.n_segs < sh.n_workers)
-        sh.n_workers = sh.n_segs ? (unsigned)sh.n_segs : 1;
-    if (st == CPR_OK)
-        st = start_workers(&sh, max_dim, max_sdim);
-    if (st == CPR_OK)
-        st = consume(&sh, fn, ctx, &res);
-out:
-    stop_workers(store, &sh);
-    pthread_mutex_destroy(&sh.mu);
-    atomic_fetch_add(&store->rows_out, res.rows);
-    atomic_fetch_add(&store->bytes_out, res.bytes);
-    free(sh.segs);
-    free(tables);
-    free(ranges);
-    if (st == CPR_OK && result) {
-        res.as_of = sh.as_of;
-        *result = res;
-    }
-    return cpr_store_count(store, st);
+    cpr_block_layout_of((uint32_t)r->n, r->dim, r->state_dim, 0, &l);
+    memcpy(bc->buf + l.ids, r->ids, r->n * 8);
+    memcpy(bc->buf + l.values, r->values, r->n * r->dim * 4);
+    if (r->state_dim)
+        memcpy(bc->buf + l.state, r->state, r->n * r->state_dim * 4);
+    cpr_status st = cpr_block_seal(bc->buf, r->table, (uint32_t)r->n, r->dim, r->state_dim, 0);
+    return st ? st : bc->fn(bc->ctx, bc->buf, bytes);
+}
+
+static cpr_status block_as_is(void *ctx, const void *block, size_t len, const cpr_block_view *v)
+{
+    (void)v;
+    block_ctx *bc = ctx;
+    return bc->fn(bc->ctx, block, len);
+}
+
+cpr_status cpr_store_restore_blocks(cpr_store *store, const cpr_restore_query *q,
+                                    cpr_block_fn fn, void *ctx, cpr_restore_result *result)
+{
+    block_ctx bc = {fn, ctx, NULL, 0};
+    cpr_merge_sink sink = {.rows = rows_to_block, .block = block_as_is, .ctx = &bc};
+    cpr_status st = restore(store, q, &sink, fn != NULL, result);
+    free(bc.buf);
+    return st;
 }

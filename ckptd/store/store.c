@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * Store lifecycle and metadata queries: open (RocksDB setup, catalog load,
- * crash-leftover sweep), close, list, latest cut, stats, and the filesystem
- * helpers the other store files share. Layout and invariants: store_internal.h.
+ * Store lifecycle and metadata queries: open (format check, RocksDB setup,
+ * catalog load, crash-leftover sweep), close, list, latest cut, stats, the
+ * segment readers' pins (S7), and the filesystem helpers the other store
+ * files share. Layout and invariants: store_internal.h.
  */
 #define _XOPEN_SOURCE 700
 #include <dirent.h>
@@ -87,16 +88,6 @@ int cpr_mkdirs(const char *path)
     return 0;
 }
 
-int cpr_fsync_dir(const char *path)
-{
-    int fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (fd < 0)
-        return -1;
-    int rc = fsync(fd);
-    close(fd);
-    return rc;
-}
-
 static int rm_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
 {
     (void)sb;
@@ -159,19 +150,20 @@ void cpr_open_part_put(cpr_store *store, open_part *part)
     last = --part->refs == 0 && part->removed;
     pthread_mutex_unlock(&store->mu);
     if (last)
-        cpr_open_part_free(part);
+        cpr_open_part_free(store, part);
 }
 
-void cpr_open_part_free(open_part *part)
+void cpr_open_part_free(cpr_store *store, open_part *part)
 {
-    cpr_lanes_destroy(part->lanes);
+    if (part->seg)
+        store->segs->ops->discard(part->seg);
+    else if (part->seg_name[0]) /* finished but never committed */
+        store->segs->ops->remove(store->segs, part->seg_name);
+    cpr_block_builder_release(&part->bb);
     for (size_t i = 0; i < part->n_blobs; i++)
         cpr_bfile_discard(part->blobs[i].writer);
-    for (size_t i = 0; i < part->n_files; i++)
-        free(part->files[i]);
     if (part->dir)
         cpr_rmtree(part->dir);
-    free(part->files);
     free(part->blobs);
     free(part->dir);
     free(part->final_dir);
@@ -216,11 +208,8 @@ static void load_floor(cpr_store *store, cpr_job *job)
                             &vlen, &err);
     if (err)
         rocksdb_free(err);
-    if (val && vlen == 8) {
+    if (val && vlen == 8)
         job->floor = cpr_get_be64((const unsigned char *)val);
-        cpr_floors_set(&store->floors, job->id, job->floor); /* durable: F2 */
-        job->reclaim_pending = 1; /* lazy runs may have left versions behind */
-    }
     rocksdb_free(val);
 }
 
@@ -243,14 +232,14 @@ int cpr_store_is_damaged(const cpr_store *store, uint32_t job_id, uint32_t shard
     return 0;
 }
 
-static cpr_status load_parts(cpr_store *store, rocksdb_iterator_t *it)
+/* Part ('M') or fold ('B') records. */
+static cpr_status load_parts(cpr_store *store, rocksdb_iterator_t *it, char type)
 {
     cpr_status st = CPR_OK;
-    for (size_t j = 0; j < store->catalog.n_jobs; j++)
-        load_floor(store, store->catalog.jobs[j]);
+    char prefix[1] = {type};
     /* 'M' keys sort by (job, shard, checkpoint): per shard ascending, so
      * every DELTA's base is loaded before it (catalog invariant C2). */
-    for (rocksdb_iter_seek(it, "M", 1); st == CPR_OK && rocksdb_iter_valid(it);
+    for (rocksdb_iter_seek(it, prefix, 1); st == CPR_OK && rocksdb_iter_valid(it);
          rocksdb_iter_next(it)) {
         size_t klen, vlen;
         const char *key = rocksdb_iter_key(it, &klen);
@@ -258,23 +247,25 @@ static cpr_status load_parts(cpr_store *store, rocksdb_iterator_t *it)
         uint32_t job_id, shard;
         uint64_t ckpt;
         cpr_part_meta m;
-        if (klen < 1 || key[0] != 'M')
+        if (klen < 1 || key[0] != type)
             break;
         if (cpr_key_meta_parse(key, klen, &job_id, &shard, &ckpt) != 0)
             continue;
         cpr_job *job = cpr_catalog_find_id(&store->catalog, job_id);
-        if (job && job->floor && ckpt < job->floor) {
-            job->stale_below_floor = 1; /* a GC crashed after G1: the next GC finishes */
-            continue;
-        }
         if (!job || cpr_meta_decode(val, vlen, &m) != CPR_OK) {
+            if (type == 'B') { /* a fold is derived data: restores use the parts */
+                cpr_log(CPR_LOG_ERROR, "fold record of job id %u shard %u at %llu is "
+                        "damaged; ignored (restores read the parts it summarised)",
+                        job_id, shard, (unsigned long long)ckpt);
+                continue;
+            }
             cpr_log(CPR_LOG_ERROR, "part record of job id %u shard %u checkpoint %llu "
                     "is damaged; the part is ignored (cprctl verify reports it)",
                     job_id, shard, (unsigned long long)ckpt);
             st = note_damaged(store, job_id, shard, ckpt);
             continue;
         }
-        st = cpr_job_add_part(job, &m);
+        st = type == 'M' ? cpr_job_add_part(job, &m) : cpr_job_add_fold(job, &m);
     }
     if (st == CPR_OK) {
         char *err = NULL;
@@ -289,58 +280,75 @@ static cpr_status load_catalog(cpr_store *store)
 {
     rocksdb_iterator_t *it = rocksdb_create_iterator(store->db, store->read_opts);
     cpr_status st = load_jobs(store, it);
+    for (size_t j = 0; st == CPR_OK && j < store->catalog.n_jobs; j++)
+        load_floor(store, store->catalog.jobs[j]);
     if (st == CPR_OK)
-        st = load_parts(store, it);
+        st = load_parts(store, it, 'M');
+    if (st == CPR_OK)
+        st = load_parts(store, it, 'B');
     rocksdb_iter_destroy(it);
     return st;
 }
 
-#define BLOCK_CACHE_BYTES ((size_t)128 << 20)
-
 static void setup_rocks_options(cpr_store *store)
 {
-    rocksdb_block_based_table_options_t *bb = rocksdb_block_based_options_create();
-    /* Floats do not compress; big blocks keep the index small for billions
-     * of rows; xxh3 block checksums (RocksDB's default in later versions)
-     * back up our per-row CRC32C. */
-    rocksdb_block_based_options_set_block_size(bb, 64 << 10);
-    rocksdb_block_based_options_set_checksum(bb, 4 /* kXXH3 */);
-    /* A restore that seeks visits one data block in every file overlapping
-     * the row; consecutive rows share those blocks. With reads bypassing
-     * the page cache (below), only this cache keeps them: RocksDB's 8 MiB
-     * default is smaller than one block from each of a few hundred parts. */
-    store->block_cache = rocksdb_cache_create_lru(BLOCK_CACHE_BYTES);
-    rocksdb_block_based_options_set_block_cache(bb, store->block_cache);
+    /* The catalog is small (records of kilobytes): RocksDB's defaults, the
+     * WAL on, every commit a synced write. */
     store->db_opts = rocksdb_options_create();
     rocksdb_options_set_create_if_missing(store->db_opts, 1);
-    rocksdb_options_set_compression(store->db_opts, rocksdb_no_compression);
-    rocksdb_options_set_block_based_table_factory(store->db_opts, bb);
-    rocksdb_options_increase_parallelism(store->db_opts, 2);
-    rocksdb_options_set_target_file_size_base(store->db_opts, 256ull << 20);
-    /* Leveled compaction. Universal compaction (tried for restores inside
-     * training runs, docs/performance.md) lost every row of an ingested part
-     * in test_store_read when a compaction ran between restores, with or
-     * without the retention filter: not used until that is understood.
-     * Ingested parts that overlap older ones land in L0; let it grow rather
-     * than stall a commit on compaction. */
-    rocksdb_options_set_level0_slowdown_writes_trigger(store->db_opts, 64);
-    rocksdb_options_set_level0_stop_writes_trigger(store->db_opts, 128);
     rocksdb_options_set_info_log_level(store->db_opts, 2 /* WARN */);
     rocksdb_options_set_keep_log_file_num(store->db_opts, 4);
-    /* Restores stream gigabytes once: O_DIRECT saves the page-cache copy
-     * and leaves the cache to the trainer. */
-    rocksdb_options_set_use_direct_reads(store->db_opts, 1);
-    store->sst_opts = rocksdb_options_create_copy(store->db_opts);
-    /* Versions below retention floors go as compactions rewrite them
-     * (retention_filter.h); the SST writers need no filter. */
-    rocksdb_options_set_compaction_filter_factory(store->db_opts,
-                                                  cpr_retention_filter_factory(&store->floors));
-    rocksdb_block_based_options_destroy(bb);
-    store->env_opts = rocksdb_envoptions_create();
+    /* A torn last record (a crash inside a write nobody was told of) is
+     * dropped; a damaged record anywhere else fails the open, loudly. */
+    rocksdb_options_set_wal_recovery_mode(store->db_opts, 0 /* kTolerateCorruptedTailRecords */);
     store->read_opts = rocksdb_readoptions_create();
     rocksdb_readoptions_set_verify_checksums(store->read_opts, 1);
     store->sync_write = rocksdb_writeoptions_create();
     rocksdb_writeoptions_set_sync(store->sync_write, !store->opts.no_sync);
+}
+
+/* Is the database empty (a new store)? */
+static int db_is_empty(cpr_store *store)
+{
+    rocksdb_iterator_t *it = rocksdb_create_iterator(store->db, store->read_opts);
+    rocksdb_iter_seek_to_first(it);
+    int empty = !rocksdb_iter_valid(it);
+    rocksdb_iter_destroy(it);
+    return empty;
+}
+
+/* The 'V' record: a new store gets this build's format; any other format
+ * is refused with a message that says which. Format 1 (rows as RocksDB
+ * keys) has no 'V' record but has 'M' records. */
+static cpr_status check_format(cpr_store *store, const char *dir)
+{
+    size_t vlen = 0;
+    char *err = NULL;
+    char *val = rocksdb_get(store->db, store->read_opts, "V", 1, &vlen, &err);
+    if (err)
+        return cpr_rocks_error(err, "reading the store format");
+    uint32_t format = 0;
+    if (val && vlen == 4)
+        memcpy(&format, val, 4);
+    int had = val != NULL;
+    rocksdb_free(val);
+    if (had && format == CPR_STORE_FORMAT)
+        return CPR_OK;
+    if (had)
+        return cpr_fail(CPR_FAILED_PRECONDITION, "store %s is in format %u; this build "
+                        "reads store format %u only (docs/format.md). Open it with a "
+                        "build of that format, or start a new store", dir, format,
+                        CPR_STORE_FORMAT);
+    if (!db_is_empty(store))
+        return cpr_fail(CPR_FAILED_PRECONDITION, "store %s is in format 1 (rows kept as "
+                        "RocksDB keys, CPR 0.1); this build reads store format %u only "
+                        "(docs/format.md). Export its jobs with the older cprctl, or start "
+                        "a new store", dir, CPR_STORE_FORMAT);
+    unsigned char v[4];
+    format = CPR_STORE_FORMAT;
+    memcpy(v, &format, 4);
+    rocksdb_put(store->db, store->sync_write, "V", 1, (const char *)v, 4, &err);
+    return err ? cpr_rocks_error(err, "recording the store format") : CPR_OK;
 }
 
 static cpr_status make_dirs(cpr_store *store, const char *dir)
@@ -349,7 +357,9 @@ static cpr_status make_dirs(cpr_store *store, const char *dir)
     store->db_dir = cpr_path_join(dir, "db");
     store->blobs_dir = cpr_path_join(dir, "blobs");
     store->staging_dir = cpr_path_join(dir, "staging");
-    if (!store->dir || !store->db_dir || !store->blobs_dir || !store->staging_dir)
+    store->segs_dir = cpr_path_join(dir, "segments");
+    if (!store->dir || !store->db_dir || !store->blobs_dir || !store->staging_dir ||
+        !store->segs_dir)
         return cpr_fail(CPR_NO_MEMORY, "out of memory opening store %s", dir);
     if (cpr_mkdirs(dir) || cpr_mkdirs(store->blobs_dir) || cpr_mkdirs(store->staging_dir))
         return cpr_fail(errno == ENOSPC ? CPR_RESOURCE_EXHAUSTED : CPR_IO,
@@ -373,7 +383,10 @@ cpr_status cpr_store_open(const char *dir, const cpr_store_options *opts,
     pthread_mutex_init(&store->mu, NULL);
     pthread_mutex_init(&store->commit_mu, NULL);
     pthread_mutex_init(&store->recovery_mu, NULL);
-    cpr_floors_init(&store->floors);
+    pthread_mutex_init(&store->fold_mu, NULL);
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts); /* tokens grow across restarts too */
+    atomic_store(&store->token_seq, (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec);
     if (opts)
         store->opts = *opts;
     if (store->opts.retain_cuts == 0)
@@ -389,7 +402,11 @@ cpr_status cpr_store_open(const char *dir, const cpr_store_options *opts,
             cpr_fail(st, "store %s is already open in another process or handle", dir);
         goto out;
     }
-    st = load_catalog(store);
+    st = check_format(store, dir);
+    if (st == CPR_OK)
+        st = cpr_backend_local_open(store->segs_dir, store->opts.no_sync, &store->segs);
+    if (st == CPR_OK)
+        st = load_catalog(store);
     if (st)
         goto out;
     pthread_mutex_lock(&store->mu);
@@ -398,6 +415,8 @@ cpr_status cpr_store_open(const char *dir, const cpr_store_options *opts,
     if (swept)
         cpr_log(CPR_LOG_INFO, "store %s: removed %llu leftovers of interrupted writes",
                 dir, (unsigned long long)swept);
+    if (!store->opts.no_fold)
+        st = cpr_fold_start(store);
 out:
     if (st) {
         cpr_store_close(store);
@@ -411,21 +430,36 @@ void cpr_store_close(cpr_store *store)
 {
     if (!store)
         return;
+    cpr_fold_stop(store);
     while (store->open_parts) {
         open_part *p = store->open_parts;
         store->open_parts = p->next;
-        cpr_open_part_free(p);
+        cpr_open_part_free(store, p);
     }
-    if (store->db)
+    while (store->doomed) { /* no reader is left */
+        doomed_seg *d = store->doomed;
+        store->doomed = d->next;
+        store->segs->ops->remove(store->segs, d->name);
+        free(d);
+    }
+    if (store->segs)
+        store->segs->ops->close(store->segs);
+    if (store->db) {
+        /* The catalog at rest in table files (block checksums), not only
+         * in the WAL: a damaged record is then reported, not taken for a
+         * torn tail. */
+        char *err = NULL;
+        rocksdb_flushoptions_t *fo = rocksdb_flushoptions_create();
+        rocksdb_flush(store->db, fo, &err);
+        rocksdb_flushoptions_destroy(fo);
+        if (err) {
+            cpr_log(CPR_LOG_WARN, "store %s: flushing the catalog at close: %s", store->dir, err);
+            rocksdb_free(err);
+        }
         rocksdb_close(store->db);
+    }
     if (store->db_opts)
         rocksdb_options_destroy(store->db_opts);
-    if (store->sst_opts)
-        rocksdb_options_destroy(store->sst_opts);
-    if (store->block_cache)
-        rocksdb_cache_destroy(store->block_cache);
-    if (store->env_opts)
-        rocksdb_envoptions_destroy(store->env_opts);
     if (store->read_opts)
         rocksdb_readoptions_destroy(store->read_opts);
     if (store->sync_write)
@@ -434,12 +468,13 @@ void cpr_store_close(cpr_store *store)
     pthread_mutex_destroy(&store->mu);
     pthread_mutex_destroy(&store->commit_mu);
     pthread_mutex_destroy(&store->recovery_mu);
-    cpr_floors_release(&store->floors); /* after the database and options: F2 */
+    pthread_mutex_destroy(&store->fold_mu);
     free(store->damaged);
     free(store->dir);
     free(store->db_dir);
     free(store->blobs_dir);
     free(store->staging_dir);
+    free(store->segs_dir);
     free(store);
 }
 
@@ -495,10 +530,143 @@ static uint64_t sweep_root(cpr_store *store, const char *root, int is_staging)
     return removed;
 }
 
+/* Is segment `name` named by a record, an open part or a doomed entry? */
+static int segment_known(cpr_store *store, const char *name)
+{
+    char buf[CPR_SEG_NAME_MAX];
+    const char *slash = strchr(name, '/');
+    if (!slash)
+        return 0;
+    for (open_part *p = store->open_parts; p; p = p->next)
+        if (strcmp(p->seg_name, name) == 0)
+            return 1;
+    for (doomed_seg *d = store->doomed; d; d = d->next)
+        if (strcmp(d->name, name) == 0)
+            return 1;
+    char job_name[CPR_NAME_MAX + 1];
+    snprintf(job_name, sizeof job_name, "%.*s", (int)(slash - name), name);
+    cpr_job *job = cpr_catalog_find(&store->catalog, job_name);
+    unsigned shard;
+    unsigned long long ckpt;
+    if (!job)
+        return 0;
+    int fold = sscanf(slash + 1, "%u-f%llu.", &shard, &ckpt) == 2;
+    if (!fold && sscanf(slash + 1, "%u-%llu.", &shard, &ckpt) != 2)
+        return 0;
+    if (!fold && cpr_store_is_damaged(store, job->id, shard, ckpt))
+        return 1; /* S5 */
+    const cpr_part_meta *list = fold ? job->folds : job->parts;
+    size_t n = fold ? job->n_folds : job->n_parts;
+    for (size_t i = 0; i < n; i++) {
+        if (list[i].shard != shard || list[i].checkpoint != ckpt || !list[i].seg_token)
+            continue;
+        (fold ? cpr_seg_fold_name : cpr_seg_part_name)(buf, job->name, shard, ckpt,
+                                                       list[i].seg_token);
+        if (strcmp(buf, name) == 0)
+            return 1;
+    }
+    return 0;
+}
+
+typedef struct seg_sweep {
+    cpr_store *store;
+    char **names;
+    size_t n, cap;
+} seg_sweep;
+
+static int note_unknown_segment(void *ctx, const char *name)
+{
+    seg_sweep *s = ctx;
+    if (segment_known(s->store, name))
+        return 0;
+    if (s->n == s->cap) {
+        size_t cap = s->cap ? s->cap * 2 : 16;
+        char **grown = realloc(s->names, cap * sizeof *grown);
+        if (!grown)
+            return 1;
+        s->names = grown;
+        s->cap = cap;
+    }
+    s->names[s->n] = strdup(name);
+    s->n += s->names[s->n] != NULL;
+    return 0;
+}
+
+/* Segments no record names (S2): an abort, a crash before the commit
+ * record, a fold that did not finish. Caller holds store->mu; a fold in
+ * progress holds fold_mu, which GC and open take before sweeping. */
+static uint64_t sweep_segments(cpr_store *store)
+{
+    seg_sweep s = {.store = store};
+    store->segs->ops->list(store->segs, note_unknown_segment, &s);
+    for (size_t i = 0; i < s.n; i++) {
+        store->segs->ops->remove(store->segs, s.names[i]);
+        free(s.names[i]);
+    }
+    free(s.names);
+    return s.n;
+}
+
 uint64_t cpr_store_sweep(cpr_store *store)
 {
     return sweep_root(store, store->staging_dir, 1) +
-           sweep_root(store, store->blobs_dir, 0);
+           sweep_root(store, store->blobs_dir, 0) + sweep_segments(store);
+}
+
+/* ---- segment names and readers (S7) ------------------------------------ */
+
+void cpr_seg_part_name(char *out, const char *job, uint32_t shard, uint64_t ckpt,
+                       uint64_t token)
+{
+    snprintf(out, CPR_SEG_NAME_MAX, "%s/%u-%llu.%016llx", job, shard,
+             (unsigned long long)ckpt, (unsigned long long)token);
+}
+
+void cpr_seg_fold_name(char *out, const char *job, uint32_t shard, uint64_t ckpt,
+                       uint64_t token)
+{
+    snprintf(out, CPR_SEG_NAME_MAX, "%s/%u-f%llu.%016llx", job, shard,
+             (unsigned long long)ckpt, (unsigned long long)token);
+}
+
+uint64_t cpr_seg_new_token(cpr_store *store)
+{
+    uint64_t t = atomic_fetch_add(&store->token_seq, 1);
+    return t ? t : atomic_fetch_add(&store->token_seq, 1);
+}
+
+void cpr_store_reader_enter_locked(cpr_store *store)
+{
+    store->readers++;
+}
+
+void cpr_store_reader_leave(cpr_store *store)
+{
+    doomed_seg *todo = NULL;
+    pthread_mutex_lock(&store->mu);
+    if (--store->readers == 0) {
+        todo = store->doomed;
+        store->doomed = NULL;
+    }
+    pthread_mutex_unlock(&store->mu);
+    while (todo) {
+        doomed_seg *d = todo;
+        todo = d->next;
+        store->segs->ops->remove(store->segs, d->name);
+        free(d);
+    }
+}
+
+void cpr_store_doom_locked(cpr_store *store, const char *name)
+{
+    doomed_seg *d = store->readers ? calloc(1, sizeof *d) : NULL;
+    if (!d) { /* no reader (or no memory: removing now is what S7 delays) */
+        store->segs->ops->remove(store->segs, name);
+        return;
+    }
+    snprintf(d->name, sizeof d->name, "%s", name);
+    d->next = store->doomed;
+    store->doomed = d;
 }
 
 /* ---- metadata queries -------------------------------------------------- */
@@ -515,6 +683,17 @@ static void fill_info(cpr_part_info *info, const cpr_part_meta *m, int committed
     info->bytes = m->bytes;
     info->committed = committed;
     info->consistent = committed && m->consistent;
+}
+
+/* Under store->mu: parts List shows (C5: none below the floor). */
+static size_t count_listed(const cpr_store *store, const cpr_job *job, const char *job_name)
+{
+    size_t n = 0;
+    for (size_t i = 0; job && i < job->n_parts; i++)
+        n += !job->floor || job->parts[i].checkpoint >= job->floor;
+    for (const open_part *p = store->open_parts; p; p = p->next)
+        n += strcmp(p->job_name, job_name) == 0;
+    return n;
 }
 
 static int info_cmp(const void *a, const void *b)
@@ -542,13 +721,18 @@ cpr_status cpr_store_list(cpr_store *store, const char *job_name,
         st = cpr_fail(CPR_NOT_FOUND, "job %s has no parts", job_name);
         goto out;
     }
+    if (count_listed(store, job, job_name) == 0) {
+        st = cpr_fail(CPR_NOT_FOUND, "job %s has no parts", job_name);
+        goto out;
+    }
     infos = calloc(cap, sizeof *infos);
     if (!infos) {
         st = cpr_fail(CPR_NO_MEMORY, "out of memory listing job %s", job_name);
         goto out;
     }
     for (size_t i = 0; job && i < job->n_parts; i++)
-        fill_info(&infos[count++], &job->parts[i], 1);
+        if (!job->floor || job->parts[i].checkpoint >= job->floor) /* C5 */
+            fill_info(&infos[count++], &job->parts[i], 1);
     for (open_part *p = store->open_parts; p; p = p->next)
         if (strcmp(p->job_name, job_name) == 0)
             fill_info(&infos[count++], &p->meta, 0);

@@ -4,44 +4,37 @@
  *
  * GC of a job keeps the newest K consistent cuts and everything newer. With
  * F the K-th newest cut (the new floor), the retained states are "as of C"
- * for every C >= F. A version (row r, checkpoint c) is needed by one of them
- * iff c >= F, or it is r's newest version with c <= F. Everything else goes.
+ * for every C >= F. Rows live in the parts' segments, so retention removes
+ * whole parts: every part below F, once nothing at or above F needs it. A
+ * shard whose part at F is a FULL needs nothing older. A shard whose state
+ * at F still reads older parts (a DELTA chain, PRIORITY parts after its
+ * FULL) first gets a fold at F (fold.c): its newest version below F of
+ * every row the parts at F do not hold, with the version's checkpoint, so
+ * that every state as of C >= F restores exactly as before.
  * cpr_store_gc_floor is the same run with F given by the caller (a client
  * that computed the cut over every store holding the job) instead of chosen
  * from this store's cuts; only choose_floor differs.
  *
- * Unneeded row versions are not deleted one by one (a tombstone per
- * version, as many as the data, then a rewrite to drop both): they are left
- * to the retention compaction filter (retention_filter.h, F1-F4), which
- * drops them while RocksDB rewrites files. Periodic retention
- * (cpr_store_gc_lazy) stops there and lets RocksDB's own compactions, which
- * new checkpoints keep triggering, reclaim the space; an explicit GC
- * compacts the job's range so that the space is returned before it answers.
- *
  * Order, so that a crash at any point leaves every retained state intact:
  *   G1. persist the floor F (synced write), and publish it in memory under
- *       store->mu: from then on nothing below F can be restored, so no
- *       reader depends on the versions about to go (restores already running
- *       hold iterators that pin their files, F3); then give F to the filter;
- *   G2. delete the part records below F, then their blob directories
- *       (a directory left by a crash here has no record: swept, S2);
- *   G3. explicit GC only: compact the key ranges of the jobs that have
- *       versions to drop (also when a later job of the run failed: their
- *       floors are already durable and published).
- * A crash between steps only leaves garbage that the next GC removes.
+ *       store->mu: from then on nothing below F can be restored;
+ *   G2. write the folds at F that shards need (each published by its own
+ *       synced record, fold.c D1);
+ *   G3. one synced write deletes the records of the parts and folds below
+ *       F; the catalog drops them; their segments go when no restore that
+ *       planned with them still runs (S7), their blob directories at once.
+ * A crash between steps leaves records below the floor (catalog C5: kept
+ * as data, not listed) that the next GC removes, or segments and blob
+ * directories without records (swept, S2). GC holds fold_mu throughout
+ * (fold.c D3).
  */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "cpr/crc32c.h"
+#include "restore.h"
 #include "store_internal.h"
-
-typedef struct gc_job {
-    uint32_t job_id;
-    char name[CPR_NAME_MAX + 1];
-    uint64_t floor;     /* 0: nothing to do */
-} gc_job;
 
 static cpr_status write_floor(cpr_store *store, uint32_t job_id, uint64_t floor)
 {
@@ -49,98 +42,9 @@ static cpr_status write_floor(cpr_store *store, uint32_t job_id, uint64_t floor)
     char *err = NULL;
     cpr_key_floor(key, job_id);
     cpr_put_be64(val, floor);
-    /* Synced even under no_sync: the filter's drops become durable through
-     * RocksDB's synced MANIFEST, so the floor must be durable first (F2). */
-    rocksdb_writeoptions_t *wo = rocksdb_writeoptions_create();
-    rocksdb_writeoptions_set_sync(wo, 1);
-    rocksdb_put(store->db, wo, (const char *)key, sizeof key, (const char *)val, sizeof val,
-                &err);
-    rocksdb_writeoptions_destroy(wo);
+    rocksdb_put(store->db, store->sync_write, (const char *)key, sizeof key,
+                (const char *)val, sizeof val, &err);
     return err ? cpr_rocks_error(err, "recording the retention floor") : CPR_OK;
-}
-
-static cpr_status flush_deletes(cpr_store *store, rocksdb_writebatch_t *wb, int sync)
-{
-    char *err = NULL;
-    if (rocksdb_writebatch_count(wb) == 0)
-        return CPR_OK;
-    rocksdb_writeoptions_t *wo = rocksdb_writeoptions_create();
-    rocksdb_writeoptions_set_sync(wo, sync && !store->opts.no_sync);
-    rocksdb_write(store->db, wo, wb, &err);
-    rocksdb_writeoptions_destroy(wo);
-    rocksdb_writebatch_clear(wb);
-    return err ? cpr_rocks_error(err, "deleting reclaimed part records") : CPR_OK;
-}
-
-/* G2: every part record below the floor (scanned, not taken from the
- * catalog, so that records a crashed GC left behind go too), then their
- * blob directories. */
-static cpr_status delete_parts(cpr_store *store, const gc_job *g, uint64_t *removed)
-{
-    unsigned char lower[CPR_META_KEY_LEN], upper[5] = {'M'};
-    cpr_key_meta(lower, g->job_id, 0, 0);
-    cpr_put_be32(upper + 1, g->job_id + 1);
-    rocksdb_readoptions_t *ro = rocksdb_readoptions_create();
-    rocksdb_readoptions_set_iterate_upper_bound(ro, (const char *)upper, sizeof upper);
-    rocksdb_iterator_t *it = rocksdb_create_iterator(store->db, ro);
-    rocksdb_writebatch_t *wb = rocksdb_writebatch_create();
-    damaged_part *doomed = NULL;
-    size_t n = 0, cap = 0;
-    cpr_status st = CPR_OK;
-    for (rocksdb_iter_seek(it, (const char *)lower, sizeof lower);
-         st == CPR_OK && rocksdb_iter_valid(it); rocksdb_iter_next(it)) {
-        size_t klen;
-        const char *key = rocksdb_iter_key(it, &klen);
-        uint32_t job_id, shard;
-        uint64_t ckpt;
-        if (cpr_key_meta_parse(key, klen, &job_id, &shard, &ckpt) != 0 || ckpt >= g->floor)
-            continue;
-        if (n == cap) {
-            damaged_part *grown = realloc(doomed, (cap = cap ? cap * 2 : 64) * sizeof *grown);
-            if (!grown) {
-                st = cpr_fail(CPR_NO_MEMORY, "out of memory reclaiming parts");
-                break;
-            }
-            doomed = grown;
-        }
-        doomed[n++] = (damaged_part){job_id, shard, ckpt};
-        rocksdb_writebatch_delete(wb, key, klen);
-    }
-    if (st == CPR_OK)
-        st = flush_deletes(store, wb, 1);
-    for (size_t i = 0; st == CPR_OK && i < n; i++) {
-        char *dir = cpr_part_dirname(g->name, doomed[i].shard, doomed[i].checkpoint,
-                                     store->blobs_dir);
-        if (dir)
-            cpr_rmtree(dir);
-        free(dir);
-    }
-    *removed += n;
-    free(doomed);
-    rocksdb_writebatch_destroy(wb);
-    rocksdb_iter_destroy(it);
-    rocksdb_readoptions_destroy(ro);
-    return st;
-}
-
-/* G3: compact one job's rows and part records; the filter drops the
- * versions below its floor on the way. */
-static void compact_range(cpr_store *store, char type, uint32_t job_id)
-{
-    unsigned char begin[5] = {(unsigned char)type}, end[5] = {(unsigned char)type};
-    cpr_put_be32(begin + 1, job_id);
-    cpr_put_be32(end + 1, job_id + 1);
-    rocksdb_compactoptions_t *co = rocksdb_compactoptions_create();
-    rocksdb_compactoptions_set_bottommost_level_compaction(co, 1 /* kForce */);
-    rocksdb_compact_range_opt(store->db, co, (const char *)begin, sizeof begin,
-                              (const char *)end, sizeof end);
-    rocksdb_compactoptions_destroy(co);
-}
-
-static void compact_job(cpr_store *store, uint32_t job_id)
-{
-    compact_range(store, 'M', job_id);
-    compact_range(store, 'R', job_id);
 }
 
 /* What a run asks for: keep `keep` cuts, or (floor > 0) exactly that floor. */
@@ -191,90 +95,166 @@ static cpr_status choose_floor(const cpr_job *job, const gc_goal *goal, uint64_t
 
 /* G1, under store->commit_mu and store->mu: choose the floor and publish it.
  * commit_mu keeps a commit from slipping in below a floor being raised. */
-static cpr_status plan_job(cpr_store *store, cpr_job *job, const gc_goal *goal, gc_job *g)
+static cpr_status raise_floor(cpr_store *store, cpr_job *job, const gc_goal *goal)
 {
     uint64_t floor = 0;
     cpr_status st = choose_floor(job, goal, &floor);
-    if (st)
+    if (st || floor <= job->floor)
         return st;
-    memset(g, 0, sizeof *g);
-    g->job_id = job->id;
-    snprintf(g->name, sizeof g->name, "%s", job->name);
-    if (floor <= job->floor) { /* nothing new, unless a crashed GC left work */
-        g->floor = job->stale_below_floor ? job->floor : 0;
-        return CPR_OK;
-    }
     st = write_floor(store, job->id, floor);
-    if (st == CPR_OK) {
-        g->floor = floor;
+    if (st == CPR_OK)
         job->floor = floor;
-        cpr_job_drop_below(job, floor);
-        cpr_floors_set(&store->floors, job->id, floor); /* F2: durable and published */
-    }
     return st;
 }
 
-/* G1-G3 for one job. reclaim_pending counts floor raises not compacted
- * yet (lazy runs, or a reopen); an explicit run compacts and subtracts the
- * raises it saw, so one that comes meanwhile stays pending. */
-static cpr_status gc_one(cpr_store *store, cpr_job *job, const gc_goal *goal,
-                         int explicit_run, cpr_gc_report *rep)
+/* Under store->mu: shards with parts or folds below the floor. */
+static cpr_status shards_below(const cpr_job *job, uint32_t **out, size_t *n)
 {
-    gc_job g;
-    unsigned pending = 0;
+    size_t count = 0;
+    uint32_t *s = malloc((job->n_parts + job->n_folds + 1) * sizeof *s);
+    if (!s)
+        return cpr_fail(CPR_NO_MEMORY, "out of memory for retention");
+    for (size_t i = 0; i < job->n_parts + job->n_folds; i++) {
+        const cpr_part_meta *m = i < job->n_parts ? &job->parts[i] : &job->folds[i - job->n_parts];
+        if (m->checkpoint >= job->floor)
+            continue;
+        int seen = 0;
+        for (size_t k = 0; k < count; k++)
+            seen |= s[k] == m->shard;
+        if (!seen)
+            s[count++] = m->shard;
+    }
+    *out = s;
+    *n = count;
+    return CPR_OK;
+}
+
+typedef struct doomed_part {
+    uint32_t shard;
+    uint64_t checkpoint;
+} doomed_part;
+
+/* G3: drop every part and fold below the floor. */
+static cpr_status drop_below(cpr_store *store, const char *job_name, cpr_gc_report *rep)
+{
+    unsigned char key[CPR_META_KEY_LEN];
+    char *err = NULL, name[CPR_SEG_NAME_MAX];
+    doomed_part *blob_dirs = NULL;
+    size_t n_dirs = 0;
+    rocksdb_writebatch_t *wb = rocksdb_writebatch_create();
+    pthread_mutex_lock(&store->mu);
+    cpr_job *job = cpr_catalog_find(&store->catalog, job_name);
+    uint64_t floor = job ? job->floor : 0;
+    cpr_status st = CPR_OK;
+    for (size_t i = 0; job && i < job->n_parts && job->parts[i].checkpoint < floor; i++) {
+        cpr_key_part_record(key, 'M', job->id, job->parts[i].shard, job->parts[i].checkpoint);
+        rocksdb_writebatch_delete(wb, (const char *)key, sizeof key);
+    }
+    for (size_t i = 0; job && i < job->n_folds; i++)
+        if (job->folds[i].checkpoint < floor) {
+            cpr_key_part_record(key, 'B', job->id, job->folds[i].shard, job->folds[i].checkpoint);
+            rocksdb_writebatch_delete(wb, (const char *)key, sizeof key);
+        }
+    if (rocksdb_writebatch_count(wb)) {
+        rocksdb_write(store->db, store->sync_write, wb, &err);
+        if (err)
+            st = cpr_rocks_error(err, "deleting reclaimed part records");
+    }
+    if (st == CPR_OK && job) {
+        size_t n = 0;
+        while (n < job->n_parts && job->parts[n].checkpoint < floor)
+            n++;
+        blob_dirs = malloc((n + 1) * sizeof *blob_dirs);
+        for (size_t i = 0; i < n; i++) {
+            const cpr_part_meta *m = &job->parts[i];
+            rep->versions_removed += m->rows;
+            if (m->seg_token) {
+                cpr_seg_part_name(name, job->name, m->shard, m->checkpoint, m->seg_token);
+                cpr_store_doom_locked(store, name);
+            }
+            if (blob_dirs && m->n_blobs)
+                blob_dirs[n_dirs++] = (doomed_part){m->shard, m->checkpoint};
+        }
+        rep->parts_removed += cpr_job_drop_below(job, floor);
+        for (size_t i = job->n_folds; i-- > 0;) {
+            const cpr_part_meta *f = &job->folds[i];
+            if (f->checkpoint >= floor)
+                continue;
+            rep->versions_removed += f->rows;
+            cpr_seg_fold_name(name, job->name, f->shard, f->checkpoint, f->seg_token);
+            cpr_store_doom_locked(store, name);
+            cpr_job_drop_fold(job, i);
+        }
+    }
+    pthread_mutex_unlock(&store->mu);
+    rocksdb_writebatch_destroy(wb);
+    for (size_t i = 0; i < n_dirs; i++) {
+        char *dir = cpr_part_dirname(job_name, blob_dirs[i].shard, blob_dirs[i].checkpoint,
+                                     store->blobs_dir);
+        if (dir)
+            cpr_rmtree(dir);
+        free(dir);
+    }
+    free(blob_dirs);
+    return st;
+}
+
+/* G1-G3 for one job; the caller holds fold_mu. */
+static cpr_status gc_one(cpr_store *store, const char *job_name, const gc_goal *goal,
+                         cpr_gc_report *rep)
+{
+    uint32_t *shards = NULL;
+    size_t n_shards = 0;
+    uint64_t floor = 0;
     pthread_mutex_lock(&store->commit_mu);
     pthread_mutex_lock(&store->mu);
-    cpr_status st = plan_job(store, job, goal, &g);
-    if (st == CPR_OK && g.floor)
-        job->reclaim_pending++;
-    if (st == CPR_OK) /* a refused plan compacts nothing */
-        pending = job->reclaim_pending;
+    cpr_job *job = cpr_catalog_find(&store->catalog, job_name);
+    cpr_status st = job ? raise_floor(store, job, goal) : CPR_OK;
+    if (st == CPR_OK && job && job->floor) {
+        floor = job->floor;
+        st = shards_below(job, &shards, &n_shards);
+    }
     pthread_mutex_unlock(&store->mu);
     pthread_mutex_unlock(&store->commit_mu);
-    if (st == CPR_OK && g.floor)
-        st = delete_parts(store, &g, &rep->parts_removed);
-    /* Also after a failed delete_parts: the floor is durable and published. */
-    if (explicit_run && pending)
-        compact_job(store, job->id);
+    /* G2: folds first; if one fails, nothing below the floor goes. */
+    for (size_t i = 0; st == CPR_OK && i < n_shards; i++) {
+        uint64_t rows = 0;
+        st = cpr_fold_shard(store, job_name, shards[i], floor, 0, NULL, &rows);
+        rep->versions_removed -= rows; /* kept, in the fold (added back by G3's count) */
+    }
+    if (st == CPR_OK && n_shards)
+        st = drop_below(store, job_name, rep);
+    free(shards);
     pthread_mutex_lock(&store->mu);
-    if (explicit_run && pending)
-        job->reclaim_pending -= pending;
-    if (st == CPR_OK && g.floor)
-        job->stale_below_floor = 0;
-    rep->floor = job->floor;
+    rep->floor = job ? job->floor : 0;
     pthread_mutex_unlock(&store->mu);
     return st;
 }
 
-/* One run over `job_name` (NULL: every job), arguments already checked.
- * versions_removed counts what the filter dropped meanwhile, for every job:
- * this run's compaction and any RocksDB ran on its own (and a compaction
- * that failed after filtering counts again when it is redone). */
+/* One run over `job_name` (NULL: every job), arguments already checked. */
 static cpr_status gc_run(cpr_store *store, const char *job_name, const gc_goal *goal,
-                         int explicit_run, cpr_gc_report *report)
+                         cpr_gc_report *report)
 {
     cpr_gc_report rep = {0};
     cpr_status st = CPR_OK;
-    uint64_t dropped_before = atomic_load(&store->floors.dropped);
     rep.bytes_before = cpr_tree_bytes(store->dir);
+    pthread_mutex_lock(&store->fold_mu); /* D3: no fold runs while GC sweeps */
     pthread_mutex_lock(&store->mu);
     rep.uncommitted_removed = cpr_store_sweep(store);
-    /* A copy of the job pointers: begin may grow the array meanwhile. Jobs
-     * with parts are never freed while the store is open. */
     size_t n_jobs = store->catalog.n_jobs;
-    cpr_job **jobs = malloc((n_jobs + 1) * sizeof *jobs);
+    char (*names)[CPR_NAME_MAX + 1] = malloc((n_jobs + 1) * sizeof *names);
     cpr_job *only = job_name ? cpr_catalog_find(&store->catalog, job_name) : NULL;
-    if (jobs && n_jobs)
-        memcpy(jobs, store->catalog.jobs, n_jobs * sizeof *jobs);
+    for (size_t i = 0; names && i < n_jobs; i++)
+        snprintf(names[i], sizeof names[i], "%s", store->catalog.jobs[i]->name);
     pthread_mutex_unlock(&store->mu);
-    if (!jobs)
+    if (!names)
         st = cpr_fail(CPR_NO_MEMORY, "out of memory for retention");
     else if (job_name && !only)
         st = cpr_fail(CPR_NOT_FOUND, "job %s has no parts", job_name);
     for (size_t i = 0; st == CPR_OK && i < (only ? 1 : n_jobs); i++)
-        st = gc_one(store, only ? only : jobs[i], goal, explicit_run, &rep);
-    free(jobs);
-    rep.versions_removed = atomic_load(&store->floors.dropped) - dropped_before;
+        st = gc_one(store, only ? job_name : names[i], goal, &rep);
+    pthread_mutex_unlock(&store->fold_mu);
+    free(names);
     rep.bytes_after = cpr_tree_bytes(store->dir);
     if (st == CPR_OK && report)
         *report = rep;
@@ -291,13 +271,13 @@ cpr_status cpr_store_gc(cpr_store *store, const char *job_name, uint32_t keep,
                       goal.keep);
     if (st)
         return cpr_store_count(store, st);
-    return gc_run(store, job_name, &goal, 1, report);
+    return gc_run(store, job_name, &goal, report);
 }
 
 cpr_status cpr_store_gc_lazy(cpr_store *store, cpr_gc_report *report)
 {
     gc_goal goal = {.keep = store->opts.retain_cuts};
-    return gc_run(store, NULL, &goal, 0, report);
+    return gc_run(store, NULL, &goal, report);
 }
 
 cpr_status cpr_store_gc_floor(cpr_store *store, const char *job_name, uint64_t floor,
@@ -310,7 +290,7 @@ cpr_status cpr_store_gc_floor(cpr_store *store, const char *job_name, uint64_t f
                       "the consistent cut to keep (or use cpr_store_gc)", job_name);
     if (st)
         return cpr_store_count(store, st);
-    return gc_run(store, job_name, &goal, 1, report);
+    return gc_run(store, job_name, &goal, report);
 }
 
 /* ---- verify ---------------------------------------------------------------- */
@@ -330,34 +310,62 @@ static void problem(verify_run *v, const char *what, const char *where)
         v->fn(v->ctx, what, where);
 }
 
+/* One segment to check: its name, where it belongs, its block index. */
+typedef struct seg_copy {
+    char name[CPR_SEG_NAME_MAX];
+    char where[CPR_NAME_MAX + 96];
+    cpr_block_ref *blocks;
+    size_t n_blocks;
+} seg_copy;
+
 /* What verify needs of a job, copied under store->mu so that concurrent
- * commits may grow the catalog while the scan runs. */
+ * commits may grow the catalog while the scan runs (the run is a reader,
+ * S7, so the segments stay while it reads them). */
 typedef struct job_copy {
     char name[CPR_NAME_MAX + 1];
-    uint32_t id;
-    cpr_table_schema *tables;
-    size_t n_tables;
+    seg_copy *segs;
+    size_t n_segs;
     cpr_part_id *blob_parts;
     char (*blob_names)[CPR_NAME_MAX + 1];
     size_t n_blobs;
 } job_copy;
 
+static cpr_status copy_segment(job_copy *c, const cpr_part_meta *m, int fold)
+{
+    seg_copy *sc = &c->segs[c->n_segs];
+    if (!m->seg_token)
+        return CPR_OK;
+    (fold ? cpr_seg_fold_name : cpr_seg_part_name)(sc->name, c->name, m->shard,
+                                                   m->checkpoint, m->seg_token);
+    snprintf(sc->where, sizeof sc->where, "job %s shard %u %s %llu", c->name, m->shard,
+             fold ? "fold at" : "checkpoint", (unsigned long long)m->checkpoint);
+    sc->blocks = malloc((m->n_blocks + 1) * sizeof *sc->blocks);
+    if (!sc->blocks)
+        return cpr_fail(CPR_NO_MEMORY, "out of memory verifying job %s", c->name);
+    if (m->n_blocks)
+        memcpy(sc->blocks, m->blocks, m->n_blocks * sizeof *sc->blocks);
+    sc->n_blocks = m->n_blocks;
+    c->n_segs++;
+    return CPR_OK;
+}
+
 static cpr_status copy_job(const cpr_job *job, job_copy *c)
 {
     size_t n = 0;
+    cpr_status st = CPR_OK;
     memset(c, 0, sizeof *c);
     snprintf(c->name, sizeof c->name, "%s", job->name);
-    c->id = job->id;
     for (size_t p = 0; p < job->n_parts; p++)
         n += job->parts[p].n_blobs;
-    c->tables = malloc((job->n_tables + 1) * sizeof *c->tables);
+    c->segs = calloc(job->n_parts + job->n_folds + 1, sizeof *c->segs);
     c->blob_parts = malloc((n + 1) * sizeof *c->blob_parts);
     c->blob_names = malloc((n + 1) * sizeof *c->blob_names);
-    if (!c->tables || !c->blob_parts || !c->blob_names)
+    if (!c->segs || !c->blob_parts || !c->blob_names)
         return cpr_fail(CPR_NO_MEMORY, "out of memory verifying job %s", job->name);
-    if (job->n_tables)
-        memcpy(c->tables, job->tables, job->n_tables * sizeof *c->tables);
-    c->n_tables = job->n_tables;
+    for (size_t p = 0; st == CPR_OK && p < job->n_parts; p++)
+        st = copy_segment(c, &job->parts[p], 0);
+    for (size_t f = 0; st == CPR_OK && f < job->n_folds; f++)
+        st = copy_segment(c, &job->folds[f], 1);
     for (size_t p = 0; p < job->n_parts; p++) {
         for (size_t b = 0; b < job->parts[p].n_blobs; b++) {
             c->blob_parts[c->n_blobs] = (cpr_part_id){c->name, job->parts[p].shard,
@@ -366,81 +374,66 @@ static cpr_status copy_job(const cpr_job *job, job_copy *c)
                      job->parts[p].blobs[b].name);
         }
     }
-    return CPR_OK;
+    return st;
 }
 
 static void free_job_copy(job_copy *c)
 {
-    free(c->tables);
+    for (size_t i = 0; i < c->n_segs; i++)
+        free(c->segs[i].blocks);
+    free(c->segs);
     free(c->blob_parts);
     free(c->blob_names);
 }
 
-static const cpr_table_schema *copy_table(const job_copy *job, uint32_t table)
+/* Read every block of one segment and check it against its header, its
+ * CRC32C and the catalog's index. A read that fails stops this segment
+ * (reported once); the others are still checked. */
+static void verify_segment(verify_run *v, const seg_copy *sc)
 {
-    for (size_t i = 0; i < job->n_tables; i++)
-        if (job->tables[i].table == table)
-            return &job->tables[i];
-    return NULL;
-}
-
-static void verify_row(verify_run *v, const job_copy *job, const cpr_row_key *k,
-                       const char *key, const unsigned char *val, size_t vlen)
-{
-    char where[320];
-    const cpr_table_schema *t = copy_table(job, k->table);
-    snprintf(where, sizeof where, "job %s table %u row %llu checkpoint %llu shard %u",
-             job->name, k->table, (unsigned long long)k->row,
-             (unsigned long long)k->checkpoint, k->shard);
-    v->rep.rows_checked++;
-    v->rep.bytes_checked += vlen;
-    if (!t) {
-        problem(v, "row of a table no part declares", where);
+    cpr_obj_extent *ext = malloc((sc->n_blocks + 1) * sizeof *ext);
+    cpr_obj_reader *r = NULL;
+    char where[CPR_SEG_NAME_MAX + CPR_NAME_MAX + 512];
+    if (!ext) {
+        problem(v, "out of memory", sc->where);
         return;
     }
-    size_t want = 4 + ((size_t)t->dim + t->state_dim) * 4;
-    uint32_t stored;
-    if (vlen != want) {
-        problem(v, "row has the wrong length", where);
-        return;
+    for (size_t i = 0; i < sc->n_blocks; i++)
+        ext[i] = (cpr_obj_extent){sc->name, sc->blocks[i].offset, sc->blocks[i].len};
+    const cpr_backend_ops *ops = v->store->segs->ops;
+    cpr_status st = sc->n_blocks ? ops->read_start(v->store->segs, ext, sc->n_blocks, 8, &r)
+                                 : CPR_OK;
+    if (st) {
+        snprintf(where, sizeof where, "%s, segment %s", sc->where, sc->name);
+        problem(v, cpr_errmsg(), where);
     }
-    memcpy(&stored, val, 4);
-    uint32_t crc = cpr_crc32c(0, key + 5, CPR_ROW_KEY_LEN - 5);
-    if (cpr_crc32c(crc, val + 4, vlen - 4) != stored)
-        problem(v, "row checksum mismatch", where);
-}
-
-static void verify_rows(verify_run *v, const job_copy *job)
-{
-    unsigned char lower[5] = {'R'}, upper[5] = {'R'};
-    cpr_put_be32(lower + 1, job->id);
-    cpr_put_be32(upper + 1, job->id + 1);
-    rocksdb_readoptions_t *ro = rocksdb_readoptions_create();
-    rocksdb_readoptions_set_verify_checksums(ro, 1);
-    rocksdb_readoptions_set_fill_cache(ro, 0);
-    rocksdb_readoptions_set_iterate_upper_bound(ro, (const char *)upper, sizeof upper);
-    rocksdb_iterator_t *it = rocksdb_create_iterator(v->store->db, ro);
-    for (rocksdb_iter_seek(it, (const char *)lower, sizeof lower); rocksdb_iter_valid(it);
-         rocksdb_iter_next(it)) {
-        size_t klen, vlen;
-        cpr_row_key k;
-        const char *key = rocksdb_iter_key(it, &klen);
-        const char *val = rocksdb_iter_value(it, &vlen);
-        if (cpr_key_row_parse(key, klen, &k) != 0)
-            problem(v, "malformed row key", job->name);
+    for (size_t i = 0; st == CPR_OK && i < sc->n_blocks; i++) {
+        const cpr_block_ref *b = &sc->blocks[i];
+        void *owner = NULL;
+        const unsigned char *data = NULL;
+        cpr_block_view bv;
+        snprintf(where, sizeof where, "%s, segment %s, block at offset %llu (table %u, "
+                 "rows %llu..%llu)", sc->where, sc->name, (unsigned long long)b->offset,
+                 b->table, (unsigned long long)b->first, (unsigned long long)b->last);
+        st = ops->read_next(r, &owner, &data);
+        if (st) {
+            problem(v, cpr_errmsg(), where);
+            break;
+        }
+        v->rep.bytes_checked += b->len;
+        cpr_status bst = cpr_block_open(data, b->len, &bv);
+        if (bst)
+            problem(v, cpr_errmsg(), where);
+        else if (bv.h.table != b->table || bv.h.n != b->n || bv.h.first_row != b->first ||
+                 bv.h.last_row != b->last || bv.h.crc32c != b->crc)
+            problem(v, "block does not match its catalog entry", where);
         else
-            verify_row(v, job, &k, key, (const unsigned char *)val, vlen);
+            v->rep.rows_checked += bv.h.n;
+        free(owner);
     }
-    char *err = NULL;
-    rocksdb_iter_get_error(it, &err);
-    if (err) { /* a damaged block: RocksDB names the file */
-        char where[512];
-        snprintf(where, sizeof where, "job %s: %s", job->name, err);
-        problem(v, "table file block fails its checksum", where);
-        rocksdb_free(err);
-    }
-    rocksdb_iter_destroy(it);
-    rocksdb_readoptions_destroy(ro);
+    if (r)
+        ops->read_end(r);
+    free(ext);
 }
 
 static cpr_status discard_block(void *ctx, uint64_t offset, const void *data, size_t len)
@@ -496,11 +489,16 @@ cpr_status cpr_store_verify(cpr_store *store, const char *job_name, cpr_problem_
         st = cpr_fail(CPR_NOT_FOUND, "job %s has no parts", job_name);
     for (size_t i = 0; st == CPR_OK && i < (only ? 1 : n_jobs); i++, n_copies++)
         st = copy_job(only ? only : store->catalog.jobs[i], &copies[i]);
+    if (st == CPR_OK)
+        cpr_store_reader_enter_locked(store); /* S7 */
     pthread_mutex_unlock(&store->mu);
     for (size_t i = 0; st == CPR_OK && i < n_copies; i++) {
-        verify_rows(&v, &copies[i]);
+        for (size_t k = 0; k < copies[i].n_segs; k++)
+            verify_segment(&v, &copies[i].segs[k]);
         verify_blobs(&v, &copies[i]);
     }
+    if (st == CPR_OK)
+        cpr_store_reader_leave(store);
     for (size_t i = 0; copies && i < n_jobs + 1; i++)
         free_job_copy(&copies[i]);
     free(copies);

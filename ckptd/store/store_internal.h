@@ -1,44 +1,59 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * Internals of the store shared by store*.c. Layout of a store directory:
+ * Internals of the store shared by store*.c (store format 2). Layout of a
+ * store directory:
  *
- *   DIR/db/                      RocksDB: rows, part records, job ids, floors,
- *                                recovery records
- *   DIR/blobs/j_<job>/<shard>-<ckpt>/b_<name>   blob files of committed parts
- *   DIR/staging/j_<job>/<shard>-<ckpt>.<seq>/    an open part: *.sst, blobs/
+ *   DIR/db/                      RocksDB, the catalog only: format version,
+ *                                job ids, part and fold records (with their
+ *                                block indexes), floors, recovery records
+ *   DIR/segments/j_<job>/<shard>-<ckpt>.<token>.seg   a part's row blocks
+ *   DIR/segments/j_<job>/<shard>-f<ckpt>.<token>.seg  a fold (fold.c)
+ *   DIR/blobs/j_<job>/<shard>-<ckpt>/b_<name>          blob files of committed parts
+ *   DIR/staging/j_<job>/<shard>-<ckpt>.<seq>/blobs/    an open part's blobs
  *
- * (<seq> is unique per begin, so a part aborted while a late put still holds
- * it can never touch the directory of the same part begun again.)
- *
- * ("j_" and "b_" prefixes keep names such as ".." harmless as path parts.)
+ * Segments are immutable objects behind backend.h, named with a token
+ * unique to one begin (or one fold), so nothing ever renames or rewrites
+ * one. (<seq> is unique per begin, so a part aborted while a late put still
+ * holds it can never touch the directory of the same part begun again;
+ * "j_" and "b_" prefixes keep names such as ".." harmless as path parts.)
  *
  * Commit protocol (store_write.c), in this order; each step durable before
  * the next starts:
- *   1. finish the part's row SST files (SstFileWriter::Finish fsyncs them);
+ *   1. finish the part's segment: the last block, fdatasync, fsync its
+ *      directory (backend finish);
  *   2. finish its blob files (fdatasync);
- *   3. write the part record (and the job id record) into one more SST;
- *   4. rename staging/.../blobs to blobs/j_<job>/<shard>-<ckpt>, fsync dirs;
- *   5. IngestExternalFile(all SSTs): ONE atomic MANIFEST write makes rows and
- *      part record visible together. This is the commit point.
- *   6. remove the staging directory; add the part to the catalog.
+ *   3. rename staging/.../blobs to blobs/j_<job>/<shard>-<ckpt>, fsync dirs;
+ *   4. ONE synced RocksDB WriteBatch (WAL on) puts the part record, which
+ *      names the segment and indexes its blocks, and the job id record.
+ *      This is the commit point.
+ *   5. remove the staging directory; add the part to the catalog.
  *
  * Invariants
- *  S1. Rows of a part are visible iff its part record is (step 5 is atomic).
+ *  S1. Rows of a part are visible iff its part record is (step 4 is one
+ *      atomic write, and the record is written only after the segment it
+ *      names is durable).
  *  S2. A blob directory belongs to a committed part iff its part record
  *      exists; a directory without a record is a leftover of a crash between
- *      steps 4 and 5 and is deleted by the sweep at open and by GC.
+ *      steps 3 and 4 and is deleted by the sweep at open and by GC. The same
+ *      holds for segment objects: one that no part or fold record names is a
+ *      leftover (of a crash, an abort, or a fold that did not finish).
  *  S3. Everything under staging/ at open is a leftover of a crash (a store
  *      directory is opened by one process at a time) and is deleted.
- *  S5. A damaged part record keeps its blob directory (verify reports it);
- *      only a missing record makes the directory a leftover.
- *  S4. Nothing the store ever writes changes a committed row version or blob;
- *      only GC deletes versions, and only those no retained state needs,
- *      after the new floor is durable (store_gc.c).
+ *  S4. Nothing the store ever writes changes a committed block or blob;
+ *      only retention removes parts, and only those no retained state needs,
+ *      after the new floor is durable (store_gc.c); folding (fold.c) adds
+ *      derived segments and never changes what an "as of" restore returns.
+ *  S5. A damaged part record keeps its blob directory and segment (verify
+ *      reports it); only a missing record makes them leftovers.
  *  S6. A job's recovery record ('G' name, store_recovery.c) changes only by
  *      a compare-and-set under recovery_mu whose synced write is durable
  *      before the caller hears of it; its generation only ever grows by one.
  *      Nothing else (GC, the sweep, aborts) writes or deletes 'G' keys, and
  *      a record needs no part of its job.
+ *  S7. A segment that a restore may read is removed only when no restore
+ *      that started before its record went is still running (doomed list,
+ *      store.c): restores plan from the catalog under store->mu and then
+ *      read without it.
  */
 #ifndef CPR_STORE_INTERNAL_H
 #define CPR_STORE_INTERNAL_H
@@ -47,14 +62,17 @@
 #include <rocksdb/c.h>
 #include <stdatomic.h>
 
+#include "backend.h"
 #include "blobio.h"
 #include "catalog.h"
+#include "cpr/block.h"
 #include "cpr/store.h"
 #include "cpr_common.h"
 #include "keys.h"
-#include "lanes.h"
 #include "meta.h"
-#include "retention_filter.h"
+
+#define CPR_STORE_FORMAT 2       /* the 'V' record; docs/format.md */
+#define CPR_SEG_NAME_MAX 200     /* longest segment object name */
 
 typedef struct open_blob {
     char name[CPR_NAME_MAX + 1];
@@ -63,13 +81,21 @@ typedef struct open_blob {
 
 typedef enum part_state { PART_OPEN, PART_COMMITTING, PART_FAILED } part_state;
 
+/* Rows waiting to become a block (store_write.c). */
+typedef struct block_builder {
+    uint32_t table, dim, state_dim;
+    size_t n, cap;               /* rows held, rows the arrays hold */
+    uint64_t *ids;
+    float *values, *state;
+} block_builder;
+
 /* An uncommitted part. Lives in store->open_parts while begun. */
 typedef struct open_part {
     struct open_part *next;
     char job_name[CPR_NAME_MAX + 1];
     uint32_t job_id;
-    cpr_part_meta meta;          /* spec, counters; blobs filled at commit */
-    char *dir;                   /* staging directory */
+    cpr_part_meta meta;          /* spec, counters, block index; blobs at commit */
+    char *dir;                   /* staging directory (blobs) */
     char *final_dir;             /* blobs/j_<job>/<shard>-<ckpt> once committing */
     pthread_mutex_t mu;          /* serialises writes to this part */
     int refs;                    /* guarded by store->mu */
@@ -77,12 +103,12 @@ typedef struct open_part {
     part_state state;            /* guarded by mu */
     _Atomic uint64_t active_ms;  /* monotonic ms when a call last touched the part
                                     (cpr_store_abort_idle) */
-    cpr_lanes *lanes;            /* row-file writers; NULL until the first rows */
-    char **files;                /* row files in ingest order, set at commit */
-    size_t n_files;
-    unsigned char max_key[CPR_ROW_KEY_LEN]; /* largest row key submitted */
-    unsigned out_of_order;       /* batches that went backwards (new chunks) */
-    int have_max;
+    cpr_obj_writer *seg;         /* the rows' segment; NULL until the first rows */
+    char seg_name[CPR_SEG_NAME_MAX];
+    block_builder bb;
+    uint64_t last_table_row[2];  /* (table, row) of the newest block's last row */
+    int have_last;
+    unsigned out_of_order;       /* blocks that went backwards in row order */
     open_blob *blobs;
     size_t n_blobs;
 } open_part;
@@ -93,26 +119,36 @@ typedef struct damaged_part {
     uint64_t checkpoint;
 } damaged_part;
 
+/* Segment objects waiting for the restores that may read them (S7). */
+typedef struct doomed_seg {
+    struct doomed_seg *next;
+    char name[CPR_SEG_NAME_MAX];
+} doomed_seg;
+
+struct cpr_fold_worker;
+
 struct cpr_store {
     char *dir;
-    char *db_dir, *blobs_dir, *staging_dir;
+    char *db_dir, *blobs_dir, *staging_dir, *segs_dir;
     cpr_store_options opts;
     rocksdb_t *db;
     rocksdb_options_t *db_opts;
-    rocksdb_cache_t *block_cache; /* shared by every table reader */
-    rocksdb_options_t *sst_opts;
-    rocksdb_envoptions_t *env_opts;
     rocksdb_readoptions_t *read_opts;
     rocksdb_writeoptions_t *sync_write;
-    pthread_mutex_t mu;          /* catalog, open_parts, job commit order */
+    cpr_backend *segs;           /* segment objects (backend.h) */
+    pthread_mutex_t mu;          /* catalog, open_parts, job commit order, doomed */
     cpr_catalog catalog;
     open_part *open_parts;
     damaged_part *damaged;       /* records that failed to decode at open */
     size_t n_damaged;
+    unsigned readers;            /* restores and folds reading segments (S7) */
+    doomed_seg *doomed;          /* removed from the catalog, still readable */
     pthread_mutex_t commit_mu;   /* commit order per shard vs. each other and GC */
     pthread_mutex_t recovery_mu; /* recovery records' compare-and-set (S6) */
-    cpr_floors floors;           /* the compaction filter's view of job floors */
+    pthread_mutex_t fold_mu;     /* one fold (or GC) writes folds at a time */
+    struct cpr_fold_worker *folder; /* background folding (fold.c); NULL: off */
     _Atomic uint64_t staging_seq;/* makes every begin's staging directory unique */
+    _Atomic uint64_t token_seq;  /* segment tokens: unique, never 0 */
     _Atomic uint64_t rows_in, bytes_in, rows_out, bytes_out;
     _Atomic uint64_t errors[CPR_STATUS_COUNT_];
 };
@@ -127,17 +163,53 @@ char *cpr_path_join(const char *a, const char *b);
 char *cpr_part_dirname(const char *job, uint32_t shard, uint64_t ckpt,
                        const char *root);
 int cpr_mkdirs(const char *path);
-int cpr_fsync_dir(const char *path);
 void cpr_rmtree(const char *path);
 uint64_t cpr_tree_bytes(const char *path);
 
 /* Leftover sweep of S2/S3 (caller holds store->mu). Returns items removed. */
 uint64_t cpr_store_sweep(cpr_store *store);
 
+/* Segment object names (out holds CPR_SEG_NAME_MAX bytes). */
+void cpr_seg_part_name(char *out, const char *job, uint32_t shard, uint64_t ckpt,
+                       uint64_t token);
+void cpr_seg_fold_name(char *out, const char *job, uint32_t shard, uint64_t ckpt,
+                       uint64_t token);
+uint64_t cpr_seg_new_token(cpr_store *store);
+
+/* S7: a reader of segments registers under store->mu before it leaves the
+ * critical section in which it planned from the catalog, and leaves when it
+ * has read everything (removing what became doomed meanwhile). */
+void cpr_store_reader_enter_locked(cpr_store *store);
+void cpr_store_reader_leave(cpr_store *store);
+/* Remove a segment now if no reader runs, else when the last one leaves.
+ * Caller holds store->mu. */
+void cpr_store_doom_locked(cpr_store *store, const char *name);
+
 /* Look up an open part by id and take a reference (store->mu taken inside). */
 open_part *cpr_open_part_get(cpr_store *store, const cpr_part_id *id);
 void cpr_open_part_put(cpr_store *store, open_part *part);
-void cpr_open_part_free(open_part *part);
+void cpr_open_part_free(cpr_store *store, open_part *part);
+void cpr_block_builder_release(block_builder *bb);
+
+struct cpr_merge_rows;
+/* Append rows (ids strictly ascending; versions make a fold block) as one
+ * block to a segment, padded to 8 bytes (store_write.c W1). */
+cpr_status cpr_seg_write_block(cpr_store *store, cpr_obj_writer *w,
+                               const struct cpr_merge_rows *rows, cpr_block_ref *ref);
+cpr_status cpr_seg_pad(cpr_store *store, cpr_obj_writer *w, size_t block_bytes);
+
+/* Write fold (shard, at) of `job` (fold.c; catalog C6) unless nothing below
+ * `at` needs one; `replace` drops the shard's older folds in the same
+ * write. Caller holds fold_mu, not store->mu. *bytes (may be NULL) gets the
+ * bytes written, *rows_out the rows in the fold. */
+cpr_status cpr_fold_shard(cpr_store *store, const char *job, uint32_t shard, uint64_t at,
+                          int replace, uint64_t *bytes, uint64_t *rows_out);
+
+/* Background folding (fold.c). start: a low-priority thread that folds long
+ * chains after commits poke it; stop joins it (NULL-safe, idempotent). */
+cpr_status cpr_fold_start(cpr_store *store);
+void cpr_fold_stop(cpr_store *store);
+void cpr_fold_poke(cpr_store *store);
 
 /* 1 if the record of this part failed to decode at open (S5). */
 int cpr_store_is_damaged(const cpr_store *store, uint32_t job_id, uint32_t shard, uint64_t ckpt);

@@ -1,14 +1,23 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * Writing parts: begin, put_rows, put_blob, commit, abort.
+ * Writing parts: begin, put_rows, put_block, put_blob, commit, abort.
  *
- * Rows never pass through RocksDB's WAL or memtable: each open part encodes
- * its batches in key order and hands them to write lanes (lanes.c), threads
- * that build SST files with SstFileWriter; the commit ingests those files
- * atomically (protocol and invariants S1-S4 in store_internal.h). A batch
- * whose keys do not follow everything sent before starts a new generation of
- * files; files are ingested generation by generation, so a row sent twice in
- * one part keeps its last copy.
+ * Rows become row blocks (cpr/block.h) appended to the part's segment
+ * object (backend.h): put_block appends a block the writer built, bytes
+ * unchanged, after checking it; put_rows gathers a batch into blocks of
+ * about BLOCK_TARGET bytes (small batches of one table in ascending order
+ * are coalesced). Each block's offset, rows and CRC go into the part's block
+ * index, which the commit writes with the part record in one synced RocksDB
+ * batch (protocol and invariants S1-S5 in store_internal.h). Blocks of one
+ * part may overlap; a row sent again in a later block replaces the earlier
+ * copy (restores prefer the later block of a part).
+ *
+ * Invariants
+ *  W1. Every block starts at a multiple of 8 in its segment (padding
+ *      between blocks), so readers can use its arrays in place.
+ *  W2. Builder rows are strictly ascending within one table; they become a
+ *      block before any other block of the part is appended, so a part's
+ *      blocks are in the order their rows were sent.
  *
  * Part states:  (begin) -> OPEN --commit--> COMMITTING --ok--> gone (catalog)
  *                           |                   \--error--> FAILED --abort--> gone
@@ -29,6 +38,7 @@
 #include <unistd.h>
 
 #include "cpr/crc32c.h"
+#include "restore.h"
 #include "store_internal.h"
 
 #define MAX_TABLES_PER_PART 4096u   /* schema checks are quadratic in this */
@@ -176,7 +186,7 @@ static cpr_status new_open_part(cpr_store *store, const cpr_part_spec *spec, ope
     cpr_status st = part->dir ? cpr_meta_copy_tables(&part->meta, spec->tables, spec->n_tables)
                               : cpr_fail(CPR_NO_MEMORY, "out of memory beginning a part");
     if (st) {
-        cpr_open_part_free(part);
+        cpr_open_part_free(store, part);
         return st;
     }
     *out = part;
@@ -217,7 +227,7 @@ cpr_status cpr_store_begin(cpr_store *store, const cpr_part_spec *spec)
     if (st) {
         free(part->dir); /* never created (mkdir is the last step that can fail) */
         part->dir = NULL;
-        cpr_open_part_free(part);
+        cpr_open_part_free(store, part);
     }
     return cpr_store_count(store, st);
 }
@@ -348,77 +358,206 @@ static cpr_status batch_order(const cpr_row_batch *b, id_index **order)
     return CPR_OK;
 }
 
-/* Commit step 1: wait for the lanes; their files, in ingest order. */
-static cpr_status finish_rows(open_part *part)
+/* ---- blocks into the segment ------------------------------------------ */
+
+#define BLOCK_TARGET (1u << 20)    /* bytes of a block put_rows builds */
+
+static size_t row_bytes_of(uint32_t dim, uint32_t state_dim)
 {
-    if (!part->lanes)
+    return 8 + ((size_t)dim + state_dim) * 4;
+}
+
+static cpr_status ensure_segment(cpr_store *store, open_part *part)
+{
+    if (part->seg)
         return CPR_OK;
-    return cpr_lanes_finish(part->lanes, &part->files, &part->n_files);
+    part->meta.seg_token = cpr_seg_new_token(store);
+    cpr_seg_part_name(part->seg_name, part->job_name, part->meta.shard,
+                      part->meta.checkpoint, part->meta.seg_token);
+    return store->segs->ops->create(store->segs, part->seg_name, &part->seg);
 }
 
-static unsigned lane_count(void)
+/* Pad the segment after a block to a multiple of 8 (W1). */
+cpr_status cpr_seg_pad(cpr_store *store, cpr_obj_writer *w, size_t block_bytes)
 {
-    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-    return cpus < 2 ? 1 : cpus > 4 ? 4 : (unsigned)cpus;
+    static const unsigned char zero[8];
+    size_t pad = (8 - block_bytes % 8) % 8;
+    return pad ? store->segs->ops->append(w, zero, pad) : CPR_OK;
 }
 
-/* Record of a row version: key || crc32c(key[5..29] || values || state) ||
- * values || state. The CRC covers the key fields so that a value can never
- * pass as another row's. */
-static void encode_row(unsigned char *rec, const cpr_row_key *k, const float *values,
-                       uint32_t dim, const float *state, uint32_t state_dim)
+/* Note a block's place in the index; counts out-of-order blocks. */
+static cpr_status index_block(open_part *part, const cpr_block_ref *ref)
 {
-    unsigned char *value = rec + CPR_ROW_KEY_LEN;
-    size_t vbytes = (size_t)dim * 4, sbytes = (size_t)state_dim * 4;
-    cpr_key_row(rec, k);
-    memcpy(value + 4, values, vbytes);
+    cpr_status st = cpr_meta_add_block(&part->meta, ref);
+    if (st)
+        return st;
+    part->last_table_row[0] = ref->table;
+    part->last_table_row[1] = ref->last;
+    part->have_last = 1;
+    return CPR_OK;
+}
+
+/* Write rows from arrays as one block: the header's CRC is computed over
+ * the pieces, then header and arrays are appended (one copy, into the
+ * writer's aligned buffers) and the segment padded (W1). Ids must be
+ * strictly ascending. *ref gets the block's place. */
+cpr_status cpr_seg_write_block(cpr_store *store, cpr_obj_writer *w, const cpr_merge_rows *r,
+                               cpr_block_ref *ref)
+{
+    const cpr_backend_ops *ops = store->segs->ops;
+    unsigned char hdr[CPR_BLOCK_HEADER_BYTES];
+    size_t n = r->n;
+    uint32_t flags = r->versions ? CPR_BLOCK_VERSIONS : 0;
+    cpr_block_header h = {
+        .format = CPR_BLOCK_FORMAT, .codec = CPR_CODEC_F32, .flags = flags,
+        .table = r->table, .n = (uint32_t)n, .dim = r->dim, .state_dim = r->state_dim,
+        .first_row = r->ids[0], .last_row = r->ids[n - 1],
+        .bytes = cpr_block_size((uint32_t)n, r->dim, r->state_dim, flags),
+    };
+    if (h.bytes == 0)
+        return cpr_fail(CPR_INTERNAL, "block of %zu rows is over the size limit", n);
+    size_t vbytes = n * r->dim * 4, sbytes = n * r->state_dim * 4;
+    cpr_block_header_write(hdr, &h);
+    uint32_t crc = cpr_crc32c(0, hdr, sizeof hdr);
+    crc = cpr_crc32c(crc, r->ids, n * 8);
+    if (r->versions)
+        crc = cpr_crc32c(crc, r->versions, n * 8);
+    crc = cpr_crc32c(crc, r->values, vbytes);
     if (sbytes)
-        memcpy(value + 4 + vbytes, state, sbytes);
-    uint32_t crc = cpr_crc32c(0, rec + 5, CPR_ROW_KEY_LEN - 5);
-    crc = cpr_crc32c(crc, value + 4, vbytes + sbytes);
-    memcpy(value, &crc, 4);
+        crc = cpr_crc32c(crc, r->state, sbytes);
+    h.crc32c = crc;
+    cpr_block_header_write(hdr, &h);
+    *ref = (cpr_block_ref){r->table, (uint32_t)n, r->ids[0], r->ids[n - 1], ops->written(w),
+                           (uint32_t)h.bytes, crc};
+    cpr_status st = ops->append(w, hdr, sizeof hdr);
+    if (st == CPR_OK)
+        st = ops->append(w, r->ids, n * 8);
+    if (st == CPR_OK && r->versions)
+        st = ops->append(w, r->versions, n * 8);
+    if (st == CPR_OK)
+        st = ops->append(w, r->values, vbytes);
+    if (st == CPR_OK && sbytes)
+        st = ops->append(w, r->state, sbytes);
+    if (st == CPR_OK)
+        st = cpr_seg_pad(store, w, h.bytes);
+    return st;
 }
 
-/* Encode the batch in key order and hand it to the lanes. */
+static cpr_status emit_block(cpr_store *store, open_part *part, uint32_t table, uint32_t dim,
+                             uint32_t state_dim, size_t n, const uint64_t *ids,
+                             const float *values, const float *state)
+{
+    cpr_merge_rows r = {.table = table, .dim = dim, .state_dim = state_dim, .n = n,
+                        .ids = ids, .values = values, .state = state};
+    cpr_block_ref ref;
+    cpr_status st = ensure_segment(store, part);
+    if (st == CPR_OK)
+        st = cpr_seg_write_block(store, part->seg, &r, &ref);
+    return st ? st : index_block(part, &ref);
+}
+
+static cpr_status flush_builder(cpr_store *store, open_part *part)
+{
+    block_builder *bb = &part->bb;
+    if (bb->n == 0)
+        return CPR_OK;
+    cpr_status st = emit_block(store, part, bb->table, bb->dim, bb->state_dim, bb->n,
+                               bb->ids, bb->values, bb->state);
+    bb->n = 0;
+    return st;
+}
+
+static cpr_status builder_reserve(block_builder *bb, const cpr_table_schema *t, size_t cap)
+{
+    if (bb->cap >= cap && bb->dim == t->dim && bb->state_dim == t->state_dim)
+        return CPR_OK;
+    free(bb->ids);
+    free(bb->values);
+    free(bb->state);
+    bb->ids = malloc(cap * 8);
+    bb->values = malloc(cap * t->dim * 4);
+    bb->state = malloc(cap * ((size_t)t->state_dim + 1) * 4);
+    bb->cap = bb->ids && bb->values && bb->state ? cap : 0;
+    bb->dim = t->dim;
+    bb->state_dim = t->state_dim;
+    return bb->cap ? CPR_OK : cpr_fail(CPR_NO_MEMORY, "out of memory building a block");
+}
+
+void cpr_block_builder_release(block_builder *bb)
+{
+    free(bb->ids);
+    free(bb->values);
+    free(bb->state);
+    memset(bb, 0, sizeof *bb);
+}
+
+/* Rows of a validated batch into blocks: straight from the caller's arrays
+ * when they are sorted and large, through the builder otherwise (W2). */
 static cpr_status write_rows(cpr_store *store, open_part *part, const cpr_row_batch *b,
                              const cpr_table_schema *t, const id_index *order)
 {
-    size_t rec_len = CPR_ROW_KEY_LEN + 4 + ((size_t)t->dim + t->state_dim) * 4;
-    cpr_row_key k = {part->job_id, b->table, 0, part->meta.checkpoint, part->meta.shard};
-    cpr_encoded *enc = NULL;
+    block_builder *bb = &part->bb;
+    size_t per_block = BLOCK_TARGET / row_bytes_of(t->dim, t->state_dim);
     cpr_status st = CPR_OK;
-    if (b->n == 0)
-        return CPR_OK;
-    if (!part->lanes)
-        st = cpr_lanes_create(part->dir, lane_count(), store->env_opts, store->sst_opts,
-                              &part->lanes);
-    if (st == CPR_OK)
-        st = cpr_lanes_buffer(part->lanes, b->n * rec_len, &enc);
-    if (st)
+    if (per_block < 1)
+        per_block = 1;
+    /* Start a new block when the builder holds another table or the batch
+     * does not continue it in ascending order. */
+    uint64_t first = order ? order[0].id : b->ids[0];
+    if (bb->n && (bb->table != b->table || first <= bb->ids[bb->n - 1]))
+        st = flush_builder(store, part);
+    if (st == CPR_OK && !order && bb->n == 0 && b->n >= per_block / 2) {
+        for (size_t i = 0; st == CPR_OK && i < b->n; i += per_block) {
+            size_t n = b->n - i < per_block ? b->n - i : per_block;
+            st = emit_block(store, part, b->table, t->dim, t->state_dim, n, b->ids + i,
+                            b->values + i * t->dim,
+                            t->state_dim ? b->state + i * t->state_dim : NULL);
+        }
         return st;
-    enc->rec_len = rec_len;
-    enc->key_len = CPR_ROW_KEY_LEN;
-    for (size_t i = 0; i < b->n; i++) {
+    }
+    if (st == CPR_OK)
+        st = builder_reserve(bb, t, per_block);
+    for (size_t i = 0; st == CPR_OK && i < b->n; i++) {
         size_t src = order ? order[i].index : i;
-        k.row = b->ids[src];
-        encode_row(enc->data + i * rec_len, &k, b->values + src * t->dim, t->dim,
-                   t->state_dim ? b->state + src * t->state_dim : NULL, t->state_dim);
+        bb->table = b->table;
+        bb->ids[bb->n] = b->ids[src];
+        memcpy(bb->values + bb->n * t->dim, b->values + src * t->dim, (size_t)t->dim * 4);
+        if (t->state_dim)
+            memcpy(bb->state + bb->n * t->state_dim, b->state + src * t->state_dim,
+                   (size_t)t->state_dim * 4);
+        if (++bb->n == per_block)
+            st = flush_builder(store, part);
     }
-    enc->n = b->n;
-    int out_of_order = part->have_max && memcmp(enc->data, part->max_key, CPR_ROW_KEY_LEN) <= 0;
-    if (out_of_order && part->out_of_order >= MAX_OUT_OF_ORDER) {
-        cpr_lanes_unused(part->lanes, enc); /* nothing written: the part is unchanged */
+    return st;
+}
+
+/* Would this batch or block go backwards, past the limit? (Checked before
+ * anything is written, so a refused call leaves the part unchanged.) */
+static cpr_status check_order(open_part *part, uint32_t table, uint64_t first, int *backwards)
+{
+    uint64_t top_table = part->have_last ? part->last_table_row[0] : 0;
+    uint64_t top_row = part->have_last ? part->last_table_row[1] : 0;
+    const block_builder *bb = &part->bb;
+    if (bb->n && (bb->table > top_table || !part->have_last ||
+                  (bb->table == top_table && bb->ids[bb->n - 1] > top_row))) {
+        top_table = bb->table;
+        top_row = bb->ids[bb->n - 1];
+    }
+    *backwards = (part->have_last || bb->n) &&
+                 (table < top_table || (table == top_table && first <= top_row));
+    if (*backwards && part->out_of_order >= MAX_OUT_OF_ORDER)
         return cpr_fail(CPR_RESOURCE_EXHAUSTED, "%u batches of this part went backwards in "
-                        "row order (each costs a file); send each table's rows in "
-                        "ascending id order", MAX_OUT_OF_ORDER);
-    }
-    part->out_of_order += out_of_order;
-    const unsigned char *last = enc->data + (b->n - 1) * rec_len;
-    if (!part->have_max || memcmp(last, part->max_key, CPR_ROW_KEY_LEN) > 0) {
-        memcpy(part->max_key, last, CPR_ROW_KEY_LEN);
-        part->have_max = 1;
-    }
-    return cpr_lanes_submit(part->lanes, enc, out_of_order);
+                        "row order (each starts a block that restores must merge); send "
+                        "each table's rows in ascending id order", MAX_OUT_OF_ORDER);
+    return CPR_OK;
+}
+
+static void count_in(cpr_store *store, open_part *part, uint64_t rows, uint64_t bytes)
+{
+    part->meta.rows += rows;
+    part->meta.bytes += bytes;
+    atomic_fetch_add(&store->rows_in, rows);
+    atomic_fetch_add(&store->bytes_in, bytes);
 }
 
 cpr_status cpr_store_put_rows(cpr_store *store, const cpr_part_id *id,
@@ -427,27 +566,108 @@ cpr_status cpr_store_put_rows(cpr_store *store, const cpr_part_id *id,
     open_part *part = NULL;
     const cpr_table_schema *schema = NULL;
     id_index *order = NULL;
+    int backwards = 0;
     cpr_status st = lock_open_part(store, id, "put_rows", &part);
     if (st)
         return cpr_store_count(store, st);
     st = validate_batch(part, batch, &schema);
     if (st == CPR_OK)
         st = batch_order(batch, &order);
-    if (st == CPR_OK) {
+    if (st == CPR_OK && batch->n)
+        st = check_order(part, batch->table, order ? order[0].id : batch->ids[0], &backwards);
+    if (st == CPR_OK && batch->n) {
         st = write_rows(store, part, batch, schema, order);
-        if (st && st != CPR_RESOURCE_EXHAUSTED) /* a lane may hold part of it */
+        if (st) /* the segment may hold part of it */
             part->state = PART_FAILED;
     }
     if (st == CPR_OK) {
-        uint64_t bytes = batch->n * 8 + (batch->values_count + batch->state_count) * 4;
-        part->meta.rows += batch->n;
-        part->meta.bytes += bytes;
-        atomic_fetch_add(&store->rows_in, batch->n);
-        atomic_fetch_add(&store->bytes_in, bytes);
+        part->out_of_order += backwards;
+        count_in(store, part, batch->n,
+                 batch->n * 8 + (batch->values_count + batch->state_count) * 4);
     }
     free(order);
     unlock_part(store, part);
     return cpr_store_count(store, st);
+}
+
+/* ---- put_block ------------------------------------------------------------ */
+
+static cpr_status validate_block(const open_part *part, const void *block, size_t len,
+                                 cpr_block_view *v)
+{
+    cpr_status st = cpr_block_open(block, len, v);
+    if (st)
+        return st; /* CPR_CORRUPT, with what failed */
+    const cpr_table_schema *t = cpr_meta_table(&part->meta, v->h.table);
+    if (!t)
+        return cpr_fail(CPR_INVALID_ARGUMENT, "table %u is not in the part's schema; "
+                        "declare it at begin", v->h.table);
+    if (v->h.flags & CPR_BLOCK_VERSIONS)
+        return cpr_fail(CPR_INVALID_ARGUMENT, "a block with per-row versions is the "
+                        "store's own (folds); send plain row blocks");
+    if (v->h.dim != t->dim || v->h.state_dim != t->state_dim)
+        return cpr_fail(CPR_INVALID_ARGUMENT, "block of table %u has dim %u, state_dim "
+                        "%u; the part declares dim %u, state_dim %u", v->h.table, v->h.dim,
+                        v->h.state_dim, t->dim, t->state_dim);
+    if (v->h.last_row >= t->rows)
+        return cpr_fail(CPR_INVALID_ARGUMENT, "row id %llu is outside table %u (%llu rows)",
+                        (unsigned long long)v->h.last_row, v->h.table,
+                        (unsigned long long)t->rows);
+    return CPR_OK;
+}
+
+cpr_status cpr_store_put_block(cpr_store *store, const cpr_part_id *id, const void *block,
+                               size_t len)
+{
+    open_part *part = NULL;
+    cpr_block_view v;
+    int backwards = 0;
+    if (!block)
+        return cpr_store_count(store, cpr_fail(CPR_INVALID_ARGUMENT, "put_block needs a block"));
+    cpr_status st = lock_open_part(store, id, "put_block", &part);
+    if (st)
+        return cpr_store_count(store, st);
+    st = validate_block(part, block, len, &v);
+    if (st == CPR_OK)
+        st = check_order(part, v.h.table, v.h.first_row, &backwards);
+    if (st == CPR_OK) {
+        const cpr_backend_ops *ops = store->segs->ops;
+        st = flush_builder(store, part);
+        if (st == CPR_OK)
+            st = ensure_segment(store, part);
+        cpr_block_ref ref = {v.h.table, v.h.n, v.h.first_row, v.h.last_row,
+                             part->seg ? ops->written(part->seg) : 0, (uint32_t)len,
+                             v.h.crc32c};
+        if (st == CPR_OK)
+            st = ops->append(part->seg, block, len);
+        if (st == CPR_OK)
+            st = cpr_seg_pad(store, part->seg, len);
+        if (st == CPR_OK)
+            st = index_block(part, &ref);
+        if (st)
+            part->state = PART_FAILED;
+    }
+    if (st == CPR_OK) {
+        part->out_of_order += backwards;
+        count_in(store, part, v.h.n,
+                 (uint64_t)v.h.n * (8 + ((uint64_t)v.h.dim + v.h.state_dim) * 4));
+    }
+    unlock_part(store, part);
+    return cpr_store_count(store, st);
+}
+
+/* Commit step 1: the last block, then the segment made durable. */
+static cpr_status finish_rows(cpr_store *store, open_part *part)
+{
+    cpr_status st = flush_builder(store, part);
+    if (st || !part->seg)
+        return st;
+    cpr_obj_writer *w = part->seg;
+    part->seg = NULL; /* finish frees the writer whatever the outcome */
+    st = store->segs->ops->finish(w, &part->meta.seg_bytes);
+    if (st) /* the file may stay: no record names it, so it is swept (S2) */
+        return st;
+    return CPR_OK;
 }
 
 /* ---- put_blob ------------------------------------------------------------ */
@@ -556,41 +776,28 @@ static cpr_status finish_blobs(cpr_store *store, open_part *part)
     return st;
 }
 
-/* Step 3: the part record and job record, in their own SST. */
-static cpr_status write_meta_sst(cpr_store *store, open_part *part, char **path_out)
+/* Step 4, the commit point: the part record (with its block index) and the
+ * job id record in one synced write. */
+static cpr_status write_record(cpr_store *store, open_part *part)
 {
     unsigned char jkey[130], mkey[CPR_META_KEY_LEN], jval[4], *rec = NULL;
     size_t jlen = cpr_key_job(jkey, part->job_name), rec_len = 0;
-    char *err = NULL, *path = cpr_path_join(part->dir, "meta.sst");
+    char *err = NULL;
     struct timespec now;
-    if (!path)
-        return cpr_fail(CPR_NO_MEMORY, "out of memory committing");
     clock_gettime(CLOCK_REALTIME, &now);
     part->meta.committed_unix_ms = (int64_t)now.tv_sec * 1000 + now.tv_nsec / 1000000;
     cpr_status st = cpr_meta_encode(&part->meta, &rec, &rec_len);
-    if (st) {
-        free(path);
+    if (st)
         return st;
-    }
     cpr_put_be32(jval, part->job_id);
     cpr_key_meta(mkey, part->job_id, part->meta.shard, part->meta.checkpoint);
-    rocksdb_sstfilewriter_t *w = rocksdb_sstfilewriter_create(store->env_opts, store->sst_opts);
-    rocksdb_sstfilewriter_open(w, path, &err);
-    if (!err) /* keys in order: 'J' < 'M' */
-        rocksdb_sstfilewriter_put(w, (const char *)jkey, jlen, (const char *)jval, 4, &err);
-    if (!err)
-        rocksdb_sstfilewriter_put(w, (const char *)mkey, sizeof mkey, (const char *)rec,
-                                  rec_len, &err);
-    if (!err)
-        rocksdb_sstfilewriter_finish(w, &err);
-    rocksdb_sstfilewriter_destroy(w);
+    rocksdb_writebatch_t *wb = rocksdb_writebatch_create();
+    rocksdb_writebatch_put(wb, (const char *)jkey, jlen, (const char *)jval, 4);
+    rocksdb_writebatch_put(wb, (const char *)mkey, sizeof mkey, (const char *)rec, rec_len);
+    rocksdb_write(store->db, store->sync_write, wb, &err);
+    rocksdb_writebatch_destroy(wb);
     free(rec);
-    if (err) {
-        free(path);
-        return cpr_rocks_error(err, "writing the part record");
-    }
-    *path_out = path;
-    return CPR_OK;
+    return err ? cpr_rocks_error(err, "committing (writing the part record)") : CPR_OK;
 }
 
 /* Under store->mu: may this part still commit? */
@@ -616,7 +823,7 @@ static cpr_status check_commit(const cpr_job *job, const cpr_part_meta *m)
     return CPR_OK;
 }
 
-/* Step 4: move the blobs to their final place (S2 covers a crash after it). */
+/* Step 3: move the blobs to their final place (S2 covers a crash after it). */
 static cpr_status publish_blobs(cpr_store *store, open_part *part)
 {
     char *staged = cpr_path_join(part->dir, "blobs");
@@ -638,24 +845,6 @@ out:
     free(staged);
     free(job_dir);
     return st;
-}
-
-/* Step 5: the commit point. */
-static cpr_status ingest(cpr_store *store, open_part *part, const char *meta_path)
-{
-    const char **files = malloc((part->n_files + 1) * sizeof *files);
-    char *err = NULL;
-    if (!files)
-        return cpr_fail(CPR_NO_MEMORY, "out of memory committing");
-    for (size_t i = 0; i < part->n_files; i++)
-        files[i] = part->files[i];
-    files[part->n_files] = meta_path;
-    rocksdb_ingestexternalfileoptions_t *io = rocksdb_ingestexternalfileoptions_create();
-    rocksdb_ingestexternalfileoptions_set_move_files(io, 1);
-    rocksdb_ingest_external_file(store->db, files, part->n_files + 1, io, &err);
-    rocksdb_ingestexternalfileoptions_destroy(io);
-    free(files);
-    return err ? cpr_rocks_error(err, "committing (ingesting the part)") : CPR_OK;
 }
 
 /* Caller holds store->mu. 1 if this call unlinked it (0: already gone). */
@@ -680,8 +869,8 @@ static int unlink_open_part(cpr_store *store, open_part *part)
     return unlinked;
 }
 
-/* Steps 4-6 under commit_mu, so that per-shard commit order holds (C2). */
-static cpr_status publish(cpr_store *store, open_part *part, const char *meta_path)
+/* Steps 3-5 under commit_mu, so that per-shard commit order holds (C2). */
+static cpr_status publish(cpr_store *store, open_part *part)
 {
     cpr_status st;
     pthread_mutex_lock(&store->commit_mu);
@@ -697,18 +886,19 @@ static cpr_status publish(cpr_store *store, open_part *part, const char *meta_pa
     pthread_mutex_unlock(&store->mu);
     if (st == CPR_OK && part->meta.n_blobs)
         st = publish_blobs(store, part);
-    int ingested = 0;
+    int written = 0;
     if (st == CPR_OK) {
-        st = ingest(store, part, meta_path);
-        ingested = st == CPR_OK;
+        st = write_record(store, part);
+        written = st == CPR_OK;
     }
-    if (ingested) { /* catalog and open list change together */
+    if (written) { /* catalog and open list change together */
         pthread_mutex_lock(&store->mu);
         st = cpr_job_add_part(job, &part->meta);
         unlink_open_part_locked(store, part);
         pthread_mutex_unlock(&store->mu);
         free(part->final_dir); /* the blobs are now the catalog's (S2) */
         part->final_dir = NULL;
+        part->seg_name[0] = '\0'; /* and the segment */
     } else if (part->final_dir) {
         cpr_rmtree(part->final_dir); /* published but never committed */
     }
@@ -718,7 +908,6 @@ static cpr_status publish(cpr_store *store, open_part *part, const char *meta_pa
 
 static cpr_status commit_locked(cpr_store *store, open_part *part)
 {
-    char *meta_path = NULL;
     cpr_status st;
     pthread_mutex_lock(&store->mu);
     cpr_job *job = cpr_catalog_find_id(&store->catalog, part->job_id);
@@ -727,14 +916,13 @@ static cpr_status commit_locked(cpr_store *store, open_part *part)
     if (st) /* nothing changed yet: the part stays open */
         return st;
     part->state = PART_COMMITTING;
-    st = finish_rows(part);
+    st = finish_rows(store, part);
     if (st == CPR_OK)
         st = finish_blobs(store, part);
     if (st == CPR_OK)
-        st = write_meta_sst(store, part, &meta_path);
+        st = publish(store, part);
     if (st == CPR_OK)
-        st = publish(store, part, meta_path);
-    free(meta_path);
+        cpr_fold_poke(store);
     part->state = st == CPR_OK ? PART_COMMITTING : PART_FAILED;
     return st;
 }

@@ -3,8 +3,8 @@
  * cpr/store.h - the CPR checkpoint store: durable, atomic, verified storage of
  * embedding-table rows and named blobs, organised as jobs, shards and
  * checkpoints. The daemon (ckptd) serves it over gRPC; the client library
- * also runs it in-process ("local:///path"). See docs/store.md for the
- * on-disk layout and the commit protocol.
+ * also runs it in-process ("local:///path"). See docs/store.md for how it
+ * works and docs/format.md for the row block and the on-disk layout.
  *
  * Data model
  *   job        1-128 chars of [A-Za-z0-9._-]
@@ -13,7 +13,14 @@
  *   kinds      FULL (every row the shard owns), DELTA (rows modified since the
  *              shard's previous FULL/DELTA part: its `base`), PRIORITY (a
  *              subset chosen by a policy; never consistent on its own).
- *   as of C    for every row, the newest committed version with id <= C.
+ *   as of C    for every row, the newest committed version with id <= C
+ *              in the state of its shard, where a shard's state as of C is
+ *              its newest FULL part at or below C and its parts after that
+ *              FULL (all its parts if it has none): a FULL is the whole
+ *              state of its shard, so a row that an older part of the shard
+ *              held and the FULL does not is no longer part of it. Between
+ *              shards, the newer checkpoint wins (at equal ids, the lower
+ *              shard); within one part, the later block.
  *   consistent a committed FULL part, or a committed DELTA whose base is
  *              committed and consistent.
  *   cut C      every shard s < num_shards has a consistent committed part at
@@ -67,6 +74,10 @@ typedef struct cpr_table_schema {
 typedef struct cpr_store_options {
     uint32_t retain_cuts;   /* consistent cuts kept by cpr_store_gc (default 2) */
     int no_sync;            /* 1: skip fsync (tests of non-durability only) */
+    int no_fold;            /* 1: no background folding (cpr_store_fold still
+                               folds when asked) */
+    uint32_t fold_mb_s;     /* background folding's write rate limit in MB/s
+                               (0: 256) */
 } cpr_store_options;
 
 /*
@@ -140,6 +151,19 @@ typedef struct cpr_row_batch {
  */
 cpr_status cpr_store_put_rows(cpr_store *store, const cpr_part_id *id,
                               const cpr_row_batch *batch);
+
+/*
+ * Append one row block (cpr/block.h) to an open part, bytes unchanged: the
+ * encoding a client builds once and the store keeps. The block is checked
+ * whole before anything is written: its CRC32C, header, ascending ids, that
+ * its table is in the part's schema with the same dims, and that its rows
+ * are below the table's row count. Blocks with per-row versions are the
+ * store's own and refused. Same replacement rule, row order advice and
+ * errors as cpr_store_put_rows (CPR_CORRUPT for a block that fails its
+ * check).
+ */
+cpr_status cpr_store_put_block(cpr_store *store, const cpr_part_id *id, const void *block,
+                               size_t len);
 
 /*
  * Append a chunk to blob `name` (same character rules as job names, at most
@@ -230,7 +254,7 @@ typedef struct cpr_restore_query {
     const cpr_row_range *ranges; size_t n_ranges; /* none: every row */
     uint64_t modulo;      /* >0: only rows with row % modulo == remainder */
     uint64_t remainder;
-    size_t batch_rows;    /* rows per callback, at most 2^20; 0: up to 4096 rows
+    size_t batch_rows;    /* rows per callback, at most 2^20; 0: up to 16384 rows
                              and about 3 MiB per batch */
 } cpr_restore_query;
 
@@ -249,9 +273,12 @@ typedef struct cpr_restore_result {
 
 /*
  * Stream the selected rows, table by table in ascending (table, row) order,
- * in batches of at most batch_rows. Memory use is bounded by the batch size
- * whatever the size of the job. Every row's checksum is verified; a damaged
- * row stops the restore with CPR_CORRUPT and is never delivered. Errors:
+ * in batches of at most batch_rows. Only blocks that can hold the answer are
+ * read (the block index prunes by table and row span); memory holds the
+ * reads in flight and the blocks the merge is inside, whatever the size of
+ * the job. Every block's CRC32C is verified before any of its rows is used;
+ * a damaged block stops the restore with CPR_CORRUPT (saying which segment
+ * and offset) and none of its rows is delivered. Errors:
  * CPR_NOT_FOUND (unknown job; no consistent cut when `consistent`; a table
  * in `tables` that no committed part of the job declares),
  * CPR_FAILED_PRECONDITION (as_of below the retention floor). `result` may be
@@ -260,6 +287,32 @@ typedef struct cpr_restore_result {
 cpr_status cpr_store_restore(cpr_store *store, const cpr_restore_query *query,
                              cpr_row_fn fn, void *ctx,
                              cpr_restore_result *result);
+
+/*
+ * Receives restored rows as row blocks (cpr/block.h), valid during the call:
+ * a stored block the query selects whole is handed on as it is on disk
+ * (same bytes, same CRC32C); merged or filtered rows come as a new block.
+ * Return CPR_OK to continue.
+ */
+typedef cpr_status (*cpr_block_fn)(void *ctx, const void *block, size_t len);
+
+/* cpr_store_restore, delivering blocks: the same rows in the same order, in
+ * blocks of at most batch_rows rows (a larger stored block is re-batched). */
+cpr_status cpr_store_restore_blocks(cpr_store *store, const cpr_restore_query *query,
+                                    cpr_block_fn fn, void *ctx,
+                                    cpr_restore_result *result);
+
+/*
+ * Fold `job` (NULL: every job) now: every shard whose newest state is a
+ * FULL (or fold) followed by `min_parts` or more parts (0: 2) gets a fold
+ * at its newest checkpoint, a segment holding its newest version of every
+ * row, so that restores read about the shard's live bytes instead of the
+ * whole chain. Retained "as of" restores return exactly what they did.
+ * ckptd folds in the background (cpr_store_options.no_fold); this is for
+ * tools and tests. `folded` (may be NULL) gets the folds written.
+ */
+cpr_status cpr_store_fold(cpr_store *store, const char *job, uint32_t min_parts,
+                          uint64_t *folded);
 
 /* Receives consecutive chunks of a blob; data is valid during the call. */
 typedef cpr_status (*cpr_blob_fn)(void *ctx, uint64_t offset,
@@ -277,8 +330,9 @@ cpr_status cpr_store_read_blob(cpr_store *store, const cpr_part_id *id,
 typedef struct cpr_gc_report {
     uint64_t floor;              /* oldest restorable checkpoint id afterwards */
     uint64_t parts_removed;      /* committed parts no retained state needs */
-    uint64_t versions_removed;   /* row versions (of any job) dropped while the
-                                    run lasted, by its compaction or RocksDB's */
+    uint64_t versions_removed;   /* stored row versions dropped: the rows of
+                                    the parts and folds removed, less those
+                                    kept in the folds written at the floor */
     uint64_t uncommitted_removed;/* leftovers of crashed writers */
     uint64_t bytes_before;       /* store size on disk before and after */
     uint64_t bytes_after;
@@ -286,8 +340,10 @@ typedef struct cpr_gc_report {
 
 /*
  * Retention for `job` (NULL: every job): keep the newest `keep` consistent
- * cuts (0: the store's retain_cuts) and everything newer; delete every row
- * version, blob and part record that no retained state needs, and every
+ * cuts (0: the store's retain_cuts) and everything newer; remove every part
+ * (its segment, blobs and record) below the oldest kept cut F, after
+ * folding what the states as of F and later still need from them (a DELTA
+ * chain, PRIORITY parts after a FULL) into one fold per shard; remove every
  * uncommitted leftover of a crashed writer. Retained states restore exactly
  * as before. `report` may be NULL.
  */
@@ -295,12 +351,10 @@ cpr_status cpr_store_gc(cpr_store *store, const char *job, uint32_t keep,
                         cpr_gc_report *report);
 
 /*
- * Periodic retention, as ckptd runs it between checkpoints: raise every
- * job's floor as cpr_store_gc with keep 0 would and delete the part records
- * and blobs below it, but rewrite nothing now. The row versions below the
- * floor are dropped as RocksDB compacts the files holding them, which new
- * checkpoints keep causing; an explicit cpr_store_gc returns the space at
- * once. Cheap whatever the size of the store (no scan of row versions).
+ * Periodic retention, as ckptd runs it between checkpoints: cpr_store_gc
+ * with keep 0 for every job. Removing parts takes milliseconds; a shard
+ * whose cut is a DELTA or that saved PRIORITY parts after its FULL costs a
+ * fold (a read and a write of its live rows) when its floor moves.
  */
 cpr_status cpr_store_gc_lazy(cpr_store *store, cpr_gc_report *report);
 
@@ -384,8 +438,9 @@ typedef struct cpr_verify_report {
 } cpr_verify_report;
 
 /*
- * Read every row and blob of `job` (NULL: all jobs) and check every
- * checksum. Returns CPR_CORRUPT if any problem was found (each reported
+ * Read every row block (of parts and folds) and blob of `job` (NULL: all
+ * jobs) and check every checksum, and every block against the catalog's
+ * index. Returns CPR_CORRUPT if any problem was found (each reported
  * through `fn`, which may be NULL), CPR_OK if everything is intact. The
  * report is written in both cases. A part that retention removes while
  * verify runs is skipped, not reported. CPR_NOT_FOUND: unknown job.
@@ -402,7 +457,7 @@ typedef struct cpr_store_stats {
     uint64_t bytes_in;       /* payload bytes accepted since open */
     uint64_t rows_out;       /* rows delivered by restores since open */
     uint64_t bytes_out;      /* payload bytes delivered since open */
-    uint64_t store_bytes;    /* size on disk: tables, metadata and blobs */
+    uint64_t store_bytes;    /* size on disk: segments, catalog and blobs */
     uint64_t errors[CPR_STATUS_COUNT_]; /* failed calls by status */
 } cpr_store_stats;
 

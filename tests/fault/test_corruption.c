@@ -1,11 +1,12 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * Corruption test: damage the files of a closed store (a byte of an RocksDB
- * table file, a byte of a blob file, a truncated or extended blob) and check
+ * Corruption test: damage the files of a closed store (a byte of a segment
+ * file, of a catalog table file, of a blob file; a truncated or extended
+ * blob) and check
  * that the store never hands out damaged data: restore, read_blob and verify
  * report CPR_CORRUPT with a message, every row or chunk delivered before the
  * damage is exact, and an undamaged job in the same store still restores.
- * Table-file flips are repeated at seeded offsets (CPR_TEST_SEED).
+ * Data-file flips are repeated at seeded offsets (CPR_TEST_SEED).
  */
 #ifndef _DEFAULT_SOURCE
 #define _DEFAULT_SOURCE
@@ -101,33 +102,54 @@ static int ends_with(const char *s, const char *suffix)
     return ls >= lx && strcmp(s + ls - lx, suffix) == 0;
 }
 
-/* Paths and sizes of db/\*.sst, largest first. Returns how many (<= max). */
-typedef struct sst_file {
+/* The store's data files: segments (segments/j_<job>/\*.seg) and the
+ * catalog's table files (db/\*.sst), largest first. Returns how many. */
+typedef struct data_file {
     char path[4096];
     uint64_t bytes;
-} sst_file;
+    int catalog;      /* a RocksDB table file: its footer is left alone */
+} data_file;
 
 static int by_size_desc(const void *a, const void *b)
 {
-    const sst_file *x = a, *y = b;
+    const data_file *x = a, *y = b;
     return x->bytes < y->bytes ? 1 : x->bytes > y->bytes ? -1 : 0;
 }
 
-static size_t list_ssts(const char *store_dir, sst_file *out, size_t max)
+static size_t list_dir(const char *dir, const char *suffix, int catalog, data_file *out,
+                       size_t n, size_t max)
 {
-    char db[2048];
-    snprintf(db, sizeof db, "%s/db", store_dir);
-    DIR *d = opendir(db);
-    assert_non_null(d);
-    size_t n = 0;
+    DIR *d = opendir(dir);
     struct dirent *de;
-    while ((de = readdir(d)) != NULL && n < max) {
+    while (d && (de = readdir(d)) != NULL && n < max) {
         struct stat sb;
-        if (!ends_with(de->d_name, ".sst"))
+        if (!ends_with(de->d_name, suffix))
             continue;
-        snprintf(out[n].path, sizeof out[n].path, "%s/%s", db, de->d_name);
+        snprintf(out[n].path, sizeof out[n].path, "%s/%s", dir, de->d_name);
+        out[n].catalog = catalog;
         if (stat(out[n].path, &sb) == 0 && S_ISREG(sb.st_mode))
             out[n++].bytes = (uint64_t)sb.st_size;
+    }
+    if (d)
+        closedir(d);
+    return n;
+}
+
+static size_t list_data_files(const char *store_dir, data_file *out, size_t max)
+{
+    char path[2048];
+    snprintf(path, sizeof path, "%s/db", store_dir);
+    size_t n = list_dir(path, ".sst", 1, out, 0, max);
+    snprintf(path, sizeof path, "%s/segments", store_dir);
+    DIR *d = opendir(path);
+    assert_non_null(d);
+    struct dirent *de;
+    while ((de = readdir(d)) != NULL) {
+        char job_dir[2400];
+        if (strncmp(de->d_name, "j_", 2) != 0)
+            continue;
+        snprintf(job_dir, sizeof job_dir, "%s/%s", path, de->d_name);
+        n = list_dir(job_dir, ".seg", 0, out, n, max);
     }
     closedir(d);
     qsort(out, n, sizeof *out, by_size_desc);
@@ -336,19 +358,20 @@ static void assert_other_jobs_writable(cpr_store *store)
 
 /* ---- tests -------------------------------------------------------------- */
 
-/* A byte in the middle of the largest table file and one in the second
- * block of the victim's blob. */
-static void test_flip_sst_and_blob(void **state)
+/* A byte in the middle of the largest segment (the victim's rows) and one
+ * in the second block of the victim's blob. */
+static void test_flip_segment_and_blob(void **state)
 {
     (void)state;
     char *dir = make_store();
-    sst_file ssts[64];
-    size_t n = list_ssts(dir, ssts, 64);
+    data_file files[64];
+    size_t n = list_data_files(dir, files, 64);
     for (size_t i = 0; i < n; i++)
-        print_message("  %s: %" PRIu64 " bytes\n", ssts[i].path, ssts[i].bytes);
+        print_message("  %s: %" PRIu64 " bytes\n", files[i].path, files[i].bytes);
     assert_true(n >= 1);
-    assert_true(ssts[0].bytes > 2 * FOOTER_BYTES);
-    tu_flip_byte(ssts[0].path, ssts[0].bytes / 2);
+    assert_false(files[0].catalog);
+    assert_true(files[0].bytes > 2 * FOOTER_BYTES);
+    tu_flip_byte(files[0].path, files[0].bytes / 2);
     char path[4096];
     blob_path(dir, victim.blob_bytes, path, sizeof path);
     tu_flip_byte(path, BLOCK_BYTES + 1000);
@@ -379,16 +402,16 @@ static uint64_t rng_next(void)
     return x ^ (x >> 31);
 }
 
-/* Flip `offset` of table file `which` (0: largest) of a fresh store, then
+/* Flip a byte of data file `which` (0: largest) of a fresh store, then
  * check that no wrong data comes out whatever the flip hit. */
 static void flip_and_check(size_t which, int random_offset)
 {
     char *dir = make_store();
-    sst_file ssts[64];
-    size_t n = list_ssts(dir, ssts, 64);
+    data_file files[64];
+    size_t n = list_data_files(dir, files, 64);
     assert_true(which < n);
-    const sst_file *f = &ssts[which];
-    uint64_t span = f->bytes > FOOTER_BYTES ? f->bytes - FOOTER_BYTES : f->bytes;
+    const data_file *f = &files[which];
+    uint64_t span = f->catalog && f->bytes > FOOTER_BYTES ? f->bytes - FOOTER_BYTES : f->bytes;
     uint64_t offset = random_offset ? rng_next() % span : span / 2;
     tu_flip_byte(f->path, offset);
     cpr_store *store = NULL;
@@ -425,20 +448,20 @@ out:
     free(dir);
 }
 
-static void test_flip_sst_seeded_offsets(void **state)
+static void test_flip_segment_seeded_offsets(void **state)
 {
     (void)state;
     for (int i = 0; i < SEEDED_FLIPS; i++)
         flip_and_check(0, 1);
 }
 
-/* A flip in every table file (including the small part-record ones). */
-static void test_flip_every_sst(void **state)
+/* A flip in every data file: each segment and each catalog table file. */
+static void test_flip_every_file(void **state)
 {
     (void)state;
     char *dir = make_store();
-    sst_file ssts[64];
-    size_t n = list_ssts(dir, ssts, 64);
+    data_file files[64];
+    size_t n = list_data_files(dir, files, 64);
     tu_rmtree(dir);
     free(dir);
     for (size_t i = 0; i < n; i++)
@@ -501,10 +524,10 @@ int main(void)
     }
     printf("test_corruption: seed %" PRIu64 " (set CPR_TEST_SEED to repeat)\n", g_seed);
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_flip_sst_and_blob),
+        cmocka_unit_test(test_flip_segment_and_blob),
         cmocka_unit_test(test_blob_damage_kinds),
-        cmocka_unit_test(test_flip_sst_seeded_offsets),
-        cmocka_unit_test(test_flip_every_sst),
+        cmocka_unit_test(test_flip_segment_seeded_offsets),
+        cmocka_unit_test(test_flip_every_file),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -273,9 +273,9 @@ static void test_verify_reports_damage(void **unused)
     cpr_rpc_close(rpc);
     ch_stop(&d);
 
-    char db[4096];
-    snprintf(db, sizeof db, "%s/db", dir);
-    largest_file(db, ".sst", path, sizeof path); /* the rows' table file */
+    char segs[4096];
+    snprintf(segs, sizeof segs, "%s/segments/j_v", dir);
+    largest_file(segs, ".seg", path, sizeof path); /* the rows' segment */
     struct stat sb;
     assert_int_equal(stat(path, &sb), 0);
     tu_flip_byte(path, (uint64_t)sb.st_size / 2);
@@ -284,7 +284,7 @@ static void test_verify_reports_damage(void **unused)
     assert_status(CPR_OK, verify(rpc, NULL, &rep, &p));
     assert_true(rep.problems >= 2);
     assert_int_equal(p.n, rep.problems);
-    assert_true(p.blob_named && p.not_blob); /* the blob, and rows or their table file */
+    assert_true(p.blob_named && p.not_blob); /* the blob, and a block of the rows */
     cpr_rpc_close(rpc);
     ch_stop(&d);
     tu_rmtree(dir);
@@ -330,19 +330,13 @@ static void test_verify_caps_details(void **unused)
 
 #define GC_ROWS 1000
 
-/* Checkpoint c writes rows [0, GC_ROWS - 200 (c - 1)), valued at c; so as of
- * C, row r holds the value of the newest c <= C that wrote it. */
+/* Checkpoint c is a FULL of rows [0, GC_ROWS - 200 (c - 1)), valued at c. A
+ * FULL is its shard's whole state (cpr/store.h): as of C the job holds
+ * exactly FULL C's rows, and the rows an older FULL had beyond them are
+ * gone. */
 static size_t rows_at(uint64_t ckpt)
 {
     return GC_ROWS - 200 * (size_t)(ckpt - 1);
-}
-
-static uint64_t written_at(uint64_t row, uint64_t as_of)
-{
-    uint64_t c = as_of;
-    while (c > 1 && row >= rows_at(c))
-        c--;
-    return c;
 }
 
 typedef struct as_of_check {
@@ -356,7 +350,7 @@ static cpr_status check_as_of(void *ctx, const uint8_t *msg, size_t len)
     cpr_wire_rows w;
     assert_status(CPR_OK, cpr_wire_rows_decode(msg, len, &w));
     for (size_t i = 0; i < w.batch.n; i++, c->next_row++) {
-        uint64_t row = w.batch.ids[i], at = written_at(row, c->as_of);
+        uint64_t row = w.batch.ids[i], at = c->as_of;
         c->bad |= row != c->next_row;
         for (uint32_t j = 0; j < ch_table.dim; j++)
             c->bad |= w.batch.values[i * ch_table.dim + j] != tu_value(1, row, at, j);
@@ -379,7 +373,7 @@ static cpr_status restore_as_of(cpr_rpc *rpc, const char *job, uint64_t as_of)
     free(buf);
     if (st == CPR_OK) {
         assert_false(c.bad);
-        assert_int_equal(c.next_row, GC_ROWS);
+        assert_int_equal(c.next_row, rows_at(as_of));
     }
     return st;
 }
@@ -404,13 +398,12 @@ static void test_gc_keep(void **unused)
     assert_status(CPR_OK, cpr_rpc_open(d.addr, &rpc));
     write_history(rpc, "k", 4);
 
-    /* keep 2 of the cuts 1..4: floor 3. Versions no state as of >= 3 needs:
-     * rows 0-599 those of 1 and 2 (1200), rows 600-799 that of 1 (200);
-     * rows 800-999 keep their only one. */
+    /* keep 2 of the cuts 1..4: floor 3. No state as of >= 3 needs FULLs 1
+     * and 2: their 1000 + 800 row versions go with them. */
     assert_status(CPR_OK, gc(rpc, "k", 2, 0, &rep));
     assert_int_equal(rep.floor, 3);
     assert_int_equal(rep.parts_removed, 2);
-    assert_int_equal(rep.versions_removed, 1400);
+    assert_int_equal(rep.versions_removed, 1800);
     assert_true(rep.bytes_before > 0 && rep.bytes_after > 0);
     assert_status(CPR_OK, ch_list(rpc, "k", &n, 3, &has, &open_parts));
     assert_int_equal(n, 2);

@@ -318,6 +318,10 @@ static void record_states(cpr_store *store, const model *m, tu_rows *recorded)
 }
 
 /* A store in `dir` with checkpoints 1..10 written, their states recorded. */
+/* Background folding off: these tests count every stored version, and a
+ * fold is a derived copy (test_fold covers folding). */
+static const cpr_store_options g_no_fold = { .no_fold = 1 };
+
 static cpr_store *open_with_ten(const char *dir, const cpr_store_options *opts, model *m,
                                 tu_rows *recorded)
 {
@@ -386,19 +390,19 @@ static void test_gc_keep_two_then_one(void **state)
     cpr_store *store = NULL;
     model m = { 0 };
     tu_rows recorded[MAX_CKPT + 1] = { { 0 } };
-    store = open_with_ten(dir, NULL, &m, recorded);
+    store = open_with_ten(dir, &g_no_fold, &m, recorded);
     assert_store_model(store, &m, recorded);
 
     gc_and_check(store, &m, 2, 7); /* cuts 1 3 5 7 9: keep 7 and 9 */
     assert_store_model(store, &m, recorded);
     cpr_store_close(store);
-    assert_status(CPR_OK, cpr_store_open(dir, NULL, &store));
+    assert_status(CPR_OK, cpr_store_open(dir, &g_no_fold, &store));
     assert_store_model(store, &m, recorded);
 
     gc_and_check(store, &m, 1, 9);
     assert_store_model(store, &m, recorded);
     cpr_store_close(store);
-    assert_status(CPR_OK, cpr_store_open(dir, NULL, &store));
+    assert_status(CPR_OK, cpr_store_open(dir, &g_no_fold, &store));
     assert_store_model(store, &m, recorded);
 
     /* Still writable above the floor: a DELTA on the floor cut. */
@@ -420,7 +424,7 @@ static void test_gc_fewer_cuts_than_keep(void **state)
     cpr_store *store = NULL;
     model m = { 0 };
     tu_rows recorded[MAX_CKPT + 1] = { { 0 } };
-    assert_status(CPR_OK, cpr_store_open(dir, NULL, &store));
+    assert_status(CPR_OK, cpr_store_open(dir, &g_no_fold, &store));
     for (uint64_t c = 1; c <= 4; c++) /* cuts 1 and 3 */
         write_ckpt(store, &m, c);
     record_states(store, &m, recorded);
@@ -445,7 +449,7 @@ static void test_gc_default_keep(void **state)
     (void)state;
     char *dir = tu_mkdtemp("cpr-retention");
     cpr_store *store = NULL;
-    cpr_store_options opts = { .retain_cuts = 3 };
+    cpr_store_options opts = { .retain_cuts = 3, .no_fold = 1 };
     model m = { 0 };
     tu_rows recorded[MAX_CKPT + 1] = { { 0 } };
     store = open_with_ten(dir, &opts, &m, recorded);
@@ -472,7 +476,7 @@ static void test_gc_given_floor(void **state)
     model m = { 0 };
     tu_rows recorded[MAX_CKPT + 1] = { { 0 } };
     cpr_gc_report rep = { 0 };
-    store = open_with_ten(dir, NULL, &m, recorded);
+    store = open_with_ten(dir, &g_no_fold, &m, recorded);
 
     /* Refused, and nothing changes: no job, floor 0, unknown job, above the
      * newest checkpoint, a checkpoint that is no cut (PRIORITY parts). */
@@ -491,7 +495,7 @@ static void test_gc_given_floor(void **state)
     assert_int_equal(rep.floor, 5);
     assert_int_equal(rep.parts_removed + rep.versions_removed, 0);
     cpr_store_close(store);
-    assert_status(CPR_OK, cpr_store_open(dir, NULL, &store));
+    assert_status(CPR_OK, cpr_store_open(dir, &g_no_fold, &store));
     assert_store_model(store, &m, recorded);
 
     gc_and_check_floor(store, &m, 0, 9, 9);
@@ -507,7 +511,7 @@ static void test_gc_given_floor(void **state)
 static void crashed_writer(const char *dir)
 {
     cpr_store *store = NULL;
-    if (cpr_store_open(dir, NULL, &store) != CPR_OK)
+    if (cpr_store_open(dir, &g_no_fold, &store) != CPR_OK)
         _exit(3);
     uint64_t ids[ROWS / SHARDS];
     for (uint32_t s = 0; s < SHARDS; s++) {
@@ -554,7 +558,7 @@ static void test_gc_reclaims_crash_leftover(void **state)
     cpr_store *store = NULL;
     model m = { 0 };
     tu_rows recorded[MAX_CKPT + 1] = { { 0 } };
-    assert_status(CPR_OK, cpr_store_open(dir, NULL, &store));
+    assert_status(CPR_OK, cpr_store_open(dir, &g_no_fold, &store));
     cpr_gc_report rep = { 0 };
     assert_status(CPR_OK, cpr_store_gc(store, JOB, 2, &rep));
     print_message("  gc after crash: uncommitted_removed %" PRIu64 "\n",
@@ -592,7 +596,7 @@ static void test_gc_lazy(void **state)
     tu_rows recorded[MAX_CKPT + 1] = { { 0 } };
     cpr_gc_report rep = { 0 };
     uint64_t versions = 0, parts = 0;
-    store = open_with_ten(dir, NULL, &m, recorded); /* retain 2 cuts */
+    store = open_with_ten(dir, &g_no_fold, &m, recorded); /* retain 2 cuts */
 
     assert_status(CPR_OK, cpr_store_gc_lazy(store, &rep));
     model_gc(&m, 7, &versions, &parts); /* cuts 1 3 5 7 9 */
@@ -604,10 +608,10 @@ static void test_gc_lazy(void **state)
     assert_true(rep.versions_removed <= versions);
     assert_store_model(store, &m, recorded);
 
-    /* Reopened: the explicit GC at the same floor still compacts. */
+    /* Reopened: the explicit GC at the same floor changes nothing more. */
     uint64_t dropped = rep.versions_removed;
     cpr_store_close(store);
-    assert_status(CPR_OK, cpr_store_open(dir, NULL, &store));
+    assert_status(CPR_OK, cpr_store_open(dir, &g_no_fold, &store));
     assert_status(CPR_OK, cpr_store_gc(store, JOB, 2, &rep));
     assert_int_equal(rep.floor, 7);
     assert_int_equal(rep.parts_removed, 0);
@@ -663,7 +667,7 @@ static void test_gc_during_restore(void **state)
     model m = { 0 };
     tu_rows recorded[MAX_CKPT + 1] = { { 0 } };
     gc_midway g = { 0 };
-    g.store = open_with_ten(dir, NULL, &m, recorded);
+    g.store = open_with_ten(dir, &g_no_fold, &m, recorded);
 
     /* One row per batch: the workers are far from done when GC runs. */
     cpr_restore_query q = { .job = JOB, .as_of = 3, .batch_rows = 1 };

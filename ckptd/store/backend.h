@@ -1,0 +1,68 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * Where segments live: a small interface over immutable objects, so that a
+ * replicated object store can stand beside the local disk without touching
+ * the rest of the store. An object is written once, front to back, made
+ * durable by finish, read by extents, and removed whole; nothing renames or
+ * rewrites it. An object is part of a checkpoint only once a catalog record
+ * names it (the commit point is the catalog's synced write), so an object
+ * that no record names is a leftover of an interrupted write and is removed
+ * by the sweep at open.
+ *
+ * Object names: "<job>/<rest>", rest of [A-Za-z0-9._-] (store_internal.h
+ * builds them). A backend is thread-safe; a writer or reader is used by one
+ * thread at a time.
+ */
+#ifndef CPR_STORE_BACKEND_H
+#define CPR_STORE_BACKEND_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "cpr/status.h"
+
+typedef struct cpr_backend cpr_backend;
+typedef struct cpr_obj_writer cpr_obj_writer;
+typedef struct cpr_obj_reader cpr_obj_reader;
+
+typedef struct cpr_obj_extent {
+    const char *object;
+    uint64_t offset;
+    size_t len;
+} cpr_obj_extent;
+
+/* Called by list for every object; return non-zero to stop. */
+typedef int (*cpr_obj_list_fn)(void *ctx, const char *object);
+
+typedef struct cpr_backend_ops {
+    const char *name;
+    /* Create `object` (replacing a leftover of the same name). */
+    cpr_status (*create)(cpr_backend *be, const char *object, cpr_obj_writer **out);
+    cpr_status (*append)(cpr_obj_writer *w, const void *data, size_t len);
+    uint64_t (*written)(const cpr_obj_writer *w);
+    /* Make the object and its name durable; frees the writer either way. */
+    cpr_status (*finish)(cpr_obj_writer *w, uint64_t *size);
+    /* Drop an unfinished object. NULL is a no-op. */
+    void (*discard)(cpr_obj_writer *w);
+    /* Read extents (borrowed until read_end) with up to `depth` reads in
+     * flight, delivered in order; see cpr_fetcher_next for owner and data. */
+    cpr_status (*read_start)(cpr_backend *be, const cpr_obj_extent *ext, size_t n,
+                             unsigned depth, cpr_obj_reader **out);
+    cpr_status (*read_next)(cpr_obj_reader *r, void **owner, const unsigned char **data);
+    void (*read_end)(cpr_obj_reader *r);
+    /* Remove an object; a missing one is not an error. */
+    cpr_status (*remove)(cpr_backend *be, const char *object);
+    cpr_status (*list)(cpr_backend *be, cpr_obj_list_fn fn, void *ctx);
+    void (*close)(cpr_backend *be);
+} cpr_backend_ops;
+
+struct cpr_backend {
+    const cpr_backend_ops *ops;
+};
+
+/* Segments as files under `root` (created if missing): <root>/j_<job>/<rest>.seg,
+ * written with io_uring and O_DIRECT (blobio.h). no_sync skips fdatasync
+ * and directory fsyncs (tests of non-durability only). */
+cpr_status cpr_backend_local_open(const char *root, int no_sync, cpr_backend **out);
+
+#endif /* CPR_STORE_BACKEND_H */

@@ -1,0 +1,432 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * Folding: a shard that saves a FULL and then many PRIORITY or DELTA parts
+ * (CPR-MFU/SSU for hours) would make every restore read the whole chain. A
+ * fold (s, X) is a segment of blocks with per-row versions holding, for
+ * every row, shard s's newest version older than X, unless a part of s at X
+ * holds the row (catalog C6). A restore as of C >= X reads the fold and the
+ * parts of s from X on instead of everything since the FULL (restore.c), so
+ * it reads about the shard's live bytes whatever the number of parts saved.
+ *
+ * Invariants
+ *  D1. A fold is derived data: it is written from committed parts through
+ *      the restore's own merge (as of X, keeping versions below X), made
+ *      durable, and only then published by one synced write of its 'B'
+ *      record. Its rows carry their original checkpoint, so ties with other
+ *      shards resolve exactly as without it: no "as of" restore changes.
+ *  D2. A fold that did not finish has no record: its segment is swept.
+ *  D3. One writer of folds at a time (store->fold_mu): the background
+ *      thread, cpr_store_fold and retention (store_gc.c) take it first.
+ *  D4. The background thread runs at nice 19 and limits its write rate
+ *      (cpr_store_options.fold_mb_s), so training on the same host keeps
+ *      the CPU and the disk.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "restore.h"
+#include "store_internal.h"
+
+#define BG_MIN_PARTS 4       /* parts after the base before a background fold */
+#define BG_FORCE_PARTS 32    /* ... whatever their size */
+#define BG_MIN_FRACTION 4    /* ... or when they hold base_bytes / this */
+
+/* ---- one fold ------------------------------------------------------------ */
+
+typedef struct fold_out {
+    cpr_store *store;
+    cpr_obj_writer *w;
+    cpr_part_meta *m;
+} fold_out;
+
+static cpr_status fold_rows(void *ctx, const cpr_merge_rows *r)
+{
+    fold_out *o = ctx;
+    cpr_block_ref ref;
+    cpr_status st = cpr_seg_write_block(o->store, o->w, r, &ref);
+    if (st == CPR_OK)
+        st = cpr_meta_add_block(o->m, &ref);
+    if (st == CPR_OK) {
+        o->m->rows += r->n;
+        o->m->bytes += r->n * (8 + ((uint64_t)r->dim + r->state_dim) * 4);
+    }
+    return st;
+}
+
+/* Under store->mu: does (shard, at) need a fold? Parts or a fold below `at`
+ * that a restore as of `at` would read. */
+static int needs_fold(const cpr_job *job, uint32_t shard, uint64_t at)
+{
+    const cpr_part_meta *fold;
+    uint64_t start;
+    cpr_shard_sources(job, shard, at, &fold, &start);
+    if (fold && fold->checkpoint == at)
+        return 0;
+    if (fold)
+        return 1;
+    for (size_t i = 0; i < job->n_parts; i++) {
+        const cpr_part_meta *m = &job->parts[i];
+        if (m->checkpoint >= at)
+            break;
+        if (m->shard == shard && m->checkpoint >= start)
+            return 1;
+    }
+    return 0;
+}
+
+/* An older fold that a new one at `at` makes redundant: above the floor
+ * (restores between it and `at` read the fold at or below the floor and
+ * the retained parts instead). The fold at or below the floor stays: the
+ * parts it replaced are gone. */
+static int replaced_by(const cpr_job *job, const cpr_part_meta *f, uint32_t shard, uint64_t at)
+{
+    return f->shard == shard && f->checkpoint < at && f->checkpoint > job->floor;
+}
+
+/* Publish the fold: its record (and, with replace, the removal of the
+ * shard's redundant fold records) in one synced write, then the catalog. */
+static cpr_status publish_fold(cpr_store *store, const char *job_name, cpr_part_meta *m,
+                               int replace)
+{
+    unsigned char key[CPR_META_KEY_LEN], *rec = NULL;
+    size_t rec_len = 0;
+    char *err = NULL;
+    pthread_mutex_lock(&store->mu);
+    cpr_job *job = cpr_catalog_find(&store->catalog, job_name);
+    cpr_status st = job ? cpr_meta_encode(m, &rec, &rec_len)
+                        : cpr_fail(CPR_INTERNAL, "job %s vanished while folding", job_name);
+    rocksdb_writebatch_t *wb = rocksdb_writebatch_create();
+    if (st == CPR_OK) {
+        cpr_key_part_record(key, 'B', job->id, m->shard, m->checkpoint);
+        rocksdb_writebatch_put(wb, (const char *)key, sizeof key, (const char *)rec, rec_len);
+        for (size_t i = 0; replace && i < job->n_folds; i++) {
+            const cpr_part_meta *f = &job->folds[i];
+            if (!replaced_by(job, f, m->shard, m->checkpoint))
+                continue;
+            cpr_key_part_record(key, 'B', job->id, f->shard, f->checkpoint);
+            rocksdb_writebatch_delete(wb, (const char *)key, sizeof key);
+        }
+        rocksdb_write(store->db, store->sync_write, wb, &err);
+        if (err)
+            st = cpr_rocks_error(err, "publishing a fold");
+    }
+    if (st == CPR_OK) {
+        for (size_t i = job->n_folds; replace && i-- > 0;) {
+            const cpr_part_meta *f = &job->folds[i];
+            if (!replaced_by(job, f, m->shard, m->checkpoint))
+                continue;
+            char name[CPR_SEG_NAME_MAX];
+            cpr_seg_fold_name(name, job->name, f->shard, f->checkpoint, f->seg_token);
+            cpr_store_doom_locked(store, name); /* S7 */
+            cpr_job_drop_fold(job, i);
+        }
+        st = cpr_job_add_fold(job, m);
+    }
+    pthread_mutex_unlock(&store->mu);
+    rocksdb_writebatch_destroy(wb);
+    free(rec);
+    return st;
+}
+
+cpr_status cpr_fold_shard(cpr_store *store, const char *job_name, uint32_t shard, uint64_t at,
+                          int replace, uint64_t *bytes, uint64_t *rows_out)
+{
+    cpr_merge_plan p = {0};
+    cpr_part_meta m = {0};
+    cpr_restore_result res = {0};
+    char name[CPR_SEG_NAME_MAX] = "";
+    cpr_obj_writer *w = NULL;
+    int reading = 0, needed = 0;
+    if (bytes)
+        *bytes = 0;
+    if (rows_out)
+        *rows_out = 0;
+    p.ranges = malloc(sizeof *p.ranges);
+    if (!p.ranges)
+        return cpr_fail(CPR_NO_MEMORY, "out of memory folding");
+    p.ranges[0] = (cpr_row_range){0, UINT64_MAX};
+    p.n_ranges = 1;
+    p.keep_below = at;
+    pthread_mutex_lock(&store->mu);
+    cpr_job *job = cpr_catalog_find(&store->catalog, job_name);
+    cpr_status st = job ? CPR_OK : cpr_fail(CPR_NOT_FOUND, "job %s has no parts", job_name);
+    if (st == CPR_OK && (needed = needs_fold(job, shard, at))) {
+        st = cpr_merge_plan_build(&p, job, at, NULL, 0, 1, shard);
+        if (st == CPR_OK)
+            st = cpr_meta_copy_tables(&m, job->tables, job->n_tables);
+        if (st == CPR_OK) {
+            cpr_store_reader_enter_locked(store);
+            reading = 1;
+        }
+    }
+    pthread_mutex_unlock(&store->mu);
+    if (st || !needed)
+        goto out;
+    m.shard = shard;
+    m.checkpoint = at;
+    m.kind = CPR_KIND_FULL; /* a fold's record is a part record of its rows */
+    m.num_shards = shard + 1;
+    m.seg_token = cpr_seg_new_token(store);
+    cpr_seg_fold_name(name, job_name, shard, at, m.seg_token);
+    st = store->segs->ops->create(store->segs, name, &w);
+    fold_out o = {store, w, &m};
+    cpr_merge_sink sink = {.rows = fold_rows, .ctx = &o, .want_versions = 1};
+    if (st == CPR_OK)
+        st = cpr_merge_run(store, &p, &sink, &res);
+    if (st == CPR_OK) {
+        cpr_obj_writer *done = w;
+        w = NULL;
+        st = store->segs->ops->finish(done, &m.seg_bytes);
+    }
+    if (st == CPR_OK) {
+        struct timespec now;
+        clock_gettime(CLOCK_REALTIME, &now);
+        m.committed_unix_ms = (int64_t)now.tv_sec * 1000 + now.tv_nsec / 1000000;
+        uint64_t seg_bytes = m.seg_bytes, rows = m.rows;
+        st = publish_fold(store, job_name, &m, replace);
+        if (st == CPR_OK) {
+            name[0] = '\0'; /* the catalog's now */
+            if (bytes)
+                *bytes = seg_bytes;
+            if (rows_out)
+                *rows_out = rows;
+        }
+    }
+out:
+    if (w)
+        store->segs->ops->discard(w);
+    else if (name[0]) /* finished, never published (D2) */
+        store->segs->ops->remove(store->segs, name);
+    if (reading)
+        cpr_store_reader_leave(store);
+    cpr_meta_release(&m);
+    cpr_merge_plan_release(&p);
+    return st;
+}
+
+/* ---- which shards to fold ------------------------------------------------- */
+
+typedef struct fold_todo {
+    char job[CPR_NAME_MAX + 1];
+    uint32_t shard;
+    uint64_t at;
+} fold_todo;
+
+/* Under store->mu: shard s of job as of its newest part: parts after the
+ * base (a fold or a FULL), their bytes and the base's. */
+static void chain_of(const cpr_job *job, uint32_t shard, uint64_t *newest, size_t *parts,
+                     uint64_t *after_bytes, uint64_t *base_bytes)
+{
+    const cpr_part_meta *fold;
+    uint64_t start;
+    *newest = 0;
+    for (size_t i = 0; i < job->n_parts; i++)
+        if (job->parts[i].shard == shard)
+            *newest = job->parts[i].checkpoint;
+    cpr_shard_sources(job, shard, *newest, &fold, &start);
+    *parts = 0;
+    *after_bytes = 0;
+    *base_bytes = fold ? fold->bytes : 0;
+    for (size_t i = 0; i < job->n_parts; i++) {
+        const cpr_part_meta *m = &job->parts[i];
+        if (m->shard != shard || m->checkpoint < start)
+            continue;
+        if (!fold && m->checkpoint == start && m->kind == CPR_KIND_FULL) {
+            *base_bytes = m->bytes;
+            continue;
+        }
+        (*parts)++;
+        *after_bytes += m->bytes;
+    }
+}
+
+/* Under store->mu: shards to fold (background: also by size). */
+static cpr_status find_chains(cpr_store *store, const char *only, uint32_t min_parts,
+                              int background, fold_todo **out, size_t *n)
+{
+    size_t count = 0, cap = 0;
+    fold_todo *todo = NULL;
+    for (size_t j = 0; j < store->catalog.n_jobs; j++) {
+        const cpr_job *job = store->catalog.jobs[j];
+        if (only && strcmp(job->name, only) != 0)
+            continue;
+        for (size_t i = 0; i < job->n_parts; i++) {
+            uint32_t shard = job->parts[i].shard;
+            int seen = 0;
+            for (size_t k = 0; k < count; k++)
+                seen |= todo[k].shard == shard && strcmp(todo[k].job, job->name) == 0;
+            for (size_t k = 0; k < i; k++)
+                seen |= job->parts[k].shard == shard;
+            if (seen)
+                continue;
+            uint64_t newest, after, base;
+            size_t parts;
+            chain_of(job, shard, &newest, &parts, &after, &base);
+            int due = parts >= min_parts;
+            if (background)
+                due = parts >= BG_FORCE_PARTS ||
+                      (parts >= BG_MIN_PARTS && after * BG_MIN_FRACTION >= base);
+            if (!due || newest <= job->floor)
+                continue;
+            if (count == cap) {
+                cap = cap ? cap * 2 : 16;
+                fold_todo *grown = realloc(todo, cap * sizeof *grown);
+                if (!grown) {
+                    free(todo);
+                    return cpr_fail(CPR_NO_MEMORY, "out of memory planning folds");
+                }
+                todo = grown;
+            }
+            snprintf(todo[count].job, sizeof todo[count].job, "%s", job->name);
+            todo[count].shard = shard;
+            todo[count++].at = newest;
+        }
+    }
+    *out = todo;
+    *n = count;
+    return CPR_OK;
+}
+
+struct cpr_fold_worker {
+    pthread_t thread;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int poked, stop;
+};
+
+/* Wait `seconds` unless asked to stop; returns stop. */
+static int pause_for(struct cpr_fold_worker *fw, double seconds)
+{
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    double end = (double)until.tv_sec + until.tv_nsec / 1e9 + seconds;
+    until.tv_sec = (time_t)end;
+    until.tv_nsec = (long)((end - (double)until.tv_sec) * 1e9);
+    pthread_mutex_lock(&fw->mu);
+    while (!fw->stop && pthread_cond_timedwait(&fw->cv, &fw->mu, &until) == 0) {
+    }
+    int stop = fw->stop;
+    pthread_mutex_unlock(&fw->mu);
+    return stop;
+}
+
+static cpr_status fold_pass(cpr_store *store, const char *job, uint32_t min_parts,
+                            int background, uint64_t *folded)
+{
+    fold_todo *todo = NULL;
+    size_t n = 0;
+    double rate = (store->opts.fold_mb_s ? store->opts.fold_mb_s : 256) * 1e6;
+    pthread_mutex_lock(&store->fold_mu);
+    pthread_mutex_lock(&store->mu);
+    cpr_status st = find_chains(store, job, min_parts, background, &todo, &n);
+    pthread_mutex_unlock(&store->mu);
+    for (size_t i = 0; st == CPR_OK && i < n; i++) {
+        uint64_t bytes = 0, rows = 0;
+        double t0 = cpr_now_s();
+        st = cpr_fold_shard(store, todo[i].job, todo[i].shard, todo[i].at, 1, &bytes, &rows);
+        if (st == CPR_OK && bytes) {
+            *folded += 1;
+            cpr_log(CPR_LOG_INFO, "folded %s shard %u at %llu: %llu rows, %llu bytes in "
+                    "%.2f s", todo[i].job, todo[i].shard, (unsigned long long)todo[i].at,
+                    (unsigned long long)rows, (unsigned long long)bytes, cpr_now_s() - t0);
+        }
+        if (background && bytes && store->folder) { /* D4: the rate limit */
+            double due = (double)bytes / rate - (cpr_now_s() - t0);
+            if (due > 0 && pause_for(store->folder, due))
+                break;
+        }
+    }
+    pthread_mutex_unlock(&store->fold_mu);
+    free(todo);
+    return st;
+}
+
+cpr_status cpr_store_fold(cpr_store *store, const char *job, uint32_t min_parts,
+                          uint64_t *folded)
+{
+    uint64_t count = 0;
+    cpr_status st = job ? cpr_check_job_name(job) : CPR_OK;
+    if (st == CPR_OK)
+        st = fold_pass(store, job, min_parts ? min_parts : 2, 0, &count);
+    if (st == CPR_OK && folded)
+        *folded = count;
+    return cpr_store_count(store, st);
+}
+
+/* ---- the background thread --------------------------------------------------- */
+
+static void *fold_main(void *arg)
+{
+    cpr_store *store = arg;
+    struct cpr_fold_worker *fw = store->folder;
+    /* D4: nice only this thread (Linux: the tid is a process id here). */
+    setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), 19);
+    for (;;) {
+        pthread_mutex_lock(&fw->mu);
+        while (!fw->poked && !fw->stop)
+            pthread_cond_wait(&fw->cv, &fw->mu);
+        int stop = fw->stop;
+        fw->poked = 0;
+        pthread_mutex_unlock(&fw->mu);
+        if (stop)
+            break;
+        uint64_t folded = 0;
+        cpr_status st = fold_pass(store, NULL, 0, 1, &folded);
+        if (st)
+            cpr_log(CPR_LOG_WARN, "background folding failed (%s); restores read the "
+                    "parts instead", cpr_errmsg());
+    }
+    return NULL;
+}
+
+cpr_status cpr_fold_start(cpr_store *store)
+{
+    struct cpr_fold_worker *fw = calloc(1, sizeof *fw);
+    if (!fw)
+        return cpr_fail(CPR_NO_MEMORY, "out of memory starting the folding thread");
+    pthread_mutex_init(&fw->mu, NULL);
+    pthread_cond_init(&fw->cv, NULL);
+    store->folder = fw;
+    if (pthread_create(&fw->thread, NULL, fold_main, store) != 0) {
+        store->folder = NULL;
+        pthread_mutex_destroy(&fw->mu);
+        pthread_cond_destroy(&fw->cv);
+        free(fw);
+        return cpr_fail(CPR_RESOURCE_EXHAUSTED, "cannot start the folding thread");
+    }
+    return CPR_OK;
+}
+
+void cpr_fold_poke(cpr_store *store)
+{
+    struct cpr_fold_worker *fw = store->folder;
+    if (!fw)
+        return;
+    pthread_mutex_lock(&fw->mu);
+    fw->poked = 1;
+    pthread_cond_signal(&fw->cv);
+    pthread_mutex_unlock(&fw->mu);
+}
+
+void cpr_fold_stop(cpr_store *store)
+{
+    struct cpr_fold_worker *fw = store->folder;
+    if (!fw)
+        return;
+    pthread_mutex_lock(&fw->mu);
+    fw->stop = 1;
+    pthread_cond_broadcast(&fw->cv);
+    pthread_mutex_unlock(&fw->mu);
+    pthread_join(fw->thread, NULL);
+    pthread_mutex_destroy(&fw->mu);
+    pthread_cond_destroy(&fw->cv);
+    free(fw);
+    store->folder = NULL;
+}
