@@ -19,7 +19,7 @@
 #include "cpr/crc32c.h"
 #include "cpr_common.h"
 
-#define CPR_BFILE_DEPTH 4
+#define CPR_BFILE_DEPTH 8
 #define CPR_ALIGN 4096
 
 typedef struct iobuf {

@@ -24,6 +24,7 @@ typedef struct bench_opts {
     const char *dir;      /* working directory; NULL: a fresh temp dir */
     int keep;             /* 1: leave the working directory behind */
     int json;             /* 1: one JSON line on stdout instead of a table */
+    uint32_t rounds;      /* store: alternating store/raw rounds (median) */
     /* cpr-bench rpc only */
     uint32_t shards[8];   /* shard counts to run, in order */
     size_t n_shards;

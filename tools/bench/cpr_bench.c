@@ -9,6 +9,7 @@
  * prints the results; bench_store.c, bench_raw.c and bench_fs.c do the work.
  */
 #include <errno.h>
+#include <math.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -44,7 +45,7 @@ static void usage(FILE *out)
           "              selection and gather, against memcpy bandwidth\n"
           "\n"
           "cpr-bench store [--rows N] [--dim D] [--state-dim S] [--dir PATH]\n"
-          "                [--batch-rows B] [--keep] [--json]\n"
+          "                [--batch-rows B] [--rounds R] [--keep] [--json]\n"
           "  --rows N        rows of the FULL part (default 2000000); the PRIORITY\n"
           "                  part rewrites a pseudo-random 12.5% of them\n"
           "  --dim D         float32 values per row (default 64)\n"
@@ -53,6 +54,10 @@ static void usage(FILE *out)
           "  --dir PATH      working directory on the filesystem to measure (default:\n"
           "                  a fresh directory under $TMPDIR or /tmp); the store goes\n"
           "                  in PATH/store, which must not exist yet\n"
+          "  --rounds R      measure store and raw disk R times (default 4), in\n"
+          "                  alternating order after an untimed warm-up write\n"
+          "                  (a disk's speed drifts); the ratios are the medians\n"
+          "                  of the rounds' ratios\n"
           "  --keep          leave the store and the raw test file in place\n"
           "  --json          print one JSON object on one line instead of a table\n"
           "  -h, --help      print this help\n"
@@ -100,6 +105,7 @@ static const num_flag NUM_FLAGS[] = {
     {"--dim", 1, MAX_DIM},
     {"--state-dim", 0, MAX_DIM},
     {"--batch-rows", 1, MAX_BATCH_ROWS},
+    {"--rounds", 1, 15},
 };
 
 static void set_num(bench_opts *opts, size_t which, uint64_t v)
@@ -108,7 +114,8 @@ static void set_num(bench_opts *opts, size_t which, uint64_t v)
     case 0: opts->rows = v; break;
     case 1: opts->dim = (uint32_t)v; break;
     case 2: opts->state_dim = (uint32_t)v; break;
-    default: opts->batch_rows = (size_t)v; break;
+    case 3: opts->batch_rows = (size_t)v; break;
+    default: opts->rounds = (uint32_t)v; break;
     }
 }
 
@@ -174,7 +181,7 @@ static int parse_one(int argc, char **argv, int *i, bench_opts *opts)
 static int parse_store_args(int argc, char **argv, bench_opts *opts)
 {
     *opts = (bench_opts){.rows = 2000000, .dim = 64, .state_dim = 1,
-                         .batch_rows = 8192};
+                         .batch_rows = 8192, .rounds = 4};
     for (int i = 0; i < argc; i++) {
         int rc = parse_one(argc, argv, &i, opts);
         if (rc)
@@ -320,10 +327,16 @@ typedef struct json_field {
     double value;
 } json_field;
 
-/* The measurements of one run as a JSON object (NULL when out of memory). */
-static cpr_json *result_json(const bench_opts *opts, const bench_result *r)
+/* The measurements of one run as a JSON object (NULL when out of memory);
+ * the ratios given (>= 0) replace the run's own. */
+static cpr_json *result_json_with(const bench_opts *opts, const bench_result *r,
+                                  double ingest_ratio, double restore_ratio)
 {
     rates x = compute_rates(r);
+    if (ingest_ratio < 0)
+        ingest_ratio = ratio(x.ingest, x.raw_write);
+    if (restore_ratio < 0)
+        restore_ratio = ratio(x.restore, x.raw_read);
     const json_field fields[] = {
         {"rows", (double)opts->rows},
         {"dim", opts->dim},
@@ -343,8 +356,8 @@ static cpr_json *result_json(const bench_opts *opts, const bench_result *r)
         {"restore_mb_s", round3(x.restore)},
         {"raw_write_mb_s", round3(x.raw_write)},
         {"raw_read_mb_s", round3(x.raw_read)},
-        {"ingest_ratio", round3(ratio(x.ingest, x.raw_write))},
-        {"restore_ratio", round3(ratio(x.restore, x.raw_read))},
+        {"ingest_ratio", round3(ingest_ratio)},
+        {"restore_ratio", round3(restore_ratio)},
         {"open_s", round3(r->open_s)},
         {"full_s", round3(r->full_s)},
         {"priority_s", round3(r->priority_s)},
@@ -374,16 +387,11 @@ static cpr_json *result_json(const bench_opts *opts, const bench_result *r)
     return root;
 }
 
-static int print_json(const bench_opts *opts, const bench_result *r, const char *dir)
+static cpr_json *result_json(const bench_opts *opts, const bench_result *r)
 {
-    cpr_json *root = result_json(opts, r);
-    int failed = !root || cpr_json_add_bool(root, "kept", opts->keep) ||
-                 cpr_json_add_string(root, "dir", dir) || cpr_json_print(root, stdout);
-    cpr_json_free(root);
-    if (failed)
-        fprintf(stderr, "cpr-bench: could not print the JSON result\n");
-    return failed ? -1 : 0;
+    return result_json_with(opts, r, -1, -1);
 }
+
 
 static void print_row(const char *what, uint64_t bytes, double seconds, double rate)
 {
@@ -422,6 +430,80 @@ static int print_table(const bench_opts *opts, const bench_result *r, const char
     return fflush(stdout) == 0 ? 0 : -1;
 }
 
+/* ---- rounds ------------------------------------------------------------------ */
+
+static double ingest_ratio_of(const bench_result *r)
+{
+    rates x = compute_rates(r);
+    return ratio(x.ingest, x.raw_write);
+}
+
+static double restore_ratio_of(const bench_result *r)
+{
+    rates x = compute_rates(r);
+    return ratio(x.restore, x.raw_read);
+}
+
+static int dbl_cmp(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static double median_of(double *v, size_t n)
+{
+    qsort(v, n, sizeof *v, dbl_cmp);
+    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+/* The round whose ingest ratio is the median: its figures are reported. */
+static size_t median_round(const bench_result *r, size_t n)
+{
+    double v[15];
+    for (size_t i = 0; i < n; i++)
+        v[i] = ingest_ratio_of(&r[i]);
+    double m = median_of(v, n);
+    size_t best = 0;
+    for (size_t i = 1; i < n; i++)
+        if (fabs(ingest_ratio_of(&r[i]) - m) < fabs(ingest_ratio_of(&r[best]) - m))
+            best = i;
+    return best;
+}
+
+/* The median round's object, with the ratios replaced by the medians over
+ * the rounds and every round's ratios alongside. */
+static int print_json_rounds(const bench_opts *opts, const bench_result *med,
+                             const bench_result *rounds, const char *dir)
+{
+    double in[15], out[15], in_sorted[15], out_sorted[15];
+    for (uint32_t i = 0; i < opts->rounds; i++) {
+        in[i] = in_sorted[i] = round3(ingest_ratio_of(&rounds[i]));
+        out[i] = out_sorted[i] = round3(restore_ratio_of(&rounds[i]));
+    }
+    cpr_json *root = result_json_with(opts, med, median_of(in_sorted, opts->rounds),
+                                      median_of(out_sorted, opts->rounds));
+    cpr_json *ins = cpr_json_array(), *outs = cpr_json_array();
+    int failed = !root || !ins || !outs;
+    for (uint32_t i = 0; !failed && i < opts->rounds; i++)
+        failed = cpr_json_append(ins, cpr_json_number(in[i])) ||
+                 cpr_json_append(outs, cpr_json_number(out[i]));
+    failed = failed || cpr_json_add_number(root, "rounds", opts->rounds) ||
+             cpr_json_add_child(root, "ingest_ratios", ins);
+    if (!failed)
+        ins = NULL;
+    failed = failed || cpr_json_add_child(root, "restore_ratios", outs);
+    if (!failed)
+        outs = NULL;
+    failed = failed || cpr_json_add_bool(root, "kept", opts->keep) ||
+             cpr_json_add_string(root, "dir", dir) || cpr_json_print(root, stdout);
+    cpr_json_free(ins);
+    cpr_json_free(outs);
+    cpr_json_free(root);
+    if (failed)
+        fprintf(stderr, "cpr-bench: could not print the JSON result\n");
+    return failed ? -1 : 0;
+}
+
 /* ---- commands ---------------------------------------------------------------- */
 
 static int cmd_store(int argc, char **argv)
@@ -445,14 +527,41 @@ static int cmd_store(int argc, char **argv)
     if (!res.raw_direct)
         fprintf(stderr, "cpr-bench: warning: %s refuses O_DIRECT (tmpfs?): raw "
                 "numbers will include the page cache\n", wd.dir);
-    st = bench_store_run(&opts, wd.store_dir, &res);
+    bench_result rounds[15];
+    int raw_direct = res.raw_direct;
+    /* Untimed: this disk writes the first file of a sequence much slower
+     * than the next (docs/performance.md), whoever writes it. */
+    fprintf(stderr, "cpr-bench: warming the disk up (untimed raw write)\n");
+    st = bench_raw_run(wd.raw_path, opts.rows * (8 + 4 * ((uint64_t)opts.dim +
+                       opts.state_dim)), wd.dir, &rounds[0]);
+    if (st == CPR_OK)
+        st = bench_report(bench_remove_tree(wd.raw_path), "cleaning up");
+    for (uint32_t r = 0; st == CPR_OK && r < opts.rounds; r++) {
+        /* Alternate the order: the first write of a sequence tends to be
+         * the slow one on a virtual disk. */
+        memset(&rounds[r], 0, sizeof rounds[r]);
+        rounds[r].raw_direct = raw_direct;
+        fprintf(stderr, "cpr-bench: round %u of %u (%s first)\n", r + 1, opts.rounds,
+                r % 2 ? "raw disk" : "store");
+        if (r % 2)
+            st = bench_raw_run(wd.raw_path, opts.rows * (8 + 4 * ((uint64_t)opts.dim +
+                               opts.state_dim)), wd.dir, &rounds[r]);
+        if (st == CPR_OK)
+            st = bench_store_run(&opts, wd.store_dir, &rounds[r]);
+        if (st == CPR_OK && r % 2 == 0)
+            st = bench_raw_run(wd.raw_path, rounds[r].full_bytes, wd.dir, &rounds[r]);
+        if (st == CPR_OK && r + 1 < opts.rounds) { /* a fresh store and file each round */
+            st = bench_report(bench_remove_tree(wd.store_dir), "cleaning up");
+            if (st == CPR_OK)
+                st = bench_report(bench_remove_tree(wd.raw_path), "cleaning up");
+        }
+    }
     if (st)
         goto out;
-    st = bench_raw_run(wd.raw_path, res.full_bytes, wd.dir, &res);
-    if (st)
-        goto out;
+    res = rounds[median_round(rounds, opts.rounds)];
     res.total_s = cpr_now_s() - t0;
-    out_rc = opts.json ? print_json(&opts, &res, wd.dir) : print_table(&opts, &res, wd.dir);
+    out_rc = opts.json ? print_json_rounds(&opts, &res, rounds, wd.dir)
+                       : print_table(&opts, &res, wd.dir);
 out:
     /* ALREADY_EXISTS: a store or raw file we did not make; leave it alone. */
     workdir_release(&wd, &opts, st != CPR_ALREADY_EXISTS);
