@@ -25,6 +25,7 @@ typedef struct bench_opts {
     int keep;             /* 1: leave the working directory behind */
     int json;             /* 1: one JSON line on stdout instead of a table */
     uint32_t rounds;      /* store: alternating store/raw rounds (median) */
+    uint32_t chain;       /* store --chain: PRIORITY parts after the FULL */
     /* cpr-bench rpc only */
     uint32_t shards[8];   /* shard counts to run, in order */
     size_t n_shards;
@@ -119,6 +120,21 @@ cpr_status bench_check_batch(void *ctx, const cpr_row_batch *batch);
 cpr_status bench_store_run(const bench_opts *opts, const char *store_dir,
                            bench_result *res);
 
+/* ---- bench_chain.c: a FULL and a long chain of PRIORITY parts ------------- */
+
+typedef struct bench_chain {
+    uint64_t bytes_written;    /* payload of the FULL and the chain */
+    uint64_t final_folds;      /* folds cpr_store_fold still had to write */
+    uint64_t store_bytes;      /* on disk at the end */
+    uint64_t full_peak_kb, chain_peak_kb; /* peak resident memory of each restore */
+    double write_s, fold_s, restore_full_s, restore_chain_s;
+} bench_chain;
+
+/* Write a FULL and opts->chain PRIORITY parts in `store_dir` (must not
+ * exist), finish folding, restore the FULL alone and the newest state from
+ * a cold cache, checking every row. */
+cpr_status bench_chain_run(const bench_opts *opts, const char *store_dir, bench_chain *res);
+
 /* ---- bench_rpc.c: the same workload through the client and ckptd ---------- */
 
 /* Start ckptd (opts->ckptd) on 127.0.0.1 over `data_dir`; `shards` writers
@@ -157,6 +173,11 @@ void bench_progress_start(bench_progress *p, const char *what, uint64_t total);
 /* Print "cpr-bench: <what> ... NN%" to stderr, at most a few times a second
  * (and always at 100%); nothing when `what` is NULL. */
 void bench_progress_update(bench_progress *p, uint64_t done);
+
+/* Peak resident memory: reset the process's high-water mark (Linux
+ * clear_refs), and read it in KiB (VmHWM; 0 if unknown). */
+void bench_peak_rss_reset(void);
+uint64_t bench_peak_rss_kb(void);
 
 /* CPU time of the process so far. */
 bench_cpu bench_cpu_now(void);

@@ -58,6 +58,10 @@ static void usage(FILE *out)
           "                  alternating order after an untimed warm-up write\n"
           "                  (a disk's speed drifts); the ratios are the medians\n"
           "                  of the rounds' ratios\n"
+          "  --chain N       instead: a FULL and N PRIORITY parts of 1 in 8 rows each\n"
+          "                  (default rows 500000), background folding on; restore\n"
+          "                  the FULL alone and the newest state from a cold cache\n"
+          "                  and report chain_restore_ratio (newest / FULL alone)\n"
           "  --keep          leave the store and the raw test file in place\n"
           "  --json          print one JSON object on one line instead of a table\n"
           "  -h, --help      print this help\n"
@@ -106,6 +110,7 @@ static const num_flag NUM_FLAGS[] = {
     {"--state-dim", 0, MAX_DIM},
     {"--batch-rows", 1, MAX_BATCH_ROWS},
     {"--rounds", 1, 15},
+    {"--chain", 1, 10000},
 };
 
 static void set_num(bench_opts *opts, size_t which, uint64_t v)
@@ -115,7 +120,8 @@ static void set_num(bench_opts *opts, size_t which, uint64_t v)
     case 1: opts->dim = (uint32_t)v; break;
     case 2: opts->state_dim = (uint32_t)v; break;
     case 3: opts->batch_rows = (size_t)v; break;
-    default: opts->rounds = (uint32_t)v; break;
+    case 4: opts->rounds = (uint32_t)v; break;
+    default: opts->chain = (uint32_t)v; break;
     }
 }
 
@@ -180,13 +186,15 @@ static int parse_one(int argc, char **argv, int *i, bench_opts *opts)
 /* 0 run, 1 help printed, -1 error printed. */
 static int parse_store_args(int argc, char **argv, bench_opts *opts)
 {
-    *opts = (bench_opts){.rows = 2000000, .dim = 64, .state_dim = 1,
+    *opts = (bench_opts){.rows = 0, .dim = 64, .state_dim = 1,
                          .batch_rows = 8192, .rounds = 4};
     for (int i = 0; i < argc; i++) {
         int rc = parse_one(argc, argv, &i, opts);
         if (rc)
             return rc;
     }
+    if (opts->rows == 0)
+        opts->rows = opts->chain ? 500000 : 2000000;
     uint64_t batch_bytes = (uint64_t)opts->batch_rows *
                            (8 + 4 * ((uint64_t)opts->dim + opts->state_dim));
     if (batch_bytes > MAX_BATCH_BYTES) {
@@ -504,6 +512,51 @@ static int print_json_rounds(const bench_opts *opts, const bench_result *med,
     return failed ? -1 : 0;
 }
 
+/* ---- cpr-bench store --chain ----------------------------------------------- */
+
+static int run_chain(const bench_opts *opts, const workdir *wd, cpr_status *st)
+{
+    bench_chain c;
+    memset(&c, 0, sizeof c);
+    *st = bench_chain_run(opts, wd->store_dir, &c);
+    if (*st)
+        return -1;
+    double ratio_v = ratio(c.restore_chain_s, c.restore_full_s);
+    uint64_t full_bytes = opts->rows * (8 + 4 * ((uint64_t)opts->dim + opts->state_dim));
+    if (!opts->json) {
+        printf("cpr-bench store --chain %u: %llu rows of dim %u + %u\n", opts->chain,
+               (unsigned long long)opts->rows, opts->dim, opts->state_dim);
+        printf("  wrote %.0f MB in %.2f s; final folding %.2f s (%llu folds)\n",
+               c.bytes_written / BENCH_MB, c.write_s, c.fold_s,
+               (unsigned long long)c.final_folds);
+        printf("  restore FULL alone  %.3f s  (%.0f MB/s, peak RSS %llu MiB)\n",
+               c.restore_full_s, mb_s(full_bytes, c.restore_full_s),
+               (unsigned long long)c.full_peak_kb / 1024);
+        printf("  restore newest      %.3f s  (peak RSS %llu MiB)\n", c.restore_chain_s,
+               (unsigned long long)c.chain_peak_kb / 1024);
+        printf("  chain_restore_ratio %.3f\n  store on disk       %.0f MB\n", ratio_v,
+               c.store_bytes / BENCH_MB);
+        return fflush(stdout) == 0 ? 0 : -1;
+    }
+    const char *keys[] = {"rows", "dim", "state_dim", "chain", "bytes_written", "write_s",
+                          "fold_s", "final_folds", "restore_full_s", "restore_chain_s",
+                          "chain_restore_ratio", "restore_full_mb_s",
+                          "restore_full_peak_rss_kb", "restore_chain_peak_rss_kb",
+                          "store_bytes"};
+    const double vals[] = {(double)opts->rows, opts->dim, opts->state_dim, opts->chain,
+                           (double)c.bytes_written, round3(c.write_s), round3(c.fold_s),
+                           (double)c.final_folds, round3(c.restore_full_s),
+                           round3(c.restore_chain_s), round3(ratio_v),
+                           round3(mb_s(full_bytes, c.restore_full_s)),
+                           (double)c.full_peak_kb, (double)c.chain_peak_kb,
+                           (double)c.store_bytes};
+    cpr_json *root = cpr_json_numbers(keys, vals, sizeof vals / sizeof vals[0]);
+    int failed = !root || cpr_json_add_bool(root, "verified", 1) ||
+                 cpr_json_print(root, stdout);
+    cpr_json_free(root);
+    return failed ? -1 : 0;
+}
+
 /* ---- commands ---------------------------------------------------------------- */
 
 static int cmd_store(int argc, char **argv)
@@ -527,6 +580,10 @@ static int cmd_store(int argc, char **argv)
     if (!res.raw_direct)
         fprintf(stderr, "cpr-bench: warning: %s refuses O_DIRECT (tmpfs?): raw "
                 "numbers will include the page cache\n", wd.dir);
+    if (opts.chain) {
+        out_rc = run_chain(&opts, &wd, &st);
+        goto out;
+    }
     bench_result rounds[15];
     int raw_direct = res.raw_direct;
     /* Untimed: this disk writes the first file of a sequence much slower
