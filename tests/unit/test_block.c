@@ -1,0 +1,355 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * The row block (cpr/block.h) and the store's block path: seal and open
+ * round trips; every single flipped byte of a block is caught; malformed
+ * headers are named; put_block stores a client's block unchanged (a
+ * restore that needs no merge hands back the same bytes) and refuses bad
+ * blocks without changing the part; a store of another format is refused
+ * with a message naming it.
+ */
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include <rocksdb/c.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "cpr/block.h"
+#include "cpr/crc32c.h"
+#include "cpr/store.h"
+#include "testutil.h"
+
+static const cpr_table_schema g_table = {.table = 3, .rows = 100000, .dim = 8, .state_dim = 2};
+
+/* A sealed block of rows first, first+step, ... as written at ckpt
+ * (malloc'd, 8-aligned; *len its size). */
+static unsigned char *make_block(uint64_t first, uint64_t step, uint32_t n, uint64_t ckpt,
+                                 size_t *len)
+{
+    cpr_block_layout l;
+    size_t bytes = cpr_block_size(n, g_table.dim, g_table.state_dim, 0);
+    assert_true(bytes > 0);
+    unsigned char *b = NULL;
+    assert_int_equal(posix_memalign((void **)&b, 64, bytes), 0);
+    cpr_block_layout_of(n, g_table.dim, g_table.state_dim, 0, &l);
+    for (uint32_t i = 0; i < n; i++) {
+        uint64_t id = first + i * step;
+        memcpy(b + l.ids + (size_t)i * 8, &id, 8);
+        for (uint32_t j = 0; j < g_table.dim; j++) {
+            float v = tu_value(g_table.table, id, ckpt, j);
+            memcpy(b + l.values + ((size_t)i * g_table.dim + j) * 4, &v, 4);
+        }
+        for (uint32_t j = 0; j < g_table.state_dim; j++) {
+            float v = tu_state(g_table.table, id, ckpt, j);
+            memcpy(b + l.state + ((size_t)i * g_table.state_dim + j) * 4, &v, 4);
+        }
+    }
+    assert_int_equal(cpr_block_seal(b, g_table.table, n, g_table.dim, g_table.state_dim, 0),
+                     CPR_OK);
+    *len = bytes;
+    return b;
+}
+
+static void test_seal_open_round_trip(void **state)
+{
+    (void)state;
+    size_t len;
+    unsigned char *b = make_block(10, 3, 50, 7, &len);
+    cpr_block_view v;
+    assert_int_equal(cpr_block_open(b, len, &v), CPR_OK);
+    assert_int_equal(v.h.table, g_table.table);
+    assert_int_equal(v.h.n, 50);
+    assert_int_equal(v.h.first_row, 10);
+    assert_int_equal(v.h.last_row, 10 + 49 * 3);
+    assert_int_equal(v.h.bytes, len);
+    assert_null(v.versions);
+    for (uint32_t i = 0; i < 50; i++) {
+        assert_int_equal(v.ids[i], 10 + i * 3);
+        assert_int_equal(tu_float_bits(v.values[i * 8 + 5]),
+                         tu_float_bits(tu_value(g_table.table, 10 + i * 3, 7, 5)));
+        assert_int_equal(tu_float_bits(v.state[i * 2 + 1]),
+                         tu_float_bits(tu_state(g_table.table, 10 + i * 3, 7, 1)));
+    }
+    /* The header alone parses; a length that disagrees with it does not open. */
+    cpr_block_header h;
+    assert_int_equal(cpr_block_header_parse(b, CPR_BLOCK_HEADER_BYTES, &h), CPR_OK);
+    assert_int_equal(cpr_block_open(b, len - 4, &v), CPR_CORRUPT);
+    free(b);
+}
+
+/* Every byte of a block matters: flipping any one is caught by open. */
+static void test_every_flip_caught(void **state)
+{
+    (void)state;
+    size_t len;
+    unsigned char *b = make_block(0, 1, 6, 1, &len);
+    cpr_block_view v;
+    for (size_t i = 0; i < len; i++) {
+        if (i >= 56 && i < 64)
+            continue; /* reserved: covered by the CRC, checked below */
+        b[i] ^= 0x10;
+        if (cpr_block_open(b, len, &v) != CPR_CORRUPT)
+            fail_msg("a flipped byte at offset %zu of %zu passed", i, len);
+        assert_true(cpr_errmsg()[0] != '\0');
+        b[i] ^= 0x10;
+    }
+    b[60] ^= 1; /* reserved bytes are still under the CRC */
+    assert_int_equal(cpr_block_open(b, len, &v), CPR_CORRUPT);
+    b[60] ^= 1;
+    assert_int_equal(cpr_block_open(b, len, &v), CPR_OK);
+    free(b);
+}
+
+static void test_bad_shapes(void **state)
+{
+    (void)state;
+    size_t len;
+    unsigned char *b = make_block(0, 1, 4, 1, &len);
+    uint64_t two = 2;
+    memcpy(b + CPR_BLOCK_HEADER_BYTES + 8, &two, 8); /* ids 0, 2, 2, 3 */
+    memcpy(b + CPR_BLOCK_HEADER_BYTES + 16, &two, 8);
+    assert_int_equal(cpr_block_seal(b, 3, 4, 8, 2, 0), CPR_INVALID_ARGUMENT);
+    assert_non_null(strstr(cpr_errmsg(), "ascending"));
+    assert_int_equal(cpr_block_seal(b, 3, 0, 8, 2, 0), CPR_INVALID_ARGUMENT);
+    assert_int_equal(cpr_block_seal(b, 3, 4, 0, 2, 0), CPR_INVALID_ARGUMENT);
+    assert_int_equal(cpr_block_seal(b, 3, 4, 8, 2, 0x8), CPR_INVALID_ARGUMENT);
+    assert_int_equal(cpr_block_size(1u << 30, 64, 0, 0), 0); /* over the limit */
+    free(b);
+    b = make_block(0, 1, 4, 1, &len);
+    cpr_block_view v;
+    uint16_t format = 9;
+    memcpy(b + 4, &format, 2);
+    assert_int_equal(cpr_block_open(b, len, &v), CPR_CORRUPT);
+    assert_non_null(strstr(cpr_errmsg(), "format 9"));
+    free(b);
+}
+
+/* ---- the store ---------------------------------------------------------------- */
+
+static void begin(cpr_store *s, uint64_t ckpt, cpr_kind kind)
+{
+    cpr_part_spec spec = tu_part("blk", 0, 1, ckpt, kind, &g_table, 1);
+    assert_int_equal(cpr_store_begin(s, &spec), CPR_OK);
+}
+
+typedef struct blocks_seen {
+    unsigned char *bytes;
+    size_t len, count;
+} blocks_seen;
+
+static cpr_status keep_blocks(void *ctx, const void *block, size_t len)
+{
+    blocks_seen *s = ctx;
+    unsigned char *grown = realloc(s->bytes, s->len + len);
+    if (!grown)
+        return CPR_NO_MEMORY;
+    memcpy(grown + s->len, block, len);
+    s->bytes = grown;
+    s->len += len;
+    s->count++;
+    return CPR_OK;
+}
+
+static void test_put_block_pass_through(void **state)
+{
+    tu_store_fixture *f = *state;
+    cpr_part_id id = {"blk", 0, 1};
+    size_t len1, len2;
+    unsigned char *b1 = make_block(0, 1, 1000, 1, &len1);
+    unsigned char *b2 = make_block(1000, 1, 500, 1, &len2);
+    begin(f->store, 1, CPR_KIND_FULL);
+    assert_int_equal(cpr_store_put_block(f->store, &id, b1, len1), CPR_OK);
+    assert_int_equal(cpr_store_put_block(f->store, &id, b2, len2), CPR_OK);
+    assert_int_equal(cpr_store_commit(f->store, &id, 1500), CPR_OK);
+
+    /* No merge needed: the stored blocks come back byte for byte. */
+    cpr_restore_query q = {.job = "blk", .batch_rows = 4096};
+    blocks_seen seen = {0};
+    cpr_restore_result res;
+    assert_int_equal(cpr_store_restore_blocks(f->store, &q, keep_blocks, &seen, &res), CPR_OK);
+    assert_int_equal(res.rows, 1500);
+    assert_int_equal(seen.count, 2);
+    assert_int_equal(seen.len, len1 + len2);
+    assert_memory_equal(seen.bytes, b1, len1);
+    assert_memory_equal(seen.bytes + len1, b2, len2);
+    free(seen.bytes);
+
+    /* The row API gives the same rows. */
+    tu_rows rows = {0};
+    assert_int_equal(tu_restore(f->store, &q, &rows, NULL), CPR_OK);
+    assert_int_equal(rows.n, 1500);
+    tu_assert_rows(rows.rows, &g_table, 0, 1, 1500, 1);
+    tu_rows_free(&rows);
+
+    /* A filtered restore assembles new blocks, each one sealed. */
+    cpr_row_range r = {100, 1200};
+    cpr_restore_query fq = {.job = "blk", .ranges = &r, .n_ranges = 1, .modulo = 3,
+                            .remainder = 1, .batch_rows = 64};
+    seen = (blocks_seen){0};
+    assert_int_equal(cpr_store_restore_blocks(f->store, &fq, keep_blocks, &seen, &res), CPR_OK);
+    size_t off = 0, rows_seen = 0;
+    for (size_t i = 0; i < seen.count; i++) {
+        cpr_block_view v;
+        cpr_block_header h;
+        assert_int_equal(cpr_block_header_parse(seen.bytes + off, seen.len - off, &h), CPR_OK);
+        assert_true(h.n <= 64);
+        assert_int_equal(cpr_block_open(seen.bytes + off, h.bytes, &v), CPR_OK);
+        for (uint32_t k = 0; k < v.h.n; k++)
+            assert_int_equal(v.ids[k] % 3, 1);
+        rows_seen += v.h.n;
+        off += h.bytes;
+    }
+    assert_int_equal(rows_seen, res.rows);
+    assert_int_equal(res.rows, 367); /* 100..1199, r % 3 == 1 */
+    free(seen.bytes);
+    free(b1);
+    free(b2);
+}
+
+static void test_put_block_refusals(void **state)
+{
+    tu_store_fixture *f = *state;
+    cpr_part_id id = {"blk", 0, 1};
+    size_t len;
+    unsigned char *b = make_block(0, 1, 100, 1, &len);
+    begin(f->store, 1, CPR_KIND_FULL);
+
+    b[200] ^= 1; /* damaged in transit */
+    assert_int_equal(cpr_store_put_block(f->store, &id, b, len), CPR_CORRUPT);
+    assert_non_null(strstr(cpr_errmsg(), "checksum"));
+    b[200] ^= 1;
+    assert_int_equal(cpr_store_put_block(f->store, &id, b, len - 1), CPR_CORRUPT);
+
+    unsigned char *wrong = make_block(0, 1, 10, 1, &len);
+    uint32_t table = 99; /* not in the schema */
+    memcpy(wrong + 12, &table, 4);
+    uint32_t zero = 0;
+    memcpy(wrong + 28, &zero, 4);
+    assert_int_equal(cpr_block_seal(wrong, 99, 10, 8, 2, 0), CPR_OK);
+    assert_int_equal(cpr_store_put_block(f->store, &id, wrong, len), CPR_INVALID_ARGUMENT);
+    assert_non_null(strstr(cpr_errmsg(), "schema"));
+    free(wrong);
+
+    unsigned char *far = make_block(g_table.rows - 5, 1, 10, 1, &len); /* past the table */
+    assert_int_equal(cpr_store_put_block(f->store, &id, far, len), CPR_INVALID_ARGUMENT);
+    assert_non_null(strstr(cpr_errmsg(), "outside table"));
+    free(far);
+
+    /* None of it reached the part: it still commits with 0 rows, then 100. */
+    assert_int_equal(cpr_store_commit(f->store, &id, 100), CPR_INVALID_ARGUMENT);
+    size_t full_len;
+    unsigned char *full = make_block(0, 1, 100, 1, &full_len);
+    assert_int_equal(cpr_store_put_block(f->store, &id, full, full_len), CPR_OK);
+    assert_int_equal(cpr_store_commit(f->store, &id, 100), CPR_OK);
+    cpr_restore_query q = {.job = "blk"};
+    tu_rows rows = {0};
+    assert_int_equal(tu_restore(f->store, &q, &rows, NULL), CPR_OK);
+    assert_int_equal(rows.n, 100);
+    tu_assert_rows(rows.rows, &g_table, 0, 1, 100, 1);
+    tu_rows_free(&rows);
+    free(full);
+    free(b);
+}
+
+/* A later block of a part replaces an earlier copy of a row; blocks of
+ * put_block and put_rows mix. */
+static void test_blocks_overlap_in_a_part(void **state)
+{
+    tu_store_fixture *f = *state;
+    cpr_part_id id = {"blk", 0, 1};
+    size_t len1, len2;
+    unsigned char *b1 = make_block(0, 1, 300, 1, &len1);   /* rows 0..299 as of 1 */
+    unsigned char *b2 = make_block(100, 2, 50, 2, &len2);  /* even rows 100..198 as of 2 */
+    begin(f->store, 1, CPR_KIND_FULL);
+    assert_int_equal(cpr_store_put_block(f->store, &id, b1, len1), CPR_OK);
+    assert_int_equal(cpr_store_put_block(f->store, &id, b2, len2), CPR_OK);
+    uint64_t ids[3] = {150, 151, 299};
+    assert_int_equal(tu_put_rows(f->store, &id, &g_table, ids, 3, 3), CPR_OK);
+    assert_int_equal(cpr_store_commit(f->store, &id, 353), CPR_OK);
+    cpr_restore_query q = {.job = "blk", .batch_rows = 7};
+    tu_rows rows = {0};
+    assert_int_equal(tu_restore(f->store, &q, &rows, NULL), CPR_OK);
+    assert_int_equal(rows.n, 300);
+    for (uint64_t r = 0; r < 300; r++) {
+        uint64_t want = (r == 150 || r == 151 || r == 299) ? 3
+                      : (r >= 100 && r <= 198 && r % 2 == 0) ? 2 : 1;
+        tu_assert_row(&rows.rows[r], &g_table, r, want);
+    }
+    tu_rows_free(&rows);
+    free(b1);
+    free(b2);
+}
+
+/* ---- formats ------------------------------------------------------------------- */
+
+static void put_raw_key(const char *db_dir, const char *key, size_t klen, const void *val,
+                        size_t vlen)
+{
+    char *err = NULL;
+    rocksdb_options_t *o = rocksdb_options_create();
+    rocksdb_options_set_create_if_missing(o, 1);
+    rocksdb_t *db = rocksdb_open(o, db_dir, &err);
+    assert_null(err);
+    rocksdb_writeoptions_t *wo = rocksdb_writeoptions_create();
+    rocksdb_put(db, wo, key, klen, val, vlen, &err);
+    assert_null(err);
+    rocksdb_writeoptions_destroy(wo);
+    rocksdb_close(db);
+    rocksdb_options_destroy(o);
+}
+
+static void test_other_formats_refused(void **state)
+{
+    (void)state;
+    char *dir = tu_mkdtemp("cpr-format");
+    char db[4096];
+    cpr_store *s = NULL;
+    /* A format-1 store: part records, no 'V' record. */
+    snprintf(db, sizeof db, "%s/v1/db", dir);
+    char parent[4096];
+    snprintf(parent, sizeof parent, "%s/v1", dir);
+    assert_int_equal(mkdir(parent, 0755), 0);
+    unsigned char key[17] = {'M', 0, 0, 0, 1};
+    put_raw_key(db, (const char *)key, sizeof key, "x", 1);
+    assert_int_equal(cpr_store_open(parent, NULL, &s), CPR_FAILED_PRECONDITION);
+    assert_non_null(strstr(cpr_errmsg(), "format 1"));
+    assert_null(s);
+    /* A future format. */
+    snprintf(parent, sizeof parent, "%s/v3", dir);
+    snprintf(db, sizeof db, "%s/v3/db", dir);
+    assert_int_equal(mkdir(parent, 0755), 0);
+    uint32_t three = 3;
+    put_raw_key(db, "V", 1, &three, 4);
+    assert_int_equal(cpr_store_open(parent, NULL, &s), CPR_FAILED_PRECONDITION);
+    assert_non_null(strstr(cpr_errmsg(), "format 3"));
+    /* A new store opens, and opens again. */
+    snprintf(parent, sizeof parent, "%s/new", dir);
+    assert_int_equal(cpr_store_open(parent, NULL, &s), CPR_OK);
+    cpr_store_close(s);
+    assert_int_equal(cpr_store_open(parent, NULL, &s), CPR_OK);
+    cpr_store_close(s);
+    tu_rmtree(dir);
+    free(dir);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_seal_open_round_trip),
+        cmocka_unit_test(test_every_flip_caught),
+        cmocka_unit_test(test_bad_shapes),
+        cmocka_unit_test_setup_teardown(test_put_block_pass_through, tu_store_setup,
+                                        tu_store_teardown),
+        cmocka_unit_test_setup_teardown(test_put_block_refusals, tu_store_setup,
+                                        tu_store_teardown),
+        cmocka_unit_test_setup_teardown(test_blocks_overlap_in_a_part, tu_store_setup,
+                                        tu_store_teardown),
+        cmocka_unit_test(test_other_formats_refused),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
