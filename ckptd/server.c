@@ -32,6 +32,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cpr/block.h"
 #include "cpr/crc32c.h"
 #include "cpr_common.h"
 #include "server.h"
@@ -604,11 +605,17 @@ static cpr_status apply_rows(cpr_server *srv, const uint8_t *msg, size_t len, to
     if (st)
         return st;
     st = may_touch(t, &r.id);
-    if (st == CPR_OK)
+    cpr_block_header h = {0};
+    if (st == CPR_OK && r.block) /* stored as it came: the client's encoding */
+        st = cpr_store_put_block(srv->store, &r.id, r.block, r.block_len);
+    else if (st == CPR_OK)
         st = cpr_store_put_rows(srv->store, &r.id, &r.batch);
     if (st == CPR_OK || st == CPR_IO) /* refused batches leave the part as it was */
         touch_part(t, &r.id);
-    if (st == CPR_OK) {
+    if (st == CPR_OK && r.block && cpr_block_header_parse(r.block, r.block_len, &h) == CPR_OK) {
+        *rows += h.n;
+        *bytes += (uint64_t)h.n * (8 + ((uint64_t)h.dim + h.state_dim) * 4);
+    } else if (st == CPR_OK) {
         *rows += r.batch.n;
         *bytes += r.batch.n * 8 + (r.batch.values_count + r.batch.state_count) * 4;
     }
@@ -702,6 +709,18 @@ static cpr_status send_rows(void *ctx, const cpr_row_batch *b)
     return r == BATCH_OK ? st : send_failed(o->c, r, "restore");
 }
 
+/* RowBatch.block: stored blocks go out as they are on disk. */
+static cpr_status send_block(void *ctx, const void *block, size_t block_len)
+{
+    restore_out *o = ctx;
+    cpr_part_id id = {o->job, 0, 0};
+    uint8_t *buf;
+    size_t len;
+    cpr_status st = cpr_wire_block_encode(&id, block, block_len, &buf, &len);
+    batch_result r = st == CPR_OK ? send_message(o->c, buf, len) : BATCH_OK;
+    return r == BATCH_OK ? st : send_failed(o->c, r, "restore");
+}
+
 static void h_restore(call_ctx *c)
 {
     grpc_slice s = payload_slice(c);
@@ -709,8 +728,12 @@ static void h_restore(call_ctx *c)
     cpr_status st = cpr_wire_restore_decode(PAYLOAD(s), &q);
     if (st == CPR_OK) {
         restore_out o = {c, q.query.job};
-        st = send_initial(c) ? cpr_store_restore(c->srv->store, &q.query, send_rows, &o, NULL)
-                             : cpr_fail(CPR_UNAVAILABLE, "the client went away");
+        if (!send_initial(c))
+            st = cpr_fail(CPR_UNAVAILABLE, "the client went away");
+        else if (q.blocks)
+            st = cpr_store_restore_blocks(c->srv->store, &q.query, send_block, &o, NULL);
+        else
+            st = cpr_store_restore(c->srv->store, &q.query, send_rows, &o, NULL);
         cpr_wire_restore_release(&q);
     }
     grpc_slice_unref(s);

@@ -43,6 +43,8 @@ cpr_status cpr_node_abort(cpr_node *node, const cpr_part_id *id, double timeout_
 cpr_status cpr_node_writer_open(cpr_node *node, const cpr_part_id *id, double timeout_s,
                                 cpr_node_writer **out);
 cpr_status cpr_node_writer_rows(cpr_node_writer *w, const cpr_row_batch *batch);
+/* One sealed row block, sent (or stored) unchanged. */
+cpr_status cpr_node_writer_block(cpr_node_writer *w, const void *block, size_t len);
 cpr_status cpr_node_writer_blob(cpr_node_writer *w, const char *name, uint64_t offset,
                                 const void *data, size_t len, uint32_t crc32c);
 cpr_status cpr_node_writer_close(cpr_node_writer *w);

@@ -5,6 +5,11 @@
  * sender thread computes checksums and hands the items to the node, in
  * order. Commit drains the queue, closes the streams and commits.
  *
+ * Rows whose ids ascend (the common case: a gather in id order) are staged
+ * straight into the layout of a row block (cpr/block.h); the sender seals
+ * it (one CRC32C) and the block goes to the store unchanged. Other batches
+ * go as ids/values/state with a batch CRC, and the store sorts them.
+ *
  * Invariants
  *  P1. client->staged_bytes is the sum of the `charge` of every item that
  *      exists (queued or being sent) in any part, and never exceeds
@@ -24,6 +29,7 @@
 #include <string.h>
 
 #include "client_internal.h"
+#include "cpr/block.h"
 #include "cpr/crc32c.h"
 #include "cpr_common.h"
 
@@ -34,7 +40,9 @@ typedef struct item {
     size_t charge;        /* bytes counted against staging (P1) */
     int pooled;           /* allocated full size: may go back to the pool */
     int is_blob;
+    int is_block;         /* rows staged as a row block of len bytes */
     uint32_t table;       /* rows */
+    uint32_t dim, state_dim; /* blocks */
     size_t n, values_count, state_count;
     char name[CPR_NAME_MAX + 1]; /* blob */
     uint64_t offset;
@@ -144,6 +152,11 @@ static cpr_status send_item(cpr_part *p, item *it)
     if (it->is_blob)
         return cpr_node_writer_blob(p->writer, it->name, it->offset, it->data, it->len,
                                     cpr_crc32c(0, it->data, it->len));
+    if (it->is_block) {
+        cpr_status st = cpr_block_seal(it->data, it->table, (uint32_t)it->n, it->dim,
+                                       it->state_dim, 0);
+        return st ? st : cpr_node_writer_block(p->writer, it->data, it->len);
+    }
     const uint64_t *ids = (const uint64_t *)it->data;
     const float *values = (const float *)(it->data + it->n * 8);
     const float *state = values + it->values_count;
@@ -332,6 +345,38 @@ static cpr_status check_batch(const cpr_part *p, const cpr_row_batch *b, const s
     return CPR_OK;
 }
 
+static int ids_ascend(const cpr_row_batch *b)
+{
+    for (size_t i = 1; i < b->n; i++)
+        if (b->ids[i] <= b->ids[i - 1])
+            return 0;
+    return 1;
+}
+
+/* Rows [done, done + k) of b into a staged row block. */
+static cpr_status stage_block(cpr_part *p, const cpr_row_batch *b, const schema *t, size_t done,
+                              size_t k)
+{
+    cpr_status st = CPR_OK;
+    size_t bytes = cpr_block_size((uint32_t)k, t->dim, t->state_dim, 0);
+    cpr_block_layout l;
+    item *it = item_new(p, bytes, &st);
+    if (!it)
+        return st;
+    cpr_block_layout_of((uint32_t)k, t->dim, t->state_dim, 0, &l);
+    it->is_block = 1;
+    it->table = b->table;
+    it->dim = t->dim;
+    it->state_dim = t->state_dim;
+    it->n = k;
+    it->len = bytes;
+    memcpy(it->data + l.ids, b->ids + done, k * 8);
+    memcpy(it->data + l.values, b->values + done * t->dim, k * t->dim * 4);
+    if (t->state_dim)
+        memcpy(it->data + l.state, b->state + done * t->state_dim, k * t->state_dim * 4);
+    return queue_item(p, it);
+}
+
 cpr_status cpr_part_put_rows(cpr_part *p, const cpr_row_batch *b)
 {
     const schema *t;
@@ -340,6 +385,22 @@ cpr_status cpr_part_put_rows(cpr_part *p, const cpr_row_batch *b)
     cpr_status st = check_batch(p, b, &t);
     if (st)
         return st;
+    if (b->n && ids_ascend(b)) {
+        size_t row_bytes = 8 + 4 * ((size_t)t->dim + t->state_dim);
+        size_t room = p->client->opts.message_bytes > CPR_BLOCK_HEADER_BYTES
+                          ? p->client->opts.message_bytes - CPR_BLOCK_HEADER_BYTES : 0;
+        size_t per_block = room / row_bytes, max_rows = (CPR_BLOCK_MAX_BYTES - 64) / row_bytes;
+        per_block = per_block < 1 ? 1 : per_block > max_rows ? max_rows : per_block;
+        int queued = 0;
+        for (size_t done = 0; st == CPR_OK && done < b->n; done += per_block) {
+            size_t k = b->n - done < per_block ? b->n - done : per_block;
+            st = stage_block(p, b, t, done, k);
+            queued |= st == CPR_OK;
+        }
+        if (st && queued)
+            set_error(p, st); /* part of the batch is queued: the part is incomplete */
+        return st;
+    }
     size_t row_bytes = 8 + 4 * ((size_t)t->dim + t->state_dim);
     int queued = 0;
     size_t per_item = p->client->opts.message_bytes / row_bytes;

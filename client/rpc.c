@@ -304,13 +304,15 @@ cpr_status cpr_rpc_server_stream(cpr_rpc *r, const char *method, const uint8_t *
         ok = run_batch(call, cq, &op, 1);
         if (!ok || !bb)
             break; /* end of the stream: the status says how it ended */
-        uint8_t *msg = NULL;
-        size_t n = 0;
-        st = bytes_of(bb, &msg, &n);
+        /* The message as one slice (one copy only when it arrived in
+         * pieces), handed to the callback in place. */
+        grpc_byte_buffer_reader reader;
+        grpc_byte_buffer_reader_init(&reader, bb);
+        grpc_slice s = grpc_byte_buffer_reader_readall(&reader);
+        grpc_byte_buffer_reader_destroy(&reader);
         grpc_byte_buffer_destroy(bb);
-        if (st == CPR_OK)
-            st = fn(ctx, msg, n);
-        free(msg);
+        st = fn(ctx, GRPC_SLICE_START_PTR(s), GRPC_SLICE_LENGTH(s));
+        grpc_slice_unref(s);
     }
     if (st != CPR_OK)
         grpc_call_cancel(call, NULL); /* the caller stopped: tell the server */

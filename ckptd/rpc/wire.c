@@ -106,59 +106,152 @@ out:
 
 /* ---- row batches -------------------------------------------------------------- */
 
-/* A view of `bytes` as an array of `elem`-byte items: the length must be a
- * whole number of them; a misaligned pointer gets an aligned copy. */
-static cpr_status as_array(const ProtobufCBinaryData *bytes, size_t elem, const char *field,
+/* A view of `len` bytes at `bytes` as an array of `elem`-byte items: the
+ * length must be a whole number of them; a misaligned pointer gets an
+ * aligned copy. */
+static cpr_status as_array(const uint8_t *bytes, size_t len, size_t elem, const char *field,
                            const void **data, size_t *count, void **copy)
 {
     *copy = NULL;
-    if (bytes->len % elem != 0)
+    if (len % elem != 0)
         return cpr_fail(CPR_INVALID_ARGUMENT, "%s has %zu bytes: not a whole number of "
-                        "%zu-byte items", field, bytes->len, elem);
-    *count = bytes->len / elem;
-    *data = bytes->data;
-    if (bytes->len && ((uintptr_t)bytes->data % elem) != 0) {
-        *copy = malloc(bytes->len);
+                        "%zu-byte items", field, len, elem);
+    *count = len / elem;
+    *data = bytes;
+    if (len && ((uintptr_t)bytes % elem) != 0) {
+        *copy = malloc(len);
         if (!*copy)
             return cpr_fail(CPR_NO_MEMORY, "out of memory for %s", field);
-        memcpy(*copy, bytes->data, bytes->len);
+        memcpy(*copy, bytes, len);
         *data = *copy;
     }
     return CPR_OK;
 }
 
+/* ---- RowBatch, decoded in place ----------------------------------------------------
+ * protobuf-c's unpack copies every bytes field; a RowBatch is almost all
+ * bytes (a row block of up to megabytes), so it is read here field by field
+ * straight from the message: protobuf's wire format (varint tags; wire type
+ * 0 varint, 1 fixed64, 2 length-delimited, 5 fixed32), unknown fields
+ * skipped, a repeated singular field's last value kept, as protobuf does. */
+
+typedef struct pb_reader {
+    const uint8_t *p, *end;
+} pb_reader;
+
+static int pb_varint(pb_reader *r, uint64_t *v)
+{
+    uint64_t x = 0;
+    for (int shift = 0; shift < 64; shift += 7) {
+        if (r->p >= r->end)
+            return -1;
+        uint8_t byte = *r->p++;
+        x |= (uint64_t)(byte & 0x7f) << shift;
+        if (!(byte & 0x80)) {
+            *v = x;
+            return 0;
+        }
+    }
+    return -1;
+}
+
+/* One field: its number, and for wire type 2 its bytes; varints in *v. */
+static int pb_field(pb_reader *r, uint32_t *field, uint64_t *v, const uint8_t **bytes,
+                    size_t *len)
+{
+    uint64_t tag;
+    if (pb_varint(r, &tag) || (tag >> 3) == 0 || (tag >> 3) > 0x1fffffff)
+        return -1;
+    *field = (uint32_t)(tag >> 3);
+    *bytes = NULL;
+    switch (tag & 7) {
+    case 0:
+        return pb_varint(r, v);
+    case 1:
+    case 5: {
+        size_t n = (tag & 7) == 1 ? 8 : 4;
+        if ((size_t)(r->end - r->p) < n)
+            return -1;
+        *v = 0;
+        memcpy(v, r->p, n);
+        r->p += n;
+        return 0;
+    }
+    case 2:
+        if (pb_varint(r, v) || *v > (uint64_t)(r->end - r->p))
+            return -1;
+        *bytes = r->p;
+        *len = (size_t)*v;
+        r->p += *len;
+        return 0;
+    default: /* groups (3, 4) and 6, 7: not in this contract */
+        return -1;
+    }
+}
+
 cpr_status cpr_wire_rows_decode(const void *buf, size_t len, cpr_wire_rows *out)
 {
-    Cpr__V1__RowBatch *m = cpr__v1__row_batch__unpack(NULL, len, buf);
-    if (!m)
-        return malformed("RowBatch", len);
-    cpr_wire_rows r = {.msg = m};
-    const void *ids = NULL, *values = NULL, *state = NULL;
-    cpr_status st = as_array(&m->ids, 8, "ids", &ids, &r.batch.n, &r.copies[0]);
+    pb_reader rd = {buf, (const uint8_t *)buf + len};
+    cpr_wire_rows r;
+    const uint8_t *ids = NULL, *values = NULL, *state = NULL, *job = NULL;
+    size_t ids_len = 0, values_len = 0, state_len = 0, job_len = 0;
+    memset(&r, 0, sizeof r);
+    while (rd.p < rd.end) {
+        uint32_t f;
+        uint64_t v = 0;
+        const uint8_t *bytes;
+        size_t blen = 0;
+        if (pb_field(&rd, &f, &v, &bytes, &blen))
+            return malformed("RowBatch", len);
+        int is_len = bytes != NULL;
+        if ((f == 1 || f == 5 || f == 6 || f == 7 || f == 11) != is_len &&
+            f <= 11)
+            return malformed("RowBatch", len); /* a known field of the wrong type */
+        switch (f) {
+        case 1: job = bytes; job_len = blen; break;
+        case 2: r.id.shard = (uint32_t)v; break;
+        case 3: r.id.checkpoint = v; break;
+        case 4: r.batch.table = (uint32_t)v; break;
+        case 5: ids = bytes; ids_len = blen; break;
+        case 6: values = bytes; values_len = blen; break;
+        case 7: state = bytes; state_len = blen; break;
+        case 8: r.batch.crc32c = (uint32_t)v; break;
+        case 9: r.dim = (uint32_t)v; break;
+        case 10: r.state_dim = (uint32_t)v; break;
+        case 11: r.block = bytes; r.block_len = blen; break;
+        default: break; /* unknown: skipped */
+        }
+    }
+    if (job_len > CPR_NAME_MAX || (job && memchr(job, 0, job_len)))
+        return cpr_fail(CPR_INVALID_ARGUMENT, "RowBatch: the job name is longer than %d "
+                        "bytes or holds a NUL byte", CPR_NAME_MAX);
+    if (job_len)
+        memcpy(r.job, job, job_len);
+    const void *a = NULL, *b = NULL, *c = NULL;
+    cpr_status st = as_array(ids, ids_len, 8, "ids", &a, &r.batch.n, &r.copies[0]);
     if (st == CPR_OK)
-        st = as_array(&m->values, 4, "values", &values, &r.batch.values_count, &r.copies[1]);
+        st = as_array(values, values_len, 4, "values", &b, &r.batch.values_count, &r.copies[1]);
     if (st == CPR_OK)
-        st = as_array(&m->state, 4, "state", &state, &r.batch.state_count, &r.copies[2]);
+        st = as_array(state, state_len, 4, "state", &c, &r.batch.state_count, &r.copies[2]);
     if (st) {
         cpr_wire_rows_release(&r);
         return st;
     }
-    r.id = (cpr_part_id){str(m->job), m->shard, m->checkpoint};
-    r.batch.table = m->table;
-    r.batch.ids = ids;
-    r.batch.values = values;
-    r.batch.state = r.batch.state_count ? state : NULL;
-    r.batch.crc32c = m->crc32c;
-    r.dim = m->dim;
-    r.state_dim = m->state_dim;
+    r.batch.ids = a;
+    r.batch.values = b;
+    r.batch.state = r.batch.state_count ? c : NULL;
+    if (r.block && (r.batch.n || r.batch.values_count || r.batch.state_count)) {
+        cpr_wire_rows_release(&r);
+        return cpr_fail(CPR_INVALID_ARGUMENT, "RowBatch carries a block and ids/values/"
+                        "state: send one or the other");
+    }
     *out = r;
+    out->id.job = out->job; /* into *out, not the local copy */
     return CPR_OK;
 }
 
 void cpr_wire_rows_release(cpr_wire_rows *r)
 {
-    if (r->msg)
-        cpr__v1__row_batch__free_unpacked(r->msg, NULL);
     for (int i = 0; i < 3; i++)
         free(r->copies[i]);
     memset(r, 0, sizeof *r);
@@ -178,6 +271,17 @@ cpr_status cpr_wire_rows_encode(const cpr_part_id *id, const cpr_row_batch *b, u
     m.crc32c = b->crc32c;
     m.dim = dim;
     m.state_dim = state_dim;
+    return pack(&m.base, buf, len);
+}
+
+cpr_status cpr_wire_block_encode(const cpr_part_id *id, const void *block, size_t block_len,
+                                 uint8_t **buf, size_t *len)
+{
+    Cpr__V1__RowBatch m = CPR__V1__ROW_BATCH__INIT;
+    m.job = (char *)id->job;
+    m.shard = id->shard;
+    m.checkpoint = id->checkpoint;
+    m.block = (ProtobufCBinaryData){block_len, (uint8_t *)block};
     return pack(&m.base, buf, len);
 }
 
@@ -307,6 +411,7 @@ cpr_status cpr_wire_restore_decode(const void *buf, size_t len, cpr_wire_restore
         .n_ranges = m->n_ranges, .modulo = m->modulo, .remainder = m->remainder,
         .batch_rows = m->batch_rows,
     };
+    r.blocks = m->blocks;
     *out = r;
     return CPR_OK;
 }
@@ -320,6 +425,12 @@ void cpr_wire_restore_release(cpr_wire_restore *r)
 }
 
 cpr_status cpr_wire_restore_encode(const cpr_restore_query *q, uint8_t **buf, size_t *len)
+{
+    return cpr_wire_restore_encode_blocks(q, 0, buf, len);
+}
+
+cpr_status cpr_wire_restore_encode_blocks(const cpr_restore_query *q, int blocks, uint8_t **buf,
+                                          size_t *len)
 {
     Cpr__V1__RestoreRequest m = CPR__V1__RESTORE_REQUEST__INIT;
     Cpr__V1__RowRange *ranges = calloc(q->n_ranges + 1, sizeof *ranges);
@@ -345,6 +456,7 @@ cpr_status cpr_wire_restore_encode(const cpr_restore_query *q, uint8_t **buf, si
     m.modulo = q->modulo;
     m.remainder = q->remainder;
     m.batch_rows = (uint32_t)q->batch_rows;
+    m.blocks = blocks != 0;
     st = pack(&m.base, buf, len);
 out:
     free(ranges);

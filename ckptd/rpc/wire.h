@@ -28,11 +28,17 @@ typedef struct cpr_wire_begin {
     cpr_table_schema *tables;
 } cpr_wire_begin;
 
+/* A RowBatch, decoded in place: nothing of the message is copied except the
+ * job name and, for ids/values/state that are not aligned in it, those
+ * arrays. The message must outlive the struct, and the struct must not be
+ * copied (id.job points into it). */
 typedef struct cpr_wire_rows {
-    cpr_part_id id;
+    cpr_part_id id;               /* id.job points into `job` */
     cpr_row_batch batch;          /* arrays point into the message (or copies) */
     uint32_t dim, state_dim;      /* as sent (set in Restore responses) */
-    void *msg;
+    const void *block;            /* RowBatch.block: a row block (NULL if absent) */
+    size_t block_len;
+    char job[CPR_NAME_MAX + 1];
     void *copies[3];              /* aligned copies, when the message's were not */
 } cpr_wire_rows;
 
@@ -56,6 +62,7 @@ typedef struct cpr_wire_part {
 
 typedef struct cpr_wire_restore {
     cpr_restore_query query;      /* arrays point into this struct or the message */
+    int blocks;                   /* answer with RowBatch.block */
     void *msg;
     uint32_t *tables;
     cpr_row_range *ranges;
@@ -120,6 +127,12 @@ cpr_status cpr_wire_begin_encode(const cpr_part_spec *spec, uint8_t **buf, size_
 /* dim/state_dim are written as given (0 in requests). */
 cpr_status cpr_wire_rows_encode(const cpr_part_id *id, const cpr_row_batch *batch,
                                 uint32_t dim, uint32_t state_dim, uint8_t **buf, size_t *len);
+/* A RowBatch carrying one row block (bytes copied once, into the message). */
+cpr_status cpr_wire_block_encode(const cpr_part_id *id, const void *block, size_t block_len,
+                                 uint8_t **buf, size_t *len);
+/* RestoreRequest; `blocks` asks for answers as row blocks. */
+cpr_status cpr_wire_restore_encode_blocks(const cpr_restore_query *q, int blocks, uint8_t **buf,
+                                          size_t *len);
 cpr_status cpr_wire_chunk_encode(const cpr_part_id *id, const char *name, uint64_t offset,
                                  uint64_t size, const void *data, size_t data_len,
                                  uint32_t crc32c, uint8_t **buf, size_t *len);
