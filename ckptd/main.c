@@ -34,13 +34,15 @@ typedef struct settings {
 
 static void usage(FILE *out)
 {
-    fputs("usage: ckptd --data-dir DIR [--listen HOST:PORT] [--config FILE] [--threads N]\n"
+    fputs("usage: ckptd --data-dir DIR [--listen ADDR] [--config FILE] [--threads N]\n"
           "             [--retain K] [--gc-interval-s S] [--max-message-mb M]\n"
           "             [--idle-part-timeout-s S] [--log-level L]\n"
           "       ckptd --version | --help\n"
           "\n"
-          "  --listen HOST:PORT   address to serve (default 127.0.0.1:7717; port 0 picks a\n"
-          "                       free port); the bound address is printed on one line\n"
+          "  --listen ADDR        HOST:PORT to serve (default 127.0.0.1:7717; port 0 picks a\n"
+          "                       free port), or unix:/PATH, a Unix-domain socket for\n"
+          "                       clients on this host (no TCP stack on the way); the\n"
+          "                       bound address is printed on one line\n"
           "  --data-dir DIR       the store's directory (created if missing)\n"
           "  --config FILE        settings as `key = value` lines, keys as the flags\n"
           "                       without dashes (listen, data-dir, ...); flags win\n"
@@ -234,14 +236,20 @@ int main(int argc, char **argv)
         cpr_store_close(store);
         return 1;
     }
-    char host[256];
-    snprintf(host, sizeof host, "%s", s.listen);
-    char *colon = strrchr(host, ':');
-    if (colon)
-        *colon = '\0';
-    printf("ckptd listening on %s:%d\n", host, port);
+    char bound[300];
+    if (strncmp(s.listen, "unix:", 5) == 0) {
+        snprintf(bound, sizeof bound, "%s", s.listen);
+    } else {
+        char host[256];
+        snprintf(host, sizeof host, "%s", s.listen);
+        char *colon = strrchr(host, ':');
+        if (colon)
+            *colon = '\0';
+        snprintf(bound, sizeof bound, "%s:%d", host, port);
+    }
+    printf("ckptd listening on %s\n", bound);
     fflush(stdout);
-    cpr_log(CPR_LOG_INFO, "serving %s on %s:%d", s.data_dir, host, port);
+    cpr_log(CPR_LOG_INFO, "serving %s on %s", s.data_dir, bound);
     sigwait(&stop, &sig);
     cpr_log(CPR_LOG_INFO, "signal %d: stopping", sig);
     cpr_server_stop(server);

@@ -23,6 +23,7 @@
 
 #define LOCAL_PREFIX "local://"
 #define GRPC_PREFIX "grpc://"
+#define UNIX_PREFIX "unix:"
 #define MAX_NODES 256
 #define MAX_MESSAGE_BYTES ((size_t)16 << 20)
 #define MAX_TIMEOUT_S (30.0 * 24 * 3600)
@@ -125,9 +126,16 @@ cpr_status cpr_client_open(const char *target, const cpr_client_options *opts,
             st = add_node(c, n);
     } else if (strncmp(target, GRPC_PREFIX, strlen(GRPC_PREFIX)) == 0) {
         st = open_grpc_nodes(c, target + strlen(GRPC_PREFIX));
+    } else if (strncmp(target, UNIX_PREFIX, strlen(UNIX_PREFIX)) == 0 &&
+               target[strlen(UNIX_PREFIX)] == '/' && !strchr(target, ',')) {
+        cpr_node *n; /* gRPC reads "unix:/path" itself */
+        st = cpr_node_open_grpc(target, &n);
+        if (st == CPR_OK)
+            st = add_node(c, n);
     } else {
-        st = cpr_fail(CPR_INVALID_ARGUMENT, "target '%.200s' is neither "
-                      "grpc://host:port[,host:port...] nor local:///absolute/path", target);
+        st = cpr_fail(CPR_INVALID_ARGUMENT, "target '%.200s' is none of "
+                      "grpc://host:port[,host:port...], unix:/absolute/socket/path and "
+                      "local:///absolute/path", target);
     }
     if (st) {
         cpr_client_close(c);

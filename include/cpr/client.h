@@ -9,6 +9,9 @@
  *       list, and adding a node moves only the shards that now hash to it.
  *       Everything about one shard (its parts, rows and blobs) lives on the
  *       node that shard hashes to.
+ *   unix:/path                       one ckptd on this host, over its
+ *       Unix-domain socket (ckptd --listen unix:/path): no TCP stack between
+ *       the trainer and the daemon.
  *   local:///path                    the store in-process, no daemon (one
  *       machine, tests, the embedded default).
  *

@@ -56,11 +56,11 @@ void ch_start_args(ch_daemon *d, const char *dir, const char *const *extra)
     }
     close(fds[1]);
     FILE *out = fdopen(fds[0], "r");
-    char line[256] = "";
+    char line[400] = "";
     /* Blocks until the daemon serves: it prints the line after binding. */
     assert_non_null(fgets(line, sizeof line, out));
     fclose(out);
-    assert_int_equal(sscanf(line, "ckptd listening on %63s", d->addr), 1);
+    assert_int_equal(sscanf(line, "ckptd listening on %255s", d->addr), 1);
 }
 
 void ch_stop(ch_daemon *d)

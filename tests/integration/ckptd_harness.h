@@ -21,7 +21,7 @@ extern const cpr_table_schema ch_table;
 
 typedef struct ch_daemon {
     pid_t pid;
-    char addr[64];
+    char addr[256];       /* host:port, or unix:/path */
 } ch_daemon;
 
 void ch_start(ch_daemon *d, const char *dir);

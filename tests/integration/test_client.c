@@ -261,8 +261,24 @@ static void test_grpc_round_trip(void **state)
 {
     (void)state;
     ch_daemon d;
-    char target[128];
+    char target[300];
     char *dir = ch_daemon_up(&d, target, sizeof target);
+    round_trip(target);
+    ch_daemon_down(&d, dir);
+}
+
+/* A daemon on a Unix-domain socket (same host, no TCP stack). */
+static void test_unix_round_trip(void **state)
+{
+    (void)state;
+    ch_daemon d;
+    char *dir = tu_mkdtemp("cpr-ckptd");
+    char listen[400], target[512];
+    snprintf(listen, sizeof listen, "unix:%s/ckptd.sock", dir);
+    const char *const args[] = {"--listen", listen, NULL};
+    ch_start_args(&d, dir, args);
+    assert_string_equal(d.addr, listen);
+    snprintf(target, sizeof target, "%s", d.addr);
     round_trip(target);
     ch_daemon_down(&d, dir);
 }
@@ -271,7 +287,8 @@ static void test_bad_targets(void **state)
 {
     (void)state;
     const char *bad[] = {"", "foo", "local://relative", "grpc://", "grpc://host",
-                         "grpc://:80", "grpc://a:1,a:1", "grpc://a:1,", "http://a:1"};
+                         "grpc://:80", "grpc://a:1,a:1", "grpc://a:1,", "http://a:1",
+                         "unix:relative", "unix:/a,unix:/b"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         cpr_client *c = NULL;
         assert_status(CPR_INVALID_ARGUMENT, cpr_client_open(bad[i], NULL, &c));
@@ -387,7 +404,7 @@ static void test_concurrent_shards(void **state)
 {
     (void)state;
     ch_daemon d;
-    char target[128];
+    char target[300];
     char *dir = ch_daemon_up(&d, target, sizeof target);
     cpr_client_options o = {.message_bytes = 16384, .staging_bytes = 4u << 20};
     cpr_client *c;
@@ -409,7 +426,7 @@ static void test_two_daemons(void **state)
     (void)state;
     char *dir[2] = {tu_mkdtemp("cpr-client"), tu_mkdtemp("cpr-client")};
     ch_daemon d[2];
-    char target[256], reversed[256], alone[2][128];
+    char target[600], reversed[600], alone[2][300];
     for (int i = 0; i < 2; i++) {
         ch_start(&d[i], dir[i]);
         snprintf(alone[i], sizeof alone[i], "grpc://%s", d[i].addr);
@@ -519,7 +536,7 @@ static void test_daemon_killed_mid_part(void **state)
 {
     (void)state;
     ch_daemon d;
-    char target[128];
+    char target[300];
     char *dir = ch_daemon_up(&d, target, sizeof target);
     cpr_client_options o = {.backoff_s = 0.01, .retries = 2, .call_timeout_s = 5};
     cpr_client *c;
@@ -566,7 +583,7 @@ static void test_client_killed_mid_stream(void **state)
 {
     (void)state;
     ch_daemon d;
-    char target[128];
+    char target[300];
     char *dir = ch_daemon_up(&d, target, sizeof target);
     /* The writer is this program run again (a fresh process: gRPC does not
      * survive fork() in a process that has used it). */
@@ -621,6 +638,7 @@ int main(int argc, char **argv)
         return vanishing_writer(argv[2]);
     signal(SIGPIPE, SIG_IGN);
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_unix_round_trip),
         cmocka_unit_test(test_bad_targets),
         cmocka_unit_test(test_local_round_trip),
         cmocka_unit_test(test_backpressure),

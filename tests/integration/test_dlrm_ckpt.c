@@ -45,7 +45,7 @@ typedef struct fixture {
     char data[512];
     char store[512];
     ch_daemon d;
-    char target[128];
+    char target[300];
 } fixture;
 
 static fixture *fx;
@@ -344,7 +344,7 @@ static cpr_status restart_after_failed(void *ctx, dlrm_trainer *tr)
     dlrm_ckpt_stats s;
     dlrm_ckpt_stats_get(r->ck, &s);
     if (r->killed && !r->restarted && s.saves_failed >= 1) {
-        char addr[64];
+        char addr[256];
         snprintf(addr, sizeof addr, "%s", fx->d.addr);
         const char *extra[] = {"--listen", addr, NULL};
         ch_start_args(&fx->d, fx->store, extra);

@@ -324,7 +324,7 @@ static void check_full(cpr_client *c, model *ms, snap cut[2])
 static void test_range_partial_then_full(void **state)
 {
     (void)state;
-    char *dir = tu_mkdtemp("cpr-exec"), target[128];
+    char *dir = tu_mkdtemp("cpr-exec"), target[300];
     ch_daemon d;
     ch_start(&d, dir);
     snprintf(target, sizeof target, "grpc://%s", d.addr);
@@ -394,7 +394,7 @@ static void refusals(cpr_client *c, const cpr_recovery_plan *plan, model *ms)
 static void test_modulo_priority_only(void **state)
 {
     (void)state;
-    char *dir = tu_mkdtemp("cpr-exec"), target[256];
+    char *dir = tu_mkdtemp("cpr-exec"), target[600];
     snprintf(target, sizeof target, "local://%s/store", dir);
     cpr_client *c;
     assert_status(CPR_OK, cpr_client_open(target, NULL, &c));

@@ -115,7 +115,7 @@ static void test_two_clients_race(void **state)
 {
     (void)state;
     ch_daemon d;
-    char target[128];
+    char target[300];
     char *dir = ch_daemon_up(&d, target, sizeof target);
     pthread_barrier_t barrier;
     pthread_barrier_init(&barrier, NULL, 2);
@@ -170,7 +170,7 @@ static void test_placement_and_down(void **state)
 {
     (void)state;
     ch_daemon d[2];
-    char *dir[2], alone[2][128], target[256];
+    char *dir[2], alone[2][300], target[600];
     for (int i = 0; i < 2; i++)
         dir[i] = ch_daemon_up(&d[i], alone[i], sizeof alone[i]);
     snprintf(target, sizeof target, "grpc://%s,%s", d[0].addr, d[1].addr);
@@ -266,7 +266,7 @@ static void test_decide_and_record_race(void **state)
 {
     (void)state;
     ch_daemon d;
-    char target[128];
+    char target[300];
     char *dir = ch_daemon_up(&d, target, sizeof target);
     cpr_client *c;
     assert_status(CPR_OK, cpr_client_open(target, NULL, &c));

@@ -30,6 +30,7 @@ typedef struct bench_opts {
     uint32_t shards[8];   /* shard counts to run, in order */
     size_t n_shards;
     const char *ckptd;    /* path of the ckptd binary */
+    int transports;       /* rpc: 1 TCP on 127.0.0.1, 2 a Unix socket, 3 both */
 } bench_opts;
 
 /* CPU time used by the whole process (all threads) during a phase. */
@@ -137,13 +138,14 @@ cpr_status bench_chain_run(const bench_opts *opts, const char *store_dir, bench_
 
 /* ---- bench_rpc.c: the same workload through the client and ckptd ---------- */
 
-/* Start ckptd (opts->ckptd) on 127.0.0.1 over `data_dir`; `shards` writers
+/* Start ckptd (opts->ckptd) on 127.0.0.1 (or, use_unix, a Unix-domain socket
+ * in `data_dir`) over `data_dir`; `shards` writers
  * ingest the FULL and PRIORITY parts through one client, concurrently (rows
  * split into contiguous ranges); stop, drop the cache, restart; every shard
  * restores and checks its rows. Fills the same fields as bench_store_run;
  * CPU times include the daemon's. */
 cpr_status bench_rpc_run(const bench_opts *opts, const char *data_dir, uint32_t shards,
-                         bench_result *res);
+                         int use_unix, bench_result *res);
 
 /* ---- bench_raw.c: the raw-disk baseline --------------------------------- */
 

@@ -28,11 +28,18 @@
 
 typedef struct bench_daemon {
     pid_t pid;
-    char addr[128];
+    char addr[256];       /* host:port, or unix:/path */
 } bench_daemon;
 
-static cpr_status daemon_start(const char *ckptd, const char *dir, bench_daemon *d)
+/* use_unix: listen on DIR/ckptd.sock instead of 127.0.0.1. */
+static cpr_status daemon_start(const char *ckptd, const char *dir, int use_unix,
+                               bench_daemon *d)
 {
+    char listen[300];
+    if (use_unix)
+        snprintf(listen, sizeof listen, "unix:%s/ckptd.sock", dir);
+    else
+        snprintf(listen, sizeof listen, "127.0.0.1:0");
     int fds[2];
     if (pipe(fds) != 0)
         return cpr_fail(CPR_IO, "pipe: %s", strerror(errno));
@@ -47,17 +54,17 @@ static cpr_status daemon_start(const char *ckptd, const char *dir, bench_daemon 
         dup2(fds[1], STDOUT_FILENO);
         close(fds[0]);
         close(fds[1]);
-        execl(ckptd, "ckptd", "--listen", "127.0.0.1:0", "--data-dir", dir, "--log-level",
+        execl(ckptd, "ckptd", "--listen", listen, "--data-dir", dir, "--log-level",
               "warn", "--gc-interval-s", "0", (char *)NULL);
         fprintf(stderr, "cpr-bench: cannot run %s: %s\n", ckptd, strerror(errno));
         _exit(127);
     }
     close(fds[1]);
     FILE *out = fdopen(fds[0], "r");
-    char line[256] = "";
+    char line[400] = "";
     /* The daemon prints its address once it serves; EOF means it died. */
     int ok = out && fgets(line, sizeof line, out) &&
-             sscanf(line, "ckptd listening on %127s", d->addr) == 1;
+             sscanf(line, "ckptd listening on %255s", d->addr) == 1;
     if (out)
         fclose(out);
     else
@@ -270,13 +277,16 @@ static void *timed_barrier(void *arg)
 
 static cpr_status open_client(const bench_daemon *d, cpr_client **client)
 {
-    char target[160];
-    snprintf(target, sizeof target, "grpc://%s", d->addr);
+    char target[300];
+    if (strncmp(d->addr, "unix:", 5) == 0)
+        snprintf(target, sizeof target, "%s", d->addr);
+    else
+        snprintf(target, sizeof target, "grpc://%s", d->addr);
     return cpr_client_open(target, NULL, client);
 }
 
 cpr_status bench_rpc_run(const bench_opts *opts, const char *data_dir, uint32_t count,
-                         bench_result *res)
+                         int use_unix, bench_result *res)
 {
     shard *sh = calloc(count, sizeof *sh);
     pthread_barrier_t phase;
@@ -289,7 +299,7 @@ cpr_status bench_rpc_run(const bench_opts *opts, const char *data_dir, uint32_t 
     if (!sh)
         return cpr_fail(CPR_NO_MEMORY, "out of memory");
     double t0 = cpr_now_s();
-    cpr_status st = daemon_start(opts->ckptd, data_dir, &d);
+    cpr_status st = daemon_start(opts->ckptd, data_dir, use_unix, &d);
     res->open_s = cpr_now_s() - t0;
     if (st == CPR_OK)
         st = open_client(&d, &client);
@@ -326,7 +336,7 @@ cpr_status bench_rpc_run(const bench_opts *opts, const char *data_dir, uint32_t 
         res->drop_cache_s = cpr_now_s() - t0;
         t0 = cpr_now_s();
         if (st == CPR_OK)
-            st = daemon_start(opts->ckptd, data_dir, &d);
+            st = daemon_start(opts->ckptd, data_dir, use_unix, &d);
         res->reopen_s = cpr_now_s() - t0;
     }
     if (st == CPR_OK)

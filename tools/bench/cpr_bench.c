@@ -66,12 +66,14 @@ static void usage(FILE *out)
           "  --json          print one JSON object on one line instead of a table\n"
           "  -h, --help      print this help\n"
           "\n"
-          "cpr-bench rpc [the store options] [--shards S] [--ckptd PATH]\n"
+          "cpr-bench rpc [the store options] [--shards S] [--transport T] [--ckptd PATH]\n"
           "  runs cpr-bench store's measurements (as the baseline), then for each\n"
           "  shard count S starts ckptd over DIR/rpc-S, has S threads write their\n"
           "  share of the rows (one part each, through one client), stops it, drops\n"
           "  the page cache, restarts it and restores every shard concurrently\n"
           "  --shards S      run only this shard count (default: 1, 4 and 16)\n"
+          "  --transport T   tcp (127.0.0.1), unix (a Unix-domain socket: ckptd on the\n"
+          "                  trainer's host) or both (default)\n"
           "  --ckptd PATH    the daemon (default: ../ckptd/ckptd beside cpr-bench)\n"
           "\n"
           "Progress goes to stderr. Exit status: 0 done and every restored row\n"
@@ -160,6 +162,18 @@ static int parse_one(int argc, char **argv, int *i, bench_opts *opts)
             return -1;
         opts->shards[0] = (uint32_t)v;
         opts->n_shards = 1;
+        return 0;
+    }
+    value = bench_flag_value(argc, argv, i, "--transport", &missing);
+    if (missing)
+        return -1;
+    if (value) {
+        opts->transports = strcmp(value, "tcp") == 0 ? 1 : strcmp(value, "unix") == 0 ? 2
+                           : strcmp(value, "both") == 0 ? 3 : 0;
+        if (!opts->transports) {
+            fprintf(stderr, "cpr-bench: --transport: '%s' is not tcp, unix or both\n", value);
+            return -1;
+        }
         return 0;
     }
     value = bench_flag_value(argc, argv, i, "--ckptd", &missing);
@@ -644,6 +658,7 @@ static const char *default_ckptd(char *buf, size_t len)
 
 typedef struct rpc_run {
     uint32_t shards;
+    int use_unix;
     bench_result res;
 } rpc_run;
 
@@ -662,6 +677,7 @@ static int print_rpc_json(const bench_opts *opts, const bench_result *store,
         cpr_json *o = result_json(opts, &runs[i].res);
         rates x = compute_rates(&runs[i].res);
         failed = !o || cpr_json_add_number(o, "shards", runs[i].shards) ||
+                 cpr_json_add_string(o, "transport", runs[i].use_unix ? "unix" : "tcp") ||
                  cpr_json_add_number(o, "ingest_vs_store", round3(ratio(x.ingest, store_ingest))) ||
                  cpr_json_add_number(o, "restore_vs_store",
                                      round3(ratio(x.restore, store_restore))) ||
@@ -691,13 +707,13 @@ static int print_rpc_table(const bench_opts *opts, const bench_result *store,
     printf("  raw write %.1f MB/s, raw read %.1f MB/s; store in-process: ingest %.1f MB/s "
            "(%.3f x raw), restore %.1f MB/s (%.3f x raw)\n\n", s.raw_write, s.raw_read,
            s.ingest, ratio(s.ingest, s.raw_write), s.restore, ratio(s.restore, s.raw_read));
-    printf("  %6s %12s %9s %9s %12s %9s %9s %16s\n", "shards", "ingest MB/s", "/raw",
-           "/store", "restore MB/s", "/raw", "/store", "cpu ingest u+s");
+    printf("  %6s %5s %12s %9s %9s %12s %9s %9s %16s\n", "shards", "via", "ingest MB/s",
+           "/raw", "/store", "restore MB/s", "/raw", "/store", "cpu ingest u+s");
     for (size_t i = 0; i < n; i++) {
         rates x = compute_rates(&runs[i].res);
         const bench_cpu *c = &runs[i].res.ingest_cpu;
-        printf("  %6u %12.1f %9.3f %9.3f %12.1f %9.3f %9.3f %7.2f+%.2f s\n", runs[i].shards,
-               x.ingest, ratio(x.ingest, s.raw_write), ratio(x.ingest, s.ingest), x.restore,
+        printf("  %6u %5s %12.1f %9.3f %9.3f %12.1f %9.3f %9.3f %7.2f+%.2f s\n", runs[i].shards,
+               runs[i].use_unix ? "unix" : "tcp", x.ingest, ratio(x.ingest, s.raw_write), ratio(x.ingest, s.ingest), x.restore,
                ratio(x.restore, s.raw_read), ratio(x.restore, s.restore), c->user_s, c->sys_s);
     }
     printf("\n  every restored row verified; cpu includes the daemon's\n");
@@ -705,20 +721,28 @@ static int print_rpc_table(const bench_opts *opts, const bench_result *store,
 }
 
 /* Each shard count in its own directory, removed after unless --keep. */
+static size_t rpc_run_count(const bench_opts *opts)
+{
+    return opts->n_shards * (opts->transports == 3 ? 2 : 1);
+}
+
 static cpr_status run_rpc_counts(const bench_opts *opts, const workdir *wd,
                                  const bench_result *store, rpc_run *runs)
 {
     cpr_status st = CPR_OK;
-    for (size_t i = 0; st == CPR_OK && i < opts->n_shards; i++) {
+    size_t n_runs = rpc_run_count(opts);
+    for (size_t i = 0; st == CPR_OK && i < n_runs; i++) {
         char name[32];
-        snprintf(name, sizeof name, "rpc-%u", opts->shards[i]);
+        int per = opts->transports == 3 ? 2 : 1;
+        runs[i].shards = opts->shards[i / per];
+        runs[i].use_unix = opts->transports == 2 || (per == 2 && i % 2 == 1);
+        snprintf(name, sizeof name, "rpc-%u-%s", runs[i].shards, runs[i].use_unix ? "unix" : "tcp");
         char *dir = bench_path_join(wd->dir, name);
         if (!dir)
             return cpr_fail(CPR_NO_MEMORY, "out of memory");
         st = must_not_exist(dir);
-        runs[i].shards = opts->shards[i];
         if (st == CPR_OK)
-            st = bench_rpc_run(opts, dir, opts->shards[i], &runs[i].res);
+            st = bench_rpc_run(opts, dir, runs[i].shards, runs[i].use_unix, &runs[i].res);
         bench_report(st, "rpc");
         /* The raw baseline is measured once, for every run. */
         runs[i].res.raw_bytes = store->raw_bytes;
@@ -736,7 +760,7 @@ static int cmd_rpc(int argc, char **argv)
 {
     bench_opts opts;
     bench_result store;
-    rpc_run runs[8];
+    rpc_run runs[16];
     workdir wd;
     char ckptd[PATH_MAX + 32];
     int parsed = parse_store_args(argc, argv, &opts), out_rc = 0;
@@ -752,6 +776,8 @@ static int cmd_rpc(int argc, char **argv)
     }
     if (!opts.ckptd)
         opts.ckptd = default_ckptd(ckptd, sizeof ckptd);
+    if (!opts.transports)
+        opts.transports = 3;
     memset(&store, 0, sizeof store);
     memset(runs, 0, sizeof runs);
     double t0 = cpr_now_s();
@@ -770,8 +796,8 @@ static int cmd_rpc(int argc, char **argv)
     if (st)
         goto out;
     store.total_s = cpr_now_s() - t0;
-    out_rc = opts.json ? print_rpc_json(&opts, &store, runs, opts.n_shards, wd.dir)
-                       : print_rpc_table(&opts, &store, runs, opts.n_shards, wd.dir);
+    out_rc = opts.json ? print_rpc_json(&opts, &store, runs, rpc_run_count(&opts), wd.dir)
+                       : print_rpc_table(&opts, &store, runs, rpc_run_count(&opts), wd.dir);
 out:
     workdir_release(&wd, &opts, st != CPR_ALREADY_EXISTS);
     return st || out_rc ? EXIT_FAILED : 0;

@@ -1,0 +1,220 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * ckptd SIGKILLed over and over (CPR_CKPTD_KILLS, default 200) while a
+ * trainer-like writer streams and commits FULL parts through the client
+ * library (row blocks over real gRPC on 127.0.0.1). Each round: the daemon
+ * (re)starts on the same directory, the writer resumes after the newest
+ * committed checkpoint, and the daemon is killed at a seeded moment. After
+ * every restart, every commit the client acknowledged is there and restores
+ * byte-exactly, and the part that was in flight is either absent or whole.
+ * At the end every committed part is restored and checked, and verify finds
+ * nothing wrong. The kills land in begin, streaming and commit; the report
+ * says how many of each.
+ */
+#define _GNU_SOURCE
+#include <pthread.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <cmocka.h>
+
+#include "ckptd_harness.h"
+#include "cpr/client.h"
+#include "testutil.h"
+
+#define JOB "loop"
+#define ROWS 4000u
+#define BATCHES 4u
+#define DEFAULT_KILLS 200u
+
+static const cpr_table_schema g_t = {.table = 1, .rows = ROWS, .dim = 16, .state_dim = 1};
+static const cpr_client_options g_opts = {.no_retries = 1};
+
+enum { W_IDLE, W_BEGIN, W_ROWS, W_COMMIT, W_COUNT };
+static const char *const w_names[W_COUNT] = {"between parts", "begin", "streaming", "commit"};
+
+typedef struct writer {
+    cpr_client *client;
+    uint64_t next;                /* checkpoint to write next */
+    _Atomic uint64_t acked;       /* newest commit the client acknowledged */
+    _Atomic uint64_t in_flight;   /* checkpoint being written (0: none) */
+    _Atomic int phase;
+} writer;
+
+/* FULL parts of ROWS rows until a call fails (the daemon died). */
+static void *writer_main(void *arg)
+{
+    writer *w = arg;
+    uint64_t ids[ROWS / BATCHES];
+    for (uint64_t c = w->next;; c++) {
+        cpr_part_spec spec = tu_part(JOB, 0, 1, c, CPR_KIND_FULL, &g_t, 1);
+        cpr_part *p = NULL;
+        atomic_store(&w->in_flight, c);
+        atomic_store(&w->phase, W_BEGIN);
+        if (cpr_client_begin(w->client, &spec, &p) != CPR_OK)
+            break;
+        atomic_store(&w->phase, W_ROWS);
+        cpr_status st = CPR_OK;
+        for (uint32_t b = 0; st == CPR_OK && b < BATCHES; b++) {
+            tu_batch tb;
+            tu_iota(ids, (uint64_t)b * (ROWS / BATCHES), ROWS / BATCHES);
+            tu_batch_make(&tb, &g_t, ids, ROWS / BATCHES, c);
+            st = cpr_part_put_rows(p, &tb.batch);
+            tu_batch_free(&tb);
+        }
+        atomic_store(&w->phase, W_COMMIT);
+        if (st == CPR_OK)
+            st = cpr_part_commit(p);
+        else
+            cpr_part_abort(p);
+        if (st != CPR_OK)
+            break;
+        atomic_store(&w->acked, c);
+        atomic_store(&w->phase, W_IDLE);
+    }
+    return NULL;
+}
+
+typedef struct check {
+    uint64_t as_of, next_row;
+    int bad;
+} check;
+
+static cpr_status check_rows(void *ctx, const cpr_row_batch *b)
+{
+    check *c = ctx;
+    for (size_t i = 0; i < b->n; i++, c->next_row++) {
+        c->bad |= b->ids[i] != c->next_row;
+        for (uint32_t j = 0; j < g_t.dim && !c->bad; j++)
+            c->bad |= tu_float_bits(b->values[i * g_t.dim + j]) !=
+                      tu_float_bits(tu_value(g_t.table, b->ids[i], c->as_of, j));
+        c->bad |= tu_float_bits(b->state[i]) !=
+                  tu_float_bits(tu_state(g_t.table, b->ids[i], c->as_of, 0));
+    }
+    return CPR_OK;
+}
+
+/* Part `ckpt` restores as exactly ROWS rows written at ckpt. */
+static void assert_exact(cpr_client *client, uint64_t ckpt)
+{
+    cpr_restore_query q = {.job = JOB, .as_of = ckpt};
+    check c = {.as_of = ckpt};
+    cpr_restore_result res;
+    assert_int_equal(cpr_client_restore(client, &q, NULL, 0, check_rows, &c, &res), CPR_OK);
+    if (c.bad || c.next_row != ROWS || res.as_of != ckpt)
+        fail_msg("checkpoint %llu does not restore exactly (%llu rows)",
+                 (unsigned long long)ckpt, (unsigned long long)c.next_row);
+}
+
+/* Newest committed checkpoint (0: none); every committed part is a FULL. */
+static uint64_t newest_committed(cpr_client *client)
+{
+    cpr_part_info *parts = NULL;
+    size_t n = 0;
+    cpr_status st = cpr_client_list(client, JOB, &parts, &n);
+    if (st == CPR_NOT_FOUND)
+        return 0;
+    assert_int_equal(st, CPR_OK);
+    uint64_t newest = 0;
+    for (size_t i = 0; i < n; i++) {
+        assert_true(parts[i].committed); /* nothing left open across a restart */
+        assert_int_equal(parts[i].rows, ROWS);
+        newest = parts[i].checkpoint > newest ? parts[i].checkpoint : newest;
+    }
+    free(parts);
+    return newest;
+}
+
+static uint64_t mix(uint64_t x)
+{
+    x += 0x9e3779b97f4a7c15ULL;
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+    return x ^ (x >> 31);
+}
+
+static void test_ckptd_killed_again_and_again(void **unused)
+{
+    (void)unused;
+    unsigned kills = DEFAULT_KILLS;
+    const char *env = getenv("CPR_CKPTD_KILLS");
+    if (env && *env)
+        kills = (unsigned)strtoul(env, NULL, 10);
+    uint64_t seed = 0xC0FFEE;
+    env = getenv("CPR_TEST_SEED");
+    if (env && *env)
+        seed = strtoull(env, NULL, 0);
+    char *dir = tu_mkdtemp("cpr-ckptd-loop");
+    char target[300];
+    unsigned landed[W_COUNT] = {0}, in_flight_landed = 0, in_flight_vanished = 0;
+    uint64_t acked = 0;
+    ch_daemon d;
+    ch_start(&d, dir);
+    for (unsigned k = 0; k < kills; k++) {
+        cpr_client *client = NULL;
+        snprintf(target, sizeof target, "grpc://%s", d.addr);
+        /* No retries: the writer stops at the first failure, as a trainer
+         * that saves later would. */
+        assert_int_equal(cpr_client_open(target, &g_opts, &client), CPR_OK);
+        uint64_t newest = newest_committed(client);
+        assert_true(newest >= acked); /* every acknowledged commit survived */
+        if (acked)
+            assert_exact(client, acked);
+        if (newest > acked) { /* the part in flight at the kill landed: whole */
+            assert_int_equal(newest, acked + 1);
+            assert_exact(client, newest);
+            in_flight_landed++;
+        } else if (k) {
+            in_flight_vanished++;
+        }
+        writer w = {.client = client, .next = newest + 1};
+        atomic_store(&w.acked, newest);
+        pthread_t t;
+        assert_int_equal(pthread_create(&t, NULL, writer_main, &w), 0);
+        seed = mix(seed);
+        /* the kill's moment, spread over a few parts' worth of work */
+        struct timespec ts = {0, (long)(seed % 40000000)};
+        nanosleep(&ts, NULL);
+        landed[atomic_load(&w.phase)]++;
+        ch_kill(&d);
+        pthread_join(t, NULL);
+        acked = atomic_load(&w.acked);
+        cpr_client_close(client);
+        ch_start(&d, dir);
+    }
+    /* Every committed part, once more, and a clean verify. */
+    cpr_client *client = NULL;
+    snprintf(target, sizeof target, "grpc://%s", d.addr);
+    assert_int_equal(cpr_client_open(target, NULL, &client), CPR_OK);
+    uint64_t newest = newest_committed(client);
+    assert_true(newest >= acked);
+    for (uint64_t c = 1; c <= newest; c++)
+        assert_exact(client, c);
+    cpr_verify_report vr;
+    assert_int_equal(cpr_client_verify(client, JOB, NULL, NULL, &vr), CPR_OK);
+    assert_int_equal(vr.problems, 0);
+    cpr_client_close(client);
+    ch_daemon_down(&d, dir);
+    print_message("  %u kills of ckptd, %llu parts committed; the writer was:", kills,
+                  (unsigned long long)newest);
+    for (int p = 0; p < W_COUNT; p++)
+        print_message(" %s %u,", w_names[p], landed[p]);
+    print_message(" parts in flight that landed %u, vanished %u\n", in_flight_landed,
+                  in_flight_vanished);
+    assert_true(landed[W_ROWS] + landed[W_COMMIT] > 0);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_ckptd_killed_again_and_again),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
