@@ -206,6 +206,11 @@ static cpr_status local_read_next(cpr_obj_reader *r, void **owner, const unsigne
     return cpr_fetcher_next(r->fetch, owner, data);
 }
 
+static void local_read_release(cpr_obj_reader *r, void *owner)
+{
+    cpr_fetcher_release(r->fetch, owner);
+}
+
 static void local_read_end(cpr_obj_reader *r)
 {
     if (r)
@@ -273,6 +278,7 @@ static const cpr_backend_ops local_ops = {
     .discard = local_discard,
     .read_start = local_read_start,
     .read_next = local_read_next,
+    .read_release = local_read_release,
     .read_end = local_read_end,
     .remove = local_remove,
     .list = local_list,

@@ -460,11 +460,25 @@ int cpr_bfile_open_read(const char *path, int direct)
 
 typedef struct fetch_slot {
     unsigned char *buf;   /* aligned; NULL once delivered */
+    size_t cap;           /* its capacity */
     size_t skip;          /* bytes before the extent in buf */
     size_t ask;           /* bytes read into buf */
     int res;
     int done;
 } fetch_slot;
+
+#define FETCH_POOL 16
+#define FETCH_CAPS 256 /* delivered buffers whose capacity is remembered */
+
+typedef struct cap_note {
+    void *buf;
+    size_t cap;
+} cap_note;
+
+typedef struct pooled_buf {
+    void *buf;
+    size_t cap;
+} pooled_buf;
 
 struct cpr_fetcher {
     const cpr_fetch_req *reqs;
@@ -473,7 +487,29 @@ struct cpr_fetcher {
     int have_ring;
     struct io_uring ring;
     fetch_slot *slots;    /* depth of them; request i uses slot i % depth */
+    pooled_buf pool[FETCH_POOL]; /* released buffers and their capacities */
+    unsigned n_pool;
+    cap_note delivered_cap[FETCH_CAPS]; /* capacities of recently delivered buffers */
 };
+
+/* A buffer of at least `ask` bytes: a released one when one is big enough. */
+static unsigned char *fetch_buffer(cpr_fetcher *f, size_t ask, size_t *cap)
+{
+    for (unsigned i = 0; i < f->n_pool; i++) {
+        if (f->pool[i].cap >= ask) {
+            unsigned char *b = f->pool[i].buf;
+            *cap = f->pool[i].cap;
+            f->pool[i] = f->pool[--f->n_pool];
+            return b;
+        }
+    }
+    unsigned char *b = NULL;
+    size_t want = ask < (1u << 20) ? (1u << 20) : ask; /* room for typical blocks */
+    if (posix_memalign((void **)&b, CPR_IO_ALIGN, want))
+        return NULL;
+    *cap = want;
+    return b;
+}
 
 static cpr_status fetch_prepare(cpr_fetcher *f, size_t i, fetch_slot *s)
 {
@@ -483,7 +519,8 @@ static cpr_status fetch_prepare(cpr_fetcher *f, size_t i, fetch_slot *s)
     s->ask = (s->skip + r->len + CPR_IO_ALIGN - 1) & ~(size_t)(CPR_IO_ALIGN - 1);
     s->done = 0;
     s->res = 0;
-    if (posix_memalign((void **)&s->buf, CPR_IO_ALIGN, s->ask ? s->ask : CPR_IO_ALIGN))
+    s->buf = fetch_buffer(f, s->ask ? s->ask : CPR_IO_ALIGN, &s->cap);
+    if (!s->buf)
         return cpr_fail(CPR_NO_MEMORY, "out of memory for a read of %zu bytes", s->ask);
     return CPR_OK;
 }
@@ -585,9 +622,28 @@ cpr_status cpr_fetcher_next(cpr_fetcher *f, void **owner, const unsigned char **
         return st;
     *owner = s->buf;
     *data = s->buf + s->skip;
+    f->delivered_cap[f->next_deliver % FETCH_CAPS] = (cap_note){s->buf, s->cap};
     s->buf = NULL;
     f->next_deliver++;
     return CPR_OK;
+}
+
+void cpr_fetcher_release(cpr_fetcher *f, void *owner)
+{
+    if (!owner)
+        return;
+    size_t cap = 0;
+    for (unsigned i = 0; i < FETCH_CAPS; i++)
+        if (f->delivered_cap[i].buf == owner) {
+            cap = f->delivered_cap[i].cap;
+            f->delivered_cap[i].buf = NULL;
+            break;
+        }
+    if (cap == 0 || f->n_pool == FETCH_POOL) {
+        free(owner);
+        return;
+    }
+    f->pool[f->n_pool++] = (pooled_buf){owner, cap};
 }
 
 void cpr_fetcher_destroy(cpr_fetcher *f)
@@ -606,6 +662,8 @@ void cpr_fetcher_destroy(cpr_fetcher *f)
     }
     for (unsigned i = 0; i < f->depth; i++)
         free(f->slots[i].buf);
+    for (unsigned i = 0; i < f->n_pool; i++)
+        free(f->pool[i].buf);
     free(f->slots);
     free(f);
 }

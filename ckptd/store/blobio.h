@@ -66,7 +66,8 @@ typedef struct cpr_fetcher cpr_fetcher;
  * Read reqs[0..n) (borrowed until destroy) with up to `depth` reads in
  * flight, delivered in order by cpr_fetcher_next. Reads are aligned to
  * CPR_IO_ALIGN (O_DIRECT); each goes to its own buffer, so the caller may
- * hold several delivered extents at once. Memory in flight: depth extents.
+ * hold several delivered extents at once. Memory in flight: depth extents,
+ * plus up to FETCH_POOL released buffers kept for reuse.
  */
 cpr_status cpr_fetcher_create(const cpr_fetch_req *reqs, size_t n, unsigned depth,
                               cpr_fetcher **out);
@@ -76,6 +77,10 @@ cpr_status cpr_fetcher_create(const cpr_fetch_req *reqs, size_t n, unsigned dept
  * CPR_IO on a failed read, CPR_CORRUPT if the file ends before the extent,
  * CPR_INTERNAL when asked for more than n extents. */
 cpr_status cpr_fetcher_next(cpr_fetcher *f, void **owner, const unsigned char **data);
+
+/* Give a delivered buffer back for reuse by later reads (instead of free():
+ * a fresh megabyte buffer is mapped and faulted in by the kernel each time). */
+void cpr_fetcher_release(cpr_fetcher *f, void *owner);
 
 /* Wait for reads still in flight and free what was not delivered. NULL is a
  * no-op. */

@@ -396,13 +396,6 @@ static cursor *heap_pop(heap *h)
     return top;
 }
 
-static void cursor_free(cursor *c)
-{
-    if (c) {
-        free(c->owner);
-        free(c);
-    }
-}
 
 /* ---- output ------------------------------------------------------------------ */
 
@@ -472,6 +465,16 @@ typedef struct merge {
     size_t next;                 /* next candidate to load */
 } merge;
 
+/* Free a cursor; its read buffer goes back to the reader for reuse. */
+static void cursor_free(merge *m, cursor *c)
+{
+    if (!c)
+        return;
+    if (c->owner)
+        m->store->segs->ops->read_release(m->reader, c->owner);
+    free(c);
+}
+
 static int row_selected(const cpr_merge_plan *p, uint64_t id)
 {
     if (p->modulo && id % p->modulo != p->remainder)
@@ -515,7 +518,7 @@ static cpr_status load_next(merge *m, cursor **out)
                       "table has %u+%u", obj, (unsigned long long)cand->ref.offset,
                       c->v.h.dim, c->v.h.state_dim, m->out.t->dim, m->out.t->state_dim);
     if (st) {
-        cursor_free(c);
+        cursor_free(m, c);
         return st;
     }
     /* Skip to the first row the query's ranges can select. */
@@ -546,7 +549,7 @@ static cpr_status load_through(merge *m, size_t end, uint64_t row)
         if (st == CPR_OK && c->pos < c->v.h.n)
             st = heap_push(&m->h, c);
         else
-            cursor_free(c);
+            cursor_free(m, c);
     }
     return st;
 }
@@ -617,7 +620,7 @@ static cpr_status merge_table(merge *m, size_t end)
             (m->next == end || m->p->cands[m->next].ref.first > top->v.h.last_row)) {
             heap_pop(&m->h);
             st = emit_alone(m, top);
-            cursor_free(top);
+            cursor_free(m, top);
             continue;
         }
         cursor *w = heap_pop(&m->h);
@@ -630,15 +633,15 @@ static cpr_status merge_table(merge *m, size_t end)
             if (++l->pos < l->v.h.n)
                 st = heap_push(&m->h, l);
             else
-                cursor_free(l);
+                cursor_free(m, l);
         }
         if (st == CPR_OK && ++w->pos < w->v.h.n)
             st = heap_push(&m->h, w);
         else
-            cursor_free(w);
+            cursor_free(m, w);
     }
     while (m->h.n)
-        cursor_free(heap_pop(&m->h));
+        cursor_free(m, heap_pop(&m->h));
     return st;
 }
 

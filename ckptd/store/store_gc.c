@@ -429,7 +429,7 @@ static void verify_segment(verify_run *v, const seg_copy *sc)
             problem(v, "block does not match its catalog entry", where);
         else
             v->rep.rows_checked += bv.h.n;
-        free(owner);
+        ops->read_release(r, owner);
     }
     if (r)
         ops->read_end(r);

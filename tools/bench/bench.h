@@ -53,6 +53,7 @@ typedef struct bench_result {
     double drop_cache_s, reopen_s, restore_s;
     double raw_write_s, raw_read_s, total_s;
     bench_cpu ingest_cpu, restore_cpu;
+    uint64_t ingest_peak_kb, restore_peak_kb; /* peak resident memory of each phase */
 } bench_result;
 
 /* Progress lines on stderr (bench_fs.c). */

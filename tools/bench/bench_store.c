@@ -220,11 +220,13 @@ static cpr_status ingest(cpr_store *store, const bench_opts *opts, bench_data *d
     part_plan priority = {PRIORITY_CKPT, CPR_KIND_PRIORITY, d->n_priority,
                           bench_fill_priority, "writing PRIORITY part"};
     bench_cpu cpu0 = bench_cpu_now();
+    bench_peak_rss_reset();
     double t0 = cpr_now_s();
     cpr_status st = write_part(store, opts, d, &full, &res->full_s);
     if (st == CPR_OK)
         st = write_part(store, opts, d, &priority, &res->priority_s);
     res->ingest_s = cpr_now_s() - t0;
+    res->ingest_peak_kb = bench_peak_rss_kb();
     res->ingest_cpu = bench_cpu_since(cpu0, bench_cpu_now());
     res->full_bytes = opts->rows * res->row_bytes;
     res->priority_rows = d->n_priority;
@@ -300,9 +302,11 @@ static cpr_status restore(cpr_store *store, const bench_opts *opts,
     bench_verifier v = {.d = d};
     bench_progress_start(&v.progress, "restoring", opts->rows);
     bench_cpu cpu0 = bench_cpu_now();
+    bench_peak_rss_reset();
     double t0 = cpr_now_s();
     cpr_status st = cpr_store_restore(store, &query, bench_check_batch, &v, &got);
     res->restore_s = cpr_now_s() - t0;
+    res->restore_peak_kb = bench_peak_rss_kb();
     res->restore_cpu = bench_cpu_since(cpu0, bench_cpu_now());
     if (v.problem[0]) {
         fprintf(stderr, "cpr-bench: restore verification failed: %s\n", v.problem);

@@ -395,6 +395,8 @@ static cpr_json *result_json_with(const bench_opts *opts, const bench_result *r,
         {"ingest_cpu_sys_s", round3(r->ingest_cpu.sys_s)},
         {"restore_cpu_user_s", round3(r->restore_cpu.user_s)},
         {"restore_cpu_sys_s", round3(r->restore_cpu.sys_s)},
+        {"ingest_peak_rss_kb", (double)r->ingest_peak_kb},
+        {"restore_peak_rss_kb", (double)r->restore_peak_kb},
     };
     cpr_json *root = cpr_json_object();
     int failed = !root;
@@ -446,6 +448,9 @@ static int print_table(const bench_opts *opts, const bench_result *r, const char
            r->ingest_cpu.sys_s);
     printf("  cpu restore          user %.2f s, sys %.2f s\n", r->restore_cpu.user_s,
            r->restore_cpu.sys_s);
+    printf("  peak RSS             ingest %llu MiB, restore %llu MiB (whole process)\n",
+           (unsigned long long)r->ingest_peak_kb / 1024,
+           (unsigned long long)r->restore_peak_kb / 1024);
     printf("  other                open %.3f s, close %.3f s, drop cache %.3f s, "
            "reopen %.3f s, total %.3f s\n", r->open_s, r->close_s, r->drop_cache_s,
            r->reopen_s, r->total_s);
