@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 
 #include "cpr/store.h"
 #include "cpr_cli.h"
@@ -190,6 +191,13 @@ int main(int argc, char **argv)
      * fault per 4 KiB every time; kept on the heap they are reused. */
     mallopt(M_MMAP_THRESHOLD, 64 << 20);
     mallopt(M_TRIM_THRESHOLD, 256 << 20);
+    /* A restore holds one descriptor per segment it reads (docs/store.md):
+     * the soft limit (often 1024) goes up to the hard one. */
+    struct rlimit nofile;
+    if (getrlimit(RLIMIT_NOFILE, &nofile) == 0 && nofile.rlim_cur < nofile.rlim_max) {
+        nofile.rlim_cur = nofile.rlim_max;
+        setrlimit(RLIMIT_NOFILE, &nofile);
+    }
     settings s = {.listen = "127.0.0.1:7717", .threads = 1024, .retain = 2,
                   .max_message_mb = 64, .idle_part_timeout_s = 600, .gc_interval_s = 30,
                   .log_level = CPR_LOG_INFO};

@@ -261,9 +261,12 @@ static cpr_status remote_block(rows_in *in, const void *block, size_t len)
     }
     cpr_block_view v;
     cpr_status st = cpr_block_open(block, len, &v);
-    if (st)
+    if (st) {
+        char why[512]; /* cpr_fail writes the buffer cpr_errmsg reads */
+        snprintf(why, sizeof why, "%s", cpr_errmsg());
         return cpr_fail(st, "%s: a restored row block failed its check in transit: %s",
-                        in->node->name, cpr_errmsg());
+                        in->node->name, why);
+    }
     cpr_row_batch b = {v.h.table, v.h.n, v.ids, v.values, (size_t)v.h.n * v.h.dim, v.state,
                        (size_t)v.h.n * v.h.state_dim, 0};
     b.crc32c = cpr_crc32c_rows(b.ids, b.n, b.values, b.values_count, b.state, b.state_count);

@@ -50,7 +50,8 @@ size_t cpr_block_size(uint32_t n, uint32_t dim, uint32_t state_dim, uint32_t fla
     cpr_block_layout l;
     /* n < 2^32 and dims <= 2^16 + 2^16: the products fit in 64 bits; the
      * limit check keeps every later size computation small. */
-    if ((uint64_t)n * (16 + 4 * ((uint64_t)dim + state_dim)) > CPR_BLOCK_MAX_BYTES)
+    uint64_t per_row = ((flags & CPR_BLOCK_VERSIONS) ? 16 : 8) + 4 * ((uint64_t)dim + state_dim);
+    if ((uint64_t)n * per_row > CPR_BLOCK_MAX_BYTES - CPR_BLOCK_HEADER_BYTES)
         return 0;
     cpr_block_layout_of(n, dim, state_dim, flags, &l);
     return l.bytes <= CPR_BLOCK_MAX_BYTES ? l.bytes : 0;

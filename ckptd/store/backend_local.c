@@ -77,14 +77,15 @@ static cpr_status local_create(cpr_backend *base, const char *object, cpr_obj_wr
         st = cpr_fail(CPR_NO_MEMORY, "out of memory creating segment %s", object);
         goto out;
     }
-    if (mkdir(dir, 0755) == 0) {
-        if (!be->no_sync && cpr_fsync_dir(be->root) != 0) {
-            st = cpr_fail(CPR_IO, "fsync %s: %s", be->root, strerror(errno));
-            goto out;
-        }
-    } else if (errno != EEXIST) {
+    if (mkdir(dir, 0755) != 0 && errno != EEXIST) {
         st = cpr_fail(errno == ENOSPC ? CPR_RESOURCE_EXHAUSTED : CPR_IO,
                       "cannot create %s: %s", dir, strerror(errno));
+        goto out;
+    }
+    /* Every time, not only by the creator of the job's directory: a
+     * concurrent creator may finish first, and a failed fsync is retried. */
+    if (!be->no_sync && cpr_fsync_dir(be->root) != 0) {
+        st = cpr_fail(CPR_IO, "fsync %s: %s", be->root, strerror(errno));
         goto out;
     }
     st = cpr_bfile_create(path, 1, 0, &w->w);
@@ -294,6 +295,16 @@ cpr_status cpr_backend_local_open(const char *root, int no_sync, cpr_backend **o
     }
     if (mkdir(root, 0755) != 0 && errno != EEXIST) {
         cpr_status st = cpr_fail(CPR_IO, "cannot create %s: %s", root, strerror(errno));
+        local_close(&be->base);
+        return st;
+    }
+    char parent[4096]; /* root's own entry in the store directory */
+    snprintf(parent, sizeof parent, "%s", root);
+    char *slash = strrchr(parent, '/');
+    if (slash && slash != parent)
+        *slash = '\0';
+    if (!no_sync && slash && cpr_fsync_dir(parent) != 0) {
+        cpr_status st = cpr_fail(CPR_IO, "fsync %s: %s", parent, strerror(errno));
         local_close(&be->base);
         return st;
     }

@@ -531,17 +531,23 @@ static cpr_status fetch_finish_sync(const cpr_fetch_req *r, fetch_slot *s, size_
 {
     uint64_t start = r->offset - s->skip;
     size_t need = s->skip + r->len;
+    if (have >= need)
+        return CPR_OK;
+    have &= ~(size_t)(CPR_IO_ALIGN - 1); /* O_DIRECT: resume at an aligned offset */
     while (have < need) {
         ssize_t got = pread(r->fd, s->buf + have, s->ask - have, (off_t)(start + have));
         if (got < 0 && errno == EINTR)
             continue;
         if (got < 0)
-            return cpr_fail(errno == EIO ? CPR_IO : CPR_IO, "read of %zu bytes at offset "
+            return cpr_fail(CPR_IO, "read of %zu bytes at offset "
                             "%llu: %s", r->len, (unsigned long long)r->offset,
                             strerror(errno));
-        if (got == 0)
+        if (got == 0 || (size_t)got % CPR_IO_ALIGN != 0) {
+            if (have + (size_t)got >= need)
+                return CPR_OK;
             return cpr_fail(CPR_CORRUPT, "segment ends before the extent of %zu bytes at "
                             "offset %llu", r->len, (unsigned long long)r->offset);
+        }
         have += (size_t)got;
     }
     return CPR_OK;
@@ -566,6 +572,9 @@ static cpr_status fetch_submit(cpr_fetcher *f)
         io_uring_sqe_set_data64(sqe, i);
         f->in_flight++;
     }
+    /* in_flight counts prepared reads; any not yet submitted (a failure
+     * above, a short submit) are submitted by the next call here or in
+     * destroy, and every wait comes after one. */
     if (f->have_ring && f->in_flight) {
         int rc = io_uring_submit(&f->ring);
         if (rc < 0)
@@ -603,7 +612,10 @@ cpr_status cpr_fetcher_next(cpr_fetcher *f, void **owner, const unsigned char **
     fetch_slot *s = &f->slots[i % f->depth];
     while (st == CPR_OK && f->have_ring && !s->done) {
         struct io_uring_cqe *cqe;
-        int rc = wait_cqe(&f->ring, &cqe);
+        int rc = io_uring_submit(&f->ring); /* nothing prepared stays unsubmitted */
+        if (rc < 0)
+            return cpr_fail(CPR_IO, "io_uring submit: %s", strerror(-rc));
+        rc = wait_cqe(&f->ring, &cqe);
         if (rc < 0)
             return cpr_fail(CPR_IO, "io_uring wait: %s", strerror(-rc));
         uint64_t idx = io_uring_cqe_get_data64(cqe);
@@ -650,18 +662,22 @@ void cpr_fetcher_destroy(cpr_fetcher *f)
 {
     if (!f)
         return;
+    int drained = 1;
     if (f->have_ring) {
+        io_uring_submit(&f->ring);
         while (f->in_flight > 0) {
             struct io_uring_cqe *cqe;
-            if (wait_cqe(&f->ring, &cqe) < 0)
-                break; /* exiting the ring cancels the rest */
+            if (wait_cqe(&f->ring, &cqe) < 0) {
+                drained = 0; /* reads may still land in the slot buffers */
+                break;
+            }
             io_uring_cqe_seen(&f->ring, cqe);
             f->in_flight--;
         }
         io_uring_queue_exit(&f->ring);
     }
-    for (unsigned i = 0; i < f->depth; i++)
-        free(f->slots[i].buf);
+    for (unsigned i = 0; drained && i < f->depth; i++)
+        free(f->slots[i].buf); /* not drained: leaked rather than written after free */
     for (unsigned i = 0; i < f->n_pool; i++)
         free(f->pool[i].buf);
     free(f->slots);

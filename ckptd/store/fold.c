@@ -17,9 +17,10 @@
  *  D2. A fold that did not finish has no record: its segment is swept.
  *  D3. One writer of folds at a time (store->fold_mu): the background
  *      thread, cpr_store_fold and retention (store_gc.c) take it first.
- *  D4. The background thread runs at nice 19 and limits its write rate
- *      (cpr_store_options.fold_mb_s), so training on the same host keeps
- *      the CPU and the disk.
+ *  D4. The background thread runs at nice 19 and pauses after each fold so
+ *      that its average write rate stays under cpr_store_options.fold_mb_s
+ *      (one fold itself runs at the disk's speed; the pause holds no lock),
+ *      so training on the same host keeps the CPU and the disk.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -93,7 +94,7 @@ static int replaced_by(const cpr_job *job, const cpr_part_meta *f, uint32_t shar
 /* Publish the fold: its record (and, with replace, the removal of the
  * shard's redundant fold records) in one synced write, then the catalog. */
 static cpr_status publish_fold(cpr_store *store, const char *job_name, cpr_part_meta *m,
-                               int replace)
+                               int replace, int *attempted)
 {
     unsigned char key[CPR_META_KEY_LEN], *rec = NULL;
     size_t rec_len = 0;
@@ -113,6 +114,7 @@ static cpr_status publish_fold(cpr_store *store, const char *job_name, cpr_part_
             cpr_key_part_record(key, 'B', job->id, f->shard, f->checkpoint);
             rocksdb_writebatch_delete(wb, (const char *)key, sizeof key);
         }
+        *attempted = 1; /* from here the record may be durable: keep its segment */
         rocksdb_write(store->db, store->sync_write, wb, &err);
         if (err)
             st = cpr_rocks_error(err, "publishing a fold");
@@ -158,6 +160,7 @@ cpr_status cpr_fold_shard(cpr_store *store, const char *job_name, uint32_t shard
     cpr_job *job = cpr_catalog_find(&store->catalog, job_name);
     cpr_status st = job ? CPR_OK : cpr_fail(CPR_NOT_FOUND, "job %s has no parts", job_name);
     if (st == CPR_OK && (needed = needs_fold(job, shard, at))) {
+        p.store = store;
         st = cpr_merge_plan_build(&p, job, at, NULL, 0, 1, shard);
         if (st == CPR_OK)
             st = cpr_meta_copy_tables(&m, job->tables, job->n_tables);
@@ -190,9 +193,11 @@ cpr_status cpr_fold_shard(cpr_store *store, const char *job_name, uint32_t shard
         clock_gettime(CLOCK_REALTIME, &now);
         m.committed_unix_ms = (int64_t)now.tv_sec * 1000 + now.tv_nsec / 1000000;
         uint64_t seg_bytes = m.seg_bytes, rows = m.rows;
-        st = publish_fold(store, job_name, &m, replace);
+        int attempted = 0;
+        st = publish_fold(store, job_name, &m, replace, &attempted);
+        if (attempted)
+            name[0] = '\0'; /* a record may name it: only the sweep at open decides */
         if (st == CPR_OK) {
-            name[0] = '\0'; /* the catalog's now */
             if (bytes)
                 *bytes = seg_bytes;
             if (rows_out)
@@ -257,15 +262,23 @@ static cpr_status find_chains(cpr_store *store, const char *only, uint32_t min_p
         const cpr_job *job = store->catalog.jobs[j];
         if (only && strcmp(job->name, only) != 0)
             continue;
+        /* Each shard once: parts are sorted by (checkpoint, shard), so a
+         * shard's first part is the one no earlier part of it precedes;
+         * `done` remembers the shards handled (few per store node). */
+        uint32_t *done = malloc((job->n_parts + 1) * sizeof *done);
+        size_t n_done = 0;
+        if (!done) {
+            free(todo);
+            return cpr_fail(CPR_NO_MEMORY, "out of memory planning folds");
+        }
         for (size_t i = 0; i < job->n_parts; i++) {
             uint32_t shard = job->parts[i].shard;
             int seen = 0;
-            for (size_t k = 0; k < count; k++)
-                seen |= todo[k].shard == shard && strcmp(todo[k].job, job->name) == 0;
-            for (size_t k = 0; k < i; k++)
-                seen |= job->parts[k].shard == shard;
+            for (size_t k = 0; k < n_done && !seen; k++)
+                seen = done[k] == shard;
             if (seen)
                 continue;
+            done[n_done++] = shard;
             uint64_t newest, after, base;
             size_t parts;
             chain_of(job, shard, &newest, &parts, &after, &base);
@@ -280,6 +293,7 @@ static cpr_status find_chains(cpr_store *store, const char *only, uint32_t min_p
                 fold_todo *grown = realloc(todo, cap * sizeof *grown);
                 if (!grown) {
                     free(todo);
+                    free(done);
                     return cpr_fail(CPR_NO_MEMORY, "out of memory planning folds");
                 }
                 todo = grown;
@@ -288,6 +302,7 @@ static cpr_status find_chains(cpr_store *store, const char *only, uint32_t min_p
             todo[count].shard = shard;
             todo[count++].at = newest;
         }
+        free(done);
     }
     *out = todo;
     *n = count;
@@ -323,14 +338,19 @@ static cpr_status fold_pass(cpr_store *store, const char *job, uint32_t min_part
     fold_todo *todo = NULL;
     size_t n = 0;
     double rate = (store->opts.fold_mb_s ? store->opts.fold_mb_s : 256) * 1e6;
-    pthread_mutex_lock(&store->fold_mu);
     pthread_mutex_lock(&store->mu);
     cpr_status st = find_chains(store, job, min_parts, background, &todo, &n);
     pthread_mutex_unlock(&store->mu);
     for (size_t i = 0; st == CPR_OK && i < n; i++) {
         uint64_t bytes = 0, rows = 0;
         double t0 = cpr_now_s();
+        /* D3, and no pause under it: GC waits only for the fold itself. A
+         * fold of a shard a GC folded meanwhile finds nothing to do. */
+        pthread_mutex_lock(&store->fold_mu);
         st = cpr_fold_shard(store, todo[i].job, todo[i].shard, todo[i].at, 1, &bytes, &rows);
+        pthread_mutex_unlock(&store->fold_mu);
+        if (st == CPR_NOT_FOUND) /* the job went meanwhile */
+            st = CPR_OK;
         if (st == CPR_OK && bytes) {
             *folded += 1;
             cpr_log(CPR_LOG_INFO, "folded %s shard %u at %llu: %llu rows, %llu bytes in "
@@ -343,7 +363,6 @@ static cpr_status fold_pass(cpr_store *store, const char *job, uint32_t min_part
                 break;
         }
     }
-    pthread_mutex_unlock(&store->fold_mu);
     free(todo);
     return st;
 }

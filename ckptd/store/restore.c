@@ -238,6 +238,8 @@ static cpr_status plan_shard(cpr_merge_plan *p, const cpr_job *job, uint32_t sha
     const cpr_part_meta *fold;
     uint64_t start;
     cpr_status st = cpr_shard_sources(job, shard, as_of, &fold, &start);
+    if (st == CPR_OK && p->store)
+        st = cpr_store_check_folds(p->store, job, shard, as_of); /* S5 */
     if (st == CPR_OK && fold)
         st = add_source(p, job->name, fold, 1);
     for (size_t i = 0; st == CPR_OK && i < job->n_parts; i++) {
@@ -500,11 +502,14 @@ static cpr_status load_next(merge *m, cursor **out)
     if (st == CPR_OK)
         st = cpr_block_open(c->data, cand->ref.len, &c->v);
     const char *obj = m->p->objects[cand->object];
-    if (st == CPR_CORRUPT)
+    if (st == CPR_CORRUPT) {
+        char why[512]; /* cpr_fail writes the buffer cpr_errmsg reads */
+        snprintf(why, sizeof why, "%s", cpr_errmsg());
         st = cpr_fail(CPR_CORRUPT, "segment %s, block at offset %llu (table %u, rows "
                       "%llu..%llu): %s", obj, (unsigned long long)cand->ref.offset,
                       cand->ref.table, (unsigned long long)cand->ref.first,
-                      (unsigned long long)cand->ref.last, cpr_errmsg());
+                      (unsigned long long)cand->ref.last, why);
+    }
     if (st == CPR_OK &&
         (c->v.h.table != cand->ref.table || c->v.h.n != cand->ref.n ||
          c->v.h.first_row != cand->ref.first || c->v.h.last_row != cand->ref.last ||
@@ -647,10 +652,15 @@ static cpr_status merge_table(merge *m, size_t end)
 
 static size_t batch_rows_for(const cpr_merge_plan *p, const cpr_table_schema *t)
 {
-    if (p->batch_rows)
-        return p->batch_rows;
-    size_t rows = DEFAULT_BATCH_BYTES / (8 + ((size_t)t->dim + t->state_dim) * 4);
-    return rows < 1 ? 1 : rows > DEFAULT_BATCH_ROWS ? DEFAULT_BATCH_ROWS : rows;
+    /* A batch may become a block (restore_blocks, folds): never over the
+     * block limit, whatever batch_rows asks. */
+    size_t row = 16 + ((size_t)t->dim + t->state_dim) * 4;
+    size_t most = (CPR_BLOCK_MAX_BYTES - CPR_BLOCK_HEADER_BYTES) / row;
+    size_t rows = p->batch_rows ? p->batch_rows : DEFAULT_BATCH_BYTES / (row - 8);
+    rows = rows > most ? most : rows;
+    if (!p->batch_rows && rows > DEFAULT_BATCH_ROWS)
+        rows = DEFAULT_BATCH_ROWS;
+    return rows < 1 ? 1 : rows;
 }
 
 static cpr_status out_reserve(out_batch *o, const cpr_table_schema *t, size_t cap)
@@ -730,6 +740,7 @@ static cpr_status plan(cpr_store *store, const cpr_restore_query *q, cpr_merge_p
         return cpr_fail(CPR_FAILED_PRECONDITION, "checkpoint %llu of job %s was "
                         "reclaimed by retention; the oldest restorable is %llu",
                         (unsigned long long)as_of, q->job, (unsigned long long)job->floor);
+    p->store = store;
     cpr_status st = cpr_merge_plan_build(p, job, as_of, q->tables, q->n_tables, 0, 0);
     if (st == CPR_OK)
         cpr_store_reader_enter_locked(store);

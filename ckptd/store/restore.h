@@ -21,6 +21,7 @@ typedef struct cpr_merge_cand {
 } cpr_merge_cand;
 
 typedef struct cpr_merge_plan {
+    const struct cpr_store *store;  /* for its damaged fold records (S5); may be NULL */
     uint64_t as_of;
     cpr_table_schema *tables;       /* ascending by id */
     size_t n_tables;

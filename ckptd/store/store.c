@@ -195,6 +195,11 @@ static cpr_status load_jobs(cpr_store *store, rocksdb_iterator_t *it)
         st = cpr_catalog_add_job(&store->catalog, name,
                                  cpr_get_be32((const unsigned char *)val), &job);
     }
+    char *err = NULL;
+    rocksdb_iter_get_error(it, &err);
+    if (st == CPR_OK && err)
+        return cpr_rocks_error(err, "reading job records");
+    rocksdb_free(err);
     return st;
 }
 
@@ -213,23 +218,39 @@ static void load_floor(cpr_store *store, cpr_job *job)
     rocksdb_free(val);
 }
 
-static cpr_status note_damaged(cpr_store *store, uint32_t job_id, uint32_t shard, uint64_t ckpt)
+static cpr_status note_damaged(cpr_store *store, uint32_t job_id, uint32_t shard, uint64_t ckpt,
+                               int fold)
 {
     damaged_part *grown = realloc(store->damaged, (store->n_damaged + 1) * sizeof *grown);
     if (!grown)
         return cpr_fail(CPR_NO_MEMORY, "out of memory loading part records");
     store->damaged = grown;
-    store->damaged[store->n_damaged++] = (damaged_part){job_id, shard, ckpt};
+    store->damaged[store->n_damaged++] = (damaged_part){job_id, shard, ckpt, fold};
     return CPR_OK;
 }
 
 int cpr_store_is_damaged(const cpr_store *store, uint32_t job_id, uint32_t shard, uint64_t ckpt)
 {
     for (size_t i = 0; i < store->n_damaged; i++)
-        if (store->damaged[i].job_id == job_id && store->damaged[i].shard == shard &&
-            store->damaged[i].checkpoint == ckpt)
+        if (!store->damaged[i].fold && store->damaged[i].job_id == job_id &&
+            store->damaged[i].shard == shard && store->damaged[i].checkpoint == ckpt)
             return 1;
     return 0;
+}
+
+cpr_status cpr_store_check_folds(const cpr_store *store, const cpr_job *job, uint32_t shard,
+                                 uint64_t as_of)
+{
+    for (size_t i = 0; i < store->n_damaged; i++) {
+        const damaged_part *d = &store->damaged[i];
+        if (d->fold && d->job_id == job->id && d->shard == shard && d->checkpoint <= as_of)
+            return cpr_fail(CPR_CORRUPT, "job %s shard %u: the fold record at checkpoint "
+                            "%llu is damaged, and the parts it replaced may be gone; restore "
+                            "as of an earlier checkpoint, or remove the shard's parts and "
+                            "write a FULL", job->name, shard,
+                            (unsigned long long)d->checkpoint);
+    }
+    return CPR_OK;
 }
 
 /* Part ('M') or fold ('B') records. */
@@ -252,17 +273,18 @@ static cpr_status load_parts(cpr_store *store, rocksdb_iterator_t *it, char type
         if (cpr_key_meta_parse(key, klen, &job_id, &shard, &ckpt) != 0)
             continue;
         cpr_job *job = cpr_catalog_find_id(&store->catalog, job_id);
-        if (!job || cpr_meta_decode(val, vlen, &m) != CPR_OK) {
-            if (type == 'B') { /* a fold is derived data: restores use the parts */
-                cpr_log(CPR_LOG_ERROR, "fold record of job id %u shard %u at %llu is "
-                        "damaged; ignored (restores read the parts it summarised)",
-                        job_id, shard, (unsigned long long)ckpt);
-                continue;
-            }
-            cpr_log(CPR_LOG_ERROR, "part record of job id %u shard %u checkpoint %llu "
-                    "is damaged; the part is ignored (cprctl verify reports it)",
-                    job_id, shard, (unsigned long long)ckpt);
-            st = note_damaged(store, job_id, shard, ckpt);
+        cpr_status dec = job ? cpr_meta_decode(val, vlen, &m) : CPR_CORRUPT;
+        if (dec == CPR_NO_MEMORY) {
+            st = cpr_fail(CPR_NO_MEMORY, "out of memory loading part records");
+            break;
+        }
+        if (dec != CPR_OK) { /* S5 */
+            cpr_log(CPR_LOG_ERROR, "%s record of job id %u shard %u checkpoint %llu is "
+                    "damaged; %s (cprctl verify reports it)", type == 'B' ? "fold" : "part",
+                    job_id, shard, (unsigned long long)ckpt,
+                    type == 'B' ? "restores of that shard from there on fail"
+                                : "the part is ignored");
+            st = note_damaged(store, job_id, shard, ckpt, type == 'B');
             continue;
         }
         st = type == 'M' ? cpr_job_add_part(job, &m) : cpr_job_add_fold(job, &m);
@@ -410,7 +432,7 @@ cpr_status cpr_store_open(const char *dir, const cpr_store_options *opts,
     if (st)
         goto out;
     pthread_mutex_lock(&store->mu);
-    uint64_t swept = cpr_store_sweep(store);
+    uint64_t swept = cpr_store_sweep(store) + cpr_store_sweep_segments(store);
     pthread_mutex_unlock(&store->mu);
     if (swept)
         cpr_log(CPR_LOG_INFO, "store %s: removed %llu leftovers of interrupted writes",
@@ -592,9 +614,10 @@ static int note_unknown_segment(void *ctx, const char *name)
     return 0;
 }
 
-/* Segments no record names (S2): an abort, a crash before the commit
- * record, a fold that did not finish. Caller holds store->mu; a fold in
- * progress holds fold_mu, which GC and open take before sweeping. */
+/* Segments no record names (S2): a crash before a commit record or while a
+ * fold was written. Only at open: at run time every writer removes its own
+ * segment when it fails, and a sweep could race a record just written whose
+ * catalog entry is not in memory yet. Caller holds store->mu. */
 static uint64_t sweep_segments(cpr_store *store)
 {
     seg_sweep s = {.store = store};
@@ -609,8 +632,17 @@ static uint64_t sweep_segments(cpr_store *store)
 
 uint64_t cpr_store_sweep(cpr_store *store)
 {
-    return sweep_root(store, store->staging_dir, 1) +
-           sweep_root(store, store->blobs_dir, 0) + sweep_segments(store);
+    return sweep_root(store, store->staging_dir, 1) + sweep_root(store, store->blobs_dir, 0);
+}
+
+uint64_t cpr_store_sweep_segments(cpr_store *store)
+{
+    if (store->n_damaged) { /* S5: a damaged record may be the only one naming it */
+        cpr_log(CPR_LOG_WARN, "store %s: %zu damaged records; segments without a record "
+                "are kept", store->dir, store->n_damaged);
+        return 0;
+    }
+    return sweep_segments(store);
 }
 
 /* ---- segment names and readers (S7) ------------------------------------ */

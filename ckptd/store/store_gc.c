@@ -491,6 +491,18 @@ cpr_status cpr_store_verify(cpr_store *store, const char *job_name, cpr_problem_
         st = copy_job(only ? only : store->catalog.jobs[i], &copies[i]);
     if (st == CPR_OK)
         cpr_store_reader_enter_locked(store); /* S7 */
+    for (size_t i = 0; st == CPR_OK && i < store->n_damaged; i++) { /* S5 */
+        const damaged_part *d = &store->damaged[i];
+        const cpr_job *j = cpr_catalog_find_id(&store->catalog, d->job_id);
+        if (only && (!j || j != only))
+            continue;
+        char where[CPR_NAME_MAX + 96];
+        snprintf(where, sizeof where, "job %s shard %u %s %llu", j ? j->name : "(unknown id)",
+                 d->shard, d->fold ? "fold at" : "checkpoint", (unsigned long long)d->checkpoint);
+        problem(&v, d->fold ? "fold record is damaged (its shard cannot be restored from "
+                              "there on)" : "part record is damaged (the part is ignored)",
+                where);
+    }
     pthread_mutex_unlock(&store->mu);
     for (size_t i = 0; st == CPR_OK && i < n_copies; i++) {
         for (size_t k = 0; k < copies[i].n_segs; k++)

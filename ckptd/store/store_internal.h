@@ -26,7 +26,8 @@
  *   4. ONE synced RocksDB WriteBatch (WAL on) puts the part record, which
  *      names the segment and indexes its blocks, and the job id record.
  *      This is the commit point.
- *   5. remove the staging directory; add the part to the catalog.
+ *   5. add the part to the catalog; its staging directory goes when the
+ *      open part is freed.
  *
  * Invariants
  *  S1. Rows of a part are visible iff its part record is (step 4 is one
@@ -43,8 +44,12 @@
  *      only retention removes parts, and only those no retained state needs,
  *      after the new floor is durable (store_gc.c); folding (fold.c) adds
  *      derived segments and never changes what an "as of" restore returns.
- *  S5. A damaged part record keeps its blob directory and segment (verify
- *      reports it); only a missing record makes them leftovers.
+ *  S5. A damaged part or fold record keeps its blob directory and segments
+ *      (verify reports it); only a missing record makes them leftovers. While
+ *      any record is damaged, the sweep removes no segment at all (a damaged
+ *      record may be the only one naming it). A damaged fold record makes
+ *      restores of its shard as of its checkpoint or later fail CPR_CORRUPT
+ *      (the parts it replaced may be gone) rather than return a partial state.
  *  S6. A job's recovery record ('G' name, store_recovery.c) changes only by
  *      a compare-and-set under recovery_mu whose synced write is durable
  *      before the caller hears of it; its generation only ever grows by one.
@@ -117,6 +122,7 @@ typedef struct open_part {
 typedef struct damaged_part {
     uint32_t job_id, shard;
     uint64_t checkpoint;
+    int fold;                    /* a 'B' record */
 } damaged_part;
 
 /* Segment objects waiting for the restores that may read them (S7). */
@@ -166,8 +172,10 @@ int cpr_mkdirs(const char *path);
 void cpr_rmtree(const char *path);
 uint64_t cpr_tree_bytes(const char *path);
 
-/* Leftover sweep of S2/S3 (caller holds store->mu). Returns items removed. */
+/* Leftover sweep of S2/S3 (caller holds store->mu). Returns items removed.
+ * Blob and staging directories; segments only at open (sweep_segments). */
 uint64_t cpr_store_sweep(cpr_store *store);
+uint64_t cpr_store_sweep_segments(cpr_store *store);
 
 /* Segment object names (out holds CPR_SEG_NAME_MAX bytes). */
 void cpr_seg_part_name(char *out, const char *job, uint32_t shard, uint64_t ckpt,
@@ -213,6 +221,11 @@ void cpr_fold_poke(cpr_store *store);
 
 /* 1 if the record of this part failed to decode at open (S5). */
 int cpr_store_is_damaged(const cpr_store *store, uint32_t job_id, uint32_t shard, uint64_t ckpt);
+/* Under store->mu: CPR_CORRUPT (with a message) if a damaged fold record of
+ * (job, shard) at or below as_of exists (the parts it replaced may be gone,
+ * so no restore of that shard as of >= its checkpoint can be trusted). */
+cpr_status cpr_store_check_folds(const cpr_store *store, const cpr_job *job, uint32_t shard,
+                                 uint64_t as_of);
 
 /* Is `job` valid? Sets the error message if not. */
 cpr_status cpr_check_job_name(const char *job);

@@ -22,8 +22,9 @@
  * Part states:  (begin) -> OPEN --commit--> COMMITTING --ok--> gone (catalog)
  *                           |                   \--error--> FAILED --abort--> gone
  *                           \--abort--> gone
- * A failed put leaves the part OPEN and unchanged, except an I/O failure in
- * the middle of writing an SST, which makes it FAILED (sticky): abort it.
+ * A failed put leaves the part OPEN and unchanged, except a failure while
+ * its blocks were being appended (I/O, or memory), which makes it FAILED
+ * (sticky): abort it.
  * An OPEN or FAILED part that no call has touched for a while may also be
  * aborted by cpr_store_abort_idle (its writer is presumed gone); one in a
  * call holds its mutex and is never taken.
@@ -45,7 +46,7 @@
 #define MAX_BATCH_ROWS (1u << 24)     /* rows in one put_rows call */
 #define MAX_DIM 65536u
 #define MAX_BLOBS_PER_PART 1024u
-#define MAX_OUT_OF_ORDER 1024u /* each out-of-order batch costs a row file */
+#define MAX_OUT_OF_ORDER 1024u /* each out-of-order batch is a block every restore merges */
 
 /* Monotonic milliseconds, for idle tracking. */
 static uint64_t now_ms(void)
@@ -890,6 +891,14 @@ static cpr_status publish(cpr_store *store, open_part *part)
     if (st == CPR_OK) {
         st = write_record(store, part);
         written = st == CPR_OK;
+        if (!written) {
+            /* The synced write failed, but it may still have reached the WAL
+             * (an fsync error after the append): the files it names stay, and
+             * the sweep at the next open removes them if no record does. */
+            part->seg_name[0] = '\0';
+            free(part->final_dir);
+            part->final_dir = NULL;
+        }
     }
     if (written) { /* catalog and open list change together */
         pthread_mutex_lock(&store->mu);

@@ -337,6 +337,71 @@ static void test_other_formats_refused(void **state)
     free(dir);
 }
 
+/* A fold record that no longer decodes: restores of its shard as of its
+ * checkpoint or later fail CPR_CORRUPT (the parts it replaced may be gone),
+ * earlier ones still work, and no segment is swept. */
+static void test_damaged_fold_record(void **state)
+{
+    (void)state;
+    char *dir = tu_mkdtemp("cpr-badfold");
+    cpr_store_options o = {.no_fold = 1};
+    cpr_store *s = NULL;
+    assert_int_equal(cpr_store_open(dir, &o, &s), CPR_OK);
+    for (uint64_t c = 1; c <= 3; c++) {
+        cpr_part_spec spec = tu_part("bf", 0, 1, c, c == 1 ? CPR_KIND_FULL : CPR_KIND_PRIORITY,
+                                     &g_table, 1);
+        tu_write_part_ok(s, &spec, c == 1 ? 0 : 10 * c, c == 1 ? 500 : 20);
+    }
+    uint64_t folded = 0;
+    assert_int_equal(cpr_store_fold(s, "bf", 2, &folded), CPR_OK);
+    assert_int_equal(folded, 1);
+    cpr_store_close(s);
+    char segs[4096];
+    snprintf(segs, sizeof segs, "%s/segments", dir);
+    uint64_t files = tu_count_files(segs);
+    assert_int_equal(files, 4); /* three parts and the fold at 3 */
+
+    /* Damage the record's value (its CRC no longer matches). */
+    char db_dir[4096], *err = NULL;
+    snprintf(db_dir, sizeof db_dir, "%s/db", dir);
+    rocksdb_options_t *ro = rocksdb_options_create();
+    rocksdb_t *db = rocksdb_open(ro, db_dir, &err);
+    assert_null(err);
+    unsigned char key[17] = {'B', 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 3};
+    rocksdb_readoptions_t *rd = rocksdb_readoptions_create();
+    size_t vlen = 0;
+    char *val = rocksdb_get(db, rd, (const char *)key, sizeof key, &vlen, &err);
+    assert_null(err);
+    assert_non_null(val);
+    val[vlen / 2] ^= 0x40;
+    rocksdb_writeoptions_t *wo = rocksdb_writeoptions_create();
+    rocksdb_put(db, wo, (const char *)key, sizeof key, val, vlen, &err);
+    assert_null(err);
+    rocksdb_free(val);
+    rocksdb_writeoptions_destroy(wo);
+    rocksdb_readoptions_destroy(rd);
+    rocksdb_close(db);
+    rocksdb_options_destroy(ro);
+
+    assert_int_equal(cpr_store_open(dir, &o, &s), CPR_OK);
+    assert_int_equal(tu_count_files(segs), files); /* nothing swept */
+    cpr_restore_query q = {.job = "bf", .as_of = 3};
+    tu_rows rows = {0};
+    assert_int_equal(tu_restore(s, &q, &rows, NULL), CPR_CORRUPT);
+    assert_non_null(strstr(cpr_errmsg(), "fold record"));
+    tu_rows_free(&rows);
+    cpr_verify_report vr;
+    assert_int_equal(cpr_store_verify(s, "bf", NULL, NULL, &vr), CPR_CORRUPT);
+    assert_int_equal(vr.problems, 1); /* the record; every block is intact */
+    q.as_of = 2; /* below the fold: the parts are all there */
+    assert_int_equal(tu_restore(s, &q, &rows, NULL), CPR_OK);
+    assert_int_equal(rows.n, 500);
+    tu_rows_free(&rows);
+    cpr_store_close(s);
+    tu_rmtree(dir);
+    free(dir);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -350,6 +415,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_blocks_overlap_in_a_part, tu_store_setup,
                                         tu_store_teardown),
         cmocka_unit_test(test_other_formats_refused),
+        cmocka_unit_test(test_damaged_fold_record),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
