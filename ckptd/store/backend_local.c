@@ -35,11 +35,22 @@ struct cpr_obj_writer {
     char *dir;
 };
 
+/* Files are opened when a read of them comes within the window of reads in
+ * flight and closed when the next read of them lies beyond it (or there is
+ * none), so a restore holds a handful of descriptors however many segments
+ * it reads. A file removed meanwhile is still readable: segments are
+ * removed only after their readers finish (store_internal.h S7). */
 struct cpr_obj_reader {
+    local_backend *be;
     cpr_fetcher *fetch;
     cpr_fetch_req *reqs;
-    int *fds;
-    size_t n_fds;
+    const cpr_obj_extent *ext;
+    size_t n, delivered, window;
+    size_t *obj_of;        /* extent -> object */
+    size_t *next_use;      /* extent -> the next extent of its object (n: none) */
+    const char **names;    /* object -> name (borrowed from ext) */
+    int *fds;              /* object -> descriptor, -1 while closed */
+    size_t n_objs;
 };
 
 /* <root>/j_<job>/<rest>.seg, and the directory part in *dir (malloc'd). */
@@ -135,65 +146,98 @@ static void local_discard(cpr_obj_writer *w)
 static void reader_free(cpr_obj_reader *r)
 {
     cpr_fetcher_destroy(r->fetch);
-    for (size_t i = 0; i < r->n_fds; i++)
-        close(r->fds[i]);
+    for (size_t i = 0; r->fds && i < r->n_objs; i++)
+        if (r->fds[i] >= 0)
+            close(r->fds[i]);
     free(r->fds);
+    free(r->names);
+    free(r->obj_of);
+    free(r->next_use);
     free(r->reqs);
     free(r);
 }
 
-static cpr_status local_read_start(cpr_backend *base, const cpr_obj_extent *ext, size_t n,
-                                   unsigned depth, cpr_obj_reader **out)
+/* Open every file the reads of the window [delivered, delivered + window)
+ * need, and point their requests at it. */
+static cpr_status open_window(cpr_obj_reader *r)
 {
-    local_backend *be = (local_backend *)base;
-    cpr_status st = CPR_OK;
-    cpr_obj_reader *r = calloc(1, sizeof *r);
-    const char **names = NULL;
-    if (r) {
-        r->reqs = calloc(n ? n : 1, sizeof *r->reqs);
-        r->fds = calloc(n ? n : 1, sizeof *r->fds);
-        names = calloc(n ? n : 1, sizeof *names);
-    }
-    if (!r || !r->reqs || !r->fds || !names) {
-        free(names);
-        if (r)
-            reader_free(r);
-        return cpr_fail(CPR_NO_MEMORY, "out of memory starting a segment read");
-    }
-    /* Extents of one object are usually adjacent in the list: look back
-     * one before searching every open file. */
-    for (size_t i = 0; st == CPR_OK && i < n; i++) {
-        size_t f = r->n_fds;
-        if (f && strcmp(names[f - 1], ext[i].object) == 0)
-            f = f - 1;
-        else
-            for (size_t k = 0; k < r->n_fds; k++)
-                if (strcmp(names[k], ext[i].object) == 0) {
-                    f = k;
-                    break;
-                }
-        if (f == r->n_fds) {
+    size_t end = r->delivered + r->window < r->n ? r->delivered + r->window : r->n;
+    for (size_t i = r->delivered; i < end; i++) {
+        size_t k = r->obj_of[i];
+        if (r->fds[k] < 0) {
             char *path = NULL;
-            st = object_path(be, ext[i].object, &path, NULL);
+            cpr_status st = object_path(r->be, r->names[k], &path, NULL);
             if (st)
-                break;
-            int fd = cpr_bfile_open_read(path, 1);
-            if (fd < 0)
+                return st;
+            r->fds[k] = cpr_bfile_open_read(path, 1);
+            if (r->fds[k] < 0)
                 st = errno == ENOENT
                          ? cpr_fail(CPR_CORRUPT, "segment file %s is missing", path)
                          : cpr_fail(CPR_IO, "open %s: %s", path, strerror(errno));
             free(path);
             if (st)
-                break;
-            names[f] = ext[i].object;
-            r->fds[r->n_fds++] = fd;
+                return st;
         }
-        r->reqs[i] = (cpr_fetch_req){r->fds[f], ext[i].offset, ext[i].len};
+        r->reqs[i].fd = r->fds[k];
     }
-    free(names);
+    return CPR_OK;
+}
+
+static cpr_status local_read_start(cpr_backend *base, const cpr_obj_extent *ext, size_t n,
+                                   unsigned depth, cpr_obj_reader **out)
+{
+    cpr_obj_reader *r = calloc(1, sizeof *r);
+    size_t cap = n ? n : 1;
+    if (r) {
+        r->reqs = calloc(cap, sizeof *r->reqs);
+        r->obj_of = calloc(cap, sizeof *r->obj_of);
+        r->next_use = calloc(cap, sizeof *r->next_use);
+        r->names = calloc(cap, sizeof *r->names);
+        r->fds = calloc(cap, sizeof *r->fds);
+    }
+    if (!r || !r->reqs || !r->obj_of || !r->next_use || !r->names || !r->fds) {
+        if (r)
+            reader_free(r);
+        return cpr_fail(CPR_NO_MEMORY, "out of memory starting a segment read");
+    }
+    r->be = (local_backend *)base;
+    r->ext = ext;
+    r->n = n;
+    depth = depth > FETCH_DEPTH_MAX ? FETCH_DEPTH_MAX : depth ? depth : 1;
+    r->window = (size_t)depth + 1;
+    /* Objects by name (extents of one object are usually adjacent: look
+     * back one before searching), and each extent's next of its object. */
+    size_t *last = calloc(cap, sizeof *last);
+    if (!last) {
+        reader_free(r);
+        return cpr_fail(CPR_NO_MEMORY, "out of memory starting a segment read");
+    }
+    for (size_t i = 0; i < n; i++) {
+        size_t k = r->n_objs;
+        if (k && strcmp(r->names[k - 1], ext[i].object) == 0)
+            k = k - 1;
+        else
+            for (size_t j = 0; j < r->n_objs; j++)
+                if (strcmp(r->names[j], ext[i].object) == 0) {
+                    k = j;
+                    break;
+                }
+        if (k == r->n_objs) {
+            r->names[k] = ext[i].object;
+            r->fds[k] = -1;
+            r->n_objs++;
+        } else {
+            r->next_use[last[k]] = i;
+        }
+        last[k] = i;
+        r->obj_of[i] = k;
+        r->next_use[i] = n;
+        r->reqs[i] = (cpr_fetch_req){-1, ext[i].offset, ext[i].len};
+    }
+    free(last);
+    cpr_status st = open_window(r);
     if (st == CPR_OK)
-        st = cpr_fetcher_create(r->reqs, n, depth > FETCH_DEPTH_MAX ? FETCH_DEPTH_MAX : depth,
-                                &r->fetch);
+        st = cpr_fetcher_create(r->reqs, n, depth, &r->fetch);
     if (st) {
         reader_free(r);
         return st;
@@ -204,7 +248,17 @@ static cpr_status local_read_start(cpr_backend *base, const cpr_obj_extent *ext,
 
 static cpr_status local_read_next(cpr_obj_reader *r, void **owner, const unsigned char **data)
 {
-    return cpr_fetcher_next(r->fetch, owner, data);
+    cpr_status st = open_window(r); /* the fetcher submits within the window */
+    if (st == CPR_OK)
+        st = cpr_fetcher_next(r->fetch, owner, data);
+    if (st)
+        return st;
+    size_t i = r->delivered++, k = r->obj_of[i];
+    if (r->next_use[i] >= r->delivered + r->window) { /* not needed soon: close */
+        close(r->fds[k]);
+        r->fds[k] = -1;
+    }
+    return CPR_OK;
 }
 
 static void local_read_release(cpr_obj_reader *r, void *owner)

@@ -205,6 +205,32 @@ static void release(states *s)
             tu_rows_free(&s->rows[i][v]);
 }
 
+/* Open descriptors of this process. */
+static unsigned open_fds(void)
+{
+    DIR *d = opendir("/proc/self/fd");
+    unsigned n = 0;
+    while (d && readdir(d))
+        n++;
+    if (d)
+        closedir(d);
+    return n;
+}
+
+typedef struct fd_watch {
+    unsigned most;
+    size_t rows;
+} fd_watch;
+
+static cpr_status watch_fds(void *ctx, const cpr_row_batch *b)
+{
+    fd_watch *w = ctx;
+    unsigned n = open_fds();
+    w->most = n > w->most ? n : w->most;
+    w->rows += b->n;
+    return CPR_OK;
+}
+
 static void test_chain_of_200_exact(void **state)
 {
     (void)state;
@@ -219,6 +245,15 @@ static void test_chain_of_200_exact(void **state)
         assert_model(&before->rows[i][0], before->at[i]);
     assert_model(&before->rows[before->n - 1][0], CHAIN + 1);
 
+    /* Unfolded, the newest state reads 2 x 201 segments: a restore opens them
+     * a few at a time (the read window), not all at once. */
+    unsigned before_fds = open_fds();
+    fd_watch fw = {0};
+    cpr_restore_query nq = {.job = "fold", .batch_rows = 64};
+    assert_int_equal(cpr_store_restore(st, &nq, watch_fds, &fw, NULL), CPR_OK);
+    print_message("  restore over %u segments: at most %u descriptors open (%u before)\n",
+                  2 * (CHAIN + 1), fw.most, before_fds);
+    assert_true(fw.most <= before_fds + 24);
     uint64_t folded = 0;
     assert_int_equal(cpr_store_fold(st, "fold", 2, &folded), CPR_OK);
     print_message("  folds written: %" PRIu64 "\n", folded);
