@@ -49,12 +49,12 @@ static void retention(cpr_reaper *r)
     r->committed_at_gc = stats.rows_in;
     cpr_gc_report rep;
     double t0 = cpr_now_s();
-    cpr_status st = cpr_store_gc_lazy(r->store, &rep); /* no rewrite while training */
+    cpr_status st = cpr_store_gc_lazy(r->store, &rep); /* whole parts; folds at the floor */
     if (st != CPR_OK && st != CPR_NOT_FOUND)
         cpr_log(CPR_LOG_ERROR, "periodic retention: %s", cpr_errmsg());
     else if (st == CPR_OK && (rep.parts_removed || rep.uncommitted_removed))
         cpr_log(CPR_LOG_INFO, "periodic retention in %.3f s: floor %llu, %llu parts removed, "
-                "%llu row versions dropped by compactions meanwhile, %llu -> %llu bytes",
+                "%llu row versions dropped, %llu -> %llu bytes",
                 cpr_now_s() - t0, (unsigned long long)rep.floor,
                 (unsigned long long)rep.parts_removed,
                 (unsigned long long)rep.versions_removed, (unsigned long long)rep.bytes_before,

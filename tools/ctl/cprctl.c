@@ -58,11 +58,11 @@ static const command COMMANDS[] = {
      "cprctl gc [JOB] [--keep K]\n"
      "  Retention for JOB (default: every job): keep the newest K consistent cuts\n"
      "  (K >= 1; default: the storage's setting, 2 unless ckptd --retain says\n"
-     "  otherwise) and everything newer, delete what no retained state needs.\n"
+     "  otherwise) and everything newer, delete what no retained state needs\n"
+     "  (whole parts; what the kept states still need of them is folded first).\n"
      "  Prints the floor (oldest restorable checkpoint), the parts and uncommitted\n"
-     "  leftovers removed, the row versions dropped while it ran (those of every\n"
-     "  job, by its compaction or the storage's own), and the store size before\n"
-     "  and after.\n"},
+     "  leftovers removed, the stored row versions dropped, and the store size\n"
+     "  before and after.\n"},
     {"stats", 0, 0, 0, ctl_cmd_stats,
      "cprctl stats\n"
      "  Counters of every node, summed: jobs, parts, rows and bytes in and out\n"
