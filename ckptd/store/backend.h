@@ -49,7 +49,8 @@ typedef struct cpr_backend_ops {
     cpr_status (*read_start)(cpr_backend *be, const cpr_obj_extent *ext, size_t n,
                              unsigned depth, cpr_obj_reader **out);
     cpr_status (*read_next)(cpr_obj_reader *r, void **owner, const unsigned char **data);
-    /* Give a delivered buffer back (free()ing it is also allowed). */
+    /* Give a delivered buffer back, before read_end (free()ing it is also
+     * allowed, and the only way after read_end). */
     void (*read_release)(cpr_obj_reader *r, void *owner);
     void (*read_end)(cpr_obj_reader *r);
     /* Remove an object; a missing one is not an error. */

@@ -495,13 +495,15 @@ struct cpr_fetcher {
 /* A buffer of at least `ask` bytes: a released one when one is big enough. */
 static unsigned char *fetch_buffer(cpr_fetcher *f, size_t ask, size_t *cap)
 {
-    for (unsigned i = 0; i < f->n_pool; i++) {
-        if (f->pool[i].cap >= ask) {
-            unsigned char *b = f->pool[i].buf;
-            *cap = f->pool[i].cap;
-            f->pool[i] = f->pool[--f->n_pool];
-            return b;
-        }
+    unsigned best = f->n_pool; /* the smallest pooled buffer that fits */
+    for (unsigned i = 0; i < f->n_pool; i++)
+        if (f->pool[i].cap >= ask && (best == f->n_pool || f->pool[i].cap < f->pool[best].cap))
+            best = i;
+    if (best < f->n_pool) {
+        unsigned char *b = f->pool[best].buf;
+        *cap = f->pool[best].cap;
+        f->pool[best] = f->pool[--f->n_pool];
+        return b;
     }
     unsigned char *b = NULL;
     size_t want = ask < (1u << 20) ? (1u << 20) : ask; /* room for typical blocks */
@@ -634,6 +636,11 @@ cpr_status cpr_fetcher_next(cpr_fetcher *f, void **owner, const unsigned char **
         return st;
     *owner = s->buf;
     *data = s->buf + s->skip;
+    /* A caller may free() instead of releasing: forget older notes of this
+     * address, so a reused address never gets a stale capacity. */
+    for (unsigned k = 0; k < FETCH_CAPS; k++)
+        if (f->delivered_cap[k].buf == s->buf)
+            f->delivered_cap[k].buf = NULL;
     f->delivered_cap[f->next_deliver % FETCH_CAPS] = (cap_note){s->buf, s->cap};
     s->buf = NULL;
     f->next_deliver++;
@@ -664,7 +671,10 @@ void cpr_fetcher_destroy(cpr_fetcher *f)
         return;
     int drained = 1;
     if (f->have_ring) {
-        io_uring_submit(&f->ring);
+        if (io_uring_submit(&f->ring) < 0) { /* prepared but never submitted: none will complete */
+            unsigned unsent = io_uring_sq_ready(&f->ring);
+            f->in_flight -= unsent < f->in_flight ? unsent : f->in_flight;
+        }
         while (f->in_flight > 0) {
             struct io_uring_cqe *cqe;
             if (wait_cqe(&f->ring, &cqe) < 0) {

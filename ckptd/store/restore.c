@@ -551,10 +551,13 @@ static cpr_status load_through(merge *m, size_t end, uint64_t row)
     while (st == CPR_OK && m->next < end && m->p->cands[m->next].ref.first <= row) {
         cursor *c = NULL;
         st = load_next(m, &c);
-        if (st == CPR_OK && c->pos < c->v.h.n)
+        if (st == CPR_OK && c->pos < c->v.h.n) {
             st = heap_push(&m->h, c);
-        else
+            if (st)
+                cursor_free(m, c);
+        } else {
             cursor_free(m, c);
+        }
     }
     return st;
 }
@@ -637,13 +640,16 @@ static cpr_status merge_table(merge *m, size_t end)
             cursor *l = heap_pop(&m->h);
             if (++l->pos < l->v.h.n)
                 st = heap_push(&m->h, l);
-            else
+            if (l->pos >= l->v.h.n || st)
                 cursor_free(m, l);
         }
-        if (st == CPR_OK && ++w->pos < w->v.h.n)
+        if (st == CPR_OK && ++w->pos < w->v.h.n) {
             st = heap_push(&m->h, w);
-        else
+            if (st)
+                cursor_free(m, w);
+        } else {
             cursor_free(m, w);
+        }
     }
     while (m->h.n)
         cursor_free(m, heap_pop(&m->h));

@@ -691,9 +691,13 @@ void cpr_store_reader_leave(cpr_store *store)
 
 void cpr_store_doom_locked(cpr_store *store, const char *name)
 {
-    doomed_seg *d = store->readers ? calloc(1, sizeof *d) : NULL;
-    if (!d) { /* no reader (or no memory: removing now is what S7 delays) */
+    if (!store->readers) {
         store->segs->ops->remove(store->segs, name);
+        return;
+    }
+    doomed_seg *d = calloc(1, sizeof *d);
+    if (!d) { /* S7 forbids removing it now: the sweep at the next open will */
+        cpr_log(CPR_LOG_WARN, "out of memory: segment %s stays until the next open", name);
         return;
     }
     snprintf(d->name, sizeof d->name, "%s", name);
