@@ -44,7 +44,6 @@ struct cpr_obj_reader {
     local_backend *be;
     cpr_fetcher *fetch;
     cpr_fetch_req *reqs;
-    const cpr_obj_extent *ext;
     size_t n, delivered, window;
     size_t *obj_of;        /* extent -> object */
     size_t *next_use;      /* extent -> the next extent of its object (n: none) */
@@ -201,7 +200,6 @@ static cpr_status local_read_start(cpr_backend *base, const cpr_obj_extent *ext,
         return cpr_fail(CPR_NO_MEMORY, "out of memory starting a segment read");
     }
     r->be = (local_backend *)base;
-    r->ext = ext;
     r->n = n;
     depth = depth > FETCH_DEPTH_MAX ? FETCH_DEPTH_MAX : depth ? depth : 1;
     r->window = (size_t)depth + 1;

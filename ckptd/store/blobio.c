@@ -11,6 +11,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <liburing.h>
+#include <malloc.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -460,7 +461,6 @@ int cpr_bfile_open_read(const char *path, int direct)
 
 typedef struct fetch_slot {
     unsigned char *buf;   /* aligned; NULL once delivered */
-    size_t cap;           /* its capacity */
     size_t skip;          /* bytes before the extent in buf */
     size_t ask;           /* bytes read into buf */
     int res;
@@ -468,17 +468,6 @@ typedef struct fetch_slot {
 } fetch_slot;
 
 #define FETCH_POOL 16
-#define FETCH_CAPS 256 /* delivered buffers whose capacity is remembered */
-
-typedef struct cap_note {
-    void *buf;
-    size_t cap;
-} cap_note;
-
-typedef struct pooled_buf {
-    void *buf;
-    size_t cap;
-} pooled_buf;
 
 struct cpr_fetcher {
     const cpr_fetch_req *reqs;
@@ -487,30 +476,31 @@ struct cpr_fetcher {
     int have_ring;
     struct io_uring ring;
     fetch_slot *slots;    /* depth of them; request i uses slot i % depth */
-    pooled_buf pool[FETCH_POOL]; /* released buffers and their capacities */
+    void *pool[FETCH_POOL]; /* released buffers (their sizes: malloc_usable_size) */
     unsigned n_pool;
-    cap_note delivered_cap[FETCH_CAPS]; /* capacities of recently delivered buffers */
 };
 
-/* A buffer of at least `ask` bytes: a released one when one is big enough. */
-static unsigned char *fetch_buffer(cpr_fetcher *f, size_t ask, size_t *cap)
+/* A buffer of at least `ask` bytes: the smallest released one that is big
+ * enough, else a new one. */
+static unsigned char *fetch_buffer(cpr_fetcher *f, size_t ask)
 {
-    unsigned best = f->n_pool; /* the smallest pooled buffer that fits */
-    for (unsigned i = 0; i < f->n_pool; i++)
-        if (f->pool[i].cap >= ask && (best == f->n_pool || f->pool[i].cap < f->pool[best].cap))
+    unsigned best = f->n_pool;
+    size_t best_cap = 0;
+    for (unsigned i = 0; i < f->n_pool; i++) {
+        size_t cap = malloc_usable_size(f->pool[i]);
+        if (cap >= ask && (best == f->n_pool || cap < best_cap)) {
             best = i;
+            best_cap = cap;
+        }
+    }
     if (best < f->n_pool) {
-        unsigned char *b = f->pool[best].buf;
-        *cap = f->pool[best].cap;
+        unsigned char *b = f->pool[best];
         f->pool[best] = f->pool[--f->n_pool];
         return b;
     }
     unsigned char *b = NULL;
     size_t want = ask < (1u << 20) ? (1u << 20) : ask; /* room for typical blocks */
-    if (posix_memalign((void **)&b, CPR_IO_ALIGN, want))
-        return NULL;
-    *cap = want;
-    return b;
+    return posix_memalign((void **)&b, CPR_IO_ALIGN, want) ? NULL : b;
 }
 
 static cpr_status fetch_prepare(cpr_fetcher *f, size_t i, fetch_slot *s)
@@ -521,7 +511,7 @@ static cpr_status fetch_prepare(cpr_fetcher *f, size_t i, fetch_slot *s)
     s->ask = (s->skip + r->len + CPR_IO_ALIGN - 1) & ~(size_t)(CPR_IO_ALIGN - 1);
     s->done = 0;
     s->res = 0;
-    s->buf = fetch_buffer(f, s->ask ? s->ask : CPR_IO_ALIGN, &s->cap);
+    s->buf = fetch_buffer(f, s->ask ? s->ask : CPR_IO_ALIGN);
     if (!s->buf)
         return cpr_fail(CPR_NO_MEMORY, "out of memory for a read of %zu bytes", s->ask);
     return CPR_OK;
@@ -636,12 +626,6 @@ cpr_status cpr_fetcher_next(cpr_fetcher *f, void **owner, const unsigned char **
         return st;
     *owner = s->buf;
     *data = s->buf + s->skip;
-    /* A caller may free() instead of releasing: forget older notes of this
-     * address, so a reused address never gets a stale capacity. */
-    for (unsigned k = 0; k < FETCH_CAPS; k++)
-        if (f->delivered_cap[k].buf == s->buf)
-            f->delivered_cap[k].buf = NULL;
-    f->delivered_cap[f->next_deliver % FETCH_CAPS] = (cap_note){s->buf, s->cap};
     s->buf = NULL;
     f->next_deliver++;
     return CPR_OK;
@@ -651,18 +635,10 @@ void cpr_fetcher_release(cpr_fetcher *f, void *owner)
 {
     if (!owner)
         return;
-    size_t cap = 0;
-    for (unsigned i = 0; i < FETCH_CAPS; i++)
-        if (f->delivered_cap[i].buf == owner) {
-            cap = f->delivered_cap[i].cap;
-            f->delivered_cap[i].buf = NULL;
-            break;
-        }
-    if (cap == 0 || f->n_pool == FETCH_POOL) {
+    if (f->n_pool == FETCH_POOL)
         free(owner);
-        return;
-    }
-    f->pool[f->n_pool++] = (pooled_buf){owner, cap};
+    else
+        f->pool[f->n_pool++] = owner;
 }
 
 void cpr_fetcher_destroy(cpr_fetcher *f)
@@ -689,7 +665,7 @@ void cpr_fetcher_destroy(cpr_fetcher *f)
     for (unsigned i = 0; drained && i < f->depth; i++)
         free(f->slots[i].buf); /* not drained: leaked rather than written after free */
     for (unsigned i = 0; i < f->n_pool; i++)
-        free(f->pool[i].buf);
+        free(f->pool[i]);
     free(f->slots);
     free(f);
 }

@@ -299,3 +299,16 @@ cpr_status cpr_meta_add_block(cpr_part_meta *m, const cpr_block_ref *ref)
     m->blocks[m->n_blocks++] = *ref;
     return CPR_OK;
 }
+
+cpr_status cpr_block_open_ref(const void *data, const cpr_block_ref *ref, cpr_block_view *v)
+{
+    cpr_status st = cpr_block_open(data, ref->len, v);
+    if (st)
+        return st;
+    if (v->h.table != ref->table || v->h.n != ref->n || v->h.first_row != ref->first ||
+        v->h.last_row != ref->last || v->h.crc32c != ref->crc)
+        return cpr_fail(CPR_CORRUPT, "the block is not the one the catalog records (table "
+                        "%u rows %llu..%llu)", ref->table, (unsigned long long)ref->first,
+                        (unsigned long long)ref->last);
+    return CPR_OK;
+}

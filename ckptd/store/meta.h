@@ -14,6 +14,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "cpr/block.h"
 #include "cpr/store.h"
 
 typedef struct cpr_blob_meta {
@@ -65,6 +66,11 @@ cpr_status cpr_meta_copy_tables(cpr_part_meta *dst, const cpr_table_schema *tabl
                                 size_t n);
 const cpr_table_schema *cpr_meta_table(const cpr_part_meta *m, uint32_t table);
 const cpr_blob_meta *cpr_meta_blob(const cpr_part_meta *m, const char *name);
+/* Open a block read for `ref` (cpr_block_open: CRC32C, header, ids) and
+ * check that it is the block the catalog records there. CPR_CORRUPT with a
+ * message saying which, else *v points into data. */
+cpr_status cpr_block_open_ref(const void *data, const cpr_block_ref *ref, cpr_block_view *v);
+
 /* Append a block reference (grows m->blocks). */
 cpr_status cpr_meta_add_block(cpr_part_meta *m, const cpr_block_ref *ref);
 

@@ -500,7 +500,10 @@ static cpr_status load_next(merge *m, cursor **out)
     c->cand = cand;
     cpr_status st = m->store->segs->ops->read_next(m->reader, &c->owner, &c->data);
     if (st == CPR_OK)
-        st = cpr_block_open(c->data, cand->ref.len, &c->v);
+        st = cpr_block_open_ref(c->data, &cand->ref, &c->v);
+    if (st == CPR_OK && !c->v.versions != !cand->fold)
+        st = cpr_fail(CPR_CORRUPT, "a %s block where the catalog records a %s",
+                      c->v.versions ? "fold's" : "part's", cand->fold ? "fold" : "part");
     const char *obj = m->p->objects[cand->object];
     if (st == CPR_CORRUPT) {
         char why[512]; /* cpr_fail writes the buffer cpr_errmsg reads */
@@ -510,14 +513,6 @@ static cpr_status load_next(merge *m, cursor **out)
                       cand->ref.table, (unsigned long long)cand->ref.first,
                       (unsigned long long)cand->ref.last, why);
     }
-    if (st == CPR_OK &&
-        (c->v.h.table != cand->ref.table || c->v.h.n != cand->ref.n ||
-         c->v.h.first_row != cand->ref.first || c->v.h.last_row != cand->ref.last ||
-         c->v.h.crc32c != cand->ref.crc || !c->v.versions != !cand->fold))
-        st = cpr_fail(CPR_CORRUPT, "segment %s, block at offset %llu: the block is not "
-                      "the one the catalog records (table %u rows %llu..%llu)", obj,
-                      (unsigned long long)cand->ref.offset, cand->ref.table,
-                      (unsigned long long)cand->ref.first, (unsigned long long)cand->ref.last);
     if (st == CPR_OK && (c->v.h.dim != m->out.t->dim || c->v.h.state_dim != m->out.t->state_dim))
         st = cpr_fail(CPR_CORRUPT, "segment %s, block at offset %llu: dims %u+%u, the "
                       "table has %u+%u", obj, (unsigned long long)cand->ref.offset,
@@ -810,7 +805,6 @@ static cpr_status restore(cpr_store *store, const cpr_restore_query *q,
 typedef struct row_ctx {
     cpr_row_fn fn;
     void *ctx;
-    size_t batch_rows;
 } row_ctx;
 
 static cpr_status rows_to_batch(void *ctx, const cpr_merge_rows *r)
@@ -840,7 +834,7 @@ static cpr_status block_to_batch(void *ctx, const void *block, size_t len,
 cpr_status cpr_store_restore(cpr_store *store, const cpr_restore_query *q, cpr_row_fn fn,
                              void *ctx, cpr_restore_result *result)
 {
-    row_ctx rc = {fn, ctx, 0};
+    row_ctx rc = {fn, ctx};
     cpr_merge_sink sink = {.rows = rows_to_batch, .block = block_to_batch, .ctx = &rc};
     return restore(store, q, &sink, fn != NULL, result);
 }

@@ -27,6 +27,7 @@
 
 #include "ckptd_harness.h"
 #include "cpr/client.h"
+#include "cpr_rng.h"
 #include "testutil.h"
 
 #define JOB "loop"
@@ -132,12 +133,10 @@ static uint64_t newest_committed(cpr_client *client)
     return newest;
 }
 
+/* One SplitMix64 step from x (common/cpr_rng.h). */
 static uint64_t mix(uint64_t x)
 {
-    x += 0x9e3779b97f4a7c15ULL;
-    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-    return x ^ (x >> 31);
+    return cpr_splitmix64(&x);
 }
 
 static void test_ckptd_killed_again_and_again(void **unused)

@@ -35,6 +35,7 @@
 #include <cmocka.h>
 
 #include "cpr/store.h"
+#include "cpr_rng.h"
 #include "testutil.h"
 
 #define ROWS 3000u
@@ -46,12 +47,10 @@
 static const cpr_table_schema g_t = {.table = 5, .rows = ROWS, .dim = 4, .state_dim = 1};
 static const cpr_store_options g_no_fold = {.no_fold = 1};
 
+/* One SplitMix64 step from x (common/cpr_rng.h). */
 static uint64_t mix(uint64_t x)
 {
-    x += 0x9e3779b97f4a7c15ULL;
-    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-    return x ^ (x >> 31);
+    return cpr_splitmix64(&x);
 }
 
 /* ---- the two-shard model ----------------------------------------------------- */
