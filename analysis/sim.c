@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cpr/rng.h"
 #include "analyze.h"
 #include "cpr_common.h"
 
@@ -84,20 +85,10 @@ sim_stat sim_acc_stat(const sim_acc *acc)
 
 /* ---- failure traces -------------------------------------------------------------- */
 
-/* SplitMix64: a tiny seeded stream, plenty for Monte Carlo draws. */
-static uint64_t mix64(uint64_t x)
-{
-    x ^= x >> 30;
-    x *= 0xbf58476d1ce4e5b9ull;
-    x ^= x >> 27;
-    x *= 0x94d049bb133111ebull;
-    return x ^ (x >> 31);
-}
-
+/* SplitMix64 (cpr/rng.h): a tiny seeded stream, plenty for Monte Carlo draws. */
 static double next_unit(uint64_t *state) /* in (0, 1] */
 {
-    *state += 0x9e3779b97f4a7c15ull;
-    return ((double)(mix64(*state) >> 11) + 1.0) * 0x1p-53;
+    return ((double)(cpr_splitmix64(state) >> 11) + 1.0) * 0x1p-53;
 }
 
 /* Time to the next failure: exponential, or Weibull with the same mean. */
@@ -134,7 +125,7 @@ static cpr_status trace_push(sim_trace *t, double time_s, uint32_t shard)
 
 cpr_status sim_trace_make(const sim_opts *o, uint64_t trial, sim_trace *trace)
 {
-    uint64_t state = mix64(o->seed ^ mix64(trial + 1));
+    uint64_t state = cpr_mix64(o->seed ^ cpr_mix64(trial + 1));
     trace->n = 0;
     for (double t = draw_gap(o, &state); t < o->model.job_s; t += draw_gap(o, &state)) {
         uint32_t shard = (uint32_t)(next_unit(&state) * o->model.shards);

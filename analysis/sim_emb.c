@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cpr/rng.h"
 #include "analyze.h"
 #include "cpr/data.h"
 #include "cpr/embedding.h"
@@ -124,11 +125,7 @@ static void run_close(emb_run *r)
 
 static float next_grad(uint64_t *state)
 {
-    *state += 0x9e3779b97f4a7c15ull;
-    uint64_t z = *state;
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    z ^= z >> 31;
+    uint64_t z = cpr_splitmix64(state);
     return (float)((double)(z >> 11) * 0x1p-52 - 1.0); /* [-1, 1) */
 }
 

@@ -347,7 +347,7 @@ static void h_list_jobs(call_ctx *c)
         st = cpr_store_list_jobs(c->srv->store, &jobs, &n);
     if (st == CPR_OK)
         st = cpr_wire_list_jobs_response_encode(jobs, n, &resp, &len);
-    cpr_store_names_free(jobs, n);
+    cpr_names_free(jobs, n);
     finish(c, st, resp, len);
 }
 

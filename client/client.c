@@ -19,7 +19,7 @@
 
 #include "client_internal.h"
 #include "cpr_common.h"
-#include "cpr_rng.h"
+#include "cpr/rng.h"
 
 #define LOCAL_PREFIX "local://"
 #define GRPC_PREFIX "grpc://"
@@ -316,45 +316,14 @@ cpr_status cpr_client_list(cpr_client *c, const char *job, cpr_part_info **out, 
     return cpr_client_list_checked(c, job, 0, out, n);
 }
 
-/* Is checkpoint parts[first..end) (one checkpoint id, ordered by shard) a
- * cut? The store's rule (catalog.c) over the committed parts: the lowest
- * shard's num_shards n, and shards 0..n-1 each consistent with that n;
- * shards beyond n do not matter. */
-static int is_cut(const cpr_part_info *parts, size_t first, size_t end)
-{
-    uint32_t n = 0, next = 0;
-    for (size_t i = first; i < end; i++) {
-        const cpr_part_info *p = &parts[i];
-        if (!p->committed)
-            continue; /* an open part of the same id does not spoil the cut */
-        if (next == 0)
-            n = p->num_shards;
-        if (next == n)
-            break;
-        if (p->shard != next || !p->consistent || p->num_shards != n)
-            return 0;
-        next++;
-    }
-    return n > 0 && next == n;
-}
-
-/* Cuts of a merged, sorted list, newest first; *cuts malloc'd. */
+/* Cuts of a merged, sorted list, newest first (cpr/types.h's rule); *cuts malloc'd. */
 static cpr_status cuts_of(const cpr_part_info *parts, size_t n, uint64_t **cuts, size_t *n_cuts)
 {
     uint64_t *out = malloc((n + 1) * sizeof *out);
-    size_t k = 0;
     if (!out)
         return cpr_fail(CPR_NO_MEMORY, "out of memory");
-    for (size_t end = n; end > 0;) {
-        size_t first = end - 1;
-        while (first > 0 && parts[first - 1].checkpoint == parts[end - 1].checkpoint)
-            first--;
-        if (is_cut(parts, first, end))
-            out[k++] = parts[first].checkpoint;
-        end = first;
-    }
+    *n_cuts = cpr_cuts(parts, n, 0, out, n + 1);
     *cuts = out;
-    *n_cuts = k;
     return CPR_OK;
 }
 

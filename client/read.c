@@ -424,10 +424,10 @@ static cpr_status all_jobs(cpr_client *c, char ***jobs, size_t *n)
         st = cpr_client_retry(c, jobs_once, &t);
         if (st == CPR_OK)
             st = append_names(&all, &total, t.jobs, t.n);
-        cpr_store_names_free(t.jobs, t.n); /* frees only what was not moved */
+        cpr_names_free(t.jobs, t.n); /* frees only what was not moved */
     }
     if (st) {
-        cpr_store_names_free(all, total);
+        cpr_names_free(all, total);
         return st;
     }
     qsort(all, total, sizeof *all, by_name);
@@ -474,7 +474,7 @@ cpr_status cpr_client_gc(cpr_client *c, const char *job, uint32_t keep, cpr_gc_r
                 st = cpr_fail(job_st, "gc of job %s: %s", jobs[i], why);
             }
         }
-        cpr_store_names_free(jobs, n);
+        cpr_names_free(jobs, n);
     }
     if (st == CPR_OK && report)
         *report = sum;

@@ -19,21 +19,6 @@
     ((t)->cfg.device == CPR_DEVICE_CUDA ? cpr_emb_cuda_##fn(__VA_ARGS__) \
                                          : cpr_emb_cpu_##fn(__VA_ARGS__))
 
-static const char *const policy_names[] = {"full", "delta", "mfu", "ssu", "topk-norm"};
-
-const char *cpr_policy_name(cpr_policy policy)
-{
-    return (unsigned)policy < 5 ? policy_names[policy] : "unknown";
-}
-
-int cpr_policy_parse(const char *name)
-{
-    for (int i = 0; name && i < 5; i++)
-        if (strcmp(name, policy_names[i]) == 0)
-            return i;
-    return -1;
-}
-
 double cpr_emb_tracker_bytes_per_row(unsigned track)
 {
     double bytes = 0;

@@ -13,6 +13,7 @@
 #ifndef CPR_EMB_INTERNAL_H
 #define CPR_EMB_INTERNAL_H
 
+#include "cpr/rng.h"
 #include "cpr/embedding.h"
 
 #ifdef __cplusplus
@@ -75,10 +76,7 @@ int cpr_emb_cuda_built(void);
  * backward call number, position of the occurrence in the call). */
 static inline uint64_t cpr_emb_mix64(uint64_t x)
 {
-    x += 0x9e3779b97f4a7c15ULL;
-    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-    return x ^ (x >> 31);
+    return cpr_splitmix64(&x); /* cpr/rng.h; emb_cuda.cu repeats it on the device */
 }
 
 /* Initial weight of element j of `row`: U(-scale, scale) from a hash, so

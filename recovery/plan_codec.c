@@ -31,16 +31,6 @@
 
 /* ---- names --------------------------------------------------------------------- */
 
-static const char *kind_name(cpr_kind kind)
-{
-    switch (kind) {
-    case CPR_KIND_FULL: return "FULL";
-    case CPR_KIND_DELTA: return "DELTA";
-    case CPR_KIND_PRIORITY: return "PRIORITY";
-    default: return "UNSPECIFIED";
-    }
-}
-
 /* Index i such that name_of(i) is `name`, over first..last; -1 if none. */
 static int parse_name(const char *name, const char *(*name_of)(int), int first, int last)
 {
@@ -53,7 +43,7 @@ static int parse_name(const char *name, const char *(*name_of)(int), int first, 
 static const char *action_i(int i) { return cpr_plan_action_name((cpr_plan_action)i); }
 static const char *source_i(int i) { return cpr_shard_source_name((cpr_shard_source)i); }
 static const char *dense_i(int i) { return cpr_dense_source_name((cpr_dense_source)i); }
-static const char *kind_i(int i) { return kind_name((cpr_kind)i); }
+static const char *kind_i(int i) { return cpr_kind_name((cpr_kind)i); }
 
 /* ---- encoding -------------------------------------------------------------------- */
 
@@ -90,7 +80,7 @@ static cpr_json *entry_tuple(const cpr_plan_shard *e)
     cpr_json *t = cpr_json_array();
     cpr_json *items[TUPLE_FIELDS] = {
         cpr_json_number(e->shard), cpr_json_string(cpr_shard_source_name(e->source)),
-        cpr_json_number((double)e->as_of), cpr_json_string(kind_name(e->kind)),
+        cpr_json_number((double)e->as_of), cpr_json_string(cpr_kind_name(e->kind)),
         cpr_json_number((double)e->step), cpr_json_string(cpr_dense_source_name(e->dense)),
         cpr_json_number((double)e->dense_checkpoint), cpr_json_number(e->dense_shard)};
     int bad = !t;

@@ -62,16 +62,6 @@ const char *cpr_dense_source_name(cpr_dense_source source)
 }
 
 /* The store's names, without linking the store for three strings. */
-static const char *kind_name(cpr_kind kind)
-{
-    switch (kind) {
-    case CPR_KIND_FULL: return "FULL";
-    case CPR_KIND_DELTA: return "DELTA";
-    case CPR_KIND_PRIORITY: return "PRIORITY";
-    default: return "UNSPECIFIED";
-    }
-}
-
 static void reason_add(cpr_recovery_plan *plan, const char *fmt, ...) CPR_PRINTF(2, 3);
 static void reason_add(cpr_recovery_plan *plan, const char *fmt, ...)
 {
@@ -158,41 +148,14 @@ static long newest_committed(const cpr_part_info *parts, size_t n, uint32_t shar
     return -1;
 }
 
-/* Consistent in the store's sense; the store's flag, checked against the
- * kind so that a malformed list can never make a PRIORITY part a cut. */
-static int consistent(const cpr_part_info *p)
+/* The committed part of `shard` at checkpoint `id` (the list is sorted). */
+static const cpr_part_info *part_at(const cpr_part_info *parts, size_t n, uint64_t id,
+                                    uint32_t shard)
 {
-    return p->committed && p->consistent &&
-           (p->kind == CPR_KIND_FULL || p->kind == CPR_KIND_DELTA);
-}
-
-/* Is checkpoint parts[first].checkpoint (parts [first, end)) a cut? */
-static int is_cut(const cpr_part_info *parts, size_t first, size_t end)
-{
-    uint32_t n = parts[first].num_shards;
-    if (end - first < n)
-        return 0;
-    for (uint32_t s = 0; s < n; s++) {
-        const cpr_part_info *p = &parts[first + s];
-        if (p->shard != s || !consistent(p) || p->num_shards != n)
-            return 0;
-    }
-    return 1;
-}
-
-/* The latest consistent cut: index of its first part, or -1. */
-static long latest_cut(const cpr_part_info *parts, size_t n)
-{
-    size_t end = n;
-    while (end > 0) {
-        size_t first = end - 1;
-        while (first > 0 && parts[first - 1].checkpoint == parts[end - 1].checkpoint)
-            first--;
-        if (is_cut(parts, first, end))
-            return (long)first;
-        end = first;
-    }
-    return -1;
+    for (size_t i = 0; i < n; i++)
+        if (parts[i].checkpoint == id && parts[i].shard == shard && parts[i].committed)
+            return &parts[i];
+    return NULL;
 }
 
 /* ---- the decision's numbers ---------------------------------------------------- */
@@ -272,7 +235,7 @@ static void partial_shard(cpr_recovery_plan *plan, const cpr_plan_request *r, ui
         return;
     if (i >= 0)
         reason_add(plan, "; shard %u restores as of checkpoint %llu (%s, step %llu)", shard,
-                   (unsigned long long)e->as_of, kind_name(e->kind),
+                   (unsigned long long)e->as_of, cpr_kind_name(e->kind),
                    (unsigned long long)e->step);
     else
         reason_add(plan, "; shard %u has no committed part: its rows restart from their "
@@ -300,12 +263,13 @@ static void plan_partial(cpr_recovery_plan *plan, const cpr_plan_request *r)
 }
 
 /* The step to rewind to: the cut's parts' step (the smallest, if they differ). */
-static uint64_t cut_step(cpr_recovery_plan *plan, const cpr_part_info *cut, uint32_t n)
+static uint64_t cut_step(cpr_recovery_plan *plan, const cpr_plan_request *r, uint32_t n)
 {
-    uint64_t lo = cut[0].step, hi = cut[0].step;
-    for (uint32_t s = 1; s < n; s++) {
-        lo = cut[s].step < lo ? cut[s].step : lo;
-        hi = cut[s].step > hi ? cut[s].step : hi;
+    uint64_t lo = UINT64_MAX, hi = 0;
+    for (uint32_t s = 0; s < n; s++) {
+        uint64_t step = part_at(r->parts, r->n_parts, plan->cut, s)->step;
+        lo = step < lo ? step : lo;
+        hi = step > hi ? step : hi;
     }
     if (lo != hi)
         reason_add(plan, "; the cut's parts record steps %llu to %llu: rewinding to the "
@@ -315,8 +279,8 @@ static uint64_t cut_step(cpr_recovery_plan *plan, const cpr_part_info *cut, uint
 
 static void plan_full(cpr_recovery_plan *plan, const cpr_plan_request *r)
 {
-    long first = latest_cut(r->parts, r->n_parts);
-    if (first < 0) {
+    uint64_t cut_id;
+    if (cpr_cuts(r->parts, r->n_parts, 0, &cut_id, 1) == 0) {
         plan->problems |= CPR_PLAN_NO_CUT;
         reason_add(plan, "; no consistent cut yet (no checkpoint id at which every shard has "
                    "a committed FULL part or complete DELTA chain): every shard restarts "
@@ -324,18 +288,19 @@ static void plan_full(cpr_recovery_plan *plan, const cpr_plan_request *r)
         restart_from_scratch(plan);
         return;
     }
-    const cpr_part_info *cut = &r->parts[first];
-    uint32_t cut_n = cut[0].num_shards;
+    /* A cut has a committed part for every shard below shard 0's num_shards. */
+    uint32_t cut_n = part_at(r->parts, r->n_parts, cut_id, 0)->num_shards;
     plan->action = CPR_PLAN_FULL;
-    plan->cut = cut[0].checkpoint;
-    plan->rewind_step = cut_step(plan, cut, cut_n);
+    plan->cut = cut_id;
+    plan->rewind_step = cut_step(plan, r, cut_n);
     uint32_t dense_shard = r->dense_shard < cut_n ? r->dense_shard : 0;
     for (size_t s = 0; s < plan->n; s++) {
         cpr_plan_shard *e = &plan->shards[s];
         e->shard = (uint32_t)s;
         e->source = CPR_SOURCE_STORE;
         e->as_of = plan->cut;
-        e->kind = s < cut_n ? cut[s].kind : CPR_KIND_UNSPECIFIED;
+        e->kind = s < cut_n ? part_at(r->parts, r->n_parts, cut_id, (uint32_t)s)->kind
+                          : CPR_KIND_UNSPECIFIED;
         e->step = plan->rewind_step;
         e->dense = CPR_DENSE_BLOB;
         e->dense_checkpoint = plan->cut;

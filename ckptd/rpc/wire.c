@@ -723,7 +723,7 @@ cpr_status cpr_wire_list_jobs_response_decode(const void *buf, size_t len, char 
         count++;
     cpr__v1__list_jobs_response__free_unpacked(m, NULL);
     if (!names || count < want) {
-        cpr_store_names_free(names, count);
+        cpr_names_free(names, count);
         return cpr_fail(CPR_NO_MEMORY, "out of memory decoding a list of %zu jobs", want);
     }
     *jobs = names;

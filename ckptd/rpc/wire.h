@@ -195,7 +195,7 @@ cpr_status cpr_wire_list_response_decode(const void *buf, size_t len, cpr_part_i
  * CPR_INTERNAL); a name this build does not know counts as CPR_INTERNAL. */
 cpr_status cpr_wire_stats_response_decode(const void *buf, size_t len, cpr_store_stats *out);
 
-/* *jobs: n malloc'd names and a NULL entry; free with cpr_store_names_free. */
+/* *jobs: n malloc'd names and a NULL entry; free with cpr_names_free. */
 cpr_status cpr_wire_list_jobs_response_decode(const void *buf, size_t len, char ***jobs,
                                               size_t *n);
 

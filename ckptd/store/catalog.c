@@ -205,18 +205,17 @@ cpr_status cpr_job_merge_tables(cpr_job *job, const cpr_table_schema *tables, si
     return CPR_OK;
 }
 
-/* Is checkpoint `ckpt` (parts [first, end) of the sorted array) a cut? */
+/* Is the checkpoint of parts [first, end) of the sorted array a cut?
+ * cpr/types.h's rule; every part here is committed (C1). */
 static int is_cut(const cpr_job *job, size_t first, size_t end)
 {
-    uint32_t n = job->parts[first].num_shards;
-    if (end - first < n)
-        return 0;
-    for (uint32_t s = 0; s < n; s++) {
-        const cpr_part_meta *p = &job->parts[first + s];
-        if (p->shard != s || !p->consistent || p->num_shards != n)
-            return 0;
+    cpr_cut_scan k = {0};
+    for (size_t i = first; i < end; i++) {
+        const cpr_part_meta *p = &job->parts[i];
+        if (!cpr_cut_scan_add(&k, p->shard, p->num_shards, p->consistent))
+            break;
     }
-    return 1;
+    return cpr_cut_scan_done(&k);
 }
 
 size_t cpr_job_cuts(const cpr_job *job, uint64_t *cuts, size_t max)

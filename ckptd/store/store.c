@@ -818,22 +818,13 @@ cpr_status cpr_store_list_jobs(cpr_store *store, char ***names, size_t *n)
     if (!out)
         st = cpr_fail(CPR_NO_MEMORY, "out of memory listing jobs");
     if (st) {
-        cpr_store_names_free(out, count);
+        cpr_names_free(out, count);
         return cpr_store_count(store, st);
     }
     qsort(out, count, sizeof *out, name_cmp);
     *names = out;
     *n = count;
     return CPR_OK;
-}
-
-void cpr_store_names_free(char **names, size_t n)
-{
-    if (!names)
-        return;
-    for (size_t i = 0; i < n; i++)
-        free(names[i]);
-    free(names);
 }
 
 cpr_status cpr_store_latest_cut(cpr_store *store, const char *job_name, uint64_t *cut)
@@ -880,12 +871,3 @@ cpr_status cpr_store_stats_get(cpr_store *store, cpr_store_stats *out)
     return CPR_OK;
 }
 
-const char *cpr_kind_name(cpr_kind kind)
-{
-    switch (kind) {
-    case CPR_KIND_FULL: return "FULL";
-    case CPR_KIND_DELTA: return "DELTA";
-    case CPR_KIND_PRIORITY: return "PRIORITY";
-    default: return "UNSPECIFIED";
-    }
-}

@@ -11,7 +11,7 @@
 
 #include <stdint.h>
 
-#include "cpr_rng.h"
+#include "cpr/rng.h"
 
 /* The hashes and the xoshiro256** stream come from common/cpr_rng.h
  * (cpr_mix64, cpr_splitmix64, cpr_rng). */

@@ -1,8 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * Internals shared by the files of cpr_dlrm: the seeded PRNG (weight init and
- * the loader's shuffle; xoshiro256** seeded through SplitMix64, so one 64-bit
- * seed gives a well-spread state and runs repeat exactly), little-endian
+ * Internals shared by the files of cpr_dlrm: the seeded PRNG (cpr/rng.h: weight
+ * init and the loader's shuffle, so that runs repeat exactly), little-endian
  * encoding helpers for the blobs, the MLP (mlp.c) and the model's layout,
  * which model.c owns and dense_io.c serializes.
  */
@@ -12,63 +11,8 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "cpr/rng.h"
 #include "dlrm.h"
-
-/* ---- PRNG ------------------------------------------------------------------------ */
-
-typedef struct dlrm_rng {
-    uint64_t s[4];
-} dlrm_rng;
-
-/* SplitMix64's finaliser: a bijection with full avalanche. */
-static inline uint64_t dlrm_mix64(uint64_t x)
-{
-    x ^= x >> 30;
-    x *= 0xbf58476d1ce4e5b9ull;
-    x ^= x >> 27;
-    x *= 0x94d049bb133111ebull;
-    return x ^ (x >> 31);
-}
-
-static inline void dlrm_rng_seed(dlrm_rng *rng, uint64_t seed)
-{
-    for (int i = 0; i < 4; i++) {
-        seed += 0x9e3779b97f4a7c15ull;
-        rng->s[i] = dlrm_mix64(seed);
-    }
-}
-
-static inline uint64_t dlrm_rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
-
-/* xoshiro256** (Blackman and Vigna). */
-static inline uint64_t dlrm_rng_next(dlrm_rng *rng)
-{
-    uint64_t *s = rng->s;
-    uint64_t result = dlrm_rotl(s[1] * 5, 7) * 9, t = s[1] << 17;
-    s[2] ^= s[0];
-    s[3] ^= s[1];
-    s[1] ^= s[2];
-    s[0] ^= s[3];
-    s[2] ^= t;
-    s[3] = dlrm_rotl(s[3], 45);
-    return result;
-}
-
-/* Uniform in [0, n), n >= 1, without modulo bias (rejection). */
-static inline uint64_t dlrm_rng_below(dlrm_rng *rng, uint64_t n)
-{
-    uint64_t limit = UINT64_MAX - UINT64_MAX % n, x;
-    do
-        x = dlrm_rng_next(rng);
-    while (x >= limit);
-    return x % n;
-}
-
-/* Uniform in (0, 1]: never 0, so log() of it is finite. */
-static inline double dlrm_rng_unit(dlrm_rng *rng)
-{
-    return (double)((dlrm_rng_next(rng) >> 11) + 1) * 0x1p-53;
-}
 
 /* ---- little-endian encoding (the host is little-endian: CMake checks) ---- */
 
@@ -125,7 +69,7 @@ typedef struct dlrm_mlp {
 /* Allocate for `widths` (count >= 2) and initialise the weights from `rng`;
  * on failure nothing is left allocated. */
 cpr_status dlrm_mlp_init(dlrm_mlp *mlp, const dlrm_layers *widths, int relu_last,
-                         size_t max_batch, int with_state, dlrm_rng *rng);
+                         size_t max_batch, int with_state, cpr_rng *rng);
 void dlrm_mlp_release(dlrm_mlp *mlp);
 /* Output of the last layer (batch x width[layers]) for input x. */
 const float *dlrm_mlp_forward(dlrm_mlp *mlp, const float *x, size_t batch);

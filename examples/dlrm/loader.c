@@ -49,7 +49,7 @@ struct dlrm_loader {
     uint32_t *order;               /* serving order: a permutation of 0..window_n */
     int window_at_end;             /* the window ends the epoch */
     cpr_criteo_pos window_pos;
-    dlrm_rng window_rng, rng;
+    cpr_rng window_rng, rng;
     uint64_t epoch;
     int need_rewind;
 };
@@ -195,7 +195,7 @@ cpr_status dlrm_loader_open(const dlrm_loader_options *opts, dlrm_loader **out)
     l->opts.path = l->path;
     l->reader_opts.rows_per_table = opts->table_rows;
     l->window_cap = opts->shuffle_window ? opts->shuffle_window : UNSHUFFLED_WINDOW;
-    dlrm_rng_seed(&l->rng, opts->seed);
+    cpr_rng_seed(&l->rng, opts->seed);
     st = cpr_criteo_open(l->path, &l->reader_opts, &l->train);
     if (st == CPR_OK) {
         cpr_criteo_tell(l->train, &start);
@@ -275,7 +275,7 @@ static cpr_status fill_window(dlrm_loader *l)
         l->order[i] = (uint32_t)i;
     if (l->opts.shuffle_window)
         for (size_t i = n; i > 1; i--) { /* Fisher-Yates */
-            size_t j = (size_t)dlrm_rng_below(&l->rng, i);
+            size_t j = (size_t)cpr_rng_below(&l->rng, i);
             uint32_t tmp = l->order[i - 1];
             l->order[i - 1] = l->order[j];
             l->order[j] = tmp;

@@ -46,13 +46,13 @@ cpr_status dlrm_layers_parse(const char *text, dlrm_layers *out)
 
 /* Standard normal by Box-Muller (one value per call, so the stream does not
  * depend on call parity). */
-static double normal(dlrm_rng *rng)
+static double normal(cpr_rng *rng)
 {
-    double u1 = dlrm_rng_unit(rng), u2 = dlrm_rng_unit(rng);
+    double u1 = cpr_rng_unit(rng), u2 = cpr_rng_unit(rng);
     return sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
 }
 
-static void init_weights(dlrm_mlp *mlp, dlrm_rng *rng)
+static void init_weights(dlrm_mlp *mlp, cpr_rng *rng)
 {
     for (uint32_t l = 0; l < mlp->layers; l++) {
         size_t in = mlp->width[l], out = mlp->width[l + 1];
@@ -84,7 +84,7 @@ static void layout(dlrm_mlp *mlp, size_t *widest, size_t *largest)
 }
 
 cpr_status dlrm_mlp_init(dlrm_mlp *mlp, const dlrm_layers *widths, int relu_last,
-                         size_t max_batch, int with_state, dlrm_rng *rng)
+                         size_t max_batch, int with_state, cpr_rng *rng)
 {
     size_t widest, largest;
     int ok = 1;

@@ -120,7 +120,7 @@ static cpr_status create_tables(dlrm_model *m)
         cpr_emb_config ec = {
             .rows = c->table_rows, .dim = c->emb_dim, .optimizer = c->emb_optimizer,
             .learning_rate = c->emb_lr, .eps = c->eps,
-            .seed = dlrm_mix64(c->seed + 0x9e3779b97f4a7c15ull * (t + 1)),
+            .seed = cpr_mix64(c->seed + 0x9e3779b97f4a7c15ull * (t + 1)),
             .num_shards = c->num_shards, .scheme = c->shard_scheme, .track = c->track,
             .ssu_rate = c->ssu_rate, .ssu_capacity = c->ssu_capacity, .device = c->device,
             .cuda_device = c->cuda_device};
@@ -171,7 +171,7 @@ cpr_status dlrm_model_create(const dlrm_config *cfg, dlrm_model **out)
 {
     dlrm_model *m = NULL;
     dlrm_layers top;
-    dlrm_rng rng;
+    cpr_rng rng;
     cpr_status st = cfg && out ? check_config(cfg)
                                : cpr_fail(CPR_INVALID_ARGUMENT, "dlrm_model_create needs a "
                                           "config");
@@ -186,7 +186,7 @@ cpr_status dlrm_model_create(const dlrm_config *cfg, dlrm_model **out)
     top.count = cfg->top.count + 1; /* the interaction's width comes first */
     top.size[0] = (uint32_t)m->inter_width;
     memcpy(top.size + 1, cfg->top.size, cfg->top.count * sizeof top.size[0]);
-    dlrm_rng_seed(&rng, cfg->seed);
+    cpr_rng_seed(&rng, cfg->seed);
     int adagrad = cfg->optimizer == DLRM_OPT_ADAGRAD;
     st = dlrm_mlp_init(&m->bottom, &cfg->bottom, 1, cfg->max_batch, adagrad, &rng);
     if (st == CPR_OK)

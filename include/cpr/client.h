@@ -174,7 +174,7 @@ cpr_status cpr_client_list(cpr_client *client, const char *job, cpr_part_info **
  * Names of every job with at least one part (committed or open) on any node:
  * the union over nodes, sorted (strcmp order), each once. *jobs is a malloc'd
  * array of *n malloc'd strings followed by a NULL entry, owned by the caller:
- * release it with cpr_store_names_free(*jobs, *n) (cpr/store.h). No jobs at
+ * release it with cpr_names_free(*jobs, *n) (cpr/store.h). No jobs at
  * all: *n = 0 and the array holds only the NULL. Retried on CPR_UNAVAILABLE.
  */
 cpr_status cpr_client_list_jobs(cpr_client *client, char ***jobs, size_t *n);

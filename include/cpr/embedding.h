@@ -43,6 +43,7 @@
 #include <stdint.h>
 
 #include "cpr/status.h"
+#include "cpr/types.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -71,18 +72,7 @@ enum {
     CPR_TRACK_ALL = 15
 };
 
-typedef enum cpr_policy {
-    CPR_POLICY_FULL = 0,      /* every row of the shard */
-    CPR_POLICY_DELTA = 1,     /* rows dirty since the last FULL/DELTA save */
-    CPR_POLICY_MFU = 2,       /* top budget rows by update count */
-    CPR_POLICY_SSU = 3,       /* the sampled rows, up to budget, oldest first */
-    CPR_POLICY_TOPK_NORM = 4  /* top budget rows by accumulated |update|^2 */
-} cpr_policy;
-
-/* Name of a policy ("full", "delta", "mfu", "ssu", "topk-norm"); parse back
- * with cpr_policy_parse (returns -1 if unknown). */
-const char *cpr_policy_name(cpr_policy policy);
-int cpr_policy_parse(const char *name);
+/* cpr_policy and its names: cpr/types.h. */
 
 /*
  * Zero-initialise, then set. Zero fields take the defaults in brackets.

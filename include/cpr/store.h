@@ -6,13 +6,7 @@
  * also runs it in-process ("local:///path"). See docs/store.md for how it
  * works and docs/format.md for the row block and the on-disk layout.
  *
- * Data model
- *   job        1-128 chars of [A-Za-z0-9._-]
- *   part       what one shard writes for one checkpoint id: kind, step, table
- *              schemas, rows (id, dim values, state_dim values) and blobs.
- *   kinds      FULL (every row the shard owns), DELTA (rows modified since the
- *              shard's previous FULL/DELTA part: its `base`), PRIORITY (a
- *              subset chosen by a policy; never consistent on its own).
+ * Data model: jobs, parts, kinds, consistency and cuts are cpr/types.h's.
  *   as of C    for every row, the newest committed version with id <= C
  *              in the state of its shard, where a shard's state as of C is
  *              its newest FULL part at or below C and its parts after that
@@ -21,10 +15,6 @@
  *              held and the FULL does not is no longer part of it. Between
  *              shards, the newer checkpoint wins (at equal ids, the lower
  *              shard); within one part, the later block.
- *   consistent a committed FULL part, or a committed DELTA whose base is
- *              committed and consistent.
- *   cut C      every shard s < num_shards has a consistent committed part at
- *              exactly id C. The latest consistent cut is the largest such C.
  *
  * Threading: a cpr_store is thread-safe; any number of threads may write
  * different parts, restore and list at once. Writes to one part are
@@ -41,44 +31,13 @@
 #include <stdint.h>
 
 #include "cpr/status.h"
+#include "cpr/types.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
 
 typedef struct cpr_store cpr_store;
-
-typedef enum cpr_kind {
-    CPR_KIND_UNSPECIFIED = 0,
-    CPR_KIND_FULL = 1,
-    CPR_KIND_DELTA = 2,
-    CPR_KIND_PRIORITY = 3
-} cpr_kind;
-
-/* Name of a kind: "FULL", "DELTA", "PRIORITY" or "UNSPECIFIED". */
-const char *cpr_kind_name(cpr_kind kind);
-
-#define CPR_NAME_MAX 128 /* longest job or blob name, in bytes */
-
-typedef struct cpr_table_schema {
-    uint32_t table;     /* table id, unique within a part */
-    uint64_t rows;      /* row ids of this table are < rows */
-    uint32_t dim;       /* float32 values per row, >= 1 */
-    uint32_t state_dim; /* float32 optimizer-state values per row, >= 0 */
-} cpr_table_schema;
-
-/*
- * Options for cpr_store_open. Zero-initialise and set what you need; zero
- * fields take the default. Fields are only ever appended.
- */
-typedef struct cpr_store_options {
-    uint32_t retain_cuts;   /* consistent cuts kept by cpr_store_gc (default 2) */
-    int no_sync;            /* 1: skip fsync (tests of non-durability only) */
-    int no_fold;            /* 1: no background folding (cpr_store_fold still
-                               folds when asked) */
-    uint32_t fold_mb_s;     /* background folding's write rate limit in MB/s
-                               (0: 256) */
-} cpr_store_options;
 
 /*
  * Open (creating if missing) the store in directory `dir`. One process at a
@@ -95,24 +54,6 @@ cpr_status cpr_store_open(const char *dir, const cpr_store_options *opts,
  */
 void cpr_store_close(cpr_store *store);
 
-/* Identifies a part. `job` is borrowed for the duration of the call. */
-typedef struct cpr_part_id {
-    const char *job;
-    uint32_t shard;
-    uint64_t checkpoint;
-} cpr_part_id;
-
-typedef struct cpr_part_spec {
-    cpr_part_id id;
-    cpr_kind kind;
-    uint64_t step;          /* training step the part captures */
-    uint32_t num_shards;    /* shards of the job at this checkpoint, >= 1 */
-    uint64_t base;          /* DELTA: id of the FULL/DELTA part it is relative
-                               to; 0 = the shard's newest committed one */
-    const cpr_table_schema *tables; /* borrowed for the call */
-    size_t n_tables;        /* >= 1 unless the part carries only blobs */
-} cpr_part_spec;
-
 /*
  * Open a part for writing. Errors: CPR_INVALID_ARGUMENT (bad name, kind,
  * schema, duplicate table, dim mismatch with earlier parts of the job),
@@ -121,22 +62,6 @@ typedef struct cpr_part_spec {
  * committed part or the retention floor; DELTA without a committed base).
  */
 cpr_status cpr_store_begin(cpr_store *store, const cpr_part_spec *spec);
-
-/*
- * A batch of rows of one table. Arrays are borrowed for the call. The
- * checksum is CRC32C over ids || values || state as little-endian bytes
- * (see cpr_crc32c_rows in cpr/crc32c.h).
- */
-typedef struct cpr_row_batch {
-    uint32_t table;
-    size_t n;                 /* rows in this batch */
-    const uint64_t *ids;      /* n row ids */
-    const float *values;      /* values_count floats: n x dim */
-    size_t values_count;
-    const float *state;       /* state_count floats: n x state_dim (may be NULL if 0) */
-    size_t state_count;
-    uint32_t crc32c;
-} cpr_row_batch;
 
 /*
  * Append rows to an open part (at most 2^24 rows a call). Ids within one
@@ -203,19 +128,6 @@ cpr_status cpr_store_abort(cpr_store *store, const cpr_part_id *id);
  */
 cpr_status cpr_store_abort_idle(cpr_store *store, double idle_s, uint64_t *aborted);
 
-typedef struct cpr_part_info {
-    uint32_t shard;
-    uint64_t checkpoint;
-    cpr_kind kind;
-    uint64_t step;
-    uint32_t num_shards;
-    uint64_t base;          /* DELTA base, 0 otherwise */
-    uint64_t rows;          /* rows written */
-    uint64_t bytes;         /* payload bytes: ids, values, state, blobs */
-    int committed;          /* 0: open, being written */
-    int consistent;         /* committed FULL, or DELTA with a complete chain */
-} cpr_part_info;
-
 /*
  * Parts of `job` (committed and open), ordered by (checkpoint, shard).
  * *out is allocated with malloc and owned by the caller (free()); *n may be 0
@@ -227,49 +139,14 @@ cpr_status cpr_store_list(cpr_store *store, const char *job,
 /*
  * Names of every job with at least one part (committed or open), sorted
  * (strcmp order). *names is a malloc'd array of *n malloc'd strings followed
- * by a NULL entry, owned by the caller: release it with cpr_store_names_free.
+ * by a NULL entry, owned by the caller: release it with cpr_names_free.
  * An empty store gives *n = 0 and an array holding only the NULL.
  */
 cpr_status cpr_store_list_jobs(cpr_store *store, char ***names, size_t *n);
 
-/* Free an array from cpr_store_list_jobs (or the wire layer's decoder of a
- * list of jobs): the n strings, then the array. NULL is a no-op. */
-void cpr_store_names_free(char **names, size_t n);
-
 /* Largest consistent cut of `job`. CPR_NOT_FOUND if the job has none. */
 cpr_status cpr_store_latest_cut(cpr_store *store, const char *job,
                                 uint64_t *cut);
-
-/* Row range [begin, end). */
-typedef struct cpr_row_range {
-    uint64_t begin;
-    uint64_t end;
-} cpr_row_range;
-
-typedef struct cpr_restore_query {
-    const char *job;
-    uint64_t as_of;       /* state as of this id; 0 = newest committed */
-    int consistent;       /* 1: as of the latest consistent cut (as_of ignored) */
-    const uint32_t *tables; size_t n_tables;      /* none: every table */
-    const cpr_row_range *ranges; size_t n_ranges; /* none: every row */
-    uint64_t modulo;      /* >0: only rows with row % modulo == remainder */
-    uint64_t remainder;
-    size_t batch_rows;    /* rows per callback, at most 2^20; 0: up to 16384 rows
-                             and about 3 MiB per batch */
-} cpr_restore_query;
-
-/*
- * Receives restored rows. The batch and its arrays are valid only during the
- * call; `crc32c` is set. Return CPR_OK to continue; any other status stops
- * the restore, which then returns that status.
- */
-typedef cpr_status (*cpr_row_fn)(void *ctx, const cpr_row_batch *batch);
-
-typedef struct cpr_restore_result {
-    uint64_t as_of;       /* the checkpoint id the query resolved to */
-    uint64_t rows;
-    uint64_t bytes;       /* ids + values + state bytes delivered */
-} cpr_restore_result;
 
 /*
  * Stream the selected rows, table by table in ascending (table, row) order,
@@ -287,14 +164,6 @@ typedef struct cpr_restore_result {
 cpr_status cpr_store_restore(cpr_store *store, const cpr_restore_query *query,
                              cpr_row_fn fn, void *ctx,
                              cpr_restore_result *result);
-
-/*
- * Receives restored rows as row blocks (cpr/block.h), valid during the call:
- * a stored block the query selects whole is handed on as it is on disk
- * (same bytes, same CRC32C); merged or filtered rows come as a new block.
- * Return CPR_OK to continue.
- */
-typedef cpr_status (*cpr_block_fn)(void *ctx, const void *block, size_t len);
 
 /* cpr_store_restore, delivering blocks: the same rows in the same order, in
  * blocks of at most batch_rows rows (a larger stored block is re-batched). */
@@ -314,10 +183,6 @@ cpr_status cpr_store_restore_blocks(cpr_store *store, const cpr_restore_query *q
 cpr_status cpr_store_fold(cpr_store *store, const char *job, uint32_t min_parts,
                           uint64_t *folded);
 
-/* Receives consecutive chunks of a blob; data is valid during the call. */
-typedef cpr_status (*cpr_blob_fn)(void *ctx, uint64_t offset,
-                                  const void *data, size_t len);
-
 /*
  * Stream blob `name` of committed part `id`, verifying every chunk's
  * checksum (CPR_CORRUPT on mismatch, before the bad chunk is delivered).
@@ -326,17 +191,6 @@ typedef cpr_status (*cpr_blob_fn)(void *ctx, uint64_t offset,
 cpr_status cpr_store_read_blob(cpr_store *store, const cpr_part_id *id,
                                const char *name, uint64_t *size,
                                cpr_blob_fn fn, void *ctx);
-
-typedef struct cpr_gc_report {
-    uint64_t floor;              /* oldest restorable checkpoint id afterwards */
-    uint64_t parts_removed;      /* committed parts no retained state needs */
-    uint64_t versions_removed;   /* stored row versions dropped: the rows of
-                                    the parts and folds removed, less those
-                                    kept in the folds written at the floor */
-    uint64_t uncommitted_removed;/* leftovers of crashed writers */
-    uint64_t bytes_before;       /* store size on disk before and after */
-    uint64_t bytes_after;
-} cpr_gc_report;
 
 /*
  * Retention for `job` (NULL: every job): keep the newest `keep` consistent
@@ -388,7 +242,6 @@ cpr_status cpr_store_gc_floor(cpr_store *store, const char *job, uint64_t floor,
  * retention (cpr_store_gc, cpr_store_gc_floor) never removes it. Every
  * record carries a CRC32C, checked on every read (CPR_CORRUPT).
  */
-#define CPR_RECOVERY_PLAN_MAX (1u << 20) /* largest plan, in bytes */
 
 /*
  * The job's record: *generation (0 when there is none) and a malloc'd copy
@@ -427,16 +280,6 @@ cpr_status cpr_store_recovery_put_timed(cpr_store *store, const char *job, uint6
                                         const void *plan, size_t len, uint64_t *generation,
                                         uint64_t *written_unix_ms);
 
-/* Called once per problem found by cpr_store_verify. */
-typedef void (*cpr_problem_fn)(void *ctx, const char *what, const char *where);
-
-typedef struct cpr_verify_report {
-    uint64_t rows_checked;
-    uint64_t blobs_checked;
-    uint64_t bytes_checked;
-    uint64_t problems;
-} cpr_verify_report;
-
 /*
  * Read every row block (of parts and folds) and blob of `job` (NULL: all
  * jobs) and check every checksum, and every block against the catalog's
@@ -448,18 +291,6 @@ typedef struct cpr_verify_report {
 cpr_status cpr_store_verify(cpr_store *store, const char *job,
                             cpr_problem_fn fn, void *ctx,
                             cpr_verify_report *report);
-
-typedef struct cpr_store_stats {
-    uint64_t jobs;           /* jobs with at least one committed part */
-    uint64_t parts_committed;
-    uint64_t parts_open;
-    uint64_t rows_in;        /* rows accepted by put_rows since open */
-    uint64_t bytes_in;       /* payload bytes accepted since open */
-    uint64_t rows_out;       /* rows delivered by restores since open */
-    uint64_t bytes_out;      /* payload bytes delivered since open */
-    uint64_t store_bytes;    /* size on disk: segments, catalog and blobs */
-    uint64_t errors[CPR_STATUS_COUNT_]; /* failed calls by status */
-} cpr_store_stats;
 
 cpr_status cpr_store_stats_get(cpr_store *store, cpr_store_stats *out);
 

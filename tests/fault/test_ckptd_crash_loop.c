@@ -27,7 +27,7 @@
 
 #include "ckptd_harness.h"
 #include "cpr/client.h"
-#include "cpr_rng.h"
+#include "cpr/rng.h"
 #include "testutil.h"
 
 #define JOB "loop"

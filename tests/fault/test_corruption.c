@@ -27,6 +27,7 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
+#include "cpr/rng.h"
 #include "cpr/crc32c.h"
 #include "cpr/store.h"
 #include "testutil.h"
@@ -396,10 +397,7 @@ static void test_flip_segment_and_blob(void **state)
 
 static uint64_t rng_next(void)
 {
-    uint64_t x = (g_seed += 0x9e3779b97f4a7c15ULL);
-    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-    return x ^ (x >> 31);
+    return cpr_splitmix64(&g_seed);
 }
 
 /* Flip a byte of data file `which` (0: largest) of a fresh store, then

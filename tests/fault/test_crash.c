@@ -30,6 +30,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "cpr/rng.h"
 #include "cpr/crc32c.h"
 #include "cpr/store.h"
 #include "testutil.h"
@@ -52,12 +53,11 @@
  * writer retries a step until it is committed, so the committed parts are
  * always exactly the steps [0, n_committed). */
 
+/* SplitMix64's step from x: cpr/rng.h's mixer of x plus the golden gamma. */
 static uint64_t mix64(uint64_t x)
 {
-    x += 0x9e3779b97f4a7c15ULL;
-    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-    return x ^ (x >> 31);
+    uint64_t state = x;
+    return cpr_splitmix64(&state);
 }
 
 static uint64_t ckpt_of(uint64_t step) { return step / SHARDS + 1; }
@@ -723,8 +723,7 @@ static int verifier_main(const char *store_dir, const char *log_path, shared_sta
 static uint64_t g_rng;
 static uint64_t rng_next(void)
 {
-    g_rng += 0x9e3779b97f4a7c15ULL;
-    return mix64(g_rng);
+    return cpr_splitmix64(&g_rng);
 }
 
 static uint64_t test_seed(void)

@@ -84,7 +84,7 @@ static void decode_admin(unsigned kind, const uint8_t *data, size_t size)
             for (size_t i = 0; i < n; i++)
                 touch(jobs[i], strlen(jobs[i]));
             sink += jobs[n] == NULL;
-            cpr_store_names_free(jobs, n);
+            cpr_names_free(jobs, n);
         }
         break;
     case 13:

@@ -11,10 +11,9 @@
 
 #include "cpr_common.h"
 #include "cpr_harness.h"
-#include "cpr_rng.h"
+#include "cpr/rng.h"
 
 /* Uniform in (0, 1]: never 0, so -log(u) is finite. */
-static double rng_unit(cpr_rng *r) { return (double)((cpr_rng_next(r) >> 11) + 1) * 0x1.0p-53; }
 
 static cpr_status check(const fh_schedule_config *c)
 {
@@ -32,7 +31,7 @@ static cpr_status check(const fh_schedule_config *c)
 /* One inter-arrival time in steps (inverse CDF of the distribution). */
 static double draw_gap(const fh_schedule_config *c, cpr_rng *r)
 {
-    double e = -log(rng_unit(r)); /* Exp(1) */
+    double e = -log(cpr_rng_unit(r)); /* Exp(1) */
     if (c->distribution == FH_EXPONENTIAL)
         return c->mean_steps * e;
     double scale = c->mean_steps / tgamma(1.0 + 1.0 / c->shape);

@@ -52,7 +52,7 @@ static void assert_jobs(cpr_rpc *rpc, const char *const *want, size_t n_want)
     for (size_t i = 0; i < n; i++)
         assert_string_equal(jobs[i], want[i]);
     assert_null(jobs[n]); /* NULL-terminated */
-    cpr_store_names_free(jobs, n);
+    cpr_names_free(jobs, n);
 }
 
 typedef struct problems {

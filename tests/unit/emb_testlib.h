@@ -21,6 +21,7 @@
 #include <string.h>
 #include <cmocka.h>
 
+#include "cpr/rng.h"
 #include "cpr/embedding.h"
 #include "testutil.h"
 
@@ -32,10 +33,7 @@ typedef struct tl_rng {
 
 static inline uint64_t tl_next(tl_rng *r)
 {
-    uint64_t x = (r->s += 0x9e3779b97f4a7c15ULL);
-    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-    return x ^ (x >> 31);
+    return cpr_splitmix64(&r->s);
 }
 
 static inline double tl_unif(tl_rng *r) /* [0, 1) */

@@ -59,10 +59,10 @@ static void fill_batch(dlrm_batch *b, size_t n, uint64_t seed)
     for (size_t r = 0; r < n; r++) {
         for (int i = 0; i < CPR_CRITEO_DENSE; i++)
             b->dense[r * CPR_CRITEO_DENSE + i] =
-                (float)(dlrm_mix64(seed * 7919 + r * 13 + (uint64_t)i) % 300) / 100.0f;
+                (float)(cpr_mix64(seed * 7919 + r * 13 + (uint64_t)i) % 300) / 100.0f;
         for (uint32_t t = 0; t < b->num_tables; t++)
-            b->indices[t * b->cap + r] = (int64_t)(dlrm_mix64(seed * 104729 + r * 31 + t) % ROWS);
-        b->labels[r] = (float)(dlrm_mix64(seed + 77 * r) & 1);
+            b->indices[t * b->cap + r] = (int64_t)(cpr_mix64(seed * 104729 + r * 31 + t) % ROWS);
+        b->labels[r] = (float)(cpr_mix64(seed + 77 * r) & 1);
     }
 }
 

@@ -25,7 +25,7 @@
 /* A deterministic value in [-1, 1) for test inputs. */
 static float val(uint64_t seed, uint64_t i)
 {
-    return (float)((double)(dlrm_mix64(seed * 0x9e3779b97f4a7c15ull + i) >> 11) * 0x1p-52 - 1.0);
+    return (float)((double)(cpr_mix64(seed * 0x9e3779b97f4a7c15ull + i) >> 11) * 0x1p-52 - 1.0);
 }
 
 static float *filled(size_t n, uint64_t seed)
@@ -158,8 +158,8 @@ static double mlp_fd(mlp_case *c, float *v, size_t i)
 static void check_mlp(const dlrm_layers *widths, int relu_last)
 {
     mlp_case c = {.batch = 4};
-    dlrm_rng rng;
-    dlrm_rng_seed(&rng, 21);
+    cpr_rng rng;
+    cpr_rng_seed(&rng, 21);
     assert_status(CPR_OK, dlrm_mlp_init(&c.mlp, widths, relu_last, c.batch, 0, &rng));
     size_t in = widths->size[0], out = widths->size[widths->count - 1];
     c.x = filled(c.batch * in, 22);
@@ -198,8 +198,8 @@ static void test_mlp_update_rules(void **unused)
     (void)unused;
     dlrm_layers l = {.count = 2, .size = {1, 1}};
     dlrm_mlp mlp;
-    dlrm_rng rng;
-    dlrm_rng_seed(&rng, 1);
+    cpr_rng rng;
+    cpr_rng_seed(&rng, 1);
     assert_status(CPR_OK, dlrm_mlp_init(&mlp, &l, 0, 1, 1, &rng));
     mlp.param[0] = 1.0f;
     mlp.grad[0] = 0.5f;
@@ -344,8 +344,8 @@ static void test_auc_matches_pair_count(void **unused)
     const size_t n = 600;
     float *s = malloc(n * sizeof *s), *y = malloc(n * sizeof *y);
     for (size_t i = 0; i < n; i++) {
-        y[i] = (float)(dlrm_mix64(i + 1) & 1);
-        s[i] = (float)(dlrm_mix64(i + 1000) % 8) + 0.5f * y[i] * (float)(i % 3);
+        y[i] = (float)(cpr_mix64(i + 1) & 1);
+        s[i] = (float)(cpr_mix64(i + 1000) % 8) + 0.5f * y[i] * (float)(i % 3);
     }
     double pairs = 0, pos = 0, neg = 0;
     for (size_t i = 0; i < n; i++) {

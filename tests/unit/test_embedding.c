@@ -155,13 +155,17 @@ static void test_policy_names_and_tracker_bytes(void **unused)
     static const char *const names[] = {"full", "delta", "mfu", "ssu", "topk-norm"};
     for (int p = 0; p < 5; p++) {
         assert_string_equal(cpr_policy_name((cpr_policy)p), names[p]);
-        assert_int_equal(cpr_policy_parse(names[p]), p);
-        assert_int_equal(cpr_policy_parse(cpr_policy_name((cpr_policy)p)), p);
+        cpr_policy got = CPR_POLICY_FULL, again = CPR_POLICY_FULL;
+        assert_int_equal(cpr_policy_parse(names[p], &got), CPR_OK);
+        assert_int_equal(got, p);
+        assert_int_equal(cpr_policy_parse(cpr_policy_name((cpr_policy)p), &again), CPR_OK);
+        assert_int_equal(again, p);
     }
-    assert_int_equal(cpr_policy_parse("lru"), -1);
-    assert_int_equal(cpr_policy_parse(""), -1);
-    assert_int_equal(cpr_policy_parse("ful"), -1);
-    assert_int_equal(cpr_policy_parse("fullx"), -1);
+    assert_int_equal(cpr_policy_parse("lru", NULL), CPR_INVALID_ARGUMENT);
+    assert_int_equal(cpr_policy_parse("", NULL), CPR_INVALID_ARGUMENT);
+    assert_int_equal(cpr_policy_parse("ful", NULL), CPR_INVALID_ARGUMENT);
+    assert_int_equal(cpr_policy_parse("fullx", NULL), CPR_INVALID_ARGUMENT);
+    assert_non_null(strstr(cpr_errmsg(), "topk-norm"));
 
     assert_true(cpr_emb_tracker_bytes_per_row(0) == 0.0);
     const unsigned bits[] = {CPR_TRACK_COUNTS, CPR_TRACK_DIRTY, CPR_TRACK_SSU, CPR_TRACK_NORM};

@@ -35,7 +35,7 @@
 #include <cmocka.h>
 
 #include "cpr/store.h"
-#include "cpr_rng.h"
+#include "cpr/rng.h"
 #include "testutil.h"
 
 #define ROWS 3000u

@@ -28,6 +28,7 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
+#include "cpr/rng.h"
 #include "cpr/store.h"
 #include "testutil.h"
 
@@ -53,12 +54,11 @@ static cpr_kind kind_of(uint64_t ckpt)
     return ckpt % 2 == 0 ? CPR_KIND_PRIORITY : CPR_KIND_DELTA;
 }
 
+/* SplitMix64's step from x: cpr/rng.h's mixer of x plus the golden gamma. */
 static uint64_t mix64(uint64_t x)
 {
-    x += 0x9e3779b97f4a7c15ULL;
-    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-    return x ^ (x >> 31);
+    uint64_t state = x;
+    return cpr_splitmix64(&state);
 }
 
 static int row_in_part(uint64_t row, uint64_t ckpt)

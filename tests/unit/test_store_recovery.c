@@ -166,7 +166,7 @@ static void test_survives_gc(void **state)
     size_t n_jobs = 0;
     assert_status(CPR_OK, cpr_store_list_jobs(f->store, &jobs, &n_jobs));
     assert_int_equal(n_jobs, 0);
-    cpr_store_names_free(jobs, n_jobs);
+    cpr_names_free(jobs, n_jobs);
     for (uint64_t c = 1; c <= 4; c++)
         write_full(f->store, "g", c);
     assert_status(CPR_OK, cpr_store_recovery_put(f->store, "g", 1, "after", 5, &gen));

@@ -726,7 +726,7 @@ static void assert_job_names(cpr_store *store, const char *const *want, size_t n
     for (size_t i = 0; i < n; i++)
         assert_string_equal(names[i], want[i]);
     assert_null(names[n]);
-    cpr_store_names_free(names, n);
+    cpr_names_free(names, n);
 }
 
 /* Jobs with a committed or open part, sorted; aborted or refused ones do
@@ -751,7 +751,7 @@ static void test_list_jobs(void **state)
     f->store = NULL;
     assert_status(CPR_OK, cpr_store_open(f->path, NULL, &f->store));
     assert_job_names(f->store, (const char *const[]){"mid.1", "zeta"}, 2);
-    cpr_store_names_free(NULL, 0); /* a no-op */
+    cpr_names_free(NULL, 0); /* a no-op */
 }
 
 /* Idle parts are aborted; fresh ones and committed data are not. */

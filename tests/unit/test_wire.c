@@ -250,13 +250,13 @@ static void test_admin_responses_roundtrip(void **unused)
     for (size_t i = 0; i < 3; i++)
         assert_string_equal(back[i], jobs[i]);
     assert_null(back[3]);
-    cpr_store_names_free(back, n);
+    cpr_names_free(back, n);
     free(buf);
     assert_status(CPR_OK, cpr_wire_list_jobs_response_encode(NULL, 0, &buf, &len));
     assert_status(CPR_OK, cpr_wire_list_jobs_response_decode(buf, len, &back, &n));
     assert_int_equal(n, 0);
     assert_null(back[0]);
-    cpr_store_names_free(back, n);
+    cpr_names_free(back, n);
     free(buf);
 
     cpr_verify_report rep = {100, 2, 4096, 7}, got;

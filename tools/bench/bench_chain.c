@@ -17,7 +17,7 @@
 #include "cpr/crc32c.h"
 #include "cpr/store.h"
 #include "cpr_common.h"
-#include "cpr_rng.h"
+#include "cpr/rng.h"
 
 #define CHAIN_JOB "chain"
 

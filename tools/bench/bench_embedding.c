@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cpr/rng.h"
 #include "bench.h"
 #include "cpr/embedding.h"
 #include "cpr_cli.h"
@@ -123,10 +124,7 @@ static int parse_emb_args(int argc, char **argv, emb_opts *o)
 
 static uint64_t rng_next(uint64_t *s)
 {
-    uint64_t z = (*s += 0x9e3779b97f4a7c15ULL);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-    return z ^ (z >> 31);
+    return cpr_splitmix64(s);
 }
 
 /* Zipf-like rank in [0, n) by inverting the continuous power law, then

@@ -17,7 +17,7 @@
 #include "cpr/crc32c.h"
 #include "cpr/store.h"
 #include "cpr_common.h"
-#include "cpr_rng.h"
+#include "cpr/rng.h"
 
 /* Element 0 of row `id` as written at checkpoint `ckpt`: an integer below
  * 2^24, so it is exact as a float and distinct between the two versions. */

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * Seeded randomness shared by the modules that need reproducible streams
+ * cpr/rng.h - seeded randomness shared by the modules that need reproducible streams
  * (the synthetic data generator, the failure schedule) and well-mixed hashes
  * (shard placement, benchmark tags): SplitMix64's finaliser and step, and
  * xoshiro256** (Blackman and Vigna) seeded by SplitMix64. Pure functions of
@@ -57,6 +57,22 @@ static inline uint64_t cpr_rng_next(cpr_rng *rng)
     s[2] ^= t;
     s[3] = cpr_rotl64(s[3], 45);
     return result;
+}
+
+/* Uniform in [0, n), n >= 1, without modulo bias (rejection). */
+static inline uint64_t cpr_rng_below(cpr_rng *rng, uint64_t n)
+{
+    uint64_t limit = UINT64_MAX - UINT64_MAX % n, x;
+    do
+        x = cpr_rng_next(rng);
+    while (x >= limit);
+    return x % n;
+}
+
+/* Uniform in (0, 1]: never 0, so log() of it is finite. */
+static inline double cpr_rng_unit(cpr_rng *rng)
+{
+    return (double)((cpr_rng_next(rng) >> 11) + 1) * 0x1p-53;
 }
 
 #endif /* CPR_RNG_H */

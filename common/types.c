@@ -1,0 +1,105 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * The shared data model's functions (cpr/types.h): names of kinds and
+ * policies, freeing name lists, and the one implementation of the
+ * consistent-cut rule that the store, the client and the planner use.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "cpr/types.h"
+#include "cpr_common.h"
+
+const char *cpr_kind_name(cpr_kind kind)
+{
+    switch (kind) {
+    case CPR_KIND_FULL: return "FULL";
+    case CPR_KIND_DELTA: return "DELTA";
+    case CPR_KIND_PRIORITY: return "PRIORITY";
+    default: return "UNSPECIFIED";
+    }
+}
+
+static const char *const policy_names[] = {"full", "delta", "mfu", "ssu", "topk-norm"};
+#define N_POLICIES (sizeof policy_names / sizeof policy_names[0])
+
+const char *cpr_policy_name(cpr_policy policy)
+{
+    return (unsigned)policy < N_POLICIES ? policy_names[policy] : "unknown";
+}
+
+cpr_status cpr_policy_parse(const char *name, cpr_policy *out)
+{
+    for (unsigned i = 0; name && i < N_POLICIES; i++)
+        if (strcmp(name, policy_names[i]) == 0) {
+            if (out)
+                *out = (cpr_policy)i;
+            return CPR_OK;
+        }
+    return cpr_fail(CPR_INVALID_ARGUMENT,
+                    "unknown policy \"%s\": use full, delta, mfu, ssu or topk-norm",
+                    name ? name : "(null)");
+}
+
+void cpr_names_free(char **names, size_t n)
+{
+    if (!names)
+        return;
+    for (size_t i = 0; i < n; i++)
+        free(names[i]);
+    free(names);
+}
+
+/* ---- the consistent-cut rule (cpr/types.h) ------------------------------------------ */
+
+int cpr_cut_scan_add(cpr_cut_scan *k, uint32_t shard, uint32_t num_shards, int consistent)
+{
+    if (k->broken || (k->next > 0 && k->next == k->n))
+        return 0; /* decided: parts of shards >= n do not matter */
+    if (k->next == 0)
+        k->n = num_shards;
+    if (shard != k->next || !consistent || num_shards != k->n || k->n == 0) {
+        k->broken = 1;
+        return 0;
+    }
+    k->next++;
+    return k->next < k->n;
+}
+
+int cpr_cut_scan_done(const cpr_cut_scan *k)
+{
+    return !k->broken && k->n > 0 && k->next == k->n;
+}
+
+size_t cpr_cuts(const cpr_part_info *parts, size_t n, uint64_t floor, uint64_t *cuts, size_t max)
+{
+    size_t count = 0;
+    for (size_t end = n; end > 0;) {
+        size_t first = end - 1;
+        uint64_t id = parts[first].checkpoint;
+        if (floor && id < floor)
+            break;
+        while (first > 0 && parts[first - 1].checkpoint == id)
+            first--;
+        cpr_cut_scan k = {0};
+        for (size_t i = first; i < end; i++) {
+            const cpr_part_info *p = &parts[i];
+            if (!p->committed)
+                continue; /* an open part of the same id does not spoil the cut */
+            int consistent = p->consistent &&
+                             (p->kind == CPR_KIND_FULL || p->kind == CPR_KIND_DELTA);
+            if (!cpr_cut_scan_add(&k, p->shard, p->num_shards, consistent))
+                break;
+        }
+        if (cpr_cut_scan_done(&k)) {
+            if (count < max)
+                cuts[count] = id;
+            count++;
+        }
+        end = first;
+    }
+    return count;
+}
+
+_Static_assert(CPR_STATUS_COUNT_ <= CPR_STATS_ERRORS,
+               "cpr_store_stats.errors must have a slot for every status");
