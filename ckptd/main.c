@@ -20,7 +20,7 @@
 #include "cpr_cli.h"
 #include "cpr_common.h"
 #include "reaper.h"
-#include "server.h"
+#include "service.h"
 
 #define EXIT_USAGE 2
 #define MAX_IDLE_PART_TIMEOUT_S (7.0 * 24 * 3600)

@@ -14,7 +14,7 @@
 #include "cpr/block.h"
 #include "cpr/crc32c.h"
 #include "cpr_common.h"
-#include "rpc.h"
+#include "channel.h"
 #include "wire.h"
 
 #define SVC "/cpr.v1.Checkpoint/"

@@ -10,7 +10,7 @@
 
 #include <sys/types.h>
 
-#include "rpc.h"
+#include "channel.h"
 #include "wire.h"
 
 #define CH_TIMEOUT_S 20.0

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The wire layer of ckptd and its clients: protobuf messages of
- * proto/cpr/v1/checkpoint.proto <-> the store's own types. The only module
+ * proto/cpr/v1/checkpoint.proto <-> the shared types of cpr/types.h. The only module
  * that uses protobuf-c.
  *
  * Decoding never trusts the bytes: anything malformed (truncated, garbage,
@@ -18,7 +18,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "cpr/store.h"
+#include "cpr/types.h"
 
 /* ---- requests ------------------------------------------------------------- */
 

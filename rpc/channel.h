@@ -11,8 +11,8 @@
  * answer), so a vanished daemon host fails calls instead of hanging them. A
  * channel may be used by many threads at once; a stream by one.
  */
-#ifndef CPR_RPC_H
-#define CPR_RPC_H
+#ifndef CPR_RPC_CHANNEL_H
+#define CPR_RPC_CHANNEL_H
 
 #include <stddef.h>
 #include <stdint.h>
@@ -52,4 +52,4 @@ typedef cpr_status (*cpr_rpc_msg_fn)(void *ctx, const uint8_t *msg, size_t len);
 cpr_status cpr_rpc_server_stream(cpr_rpc *rpc, const char *method, const uint8_t *req,
                                  size_t len, double timeout_s, cpr_rpc_msg_fn fn, void *ctx);
 
-#endif /* CPR_RPC_H */
+#endif /* CPR_RPC_CHANNEL_H */

@@ -1,22 +1,11 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * The ckptd gRPC server: serves service cpr.v1.Checkpoint (and
- * grpc.health.v1.Health/Check) over a cpr_store with the gRPC C core. The
- * only module of ckptd that uses gRPC.
- *
- * Design: an acceptor thread keeps one outstanding request per method; each
- * arriving call is served by its own handler thread, synchronously (start a
- * batch, pluck its completion from a queue owned by that call), so a slow or
- * stalled client holds up nobody but itself, and not for ever: a stream on
- * which no message moves for idle_timeout_s is cancelled, and HTTP/2
- * keepalive pings (every 30 s, 10 s to answer) drop connections to vanished
- * hosts. A PutRows/PutBlob stream that ends abnormally (client gone,
- * cancelled, idle, bad message) aborts the parts it wrote to: nothing
- * half-written stays open or becomes visible. One stream may write to at
- * most 64 parts (a 65th is refused with RESOURCE_EXHAUSTED).
+ * The ckptd service: cpr.v1.Checkpoint (and grpc.health.v1.Health/Check)
+ * over a cpr_store. Handlers in handlers.c; the gRPC call machinery (threads,
+ * deadlines, idle streams, keepalive) is rpc/server.h's.
  */
-#ifndef CPR_SERVER_H
-#define CPR_SERVER_H
+#ifndef CPR_CKPTD_SERVICE_H
+#define CPR_CKPTD_SERVICE_H
 
 #include <stddef.h>
 
@@ -41,4 +30,4 @@ cpr_status cpr_server_start(cpr_store *store, const cpr_server_options *opts,
  * committed is affected), wait for every handler, free. NULL is a no-op. */
 void cpr_server_stop(cpr_server *server);
 
-#endif /* CPR_SERVER_H */
+#endif /* CPR_CKPTD_SERVICE_H */

@@ -631,17 +631,17 @@ static const char *const grpc_names[17] = {
 cpr_status cpr_wire_stats_response_encode(const cpr_store_stats *s, uint8_t **buf, size_t *len)
 {
     Cpr__V1__StatsResponse m = CPR__V1__STATS_RESPONSE__INIT;
-    Cpr__V1__ErrorCount counts[17], *ptrs[17];
-    uint64_t by_code[17] = {0};
+    Cpr__V1__ErrorCount counts[CPR_STATUS_COUNT_], *ptrs[CPR_STATUS_COUNT_];
     size_t n = 0;
-    for (int st = 1; st < CPR_STATUS_COUNT_; st++)
-        by_code[cpr_status_grpc((cpr_status)st) % 17] += s->errors[st];
-    for (int code = 1; code < 17; code++) {
-        if (!by_code[code])
+    /* One entry per status: the exact status, and its gRPC code for clients
+     * that know only codes (they sum the entries of one code). */
+    for (int st = 1; st < CPR_STATUS_COUNT_; st++) {
+        if (!s->errors[st])
             continue;
         cpr__v1__error_count__init(&counts[n]);
-        counts[n].code = (char *)grpc_names[code];
-        counts[n].count = by_code[code];
+        counts[n].code = (char *)grpc_names[cpr_status_grpc((cpr_status)st) % 17];
+        counts[n].status = (char *)cpr_status_name((cpr_status)st);
+        counts[n].count = s->errors[st];
         ptrs[n] = &counts[n];
         n++;
     }
@@ -658,9 +658,14 @@ cpr_status cpr_wire_stats_response_encode(const cpr_store_stats *s, uint8_t **bu
     return pack(&m.base, buf, len);
 }
 
-/* The status a received ErrorCount.code stands for. */
-static cpr_status status_of_grpc_name(const char *name)
+/* The status a received ErrorCount stands for: its exact status when the
+ * sender named one this build knows, else what its gRPC code stands for. */
+static cpr_status status_of_count(const Cpr__V1__ErrorCount *e)
 {
+    for (int st = 1; e->status && st < CPR_STATUS_COUNT_; st++)
+        if (strcmp(e->status, cpr_status_name((cpr_status)st)) == 0)
+            return (cpr_status)st;
+    const char *name = e->code;
     for (int code = 0; code < 17; code++)
         if (name && strcmp(name, grpc_names[code]) == 0)
             return cpr_status_from_grpc(code);
@@ -683,7 +688,7 @@ cpr_status cpr_wire_stats_response_decode(const void *buf, size_t len, cpr_store
     s.bytes_out = m->bytes_out;
     s.store_bytes = m->store_bytes;
     for (size_t i = 0; i < m->n_errors; i++) {
-        cpr_status st = status_of_grpc_name(m->errors[i]->code);
+        cpr_status st = status_of_count(m->errors[i]);
         if (st != CPR_OK) /* OK is no error: never sent, ignored if it is */
             s.errors[st] += m->errors[i]->count;
     }

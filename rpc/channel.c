@@ -14,7 +14,7 @@
 #include <string.h>
 
 #include "cpr_common.h"
-#include "rpc.h"
+#include "channel.h"
 
 /* HTTP/2 keepalive, matching ckptd's (ckptd/server.c): ping every 30 s, also
  * on idle connections and with no data in between, and drop the connection
@@ -135,13 +135,29 @@ static cpr_status bytes_of(grpc_byte_buffer *bb, uint8_t **out, size_t *len)
     return CPR_OK;
 }
 
+/* The exact status a CPR server sent in its trailing metadata ("cpr-status",
+ * rpc/server.h), else the one its gRPC code stands for (a server that is no
+ * CPR server, or an error that gRPC itself raised). */
+static cpr_status status_sent(grpc_status_code code, const grpc_metadata_array *trailing)
+{
+    for (size_t i = 0; trailing && i < trailing->count; i++) {
+        const grpc_metadata *md = &trailing->metadata[i];
+        if (!grpc_slice_str_cmp(md->key, "cpr-status")) {
+            for (int st = 1; st < CPR_STATUS_COUNT_; st++)
+                if (!grpc_slice_str_cmp(md->value, cpr_status_name((cpr_status)st)))
+                    return (cpr_status)st;
+        }
+    }
+    return cpr_status_from_grpc(code);
+}
+
 /* The server's status as ours, with its message. */
 static cpr_status status_of(const char *target, const char *method, grpc_status_code code,
-                            grpc_slice details)
+                            grpc_slice details, const grpc_metadata_array *trailing)
 {
     if (code == GRPC_STATUS_OK)
         return CPR_OK;
-    return cpr_fail(cpr_status_from_grpc(code), "%s%s: %.*s", target, method,
+    return cpr_fail(status_sent(code, trailing), "%s%s: %.*s", target, method,
                     (int)GRPC_SLICE_LENGTH(details), (const char *)GRPC_SLICE_START_PTR(details));
 }
 
@@ -174,7 +190,7 @@ static cpr_status finish_call(cpr_rpc *r, const char *method, grpc_call *call,
     ops[n].data.recv_status_on_client.status = &code;
     ops[n++].data.recv_status_on_client.status_details = &details;
     cpr_status st = run_batch(call, cq, ops, n)
-                        ? status_of(r->target, method, code, details)
+                        ? status_of(r->target, method, code, details, &trailing)
                         : cpr_fail(CPR_UNAVAILABLE, "%s%s: the call failed", r->target, method);
     if (st == CPR_OK && resp)
         st = bb ? bytes_of(bb, resp, resp_len)
@@ -314,9 +330,14 @@ cpr_status cpr_rpc_server_stream(cpr_rpc *r, const char *method, const uint8_t *
         st = fn(ctx, GRPC_SLICE_START_PTR(s), GRPC_SLICE_LENGTH(s));
         grpc_slice_unref(s);
     }
-    if (st != CPR_OK)
-        grpc_call_cancel(call, NULL); /* the caller stopped: tell the server */
+    char why[512] = "";
+    if (st != CPR_OK) {
+        snprintf(why, sizeof why, "%s", cpr_errmsg()); /* the caller's reason, kept */
+        grpc_call_cancel(call, NULL);                   /* the caller stopped: tell the server */
+    }
     cpr_status end = finish_call(r, method, call, cq, NULL, 0, 0, NULL, NULL);
     free_call(call, cq);
-    return st != CPR_OK ? st : end;
+    if (st != CPR_OK)
+        return cpr_fail(st, "%s", why);
+    return end;
 }

@@ -1,0 +1,562 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * ckptd's service: the handlers of cpr.v1.Checkpoint (and
+ * grpc.health.v1.Health/Check) over a cpr_store, as sequential functions on
+ * rpc/server.h's call machinery. Each decodes its request (rpc/wire.h),
+ * calls the store, and finishes with the store's status and message.
+ *
+ * A PutRows/PutBlob stream that ends abnormally (client gone, cancelled,
+ * idle, bad message) aborts the parts it wrote to: nothing half-written
+ * stays open or becomes visible. One stream may write to at most 64 parts
+ * (a 65th is refused with RESOURCE_EXHAUSTED before anything is written).
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cpr/block.h"
+#include "cpr/crc32c.h"
+#include "cpr_common.h"
+#include "server.h"  /* rpc/: the call machinery */
+#include "service.h"
+#include "wire.h"
+
+#define MAX_TOUCHED_PARTS 64
+
+struct cpr_server {
+    cpr_store *store;
+    cpr_rpc_server *rpc;
+};
+
+/* ---- unary methods ----------------------------------------------------------------- */
+
+static void h_begin(cpr_rpc_call *c, void *app)
+{
+    cpr_server *srv = app;
+    const uint8_t *req;
+    size_t req_len;
+    cpr_rpc_request(c, &req, &req_len);
+    cpr_wire_begin b;
+    cpr_status st = cpr_wire_begin_decode(req, req_len, &b);
+    if (st == CPR_OK) {
+        st = cpr_store_begin(srv->store, &b.spec);
+        cpr_wire_begin_release(&b);
+    }
+    cpr_rpc_finish(c, st, st ? NULL : calloc(1, 1), 0); /* BeginResponse is empty */
+}
+
+/* Commit and Abort: decode a part id, act on it, answer with an empty message. */
+static void part_call(cpr_rpc_call *c, cpr_server *srv,
+                      cpr_status (*decode)(const void *, size_t, cpr_wire_part *), int commit)
+{
+    const uint8_t *req;
+    size_t req_len;
+    cpr_rpc_request(c, &req, &req_len);
+    cpr_wire_part p;
+    cpr_status st = decode(req, req_len, &p);
+    if (st == CPR_OK) {
+        st = commit ? cpr_store_commit(srv->store, &p.id, p.rows)
+                    : cpr_store_abort(srv->store, &p.id);
+        cpr_wire_part_release(&p);
+    }
+    cpr_rpc_finish(c, st, st ? NULL : calloc(1, 1), 0); /* Commit/AbortResponse are empty */
+}
+
+static void h_commit(cpr_rpc_call *c, void *app) { part_call(c, app, cpr_wire_commit_decode, 1); }
+static void h_abort(cpr_rpc_call *c, void *app) { part_call(c, app, cpr_wire_abort_decode, 0); }
+
+static void h_list(cpr_rpc_call *c, void *app)
+{
+    cpr_server *srv = app;
+    const uint8_t *req;
+    size_t req_len;
+    cpr_rpc_request(c, &req, &req_len);
+    cpr_wire_list l;
+    cpr_part_info *parts = NULL;
+    size_t n = 0, len = 0;
+    uint64_t cut = 0;
+    uint8_t *resp = NULL;
+    cpr_status st = cpr_wire_list_decode(req, req_len, &l);
+    if (st == CPR_OK) {
+        st = cpr_store_list(srv->store, l.job, &parts, &n);
+        if (st == CPR_OK && cpr_store_latest_cut(srv->store, l.job, &cut) != CPR_OK)
+            cut = 0; /* no consistent cut yet: reported as 0 */
+        if (st == CPR_OK)
+            st = cpr_wire_list_response_encode(parts, n, cut, &resp, &len);
+        cpr_wire_list_release(&l);
+    }
+    free(parts);
+    cpr_rpc_finish(c, st, resp, len);
+}
+
+static void h_list_jobs(cpr_rpc_call *c, void *app)
+{
+    cpr_server *srv = app;
+    const uint8_t *req;
+    size_t req_len;
+    cpr_rpc_request(c, &req, &req_len);
+    char **jobs = NULL;
+    size_t n = 0, len = 0;
+    uint8_t *resp = NULL;
+    cpr_status st = cpr_wire_list_jobs_decode(req, req_len);
+    if (st == CPR_OK)
+        st = cpr_store_list_jobs(srv->store, &jobs, &n);
+    if (st == CPR_OK)
+        st = cpr_wire_list_jobs_response_encode(jobs, n, &resp, &len);
+    cpr_names_free(jobs, n);
+    cpr_rpc_finish(c, st, resp, len);
+}
+
+/* The first CPR_WIRE_MAX_PROBLEMS problems verify reports, copied. */
+typedef struct problem_list {
+    cpr_wire_problem items[CPR_WIRE_MAX_PROBLEMS];
+    size_t n;
+} problem_list;
+
+static void keep_problem(void *ctx, const char *what, const char *where)
+{
+    problem_list *l = ctx;
+    if (l->n == CPR_WIRE_MAX_PROBLEMS)
+        return; /* counted in the report, not detailed */
+    char *what_copy = strdup(what), *where_copy = strdup(where);
+    if (!what_copy || !where_copy) { /* out of memory: counted, not detailed */
+        free(what_copy);
+        free(where_copy);
+        return;
+    }
+    l->items[l->n++] = (cpr_wire_problem){what_copy, where_copy};
+}
+
+static void free_problems(problem_list *l)
+{
+    for (size_t i = 0; l && i < l->n; i++) {
+        free((char *)l->items[i].what);
+        free((char *)l->items[i].where);
+    }
+    free(l);
+}
+
+/* A damaged store is no failure of the call: the report is the answer. */
+static void h_verify(cpr_rpc_call *c, void *app)
+{
+    cpr_server *srv = app;
+    const uint8_t *req;
+    size_t req_len;
+    cpr_rpc_request(c, &req, &req_len);
+    cpr_wire_list v;
+    cpr_verify_report rep = {0};
+    problem_list *found = calloc(1, sizeof *found);
+    uint8_t *resp = NULL;
+    size_t len = 0;
+    cpr_status st = found ? cpr_wire_verify_decode(req, req_len, &v)
+                          : cpr_fail(CPR_NO_MEMORY, "out of memory for verify");
+    if (st == CPR_OK) {
+        st = cpr_store_verify(srv->store, v.job, keep_problem, found, &rep);
+        if (st == CPR_CORRUPT && rep.problems > 0) {
+            cpr_log(CPR_LOG_WARN, "verify of %s: %llu problems", v.job ? v.job : "every job",
+                    (unsigned long long)rep.problems);
+            st = CPR_OK;
+        }
+        cpr_wire_list_release(&v);
+    }
+    if (st == CPR_OK)
+        st = cpr_wire_verify_response_encode(&rep, found->items, found->n, &resp, &len);
+    free_problems(found);
+    cpr_rpc_finish(c, st, resp, len);
+}
+
+/* floor > 0: the caller's cut (clients spread over several daemons; keep
+ * is then not used); otherwise keep cuts (0: the store's retain_cuts, which
+ * is ckptd --retain). */
+static cpr_status run_gc(cpr_store *store, const cpr_wire_gc *g, cpr_gc_report *rep)
+{
+    if (g->floor && !g->job)
+        return cpr_fail(CPR_INVALID_ARGUMENT, "Gc with floor %llu needs a job: a floor is "
+                        "a checkpoint id of one job", (unsigned long long)g->floor);
+    return g->floor ? cpr_store_gc_floor(store, g->job, g->floor, rep)
+                    : cpr_store_gc(store, g->job, g->keep, rep);
+}
+
+static void h_gc(cpr_rpc_call *c, void *app)
+{
+    cpr_server *srv = app;
+    const uint8_t *req;
+    size_t req_len;
+    cpr_rpc_request(c, &req, &req_len);
+    cpr_wire_gc g;
+    cpr_gc_report rep = {0};
+    uint8_t *resp = NULL;
+    size_t len = 0;
+    cpr_status st = cpr_wire_gc_decode(req, req_len, &g);
+    if (st == CPR_OK) {
+        st = run_gc(srv->store, &g, &rep);
+        if (st == CPR_OK)
+            cpr_log(CPR_LOG_INFO, "gc of %s: floor %llu, %llu parts and %llu leftovers removed, "
+                    "%llu row versions dropped meanwhile", g.job ? g.job : "every job",
+                    (unsigned long long)rep.floor, (unsigned long long)rep.parts_removed,
+                    (unsigned long long)rep.uncommitted_removed,
+                    (unsigned long long)rep.versions_removed);
+        cpr_wire_gc_release(&g);
+    }
+    if (st == CPR_OK)
+        st = cpr_wire_gc_response_encode(&rep, &resp, &len);
+    cpr_rpc_finish(c, st, resp, len);
+}
+
+/* The job's recovery record; a job without one answers generation 0 and an
+ * empty plan (not an error). */
+static void h_get_recovery(cpr_rpc_call *c, void *app)
+{
+    cpr_server *srv = app;
+    const uint8_t *req;
+    size_t req_len;
+    cpr_rpc_request(c, &req, &req_len);
+    cpr_wire_list g;
+    uint64_t generation = 0, written_ms = 0;
+    void *plan = NULL;
+    size_t plan_len = 0, len = 0;
+    uint8_t *resp = NULL;
+    cpr_status st = cpr_wire_get_recovery_decode(req, req_len, &g);
+    if (st == CPR_OK) {
+        st = cpr_store_recovery_get_timed(srv->store, g.job, &generation, &plan, &plan_len,
+                                          &written_ms);
+        if (st == CPR_OK)
+            st = cpr_wire_recovery_record_encode(g.job, generation, plan, plan_len, written_ms,
+                                                 &resp, &len);
+        cpr_wire_list_release(&g);
+    }
+    free(plan);
+    cpr_rpc_finish(c, st, resp, len);
+}
+
+/* Compare-and-set; the answer (the new record) is sent only once it is
+ * durable. A lost race is FAILED_PRECONDITION naming the current generation. */
+static void h_put_recovery(cpr_rpc_call *c, void *app)
+{
+    cpr_server *srv = app;
+    const uint8_t *req;
+    size_t req_len;
+    cpr_rpc_request(c, &req, &req_len);
+    cpr_wire_recovery p;
+    uint64_t generation = 0, written_ms = 0;
+    size_t len = 0;
+    uint8_t *resp = NULL;
+    cpr_status st = cpr_wire_put_recovery_decode(req, req_len, &p);
+    if (st == CPR_OK) {
+        st = cpr_store_recovery_put_timed(srv->store, p.job, p.generation, p.plan, p.len,
+                                          &generation, &written_ms);
+        if (st == CPR_OK) {
+            cpr_log(CPR_LOG_INFO, "recovery record of %s: generation %llu (%zu-byte plan)",
+                    p.job, (unsigned long long)generation, p.len);
+            /* The plan is the caller's own: not echoed back. */
+            st = cpr_wire_recovery_record_encode(p.job, generation, NULL, 0, written_ms, &resp,
+                                                 &len);
+        }
+        cpr_wire_recovery_release(&p);
+    }
+    cpr_rpc_finish(c, st, resp, len);
+}
+
+static void h_stats(cpr_rpc_call *c, void *app)
+{
+    cpr_server *srv = app;
+    cpr_store_stats stats;
+    uint8_t *resp = NULL;
+    size_t len = 0;
+    cpr_status st = cpr_store_stats_get(srv->store, &stats);
+    if (st == CPR_OK)
+        st = cpr_wire_stats_response_encode(&stats, &resp, &len);
+    cpr_rpc_finish(c, st, resp, len);
+}
+
+/* grpc.health.v1.HealthCheckResponse{status: SERVING}: field 1, varint 1. */
+static void h_health(cpr_rpc_call *c, void *app)
+{
+    (void)app;
+    uint8_t *resp = malloc(2);
+    cpr_status st = resp ? CPR_OK : cpr_fail(CPR_NO_MEMORY, "out of memory");
+    if (resp) {
+        resp[0] = 0x08;
+        resp[1] = 0x01;
+    }
+    cpr_rpc_finish(c, st, resp, 2);
+}
+
+/* ---- client streams ------------------------------------------------------------------ */
+
+/* Parts a stream wrote to, aborted if it ends abnormally. */
+typedef struct touched {
+    char jobs[MAX_TOUCHED_PARTS][CPR_NAME_MAX + 1];
+    cpr_part_id ids[MAX_TOUCHED_PARTS];
+    size_t n;
+} touched;
+
+static int touched_before(const touched *t, const cpr_part_id *id)
+{
+    for (size_t i = 0; i < t->n; i++)
+        if (t->ids[i].shard == id->shard && t->ids[i].checkpoint == id->checkpoint &&
+            strcmp(t->jobs[i], id->job) == 0)
+            return 1;
+    return 0;
+}
+
+/* Before writing: may this stream write to `id`? Every part it writes to
+ * must be tracked (to be aborted if the stream breaks), so a part past the
+ * limit is refused before anything of it is written. */
+static cpr_status may_touch(const touched *t, const cpr_part_id *id)
+{
+    if (t->n < MAX_TOUCHED_PARTS || touched_before(t, id))
+        return CPR_OK;
+    return cpr_fail(CPR_RESOURCE_EXHAUSTED, "one stream may write to at most %d parts; "
+                    "this message is for a %dth (%.128s/%u/%llu): write it on another "
+                    "stream", MAX_TOUCHED_PARTS, MAX_TOUCHED_PARTS + 1, id->job, id->shard,
+                    (unsigned long long)id->checkpoint);
+}
+
+/* After writing (may_touch said yes, so there is room). */
+static void touch_part(touched *t, const cpr_part_id *id)
+{
+    if (touched_before(t, id))
+        return;
+    if (t->n == MAX_TOUCHED_PARTS)
+        BUG("a stream wrote to a part may_touch refused");
+    snprintf(t->jobs[t->n], sizeof t->jobs[0], "%s", id->job);
+    t->ids[t->n] = (cpr_part_id){t->jobs[t->n], id->shard, id->checkpoint};
+    t->n++;
+}
+
+static void abort_touched(cpr_server *srv, const touched *t)
+{
+    for (size_t i = 0; i < t->n; i++)
+        if (cpr_store_abort(srv->store, &t->ids[i]) == CPR_OK)
+            cpr_log(CPR_LOG_INFO, "aborted part %s/%u/%llu after its stream broke",
+                    t->jobs[i], t->ids[i].shard, (unsigned long long)t->ids[i].checkpoint);
+}
+
+typedef cpr_status (*apply_fn)(cpr_server *srv, const uint8_t *msg, size_t len, touched *t,
+                               uint64_t *rows, uint64_t *bytes);
+
+static cpr_status apply_rows(cpr_server *srv, const uint8_t *msg, size_t len, touched *t,
+                             uint64_t *rows, uint64_t *bytes)
+{
+    cpr_wire_rows r;
+    cpr_status st = cpr_wire_rows_decode(msg, len, &r);
+    if (st)
+        return st;
+    st = may_touch(t, &r.id);
+    cpr_block_header h = {0};
+    if (st == CPR_OK && r.block) /* stored as it came: the client's encoding */
+        st = cpr_store_put_block(srv->store, &r.id, r.block, r.block_len);
+    else if (st == CPR_OK)
+        st = cpr_store_put_rows(srv->store, &r.id, &r.batch);
+    if (st == CPR_OK || st == CPR_IO) /* refused batches leave the part as it was */
+        touch_part(t, &r.id);
+    if (st == CPR_OK && r.block && cpr_block_header_parse(r.block, r.block_len, &h) == CPR_OK) {
+        *rows += h.n;
+        *bytes += (uint64_t)h.n * (8 + ((uint64_t)h.dim + h.state_dim) * 4);
+    } else if (st == CPR_OK) {
+        *rows += r.batch.n;
+        *bytes += r.batch.n * 8 + (r.batch.values_count + r.batch.state_count) * 4;
+    }
+    cpr_wire_rows_release(&r);
+    return st;
+}
+
+static cpr_status apply_chunk(cpr_server *srv, const uint8_t *msg, size_t len, touched *t,
+                              uint64_t *rows, uint64_t *bytes)
+{
+    cpr_wire_chunk ch;
+    (void)rows;
+    cpr_status st = cpr_wire_chunk_decode(msg, len, &ch);
+    if (st)
+        return st;
+    st = may_touch(t, &ch.id);
+    if (st == CPR_OK)
+        st = cpr_store_put_blob(srv->store, &ch.id, ch.name, ch.offset, ch.data, ch.len,
+                                ch.crc32c);
+    if (st == CPR_OK || st == CPR_IO) /* refused chunks leave the part as it was */
+        touch_part(t, &ch.id);
+    if (st == CPR_OK)
+        *bytes += ch.len;
+    cpr_wire_chunk_release(&ch);
+    return st;
+}
+
+/* Apply every message; any failure aborts the parts the stream wrote to. */
+static void client_stream(cpr_rpc_call *c, cpr_server *srv, apply_fn apply)
+{
+    touched *t = calloc(1, sizeof *t);
+    uint64_t rows = 0, bytes = 0;
+    uint8_t *resp = NULL;
+    size_t len = 0;
+    cpr_rpc_recv_result got = CPR_RPC_MESSAGE;
+    cpr_status st = t ? CPR_OK : cpr_fail(CPR_NO_MEMORY, "out of memory");
+    while (st == CPR_OK && got == CPR_RPC_MESSAGE) {
+        const uint8_t *msg;
+        size_t msg_len;
+        got = cpr_rpc_recv(c, &msg, &msg_len);
+        if (got == CPR_RPC_MESSAGE)
+            st = apply(srv, msg, msg_len, t, &rows, &bytes);
+    }
+    if (got == CPR_RPC_IDLE)
+        st = cpr_fail(CPR_TIMEOUT, "no message for %g s: cancelled the stream",
+                      cpr_rpc_idle_timeout_s(c));
+    else if (got == CPR_RPC_BROKEN && st == CPR_OK)
+        st = cpr_fail(CPR_UNAVAILABLE, "the stream broke before it ended; its parts were "
+                      "aborted: begin them again");
+    if (st && t) {
+        char why[512];
+        snprintf(why, sizeof why, "%s", cpr_errmsg());
+        abort_touched(srv, t);
+        cpr_fail(st, "%s (the parts this stream wrote to were aborted: begin them again)",
+                 why);
+    }
+    if (st == CPR_OK)
+        st = cpr_wire_put_response_encode(rows, bytes, &resp, &len);
+    int cancelled = cpr_rpc_finish(c, st, resp, len);
+    if (cancelled && st == CPR_OK && t) { /* the client went away: an end that is no end */
+        cpr_log(CPR_LOG_INFO, "%s: the client cancelled; aborting its parts",
+                cpr_rpc_call_method(c));
+        abort_touched(srv, t);
+    }
+    free(t);
+}
+
+static void h_put_rows(cpr_rpc_call *c, void *app) { client_stream(c, app, apply_rows); }
+static void h_put_blob(cpr_rpc_call *c, void *app) { client_stream(c, app, apply_chunk); }
+
+/* ---- server streams ---------------------------------------------------------------------- */
+
+typedef struct restore_out {
+    cpr_rpc_call *c;
+    const char *job;
+} restore_out;
+
+static cpr_status send_rows(void *ctx, const cpr_row_batch *b)
+{
+    restore_out *o = ctx;
+    cpr_part_id id = {o->job, 0, 0};
+    uint8_t *buf;
+    size_t len;
+    uint32_t dim = b->n ? (uint32_t)(b->values_count / b->n) : 0;
+    uint32_t sdim = b->n ? (uint32_t)(b->state_count / b->n) : 0;
+    cpr_status st = cpr_wire_rows_encode(&id, b, dim, sdim, &buf, &len);
+    return st == CPR_OK ? cpr_rpc_send(o->c, buf, len, "restore") : st;
+}
+
+/* RowBatch.block: stored blocks go out as they are on disk. */
+static cpr_status send_block(void *ctx, const void *block, size_t block_len)
+{
+    restore_out *o = ctx;
+    cpr_part_id id = {o->job, 0, 0};
+    uint8_t *buf;
+    size_t len;
+    cpr_status st = cpr_wire_block_encode(&id, block, block_len, &buf, &len);
+    return st == CPR_OK ? cpr_rpc_send(o->c, buf, len, "restore") : st;
+}
+
+static void h_restore(cpr_rpc_call *c, void *app)
+{
+    cpr_server *srv = app;
+    const uint8_t *req;
+    size_t req_len;
+    cpr_rpc_request(c, &req, &req_len);
+    cpr_wire_restore q;
+    cpr_status st = cpr_wire_restore_decode(req, req_len, &q);
+    if (st == CPR_OK) {
+        restore_out o = {c, q.query.job};
+        st = cpr_rpc_start(c);
+        if (st)
+            ; /* the client went away */
+        else if (q.blocks)
+            st = cpr_store_restore_blocks(srv->store, &q.query, send_block, &o, NULL);
+        else
+            st = cpr_store_restore(srv->store, &q.query, send_rows, &o, NULL);
+        cpr_wire_restore_release(&q);
+    }
+    cpr_rpc_finish(c, st, NULL, 0);
+}
+
+typedef struct blob_out {
+    cpr_rpc_call *c;
+    const cpr_part_id *id;
+    const char *name;
+    uint64_t size;
+} blob_out;
+
+/* Every chunk carries the blob's total size: cpr_store_read_blob sets
+ * o->size before the first chunk. */
+static cpr_status send_chunk(void *ctx, uint64_t offset, const void *data, size_t len)
+{
+    blob_out *o = ctx;
+    uint8_t *buf;
+    size_t n;
+    cpr_status st = cpr_wire_chunk_encode(o->id, o->name, offset, o->size, data, len,
+                                          cpr_crc32c(0, data, len), &buf, &n);
+    return st == CPR_OK ? cpr_rpc_send(o->c, buf, n, "blob read") : st;
+}
+
+static void h_get_blob(cpr_rpc_call *c, void *app)
+{
+    cpr_server *srv = app;
+    const uint8_t *req;
+    size_t req_len;
+    cpr_rpc_request(c, &req, &req_len);
+    cpr_wire_part p;
+    cpr_status st = cpr_wire_getblob_decode(req, req_len, &p);
+    if (st == CPR_OK) {
+        blob_out o = {c, &p.id, p.name, 0};
+        st = cpr_rpc_start(c);
+        if (st == CPR_OK)
+            st = cpr_store_read_blob(srv->store, &p.id, p.name, &o.size, send_chunk, &o);
+        cpr_wire_part_release(&p);
+    }
+    cpr_rpc_finish(c, st, NULL, 0);
+}
+
+/* ---- the service ------------------------------------------------------------------ */
+
+static const cpr_rpc_method methods[] = {
+    {"/cpr.v1.Checkpoint/Begin", CPR_RPC_UNARY, h_begin},
+    {"/cpr.v1.Checkpoint/PutRows", CPR_RPC_CLIENT_STREAM, h_put_rows},
+    {"/cpr.v1.Checkpoint/PutBlob", CPR_RPC_CLIENT_STREAM, h_put_blob},
+    {"/cpr.v1.Checkpoint/Commit", CPR_RPC_UNARY, h_commit},
+    {"/cpr.v1.Checkpoint/Abort", CPR_RPC_UNARY, h_abort},
+    {"/cpr.v1.Checkpoint/List", CPR_RPC_UNARY, h_list},
+    {"/cpr.v1.Checkpoint/Restore", CPR_RPC_SERVER_STREAM, h_restore},
+    {"/cpr.v1.Checkpoint/GetBlob", CPR_RPC_SERVER_STREAM, h_get_blob},
+    {"/cpr.v1.Checkpoint/Stats", CPR_RPC_UNARY, h_stats},
+    {"/grpc.health.v1.Health/Check", CPR_RPC_UNARY, h_health},
+    {"/cpr.v1.Checkpoint/ListJobs", CPR_RPC_UNARY, h_list_jobs},
+    {"/cpr.v1.Checkpoint/Verify", CPR_RPC_UNARY, h_verify},
+    {"/cpr.v1.Checkpoint/Gc", CPR_RPC_UNARY, h_gc},
+    {"/cpr.v1.Checkpoint/GetRecovery", CPR_RPC_UNARY, h_get_recovery},
+    {"/cpr.v1.Checkpoint/PutRecovery", CPR_RPC_UNARY, h_put_recovery},
+};
+
+cpr_status cpr_server_start(cpr_store *store, const cpr_server_options *opts,
+                            cpr_server **out, int *port)
+{
+    cpr_server *srv = calloc(1, sizeof *srv);
+    if (!srv)
+        return cpr_fail(CPR_NO_MEMORY, "out of memory starting the server");
+    srv->store = store;
+    cpr_rpc_server_options o = {opts->listen, opts->max_message_bytes, opts->max_calls,
+                                opts->idle_timeout_s};
+    cpr_status st = cpr_rpc_server_start(methods, sizeof methods / sizeof methods[0], srv, &o,
+                                         &srv->rpc, port);
+    if (st) {
+        free(srv);
+        return st;
+    }
+    *out = srv;
+    return CPR_OK;
+}
+
+void cpr_server_stop(cpr_server *srv)
+{
+    if (!srv)
+        return;
+    cpr_rpc_server_stop(srv->rpc);
+    free(srv);
+}

@@ -1,0 +1,516 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * The gRPC server's call machinery (design in server.h).
+ *
+ * Lifecycle of a call: the acceptor requests it on the server's queue with a
+ * completion queue of its own bound to the call (cpr_rpc_call.cq); when it
+ * arrives, a handler thread takes over and runs the method as sequential
+ * code: each step is one grpc_call_start_batch followed by waiting on the
+ * call's own queue, where that batch is the only one outstanding. The
+ * acceptor immediately requests the next call of the same method.
+ *
+ * Invariants
+ *  V1. A cpr_rpc_call belongs to the acceptor until its request completes,
+ *      then to exactly one handler thread, which frees it.
+ *  V2. At most one batch per call is outstanding, so the next event on
+ *      cpr_rpc_call.cq is the completion of the batch just started. A batch
+ *      that moves a stream's message is waited for at most idle_timeout_s;
+ *      then the call is cancelled and the wait goes on until the batch
+ *      completes (failed), so V2 still holds for the final batch.
+ *  V3. `active` counts handler threads. Stop cancels every call, joins the
+ *      acceptor (which returns at the shutdown notification, so no handler
+ *      starts after it), then waits for `active` to reach zero: no handler
+ *      outlives the server or what its handlers use.
+ */
+#define _GNU_SOURCE
+#include <grpc/byte_buffer.h>
+#include <grpc/byte_buffer_reader.h>
+#include <grpc/grpc.h>
+#include <grpc/grpc_security.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cpr_common.h"
+#include "server.h"
+
+#define MAX_METHODS 32
+#define STREAM_WINDOW_BYTES (8 << 20)
+#define DEFAULT_IDLE_TIMEOUT_S 600.0
+/* HTTP/2 keepalive: ping every 30 s, drop the connection if no ack in 10 s.
+ * Clients ping every 30 s (rpc/channel.c): accept pings 10 s apart. */
+#define KEEPALIVE_TIME_MS 30000
+#define KEEPALIVE_TIMEOUT_MS 10000
+#define MIN_RECV_PING_INTERVAL_MS 10000
+
+struct cpr_rpc_call {
+    cpr_rpc_server *srv;
+    const cpr_rpc_method *m;
+    size_t method_index;
+    grpc_call *call;
+    gpr_timespec deadline;
+    grpc_metadata_array md;
+    grpc_byte_buffer *payload;
+    grpc_slice request;        /* the payload read whole, once */
+    int have_request;
+    grpc_slice received;       /* the last message cpr_rpc_recv returned */
+    int have_received;
+    grpc_completion_queue *cq; /* bound to the call (V2) */
+    int sent_initial;
+    int generic;               /* an unregistered method: answered UNIMPLEMENTED */
+    grpc_call_details details; /* generic calls only */
+};
+
+struct cpr_rpc_server {
+    const cpr_rpc_method *methods;
+    size_t n_methods;
+    void *app;
+    grpc_server *server;
+    grpc_completion_queue *cq; /* new-call notifications */
+    void *handles[MAX_METHODS];
+    pthread_t acceptor;
+    int acceptor_started;
+    pthread_mutex_t mu;
+    pthread_cond_t idle;
+    unsigned active, max_calls; /* V3 */
+    double idle_timeout_s;
+    int stopping;
+    int shutdown_tag;
+};
+
+static int finish_code(cpr_rpc_call *c, grpc_status_code code, cpr_status st, const char *msg,
+                       uint8_t *resp, size_t resp_len);
+
+/* Any other method: one generic request is kept outstanding so such calls
+ * are answered at once instead of waiting (and piling up) forever. */
+static void h_unimplemented(cpr_rpc_call *c, void *app)
+{
+    char msg[300];
+    (void)app;
+    snprintf(msg, sizeof msg, "ckptd does not serve %.*s",
+             (int)GRPC_SLICE_LENGTH(c->details.method),
+             (const char *)GRPC_SLICE_START_PTR(c->details.method));
+    finish_code(c, GRPC_STATUS_UNIMPLEMENTED, cpr_status_from_grpc(GRPC_STATUS_UNIMPLEMENTED),
+                msg, NULL, 0);
+}
+
+static const cpr_rpc_method generic_method = {"(unregistered method)", CPR_RPC_UNARY,
+                                              h_unimplemented};
+
+/* ---- batches ------------------------------------------------------------------- */
+
+typedef enum batch_result { BATCH_OK, BATCH_FAILED, BATCH_IDLE } batch_result;
+
+/* Which way a stream's batch moves a message: how long it may wait. */
+typedef enum stream_dir { NOT_STREAMING, RECEIVING, SENDING } stream_dir;
+
+/* What a client hears when ckptd gives up on a quiet stream. */
+static void idle_reason(const cpr_rpc_call *c, stream_dir dir, char *why, size_t cap)
+{
+    if (dir == RECEIVING)
+        snprintf(why, cap, "ckptd: no message arrived on this stream for %g s "
+                 "(--idle-part-timeout-s): the call was cancelled and the parts it wrote "
+                 "to aborted; begin them again", c->srv->idle_timeout_s);
+    else
+        snprintf(why, cap, "ckptd: the client read no message of this stream for %g s "
+                 "(--idle-part-timeout-s): the call was cancelled", c->srv->idle_timeout_s);
+}
+
+/* Start one batch and wait for it (V2). A stream's batch is waited for at
+ * most idle_timeout_s; then the call is cancelled, with the reason, and the
+ * result is BATCH_IDLE. */
+static batch_result run_batch_for(cpr_rpc_call *c, grpc_op *ops, size_t n, stream_dir dir)
+{
+    gpr_timespec forever = gpr_inf_future(GPR_CLOCK_MONOTONIC);
+    gpr_timespec until = forever;
+    if (dir != NOT_STREAMING)
+        until = gpr_time_add(gpr_now(GPR_CLOCK_MONOTONIC),
+                             gpr_time_from_millis((int64_t)(c->srv->idle_timeout_s * 1000),
+                                                  GPR_TIMESPAN));
+    if (grpc_call_start_batch(c->call, ops, n, c, NULL) != GRPC_CALL_OK)
+        return BATCH_FAILED;
+    grpc_event ev = grpc_completion_queue_next(c->cq, until, NULL);
+    if (ev.type != GRPC_QUEUE_TIMEOUT)
+        return ev.type == GRPC_OP_COMPLETE && ev.success ? BATCH_OK : BATCH_FAILED;
+    char why[256];
+    idle_reason(c, dir, why, sizeof why);
+    grpc_call_cancel_with_status(c->call, GRPC_STATUS_DEADLINE_EXCEEDED, why, NULL);
+    grpc_completion_queue_next(c->cq, forever, NULL); /* the batch, failed by the cancel */
+    return BATCH_IDLE;
+}
+
+static int run_batch(cpr_rpc_call *c, grpc_op *ops, size_t n)
+{
+    return run_batch_for(c, ops, n, NOT_STREAMING) == BATCH_OK;
+}
+
+static grpc_byte_buffer *to_buffer(uint8_t *bytes, size_t len)
+{
+    grpc_slice slice = grpc_slice_new(bytes, len, free); /* takes `bytes` */
+    grpc_byte_buffer *bb = grpc_raw_byte_buffer_create(&slice, 1);
+    grpc_slice_unref(slice);
+    return bb;
+}
+
+/* Final batch: optional response (taken), a status with its message and
+ * the exact cpr_status as trailing metadata "cpr-status". Returns 1 if the
+ * client had cancelled the call (gone, or gave up). */
+static int finish_code(cpr_rpc_call *c, grpc_status_code code, cpr_status st, const char *msg,
+                       uint8_t *resp, size_t resp_len)
+{
+    grpc_op ops[4];
+    size_t n = 0;
+    int cancelled = 0;
+    grpc_slice details = grpc_slice_from_copied_string(msg);
+    grpc_metadata trailer;
+    memset(&trailer, 0, sizeof trailer);
+    trailer.key = grpc_slice_from_static_string("cpr-status");
+    trailer.value = grpc_slice_from_static_string(cpr_status_name(st));
+    memset(ops, 0, sizeof ops);
+    if (!c->sent_initial)
+        ops[n++].op = GRPC_OP_SEND_INITIAL_METADATA;
+    if (resp && code == GRPC_STATUS_OK) {
+        ops[n].op = GRPC_OP_SEND_MESSAGE;
+        ops[n++].data.send_message.send_message = to_buffer(resp, resp_len);
+        resp = NULL;
+    }
+    ops[n].op = GRPC_OP_SEND_STATUS_FROM_SERVER;
+    ops[n].data.send_status_from_server.status = code;
+    ops[n].data.send_status_from_server.status_details = &details;
+    if (code != GRPC_STATUS_OK) {
+        ops[n].data.send_status_from_server.trailing_metadata_count = 1;
+        ops[n].data.send_status_from_server.trailing_metadata = &trailer;
+    }
+    n++;
+    ops[n].op = GRPC_OP_RECV_CLOSE_ON_SERVER;
+    ops[n++].data.recv_close_on_server.cancelled = &cancelled;
+    c->sent_initial = 1;
+    if (!run_batch(c, ops, n))
+        cancelled = 1;
+    for (size_t i = 0; i < n; i++)
+        if (ops[i].op == GRPC_OP_SEND_MESSAGE)
+            grpc_byte_buffer_destroy(ops[i].data.send_message.send_message);
+    grpc_slice_unref(details);
+    free(resp);
+    return cancelled;
+}
+
+/* ---- the handler's interface (server.h) --------------------------------------------- */
+
+const char *cpr_rpc_call_method(const cpr_rpc_call *c)
+{
+    return c->m->path;
+}
+
+double cpr_rpc_idle_timeout_s(const cpr_rpc_call *c)
+{
+    return c->srv->idle_timeout_s;
+}
+
+void cpr_rpc_request(cpr_rpc_call *c, const uint8_t **msg, size_t *len)
+{
+    if (!c->have_request) {
+        grpc_byte_buffer_reader reader;
+        c->request = grpc_empty_slice();
+        if (c->payload && grpc_byte_buffer_reader_init(&reader, c->payload)) {
+            c->request = grpc_byte_buffer_reader_readall(&reader);
+            grpc_byte_buffer_reader_destroy(&reader);
+        }
+        c->have_request = 1;
+    }
+    *msg = GRPC_SLICE_START_PTR(c->request);
+    *len = GRPC_SLICE_LENGTH(c->request);
+}
+
+cpr_status cpr_rpc_start(cpr_rpc_call *c)
+{
+    grpc_op op;
+    memset(&op, 0, sizeof op);
+    op.op = GRPC_OP_SEND_INITIAL_METADATA;
+    c->sent_initial = 1;
+    return run_batch(c, &op, 1) ? CPR_OK : cpr_fail(CPR_UNAVAILABLE, "the client went away");
+}
+
+cpr_status cpr_rpc_send(cpr_rpc_call *c, uint8_t *bytes, size_t len, const char *during)
+{
+    grpc_op op;
+    memset(&op, 0, sizeof op);
+    op.op = GRPC_OP_SEND_MESSAGE;
+    op.data.send_message.send_message = to_buffer(bytes, len);
+    batch_result r = run_batch_for(c, &op, 1, SENDING);
+    grpc_byte_buffer_destroy(op.data.send_message.send_message);
+    if (r == BATCH_IDLE)
+        return cpr_fail(CPR_TIMEOUT, "the client read nothing for %g s during the %s; "
+                        "the call was cancelled", c->srv->idle_timeout_s, during);
+    if (r != BATCH_OK)
+        return cpr_fail(CPR_UNAVAILABLE, "the client went away during the %s", during);
+    return CPR_OK;
+}
+
+static void drop_received(cpr_rpc_call *c)
+{
+    if (c->have_received)
+        grpc_slice_unref(c->received);
+    c->have_received = 0;
+}
+
+cpr_rpc_recv_result cpr_rpc_recv(cpr_rpc_call *c, const uint8_t **msg, size_t *len)
+{
+    grpc_op op;
+    grpc_byte_buffer *bb = NULL;
+    drop_received(c);
+    if (!c->sent_initial && cpr_rpc_start(c) != CPR_OK)
+        return CPR_RPC_BROKEN;
+    memset(&op, 0, sizeof op);
+    op.op = GRPC_OP_RECV_MESSAGE;
+    op.data.recv_message.recv_message = &bb;
+    batch_result r = run_batch_for(c, &op, 1, RECEIVING);
+    if (r != BATCH_OK) {
+        if (bb) /* arrived as the call was cancelled */
+            grpc_byte_buffer_destroy(bb);
+        return r == BATCH_IDLE ? CPR_RPC_IDLE : CPR_RPC_BROKEN;
+    }
+    if (!bb)
+        return CPR_RPC_END;
+    grpc_byte_buffer_reader reader;
+    grpc_byte_buffer_reader_init(&reader, bb);
+    c->received = grpc_byte_buffer_reader_readall(&reader);
+    c->have_received = 1;
+    grpc_byte_buffer_reader_destroy(&reader);
+    grpc_byte_buffer_destroy(bb);
+    *msg = GRPC_SLICE_START_PTR(c->received);
+    *len = GRPC_SLICE_LENGTH(c->received);
+    return CPR_RPC_MESSAGE;
+}
+
+int cpr_rpc_finish(cpr_rpc_call *c, cpr_status st, uint8_t *resp, size_t resp_len)
+{
+    if (st && st != CPR_NOT_FOUND)
+        cpr_log(CPR_LOG_INFO, "%s: %s: %s", c->m->path, cpr_status_name(st), cpr_errmsg());
+    return finish_code(c, (grpc_status_code)cpr_status_grpc(st), st, st ? cpr_errmsg() : "",
+                       resp, resp_len);
+}
+
+/* ---- acceptor and handlers -------------------------------------------------------------------- */
+
+static void free_call(cpr_rpc_call *c)
+{
+    if (c->call)
+        grpc_call_unref(c->call);
+    grpc_metadata_array_destroy(&c->md);
+    if (c->generic)
+        grpc_call_details_destroy(&c->details);
+    if (c->payload)
+        grpc_byte_buffer_destroy(c->payload);
+    if (c->have_request)
+        grpc_slice_unref(c->request);
+    drop_received(c);
+    if (c->cq) {
+        grpc_completion_queue_shutdown(c->cq);
+        while (grpc_completion_queue_next(c->cq, gpr_inf_future(GPR_CLOCK_REALTIME), NULL).type !=
+               GRPC_QUEUE_SHUTDOWN) {
+        }
+        grpc_completion_queue_destroy(c->cq);
+    }
+    free(c);
+}
+
+static void *handler_main(void *arg)
+{
+    cpr_rpc_call *c = arg;
+    cpr_rpc_server *srv = c->srv;
+    pthread_mutex_lock(&srv->mu);
+    int over = srv->active > srv->max_calls;
+    pthread_mutex_unlock(&srv->mu);
+    if (over)
+        cpr_rpc_finish(c, cpr_fail(CPR_UNAVAILABLE, "ckptd is serving its maximum of %u calls; "
+                           "retry later", srv->max_calls), NULL, 0);
+    else
+        c->m->fn(c, srv->app);
+    free_call(c);
+    pthread_mutex_lock(&srv->mu);
+    if (--srv->active == 0)
+        pthread_cond_broadcast(&srv->idle);
+    pthread_mutex_unlock(&srv->mu);
+    return NULL;
+}
+
+/* Ask for the next call of method i (the acceptor owns the ctx until it arrives, V1). */
+static int request_call(cpr_rpc_server *srv, size_t i)
+{
+    cpr_rpc_call *c = calloc(1, sizeof *c);
+    if (!c)
+        return -1;
+    c->srv = srv;
+    c->method_index = i;
+    c->generic = i == srv->n_methods;
+    c->m = c->generic ? &generic_method : &srv->methods[i];
+    grpc_metadata_array_init(&c->md);
+    c->cq = grpc_completion_queue_create_for_next(NULL);
+    grpc_call_error e;
+    if (c->generic) {
+        grpc_call_details_init(&c->details);
+        e = grpc_server_request_call(srv->server, &c->call, &c->details, &c->md, c->cq, srv->cq, c);
+    } else {
+        e = grpc_server_request_registered_call(
+            srv->server, srv->handles[i], &c->call, &c->deadline, &c->md,
+            srv->methods[i].kind == CPR_RPC_CLIENT_STREAM ? NULL : &c->payload, c->cq, srv->cq, c);
+    }
+    if (e != GRPC_CALL_OK) {
+        free_call(c);
+        return -1;
+    }
+    return 0;
+}
+
+static void dispatch(cpr_rpc_server *srv, cpr_rpc_call *c)
+{
+    pthread_t thread;
+    pthread_attr_t attr;
+    pthread_mutex_lock(&srv->mu);
+    srv->active++;
+    pthread_mutex_unlock(&srv->mu);
+    pthread_attr_init(&attr);
+    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+    if (pthread_create(&thread, &attr, handler_main, c) != 0) {
+        cpr_rpc_finish(c, cpr_fail(CPR_RESOURCE_EXHAUSTED, "ckptd cannot start a thread"), NULL, 0);
+        free_call(c);
+        pthread_mutex_lock(&srv->mu);
+        if (--srv->active == 0)
+            pthread_cond_broadcast(&srv->idle);
+        pthread_mutex_unlock(&srv->mu);
+    }
+    pthread_attr_destroy(&attr);
+}
+
+static void *acceptor_main(void *arg)
+{
+    cpr_rpc_server *srv = arg;
+    for (;;) {
+        grpc_event ev = grpc_completion_queue_next(srv->cq, gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
+        if (ev.type == GRPC_QUEUE_SHUTDOWN || ev.tag == &srv->shutdown_tag)
+            return NULL; /* shut down: no call is dispatched after this (V3) */
+        if (ev.type != GRPC_OP_COMPLETE)
+            continue;
+        cpr_rpc_call *c = ev.tag;
+        size_t i = c->method_index;
+        if (!ev.success) { /* the server is shutting down */
+            free_call(c);
+            continue;
+        }
+        dispatch(srv, c);
+        pthread_mutex_lock(&srv->mu);
+        int stopping = srv->stopping;
+        pthread_mutex_unlock(&srv->mu);
+        if (!stopping && request_call(srv, i) != 0)
+            cpr_log(CPR_LOG_ERROR, "cannot request the next %s call", c->m->path);
+    }
+}
+
+cpr_status cpr_rpc_server_start(const cpr_rpc_method *methods, size_t n_methods, void *app,
+                                const cpr_rpc_server_options *opts, cpr_rpc_server **out,
+                                int *port)
+{
+    if (n_methods > MAX_METHODS)
+        return cpr_fail(CPR_INVALID_ARGUMENT, "%zu methods: a server serves at most %d",
+                        n_methods, MAX_METHODS);
+    cpr_rpc_server *srv = calloc(1, sizeof *srv);
+    if (!srv)
+        return cpr_fail(CPR_NO_MEMORY, "out of memory starting the server");
+    grpc_init();
+    srv->methods = methods;
+    srv->n_methods = n_methods;
+    srv->app = app;
+    srv->max_calls = opts->max_calls ? opts->max_calls : 1024;
+    srv->idle_timeout_s = opts->idle_timeout_s > 0 ? opts->idle_timeout_s
+                                                   : DEFAULT_IDLE_TIMEOUT_S;
+    pthread_mutex_init(&srv->mu, NULL);
+    pthread_cond_init(&srv->idle, NULL);
+    grpc_arg arg[] = {
+        {GRPC_ARG_INTEGER, GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH,
+         {.integer = (int)(opts->max_message_bytes ? opts->max_message_bytes : 64u << 20)}},
+        /* Two daemons must never share a port (and so serve each other's jobs). */
+        {GRPC_ARG_INTEGER, GRPC_ARG_ALLOW_REUSEPORT, {.integer = 0}},
+        /* A client host that vanished (no FIN, no RST) is noticed within ~40 s. */
+        {GRPC_ARG_INTEGER, GRPC_ARG_KEEPALIVE_TIME_MS, {.integer = KEEPALIVE_TIME_MS}},
+        {GRPC_ARG_INTEGER, GRPC_ARG_KEEPALIVE_TIMEOUT_MS, {.integer = KEEPALIVE_TIMEOUT_MS}},
+        {GRPC_ARG_INTEGER, GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, {.integer = 1}},
+        /* Clients' own keepalive pings, also on idle connections, are welcome
+         * (the default would answer them with GOAWAY "too_many_pings"). */
+        {GRPC_ARG_INTEGER, GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS,
+         {.integer = MIN_RECV_PING_INTERVAL_MS}},
+        {GRPC_ARG_INTEGER, GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, {.integer = 0}},
+        /* A stream's receive window: a client may run this far ahead of the
+         * handler, so sending and storing overlap (the default, 64 KiB grown
+         * by BDP probing, keeps a 1 MiB-message stream mostly waiting). */
+        {GRPC_ARG_INTEGER, GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES, {.integer = STREAM_WINDOW_BYTES}},
+    };
+    grpc_channel_args args = {sizeof arg / sizeof arg[0], arg};
+    srv->server = grpc_server_create(&args, NULL);
+    srv->cq = grpc_completion_queue_create_for_next(NULL);
+    grpc_server_register_completion_queue(srv->server, srv->cq, NULL);
+    for (size_t i = 0; i < n_methods; i++)
+        srv->handles[i] = grpc_server_register_method(
+            srv->server, methods[i].path, NULL,
+            methods[i].kind == CPR_RPC_CLIENT_STREAM ? GRPC_SRM_PAYLOAD_NONE
+                                                 : GRPC_SRM_PAYLOAD_READ_INITIAL_BYTE_BUFFER, 0);
+    grpc_server_credentials *creds = grpc_insecure_server_credentials_create();
+    int bound = grpc_server_add_http2_port(srv->server, opts->listen, creds);
+    grpc_server_credentials_release(creds);
+    if (bound <= 0) {
+        cpr_status st = cpr_fail(CPR_UNAVAILABLE, "cannot listen on %s: the address is "
+                                 "invalid or in use", opts->listen);
+        grpc_server_destroy(srv->server);
+        srv->server = NULL;
+        cpr_rpc_server_stop(srv);
+        return st;
+    }
+    grpc_server_start(srv->server);
+    for (size_t i = 0; i <= n_methods; i++) /* n_methods: the generic request */
+        request_call(srv, i);
+    srv->acceptor_started = pthread_create(&srv->acceptor, NULL, acceptor_main, srv) == 0;
+    *port = bound;
+    *out = srv;
+    return CPR_OK;
+}
+
+void cpr_rpc_server_stop(cpr_rpc_server *srv)
+{
+    if (!srv)
+        return;
+    pthread_mutex_lock(&srv->mu);
+    srv->stopping = 1;
+    pthread_mutex_unlock(&srv->mu);
+    if (srv->server) {
+        grpc_server_shutdown_and_notify(srv->server, srv->cq, &srv->shutdown_tag);
+        grpc_server_cancel_all_calls(srv->server); /* handlers see their batches fail */
+    }
+    /* The acceptor returns at the shutdown notification; after the join no
+     * new handler can start, so the wait below is final (V3). */
+    if (srv->acceptor_started)
+        pthread_join(srv->acceptor, NULL);
+    pthread_mutex_lock(&srv->mu);
+    while (srv->active > 0)
+        pthread_cond_wait(&srv->idle, &srv->mu);
+    pthread_mutex_unlock(&srv->mu);
+    if (srv->cq) { /* requests the shutdown failed may still be queued */
+        grpc_completion_queue_shutdown(srv->cq);
+        for (;;) {
+            grpc_event ev = grpc_completion_queue_next(srv->cq, gpr_inf_future(GPR_CLOCK_REALTIME),
+                                                       NULL);
+            if (ev.type == GRPC_QUEUE_SHUTDOWN)
+                break;
+            if (ev.type == GRPC_OP_COMPLETE && ev.tag != &srv->shutdown_tag)
+                free_call(ev.tag);
+        }
+    }
+    if (srv->server)
+        grpc_server_destroy(srv->server);
+    if (srv->cq)
+        grpc_completion_queue_destroy(srv->cq);
+    pthread_mutex_destroy(&srv->mu);
+    pthread_cond_destroy(&srv->idle);
+    free(srv);
+    grpc_shutdown();
+}

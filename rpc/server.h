@@ -1,0 +1,106 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * The gRPC server's call machinery on the C core, for services whose
+ * handlers are plain sequential functions (ckptd/handlers.c is the one
+ * user). It knows methods, calls, messages, deadlines and statuses; what a
+ * message means is the handler's business (rpc/wire.h).
+ *
+ * Design: an acceptor thread keeps one outstanding request per method; each
+ * arriving call is served by its own handler thread, synchronously (start a
+ * batch, pluck its completion from a queue owned by that call), so a slow or
+ * stalled client holds up nobody but itself, and not for ever: a stream on
+ * which no message moves for idle_timeout_s is cancelled, and HTTP/2
+ * keepalive pings (every 30 s, 10 s to answer) drop connections to vanished
+ * hosts. A call to a method the service does not have is answered
+ * UNIMPLEMENTED at once. Over max_calls concurrent calls, the next is
+ * answered UNAVAILABLE.
+ *
+ * Statuses: a handler finishes with a cpr_status; the client sees the gRPC
+ * code of cpr_status_grpc() with the message, and the exact cpr_status in
+ * the trailing metadata entry "cpr-status" (its cpr_status_name), which
+ * rpc/channel.c prefers, so every status survives the trip (docs/client.md).
+ */
+#ifndef CPR_RPC_SERVER_H
+#define CPR_RPC_SERVER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "cpr/status.h"
+
+typedef struct cpr_rpc_server cpr_rpc_server;
+typedef struct cpr_rpc_call cpr_rpc_call;
+
+typedef enum cpr_rpc_kind {
+    CPR_RPC_UNARY,          /* one request, one response */
+    CPR_RPC_CLIENT_STREAM,  /* many requests (cpr_rpc_recv), one response */
+    CPR_RPC_SERVER_STREAM   /* one request, many responses (cpr_rpc_send) */
+} cpr_rpc_kind;
+
+/* Serves one call on its own thread; must end with cpr_rpc_finish. */
+typedef void (*cpr_rpc_handler)(cpr_rpc_call *call, void *app);
+
+typedef struct cpr_rpc_method {
+    const char *path;       /* "/package.Service/Method" */
+    cpr_rpc_kind kind;
+    cpr_rpc_handler fn;
+} cpr_rpc_method;
+
+typedef struct cpr_rpc_server_options {
+    const char *listen;          /* host:port (port 0 picks a free one) or unix:/path */
+    size_t max_message_bytes;    /* largest request accepted (default 64 MiB) */
+    unsigned max_calls;          /* concurrent calls (default 1024) */
+    double idle_timeout_s;       /* a stream that neither receives nor sends a message for
+                                    this long is cancelled (default 600) */
+} cpr_rpc_server_options;
+
+/* Serve `methods` (at most 32; borrowed, as `app`, until stop). *port gets
+ * the bound port (0 for unix sockets). */
+cpr_status cpr_rpc_server_start(const cpr_rpc_method *methods, size_t n_methods, void *app,
+                                const cpr_rpc_server_options *opts, cpr_rpc_server **out,
+                                int *port);
+
+/* Stop accepting, cancel the calls in flight (their handlers see their
+ * sends and receives fail), wait for every handler to return, free. NULL is
+ * a no-op. */
+void cpr_rpc_server_stop(cpr_rpc_server *server);
+
+/* ---- inside a handler ------------------------------------------------------------ */
+
+/* The method's path, for logs. */
+const char *cpr_rpc_call_method(const cpr_rpc_call *call);
+
+/* The request of a unary or server-streaming call (empty if none); valid
+ * until cpr_rpc_finish. */
+void cpr_rpc_request(cpr_rpc_call *call, const uint8_t **msg, size_t *len);
+
+/* Send the initial metadata now (before a long stream). CPR_UNAVAILABLE if
+ * the client went away. */
+cpr_status cpr_rpc_start(cpr_rpc_call *call);
+
+/* Send one message of a server stream, taking `bytes` (malloc'd). CPR_OK;
+ * CPR_TIMEOUT if the client read nothing for idle_timeout_s (the call is
+ * cancelled); CPR_UNAVAILABLE if it went away. `during` names the work in
+ * the message ("restore"). */
+cpr_status cpr_rpc_send(cpr_rpc_call *call, uint8_t *bytes, size_t len, const char *during);
+
+typedef enum cpr_rpc_recv_result {
+    CPR_RPC_MESSAGE,   /* *msg and *len hold the next message */
+    CPR_RPC_END,       /* the client half-closed: no more messages */
+    CPR_RPC_BROKEN,    /* the stream broke (client gone, cancelled, deadline) */
+    CPR_RPC_IDLE       /* nothing arrived for idle_timeout_s: the call is cancelled */
+} cpr_rpc_recv_result;
+
+/* The next message of a client stream, valid until the next receive or the
+ * finish. */
+cpr_rpc_recv_result cpr_rpc_recv(cpr_rpc_call *call, const uint8_t **msg, size_t *len);
+
+/* The stream idle timeout, for messages. */
+double cpr_rpc_idle_timeout_s(const cpr_rpc_call *call);
+
+/* Finish the call: on CPR_OK the response `resp` (taken, may be NULL), else
+ * the status with cpr_errmsg() as its message. Returns 1 if the client had
+ * cancelled the call (went away, or gave up), else 0. */
+int cpr_rpc_finish(cpr_rpc_call *call, cpr_status st, uint8_t *resp, size_t resp_len);
+
+#endif /* CPR_RPC_SERVER_H */
