@@ -22,7 +22,7 @@
 
 #include "cpr/client.h"
 #include "cpr/recovery.h"
-#include "cpr_harness.h"
+#include "cpr/failure.h"
 #include "dlrm.h"
 
 /* What each save writes (docs/dlrm.md, "Policies"). */
@@ -66,7 +66,7 @@ typedef struct dlrm_ckpt_options {
     double target_pls;            /* [0.02] */
     double mtbf_steps;            /* for the derived interval; 0: none expected */
     uint64_t total_steps;         /* the run's length in steps (> 0) */
-    const fh_failure *failures;   /* the schedule, sorted; borrowed */
+    const cpr_failure *failures;   /* the schedule, sorted; borrowed */
     size_t n_failures;
     int resume;                   /* 1: restore the latest cut before training */
     double timeout_s;             /* client deadlines [30] */

@@ -17,7 +17,7 @@
 #include "cpr_common.h"
 #include "cpr_cuda.h"
 #include "ckpt.h"
-#include "cpr_harness.h"
+#include "cpr/failure.h"
 #include "dlrm.h"
 
 #define EXIT_FAILED 1
@@ -494,7 +494,7 @@ static uint64_t total_steps(const options *o, const dlrm_loader *loader)
 
 /* The failure schedule of this run (none without --mtbf-steps/--failures),
  * printed so that runs can be compared. */
-static cpr_status make_schedule(options *o, uint64_t steps, fh_failure **out, size_t *n)
+static cpr_status make_schedule(options *o, uint64_t steps, cpr_failure **out, size_t *n)
 {
     *out = NULL;
     *n = 0;
@@ -502,13 +502,13 @@ static cpr_status make_schedule(options *o, uint64_t steps, fh_failure **out, si
                   : o->failures_expected > 0 ? (double)steps / o->failures_expected : 0;
     if (mean <= 0)
         return CPR_OK;
-    fh_schedule_config c = {.seed = o->failure_seed,
-                            .distribution = (fh_distribution)o->failure_dist,
+    cpr_failure_config c = {.seed = o->failure_seed,
+                            .distribution = (cpr_failure_law)o->failure_dist,
                             .shape = o->weibull_shape, .mean_steps = mean,
                             .horizon_steps = 4 * steps, .num_shards = o->model.num_shards};
-    cpr_status st = fh_schedule_make(&c, out, n);
+    cpr_status st = cpr_failure_schedule(&c, out, n);
     if (st == CPR_OK && !o->quiet)
-        fh_schedule_print(stderr, *out, *n);
+        cpr_failure_schedule_print(stderr, *out, *n);
     o->ckpt.mtbf_steps = mean;
     return st;
 }
@@ -520,7 +520,7 @@ static cpr_status make_schedule(options *o, uint64_t steps, fh_failure **out, si
  * wipe a shard on schedule, then partial or full recovery).
  */
 static cpr_status make_hooks(options *o, dlrm_model *model, dlrm_loader *loader,
-                             fh_failure **failures, dlrm_ckpt **ck, dlrm_hooks *hooks)
+                             cpr_failure **failures, dlrm_ckpt **ck, dlrm_hooks *hooks)
 {
     size_t n = 0;
     uint64_t steps = total_steps(o, loader);
@@ -565,7 +565,7 @@ static int run(options *o)
     dlrm_run_result result;
     dlrm_hooks hooks = {0};
     dlrm_ckpt *ck = NULL;
-    fh_failure *failures = NULL;
+    cpr_failure *failures = NULL;
     FILE *log = NULL;
     cpr_status st = CPR_OK;
     resolve_device(o);

@@ -120,7 +120,7 @@ typedef struct run {
     uint64_t loss_step[2 * MAX_STEPS];
     double loss[2 * MAX_STEPS];
     /* test-specific state */
-    fh_failure failure;
+    cpr_failure failure;
     int failure_checked;
     float *staged[64];        /* snapshot at each save's gather, by checkpoint id */
     int killed, restarted;
@@ -241,7 +241,7 @@ static void test_partial_restores_newest_committed(void **state)
     start_daemon("partial");
     run r;
     run_open(&r, dlrm_ckpt_policy_track(DLRM_CKPT_FULL));
-    r.failure = (fh_failure){.step = 47, .shard = 1};
+    r.failure = (cpr_failure){.step = 47, .shard = 1};
     dlrm_ckpt_options o;
     base_options(&o, "partial", 60);
     o.policy = DLRM_CKPT_FULL;
@@ -278,7 +278,7 @@ static void test_full_recovery_recomputes(void **state)
     run_open(&base, 0);
     assert_status(CPR_OK, run_train(&base, 60, NULL));
     run_open(&full, dlrm_ckpt_policy_track(DLRM_CKPT_FULL));
-    full.failure = (fh_failure){.step = 37, .shard = 0};
+    full.failure = (cpr_failure){.step = 37, .shard = 0};
     dlrm_ckpt_options o;
     base_options(&o, "full", 60);
     o.policy = DLRM_CKPT_FULL;

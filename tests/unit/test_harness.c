@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * The failure schedule (tests/harness/cpr_harness.h): same seed, same
+ * The failure schedule (cpr/failure.h): same seed, same
  * schedule; another seed, another; the mean gap of a long schedule is the
  * configured mean for exponential and Weibull alike; shards are in range and
  * all hit; steps strictly increase within the horizon; bad configs refused.
@@ -15,20 +15,20 @@
 
 #include <cmocka.h>
 
-#include "cpr_harness.h"
+#include "cpr/failure.h"
 #include "testutil.h"
 
-static void make(fh_schedule_config c, fh_failure **f, size_t *n)
+static void make(cpr_failure_config c, cpr_failure **f, size_t *n)
 {
-    assert_status(CPR_OK, fh_schedule_make(&c, f, n));
+    assert_status(CPR_OK, cpr_failure_schedule(&c, f, n));
 }
 
 static void test_same_seed_same_schedule(void **state)
 {
     (void)state;
-    fh_schedule_config c = {.seed = 7, .mean_steps = 50, .horizon_steps = 5000,
+    cpr_failure_config c = {.seed = 7, .mean_steps = 50, .horizon_steps = 5000,
                             .num_shards = 4};
-    fh_failure *a = NULL, *b = NULL, *d = NULL;
+    cpr_failure *a = NULL, *b = NULL, *d = NULL;
     size_t na = 0, nb = 0, nd = 0;
     make(c, &a, &na);
     make(c, &b, &nb);
@@ -44,11 +44,11 @@ static void test_same_seed_same_schedule(void **state)
 }
 
 /* Mean gap within 5% of the configured mean over ~20000 failures. */
-static void check_mean(fh_distribution dist, double shape)
+static void check_mean(cpr_failure_law dist, double shape)
 {
-    fh_schedule_config c = {.seed = 3, .distribution = dist, .shape = shape,
+    cpr_failure_config c = {.seed = 3, .distribution = dist, .shape = shape,
                             .mean_steps = 100, .horizon_steps = 2000000, .num_shards = 3};
-    fh_failure *f = NULL;
+    cpr_failure *f = NULL;
     size_t n = 0;
     unsigned hits[3] = {0};
     make(c, &f, &n);
@@ -68,30 +68,33 @@ static void check_mean(fh_distribution dist, double shape)
 static void test_means(void **state)
 {
     (void)state;
-    check_mean(FH_EXPONENTIAL, 0);
-    check_mean(FH_WEIBULL, 0.7);
-    check_mean(FH_WEIBULL, 2.0);
+    check_mean(CPR_FAILURE_EXPONENTIAL, 0);
+    check_mean(CPR_FAILURE_WEIBULL, 0.7);
+    check_mean(CPR_FAILURE_WEIBULL, 2.0);
 }
 
 static void test_bad_configs(void **state)
 {
     (void)state;
-    fh_failure *f = NULL;
+    cpr_failure *f = NULL;
     size_t n = 0;
-    fh_schedule_config c = {.mean_steps = 0, .horizon_steps = 10, .num_shards = 1};
-    assert_status(CPR_INVALID_ARGUMENT, fh_schedule_make(&c, &f, &n));
+    cpr_failure_config c = {.mean_steps = 0, .horizon_steps = 10, .num_shards = 1};
+    assert_status(CPR_INVALID_ARGUMENT, cpr_failure_schedule(&c, &f, &n));
     c.mean_steps = 10;
     c.num_shards = 0;
-    assert_status(CPR_INVALID_ARGUMENT, fh_schedule_make(&c, &f, &n));
+    assert_status(CPR_INVALID_ARGUMENT, cpr_failure_schedule(&c, &f, &n));
     c.num_shards = 1;
-    c.distribution = FH_WEIBULL;
-    assert_status(CPR_INVALID_ARGUMENT, fh_schedule_make(&c, &f, &n));
+    c.distribution = CPR_FAILURE_WEIBULL;
+    assert_status(CPR_INVALID_ARGUMENT, cpr_failure_schedule(&c, &f, &n));
     c.horizon_steps = 0;
-    c.distribution = FH_EXPONENTIAL;
-    assert_status(CPR_OK, fh_schedule_make(&c, &f, &n));
+    c.distribution = CPR_FAILURE_EXPONENTIAL;
+    assert_status(CPR_OK, cpr_failure_schedule(&c, &f, &n));
     assert_int_equal(n, 0);
-    assert_int_equal(fh_distribution_parse("weibull"), FH_WEIBULL);
-    assert_int_equal(fh_distribution_parse("gamma"), -1);
+    cpr_failure_law law = CPR_FAILURE_EXPONENTIAL;
+    assert_status(CPR_OK, cpr_failure_law_parse("weibull", &law));
+    assert_int_equal(law, CPR_FAILURE_WEIBULL);
+    assert_status(CPR_INVALID_ARGUMENT, cpr_failure_law_parse("gamma", &law));
+    assert_int_equal(law, CPR_FAILURE_WEIBULL);
 }
 
 int main(void)
