@@ -1,11 +1,17 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * One storage node behind one interface (client_internal.h): the store
- * in-process for local://, or a ckptd reached through cpr_rpc, speaking the
- * messages of wire.h. Everything the remote path receives is checked here
+ * in-process for local://, or a ckptd reached through rpc/channel.h, speaking
+ * the messages of rpc/wire.h. The client library does not link the store:
+ * local:// reaches it through its function table (common/cpr_store_api.h),
+ * from the program when it links the store, else from libcpr-store.so.0
+ * loaded on the first local:// open. Everything the remote path receives is checked here
  * (checksums of rows and chunks) before the rest of the library sees it, so
  * both transports hand callers the same verified data.
  */
+#define _GNU_SOURCE /* dlopen's RTLD_ flags */
+#include <dlfcn.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,17 +19,77 @@
 #include "client_internal.h"
 #include "cpr/block.h"
 #include "cpr/crc32c.h"
-#include "cpr_common.h"
 #include "channel.h"
+#include "cpr_common.h"
+#include "cpr_store_api.h"
 #include "wire.h"
 
 #define SVC "/cpr.v1.Checkpoint/"
 
 struct cpr_node {
     char name[256];
-    cpr_store *store; /* local:// */
-    cpr_rpc *rpc;     /* grpc:// */
+    cpr_store *store;          /* local:// */
+    const cpr_store_api *api;  /* local:// */
+    cpr_rpc *rpc;              /* grpc:// */
 };
+
+/* ---- the store for local:// ------------------------------------------------------------ */
+
+/* Resolves to the store library's table when the program links it (the
+ * in-tree targets that offer local:// do, through cpr_client_local). */
+extern const cpr_store_api *cpr_store_api_get(void) __attribute__((weak));
+
+static pthread_once_t api_once = PTHREAD_ONCE_INIT;
+static const cpr_store_api *loaded_api;
+static char load_error[512];
+
+static void load_store(void)
+{
+    if (cpr_store_api_get) {
+        loaded_api = cpr_store_api_get();
+        return;
+    }
+    const char *path = getenv("CPR_STORE_LIBRARY");
+    if (!path || !*path)
+        path = "libcpr-store.so.0";
+    void *lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    if (!lib) {
+        snprintf(load_error, sizeof load_error, "%s", dlerror());
+        return;
+    }
+    const cpr_store_api *(*get)(void) = (const cpr_store_api *(*)(void))dlsym(lib, "cpr_store_api_get");
+    if (!get) {
+        snprintf(load_error, sizeof load_error, "%s has no cpr_store_api_get", path);
+        return;
+    }
+    loaded_api = get(); /* the library stays loaded for the life of the process */
+}
+
+static cpr_status store_api(const cpr_store_api **out)
+{
+    pthread_once(&api_once, load_store);
+    if (!loaded_api)
+        return cpr_fail(CPR_UNAVAILABLE, "local:// needs the CPR store library and it cannot "
+                        "be loaded (%s): install libcpr-store (or set CPR_STORE_LIBRARY to its "
+                        "path), or link the program with cpr-store", load_error);
+    if (loaded_api->abi != CPR_STORE_API_ABI)
+        return cpr_fail(CPR_FAILED_PRECONDITION, "the CPR store library speaks table version "
+                        "%u and this client %u: install matching versions",
+                        loaded_api->abi, CPR_STORE_API_ABI);
+    *out = loaded_api;
+    return CPR_OK;
+}
+
+/* A local call's status, with the store's message made this library's. */
+static cpr_status local(const cpr_node *n, cpr_status st)
+{
+    if (st != CPR_OK && n->api->errmsg != cpr_errmsg) {
+        char why[512];
+        snprintf(why, sizeof why, "%s", n->api->errmsg());
+        cpr_fail(st, "%s", why);
+    }
+    return st;
+}
 
 struct cpr_node_writer {
     cpr_node *node;
@@ -40,7 +106,9 @@ cpr_status cpr_node_open_local(const char *dir, const cpr_store_options *opts, c
     if (!n)
         return cpr_fail(CPR_NO_MEMORY, "out of memory opening a client");
     snprintf(n->name, sizeof n->name, "local://%s", dir);
-    cpr_status st = cpr_store_open(dir, opts, &n->store);
+    cpr_status st = store_api(&n->api);
+    if (st == CPR_OK)
+        st = local(n, n->api->open(dir, opts, &n->store));
     if (st) {
         free(n);
         return st;
@@ -68,7 +136,8 @@ void cpr_node_close(cpr_node *n)
 {
     if (!n)
         return;
-    cpr_store_close(n->store);
+    if (n->store)
+        n->api->close(n->store);
     cpr_rpc_close(n->rpc);
     free(n);
 }
@@ -96,7 +165,7 @@ static cpr_status unary(cpr_node *n, const char *method, cpr_status enc, uint8_t
 cpr_status cpr_node_begin(cpr_node *n, const cpr_part_spec *spec, double timeout_s)
 {
     if (n->store)
-        return cpr_store_begin(n->store, spec);
+        return local(n, n->api->begin(n->store, spec));
     uint8_t *req = NULL;
     size_t len = 0;
     cpr_status enc = cpr_wire_begin_encode(spec, &req, &len);
@@ -106,7 +175,7 @@ cpr_status cpr_node_begin(cpr_node *n, const cpr_part_spec *spec, double timeout
 cpr_status cpr_node_commit(cpr_node *n, const cpr_part_id *id, uint64_t rows, double timeout_s)
 {
     if (n->store)
-        return cpr_store_commit(n->store, id, rows);
+        return local(n, n->api->commit(n->store, id, rows));
     uint8_t *req = NULL;
     size_t len = 0;
     cpr_status enc = cpr_wire_commit_encode(id, rows, &req, &len);
@@ -116,7 +185,7 @@ cpr_status cpr_node_commit(cpr_node *n, const cpr_part_id *id, uint64_t rows, do
 cpr_status cpr_node_abort(cpr_node *n, const cpr_part_id *id, double timeout_s)
 {
     if (n->store)
-        return cpr_store_abort(n->store, id);
+        return local(n, n->api->abort(n->store, id));
     uint8_t *req = NULL;
     size_t len = 0;
     cpr_status enc = cpr_wire_abort_encode(id, &req, &len);
@@ -162,7 +231,7 @@ static cpr_status send_on(cpr_node_writer *w, cpr_rpc_stream **s, const char *me
 cpr_status cpr_node_writer_rows(cpr_node_writer *w, const cpr_row_batch *b)
 {
     if (w->node->store)
-        return cpr_store_put_rows(w->node->store, &w->id, b);
+        return local(w->node, w->node->api->put_rows(w->node->store, &w->id, b));
     uint8_t *msg = NULL;
     size_t len = 0;
     cpr_status st = cpr_wire_rows_encode(&w->id, b, 0, 0, &msg, &len);
@@ -172,7 +241,7 @@ cpr_status cpr_node_writer_rows(cpr_node_writer *w, const cpr_row_batch *b)
 cpr_status cpr_node_writer_block(cpr_node_writer *w, const void *block, size_t len)
 {
     if (w->node->store)
-        return cpr_store_put_block(w->node->store, &w->id, block, len);
+        return local(w->node, w->node->api->put_block(w->node->store, &w->id, block, len));
     uint8_t *msg = NULL;
     size_t n = 0;
     cpr_status st = cpr_wire_block_encode(&w->id, block, len, &msg, &n);
@@ -183,7 +252,8 @@ cpr_status cpr_node_writer_blob(cpr_node_writer *w, const char *name, uint64_t o
                                 const void *data, size_t len, uint32_t crc32c)
 {
     if (w->node->store)
-        return cpr_store_put_blob(w->node->store, &w->id, name, offset, data, len, crc32c);
+        return local(w->node, w->node->api->put_blob(w->node->store, &w->id, name, offset, data,
+                                                    len, crc32c));
     uint8_t *msg = NULL;
     size_t n = 0;
     cpr_status st = cpr_wire_chunk_encode(&w->id, name, offset, 0, data, len, crc32c, &msg, &n);
@@ -210,7 +280,7 @@ cpr_status cpr_node_list(cpr_node *n, const char *job, double timeout_s, cpr_par
                          size_t *count)
 {
     if (n->store)
-        return cpr_store_list(n->store, job, parts, count);
+        return local(n, n->api->list(n->store, job, parts, count));
     uint8_t *req = NULL, *resp = NULL;
     size_t len = 0, resp_len = 0;
     uint64_t cut;
@@ -227,6 +297,7 @@ typedef struct rows_in {
     cpr_row_fn fn;
     void *ctx;
     uint64_t rows, bytes;
+    int fn_failed;            /* the caller's callback stopped the restore */
     unsigned char *scratch;   /* an aligned home for a block that arrived misaligned */
     size_t scratch_cap;
 } rows_in;
@@ -240,7 +311,10 @@ static cpr_status count_rows(rows_in *in, const cpr_row_batch *b)
 
 static cpr_status local_rows(void *ctx, const cpr_row_batch *b)
 {
-    return count_rows(ctx, b);
+    rows_in *in = ctx;
+    cpr_status st = count_rows(in, b);
+    in->fn_failed = st != CPR_OK; /* its message is this library's already */
+    return st;
 }
 
 /* A restored row block: its CRC32C checked (the one the store checked),
@@ -303,10 +377,12 @@ static cpr_status remote_rows(void *ctx, const uint8_t *msg, size_t len)
 cpr_status cpr_node_restore(cpr_node *n, const cpr_restore_query *q, double timeout_s,
                             cpr_row_fn fn, void *ctx, uint64_t *rows, uint64_t *bytes)
 {
-    rows_in in = {n, fn, ctx, 0, 0, NULL, 0};
+    rows_in in = {n, fn, ctx, 0, 0, 0, NULL, 0};
     cpr_status st;
     if (n->store) {
-        st = cpr_store_restore(n->store, q, local_rows, &in, NULL);
+        st = n->api->restore(n->store, q, local_rows, &in, NULL);
+        if (!in.fn_failed)
+            st = local(n, st);
     } else {
         uint8_t *req = NULL;
         size_t len = 0;
@@ -327,12 +403,15 @@ typedef struct chunks_in {
     cpr_node_chunk_fn fn;
     void *ctx;
     uint64_t size;
+    int fn_failed;
 } chunks_in;
 
 static cpr_status local_chunk(void *ctx, uint64_t offset, const void *data, size_t len)
 {
     chunks_in *in = ctx;
-    return in->fn(in->ctx, in->size, offset, data, len);
+    cpr_status st = in->fn(in->ctx, in->size, offset, data, len);
+    in->fn_failed = st != CPR_OK;
+    return st;
 }
 
 static cpr_status remote_chunk(void *ctx, const uint8_t *msg, size_t len)
@@ -354,9 +433,11 @@ static cpr_status remote_chunk(void *ctx, const uint8_t *msg, size_t len)
 cpr_status cpr_node_read_blob(cpr_node *n, const cpr_part_id *id, const char *name,
                               double timeout_s, cpr_node_chunk_fn fn, void *ctx)
 {
-    chunks_in in = {n, fn, ctx, 0};
+    chunks_in in = {n, fn, ctx, 0, 0};
     if (n->store) {
-        cpr_status st = cpr_store_read_blob(n->store, id, name, &in.size, local_chunk, &in);
+        cpr_status st = n->api->read_blob(n->store, id, name, &in.size, local_chunk, &in);
+        if (!in.fn_failed)
+            st = local(n, st);
         /* An empty blob has no chunks: tell the reader its size all the same. */
         return st == CPR_OK && in.size == 0 ? fn(ctx, 0, 0, NULL, 0) : st;
     }
@@ -375,7 +456,7 @@ cpr_status cpr_node_read_blob(cpr_node *n, const cpr_part_id *id, const char *na
 cpr_status cpr_node_stats(cpr_node *n, double timeout_s, cpr_store_stats *out)
 {
     if (n->store)
-        return cpr_store_stats_get(n->store, out);
+        return local(n, n->api->stats_get(n->store, out));
     uint8_t *resp = NULL;
     size_t resp_len = 0;
     uint8_t *req = calloc(1, 1); /* StatsRequest is empty */
@@ -390,7 +471,7 @@ cpr_status cpr_node_stats(cpr_node *n, double timeout_s, cpr_store_stats *out)
 cpr_status cpr_node_list_jobs(cpr_node *n, double timeout_s, char ***jobs, size_t *count)
 {
     if (n->store)
-        return cpr_store_list_jobs(n->store, jobs, count);
+        return local(n, n->api->list_jobs(n->store, jobs, count));
     uint8_t *req = NULL, *resp = NULL;
     size_t len = 0, resp_len = 0;
     cpr_status st = cpr_wire_list_jobs_encode(&req, &len);
@@ -405,7 +486,7 @@ cpr_status cpr_node_verify(cpr_node *n, const char *job, double timeout_s, cpr_p
                            void *ctx, cpr_verify_report *report)
 {
     if (n->store)
-        return cpr_store_verify(n->store, job, fn, ctx, report);
+        return local(n, n->api->verify(n->store, job, fn, ctx, report));
     uint8_t *req = NULL, *resp = NULL;
     size_t len = 0, resp_len = 0;
     cpr_status st = cpr_wire_verify_encode(job, &req, &len);
@@ -423,8 +504,8 @@ cpr_status cpr_node_gc(cpr_node *n, const char *job, uint32_t keep, uint64_t flo
                        double timeout_s, cpr_gc_report *report)
 {
     if (n->store)
-        return floor ? cpr_store_gc_floor(n->store, job, floor, report)
-                     : cpr_store_gc(n->store, job, keep, report);
+        return local(n, floor ? n->api->gc_floor(n->store, job, floor, report)
+                              : n->api->gc(n->store, job, keep, report));
     uint8_t *req = NULL, *resp = NULL;
     size_t len = 0, resp_len = 0;
     cpr_status st = cpr_wire_gc_encode(job, keep, floor, &req, &len);
@@ -463,7 +544,7 @@ cpr_status cpr_node_recovery_get(cpr_node *n, const char *job, double timeout_s,
                                  uint64_t *generation, void **plan, size_t *len)
 {
     if (n->store)
-        return cpr_store_recovery_get(n->store, job, generation, plan, len);
+        return local(n, n->api->recovery_get(n->store, job, generation, plan, len));
     uint8_t *req = NULL, *resp = NULL;
     size_t req_len = 0, resp_len = 0;
     cpr_status st = cpr_wire_get_recovery_encode(job, &req, &req_len);
@@ -479,7 +560,7 @@ cpr_status cpr_node_recovery_put(cpr_node *n, const char *job, uint64_t expected
                                  uint64_t *generation)
 {
     if (n->store)
-        return cpr_store_recovery_put(n->store, job, expected, plan, len, generation);
+        return local(n, n->api->recovery_put(n->store, job, expected, plan, len, generation));
     uint8_t *req = NULL, *resp = NULL;
     size_t req_len = 0, resp_len = 0;
     void *none = NULL; /* the answer carries no plan */

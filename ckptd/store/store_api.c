@@ -1,0 +1,39 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* The store's function table for the client's local:// (common/cpr_store_api.h). */
+#include "cpr_common.h"
+#include "cpr_store_api.h"
+
+/* This library's own message buffer, whichever cpr_errmsg the program's
+ * other libraries export (the shared library is linked -Bsymbolic). */
+static const char *store_errmsg(void)
+{
+    return cpr_errmsg();
+}
+
+static const cpr_store_api api = {
+    .abi = CPR_STORE_API_ABI,
+    .open = cpr_store_open,
+    .close = cpr_store_close,
+    .begin = cpr_store_begin,
+    .put_rows = cpr_store_put_rows,
+    .put_block = cpr_store_put_block,
+    .put_blob = cpr_store_put_blob,
+    .commit = cpr_store_commit,
+    .abort = cpr_store_abort,
+    .list = cpr_store_list,
+    .list_jobs = cpr_store_list_jobs,
+    .restore = cpr_store_restore,
+    .read_blob = cpr_store_read_blob,
+    .stats_get = cpr_store_stats_get,
+    .verify = cpr_store_verify,
+    .gc = cpr_store_gc,
+    .gc_floor = cpr_store_gc_floor,
+    .recovery_get = cpr_store_recovery_get,
+    .recovery_put = cpr_store_recovery_put,
+    .errmsg = store_errmsg,
+};
+
+const cpr_store_api *cpr_store_api_get(void)
+{
+    return &api;
+}

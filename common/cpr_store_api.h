@@ -1,0 +1,55 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * The store's functions as one table: how the client library reaches the
+ * store for local:// without linking it. The client (a gRPC-only library)
+ * takes the table from the store library when the program links it
+ * (cpr_store_api_get resolves), else it loads libcpr-store.so.0 with
+ * dlopen when the first local:// client opens (client/node.c). Not
+ * installed; an ABI between two CPR libraries of the same build.
+ *
+ * Messages: the two libraries may each hold their own copy of the status
+ * module (a thread's cpr_errmsg() buffer), so the client copies `errmsg()`
+ * after a failed call instead of assuming that its own cpr_errmsg() has it.
+ */
+#ifndef CPR_STORE_API_H
+#define CPR_STORE_API_H
+
+#include "cpr/store.h"
+
+#define CPR_STORE_API_ABI 1u
+
+typedef struct cpr_store_api {
+    uint32_t abi;   /* CPR_STORE_API_ABI of the store that filled it */
+    cpr_status (*open)(const char *dir, const cpr_store_options *opts, cpr_store **out);
+    void (*close)(cpr_store *store);
+    cpr_status (*begin)(cpr_store *store, const cpr_part_spec *spec);
+    cpr_status (*put_rows)(cpr_store *store, const cpr_part_id *id, const cpr_row_batch *b);
+    cpr_status (*put_block)(cpr_store *store, const cpr_part_id *id, const void *block,
+                            size_t len);
+    cpr_status (*put_blob)(cpr_store *store, const cpr_part_id *id, const char *name,
+                           uint64_t offset, const void *data, size_t len, uint32_t crc32c);
+    cpr_status (*commit)(cpr_store *store, const cpr_part_id *id, uint64_t rows_sent);
+    cpr_status (*abort)(cpr_store *store, const cpr_part_id *id);
+    cpr_status (*list)(cpr_store *store, const char *job, cpr_part_info **out, size_t *n);
+    cpr_status (*list_jobs)(cpr_store *store, char ***names, size_t *n);
+    cpr_status (*restore)(cpr_store *store, const cpr_restore_query *q, cpr_row_fn fn,
+                          void *ctx, cpr_restore_result *result);
+    cpr_status (*read_blob)(cpr_store *store, const cpr_part_id *id, const char *name,
+                            uint64_t *size, cpr_blob_fn fn, void *ctx);
+    cpr_status (*stats_get)(cpr_store *store, cpr_store_stats *out);
+    cpr_status (*verify)(cpr_store *store, const char *job, cpr_problem_fn fn, void *ctx,
+                         cpr_verify_report *report);
+    cpr_status (*gc)(cpr_store *store, const char *job, uint32_t keep, cpr_gc_report *report);
+    cpr_status (*gc_floor)(cpr_store *store, const char *job, uint64_t floor,
+                           cpr_gc_report *report);
+    cpr_status (*recovery_get)(cpr_store *store, const char *job, uint64_t *generation,
+                               void **plan, size_t *len);
+    cpr_status (*recovery_put)(cpr_store *store, const char *job, uint64_t expected,
+                               const void *plan, size_t len, uint64_t *generation);
+    const char *(*errmsg)(void);
+} cpr_store_api;
+
+/* Defined (and exported) by the store library. */
+CPR_API const cpr_store_api *cpr_store_api_get(void);
+
+#endif /* CPR_STORE_API_H */
