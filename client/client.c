@@ -126,6 +126,9 @@ cpr_status cpr_client_open(const char *target, const cpr_client_options *opts,
             st = add_node(c, n);
     } else if (strncmp(target, GRPC_PREFIX, strlen(GRPC_PREFIX)) == 0) {
         st = open_grpc_nodes(c, target + strlen(GRPC_PREFIX));
+    } else if (!strstr(target, "://") && strncmp(target, UNIX_PREFIX, strlen(UNIX_PREFIX)) &&
+               strchr(target, ':')) {
+        st = open_grpc_nodes(c, target); /* host:port[,...]: grpc:// is the default scheme */
     } else if (strncmp(target, UNIX_PREFIX, strlen(UNIX_PREFIX)) == 0 &&
                target[strlen(UNIX_PREFIX)] == '/' && !strchr(target, ',')) {
         cpr_node *n; /* gRPC reads "unix:/path" itself */
@@ -134,7 +137,7 @@ cpr_status cpr_client_open(const char *target, const cpr_client_options *opts,
             st = add_node(c, n);
     } else {
         st = cpr_fail(CPR_INVALID_ARGUMENT, "target '%.200s' is none of "
-                      "grpc://host:port[,host:port...], unix:/absolute/socket/path and "
+                      "[grpc://]host:port[,host:port...], unix:/absolute/socket/path and "
                       "local:///absolute/path", target);
     }
     if (st) {

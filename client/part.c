@@ -52,7 +52,38 @@ typedef struct item {
 
 typedef struct schema {
     uint32_t table, dim, state_dim;
+    uint64_t rows;
 } schema;
+
+/* Where a put's rows come from: row i of the put has id ids[i] (or
+ * range_begin + i when ids is NULL), its values at values + at * vstride and
+ * its state at state + at * sstride floats, where `at` is i for a batch and
+ * id - row_base for a gather from the caller's table. */
+typedef struct rows_src {
+    uint32_t table;
+    size_t n;
+    const uint64_t *ids;
+    uint64_t range_begin;
+    int by_id;
+    uint64_t row_base;
+    const float *values, *state;
+    size_t vstride, sstride;
+} rows_src;
+
+static uint64_t src_id(const rows_src *r, size_t i)
+{
+    return r->ids ? r->ids[i] : r->range_begin + i;
+}
+
+static const float *src_values(const rows_src *r, size_t i)
+{
+    return r->values + (r->by_id ? src_id(r, i) - r->row_base : i) * r->vstride;
+}
+
+static const float *src_state(const rows_src *r, size_t i)
+{
+    return r->state + (r->by_id ? src_id(r, i) - r->row_base : i) * r->sstride;
+}
 
 struct cpr_part {
     cpr_client *client;
@@ -161,7 +192,7 @@ static cpr_status send_item(cpr_part *p, item *it)
     const float *values = (const float *)(it->data + it->n * 8);
     const float *state = values + it->values_count;
     cpr_row_batch b = {it->table, it->n, ids, values, it->values_count,
-                       it->state_count ? state : NULL, it->state_count, 0};
+                       it->state_count ? state : NULL, it->state_count, 0, 0};
     b.crc32c = cpr_crc32c_rows(b.ids, b.n, b.values, b.values_count, b.state, b.state_count);
     return cpr_node_writer_rows(p->writer, &b);
 }
@@ -263,7 +294,7 @@ static cpr_status part_new(cpr_client *c, const cpr_part_spec *spec, cpr_part **
     }
     for (size_t i = 0; i < spec->n_tables; i++)
         p->tables[i] = (schema){spec->tables[i].table, spec->tables[i].dim,
-                                spec->tables[i].state_dim};
+                                spec->tables[i].state_dim, spec->tables[i].rows};
     p->n_tables = spec->n_tables;
     *out = p;
     return CPR_OK;
@@ -324,18 +355,26 @@ static size_t mul_size(size_t a, size_t b)
     return __builtin_mul_overflow(a, b, &r) ? SIZE_MAX : r;
 }
 
-static cpr_status check_batch(const cpr_part *p, const cpr_row_batch *b, const schema **t)
+static cpr_status check_table(const cpr_part *p, uint32_t table, const schema **t)
 {
-    *t = find_table(p, b->table);
+    *t = find_table(p, table);
     if (!*t)
         return cpr_fail(CPR_INVALID_ARGUMENT, "table %u is not in the schema of part "
-                        "(%s, shard %u, checkpoint %llu): declare it at begin", b->table,
+                        "(%s, shard %u, checkpoint %llu): declare it at begin", table,
                         p->job, p->id.shard, (unsigned long long)p->id.checkpoint);
+    return CPR_OK;
+}
+
+static cpr_status check_batch(const cpr_part *p, const cpr_row_batch *b, const schema **t)
+{
+    cpr_status st = check_table(p, b->table, t);
+    if (st)
+        return st;
     size_t want_values = mul_size(b->n, (*t)->dim), want_state = mul_size(b->n, (*t)->state_dim);
     if (b->n && (want_values == SIZE_MAX || want_state == SIZE_MAX))
         return cpr_fail(CPR_INVALID_ARGUMENT, "row batch of table %u: %zu rows is too many",
                         b->table, b->n);
-    if (b->n && (!b->ids || !b->values || b->values_count != want_values ||
+    if (b->n && (!b->values || b->values_count != want_values ||
                  b->state_count != want_state || (b->state_count && !b->state)))
         return cpr_fail(CPR_INVALID_ARGUMENT, "row batch of table %u: expected %zu ids, "
                         "%zu values (n x dim %u) and %zu state values (n x state_dim %u), "
@@ -345,16 +384,36 @@ static cpr_status check_batch(const cpr_part *p, const cpr_row_batch *b, const s
     return CPR_OK;
 }
 
-static int ids_ascend(const cpr_row_batch *b)
+/* Every id below the table's row count (what the store would refuse at
+ * commit, refused here, before anything is queued); 1 if they ascend. */
+static cpr_status check_ids(const cpr_part *p, const rows_src *r, const schema *t, int *ascend)
 {
-    for (size_t i = 1; i < b->n; i++)
-        if (b->ids[i] <= b->ids[i - 1])
-            return 0;
-    return 1;
+    *ascend = 1;
+    if (!r->ids) {
+        if (r->n && (r->range_begin >= t->rows || t->rows - r->range_begin < r->n))
+            return cpr_fail(CPR_INVALID_ARGUMENT, "rows [%llu, %llu) of table %u: the table "
+                            "has %llu rows (part %s/%u/%llu)",
+                            (unsigned long long)r->range_begin,
+                            (unsigned long long)(r->range_begin + r->n), r->table,
+                            (unsigned long long)t->rows, p->job, p->id.shard,
+                            (unsigned long long)p->id.checkpoint);
+        return CPR_OK;
+    }
+    for (size_t i = 0; i < r->n; i++) {
+        if (r->ids[i] >= t->rows || (r->by_id && r->ids[i] < r->row_base))
+            return cpr_fail(CPR_INVALID_ARGUMENT, "row id %llu (at %zu) of table %u is %s "
+                            "(part %s/%u/%llu)", (unsigned long long)r->ids[i], i, r->table,
+                            r->ids[i] >= t->rows ? "not below the table's rows in the schema"
+                                                 : "below the gather's row_base",
+                            p->job, p->id.shard, (unsigned long long)p->id.checkpoint);
+        if (i && r->ids[i] <= r->ids[i - 1])
+            *ascend = 0;
+    }
+    return CPR_OK;
 }
 
-/* Rows [done, done + k) of b into a staged row block. */
-static cpr_status stage_block(cpr_part *p, const cpr_row_batch *b, const schema *t, size_t done,
+/* Rows [done, done + k) of r into a staged row block. */
+static cpr_status stage_block(cpr_part *p, const rows_src *r, const schema *t, size_t done,
                               size_t k)
 {
     cpr_status st = CPR_OK;
@@ -365,16 +424,86 @@ static cpr_status stage_block(cpr_part *p, const cpr_row_batch *b, const schema 
         return st;
     cpr_block_layout_of((uint32_t)k, t->dim, t->state_dim, 0, &l);
     it->is_block = 1;
-    it->table = b->table;
+    it->table = r->table;
     it->dim = t->dim;
     it->state_dim = t->state_dim;
     it->n = k;
     it->len = bytes;
-    memcpy(it->data + l.ids, b->ids + done, k * 8);
-    memcpy(it->data + l.values, b->values + done * t->dim, k * t->dim * 4);
-    if (t->state_dim)
-        memcpy(it->data + l.state, b->state + done * t->state_dim, k * t->state_dim * 4);
+    uint64_t *ids = (uint64_t *)(it->data + l.ids);
+    float *values = (float *)(it->data + l.values), *state = (float *)(it->data + l.state);
+    size_t vrow = (size_t)t->dim * 4, srow = (size_t)t->state_dim * 4;
+    if (r->ids)
+        memcpy(ids, r->ids + done, k * 8);
+    else
+        for (size_t i = 0; i < k; i++)
+            ids[i] = r->range_begin + done + i;
+    if (!r->by_id && r->vstride == t->dim) { /* a dense batch: one copy per array */
+        memcpy(values, r->values + done * t->dim, k * vrow);
+        if (t->state_dim)
+            memcpy(state, r->state + done * t->state_dim, k * srow);
+    } else { /* a gather: row by row from the caller's table */
+        for (size_t i = 0; i < k; i++) {
+            memcpy(values + i * t->dim, src_values(r, done + i), vrow);
+            if (t->state_dim)
+                memcpy(state + i * t->state_dim, src_state(r, done + i), srow);
+        }
+    }
     return queue_item(p, it);
+}
+
+/* Rows [done, done + k) of r, ids in any order, as an ids/values/state item. */
+static cpr_status stage_rows(cpr_part *p, const rows_src *r, const schema *t, size_t done,
+                             size_t k)
+{
+    cpr_status st = CPR_OK;
+    size_t row_bytes = 8 + 4 * ((size_t)t->dim + t->state_dim);
+    item *it = item_new(p, k * row_bytes, &st);
+    if (!it)
+        return st;
+    it->table = r->table;
+    it->n = k;
+    it->values_count = k * t->dim;
+    it->state_count = k * t->state_dim;
+    uint64_t *ids = (uint64_t *)it->data;
+    float *values = (float *)(it->data + k * 8), *state = values + it->values_count;
+    for (size_t i = 0; i < k; i++) {
+        ids[i] = src_id(r, done + i);
+        memcpy(values + i * t->dim, src_values(r, done + i), (size_t)t->dim * 4);
+        if (t->state_dim)
+            memcpy(state + i * t->state_dim, src_state(r, done + i), (size_t)t->state_dim * 4);
+    }
+    return queue_item(p, it);
+}
+
+/* Stage r (checked) in items of about message_bytes: row blocks when the ids
+ * ascend, else ids/values/state items that the store sorts. */
+static cpr_status put_src(cpr_part *p, const rows_src *r, const schema *t)
+{
+    int ascend;
+    cpr_status st = check_ids(p, r, t, &ascend);
+    if (st || r->n == 0)
+        return st;
+    size_t row_bytes = 8 + 4 * ((size_t)t->dim + t->state_dim);
+    size_t room = p->client->opts.message_bytes;
+    size_t per_item;
+    if (ascend) {
+        room = room > CPR_BLOCK_HEADER_BYTES ? room - CPR_BLOCK_HEADER_BYTES : 0;
+        size_t max_rows = (CPR_BLOCK_MAX_BYTES - 64) / row_bytes;
+        per_item = room / row_bytes;
+        per_item = per_item < 1 ? 1 : per_item > max_rows ? max_rows : per_item;
+    } else {
+        per_item = room / row_bytes;
+        per_item = per_item < 1 ? 1 : per_item > MAX_ITEM_ROWS ? MAX_ITEM_ROWS : per_item;
+    }
+    int queued = 0;
+    for (size_t done = 0; st == CPR_OK && done < r->n; done += per_item) {
+        size_t k = r->n - done < per_item ? r->n - done : per_item;
+        st = ascend ? stage_block(p, r, t, done, k) : stage_rows(p, r, t, done, k);
+        queued |= st == CPR_OK;
+    }
+    if (st && queued)
+        set_error(p, st); /* part of the rows is queued: the part is incomplete */
+    return st;
 }
 
 cpr_status cpr_part_put_rows(cpr_part *p, const cpr_row_batch *b)
@@ -385,50 +514,34 @@ cpr_status cpr_part_put_rows(cpr_part *p, const cpr_row_batch *b)
     cpr_status st = check_batch(p, b, &t);
     if (st)
         return st;
-    if (b->n && ids_ascend(b)) {
-        size_t row_bytes = 8 + 4 * ((size_t)t->dim + t->state_dim);
-        size_t room = p->client->opts.message_bytes > CPR_BLOCK_HEADER_BYTES
-                          ? p->client->opts.message_bytes - CPR_BLOCK_HEADER_BYTES : 0;
-        size_t per_block = room / row_bytes, max_rows = (CPR_BLOCK_MAX_BYTES - 64) / row_bytes;
-        per_block = per_block < 1 ? 1 : per_block > max_rows ? max_rows : per_block;
-        int queued = 0;
-        for (size_t done = 0; st == CPR_OK && done < b->n; done += per_block) {
-            size_t k = b->n - done < per_block ? b->n - done : per_block;
-            st = stage_block(p, b, t, done, k);
-            queued |= st == CPR_OK;
-        }
-        if (st && queued)
-            set_error(p, st); /* part of the batch is queued: the part is incomplete */
+    rows_src r = {b->table, b->n, b->ids, b->range_begin, 0, 0, b->values, b->state,
+                  t->dim, t->state_dim};
+    return put_src(p, &r, t);
+}
+
+cpr_status cpr_part_put_gather(cpr_part *p, const cpr_gather *g)
+{
+    const schema *t;
+    if (!p || !g)
+        return cpr_fail(CPR_INVALID_ARGUMENT, "cpr_part_put_gather: part and gather must not be "
+                        "NULL");
+    cpr_status st = check_table(p, g->table, &t);
+    if (st)
         return st;
-    }
-    size_t row_bytes = 8 + 4 * ((size_t)t->dim + t->state_dim);
-    int queued = 0;
-    size_t per_item = p->client->opts.message_bytes / row_bytes;
-    if (per_item == 0)
-        per_item = 1;
-    if (per_item > MAX_ITEM_ROWS)
-        per_item = MAX_ITEM_ROWS;
-    for (size_t done = 0; st == CPR_OK && done < b->n; done += per_item) {
-        size_t k = b->n - done < per_item ? b->n - done : per_item;
-        item *it = item_new(p, k * row_bytes, &st);
-        if (!it)
-            break;
-        it->table = b->table;
-        it->n = k;
-        it->values_count = k * t->dim;
-        it->state_count = k * t->state_dim;
-        memcpy(it->data, b->ids + done, k * 8);
-        memcpy(it->data + k * 8, b->values + done * t->dim, it->values_count * 4);
-        if (it->state_count)
-            memcpy(it->data + k * 8 + it->values_count * 4, b->state + done * t->state_dim,
-                   it->state_count * 4);
-        st = queue_item(p, it);
-        if (st == CPR_OK)
-            queued = 1;
-    }
-    if (st && queued)
-        set_error(p, st); /* part of the batch is queued: the part is incomplete */
-    return st;
+    if (g->n && (!g->values || g->values_stride < t->dim ||
+                 (t->state_dim && (!g->state || g->state_stride < t->state_dim))))
+        return cpr_fail(CPR_INVALID_ARGUMENT, "gather of table %u: values (stride >= dim %u) "
+                        "and, when state_dim %u > 0, state (stride >= state_dim) are needed; "
+                        "got values %s stride %zu, state %s stride %zu", g->table, t->dim,
+                        t->state_dim, g->values ? "set" : "NULL", g->values_stride,
+                        g->state ? "set" : "NULL", g->state_stride);
+    if (!g->ids && g->n && g->range_begin < g->row_base)
+        return cpr_fail(CPR_INVALID_ARGUMENT, "gather of table %u: range_begin %llu is below "
+                        "row_base %llu", g->table, (unsigned long long)g->range_begin,
+                        (unsigned long long)g->row_base);
+    rows_src r = {g->table, g->n, g->ids, g->range_begin, 1, g->row_base, g->values, g->state,
+                  g->values_stride, g->state_stride};
+    return put_src(p, &r, t);
 }
 
 static cpr_status claim_blob_name(cpr_part *p, const char *name)
@@ -545,9 +658,11 @@ static int committed_on_node(cpr_part *p)
     state_try t = {p, NULL, 0};
     cpr_status st = cpr_client_retry(p->client, list_part_once, &t);
     int committed = st == CPR_OK || st == CPR_NOT_FOUND ? 0 : -1;
+    /* Committed with the rows this writer sent: another writer's commit of
+     * the same id is not this one's. */
     for (size_t i = 0; st == CPR_OK && i < t.n; i++)
         if (t.parts[i].shard == p->id.shard && t.parts[i].checkpoint == p->id.checkpoint)
-            committed = t.parts[i].committed;
+            committed = t.parts[i].committed && t.parts[i].rows == p->progress.rows_sent;
     free(t.parts);
     return committed;
 }
@@ -558,10 +673,13 @@ static int committed_on_node(cpr_part *p)
  * failed. On failure the part is aborted; if the daemon refuses the abort
  * because the commit is still going on or done, its state decides.
  */
-cpr_status cpr_part_commit(cpr_part *p)
+cpr_status cpr_part_commit(cpr_part **handle)
 {
-    if (!p)
-        return cpr_fail(CPR_INVALID_ARGUMENT, "cpr_part_commit: part must not be NULL");
+    if (!handle || !*handle)
+        return cpr_fail(CPR_INVALID_ARGUMENT, "cpr_part_commit: no part (the handle is NULL: "
+                        "it was already committed or aborted, which freed it)");
+    cpr_part *p = *handle;
+    *handle = NULL;
     cpr_client *c = p->client;
     char why[1024] = "";
     int state = 0, sent = 0; /* committed_on_node's answer; Commit was sent */
@@ -599,10 +717,8 @@ cpr_status cpr_part_commit(cpr_part *p)
     return st;
 }
 
-cpr_status cpr_part_abort(cpr_part *p)
+static cpr_status part_abort(cpr_part *p)
 {
-    if (!p)
-        return CPR_OK;
     unlink_part(p);
     finish_sender(p, 1);
     cpr_status st = cpr_node_abort(p->node, &p->id, p->client->opts.call_timeout_s);
@@ -610,6 +726,15 @@ cpr_status cpr_part_abort(cpr_part *p)
         st = CPR_OK; /* already gone (e.g. reaped by the daemon): nothing is left */
     part_free(p);
     return st;
+}
+
+cpr_status cpr_part_abort(cpr_part **handle)
+{
+    if (!handle || !*handle)
+        return CPR_OK; /* nothing left to abort */
+    cpr_part *p = *handle;
+    *handle = NULL;
+    return part_abort(p);
 }
 
 void cpr_parts_abort_all(cpr_client *c)
@@ -620,6 +745,6 @@ void cpr_parts_abort_all(cpr_client *c)
         pthread_mutex_unlock(&c->mu);
         if (!p)
             return;
-        cpr_part_abort(p);
+        part_abort(p);
     }
 }

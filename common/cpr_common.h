@@ -13,6 +13,11 @@
 
 #define CPR_PRINTF(a, b) __attribute__((format(printf, a, b)))
 
+/* Internal helpers that the shared libcpr exports to libcpr-store (which
+ * links it, so that the process has one error-message buffer and one log
+ * threshold). Not part of the API: no header in include/ declares them. */
+#define CPR_INTERNAL_API __attribute__((visibility("default")))
+
 #ifdef __cplusplus /* included by CUDA sources */
 #define CPR_NORETURN [[noreturn]]
 extern "C" {
@@ -21,10 +26,10 @@ extern "C" {
 #endif
 
 /* Record a message for cpr_errmsg() on this thread and return `st`. */
-cpr_status cpr_fail(cpr_status st, const char *fmt, ...) CPR_PRINTF(2, 3);
+CPR_INTERNAL_API cpr_status cpr_fail(cpr_status st, const char *fmt, ...) CPR_PRINTF(2, 3);
 
 /* Clear this thread's message (successful calls need not). */
-void cpr_clear_error(void);
+CPR_INTERNAL_API void cpr_clear_error(void);
 
 typedef enum cpr_log_level {
     CPR_LOG_ERROR = 0,
@@ -34,9 +39,9 @@ typedef enum cpr_log_level {
 } cpr_log_level;
 
 /* Current threshold; messages above it are not formatted. */
-extern int cpr_log_threshold;
+extern CPR_INTERNAL_API int cpr_log_threshold;
 
-void cpr_log_impl(cpr_log_level level, const char *fmt, ...) CPR_PRINTF(2, 3);
+CPR_INTERNAL_API void cpr_log_impl(cpr_log_level level, const char *fmt, ...) CPR_PRINTF(2, 3);
 #define cpr_log(level, ...) \
     do { \
         if ((int)(level) <= cpr_log_threshold) \
@@ -48,13 +53,13 @@ int cpr_log_level_parse(const char *name);
 
 /* Report a broken invariant and abort: only for bugs, never for input. */
 #define BUG(msg) cpr_bug(__FILE__, __LINE__, (msg))
-CPR_NORETURN void cpr_bug(const char *file, int line, const char *msg);
+CPR_INTERNAL_API CPR_NORETURN void cpr_bug(const char *file, int line, const char *msg);
 
 /* Monotonic time in seconds. */
-double cpr_now_s(void);
+CPR_INTERNAL_API double cpr_now_s(void);
 
 /* 1 if `name` is 1..128 chars of [A-Za-z0-9._-]. */
-int cpr_name_valid(const char *name);
+CPR_INTERNAL_API int cpr_name_valid(const char *name);
 
 #ifdef __cplusplus
 }

@@ -561,9 +561,30 @@ static void count_in(cpr_store *store, open_part *part, uint64_t rows, uint64_t 
     atomic_fetch_add(&store->bytes_in, bytes);
 }
 
+/* A range batch (ids NULL) as the ids it stands for; its CRC covers them. */
+static cpr_status put_range(cpr_store *store, const cpr_part_id *id, const cpr_row_batch *batch)
+{
+    if (batch->n > ((size_t)1 << 24))
+        return cpr_store_count(store, cpr_fail(CPR_RESOURCE_EXHAUSTED, "put_rows: %zu rows in "
+                               "one call; at most 2^24", batch->n));
+    uint64_t *ids = malloc(batch->n * sizeof *ids);
+    if (!ids)
+        return cpr_store_count(store, cpr_fail(CPR_NO_MEMORY, "out of memory for the ids of "
+                               "%zu rows", batch->n));
+    for (size_t i = 0; i < batch->n; i++)
+        ids[i] = batch->range_begin + i;
+    cpr_row_batch b = *batch;
+    b.ids = ids;
+    cpr_status st = cpr_store_put_rows(store, id, &b);
+    free(ids);
+    return st;
+}
+
 cpr_status cpr_store_put_rows(cpr_store *store, const cpr_part_id *id,
                               const cpr_row_batch *batch)
 {
+    if (store && batch && !batch->ids && batch->n)
+        return put_range(store, id, batch);
     open_part *part = NULL;
     const cpr_table_schema *schema = NULL;
     id_index *order = NULL;

@@ -366,7 +366,7 @@ static void stage_shard(dlrm_ckpt *ck, uint32_t s, const cpr_estimate *e, int ha
     if (st == CPR_OK && s == 0)
         st = stage_blobs(ck, part);
     if (st && part)
-        cpr_part_abort(part);
+        cpr_part_abort(&part);
     if (st)
         cpr_log(CPR_LOG_WARN, "checkpoint %llu: shard %u not staged: %s: %s",
                 (unsigned long long)ck->fl.checkpoint, s, cpr_status_name(st), cpr_errmsg());
@@ -381,7 +381,7 @@ static void *commit_main(void *arg)
     for (uint32_t s = 0; s < ck->shards; s++) {
         if (!ck->fl.parts[s])
             continue;
-        ck->fl.status[s] = cpr_part_commit(ck->fl.parts[s]);
+        ck->fl.status[s] = cpr_part_commit(&ck->fl.parts[s]);
         if (ck->fl.status[s])
             cpr_log(CPR_LOG_WARN, "checkpoint %llu: shard %u not committed: %s",
                     (unsigned long long)ck->fl.checkpoint, s, cpr_errmsg());

@@ -26,6 +26,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "cpr/export.h"
 #include "cpr/status.h"
 
 #ifdef __cplusplus
@@ -71,7 +72,7 @@ typedef struct cpr_block_view {
 } cpr_block_view;
 
 /* Bytes of a block of n rows (0 if it would exceed CPR_BLOCK_MAX_BYTES). */
-size_t cpr_block_size(uint32_t n, uint32_t dim, uint32_t state_dim, uint32_t flags);
+CPR_API size_t cpr_block_size(uint32_t n, uint32_t dim, uint32_t state_dim, uint32_t flags);
 
 /*
  * Write the header of a block whose ids, versions, values and state are
@@ -80,14 +81,14 @@ size_t cpr_block_size(uint32_t n, uint32_t dim, uint32_t state_dim, uint32_t fla
  * cpr_block_size(...) bytes. Errors: CPR_INVALID_ARGUMENT (n 0, dims out of
  * range, ids not strictly ascending, too large).
  */
-cpr_status cpr_block_seal(void *buf, uint32_t table, uint32_t n, uint32_t dim,
+CPR_API cpr_status cpr_block_seal(void *buf, uint32_t table, uint32_t n, uint32_t dim,
                           uint32_t state_dim, uint32_t flags);
 
 /* Offsets of the arrays of a block of this shape, from the block start. */
 typedef struct cpr_block_layout {
     size_t ids, versions, values, state, bytes;
 } cpr_block_layout;
-void cpr_block_layout_of(uint32_t n, uint32_t dim, uint32_t state_dim, uint32_t flags,
+CPR_API void cpr_block_layout_of(uint32_t n, uint32_t dim, uint32_t state_dim, uint32_t flags,
                          cpr_block_layout *out);
 
 /*
@@ -97,7 +98,7 @@ void cpr_block_layout_of(uint32_t n, uint32_t dim, uint32_t state_dim, uint32_t 
  * values and state in that order, then write the header again with the
  * result. `h->bytes` must be cpr_block_size() of the shape.
  */
-void cpr_block_header_write(void *hdr, const cpr_block_header *h);
+CPR_API void cpr_block_header_write(void *hdr, const cpr_block_header *h);
 
 /*
  * Decode only the header of `buf` (at least CPR_BLOCK_HEADER_BYTES) and check
@@ -105,14 +106,14 @@ void cpr_block_header_write(void *hdr, const cpr_block_header *h);
  * shape, and that `bytes` matches the shape. No CRC check. CPR_CORRUPT with
  * a message naming the field on failure.
  */
-cpr_status cpr_block_header_parse(const void *buf, size_t len, cpr_block_header *out);
+CPR_API cpr_status cpr_block_header_parse(const void *buf, size_t len, cpr_block_header *out);
 
 /*
  * Parse and verify a whole block of exactly `len` bytes: the header as above,
  * the CRC32C over everything, and ids strictly ascending. On success *out
  * points into buf. CPR_CORRUPT with a message on failure.
  */
-cpr_status cpr_block_open(const void *buf, size_t len, cpr_block_view *out);
+CPR_API cpr_status cpr_block_open(const void *buf, size_t len, cpr_block_view *out);
 
 #ifdef __cplusplus
 }

@@ -41,6 +41,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "cpr/export.h"
 #include "cpr/status.h"
 #include "cpr/store.h"
 
@@ -85,7 +86,7 @@ typedef struct cpr_client_options {
  * that is neither form, an empty or duplicated node), the store's errors for
  * local://.
  */
-cpr_status cpr_client_open(const char *target, const cpr_client_options *opts,
+CPR_API cpr_status cpr_client_open(const char *target, const cpr_client_options *opts,
                            cpr_client **out);
 
 /*
@@ -94,12 +95,12 @@ cpr_status cpr_client_open(const char *target, const cpr_client_options *opts,
  * run while another thread is inside a call on this client or its parts.
  * NULL is a no-op.
  */
-void cpr_client_close(cpr_client *client);
+CPR_API void cpr_client_close(cpr_client *client);
 
 /* Number of storage nodes (1 for local://) and the node that holds `shard`
  * of `job` (index into the target's list). */
-size_t cpr_client_nodes(const cpr_client *client);
-size_t cpr_client_node_of(const cpr_client *client, const char *job, uint32_t shard);
+CPR_API size_t cpr_client_nodes(const cpr_client *client);
+CPR_API size_t cpr_client_node_of(const cpr_client *client, const char *job, uint32_t shard);
 
 /* ---- writing a part --------------------------------------------------------- */
 
@@ -108,9 +109,11 @@ size_t cpr_client_node_of(const cpr_client *client, const char *job, uint32_t sh
  * what it points to are borrowed for the call. Retried on CPR_UNAVAILABLE
  * (nothing was started); if an earlier attempt did reach the node, the retry
  * fails with CPR_ALREADY_EXISTS. On success *out is the part's handle: finish
- * it with exactly one of cpr_part_commit or cpr_part_abort, which free it.
+ * it with cpr_part_commit or cpr_part_abort, which take the handle's address,
+ * free the part and set the handle to NULL (a second call then finds NULL:
+ * commit refuses it with CPR_INVALID_ARGUMENT, abort does nothing).
  */
-cpr_status cpr_client_begin(cpr_client *client, const cpr_part_spec *spec,
+CPR_API cpr_status cpr_client_begin(cpr_client *client, const cpr_part_spec *spec,
                             cpr_part **out);
 
 /*
@@ -118,20 +121,45 @@ cpr_status cpr_client_begin(cpr_client *client, const cpr_part_spec *spec,
  * the call returns (the caller may reuse them at once); `batch->crc32c` is
  * ignored: the checksum is computed from the copy. Batches of any size are
  * split into messages of about message_bytes. Blocks while the staging buffer
- * is full. Send each table's rows in ascending id order (see cpr_store_put_rows).
- * Errors: CPR_INVALID_ARGUMENT (table not in the part's schema, lengths not
- * n x dim / n x state_dim), or the error that has already failed the part's
+ * is full. Send each table's rows in ascending id order (see cpr_store_put_rows);
+ * a range batch (ids NULL, cpr/types.h) is. Errors: CPR_INVALID_ARGUMENT
+ * (table not in the part's schema, lengths not n x dim / n x state_dim, a row
+ * id not below the table's `rows`: nothing of the batch is queued), or the
+ * error that has already failed the part's
  * stream (the part is then dead: abort it). A put that returns OK may still
  * fail later; cpr_part_commit reports it.
  */
-cpr_status cpr_part_put_rows(cpr_part *part, const cpr_row_batch *batch);
+CPR_API cpr_status cpr_part_put_rows(cpr_part *part, const cpr_row_batch *batch);
+
+/*
+ * Rows gathered by id straight from the caller's table: row `id` has its
+ * values at values + (id - row_base) * values_stride and its state at
+ * state + (id - row_base) * state_stride (strides in floats, at least dim
+ * and state_dim: padded rows, or values and state interleaved in one array).
+ * The rows are `ids` (n of them, any order; ascending is cheapest) or, with
+ * ids NULL, the range [range_begin, range_begin + n). Copied before the call
+ * returns, as cpr_part_put_rows copies, with its rules and errors; also
+ * CPR_INVALID_ARGUMENT for an id below row_base or a stride below the dim.
+ */
+typedef struct cpr_gather {
+    uint32_t table;
+    size_t n;
+    const uint64_t *ids;        /* n ids, or NULL for the range */
+    uint64_t range_begin;
+    uint64_t row_base;          /* id of the row at values[0] */
+    const float *values;
+    size_t values_stride;
+    const float *state;         /* NULL when the table's state_dim is 0 */
+    size_t state_stride;
+} cpr_gather;
+CPR_API cpr_status cpr_part_put_gather(cpr_part *part, const cpr_gather *gather);
 
 /*
  * Queue the whole blob `name` (len bytes, copied in pieces as staging room
  * allows; may block). A name may be put once per part. Errors as for put_rows.
  */
-cpr_status cpr_part_put_blob(cpr_part *part, const char *name, const void *data,
-                             size_t len);
+CPR_API cpr_status cpr_part_put_blob(cpr_part *part, const char *name, const void *data,
+                                     size_t len);
 
 /*
  * Wait until every queued put has been delivered, then commit: on CPR_OK the
@@ -140,16 +168,18 @@ cpr_status cpr_part_put_blob(cpr_part *part, const char *name, const void *data,
  * and CPR_OK is returned if it did. On failure the part is aborted and the
  * message says "not committed"; only when the node cannot be reached after a
  * Commit was sent does the message say the outcome is unknown (list the job:
- * a daemon that restarts drops parts it had not committed). Frees `part` in
- * every case.
+ * a daemon that restarts drops parts it had not committed). Frees the part in
+ * every case and sets *part to NULL; *part NULL (committed or aborted
+ * already) is CPR_INVALID_ARGUMENT.
  */
-cpr_status cpr_part_commit(cpr_part *part);
+CPR_API cpr_status cpr_part_commit(cpr_part **part);
 
 /* Drop the part: queued data is discarded, the node told to forget it. Frees
- * `part`. Returns the node's answer: CPR_OK once nothing of the part is left
- * (also when the node had already dropped it). The streams are closed
- * gracefully: a stalled node can hold this call up to stream_timeout_s. */
-cpr_status cpr_part_abort(cpr_part *part);
+ * the part and sets *part to NULL (*part NULL: nothing to do, CPR_OK).
+ * Returns the node's answer: CPR_OK once nothing of the part is left (also
+ * when the node had already dropped it). The streams are closed gracefully:
+ * a stalled node can hold this call up to stream_timeout_s. */
+CPR_API cpr_status cpr_part_abort(cpr_part **part);
 
 /* Rows and payload bytes queued so far, and the first error that failed the
  * part's stream (CPR_OK if none). Never blocks. */
@@ -158,7 +188,7 @@ typedef struct cpr_part_progress {
     uint64_t rows_sent, bytes_sent;   /* handed to the transport */
     cpr_status error;
 } cpr_part_progress;
-void cpr_part_progress_get(const cpr_part *part, cpr_part_progress *out);
+CPR_API void cpr_part_progress_get(const cpr_part *part, cpr_part_progress *out);
 
 /* ---- reading ------------------------------------------------------------------ */
 
@@ -167,7 +197,7 @@ void cpr_part_progress_get(const cpr_part *part, cpr_part_progress *out);
  * *out is malloc'd (free()). CPR_NOT_FOUND if no node has a part of the job.
  * Retried on CPR_UNAVAILABLE.
  */
-cpr_status cpr_client_list(cpr_client *client, const char *job, cpr_part_info **out,
+CPR_API cpr_status cpr_client_list(cpr_client *client, const char *job, cpr_part_info **out,
                            size_t *n);
 
 /*
@@ -177,13 +207,13 @@ cpr_status cpr_client_list(cpr_client *client, const char *job, cpr_part_info **
  * release it with cpr_names_free(*jobs, *n) (cpr/store.h). No jobs at
  * all: *n = 0 and the array holds only the NULL. Retried on CPR_UNAVAILABLE.
  */
-cpr_status cpr_client_list_jobs(cpr_client *client, char ***jobs, size_t *n);
+CPR_API cpr_status cpr_client_list_jobs(cpr_client *client, char ***jobs, size_t *n);
 
 /*
  * The job's latest consistent cut, computed over every node's parts (a cut
  * needs every shard, wherever it lives). CPR_NOT_FOUND if there is none.
  */
-cpr_status cpr_client_latest_cut(cpr_client *client, const char *job, uint64_t *cut);
+CPR_API cpr_status cpr_client_latest_cut(cpr_client *client, const char *job, uint64_t *cut);
 
 /*
  * Restore rows into the caller's callback (cpr_store_restore's query, order
@@ -200,7 +230,7 @@ cpr_status cpr_client_latest_cut(cpr_client *client, const char *job, uint64_t *
  * fail the call with CPR_FAILED_PRECONDITION. Retried on CPR_UNAVAILABLE
  * while nothing has been delivered.
  */
-cpr_status cpr_client_restore(cpr_client *client, const cpr_restore_query *query,
+CPR_API cpr_status cpr_client_restore(cpr_client *client, const cpr_restore_query *query,
                               const uint32_t *shards, size_t n_shards, cpr_row_fn fn,
                               void *ctx, cpr_restore_result *result);
 
@@ -219,7 +249,7 @@ typedef struct cpr_restore_into {
     float *state;
     uint8_t *restored;        /* optional: set to 1 for each row written */
 } cpr_restore_into;
-cpr_status cpr_client_restore_table(cpr_client *client, const cpr_restore_query *query,
+CPR_API cpr_status cpr_client_restore_table(cpr_client *client, const cpr_restore_query *query,
                                     const uint32_t *shards, size_t n_shards,
                                     const cpr_restore_into *into,
                                     cpr_restore_result *result);
@@ -229,7 +259,7 @@ cpr_status cpr_client_restore_table(cpr_client *client, const cpr_restore_query 
  * into a malloc'd buffer (*data, free()) of *len bytes. Every chunk is
  * checked (CPR_CORRUPT). Retried on CPR_UNAVAILABLE.
  */
-cpr_status cpr_client_read_blob(cpr_client *client, const cpr_part_id *id,
+CPR_API cpr_status cpr_client_read_blob(cpr_client *client, const cpr_part_id *id,
                                 const char *name, void **data, size_t *len);
 
 /* ---- the job's recovery record -------------------------------------------------- */
@@ -250,7 +280,7 @@ cpr_status cpr_client_read_blob(cpr_client *client, const cpr_part_id *id,
  * CPR_UNAVAILABLE. Errors: CPR_INVALID_ARGUMENT (bad job name),
  * CPR_CORRUPT (the stored record is damaged), CPR_UNAVAILABLE.
  */
-cpr_status cpr_client_recovery_get(cpr_client *client, const char *job, uint64_t *generation,
+CPR_API cpr_status cpr_client_recovery_get(cpr_client *client, const char *job, uint64_t *generation,
                                    void **plan, size_t *len);
 
 /*
@@ -270,20 +300,20 @@ cpr_status cpr_client_recovery_get(cpr_client *client, const char *job, uint64_t
  * the put's own error is returned and the message says the outcome is
  * unknown. Errors also: CPR_INVALID_ARGUMENT (bad job name, plan too large).
  */
-cpr_status cpr_client_recovery_put(cpr_client *client, const char *job, uint64_t expected,
+CPR_API cpr_status cpr_client_recovery_put(cpr_client *client, const char *job, uint64_t expected,
                                    const void *plan, size_t len, uint64_t *generation);
 
 /* ---- operations ---------------------------------------------------------------- */
 
 /* Counters of every node, summed. */
-cpr_status cpr_client_stats(cpr_client *client, cpr_store_stats *out);
+CPR_API cpr_status cpr_client_stats(cpr_client *client, cpr_store_stats *out);
 
 /*
  * Verify every row and blob of `job` (NULL: all jobs) on every node; each
  * problem goes to `fn` (may be NULL) with its node in `where`. CPR_CORRUPT if
  * any was found. `report` (may be NULL) is summed over nodes.
  */
-cpr_status cpr_client_verify(cpr_client *client, const char *job, cpr_problem_fn fn,
+CPR_API cpr_status cpr_client_verify(cpr_client *client, const char *job, cpr_problem_fn fn,
                              void *ctx, cpr_verify_report *report);
 
 /*
@@ -292,7 +322,7 @@ cpr_status cpr_client_verify(cpr_client *client, const char *job, cpr_problem_fn
  * them and each node is told the floor, so a job spread over nodes is
  * collected exactly like one on a single node. `report` is summed over nodes.
  */
-cpr_status cpr_client_gc(cpr_client *client, const char *job, uint32_t keep,
+CPR_API cpr_status cpr_client_gc(cpr_client *client, const char *job, uint32_t keep,
                          cpr_gc_report *report);
 
 #ifdef __cplusplus

@@ -12,16 +12,18 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "cpr/export.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
 
 /* Extend `crc` (0 to start) with data[0..len). */
-uint32_t cpr_crc32c(uint32_t crc, const void *data, size_t len);
+CPR_API uint32_t cpr_crc32c(uint32_t crc, const void *data, size_t len);
 
 /* CRC32C over ids || values || state as little-endian bytes, the checksum a
  * cpr_row_batch carries. */
-uint32_t cpr_crc32c_rows(const uint64_t *ids, size_t n, const float *values,
+CPR_API uint32_t cpr_crc32c_rows(const uint64_t *ids, size_t n, const float *values,
                          size_t values_count, const float *state,
                          size_t state_count);
 

@@ -20,6 +20,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "cpr/export.h"
 #include "cpr/status.h"
 
 #ifdef __cplusplus
@@ -40,7 +41,7 @@ extern "C" {
  * mixed with a SplitMix64-style finaliser, a bijection on 64 bits, so
  * distinct keys never share a hash and only the modulo makes rows collide.
  */
-uint64_t cpr_criteo_hash(uint32_t table, uint32_t value);
+CPR_API uint64_t cpr_criteo_hash(uint32_t table, uint32_t value);
 
 /*
  * Hash of a missing (empty) categorical field of `table`. Its key lies
@@ -48,7 +49,7 @@ uint64_t cpr_criteo_hash(uint32_t table, uint32_t value);
  * present value of any table: missing gets a row of its own unless the
  * modulo makes it collide.
  */
-uint64_t cpr_criteo_hash_missing(uint32_t table);
+CPR_API uint64_t cpr_criteo_hash_missing(uint32_t table);
 
 /* ---- the reader --------------------------------------------------------------- */
 
@@ -117,7 +118,7 @@ typedef struct cpr_criteo_pos {
  * CPR_INVALID_ARGUMENT (bad options or header), CPR_NOT_FOUND (no such
  * file), CPR_IO, CPR_NO_MEMORY.
  */
-cpr_status cpr_criteo_open(const char *path, const cpr_criteo_options *opts,
+CPR_API cpr_status cpr_criteo_open(const char *path, const cpr_criteo_options *opts,
                            cpr_criteo_reader **out);
 
 /*
@@ -131,19 +132,19 @@ cpr_status cpr_criteo_open(const char *path, const cpr_criteo_options *opts,
  * that is not 1-8 hex digits, or more than CPR_CRITEO_MAX_LINE bytes. A
  * trailing '\r' is ignored; an empty line is malformed.
  */
-cpr_status cpr_criteo_next(cpr_criteo_reader *reader, cpr_criteo_sample *out);
+CPR_API cpr_status cpr_criteo_next(cpr_criteo_reader *reader, cpr_criteo_sample *out);
 
 /* Lines consumed so far (the number of the line last read; 0 at the start). */
-uint64_t cpr_criteo_line(const cpr_criteo_reader *reader);
+CPR_API uint64_t cpr_criteo_line(const cpr_criteo_reader *reader);
 
 /* Malformed lines met so far (skipped, or reported in strict mode). */
-uint64_t cpr_criteo_malformed(const cpr_criteo_reader *reader);
+CPR_API uint64_t cpr_criteo_malformed(const cpr_criteo_reader *reader);
 
 /* The format in use (never CPR_CRITEO_AUTO after open). */
-cpr_criteo_format cpr_criteo_format_of(const cpr_criteo_reader *reader);
+CPR_API cpr_criteo_format cpr_criteo_format_of(const cpr_criteo_reader *reader);
 
 /* Current position; never fails. */
-void cpr_criteo_tell(const cpr_criteo_reader *reader, cpr_criteo_pos *out);
+CPR_API void cpr_criteo_tell(const cpr_criteo_reader *reader, cpr_criteo_pos *out);
 
 /*
  * Continue reading at `pos`, a value from cpr_criteo_tell on a reader of the
@@ -152,10 +153,10 @@ void cpr_criteo_tell(const cpr_criteo_reader *reader, cpr_criteo_pos *out);
  * line), CPR_FAILED_PRECONDITION (after a CPR_IO), CPR_IO. On failure the
  * reader is where it was.
  */
-cpr_status cpr_criteo_seek(cpr_criteo_reader *reader, const cpr_criteo_pos *pos);
+CPR_API cpr_status cpr_criteo_seek(cpr_criteo_reader *reader, const cpr_criteo_pos *pos);
 
 /* Close the reader. NULL is a no-op. */
-void cpr_criteo_close(cpr_criteo_reader *reader);
+CPR_API void cpr_criteo_close(cpr_criteo_reader *reader);
 
 /* ---- the synthetic generator ------------------------------------------------- */
 
@@ -182,7 +183,7 @@ typedef struct cpr_synth_options {
  * Creation calibrates the teacher's bias to the positive rate (a few ms).
  * Errors: CPR_INVALID_ARGUMENT, CPR_NO_MEMORY.
  */
-cpr_status cpr_synth_create(const cpr_synth_options *opts, cpr_synth **out);
+CPR_API cpr_status cpr_synth_create(const cpr_synth_options *opts, cpr_synth **out);
 
 /*
  * Write the next line, TSV with its '\n', into buf[0..cap) and its length in
@@ -190,7 +191,7 @@ cpr_status cpr_synth_create(const cpr_synth_options *opts, cpr_synth **out);
  * CPR_INVALID_ARGUMENT if cap < CPR_SYNTH_LINE_MAX (nothing consumed).
  */
 #define CPR_SYNTH_LINE_MAX 1024
-cpr_status cpr_synth_line(cpr_synth *synth, char *buf, size_t cap, size_t *len);
+CPR_API cpr_status cpr_synth_line(cpr_synth *synth, char *buf, size_t cap, size_t *len);
 
 /* Called by cpr_synth_write every 2^20 rows and at the end. */
 typedef void (*cpr_synth_progress_fn)(void *ctx, uint64_t rows_done, uint64_t rows_total);
@@ -200,7 +201,7 @@ typedef void (*cpr_synth_progress_fn)(void *ctx, uint64_t rows_done, uint64_t ro
  * exists). On failure the partial file is removed. `progress` may be NULL.
  * Errors: CPR_IO, CPR_NO_MEMORY.
  */
-cpr_status cpr_synth_write(cpr_synth *synth, const char *path, uint64_t rows,
+CPR_API cpr_status cpr_synth_write(cpr_synth *synth, const char *path, uint64_t rows,
                            cpr_synth_progress_fn progress, void *ctx);
 
 /*
@@ -208,10 +209,10 @@ cpr_status cpr_synth_write(cpr_synth *synth, const char *path, uint64_t rows,
  * of `table`: a keyed bijection of 32-bit integers, so ids stay distinct and
  * hashed row indices spread. For tests and analysis.
  */
-uint32_t cpr_synth_value(const cpr_synth *synth, uint32_t table, uint64_t id);
+CPR_API uint32_t cpr_synth_value(const cpr_synth *synth, uint32_t table, uint64_t id);
 
 /* Destroy the generator. NULL is a no-op. */
-void cpr_synth_destroy(cpr_synth *synth);
+CPR_API void cpr_synth_destroy(cpr_synth *synth);
 
 /* ---- Zipf samples ---------------------------------------------------------------- */
 
@@ -224,11 +225,11 @@ typedef struct cpr_zipf cpr_zipf;
  * The same (s, n, seed) gives the same stream. s in (0, 20], n in 1..2^53.
  * Errors: CPR_INVALID_ARGUMENT, CPR_NO_MEMORY.
  */
-cpr_status cpr_zipf_create(double s, uint64_t n, uint64_t seed, cpr_zipf **out);
+CPR_API cpr_status cpr_zipf_create(double s, uint64_t n, uint64_t seed, cpr_zipf **out);
 /* The next rank, in 0..n-1. */
-uint64_t cpr_zipf_next(cpr_zipf *zipf);
+CPR_API uint64_t cpr_zipf_next(cpr_zipf *zipf);
 /* NULL is a no-op. */
-void cpr_zipf_destroy(cpr_zipf *zipf);
+CPR_API void cpr_zipf_destroy(cpr_zipf *zipf);
 
 #ifdef __cplusplus
 }

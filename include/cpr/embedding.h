@@ -42,6 +42,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "cpr/export.h"
 #include "cpr/status.h"
 #include "cpr/types.h"
 
@@ -98,21 +99,21 @@ typedef struct cpr_emb_config {
 /* Create a table; *out owns it (release with cpr_emb_destroy). Errors:
  * CPR_INVALID_ARGUMENT (bad config), CPR_NO_MEMORY, CPR_CUDA (no device or
  * built without CUDA, with the reason). */
-cpr_status cpr_emb_create(const cpr_emb_config *config, cpr_emb **out);
+CPR_API cpr_status cpr_emb_create(const cpr_emb_config *config, cpr_emb **out);
 /* Open saves end with the table: their handles are freed and must not be
  * used afterwards. NULL is a no-op. */
-void cpr_emb_destroy(cpr_emb *table);
+CPR_API void cpr_emb_destroy(cpr_emb *table);
 
-uint64_t cpr_emb_rows(const cpr_emb *table);
-uint32_t cpr_emb_dim(const cpr_emb *table);
-uint32_t cpr_emb_state_dim(const cpr_emb *table); /* 0, 1 or dim */
-uint32_t cpr_emb_num_shards(const cpr_emb *table);
-cpr_shard_scheme cpr_emb_scheme(const cpr_emb *table);
-cpr_device_kind cpr_emb_device(const cpr_emb *table);
+CPR_API uint64_t cpr_emb_rows(const cpr_emb *table);
+CPR_API uint32_t cpr_emb_dim(const cpr_emb *table);
+CPR_API uint32_t cpr_emb_state_dim(const cpr_emb *table); /* 0, 1 or dim */
+CPR_API uint32_t cpr_emb_num_shards(const cpr_emb *table);
+CPR_API cpr_shard_scheme cpr_emb_scheme(const cpr_emb *table);
+CPR_API cpr_device_kind cpr_emb_device(const cpr_emb *table);
 
 /* Shard that owns `row`; rows owned by `shard`. */
-uint32_t cpr_emb_shard_of(const cpr_emb *table, uint64_t row);
-uint64_t cpr_emb_shard_rows(const cpr_emb *table, uint32_t shard);
+CPR_API uint32_t cpr_emb_shard_of(const cpr_emb *table, uint64_t row);
+CPR_API uint64_t cpr_emb_shard_rows(const cpr_emb *table, uint32_t shard);
 
 /*
  * out[b] = sum (or mean) of rows indices[offsets[b] .. offsets[b+1]) with
@@ -120,7 +121,7 @@ uint64_t cpr_emb_shard_rows(const cpr_emb *table, uint32_t shard);
  * out: n_bags x dim floats. CPR_INVALID_ARGUMENT for an index outside the
  * table or offsets that are not non-decreasing within [0, n_indices].
  */
-cpr_status cpr_emb_forward(cpr_emb *table, const int64_t *indices, size_t n_indices,
+CPR_API cpr_status cpr_emb_forward(cpr_emb *table, const int64_t *indices, size_t n_indices,
                            const int64_t *offsets, size_t n_bags, cpr_pooling pooling,
                            float *out);
 
@@ -131,7 +132,7 @@ cpr_status cpr_emb_forward(cpr_emb *table, const int64_t *indices, size_t n_indi
  * call), and the trackers are updated in the same pass. Validation happens
  * before anything changes.
  */
-cpr_status cpr_emb_backward(cpr_emb *table, const int64_t *indices, size_t n_indices,
+CPR_API cpr_status cpr_emb_backward(cpr_emb *table, const int64_t *indices, size_t n_indices,
                             const int64_t *offsets, size_t n_bags, cpr_pooling pooling,
                             const float *grad);
 
@@ -144,11 +145,11 @@ typedef struct cpr_emb_stats {
     uint64_t open_saves;
 } cpr_emb_stats;
 
-cpr_status cpr_emb_stats_get(const cpr_emb *table, uint32_t shard, cpr_emb_stats *out);
+CPR_API cpr_status cpr_emb_stats_get(const cpr_emb *table, uint32_t shard, cpr_emb_stats *out);
 
 /* Bytes of tracker memory per row for the tracker bits in `track`
  * (documented overhead; SSU adds 8 bytes per sampled row). */
-double cpr_emb_tracker_bytes_per_row(unsigned track);
+CPR_API double cpr_emb_tracker_bytes_per_row(unsigned track);
 
 /* A budget: exactly one of `fraction` (of the shard's rows, rounded up) or
  * `rows`. Ignored by FULL and DELTA. */
@@ -165,7 +166,7 @@ typedef struct cpr_budget {
  * (at most budget); DELTA every dirty row; FULL every row. Requires the
  * policy's tracker (CPR_FAILED_PRECONDITION otherwise).
  */
-cpr_status cpr_emb_select(cpr_emb *table, uint32_t shard, cpr_policy policy,
+CPR_API cpr_status cpr_emb_select(cpr_emb *table, uint32_t shard, cpr_policy policy,
                           cpr_budget budget, uint64_t *ids, size_t cap, size_t *n);
 
 /*
@@ -174,12 +175,12 @@ cpr_status cpr_emb_select(cpr_emb *table, uint32_t shard, cpr_policy policy,
  * abort); at most one FULL/DELTA save per shard may be open
  * (CPR_FAILED_PRECONDITION). Ids must belong to the shard.
  */
-cpr_status cpr_emb_save_begin(cpr_emb *table, uint32_t shard, cpr_policy policy,
+CPR_API cpr_status cpr_emb_save_begin(cpr_emb *table, uint32_t shard, cpr_policy policy,
                               const uint64_t *ids, size_t n, cpr_emb_save **out);
 
 /* Number of rows and the ids (ascending) of a save; valid until it ends. */
-size_t cpr_emb_save_rows(const cpr_emb_save *save);
-const uint64_t *cpr_emb_save_ids(const cpr_emb_save *save);
+CPR_API size_t cpr_emb_save_rows(const cpr_emb_save *save);
+CPR_API const uint64_t *cpr_emb_save_ids(const cpr_emb_save *save);
 
 /*
  * Copy the save's rows into host memory: values (n x dim) and state
@@ -187,22 +188,22 @@ const uint64_t *cpr_emb_save_ids(const cpr_emb_save *save);
  * cpr_emb_save_ids(). For CUDA tables the copy goes through pinned memory on
  * the table's stream and has completed when this returns.
  */
-cpr_status cpr_emb_gather(cpr_emb *table, const cpr_emb_save *save, float *values,
+CPR_API cpr_status cpr_emb_gather(cpr_emb *table, const cpr_emb_save *save, float *values,
                           float *state);
 
 /* The checkpoint holding the save committed: the pending tracker values are
  * dropped. Frees `save`. */
-cpr_status cpr_emb_save_commit(cpr_emb *table, cpr_emb_save *save);
+CPR_API cpr_status cpr_emb_save_commit(cpr_emb *table, cpr_emb_save *save);
 /* The save failed: pending tracker values return to the rows. Frees `save`.
  * NULL is a no-op. */
-void cpr_emb_save_abort(cpr_emb *table, cpr_emb_save *save);
+CPR_API void cpr_emb_save_abort(cpr_emb *table, cpr_emb_save *save);
 
 /*
  * Write restored rows (values n x dim, state n x state_dim, host memory)
  * into the table. The rows' trackers are cleared: they now equal their
  * stored copies. CPR_INVALID_ARGUMENT for an id outside the table.
  */
-cpr_status cpr_emb_apply(cpr_emb *table, const uint64_t *ids, size_t n,
+CPR_API cpr_status cpr_emb_apply(cpr_emb *table, const uint64_t *ids, size_t n,
                          const float *values, const float *state);
 
 /*
@@ -212,7 +213,7 @@ cpr_status cpr_emb_apply(cpr_emb *table, const uint64_t *ids, size_t n,
  * the shard's unsaved events at that moment: the updates a partial recovery
  * loses.
  */
-cpr_status cpr_emb_wipe_shard(cpr_emb *table, uint32_t shard, uint64_t *lost_events);
+CPR_API cpr_status cpr_emb_wipe_shard(cpr_emb *table, uint32_t shard, uint64_t *lost_events);
 
 #ifdef __cplusplus
 }

@@ -50,13 +50,13 @@ typedef struct cpr_failure {
  * (free()), sorted by step; *n may be 0 with *out NULL. Errors:
  * CPR_INVALID_ARGUMENT (the message names the field), CPR_NO_MEMORY.
  */
-cpr_status cpr_failure_schedule(const cpr_failure_config *config, cpr_failure **out, size_t *n);
+CPR_API cpr_status cpr_failure_schedule(const cpr_failure_config *config, cpr_failure **out, size_t *n);
 
 /* Print "failure schedule: N failures: step/shard ..." on one line. */
-void cpr_failure_schedule_print(FILE *out, const cpr_failure *failures, size_t n);
+CPR_API void cpr_failure_schedule_print(FILE *out, const cpr_failure *failures, size_t n);
 
 /* "exponential" / "weibull" into *out; CPR_INVALID_ARGUMENT otherwise. */
-cpr_status cpr_failure_law_parse(const char *name, cpr_failure_law *out);
+CPR_API cpr_status cpr_failure_law_parse(const char *name, cpr_failure_law *out);
 
 #ifdef __cplusplus
 }

@@ -43,6 +43,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "cpr/export.h"
 #include "cpr/client.h"
 #include "cpr/embedding.h"
 #include "cpr/status.h"
@@ -65,8 +66,8 @@ typedef enum cpr_recovery_mode {
 } cpr_recovery_mode;
 
 /* "full" / "partial"; "young" / "daly". */
-const char *cpr_recovery_mode_name(cpr_recovery_mode mode);
-const char *cpr_interval_formula_name(cpr_interval_formula formula);
+CPR_API const char *cpr_recovery_mode_name(cpr_recovery_mode mode);
+CPR_API const char *cpr_interval_formula_name(cpr_interval_formula formula);
 
 /*
  * The model's inputs. Zero-initialise, then set; fields are only ever
@@ -106,13 +107,13 @@ typedef struct cpr_model_plan {
 
 /* CPR_OK if every input is valid, else CPR_INVALID_ARGUMENT naming the
  * field ("mtbf_s", "shards", ...). */
-cpr_status cpr_model_check(const cpr_model_params *params);
+CPR_API cpr_status cpr_model_check(const cpr_model_params *params);
 
 /*
  * Full recovery at interval `interval_s` (> 0):
  *   O_full(T) = o_save T_total/T + (T_total/T_fail)(o_load + o_res + T/2).
  */
-cpr_status cpr_model_full(const cpr_model_params *params, double interval_s,
+CPR_API cpr_status cpr_model_full(const cpr_model_params *params, double interval_s,
                           cpr_overhead *out);
 
 /*
@@ -120,21 +121,21 @@ cpr_status cpr_model_full(const cpr_model_params *params, double interval_s,
  *   O_part(T) = o_save T_total/T + (T_total/T_fail)(o_load/N + o_res),
  *   PLS(T)    = T / (2 N T_fail).
  */
-cpr_status cpr_model_partial(const cpr_model_params *params, double interval_s,
+CPR_API cpr_status cpr_model_partial(const cpr_model_params *params, double interval_s,
                              cpr_overhead *out);
 
 /* Full recovery's interval: Young sqrt(2 o_save T_fail), or Daly's
  * sqrt(2 o_save T_fail)(1 + sqrt(o_save/(2 T_fail))/3 + o_save/(18 T_fail))
  * - o_save when o_save < 2 T_fail, else T_fail. */
-cpr_status cpr_model_interval_full(const cpr_model_params *params, double *interval_s);
+CPR_API cpr_status cpr_model_interval_full(const cpr_model_params *params, double *interval_s);
 
 /* Partial recovery's interval: min(2 P N T_fail, T_total), the largest that
  * meets the PLS target (O_part falls as T grows), capped at the job. */
-cpr_status cpr_model_interval_partial(const cpr_model_params *params, double *interval_s);
+CPR_API cpr_status cpr_model_interval_partial(const cpr_model_params *params, double *interval_s);
 
 /* Both strategies at their intervals and the decision (partial only when
  * strictly cheaper; equal overheads choose full, which loses nothing). */
-cpr_status cpr_model_plan_compute(const cpr_model_params *params, cpr_model_plan *out);
+CPR_API cpr_status cpr_model_plan_compute(const cpr_model_params *params, cpr_model_plan *out);
 
 /* ---- the online estimator -------------------------------------------------- */
 
@@ -170,9 +171,9 @@ typedef struct cpr_estimator_config {
 
 /* Create an estimator; *out owns it. CPR_INVALID_ARGUMENT names a bad
  * field; CPR_NO_MEMORY. */
-cpr_status cpr_estimator_create(const cpr_estimator_config *config, cpr_estimator **out);
+CPR_API cpr_status cpr_estimator_create(const cpr_estimator_config *config, cpr_estimator **out);
 /* NULL is a no-op. */
-void cpr_estimator_destroy(cpr_estimator *est);
+CPR_API void cpr_estimator_destroy(cpr_estimator *est);
 
 /*
  * Measurements. `now_s` is the job's time since it started, in the
@@ -185,20 +186,20 @@ void cpr_estimator_destroy(cpr_estimator *est);
 /* A checkpoint of the whole job (all shards) under `policy`: its training
  * stall and the bytes it wrote. FULL saves measure o_save directly; other
  * policies' stalls are scaled by full_bytes / bytes. */
-cpr_status cpr_estimator_saved(cpr_estimator *est, double now_s, cpr_policy policy,
+CPR_API cpr_status cpr_estimator_saved(cpr_estimator *est, double now_s, cpr_policy policy,
                                double stall_s, uint64_t bytes);
 /* A load of `shards_loaded` shards (1..N) that took load_s: o_load is
  * estimated as load_s * N / shards_loaded. */
-cpr_status cpr_estimator_loaded(cpr_estimator *est, double load_s, uint32_t shards_loaded);
+CPR_API cpr_status cpr_estimator_loaded(cpr_estimator *est, double load_s, uint32_t shards_loaded);
 /* The restart/reschedule time of one failure. */
-cpr_status cpr_estimator_restarted(cpr_estimator *est, double restart_s);
+CPR_API cpr_status cpr_estimator_restarted(cpr_estimator *est, double restart_s);
 /* A failure at now_s. */
-cpr_status cpr_estimator_failed(cpr_estimator *est, double now_s);
+CPR_API cpr_status cpr_estimator_failed(cpr_estimator *est, double now_s);
 /* The trackers' totals over all shards at now_s: update events so far
  * (non-decreasing) and unsaved events (cpr_emb_stats). Call it often (each
  * step, or just before and after each save): the estimator integrates
  * unsaved events over time with the trapezoid rule. */
-cpr_status cpr_estimator_tracked(cpr_estimator *est, double now_s, uint64_t update_events,
+CPR_API cpr_status cpr_estimator_tracked(cpr_estimator *est, double now_s, uint64_t update_events,
                                  uint64_t unsaved_events);
 
 /* Bits of cpr_estimate.measured: inputs taken from measurements, not priors. */
@@ -235,7 +236,7 @@ typedef struct cpr_estimate {
  * fraction x base). Never fails for a valid estimator (CPR_INVALID_ARGUMENT
  * only for NULL arguments).
  */
-cpr_status cpr_estimator_decide(const cpr_estimator *est, cpr_estimate *out);
+CPR_API cpr_status cpr_estimator_decide(const cpr_estimator *est, cpr_estimate *out);
 
 /* ---- the recovery planner -------------------------------------------------- */
 
@@ -260,9 +261,9 @@ typedef enum cpr_dense_source {
     CPR_DENSE_INIT = 3     /* no replica, no committed blob: re-initialise */
 } cpr_dense_source;
 
-const char *cpr_plan_action_name(cpr_plan_action action);       /* "partial", ... */
-const char *cpr_shard_source_name(cpr_shard_source source);     /* "keep", ... */
-const char *cpr_dense_source_name(cpr_dense_source source);     /* "keep", ... */
+CPR_API const char *cpr_plan_action_name(cpr_plan_action action);       /* "partial", ... */
+CPR_API const char *cpr_shard_source_name(cpr_shard_source source);     /* "keep", ... */
+CPR_API const char *cpr_dense_source_name(cpr_dense_source source);     /* "keep", ... */
 
 /* Bits of cpr_recovery_plan_problems(): why a plan is not the one asked for. */
 enum {
@@ -329,22 +330,22 @@ typedef struct cpr_recovery_plan cpr_recovery_plan;
  * shard >= its num_shards or an unknown kind, a failed shard out of range or
  * repeated, PARTIAL with no failed shard, bad mode), CPR_NO_MEMORY.
  */
-cpr_status cpr_recovery_plan_make(const cpr_plan_request *request, cpr_recovery_plan **out);
+CPR_API cpr_status cpr_recovery_plan_make(const cpr_plan_request *request, cpr_recovery_plan **out);
 /* NULL is a no-op. */
-void cpr_recovery_plan_destroy(cpr_recovery_plan *plan);
+CPR_API void cpr_recovery_plan_destroy(cpr_recovery_plan *plan);
 
-cpr_plan_action cpr_recovery_plan_action(const cpr_recovery_plan *plan);
-unsigned cpr_recovery_plan_problems(const cpr_recovery_plan *plan); /* CPR_PLAN_* bits */
+CPR_API cpr_plan_action cpr_recovery_plan_action(const cpr_recovery_plan *plan);
+CPR_API unsigned cpr_recovery_plan_problems(const cpr_recovery_plan *plan); /* CPR_PLAN_* bits */
 /* FULL: the consistent cut and the step to rewind to; otherwise 0. */
-uint64_t cpr_recovery_plan_cut(const cpr_recovery_plan *plan);
-uint64_t cpr_recovery_plan_rewind_step(const cpr_recovery_plan *plan);
+CPR_API uint64_t cpr_recovery_plan_cut(const cpr_recovery_plan *plan);
+CPR_API uint64_t cpr_recovery_plan_rewind_step(const cpr_recovery_plan *plan);
 /* Entries, one per shard 0..num_shards-1 in order; the pointer lives as
  * long as the plan. i >= count gives NULL. */
-size_t cpr_recovery_plan_count(const cpr_recovery_plan *plan);
-const cpr_plan_shard *cpr_recovery_plan_shard(const cpr_recovery_plan *plan, size_t i);
+CPR_API size_t cpr_recovery_plan_count(const cpr_recovery_plan *plan);
+CPR_API const cpr_plan_shard *cpr_recovery_plan_shard(const cpr_recovery_plan *plan, size_t i);
 /* Why: the decision with the estimator's numbers and any problem, for logs
  * and for recording with the plan. Lives as long as the plan. */
-const char *cpr_recovery_plan_reason(const cpr_recovery_plan *plan);
+CPR_API const char *cpr_recovery_plan_reason(const cpr_recovery_plan *plan);
 
 /* ---- recording the decision (the plan's bytes in ckptd) -------------------- */
 
@@ -357,7 +358,7 @@ const char *cpr_recovery_plan_reason(const cpr_recovery_plan *plan);
  * Errors: CPR_INVALID_ARGUMENT (an id or step of 2^53 or more, which JSON
  * numbers cannot carry exactly; more than 2^20 shards), CPR_NO_MEMORY.
  */
-cpr_status cpr_recovery_plan_encode(const cpr_recovery_plan *plan, void **buf, size_t *len);
+CPR_API cpr_status cpr_recovery_plan_encode(const cpr_recovery_plan *plan, void **buf, size_t *len);
 
 /*
  * The inverse: *out owns a plan equal, field by field, to the one encoded.
@@ -366,7 +367,7 @@ cpr_status cpr_recovery_plan_encode(const cpr_recovery_plan *plan, void **buf, s
  * the message says which), CPR_FAILED_PRECONDITION for a plan of a newer
  * encoding version than this library reads, CPR_NO_MEMORY.
  */
-cpr_status cpr_recovery_plan_decode(const void *buf, size_t len, cpr_recovery_plan **out);
+CPR_API cpr_status cpr_recovery_plan_decode(const void *buf, size_t len, cpr_recovery_plan **out);
 
 /*
  * Decide, plan and record, so that every process of a job acts on the same
@@ -387,7 +388,7 @@ cpr_status cpr_recovery_plan_decode(const void *buf, size_t len, cpr_recovery_pl
  * the message says the outcome is unknown), a recorded plan that does not
  * decode (CPR_INVALID_ARGUMENT, CPR_FAILED_PRECONDITION).
  */
-cpr_status cpr_recovery_decide_and_record(cpr_client *client, const char *job,
+CPR_API cpr_status cpr_recovery_decide_and_record(cpr_client *client, const char *job,
                                           const cpr_estimator *estimator,
                                           const cpr_plan_request *request,
                                           uint64_t expected_generation, cpr_recovery_plan **out,
@@ -400,7 +401,7 @@ cpr_status cpr_recovery_decide_and_record(cpr_client *client, const char *job,
  * generation g acts again when this returns a larger one. Errors: the
  * client's, and those of cpr_recovery_plan_decode.
  */
-cpr_status cpr_recovery_read_recorded(cpr_client *client, const char *job,
+CPR_API cpr_status cpr_recovery_read_recorded(cpr_client *client, const char *job,
                                       uint64_t *generation, cpr_recovery_plan **out);
 
 /* ---- the executor ------------------------------------------------------------ */
@@ -481,13 +482,13 @@ typedef struct cpr_exec_report {
  *     CPR_FAILED_PRECONDITION (as_of below the retention floor),
  *     CPR_CORRUPT, CPR_UNAVAILABLE, CPR_TIMEOUT; CPR_NO_MEMORY.
  */
-cpr_status cpr_recovery_execute(cpr_client *client, const char *job,
+CPR_API cpr_status cpr_recovery_execute(cpr_client *client, const char *job,
                                 const cpr_recovery_plan *plan, const cpr_exec_table *tables,
                                 size_t n_tables, const cpr_exec_options *opts,
                                 cpr_exec_report *out);
 
 /* Free what a report owns (shards, dense_data) and zero it. NULL is a no-op. */
-void cpr_exec_report_release(cpr_exec_report *report);
+CPR_API void cpr_exec_report_release(cpr_exec_report *report);
 
 #ifdef __cplusplus
 }

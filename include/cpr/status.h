@@ -11,6 +11,8 @@
 #ifndef CPR_STATUS_H
 #define CPR_STATUS_H
 
+#include "cpr/export.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -33,22 +35,22 @@ typedef enum cpr_status {
 } cpr_status;
 
 /* Short stable name of a code, e.g. "CPR_NOT_FOUND". Never NULL. */
-const char *cpr_status_name(cpr_status st);
+CPR_API const char *cpr_status_name(cpr_status st);
 
 /* The gRPC status code (grpc_status_code numbering) for a CPR status. */
-int cpr_status_grpc(cpr_status st);
+CPR_API int cpr_status_grpc(cpr_status st);
 
 /* The CPR status for a gRPC status code received from a server (the inverse
  * of cpr_status_grpc where it is one-to-one; codes CPR never sends map to
  * CPR_UNAVAILABLE when transient, else CPR_INTERNAL). */
-cpr_status cpr_status_from_grpc(int code);
+CPR_API cpr_status cpr_status_from_grpc(int code);
 
 /*
  * Message describing the most recent non-OK status returned to the calling
  * thread by any CPR function ("" if none). Thread-local: valid until the
  * next CPR call on this thread. Never NULL.
  */
-const char *cpr_errmsg(void);
+CPR_API const char *cpr_errmsg(void);
 
 #ifdef __cplusplus
 }

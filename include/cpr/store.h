@@ -45,14 +45,14 @@ typedef struct cpr_store cpr_store;
  * left by a crash are reclaimed here. On success *out owns the store; release
  * it with cpr_store_close. `opts` may be NULL.
  */
-cpr_status cpr_store_open(const char *dir, const cpr_store_options *opts,
+CPR_API cpr_status cpr_store_open(const char *dir, const cpr_store_options *opts,
                           cpr_store **out);
 
 /*
  * Close the store. Open (uncommitted) parts are aborted; committed data is
  * already durable. NULL is a no-op.
  */
-void cpr_store_close(cpr_store *store);
+CPR_API void cpr_store_close(cpr_store *store);
 
 /*
  * Open a part for writing. Errors: CPR_INVALID_ARGUMENT (bad name, kind,
@@ -61,7 +61,7 @@ void cpr_store_close(cpr_store *store);
  * CPR_FAILED_PRECONDITION (checkpoint id not above the shard's newest
  * committed part or the retention floor; DELTA without a committed base).
  */
-cpr_status cpr_store_begin(cpr_store *store, const cpr_part_spec *spec);
+CPR_API cpr_status cpr_store_begin(cpr_store *store, const cpr_part_spec *spec);
 
 /*
  * Append rows to an open part (at most 2^24 rows a call). Ids within one
@@ -74,7 +74,7 @@ cpr_status cpr_store_begin(cpr_store *store, const cpr_part_spec *spec);
  * send each table's rows in ascending id order). On failure the part stays
  * open and unchanged, except after CPR_IO (then abort it).
  */
-cpr_status cpr_store_put_rows(cpr_store *store, const cpr_part_id *id,
+CPR_API cpr_status cpr_store_put_rows(cpr_store *store, const cpr_part_id *id,
                               const cpr_row_batch *batch);
 
 /*
@@ -87,7 +87,7 @@ cpr_status cpr_store_put_rows(cpr_store *store, const cpr_part_id *id,
  * errors as cpr_store_put_rows (CPR_CORRUPT for a block that fails its
  * check).
  */
-cpr_status cpr_store_put_block(cpr_store *store, const cpr_part_id *id, const void *block,
+CPR_API cpr_status cpr_store_put_block(cpr_store *store, const cpr_part_id *id, const void *block,
                                size_t len);
 
 /*
@@ -97,7 +97,7 @@ cpr_status cpr_store_put_block(cpr_store *store, const cpr_part_id *id, const vo
  * Errors as for cpr_store_put_rows, plus CPR_INVALID_ARGUMENT for a wrong
  * offset.
  */
-cpr_status cpr_store_put_blob(cpr_store *store, const cpr_part_id *id,
+CPR_API cpr_status cpr_store_put_blob(cpr_store *store, const cpr_part_id *id,
                               const char *name, uint64_t offset,
                               const void *data, size_t len, uint32_t crc32c);
 
@@ -109,12 +109,12 @@ cpr_status cpr_store_put_blob(cpr_store *store, const cpr_part_id *id,
  * CPR_FAILED_PRECONDITION (no open part, already committed, a newer part of
  * the shard committed first, DELTA base no longer the newest).
  */
-cpr_status cpr_store_commit(cpr_store *store, const cpr_part_id *id,
+CPR_API cpr_status cpr_store_commit(cpr_store *store, const cpr_part_id *id,
                             uint64_t rows_sent);
 
 /* Drop an open part and everything written to it. CPR_FAILED_PRECONDITION
  * if it is committed, CPR_NOT_FOUND if it was never begun. */
-cpr_status cpr_store_abort(cpr_store *store, const cpr_part_id *id);
+CPR_API cpr_status cpr_store_abort(cpr_store *store, const cpr_part_id *id);
 
 /*
  * Abort every open part that nothing has touched (begin, put_rows, put_blob,
@@ -126,14 +126,14 @@ cpr_status cpr_store_abort(cpr_store *store, const cpr_part_id *id);
  * number aborted. Errors: CPR_INVALID_ARGUMENT (idle_s negative or NaN),
  * CPR_NO_MEMORY.
  */
-cpr_status cpr_store_abort_idle(cpr_store *store, double idle_s, uint64_t *aborted);
+CPR_API cpr_status cpr_store_abort_idle(cpr_store *store, double idle_s, uint64_t *aborted);
 
 /*
  * Parts of `job` (committed and open), ordered by (checkpoint, shard).
  * *out is allocated with malloc and owned by the caller (free()); *n may be 0
  * with *out NULL. CPR_NOT_FOUND if the job has no parts.
  */
-cpr_status cpr_store_list(cpr_store *store, const char *job,
+CPR_API cpr_status cpr_store_list(cpr_store *store, const char *job,
                           cpr_part_info **out, size_t *n);
 
 /*
@@ -142,10 +142,10 @@ cpr_status cpr_store_list(cpr_store *store, const char *job,
  * by a NULL entry, owned by the caller: release it with cpr_names_free.
  * An empty store gives *n = 0 and an array holding only the NULL.
  */
-cpr_status cpr_store_list_jobs(cpr_store *store, char ***names, size_t *n);
+CPR_API cpr_status cpr_store_list_jobs(cpr_store *store, char ***names, size_t *n);
 
 /* Largest consistent cut of `job`. CPR_NOT_FOUND if the job has none. */
-cpr_status cpr_store_latest_cut(cpr_store *store, const char *job,
+CPR_API cpr_status cpr_store_latest_cut(cpr_store *store, const char *job,
                                 uint64_t *cut);
 
 /*
@@ -161,13 +161,13 @@ cpr_status cpr_store_latest_cut(cpr_store *store, const char *job,
  * CPR_FAILED_PRECONDITION (as_of below the retention floor). `result` may be
  * NULL.
  */
-cpr_status cpr_store_restore(cpr_store *store, const cpr_restore_query *query,
+CPR_API cpr_status cpr_store_restore(cpr_store *store, const cpr_restore_query *query,
                              cpr_row_fn fn, void *ctx,
                              cpr_restore_result *result);
 
 /* cpr_store_restore, delivering blocks: the same rows in the same order, in
  * blocks of at most batch_rows rows (a larger stored block is re-batched). */
-cpr_status cpr_store_restore_blocks(cpr_store *store, const cpr_restore_query *query,
+CPR_API cpr_status cpr_store_restore_blocks(cpr_store *store, const cpr_restore_query *query,
                                     cpr_block_fn fn, void *ctx,
                                     cpr_restore_result *result);
 
@@ -180,7 +180,7 @@ cpr_status cpr_store_restore_blocks(cpr_store *store, const cpr_restore_query *q
  * ckptd folds in the background (cpr_store_options.no_fold); this is for
  * tools and tests. `folded` (may be NULL) gets the folds written.
  */
-cpr_status cpr_store_fold(cpr_store *store, const char *job, uint32_t min_parts,
+CPR_API cpr_status cpr_store_fold(cpr_store *store, const char *job, uint32_t min_parts,
                           uint64_t *folded);
 
 /*
@@ -188,7 +188,7 @@ cpr_status cpr_store_fold(cpr_store *store, const char *job, uint32_t min_parts,
  * checksum (CPR_CORRUPT on mismatch, before the bad chunk is delivered).
  * `size` (may be NULL) receives the blob's length before the first call.
  */
-cpr_status cpr_store_read_blob(cpr_store *store, const cpr_part_id *id,
+CPR_API cpr_status cpr_store_read_blob(cpr_store *store, const cpr_part_id *id,
                                const char *name, uint64_t *size,
                                cpr_blob_fn fn, void *ctx);
 
@@ -201,7 +201,7 @@ cpr_status cpr_store_read_blob(cpr_store *store, const cpr_part_id *id,
  * uncommitted leftover of a crashed writer. Retained states restore exactly
  * as before. `report` may be NULL.
  */
-cpr_status cpr_store_gc(cpr_store *store, const char *job, uint32_t keep,
+CPR_API cpr_status cpr_store_gc(cpr_store *store, const char *job, uint32_t keep,
                         cpr_gc_report *report);
 
 /*
@@ -210,7 +210,7 @@ cpr_status cpr_store_gc(cpr_store *store, const char *job, uint32_t keep,
  * whose cut is a DELTA or that saved PRIORITY parts after its FULL costs a
  * fold (a read and a write of its live rows) when its floor moves.
  */
-cpr_status cpr_store_gc_lazy(cpr_store *store, cpr_gc_report *report);
+CPR_API cpr_status cpr_store_gc_lazy(cpr_store *store, cpr_gc_report *report);
 
 /*
  * Retention for `job` with the floor chosen by the caller instead of
@@ -228,7 +228,7 @@ cpr_status cpr_store_gc_lazy(cpr_store *store, cpr_gc_report *report);
  * part at `floor` that is not consistent: a PRIORITY part or a DELTA with an
  * incomplete chain). `report` may be NULL.
  */
-cpr_status cpr_store_gc_floor(cpr_store *store, const char *job, uint64_t floor,
+CPR_API cpr_status cpr_store_gc_floor(cpr_store *store, const char *job, uint64_t floor,
                               cpr_gc_report *report);
 
 /* ---- the recovery record ---------------------------------------------------- */
@@ -250,13 +250,13 @@ cpr_status cpr_store_gc_floor(cpr_store *store, const char *job, uint64_t floor,
  * name), CPR_CORRUPT (the stored record fails its checksum), CPR_IO,
  * CPR_NO_MEMORY.
  */
-cpr_status cpr_store_recovery_get(cpr_store *store, const char *job, uint64_t *generation,
+CPR_API cpr_status cpr_store_recovery_get(cpr_store *store, const char *job, uint64_t *generation,
                                   void **plan, size_t *len);
 
 /* cpr_store_recovery_get, with the wall-clock time the record was written
  * (milliseconds since the Unix epoch; 0 when there is no record) in
  * *written_unix_ms (may be NULL). */
-cpr_status cpr_store_recovery_get_timed(cpr_store *store, const char *job, uint64_t *generation,
+CPR_API cpr_status cpr_store_recovery_get_timed(cpr_store *store, const char *job, uint64_t *generation,
                                         void **plan, size_t *len, uint64_t *written_unix_ms);
 
 /*
@@ -271,12 +271,12 @@ cpr_status cpr_store_recovery_get_timed(cpr_store *store, const char *job, uint6
  * large, expected = UINT64_MAX), CPR_CORRUPT (the stored record is damaged:
  * its generation cannot be compared), CPR_IO, CPR_RESOURCE_EXHAUSTED.
  */
-cpr_status cpr_store_recovery_put(cpr_store *store, const char *job, uint64_t expected,
+CPR_API cpr_status cpr_store_recovery_put(cpr_store *store, const char *job, uint64_t expected,
                                   const void *plan, size_t len, uint64_t *generation);
 
 /* cpr_store_recovery_put, with the record's written time (as stored) in
  * *written_unix_ms (may be NULL). */
-cpr_status cpr_store_recovery_put_timed(cpr_store *store, const char *job, uint64_t expected,
+CPR_API cpr_status cpr_store_recovery_put_timed(cpr_store *store, const char *job, uint64_t expected,
                                         const void *plan, size_t len, uint64_t *generation,
                                         uint64_t *written_unix_ms);
 
@@ -288,11 +288,11 @@ cpr_status cpr_store_recovery_put_timed(cpr_store *store, const char *job, uint6
  * report is written in both cases. A part that retention removes while
  * verify runs is skipped, not reported. CPR_NOT_FOUND: unknown job.
  */
-cpr_status cpr_store_verify(cpr_store *store, const char *job,
+CPR_API cpr_status cpr_store_verify(cpr_store *store, const char *job,
                             cpr_problem_fn fn, void *ctx,
                             cpr_verify_report *report);
 
-cpr_status cpr_store_stats_get(cpr_store *store, cpr_store_stats *out);
+CPR_API cpr_status cpr_store_stats_get(cpr_store *store, cpr_store_stats *out);
 
 #ifdef __cplusplus
 }

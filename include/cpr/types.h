@@ -88,17 +88,21 @@ typedef struct cpr_part_spec {
 /*
  * A batch of rows of one table. Arrays are borrowed for the call. The
  * checksum is CRC32C over ids || values || state as little-endian bytes
- * (see cpr_crc32c_rows in cpr/crc32c.h).
+ * (see cpr_crc32c_rows in cpr/crc32c.h). A batch of the contiguous rows
+ * [range_begin, range_begin + n) may leave `ids` NULL (puts only: no ids
+ * array to build for a FULL save; the checksum then covers the ids the
+ * range stands for).
  */
 typedef struct cpr_row_batch {
     uint32_t table;
     size_t n;                 /* rows in this batch */
-    const uint64_t *ids;      /* n row ids */
+    const uint64_t *ids;      /* n row ids, or NULL for the range below */
     const float *values;      /* values_count floats: n x dim */
     size_t values_count;
     const float *state;       /* state_count floats: n x state_dim (may be NULL if 0) */
     size_t state_count;
     uint32_t crc32c;
+    uint64_t range_begin;     /* ids == NULL: the first row id */
 } cpr_row_batch;
 
 typedef struct cpr_part_info {

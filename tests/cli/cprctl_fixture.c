@@ -69,10 +69,10 @@ static cpr_status write_part(cpr_client *c, const char *job, const cpr_table_sch
     if (st == CPR_OK)
         st = cpr_part_put_blob(p, "dense", blob, sizeof blob);
     if (st) {
-        cpr_part_abort(p);
+        cpr_part_abort(&p);
         return st;
     }
-    return cpr_part_commit(p);
+    return cpr_part_commit(&p);
 }
 
 static int do_write(const char *target)

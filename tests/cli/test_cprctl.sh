@@ -19,44 +19,14 @@ fixture=$3
 work=$(mktemp -d "${TMPDIR:-/tmp}/cprctl-test.XXXXXX")
 unset CPR_SERVER
 
-declare -A daemon_pid=() daemon_addr=()
+fail() { echo "test_cprctl: $*" >&2; exit 1; }
+source "$(dirname "$0")/lib_ckptd.sh"
 
 cleanup() {
-    local pid
-    for pid in "${daemon_pid[@]}"; do
-        kill -KILL "$pid" 2> /dev/null || true
-        wait "$pid" 2> /dev/null || true
-    done
+    kill_daemons
     rm -rf "$work"
 }
 trap cleanup EXIT
-
-fail() { echo "test_cprctl: $*" >&2; exit 1; }
-
-# ---- daemons ----------------------------------------------------------------
-
-# start_daemon NAME: ckptd on a free port of 127.0.0.1 with its own data
-# directory; waits (with a deadline) for the line that gives its address.
-start_daemon() {
-    local name=$1 line fd
-    local fifo="$work/$name.fifo"
-    mkfifo "$fifo"
-    "$ckptd" --listen 127.0.0.1:0 --data-dir "$work/$name.data" --gc-interval-s 0 > "$fifo" 2> "$work/$name.log" &
-    daemon_pid[$name]=$!
-    exec {fd}< "$fifo" # kept open: the daemon's stdout never sees a closed pipe
-    read -r -t 60 line <&"$fd" || fail "ckptd $name printed no address: $(cat "$work/$name.log")"
-    [[ $line == "ckptd listening on "* ]] || fail "ckptd $name printed '$line'"
-    daemon_addr[$name]=${line#ckptd listening on }
-}
-
-# stop_daemon NAME: SIGTERM, and the daemon must exit 0.
-stop_daemon() {
-    local name=$1 rc=0
-    kill -TERM "${daemon_pid[$name]}"
-    wait "${daemon_pid[$name]}" || rc=$?
-    unset "daemon_pid[$name]"
-    [[ $rc == 0 ]] || fail "ckptd $name exited $rc after SIGTERM: $(tail -5 "$work/$name.log")"
-}
 
 # ---- running cprctl ---------------------------------------------------------------
 

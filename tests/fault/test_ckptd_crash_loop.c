@@ -72,9 +72,9 @@ static void *writer_main(void *arg)
         }
         atomic_store(&w->phase, W_COMMIT);
         if (st == CPR_OK)
-            st = cpr_part_commit(p);
+            st = cpr_part_commit(&p);
         else
-            cpr_part_abort(p);
+            cpr_part_abort(&p);
         if (st != CPR_OK)
             break;
         atomic_store(&w->acked, c);

@@ -75,7 +75,7 @@ static void write_part(cpr_client *c, const char *job, uint32_t shard, uint32_t 
     assert_status(CPR_OK, cpr_client_begin(c, &spec, &p));
     assert_status(CPR_OK, put_rows(p, shard, num_shards, rows, ckpt));
     put_blob(p, shard, ckpt, 70000 + shard);
-    assert_status(CPR_OK, cpr_part_commit(p));
+    assert_status(CPR_OK, cpr_part_commit(&p));
 }
 
 static void restore(cpr_client *c, const cpr_restore_query *q, const uint32_t *shards,
@@ -116,11 +116,11 @@ static void round_trip(const char *target)
     cpr_part *p;
     assert_status(CPR_OK, cpr_client_begin(c, &spec, &p));
     assert_status(CPR_OK, put_rows(p, 0, 1, 100, 2));
-    assert_status(CPR_OK, cpr_part_commit(p));
+    assert_status(CPR_OK, cpr_part_commit(&p));
     spec = tu_part("rt", 0, 1, 3, CPR_KIND_PRIORITY, tables, 2);
     assert_status(CPR_OK, cpr_client_begin(c, &spec, &p));
     assert_status(CPR_OK, put_rows(p, 10, 1, 10, 3));
-    assert_status(CPR_OK, cpr_part_commit(p));
+    assert_status(CPR_OK, cpr_part_commit(&p));
 
     cpr_part_info *parts;
     size_t n;
@@ -191,7 +191,7 @@ static void round_trip(const char *target)
     assert_status(CPR_OK, cpr_client_begin(c, &spec, &p));
     uint64_t id = 1;
     float v[8] = {0};
-    cpr_row_batch bad = {9, 1, &id, v, 8, NULL, 0, 0};
+    cpr_row_batch bad = {9, 1, &id, v, 8, NULL, 0, 0, 0};
     assert_status(CPR_INVALID_ARGUMENT, cpr_part_put_rows(p, &bad));
     bad.table = 1;
     bad.values_count = 7;
@@ -200,7 +200,7 @@ static void round_trip(const char *target)
     assert_status(CPR_INVALID_ARGUMENT, cpr_part_put_blob(p, "empty", "x", 1));
     assert_status(CPR_INVALID_ARGUMENT, cpr_part_put_blob(p, "no/slash", "x", 1));
     assert_status(CPR_OK, put_rows(p, 0, 1, 5, 4));
-    assert_status(CPR_OK, cpr_part_abort(p));
+    assert_status(CPR_OK, cpr_part_abort(&p));
     q = (cpr_restore_query){.job = "rt"};
     restore(c, &q, NULL, 0, &rows, &res);
     assert_int_equal(res.as_of, 3); /* the aborted part left nothing */
@@ -209,7 +209,7 @@ static void round_trip(const char *target)
     assert_status(CPR_OK, cpr_client_begin(c, &spec, &p));
     assert_status(CPR_OK, cpr_part_put_blob(p, "empty", NULL, 0));
     assert_status(CPR_OK, put_rows(p, 0, 1, 3000, 4));
-    assert_status(CPR_OK, cpr_part_commit(p));
+    assert_status(CPR_OK, cpr_part_commit(&p));
     cpr_part_id pid = {"rt", 0, 4};
     void *data = NULL;
     size_t len = 99;
@@ -228,21 +228,28 @@ static void round_trip(const char *target)
     uint64_t too_big = tables[0].rows;
     tu_batch tb;
     tu_batch_make(&tb, &tables[0], &too_big, 1, 5);
+    /* A row beyond the table is refused at the put, before anything of the
+     * batch is queued: the part stays whole and commits what was sent. */
     cpr_status put_st = cpr_part_put_rows(p, &tb.batch);
     tu_batch_free(&tb);
-    assert_true(put_st == CPR_OK || put_st == CPR_INVALID_ARGUMENT);
-    assert_status(CPR_INVALID_ARGUMENT, cpr_part_commit(p));
-    assert_non_null(strstr(cpr_errmsg(), "not committed"));
+    assert_status(CPR_INVALID_ARGUMENT, put_st);
+    assert_non_null(strstr(cpr_errmsg(), "not below the table's rows"));
+    assert_status(CPR_OK, cpr_part_commit(&p));
+    assert_null(p);
+    /* The handle was cleared: a second commit is refused, not a use after free. */
+    assert_status(CPR_INVALID_ARGUMENT, cpr_part_commit(&p));
+    assert_non_null(strstr(cpr_errmsg(), "already committed or aborted"));
+    assert_status(CPR_OK, cpr_part_abort(&p));
     assert_status(CPR_OK, cpr_client_list(c, "rt", &parts, &n));
-    assert_int_equal(n, 4);
+    assert_int_equal(n, 5);
     free(parts);
 
     cpr_store_stats stats;
     assert_status(CPR_OK, cpr_client_stats(c, &stats));
-    assert_int_equal(stats.parts_committed, 4);
+    assert_int_equal(stats.parts_committed, 5);
     cpr_verify_report vr;
     assert_status(CPR_OK, cpr_client_verify(c, "rt", NULL, NULL, &vr));
-    assert_true(vr.rows_checked >= 6000 + 200 + 20 + 6000);
+    assert_true(vr.rows_checked >= 6000 + 200 + 20 + 6000 + 100);
     cpr_client_close(c);
 }
 
@@ -294,6 +301,15 @@ static void test_bad_targets(void **state)
         assert_status(CPR_INVALID_ARGUMENT, cpr_client_open(bad[i], NULL, &c));
         assert_true(strlen(cpr_errmsg()) > 0);
     }
+    /* One syntax everywhere: a bare host:port list is grpc:// (connecting is lazy). */
+    const char *good[] = {"127.0.0.1:1", "127.0.0.1:1,127.0.0.1:2", "grpc://127.0.0.1:1",
+                          "unix:/nonexistent/ckptd.sock"};
+    for (size_t i = 0; i < sizeof good / sizeof good[0]; i++) {
+        cpr_client *c = NULL;
+        assert_status(CPR_OK, cpr_client_open(good[i], NULL, &c));
+        assert_int_equal(cpr_client_nodes(c), i == 1 ? 2 : 1);
+        cpr_client_close(c);
+    }
 }
 
 /* ---- staging: bounded, and puts block rather than grow --------------------------- */
@@ -325,7 +341,7 @@ static void test_backpressure(void **state)
         assert_true(pr.bytes_queued - pr.bytes_sent <= o.staging_bytes);
     }
     free(ids);
-    assert_status(CPR_OK, cpr_part_commit(p));
+    assert_status(CPR_OK, cpr_part_commit(&p));
     cpr_restore_query q = {.job = "bp"};
     tu_rows rows;
     cpr_restore_result res;
@@ -355,7 +371,7 @@ static void *write_shard(void *arg)
     w->st = cpr_client_begin(w->c, &spec, &p);
     if (w->st == CPR_OK) {
         w->st = put_rows(p, w->shard, w->num_shards, 4000 / w->num_shards, 1);
-        cpr_status end = w->st ? cpr_part_abort(p) : cpr_part_commit(p);
+        cpr_status end = w->st ? cpr_part_abort(&p) : cpr_part_commit(&p);
         if (w->st == CPR_OK)
             w->st = end;
     }
@@ -549,7 +565,7 @@ static void test_daemon_killed_mid_part(void **state)
     ch_kill(&d);
     cpr_status st = put_rows(p, 2000, 1, 2000, 2); /* may still be staged: OK or failed */
     assert_true(st == CPR_OK || st == CPR_UNAVAILABLE);
-    st = cpr_part_commit(p);
+    st = cpr_part_commit(&p);
     assert_int_equal(st, CPR_UNAVAILABLE);
     assert_true(strlen(cpr_errmsg()) > 0);
     /* A node that is down: Begin retries, then says so. */
@@ -632,6 +648,117 @@ static int vanishing_writer(const char *target)
             return 4;
 }
 
+/* ---- range batches and gathers from the caller's table ------------------------------------ */
+
+/* Table 1 (dim 8, state 1) held by "the trainer" as rows of 12 floats:
+ * 8 values, 1 state, 3 of padding; row r is at trainer[(r - 100) * 12]. */
+#define G_STRIDE 12
+#define G_BASE 100
+static float g_value(uint64_t row, uint32_t j) { return (float)row * 10.0f + (float)j; }
+
+static void ranges_and_gathers(const char *target)
+{
+    cpr_client *c;
+    assert_status(CPR_OK, cpr_client_open(target, NULL, &c));
+    size_t rows = 3000;
+    float *trainer = calloc(rows * G_STRIDE, sizeof(float));
+    for (uint64_t r = 0; r < rows; r++) {
+        for (uint32_t j = 0; j < 8; j++)
+            trainer[r * G_STRIDE + j] = g_value(r + G_BASE, j);
+        trainer[r * G_STRIDE + 8] = -(float)(r + G_BASE);
+    }
+    /* Checkpoint 1: a FULL of table 2 as one range batch (no ids array) and
+     * rows [100, 1100) of table 1 as a range gather. Checkpoint 2: a DELTA
+     * of table 1 gathered by ids in no particular order. */
+    cpr_part_spec spec = tu_part("gather", 0, 1, 1, CPR_KIND_FULL, tables, 2);
+    cpr_part *p = NULL;
+    assert_status(CPR_OK, cpr_client_begin(c, &spec, &p));
+    float *dense = malloc(sizeof(float) * 4000 * 3);
+    for (size_t i = 0; i < 4000 * 3; i++)
+        dense[i] = (float)i;
+    cpr_row_batch range = {.table = 2, .n = 4000, .range_begin = 0, .values = dense,
+                           .values_count = 4000 * 3};
+    assert_status(CPR_OK, cpr_part_put_rows(p, &range));
+    cpr_row_batch beyond = range;
+    beyond.n = 1;
+    beyond.range_begin = 4000; /* the table has 4000 rows */
+    beyond.values_count = 3;
+    assert_status(CPR_INVALID_ARGUMENT, cpr_part_put_rows(p, &beyond));
+    cpr_gather g = {.table = 1, .n = 1000, .range_begin = G_BASE, .row_base = G_BASE,
+                    .values = trainer, .values_stride = G_STRIDE, .state = trainer + 8,
+                    .state_stride = G_STRIDE};
+    assert_status(CPR_OK, cpr_part_put_gather(p, &g));
+    cpr_gather below = g;
+    below.range_begin = G_BASE - 1;
+    assert_status(CPR_INVALID_ARGUMENT, cpr_part_put_gather(p, &below));
+    cpr_gather narrow = g;
+    narrow.values_stride = 7;
+    assert_status(CPR_INVALID_ARGUMENT, cpr_part_put_gather(p, &narrow));
+    assert_status(CPR_OK, cpr_part_commit(&p));
+
+    uint64_t ids[] = {2500, 150, 3099, 1200, 100};
+    for (size_t i = 0; i < 5; i++) /* the trainer updated these rows */
+        trainer[(ids[i] - G_BASE) * G_STRIDE] = 0.5f;
+    spec = tu_part("gather", 0, 1, 2, CPR_KIND_DELTA, tables, 2);
+    assert_status(CPR_OK, cpr_client_begin(c, &spec, &p));
+    g = (cpr_gather){.table = 1, .n = 5, .ids = ids, .row_base = G_BASE, .values = trainer,
+                     .values_stride = G_STRIDE, .state = trainer + 8, .state_stride = G_STRIDE};
+    assert_status(CPR_OK, cpr_part_put_gather(p, &g));
+    assert_status(CPR_OK, cpr_part_commit(&p));
+
+    /* Everything back as of 2, value by value. */
+    float *v1 = calloc(4000 * 8, sizeof(float)), *s1 = calloc(4000, sizeof(float));
+    float *v2 = calloc(4000 * 3, sizeof(float));
+    uint8_t *got = calloc(4000, 1);
+    cpr_restore_query q = {.job = "gather", .as_of = 2};
+    cpr_restore_into into1 = {1, 0, 4000, 8, 1, v1, s1, got};
+    cpr_restore_into into2 = {2, 0, 4000, 3, 0, v2, NULL, NULL};
+    cpr_restore_result res;
+    assert_status(CPR_OK, cpr_client_restore_table(c, &q, NULL, 0, &into1, &res));
+    assert_int_equal(res.as_of, 2);
+    assert_int_equal(res.rows, 1000 + 3); /* of the 5 ids, 150 and 100 are in the range */
+    assert_status(CPR_OK, cpr_client_restore_table(c, &q, NULL, 0, &into2, &res));
+    assert_int_equal(res.rows, 4000);
+    assert_memory_equal(v2, dense, sizeof(float) * 4000 * 3);
+    for (uint64_t r = 0; r < 4000; r++) {
+        int in_range = r >= G_BASE && r < G_BASE + 1000;
+        int updated = r == 2500 || r == 150 || r == 3099 || r == 1200 || r == 100;
+        assert_int_equal(got[r], in_range || updated);
+        if (!got[r])
+            continue;
+        for (uint32_t j = 0; j < 8; j++) {
+            float want = updated && j == 0 ? 0.5f : g_value(r, j);
+            if (v1[r * 8 + j] != want)
+                fail_msg("row %llu value %u: %g, want %g", (unsigned long long)r, j,
+                         (double)v1[r * 8 + j], (double)want);
+        }
+        assert_true(s1[r] == -(float)r);
+    }
+    free(v1);
+    free(s1);
+    free(v2);
+    free(got);
+    free(dense);
+    free(trainer);
+    cpr_client_close(c);
+}
+
+static void test_ranges_and_gathers(void **state)
+{
+    (void)state;
+    char *dir = tu_mkdtemp("cpr-gather");
+    char target[512];
+    snprintf(target, sizeof target, "local://%s/store", dir);
+    ranges_and_gathers(target);
+    tu_rmtree(dir);
+    free(dir);
+    ch_daemon d;
+    char grpc_target[300];
+    dir = ch_daemon_up(&d, grpc_target, sizeof grpc_target);
+    ranges_and_gathers(grpc_target);
+    ch_daemon_down(&d, dir);
+}
+
 int main(int argc, char **argv)
 {
     if (argc == 3 && strcmp(argv[1], "--vanishing-writer") == 0)
@@ -641,6 +768,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_unix_round_trip),
         cmocka_unit_test(test_bad_targets),
         cmocka_unit_test(test_local_round_trip),
+        cmocka_unit_test(test_ranges_and_gathers),
         cmocka_unit_test(test_backpressure),
         cmocka_unit_test(test_grpc_round_trip),
         cmocka_unit_test(test_concurrent_shards),

@@ -170,7 +170,7 @@ static void save_shard(cpr_client *c, model *ms, size_t n, uint32_t shard, uint3
     for (size_t i = 0; i < sizeof dense; i++)
         dense[i] = dense_byte(shard, ckpt, i);
     assert_status(CPR_OK, cpr_part_put_blob(p, "dense", dense, sizeof dense));
-    assert_status(CPR_OK, cpr_part_commit(p));
+    assert_status(CPR_OK, cpr_part_commit(&p));
     for (size_t t = 0; t < n; t++)
         table_saved(&ms[t], &ts[t]);
 }

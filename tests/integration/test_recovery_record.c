@@ -258,7 +258,7 @@ static void write_full(cpr_client *c, uint32_t shard, uint64_t ckpt)
     tu_batch_make(&b, &tables[0], ids, 200, ckpt);
     assert_status(CPR_OK, cpr_client_begin(c, &spec, &p));
     assert_status(CPR_OK, cpr_part_put_rows(p, &b.batch));
-    assert_status(CPR_OK, cpr_part_commit(p));
+    assert_status(CPR_OK, cpr_part_commit(&p));
     tu_batch_free(&b);
 }
 

@@ -158,11 +158,11 @@ static cpr_status write_part(shard *s, uint64_t ckpt, cpr_kind kind, uint64_t fi
         float *values, *state;
         fill(&s->d, at, n, ckpt, &values, &state);
         cpr_row_batch b = {0, n, s->d.ids, values, n * s->d.dim,
-                           s->d.state_dim ? state : NULL, n * s->d.state_dim, 0};
+                           s->d.state_dim ? state : NULL, n * s->d.state_dim, 0, 0};
         st = cpr_part_put_rows(part, &b);
         at += n;
     }
-    return st ? (cpr_part_abort(part), st) : cpr_part_commit(part);
+    return st ? (cpr_part_abort(&part), st) : cpr_part_commit(&part);
 }
 
 static void *writer_main(void *arg)

@@ -112,9 +112,10 @@ static void usage(FILE *out)
           "\n"
           "  --server TARGET  grpc://HOST:PORT[,HOST:PORT...] (ckptd daemons; the\n"
           "                   list of every node the job was written to), HOST:PORT\n"
-          "                   [,...] (the same), or local:///ABS/PATH (the store\n"
-          "                   in-process, when no daemon has it open). Default:\n"
-          "                   $CPR_SERVER.\n"
+          "                   [,...] (the same), unix:/PATH (a ckptd's socket), or\n"
+          "                   local:///ABS/PATH (the store in-process, when no\n"
+          "                   daemon has it open): the client library's targets.\n"
+          "                   Default: $CPR_SERVER.\n"
           "  --timeout S      deadline of each short call in seconds (default 30)\n"
           "  --json           print exactly one JSON object on stdout\n"
           "  -h, --help       print this help (cprctl COMMAND --help: that command's)\n"
@@ -434,21 +435,18 @@ static int check_args(const command *cmd, ctl *c, const parsed *p)
     return 0;
 }
 
-/* "grpc://..." and "local://..." as they are; "host:port[,...]" gets grpc://. */
+/* The target as the client library reads it (cpr/client.h: one syntax). */
 static int resolve_target(ctl *c)
 {
     if (!c->server)
         c->server = getenv("CPR_SERVER");
     if (!c->server || c->server[0] == '\0')
         return usage_error("%s: no server: give --server TARGET or set CPR_SERVER", c->command);
-    const char *prefix = strstr(c->server, "://") ? "" : "grpc://";
-    size_t len = strlen(prefix) + strlen(c->server) + 1;
-    c->target = malloc(len);
+    c->target = strdup(c->server);
     if (!c->target) {
         fprintf(stderr, "cprctl: out of memory\n");
         return -1;
     }
-    snprintf(c->target, len, "%s%s", prefix, c->server);
     return 0;
 }
 
