@@ -25,8 +25,8 @@ extern "C" {
 #define CPR_NORETURN _Noreturn
 #endif
 
-/* Record a message for cpr_errmsg() on this thread and return `st`. */
-CPR_INTERNAL_API cpr_status cpr_fail(cpr_status st, const char *fmt, ...) CPR_PRINTF(2, 3);
+/* cpr_fail (record a message for cpr_errmsg() and return a status) is
+ * public: cpr/status.h. */
 
 /* Clear this thread's message (successful calls need not). */
 CPR_INTERNAL_API void cpr_clear_error(void);

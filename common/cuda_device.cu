@@ -1,13 +1,13 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * CUDA device probe (see cpr_cuda.h). Every runtime call is checked and
+ * CUDA device probe (see cpr/cuda.h). Every runtime call is checked and
  * mapped to CPR_CUDA with the runtime's own message; "no device" and "no
  * driver" are not errors for the count, so CPU-only machines report 0.
  */
 #include <cuda_runtime.h>
 
 #include "cpr_common.h"
-#include "cpr_cuda.h"
+#include "cpr/cuda.h"
 
 #define CHECK(call)                                                            \
     do {                                                                       \

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* The CUDA probe when CPR is built without CUDA (CPR_CUDA=OFF or no nvcc). */
-#include "cpr_cuda.h"
+#include "cpr/cuda.h"
 #include "cpr_common.h"
 
 cpr_status cpr_cuda_device_count(int *count)

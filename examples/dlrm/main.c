@@ -15,7 +15,7 @@
 
 #include "cpr_cli.h"
 #include "cpr_common.h"
-#include "cpr_cuda.h"
+#include "cpr/cuda.h"
 #include "ckpt.h"
 #include "cpr/failure.h"
 #include "dlrm.h"

@@ -13,7 +13,7 @@
 #include <stdlib.h>
 
 #include "cpr_common.h"
-#include "cpr_cuda.h"
+#include "cpr/cuda.h"
 #include "dlrm_internal.h"
 #include "dlrm_ops.h"
 

@@ -52,6 +52,14 @@ CPR_API cpr_status cpr_status_from_grpc(int code);
  */
 CPR_API const char *cpr_errmsg(void);
 
+/*
+ * Record a printf-style message for cpr_errmsg() on this thread and return
+ * `st`: how a callback (a restore's row function, say) or code built on CPR
+ * reports a failure through the same channel as the library.
+ */
+CPR_API cpr_status cpr_fail(cpr_status st, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
 #ifdef __cplusplus
 }
 #endif

@@ -6,7 +6,7 @@
  */
 #include <stdio.h>
 
-#include "cpr_cuda.h"
+#include "cpr/cuda.h"
 
 int main(void)
 {

@@ -18,7 +18,7 @@
 #include <cmocka.h>
 
 #include "cpr/crc32c.h"
-#include "cpr_cuda.h"
+#include "cpr/cuda.h"
 #include "dlrm.h"
 #include "dlrm_internal.h"
 #include "dlrm_ops.h"

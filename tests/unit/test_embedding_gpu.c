@@ -10,7 +10,7 @@
  */
 #include "emb_testlib.h"
 
-#include "cpr_cuda.h"
+#include "cpr/cuda.h"
 
 #ifdef CPR_TEST_HAVE_CUDA
 #include <cuda_runtime.h>

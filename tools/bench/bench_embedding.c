@@ -22,7 +22,7 @@
 #include "cpr/embedding.h"
 #include "cpr_cli.h"
 #include "cpr_common.h"
-#include "cpr_cuda.h"
+#include "cpr/cuda.h"
 #include "cpr_json.h"
 
 typedef struct emb_opts {
