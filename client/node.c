@@ -49,10 +49,24 @@ static void load_store(void)
         loaded_api = cpr_store_api_get();
         return;
     }
+    /* CPR_STORE_LIBRARY, else libcpr-store.so.0 beside this library (by its
+     * own path: a sanitizer's dlopen interceptor hides the caller's RUNPATH),
+     * else wherever the dynamic loader finds it. */
     const char *path = getenv("CPR_STORE_LIBRARY");
-    if (!path || !*path)
-        path = "libcpr-store.so.0";
-    void *lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    void *lib = NULL;
+    char beside[4096];
+    Dl_info self;
+    if ((!path || !*path) && dladdr((void *)load_store, &self) && self.dli_fname &&
+        strrchr(self.dli_fname, '/')) {
+        int dir_len = (int)(strrchr(self.dli_fname, '/') - self.dli_fname);
+        snprintf(beside, sizeof beside, "%.*s/libcpr-store.so.0", dir_len, self.dli_fname);
+        lib = dlopen(beside, RTLD_NOW | RTLD_LOCAL);
+    }
+    if (!lib) {
+        if (!path || !*path)
+            path = "libcpr-store.so.0";
+        lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    }
     if (!lib) {
         snprintf(load_error, sizeof load_error, "%s", dlerror());
         return;

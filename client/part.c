@@ -737,6 +737,33 @@ cpr_status cpr_part_abort(cpr_part **handle)
     return part_abort(p);
 }
 
+typedef struct abort_try {
+    cpr_client *client;
+    cpr_node *node;
+    cpr_part_id id;
+} abort_try;
+
+static cpr_status abort_once(void *ctx)
+{
+    abort_try *a = ctx;
+    return cpr_node_abort(a->node, &a->id, a->client->opts.call_timeout_s);
+}
+
+cpr_status cpr_client_abort(cpr_client *c, const char *job, uint32_t shard, uint64_t checkpoint)
+{
+    if (!c || !job)
+        return cpr_fail(CPR_INVALID_ARGUMENT, "cpr_client_abort: client and job must not be "
+                        "NULL");
+    if (!cpr_name_valid(job))
+        return cpr_fail(CPR_INVALID_ARGUMENT, "job name '%.64s' is not 1-%d characters of "
+                        "[A-Za-z0-9._-]", job, CPR_NAME_MAX);
+    abort_try a = {c, c->nodes[cpr_client_node_of(c, job, shard)], {job, shard, checkpoint}};
+    cpr_status st = cpr_client_retry(c, abort_once, &a);
+    if (st == CPR_NOT_FOUND)
+        st = CPR_OK; /* never begun, or already gone: nothing of it is left */
+    return st;
+}
+
 void cpr_parts_abort_all(cpr_client *c)
 {
     for (;;) {

@@ -51,8 +51,9 @@ static void nodes_for(const cpr_client *c, const char *job, const uint32_t *shar
 
 /* Turn the query's state into one checkpoint id before anything is read, so
  * that every node reads the same state and the result names it: the cut for
- * `consistent`, the newest committed id for as_of 0. With several nodes the
- * placement of the job's parts is checked on the way. */
+ * `consistent`, else the newest committed id at or below as_of (any, for
+ * as_of 0). With several nodes the placement of the job's parts is checked on
+ * the way. */
 static cpr_status resolve_as_of(cpr_client *c, cpr_restore_query *q)
 {
     cpr_status st = CPR_OK;
@@ -69,21 +70,21 @@ static cpr_status resolve_as_of(cpr_client *c, cpr_restore_query *q)
         q->consistent = 0;
         return st;
     }
-    if (q->as_of && c->n_nodes == 1)
-        return CPR_OK;
     cpr_part_info *parts = NULL;
     size_t n = 0;
-    uint64_t newest = 0;
-    st = cpr_client_list_checked(c, q->job, 1, &parts, &n);
+    uint64_t used = 0, limit = q->as_of ? q->as_of : UINT64_MAX;
+    st = cpr_client_list_checked(c, q->job, c->n_nodes > 1, &parts, &n);
     for (size_t i = 0; st == CPR_OK && i < n; i++)
-        if (parts[i].committed && parts[i].checkpoint > newest)
-            newest = parts[i].checkpoint;
+        if (parts[i].committed && parts[i].checkpoint <= limit && parts[i].checkpoint > used)
+            used = parts[i].checkpoint;
     free(parts);
-    if (st == CPR_OK && !q->as_of) {
-        if (!newest)
-            st = cpr_fail(CPR_NOT_FOUND, "job %s has no committed part yet", q->job);
-        q->as_of = newest;
-    }
+    if (st == CPR_OK && !q->as_of && !used)
+        st = cpr_fail(CPR_NOT_FOUND, "job %s has no committed part yet", q->job);
+    /* The state is as of the newest committed id at or below the one asked
+     * for: that id is what every node reads and what the result reports.
+     * None: the nodes say why (below the retention floor, or no such part). */
+    if (st == CPR_OK && used)
+        q->as_of = used;
     return st;
 }
 

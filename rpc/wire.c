@@ -54,7 +54,7 @@ cpr_status cpr_wire_begin_decode(const void *buf, size_t len, cpr_wire_begin *ou
     b.spec.id = (cpr_part_id){str(m->job), m->shard, m->checkpoint};
     b.spec.kind = (cpr_kind)m->kind; /* unknown values are refused by the store */
     b.spec.step = m->step;
-    b.spec.num_shards = m->num_shards ? m->num_shards : 1;
+    b.spec.num_shards = m->num_shards; /* 0 (unset) is refused by the store, as on local:// */
     b.spec.base = m->base_checkpoint;
     b.spec.tables = b.tables;
     b.spec.n_tables = m->n_tables;

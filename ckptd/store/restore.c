@@ -719,9 +719,14 @@ cpr_status cpr_merge_run(cpr_store *store, const cpr_merge_plan *p, const cpr_me
 
 /* ---- cpr_store_restore ----------------------------------------------------------- */
 
-static uint64_t newest_checkpoint(const cpr_job *job)
+/* The newest committed checkpoint id at or below `max` (parts are sorted,
+ * C1); 0 if there is none. */
+static uint64_t newest_at_most(const cpr_job *job, uint64_t max)
 {
-    return job->n_parts ? job->parts[job->n_parts - 1].checkpoint : 0;
+    for (size_t i = job->n_parts; i-- > 0;)
+        if (job->parts[i].checkpoint <= max)
+            return job->parts[i].checkpoint;
+    return 0;
 }
 
 /* Under store->mu: resolve as_of and plan (M3). */
@@ -735,12 +740,20 @@ static cpr_status plan(cpr_store *store, const cpr_restore_query *q, cpr_merge_p
         if (cpr_job_cuts(job, &as_of, 1) == 0)
             return cpr_fail(CPR_NOT_FOUND, "job %s has no consistent cut yet", q->job);
     } else {
-        as_of = q->as_of ? q->as_of : newest_checkpoint(job);
+        as_of = q->as_of ? q->as_of : UINT64_MAX;
     }
     if (job->floor && as_of < job->floor)
         return cpr_fail(CPR_FAILED_PRECONDITION, "checkpoint %llu of job %s was "
                         "reclaimed by retention; the oldest restorable is %llu",
                         (unsigned long long)as_of, q->job, (unsigned long long)job->floor);
+    /* The id the state is really as of (what the result reports): the newest
+     * committed checkpoint at or below the one asked for. */
+    uint64_t used = newest_at_most(job, as_of);
+    if (used == 0)
+        return cpr_fail(CPR_NOT_FOUND, "job %s has no committed part at or below checkpoint "
+                        "%llu (its oldest is %llu)", q->job, (unsigned long long)as_of,
+                        (unsigned long long)job->parts[0].checkpoint);
+    as_of = used;
     p->store = store;
     cpr_status st = cpr_merge_plan_build(p, job, as_of, q->tables, q->n_tables, 0, 0);
     if (st == CPR_OK)

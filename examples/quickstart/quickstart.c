@@ -34,12 +34,14 @@ int main(int argc, char **argv)
         fprintf(stderr, "usage: quickstart TARGET (grpc://HOST:PORT, unix:/PATH or local:///DIR)\n");
         return 2;
     }
+    int rc = 1;
+    cpr_client *client = NULL;
     float *values = malloc(sizeof(float) * ROWS * DIM);
     float *state = malloc(sizeof(float) * ROWS * STATE);
     float *back = calloc(ROWS * DIM, sizeof(float));
     float *back_state = calloc(ROWS * STATE, sizeof(float));
     if (!values || !state || !back || !back_state)
-        return 1;
+        goto out;
     for (uint64_t r = 0; r < ROWS; r++) {
         for (uint32_t j = 0; j < DIM; j++)
             values[r * DIM + j] = value_of(r, j);
@@ -47,11 +49,11 @@ int main(int argc, char **argv)
     }
 
     /* 1. A client: the target decides the transport. */
-    cpr_client *client = NULL;
     cpr_status st = cpr_client_open(argv[1], NULL, &client);
-    if (st)
-        return fail("open", st);
-    int rc = 1;
+    if (st) {
+        rc = fail("open", st);
+        goto out;
+    }
 
     /* 2. Save: checkpoint ids start at 1 and increase per shard. A FULL part
      *    is the shard's whole state; this job has one shard. */
@@ -115,7 +117,7 @@ int main(int argc, char **argv)
            (unsigned long long)result.rows, (unsigned long long)result.as_of);
     rc = 0;
 out:
-    cpr_client_close(client);
+    cpr_client_close(client); /* NULL is a no-op */
     free(values);
     free(state);
     free(back);

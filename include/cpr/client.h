@@ -181,6 +181,18 @@ CPR_API cpr_status cpr_part_commit(cpr_part **part);
  * a stalled node can hold this call up to stream_timeout_s. */
 CPR_API cpr_status cpr_part_abort(cpr_part **part);
 
+/*
+ * Abort part (job, shard, checkpoint) by id, whoever began it: for a writer
+ * that died between begin and commit, whose open part would otherwise hold
+ * its checkpoint id until the daemon's idle timeout. CPR_OK once the part is
+ * gone (also when it was never begun or is already gone); nothing else of
+ * the job changes. A committed part is never touched: CPR_FAILED_PRECONDITION.
+ * A handle for that part (of this client or another) stays valid, but its
+ * puts and its commit then fail: abort it. Retried on CPR_UNAVAILABLE.
+ */
+CPR_API cpr_status cpr_client_abort(cpr_client *client, const char *job, uint32_t shard,
+                                    uint64_t checkpoint);
+
 /* Rows and payload bytes queued so far, and the first error that failed the
  * part's stream (CPR_OK if none). Never blocks. */
 typedef struct cpr_part_progress {

@@ -148,7 +148,8 @@ typedef struct cpr_restore_query {
 typedef cpr_status (*cpr_row_fn)(void *ctx, const cpr_row_batch *batch);
 
 typedef struct cpr_restore_result {
-    uint64_t as_of;       /* the checkpoint id the query resolved to */
+    uint64_t as_of;       /* the checkpoint the state is as of: the cut, or the
+                             newest committed id at or below the one asked for */
     uint64_t rows;
     uint64_t bytes;       /* ids + values + state bytes delivered */
 } cpr_restore_result;

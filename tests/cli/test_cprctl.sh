@@ -178,6 +178,22 @@ check_export() {
     grep -q 'CPR_IO' "$work/err" || fail "export into a missing directory: $(cat "$work/err")"
 }
 
+# abort: an id with no open part is OK (nothing left), a committed part is
+# never touched (exit 1, FAILED_PRECONDITION), and the list is unchanged.
+check_abort() {
+    ok abort demo 0 99
+    grep -q 'not open any more' "$work/out" || fail "abort: $(cat "$work/out")"
+    ok abort demo 1 99 --json
+    json_true 'd["aborted"] and d["shard"] == 1 and d["checkpoint"] == 99'
+    expect_rc 1 --server "$server" abort demo 0 1
+    grep -q 'CPR_FAILED_PRECONDITION' "$work/err" || fail "abort of a committed part: $(cat "$work/err")"
+    expect_rc 2 --server "$server" abort demo 0
+    expect_rc 2 --server "$server" abort demo x 1
+    expect_rc 2 --server "$server" abort demo 0 0
+    ok list demo --json
+    json_true 'len(d["parts"]) == 5'
+}
+
 check_gc() {
     ok gc demo --keep 1 --json
     json_true 'd["floor"] == 2 and d["parts_removed"] == 2 and d["keep"] == 1'
@@ -230,6 +246,7 @@ check_store() {
     check_verify
     check_export
     check_recovery
+    check_abort
     check_gc
 }
 

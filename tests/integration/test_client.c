@@ -759,6 +759,73 @@ static void test_ranges_and_gathers(void **state)
     ch_daemon_down(&d, dir);
 }
 
+/* ---- sharp edges: abort by id, num_shards, the checkpoint a restore used ------------------ */
+
+static void sharp_edges(const char *target)
+{
+    cpr_client *c;
+    assert_status(CPR_OK, cpr_client_open(target, NULL, &c));
+    /* num_shards 0 is refused the same way on every transport. */
+    cpr_part_spec spec = tu_part("edges", 0, 1, 5, CPR_KIND_FULL, tables, 2);
+    spec.num_shards = 0;
+    cpr_part *p = NULL;
+    assert_status(CPR_INVALID_ARGUMENT, cpr_client_begin(c, &spec, &p));
+    assert_non_null(strstr(cpr_errmsg(), "num_shards"));
+
+    /* An abandoned open part blocks its id until it is aborted by id. */
+    spec.num_shards = 1;
+    assert_status(CPR_OK, cpr_client_begin(c, &spec, &p));
+    assert_status(CPR_OK, put_rows(p, 0, 1, 50, 5));
+    cpr_part *again = NULL;
+    assert_status(CPR_ALREADY_EXISTS, cpr_client_begin(c, &spec, &again));
+    assert_status(CPR_OK, cpr_client_abort(c, "edges", 0, 5));
+    assert_status(CPR_OK, cpr_client_abort(c, "edges", 0, 5)); /* nothing left: still OK */
+    assert_status(CPR_OK, cpr_client_begin(c, &spec, &again));
+    assert_status(CPR_OK, put_rows(again, 0, 1, 100, 5));
+    assert_status(CPR_OK, cpr_part_commit(&again));
+    /* The first writer's handle is still valid; its commit fails, not crashes. */
+    assert_true(cpr_part_commit(&p) != CPR_OK);
+    assert_null(p);
+    /* A committed part is never aborted. */
+    assert_status(CPR_FAILED_PRECONDITION, cpr_client_abort(c, "edges", 0, 5));
+
+    /* A restore reports the checkpoint it used: the newest at or below as_of. */
+    cpr_restore_query q = {.job = "edges", .as_of = 9, .tables = &tables[1].table,
+                           .n_tables = 1};
+    float *v = calloc(4000 * 3, sizeof(float));
+    cpr_restore_into into = {2, 0, 4000, 3, 0, v, NULL, NULL};
+    cpr_restore_result res;
+    assert_status(CPR_OK, cpr_client_restore_table(c, &q, NULL, 0, &into, &res));
+    assert_int_equal(res.as_of, 5);
+    assert_int_equal(res.rows, 100);
+    q.as_of = 4;
+    assert_status(CPR_NOT_FOUND, cpr_client_restore_table(c, &q, NULL, 0, &into, &res));
+    assert_non_null(strstr(cpr_errmsg(), "at or below checkpoint 4"));
+    /* A callback's error keeps its message on every transport. */
+    cpr_restore_into narrow = {2, 0, 10, 3, 0, v, NULL, NULL};
+    q.as_of = 0;
+    assert_status(CPR_INVALID_ARGUMENT, cpr_client_restore_table(c, &q, NULL, 0, &narrow, &res));
+    assert_non_null(strstr(cpr_errmsg(), "outside"));
+    free(v);
+    cpr_client_close(c);
+}
+
+static void test_sharp_edges(void **state)
+{
+    (void)state;
+    char *dir = tu_mkdtemp("cpr-edges");
+    char target[512];
+    snprintf(target, sizeof target, "local://%s/store", dir);
+    sharp_edges(target);
+    tu_rmtree(dir);
+    free(dir);
+    ch_daemon d;
+    char grpc_target[300];
+    dir = ch_daemon_up(&d, grpc_target, sizeof grpc_target);
+    sharp_edges(grpc_target);
+    ch_daemon_down(&d, dir);
+}
+
 int main(int argc, char **argv)
 {
     if (argc == 3 && strcmp(argv[1], "--vanishing-writer") == 0)
@@ -769,6 +836,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_bad_targets),
         cmocka_unit_test(test_local_round_trip),
         cmocka_unit_test(test_ranges_and_gathers),
+        cmocka_unit_test(test_sharp_edges),
         cmocka_unit_test(test_backpressure),
         cmocka_unit_test(test_grpc_round_trip),
         cmocka_unit_test(test_concurrent_shards),

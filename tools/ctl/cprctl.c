@@ -63,6 +63,13 @@ static const command COMMANDS[] = {
      "  Prints the floor (oldest restorable checkpoint), the parts and uncommitted\n"
      "  leftovers removed, the stored row versions dropped, and the store size\n"
      "  before and after.\n"},
+    {"abort", 3, 3, 0, ctl_cmd_abort,
+     "cprctl abort JOB SHARD CKPT\n"
+     "  Drop the open (uncommitted) part of JOB's SHARD at checkpoint id CKPT,\n"
+     "  say of a trainer that died between begin and commit, so that the id is\n"
+     "  free at once instead of after the daemon's idle timeout. Exit 0 when\n"
+     "  nothing of the part is left (also when there was none); a committed\n"
+     "  part is never touched (exit 1, FAILED_PRECONDITION).\n"},
     {"stats", 0, 0, 0, ctl_cmd_stats,
      "cprctl stats\n"
      "  Counters of every node, summed: jobs, parts, rows and bytes in and out\n"
@@ -418,6 +425,13 @@ static int check_args(const command *cmd, ctl *c, const parsed *p)
     }
     if (c->n_args > 0 && check_job(c->args[0]))
         return -1;
+    if (strcmp(cmd->name, "abort") == 0) {
+        uint64_t shard;
+        if (cli_error(cpr_cli_u64("SHARD", c->args[1], 0, UINT32_MAX, &shard)) ||
+            cli_error(cpr_cli_u64("CKPT", c->args[2], 1, UINT64_MAX, &c->checkpoint)))
+            return -1;
+        c->shard = (uint32_t)shard;
+    }
     if (strcmp(cmd->name, "inspect") == 0 &&
         cli_error(cpr_cli_u64("CKPT", c->args[1], 0, UINT64_MAX, &c->checkpoint)))
         return -1;

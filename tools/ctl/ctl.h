@@ -37,7 +37,8 @@ typedef struct ctl {
     uint64_t as_of;               /* export --as-of; 0: newest */
     int consistent;               /* export --consistent */
     ctl_format format;            /* export --format */
-    uint64_t checkpoint;          /* inspect CKPT */
+    uint64_t checkpoint;          /* inspect CKPT, abort CKPT */
+    uint32_t shard;               /* abort SHARD */
     uint32_t table;               /* export TABLE */
     cpr_client *client;
 } ctl;
@@ -94,6 +95,7 @@ int ctl_cmd_list(ctl *c);
 int ctl_cmd_inspect(ctl *c);
 int ctl_cmd_verify(ctl *c);
 int ctl_cmd_gc(ctl *c);
+int ctl_cmd_abort(ctl *c);
 int ctl_cmd_stats(ctl *c);
 int ctl_cmd_export(ctl *c);
 int ctl_cmd_recovery(ctl *c);

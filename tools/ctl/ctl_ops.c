@@ -381,6 +381,28 @@ int ctl_cmd_verify(ctl *c)
     return ctl_json_emit(c, &j, rc);
 }
 
+/* ---- abort ------------------------------------------------------------------------------ */
+
+int ctl_cmd_abort(ctl *c)
+{
+    const char *job = c->args[0];
+    cpr_status st = cpr_client_abort(c->client, job, c->shard, c->checkpoint);
+    if (st)
+        return ctl_fail(c, st);
+    if (c->json) {
+        ctl_json j;
+        ctl_json_begin(c, &j);
+        ctl_jstr(&j, j.root, "job", job);
+        ctl_jnum(&j, j.root, "shard", c->shard);
+        ctl_jnum(&j, j.root, "checkpoint", (double)c->checkpoint);
+        ctl_jbool(&j, j.root, "aborted", 1);
+        return ctl_json_emit(c, &j, 0);
+    }
+    printf("part %s/%u/%llu: not open any more (aborted, or there was none)\n", job, c->shard,
+           (unsigned long long)c->checkpoint);
+    return 0;
+}
+
 /* ---- gc --------------------------------------------------------------------------------- */
 
 int ctl_cmd_gc(ctl *c)
