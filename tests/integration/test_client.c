@@ -743,20 +743,26 @@ static void ranges_and_gathers(const char *target)
     cpr_client_close(c);
 }
 
-static void test_ranges_and_gathers(void **state)
+/* fn against local:// in a fresh directory, then against a fresh ckptd. */
+static void on_both_transports(void (*fn)(const char *target))
 {
-    (void)state;
-    char *dir = tu_mkdtemp("cpr-gather");
+    char *dir = tu_mkdtemp("cpr-both");
     char target[512];
     snprintf(target, sizeof target, "local://%s/store", dir);
-    ranges_and_gathers(target);
+    fn(target);
     tu_rmtree(dir);
     free(dir);
     ch_daemon d;
     char grpc_target[300];
     dir = ch_daemon_up(&d, grpc_target, sizeof grpc_target);
-    ranges_and_gathers(grpc_target);
+    fn(grpc_target);
     ch_daemon_down(&d, dir);
+}
+
+static void test_ranges_and_gathers(void **state)
+{
+    (void)state;
+    on_both_transports(ranges_and_gathers);
 }
 
 /* ---- sharp edges: abort by id, num_shards, the checkpoint a restore used ------------------ */
@@ -813,17 +819,7 @@ static void sharp_edges(const char *target)
 static void test_sharp_edges(void **state)
 {
     (void)state;
-    char *dir = tu_mkdtemp("cpr-edges");
-    char target[512];
-    snprintf(target, sizeof target, "local://%s/store", dir);
-    sharp_edges(target);
-    tu_rmtree(dir);
-    free(dir);
-    ch_daemon d;
-    char grpc_target[300];
-    dir = ch_daemon_up(&d, grpc_target, sizeof grpc_target);
-    sharp_edges(grpc_target);
-    ch_daemon_down(&d, dir);
+    on_both_transports(sharp_edges);
 }
 
 int main(int argc, char **argv)
