@@ -218,7 +218,7 @@ static void h_get_recovery(cpr_rpc_call *c, void *app)
     uint8_t *resp = NULL;
     cpr_status st = cpr_wire_get_recovery_decode(req, req_len, &g);
     if (st == CPR_OK) {
-        st = cpr_store_recovery_get_timed(srv->store, g.job, &generation, &plan, &plan_len,
+        st = cpr_store_recovery_get(srv->store, g.job, &generation, &plan, &plan_len,
                                           &written_ms);
         if (st == CPR_OK)
             st = cpr_wire_recovery_record_encode(g.job, generation, plan, plan_len, written_ms,
@@ -243,7 +243,7 @@ static void h_put_recovery(cpr_rpc_call *c, void *app)
     uint8_t *resp = NULL;
     cpr_status st = cpr_wire_put_recovery_decode(req, req_len, &p);
     if (st == CPR_OK) {
-        st = cpr_store_recovery_put_timed(srv->store, p.job, p.generation, p.plan, p.len,
+        st = cpr_store_recovery_put(srv->store, p.job, p.generation, p.plan, p.len,
                                           &generation, &written_ms);
         if (st == CPR_OK) {
             cpr_log(CPR_LOG_INFO, "recovery record of %s: generation %llu (%zu-byte plan)",

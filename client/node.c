@@ -558,7 +558,7 @@ cpr_status cpr_node_recovery_get(cpr_node *n, const char *job, double timeout_s,
                                  uint64_t *generation, void **plan, size_t *len)
 {
     if (n->store)
-        return local(n, n->api->recovery_get(n->store, job, generation, plan, len));
+        return local(n, n->api->recovery_get(n->store, job, generation, plan, len, NULL));
     uint8_t *req = NULL, *resp = NULL;
     size_t req_len = 0, resp_len = 0;
     cpr_status st = cpr_wire_get_recovery_encode(job, &req, &req_len);
@@ -574,7 +574,7 @@ cpr_status cpr_node_recovery_put(cpr_node *n, const char *job, uint64_t expected
                                  uint64_t *generation)
 {
     if (n->store)
-        return local(n, n->api->recovery_put(n->store, job, expected, plan, len, generation));
+        return local(n, n->api->recovery_put(n->store, job, expected, plan, len, generation, NULL));
     uint8_t *req = NULL, *resp = NULL;
     size_t req_len = 0, resp_len = 0;
     void *none = NULL; /* the answer carries no plan */

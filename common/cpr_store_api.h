@@ -43,9 +43,10 @@ typedef struct cpr_store_api {
     cpr_status (*gc_floor)(cpr_store *store, const char *job, uint64_t floor,
                            cpr_gc_report *report);
     cpr_status (*recovery_get)(cpr_store *store, const char *job, uint64_t *generation,
-                               void **plan, size_t *len);
+                               void **plan, size_t *len, uint64_t *written_unix_ms);
     cpr_status (*recovery_put)(cpr_store *store, const char *job, uint64_t expected,
-                               const void *plan, size_t len, uint64_t *generation);
+                               const void *plan, size_t len, uint64_t *generation,
+                               uint64_t *written_unix_ms);
     const char *(*errmsg)(void);
 } cpr_store_api;
 

@@ -106,7 +106,7 @@ static cpr_status write_record(cpr_store *store, const char *job, const record *
     return err ? cpr_rocks_error(err, "writing a recovery record") : CPR_OK;
 }
 
-cpr_status cpr_store_recovery_get_timed(cpr_store *store, const char *job, uint64_t *generation,
+cpr_status cpr_store_recovery_get(cpr_store *store, const char *job, uint64_t *generation,
                                         void **plan, size_t *len, uint64_t *written_unix_ms)
 {
     if (!store || !generation || !plan || !len)
@@ -124,12 +124,6 @@ cpr_status cpr_store_recovery_get_timed(cpr_store *store, const char *job, uint6
     if (written_unix_ms)
         *written_unix_ms = r.written_unix_ms;
     return CPR_OK;
-}
-
-cpr_status cpr_store_recovery_get(cpr_store *store, const char *job, uint64_t *generation,
-                                  void **plan, size_t *len)
-{
-    return cpr_store_recovery_get_timed(store, job, generation, plan, len, NULL);
 }
 
 static cpr_status check_put(const char *job, uint64_t expected, const void *plan, size_t len)
@@ -166,7 +160,7 @@ static cpr_status compare_and_set(cpr_store *store, const char *job, uint64_t ex
     return write_record(store, job, now, plan, len);
 }
 
-cpr_status cpr_store_recovery_put_timed(cpr_store *store, const char *job, uint64_t expected,
+cpr_status cpr_store_recovery_put(cpr_store *store, const char *job, uint64_t expected,
                                         const void *plan, size_t len, uint64_t *generation,
                                         uint64_t *written_unix_ms)
 {
@@ -188,8 +182,3 @@ cpr_status cpr_store_recovery_put_timed(cpr_store *store, const char *job, uint6
     return CPR_OK;
 }
 
-cpr_status cpr_store_recovery_put(cpr_store *store, const char *job, uint64_t expected,
-                                  const void *plan, size_t len, uint64_t *generation)
-{
-    return cpr_store_recovery_put_timed(store, job, expected, plan, len, generation, NULL);
-}

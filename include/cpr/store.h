@@ -247,24 +247,21 @@ CPR_API cpr_status cpr_store_gc_floor(cpr_store *store, const char *job, uint64_
 /*
  * The job's record: *generation (0 when there is none) and a malloc'd copy
  * of the plan (*plan, free(); never NULL on success, *len 0 when there is
- * no record or the plan is empty). Errors: CPR_INVALID_ARGUMENT (bad job
+ * no record or the plan is empty), and the wall-clock time the record was
+ * written (milliseconds since the Unix epoch; 0 when there is no record) in
+ * *written_unix_ms (may be NULL). Errors: CPR_INVALID_ARGUMENT (bad job
  * name), CPR_CORRUPT (the stored record fails its checksum), CPR_IO,
  * CPR_NO_MEMORY.
  */
 CPR_API cpr_status cpr_store_recovery_get(cpr_store *store, const char *job, uint64_t *generation,
-                                  void **plan, size_t *len);
-
-/* cpr_store_recovery_get, with the wall-clock time the record was written
- * (milliseconds since the Unix epoch; 0 when there is no record) in
- * *written_unix_ms (may be NULL). */
-CPR_API cpr_status cpr_store_recovery_get_timed(cpr_store *store, const char *job, uint64_t *generation,
-                                        void **plan, size_t *len, uint64_t *written_unix_ms);
+                                          void **plan, size_t *len, uint64_t *written_unix_ms);
 
 /*
  * Compare-and-set: if the job's generation is exactly `expected` (0: no
  * record yet), store `plan` (len bytes, at most CPR_RECOVERY_PLAN_MAX,
  * copied; may be NULL when len is 0) as generation expected + 1 and return
- * it in *generation, once it is durable (a synced write). Atomic with
+ * it in *generation, once it is durable (a synced write), with the time it
+ * records as written in *written_unix_ms (may be NULL). Atomic with
  * respect to every other put on this store: of concurrent puts with the
  * same `expected`, exactly one succeeds. Errors: CPR_FAILED_PRECONDITION
  * (the generation is not `expected`; the message names the current one, and
@@ -273,13 +270,8 @@ CPR_API cpr_status cpr_store_recovery_get_timed(cpr_store *store, const char *jo
  * its generation cannot be compared), CPR_IO, CPR_RESOURCE_EXHAUSTED.
  */
 CPR_API cpr_status cpr_store_recovery_put(cpr_store *store, const char *job, uint64_t expected,
-                                  const void *plan, size_t len, uint64_t *generation);
-
-/* cpr_store_recovery_put, with the record's written time (as stored) in
- * *written_unix_ms (may be NULL). */
-CPR_API cpr_status cpr_store_recovery_put_timed(cpr_store *store, const char *job, uint64_t expected,
-                                        const void *plan, size_t len, uint64_t *generation,
-                                        uint64_t *written_unix_ms);
+                                          const void *plan, size_t len, uint64_t *generation,
+                                          uint64_t *written_unix_ms);
 
 /*
  * Read every row block (of parts and folds) and blob of `job` (NULL: all

@@ -35,7 +35,7 @@ static void assert_record(cpr_store *s, const char *job, uint64_t generation, co
     uint64_t gen = 99;
     void *got = NULL;
     size_t got_len = 99;
-    assert_status(CPR_OK, cpr_store_recovery_get(s, job, &gen, &got, &got_len));
+    assert_status(CPR_OK, cpr_store_recovery_get(s, job, &gen, &got, &got_len, NULL));
     assert_non_null(got);
     assert_int_equal(gen, generation);
     assert_int_equal(got_len, len);
@@ -58,42 +58,42 @@ static void test_no_record(void **state)
     uint64_t gen = 7, written = 7;
     void *plan = NULL;
     size_t len = 7;
-    assert_status(CPR_OK, cpr_store_recovery_get_timed(f->store, "nobody", &gen, &plan, &len,
+    assert_status(CPR_OK, cpr_store_recovery_get(f->store, "nobody", &gen, &plan, &len,
                                                        &written));
     assert_int_equal(written, 0);
     free(plan);
     gen = 5;
     assert_status(CPR_INVALID_ARGUMENT, cpr_store_recovery_get(f->store, "bad/name", &gen, &plan,
-                                                               &len));
+                                                               &len, NULL));
     assert_non_null(strstr(cpr_errmsg(), "bad/name"));
     assert_int_equal(gen, 5); /* out-parameters untouched on failure */
-    assert_status(CPR_INVALID_ARGUMENT, cpr_store_recovery_get(f->store, NULL, &gen, &plan, &len));
+    assert_status(CPR_INVALID_ARGUMENT, cpr_store_recovery_get(f->store, NULL, &gen, &plan, &len, NULL));
 }
 
 static void test_compare_and_set(void **state)
 {
     tu_store_fixture *f = *state;
     uint64_t gen = 0, written = 0, before = unix_ms();
-    assert_status(CPR_OK, cpr_store_recovery_put_timed(f->store, "j", 0, "first", 5, &gen,
+    assert_status(CPR_OK, cpr_store_recovery_put(f->store, "j", 0, "first", 5, &gen,
                                                        &written));
     assert_int_equal(gen, 1);
     assert_true(written >= before && written <= unix_ms());
     gen = 42;
     assert_status(CPR_FAILED_PRECONDITION, cpr_store_recovery_put(f->store, "j", 0, "second", 6,
-                                                                  &gen));
+                                                                  &gen, NULL));
     assert_non_null(strstr(cpr_errmsg(), "generation 1"));
     assert_int_equal(gen, 42);
     assert_record(f->store, "j", 1, "first", 5);
-    assert_status(CPR_FAILED_PRECONDITION, cpr_store_recovery_put(f->store, "j", 2, "x", 1, &gen));
-    assert_status(CPR_OK, cpr_store_recovery_put(f->store, "j", 1, "second", 6, &gen));
+    assert_status(CPR_FAILED_PRECONDITION, cpr_store_recovery_put(f->store, "j", 2, "x", 1, &gen, NULL));
+    assert_status(CPR_OK, cpr_store_recovery_put(f->store, "j", 1, "second", 6, &gen, NULL));
     assert_int_equal(gen, 2);
     assert_record(f->store, "j", 2, "second", 6);
     /* An empty plan is a plan: the generation still moves. */
-    assert_status(CPR_OK, cpr_store_recovery_put(f->store, "j", 2, NULL, 0, &gen));
+    assert_status(CPR_OK, cpr_store_recovery_put(f->store, "j", 2, NULL, 0, &gen, NULL));
     assert_int_equal(gen, 3);
     assert_record(f->store, "j", 3, NULL, 0);
     /* Records of different jobs are independent. */
-    assert_status(CPR_OK, cpr_store_recovery_put(f->store, "j2", 0, "other", 5, &gen));
+    assert_status(CPR_OK, cpr_store_recovery_put(f->store, "j2", 0, "other", 5, &gen, NULL));
     assert_int_equal(gen, 1);
     assert_record(f->store, "j", 3, NULL, 0);
 }
@@ -106,14 +106,14 @@ static void test_limits(void **state)
     for (size_t i = 0; i < big; i++)
         plan[i] = (unsigned char)(i * 31u);
     uint64_t gen = 0;
-    assert_status(CPR_INVALID_ARGUMENT, cpr_store_recovery_put(f->store, "j", 0, plan, big, &gen));
+    assert_status(CPR_INVALID_ARGUMENT, cpr_store_recovery_put(f->store, "j", 0, plan, big, &gen, NULL));
     assert_non_null(strstr(cpr_errmsg(), "bytes"));
     assert_status(CPR_INVALID_ARGUMENT,
-                  cpr_store_recovery_put(f->store, "j", UINT64_MAX, plan, 1, &gen));
-    assert_status(CPR_INVALID_ARGUMENT, cpr_store_recovery_put(f->store, "", 0, plan, 1, &gen));
-    assert_status(CPR_INVALID_ARGUMENT, cpr_store_recovery_put(f->store, "j", 0, NULL, 3, &gen));
+                  cpr_store_recovery_put(f->store, "j", UINT64_MAX, plan, 1, &gen, NULL));
+    assert_status(CPR_INVALID_ARGUMENT, cpr_store_recovery_put(f->store, "", 0, plan, 1, &gen, NULL));
+    assert_status(CPR_INVALID_ARGUMENT, cpr_store_recovery_put(f->store, "j", 0, NULL, 3, &gen, NULL));
     assert_record(f->store, "j", 0, NULL, 0); /* nothing refused was written */
-    assert_status(CPR_OK, cpr_store_recovery_put(f->store, "j", 0, plan, big - 1, &gen));
+    assert_status(CPR_OK, cpr_store_recovery_put(f->store, "j", 0, plan, big - 1, &gen, NULL));
     assert_record(f->store, "j", 1, plan, big - 1);
     free(plan);
 }
@@ -129,7 +129,7 @@ static void test_durable(void **state)
 {
     tu_store_fixture *f = *state;
     uint64_t gen = 0;
-    assert_status(CPR_OK, cpr_store_recovery_put(f->store, "j", 0, "plan-1", 6, &gen));
+    assert_status(CPR_OK, cpr_store_recovery_put(f->store, "j", 0, "plan-1", 6, &gen, NULL));
     reopen(f);
     assert_record(f->store, "j", 1, "plan-1", 6);
     /* A process that records and dies without closing the store: the
@@ -161,7 +161,7 @@ static void test_survives_gc(void **state)
     tu_store_fixture *f = *state;
     uint64_t gen = 0;
     /* A record may come before any part: the job is then not listed. */
-    assert_status(CPR_OK, cpr_store_recovery_put(f->store, "g", 0, "early", 5, &gen));
+    assert_status(CPR_OK, cpr_store_recovery_put(f->store, "g", 0, "early", 5, &gen, NULL));
     char **jobs = NULL;
     size_t n_jobs = 0;
     assert_status(CPR_OK, cpr_store_list_jobs(f->store, &jobs, &n_jobs));
@@ -169,7 +169,7 @@ static void test_survives_gc(void **state)
     cpr_names_free(jobs, n_jobs);
     for (uint64_t c = 1; c <= 4; c++)
         write_full(f->store, "g", c);
-    assert_status(CPR_OK, cpr_store_recovery_put(f->store, "g", 1, "after", 5, &gen));
+    assert_status(CPR_OK, cpr_store_recovery_put(f->store, "g", 1, "after", 5, &gen, NULL));
     cpr_gc_report rep = {0};
     assert_status(CPR_OK, cpr_store_gc(f->store, "g", 1, &rep));
     assert_int_equal(rep.floor, 4);
@@ -204,17 +204,18 @@ static void *race(void *arg)
     int len = snprintf(plan, sizeof plan, "racer-%d", r->id);
     uint64_t gen = 0;
     pthread_barrier_wait(r->start);
-    r->first = cpr_store_recovery_put(r->store, "race", 0, plan, (size_t)len, &gen);
+    r->first = cpr_store_recovery_put(r->store, "race", 0, plan, (size_t)len, &gen, NULL);
     pthread_barrier_wait(r->start);
     while (r->wins < INCREMENTS) { /* read, then compare-and-set, until it lands */
         void *cur = NULL;
         size_t cur_len = 0;
-        if (cpr_store_recovery_get(r->store, "count", &gen, &cur, &cur_len) != CPR_OK) {
+        if (cpr_store_recovery_get(r->store, "count", &gen, &cur, &cur_len, NULL) != CPR_OK) {
             r->errors++;
             break;
         }
         free(cur);
-        cpr_status st = cpr_store_recovery_put(r->store, "count", gen, plan, (size_t)len, &gen);
+        cpr_status st = cpr_store_recovery_put(r->store, "count", gen, plan, (size_t)len, &gen,
+                                               NULL);
         r->wins += st == CPR_OK;
         r->errors += st != CPR_OK && st != CPR_FAILED_PRECONDITION;
     }
@@ -252,7 +253,7 @@ static void test_concurrent(void **state)
     uint64_t gen = 0;
     void *last = NULL;
     size_t last_len = 0;
-    assert_status(CPR_OK, cpr_store_recovery_get(f->store, "count", &gen, &last, &last_len));
+    assert_status(CPR_OK, cpr_store_recovery_get(f->store, "count", &gen, &last, &last_len, NULL));
     assert_int_equal(gen, THREADS * INCREMENTS); /* no lost and no double update */
     free(last);
 }
@@ -263,7 +264,7 @@ static int put_and_die(const char *path)
     cpr_store *s = NULL;
     uint64_t g = 0;
     int ok = cpr_store_open(path, NULL, &s) == CPR_OK &&
-             cpr_store_recovery_put(s, "j", 1, "plan-2", 6, &g) == CPR_OK && g == 2;
+             cpr_store_recovery_put(s, "j", 1, "plan-2", 6, &g, NULL) == CPR_OK && g == 2;
     if (!ok)
         fprintf(stderr, "put-and-die: %s\n", cpr_errmsg());
     _exit(ok ? 0 : 1);
