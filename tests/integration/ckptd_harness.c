@@ -22,8 +22,6 @@
 
 const cpr_table_schema ch_table = {.table = 1, .rows = 100000, .dim = 8, .state_dim = 1};
 
-#define CH_MAX_EXTRA_ARGS 16
-
 void ch_start(ch_daemon *d, const char *dir)
 {
     ch_start_args(d, dir, NULL);
@@ -31,45 +29,14 @@ void ch_start(ch_daemon *d, const char *dir)
 
 void ch_start_args(ch_daemon *d, const char *dir, const char *const *extra)
 {
-    /* Retention only when a test asks for it: a periodic run could remove
-     * the old checkpoints a test restores. */
-    const char *argv[10 + CH_MAX_EXTRA_ARGS] = {"ckptd", "--listen", "127.0.0.1:0",
-                                                "--data-dir", dir, "--log-level", "warn",
-                                                "--gc-interval-s", "0"};
-    size_t argc = 9;
-    for (size_t i = 0; extra && extra[i]; i++) {
-        assert_true(i < CH_MAX_EXTRA_ARGS);
-        argv[argc++] = extra[i];
-    }
-    argv[argc] = NULL;
-    int fds[2];
-    assert_int_equal(pipe(fds), 0);
-    d->pid = fork();
-    assert_true(d->pid >= 0);
-    if (d->pid == 0) {
-        prctl(PR_SET_PDEATHSIG, SIGKILL); /* never outlive a failed test */
-        dup2(fds[1], STDOUT_FILENO);
-        close(fds[0]);
-        close(fds[1]);
-        execv(CKPTD_PATH, (char *const *)argv);
-        _exit(127);
-    }
-    close(fds[1]);
-    FILE *out = fdopen(fds[0], "r");
-    char line[400] = "";
-    /* Blocks until the daemon serves: it prints the line after binding. */
-    assert_non_null(fgets(line, sizeof line, out));
-    fclose(out);
-    assert_int_equal(sscanf(line, "ckptd listening on %255s", d->addr), 1);
+    if (cpr_ckptd_spawn(CKPTD_PATH, dir, NULL, extra, d) != CPR_OK)
+        fail_msg("%s", cpr_errmsg());
 }
 
 void ch_stop(ch_daemon *d)
 {
-    int status = 0;
-    assert_int_equal(kill(d->pid, SIGTERM), 0);
-    assert_int_equal(waitpid(d->pid, &status, 0), d->pid);
-    assert_true(WIFEXITED(status));
-    assert_int_equal(WEXITSTATUS(status), 0);
+    if (cpr_ckptd_stop(d) != CPR_OK)
+        fail_msg("%s", cpr_errmsg());
 }
 
 char *ch_daemon_up(ch_daemon *d, char *target, size_t cap)

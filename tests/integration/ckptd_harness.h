@@ -11,6 +11,7 @@
 #include <sys/types.h>
 
 #include "channel.h"
+#include "launch.h"
 #include "wire.h"
 
 #define CH_TIMEOUT_S 20.0
@@ -19,10 +20,7 @@
 /* The one table the harness's parts hold. */
 extern const cpr_table_schema ch_table;
 
-typedef struct ch_daemon {
-    pid_t pid;
-    char addr[256];       /* host:port, or unix:/path */
-} ch_daemon;
+typedef cpr_ckptd_proc ch_daemon; /* ckptd/launch.h: the launcher cpr-bench uses too */
 
 void ch_start(ch_daemon *d, const char *dir);
 /* ch_start with more daemon flags: `extra` is a NULL-terminated list

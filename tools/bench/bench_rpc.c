@@ -23,71 +23,22 @@
 #include "bench.h"
 #include "cpr/client.h"
 #include "cpr_common.h"
+#include "launch.h"
 
 /* ---- the daemon --------------------------------------------------------------- */
 
-typedef struct bench_daemon {
-    pid_t pid;
-    char addr[256];       /* host:port, or unix:/path */
-} bench_daemon;
+typedef cpr_ckptd_proc bench_daemon;
 
 /* use_unix: listen on DIR/ckptd.sock instead of 127.0.0.1. */
 static cpr_status daemon_start(const char *ckptd, const char *dir, int use_unix,
                                bench_daemon *d)
 {
     char listen[300];
-    if (use_unix)
-        snprintf(listen, sizeof listen, "unix:%s/ckptd.sock", dir);
-    else
-        snprintf(listen, sizeof listen, "127.0.0.1:0");
-    int fds[2];
-    if (pipe(fds) != 0)
-        return cpr_fail(CPR_IO, "pipe: %s", strerror(errno));
-    d->pid = fork();
-    if (d->pid < 0) {
-        close(fds[0]);
-        close(fds[1]);
-        return cpr_fail(CPR_IO, "fork: %s", strerror(errno));
-    }
-    if (d->pid == 0) {
-        prctl(PR_SET_PDEATHSIG, SIGKILL);
-        dup2(fds[1], STDOUT_FILENO);
-        close(fds[0]);
-        close(fds[1]);
-        execl(ckptd, "ckptd", "--listen", listen, "--data-dir", dir, "--log-level",
-              "warn", "--gc-interval-s", "0", (char *)NULL);
-        fprintf(stderr, "cpr-bench: cannot run %s: %s\n", ckptd, strerror(errno));
-        _exit(127);
-    }
-    close(fds[1]);
-    FILE *out = fdopen(fds[0], "r");
-    char line[400] = "";
-    /* The daemon prints its address once it serves; EOF means it died. */
-    int ok = out && fgets(line, sizeof line, out) &&
-             sscanf(line, "ckptd listening on %255s", d->addr) == 1;
-    if (out)
-        fclose(out);
-    else
-        close(fds[0]);
-    if (!ok) {
-        kill(d->pid, SIGKILL);
-        waitpid(d->pid, NULL, 0);
-        return cpr_fail(CPR_UNAVAILABLE, "ckptd (%s) did not start (see its messages above; "
-                        "--ckptd PATH names the binary)", ckptd);
-    }
-    return CPR_OK;
-}
-
-static cpr_status daemon_stop(bench_daemon *d)
-{
-    int status = 0;
-    kill(d->pid, SIGTERM);
-    if (waitpid(d->pid, &status, 0) != d->pid)
-        return cpr_fail(CPR_IO, "waitpid ckptd: %s", strerror(errno));
-    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
-        return cpr_fail(CPR_INTERNAL, "ckptd did not exit cleanly on SIGTERM (status %d)",
-                        status);
-    return CPR_OK;
+    snprintf(listen, sizeof listen, "unix:%s/ckptd.sock", dir);
+    cpr_status st = cpr_ckptd_spawn(ckptd, dir, use_unix ? listen : NULL, NULL, d);
+    if (st)
+        cpr_fail(st, "%s (--ckptd PATH names the binary)", cpr_errmsg());
+    return st;
 }
 
 /* User and system CPU seconds of process `pid` so far (/proc/PID/stat). */
@@ -327,7 +278,7 @@ cpr_status bench_rpc_run(const bench_opts *opts, const char *data_dir, uint32_t 
     client = NULL;
     if (st == CPR_OK) { /* cold: as after a failure, nothing cached anywhere */
         t0 = cpr_now_s();
-        st = daemon_stop(&d);
+        st = cpr_ckptd_stop(&d);
         d.pid = 0;
         res->close_s = cpr_now_s() - t0;
         t0 = cpr_now_s();
@@ -355,7 +306,7 @@ cpr_status bench_rpc_run(const bench_opts *opts, const char *data_dir, uint32_t 
     }
     cpr_client_close(client);
     if (d.pid > 0) {
-        cpr_status stop = daemon_stop(&d);
+        cpr_status stop = cpr_ckptd_stop(&d);
         if (st == CPR_OK)
             st = stop;
     }

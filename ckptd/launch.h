@@ -1,0 +1,36 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * Start a ckptd as a child process and learn its address: the one launcher
+ * that cpr-bench and the tests share (library cpr_ckptd_launch). The child
+ * dies with its parent (PR_SET_PDEATHSIG), so a crashed benchmark or test
+ * leaves no daemon behind.
+ */
+#ifndef CPR_CKPTD_LAUNCH_H
+#define CPR_CKPTD_LAUNCH_H
+
+#include <sys/types.h>
+
+#include "cpr/status.h"
+
+typedef struct cpr_ckptd_proc {
+    pid_t pid;
+    char addr[256];       /* host:port, or unix:/path: what it printed */
+} cpr_ckptd_proc;
+
+/*
+ * Run `ckptd` (the binary's path) on data directory `dir`, listening on
+ * `listen` (NULL: 127.0.0.1:0, a free port), with retention off and
+ * warnings only, plus the flags in `extra` (NULL-terminated, at most 16;
+ * may be NULL). Returns once the daemon serves (it prints its address after
+ * binding). CPR_UNAVAILABLE if it exits first (its stderr says why).
+ */
+cpr_status cpr_ckptd_spawn(const char *ckptd, const char *dir, const char *listen,
+                           const char *const *extra, cpr_ckptd_proc *out);
+
+/* SIGTERM, wait; CPR_INTERNAL unless it exited with status 0. */
+cpr_status cpr_ckptd_stop(cpr_ckptd_proc *d);
+
+/* SIGKILL, reaped. */
+void cpr_ckptd_kill(cpr_ckptd_proc *d);
+
+#endif /* CPR_CKPTD_LAUNCH_H */
