@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * protobuf-c <-> store types (see wire.h). Generated code lives in
+ * protobuf-c <-> the shared types (see wire.h). Generated code lives in
  * build/.../proto/cpr/v1/checkpoint.pb-c.[ch]; nothing else includes it.
  */
 #include <stdlib.h>
@@ -33,6 +33,123 @@ static cpr_status malformed(const char *what, size_t len)
 static const char *str(const char *s)
 {
     return s ? s : "";
+}
+
+/* ---- generic helpers: messages whose shape repeats ------------------------------------ */
+/*
+ * Several requests are the same few fields under other names: a part id
+ * (job, shard, checkpoint; Commit adds rows, GetBlob a blob name) or a job
+ * alone (List, Verify, GetRecovery). They are read and written here once,
+ * through protobuf-c's own field descriptors (name -> offset and type), so
+ * adding such a message is one line, not three functions.
+ */
+
+/* Unpack `desc`'s message from buf; CPR_INVALID_ARGUMENT names the type. */
+static cpr_status unpack(const ProtobufCMessageDescriptor *desc, const void *buf, size_t len,
+                         ProtobufCMessage **out)
+{
+    *out = protobuf_c_message_unpack(desc, NULL, len, buf);
+    return *out ? CPR_OK : malformed(desc->short_name, len);
+}
+
+/* The address of field `name` of message m, or NULL if its type has none. */
+static void *field_at(const ProtobufCMessage *m, const char *name)
+{
+    const ProtobufCFieldDescriptor *f =
+        protobuf_c_message_descriptor_get_field_by_name(m->descriptor, name);
+    return f ? (char *)m + f->offset : NULL;
+}
+
+static const char *get_string(const ProtobufCMessage *m, const char *name)
+{
+    char **f = field_at(m, name);
+    return f ? str(*f) : NULL;
+}
+
+static uint64_t get_u64(const ProtobufCMessage *m, const char *name)
+{
+    const ProtobufCFieldDescriptor *f =
+        protobuf_c_message_descriptor_get_field_by_name(m->descriptor, name);
+    if (!f)
+        return 0;
+    const char *at = (const char *)m + f->offset;
+    return f->type == PROTOBUF_C_TYPE_UINT32 ? *(const uint32_t *)at : *(const uint64_t *)at;
+}
+
+static void set_string(ProtobufCMessage *m, const char *name, const char *value)
+{
+    char **f = field_at(m, name);
+    if (f)
+        *f = (char *)str(value);
+}
+
+static void set_u64(ProtobufCMessage *m, const char *name, uint64_t value)
+{
+    const ProtobufCFieldDescriptor *f =
+        protobuf_c_message_descriptor_get_field_by_name(m->descriptor, name);
+    if (!f)
+        return;
+    char *at = (char *)m + f->offset;
+    if (f->type == PROTOBUF_C_TYPE_UINT32)
+        *(uint32_t *)at = (uint32_t)value;
+    else
+        *(uint64_t *)at = value;
+}
+
+/* A part-id request of type `desc`: job, shard, checkpoint, and rows and
+ * name where the type has them. */
+static cpr_status decode_part(const ProtobufCMessageDescriptor *desc, const void *buf,
+                              size_t len, cpr_wire_part *out)
+{
+    ProtobufCMessage *m;
+    cpr_status st = unpack(desc, buf, len, &m);
+    if (st == CPR_OK)
+        *out = (cpr_wire_part){{get_string(m, "job"), (uint32_t)get_u64(m, "shard"),
+                                get_u64(m, "checkpoint")},
+                               get_u64(m, "rows"), get_string(m, "name"), m};
+    return st;
+}
+
+static cpr_status encode_part(const ProtobufCMessageDescriptor *desc, const cpr_part_id *id,
+                              uint64_t rows, const char *name, uint8_t **buf, size_t *len)
+{
+    _Alignas(16) unsigned char mem[256];
+    if (desc->sizeof_message > sizeof mem)
+        BUG("a part request outgrew encode_part's buffer");
+    ProtobufCMessage *m = (ProtobufCMessage *)mem;
+    desc->message_init(m);
+    set_string(m, "job", id->job);
+    set_u64(m, "shard", id->shard);
+    set_u64(m, "checkpoint", id->checkpoint);
+    set_u64(m, "rows", rows);
+    set_string(m, "name", name);
+    return pack(m, buf, len);
+}
+
+/* A job request of type `desc`; `all_if_empty`: an empty job means "every
+ * job" (NULL), as Verify and Gc read it. */
+static cpr_status decode_job(const ProtobufCMessageDescriptor *desc, const void *buf, size_t len,
+                             int all_if_empty, cpr_wire_list *out)
+{
+    ProtobufCMessage *m;
+    cpr_status st = unpack(desc, buf, len, &m);
+    if (st == CPR_OK) {
+        const char *job = get_string(m, "job");
+        *out = (cpr_wire_list){all_if_empty && !*job ? NULL : job, m};
+    }
+    return st;
+}
+
+static cpr_status encode_job(const ProtobufCMessageDescriptor *desc, const char *job,
+                             uint8_t **buf, size_t *len)
+{
+    _Alignas(16) unsigned char mem[256];
+    if (desc->sizeof_message > sizeof mem)
+        BUG("a job request outgrew encode_job's buffer");
+    ProtobufCMessage *m = (ProtobufCMessage *)mem;
+    desc->message_init(m);
+    set_string(m, "job", job);
+    return pack(m, buf, len);
 }
 
 /* ---- Begin ------------------------------------------------------------------ */
@@ -327,29 +444,17 @@ cpr_status cpr_wire_chunk_encode(const cpr_part_id *id, const char *name, uint64
 
 cpr_status cpr_wire_commit_decode(const void *buf, size_t len, cpr_wire_part *out)
 {
-    Cpr__V1__CommitRequest *m = cpr__v1__commit_request__unpack(NULL, len, buf);
-    if (!m)
-        return malformed("CommitRequest", len);
-    *out = (cpr_wire_part){{str(m->job), m->shard, m->checkpoint}, m->rows, NULL, m};
-    return CPR_OK;
+    return decode_part(&cpr__v1__commit_request__descriptor, buf, len, out);
 }
 
 cpr_status cpr_wire_abort_decode(const void *buf, size_t len, cpr_wire_part *out)
 {
-    Cpr__V1__AbortRequest *m = cpr__v1__abort_request__unpack(NULL, len, buf);
-    if (!m)
-        return malformed("AbortRequest", len);
-    *out = (cpr_wire_part){{str(m->job), m->shard, m->checkpoint}, 0, NULL, m};
-    return CPR_OK;
+    return decode_part(&cpr__v1__abort_request__descriptor, buf, len, out);
 }
 
 cpr_status cpr_wire_getblob_decode(const void *buf, size_t len, cpr_wire_part *out)
 {
-    Cpr__V1__GetBlobRequest *m = cpr__v1__get_blob_request__unpack(NULL, len, buf);
-    if (!m)
-        return malformed("GetBlobRequest", len);
-    *out = (cpr_wire_part){{str(m->job), m->shard, m->checkpoint}, 0, str(m->name), m};
-    return CPR_OK;
+    return decode_part(&cpr__v1__get_blob_request__descriptor, buf, len, out);
 }
 
 void cpr_wire_part_release(cpr_wire_part *p)
@@ -362,32 +467,18 @@ void cpr_wire_part_release(cpr_wire_part *p)
 cpr_status cpr_wire_commit_encode(const cpr_part_id *id, uint64_t rows, uint8_t **buf,
                                   size_t *len)
 {
-    Cpr__V1__CommitRequest m = CPR__V1__COMMIT_REQUEST__INIT;
-    m.job = (char *)id->job;
-    m.shard = id->shard;
-    m.checkpoint = id->checkpoint;
-    m.rows = rows;
-    return pack(&m.base, buf, len);
+    return encode_part(&cpr__v1__commit_request__descriptor, id, rows, NULL, buf, len);
 }
 
 cpr_status cpr_wire_abort_encode(const cpr_part_id *id, uint8_t **buf, size_t *len)
 {
-    Cpr__V1__AbortRequest m = CPR__V1__ABORT_REQUEST__INIT;
-    m.job = (char *)id->job;
-    m.shard = id->shard;
-    m.checkpoint = id->checkpoint;
-    return pack(&m.base, buf, len);
+    return encode_part(&cpr__v1__abort_request__descriptor, id, 0, NULL, buf, len);
 }
 
 cpr_status cpr_wire_getblob_encode(const cpr_part_id *id, const char *name, uint8_t **buf,
                                    size_t *len)
 {
-    Cpr__V1__GetBlobRequest m = CPR__V1__GET_BLOB_REQUEST__INIT;
-    m.job = (char *)id->job;
-    m.shard = id->shard;
-    m.checkpoint = id->checkpoint;
-    m.name = (char *)name;
-    return pack(&m.base, buf, len);
+    return encode_part(&cpr__v1__get_blob_request__descriptor, id, 0, name, buf, len);
 }
 
 /* ---- restore and list ------------------------------------------------------------------ */
@@ -466,11 +557,7 @@ out:
 
 cpr_status cpr_wire_list_decode(const void *buf, size_t len, cpr_wire_list *out)
 {
-    Cpr__V1__ListRequest *m = cpr__v1__list_request__unpack(NULL, len, buf);
-    if (!m)
-        return malformed("ListRequest", len);
-    *out = (cpr_wire_list){str(m->job), m};
-    return CPR_OK;
+    return decode_job(&cpr__v1__list_request__descriptor, buf, len, 0, out);
 }
 
 void cpr_wire_list_release(cpr_wire_list *l)
@@ -482,9 +569,7 @@ void cpr_wire_list_release(cpr_wire_list *l)
 
 cpr_status cpr_wire_list_encode(const char *job, uint8_t **buf, size_t *len)
 {
-    Cpr__V1__ListRequest m = CPR__V1__LIST_REQUEST__INIT;
-    m.job = (char *)job;
-    return pack(&m.base, buf, len);
+    return encode_job(&cpr__v1__list_request__descriptor, job, buf, len);
 }
 
 /* ---- list jobs, verify, gc ------------------------------------------------------------------ */
@@ -512,18 +597,12 @@ cpr_status cpr_wire_list_jobs_encode(uint8_t **buf, size_t *len)
 
 cpr_status cpr_wire_verify_decode(const void *buf, size_t len, cpr_wire_list *out)
 {
-    Cpr__V1__VerifyRequest *m = cpr__v1__verify_request__unpack(NULL, len, buf);
-    if (!m)
-        return malformed("VerifyRequest", len);
-    *out = (cpr_wire_list){job_or_all(m->job), m};
-    return CPR_OK;
+    return decode_job(&cpr__v1__verify_request__descriptor, buf, len, 1, out);
 }
 
 cpr_status cpr_wire_verify_encode(const char *job, uint8_t **buf, size_t *len)
 {
-    Cpr__V1__VerifyRequest m = CPR__V1__VERIFY_REQUEST__INIT;
-    m.job = (char *)str(job);
-    return pack(&m.base, buf, len);
+    return encode_job(&cpr__v1__verify_request__descriptor, job, buf, len);
 }
 
 cpr_status cpr_wire_gc_decode(const void *buf, size_t len, cpr_wire_gc *out)
@@ -812,18 +891,12 @@ cpr_status cpr_wire_gc_response_decode(const void *buf, size_t len, cpr_gc_repor
 
 cpr_status cpr_wire_get_recovery_decode(const void *buf, size_t len, cpr_wire_list *out)
 {
-    Cpr__V1__GetRecoveryRequest *m = cpr__v1__get_recovery_request__unpack(NULL, len, buf);
-    if (!m)
-        return malformed("GetRecoveryRequest", len);
-    *out = (cpr_wire_list){str(m->job), m};
-    return CPR_OK;
+    return decode_job(&cpr__v1__get_recovery_request__descriptor, buf, len, 0, out);
 }
 
 cpr_status cpr_wire_get_recovery_encode(const char *job, uint8_t **buf, size_t *len)
 {
-    Cpr__V1__GetRecoveryRequest m = CPR__V1__GET_RECOVERY_REQUEST__INIT;
-    m.job = (char *)str(job);
-    return pack(&m.base, buf, len);
+    return encode_job(&cpr__v1__get_recovery_request__descriptor, job, buf, len);
 }
 
 cpr_status cpr_wire_put_recovery_decode(const void *buf, size_t len, cpr_wire_recovery *out)
