@@ -14,7 +14,7 @@
 #include <string.h>
 
 #include "ckpt_internal.h"
-#include "cpr_common.h"
+#include "util.h"
 
 static const char *const POLICY_NAMES[] = {"full", "delta", "partial", "mfu",
                                            "ssu", "topk-norm", "auto", NULL};
@@ -117,7 +117,7 @@ static cpr_status check_options(dlrm_ckpt_options *o)
         return cpr_fail(CPR_INVALID_ARGUMENT, "target PLS must be in (0, 1)");
     if (o->total_steps == 0)
         return cpr_fail(CPR_INVALID_ARGUMENT, "the run's length in steps is needed");
-    if (!cpr_name_valid(o->job))
+    if (!dlrm_job_name_ok(o->job))
         return cpr_fail(CPR_INVALID_ARGUMENT, "job name '%s' is not 1-128 chars of "
                         "[A-Za-z0-9._-]", o->job);
     if ((unsigned)o->policy > DLRM_CKPT_AUTO || (unsigned)o->recovery > DLRM_RECOVER_AUTO)
@@ -368,8 +368,9 @@ static void stage_shard(dlrm_ckpt *ck, uint32_t s, const cpr_estimate *e, int ha
     if (st && part)
         cpr_part_abort(&part);
     if (st)
-        cpr_log(CPR_LOG_WARN, "checkpoint %llu: shard %u not staged: %s: %s",
-                (unsigned long long)ck->fl.checkpoint, s, cpr_status_name(st), cpr_errmsg());
+        dlrm_log(DLRM_LOG_WARN, "checkpoint %llu: shard %u not staged: %s: %s",
+                 (unsigned long long)ck->fl.checkpoint, s, cpr_status_name(st),
+                 cpr_errmsg());
     ck->fl.parts[s] = st ? NULL : part;
     ck->fl.status[s] = st;
 }
@@ -383,8 +384,8 @@ static void *commit_main(void *arg)
             continue;
         ck->fl.status[s] = cpr_part_commit(&ck->fl.parts[s]);
         if (ck->fl.status[s])
-            cpr_log(CPR_LOG_WARN, "checkpoint %llu: shard %u not committed: %s",
-                    (unsigned long long)ck->fl.checkpoint, s, cpr_errmsg());
+            dlrm_log(DLRM_LOG_WARN, "checkpoint %llu: shard %u not committed: %s",
+                     (unsigned long long)ck->fl.checkpoint, s, cpr_errmsg());
         ck->fl.parts[s] = NULL;
     }
     pthread_mutex_lock(&ck->fl.mu);
@@ -414,7 +415,7 @@ static cpr_status start_save(dlrm_ckpt *ck)
     int have = 0;
     ck->interval_steps = next_interval(ck, &e, &have);
     report_tracked(ck);
-    double t0 = cpr_now_s();
+    double t0 = dlrm_now_s();
     ckpt_flight *fl = &ck->fl;
     fl->checkpoint = ck->next_id++;
     fl->step = dlrm_model_step(ck->model);
@@ -423,7 +424,7 @@ static cpr_status start_save(dlrm_ckpt *ck)
     fl->t_begin = t0;
     for (uint32_t s = 0; s < ck->shards; s++)
         stage_shard(ck, s, &e, have);
-    fl->stall_s = cpr_now_s() - t0;
+    fl->stall_s = dlrm_now_s() - t0;
     ck->st.saves_started++;
     ck->saves_done++;
     report_tracked(ck);
@@ -445,18 +446,18 @@ static cpr_status emit_checkpoint(dlrm_ckpt *ck, int committed, uint32_t shards_
                                   double duration_s)
 {
     ckpt_flight *fl = &ck->fl;
-    cpr_json *ev = dlrm_trainer_event(ck->trainer, "checkpoint");
-    if (ev && (cpr_json_add_number(ev, "checkpoint", (double)fl->checkpoint) ||
-               cpr_json_add_string(ev, "kind", cpr_kind_name(fl->kind)) ||
-               cpr_json_add_string(ev, "policy", cpr_policy_name(fl->policy)) ||
-               cpr_json_add_number(ev, "rows", (double)fl->rows) ||
-               cpr_json_add_number(ev, "bytes", (double)fl->bytes) ||
-               cpr_json_add_number(ev, "stall_ms", fl->stall_s * 1e3) ||
-               cpr_json_add_number(ev, "duration_ms", duration_s * 1e3) ||
-               cpr_json_add_bool(ev, "committed", committed) ||
-               cpr_json_add_number(ev, "save_step", (double)fl->step) ||
-               cpr_json_add_number(ev, "shards_committed", shards_ok))) {
-        cpr_json_free(ev);
+    cJSON *ev = dlrm_trainer_event(ck->trainer, "checkpoint");
+    if (ev && (!cJSON_AddNumberToObject(ev, "checkpoint", (double)fl->checkpoint) ||
+               !cJSON_AddStringToObject(ev, "kind", cpr_kind_name(fl->kind)) ||
+               !cJSON_AddStringToObject(ev, "policy", cpr_policy_name(fl->policy)) ||
+               !cJSON_AddNumberToObject(ev, "rows", (double)fl->rows) ||
+               !cJSON_AddNumberToObject(ev, "bytes", (double)fl->bytes) ||
+               !cJSON_AddNumberToObject(ev, "stall_ms", fl->stall_s * 1e3) ||
+               !cJSON_AddNumberToObject(ev, "duration_ms", duration_s * 1e3) ||
+               !cJSON_AddBoolToObject(ev, "committed", committed) ||
+               !cJSON_AddNumberToObject(ev, "save_step", (double)fl->step) ||
+               !cJSON_AddNumberToObject(ev, "shards_committed", shards_ok))) {
+        cJSON_Delete(ev);
         ev = NULL;
     }
     return dlrm_trainer_emit(ck->trainer, ev);
@@ -469,7 +470,7 @@ static cpr_status settle(dlrm_ckpt *ck)
     if (fl->active == 1)
         pthread_join(fl->thread, NULL);
     fl->active = 0;
-    double duration_s = cpr_now_s() - fl->t_begin;
+    double duration_s = dlrm_now_s() - fl->t_begin;
     uint32_t ok = 0;
     for (uint32_t s = 0; s < ck->shards; s++) {
         int committed = fl->status[s] == CPR_OK;
@@ -514,13 +515,13 @@ cpr_status dlrm_ckpt_drain(dlrm_ckpt *ck)
 {
     if (!ck->fl.active)
         return CPR_OK;
-    double t0 = cpr_now_s();
+    double t0 = dlrm_now_s();
     pthread_mutex_lock(&ck->fl.mu);
     while (!ck->fl.done)
         pthread_cond_wait(&ck->fl.cv, &ck->fl.mu);
     pthread_mutex_unlock(&ck->fl.mu);
     if (ck->o.sync)
-        ck->fl.stall_s += cpr_now_s() - t0;
+        ck->fl.stall_s += dlrm_now_s() - t0;
     return settle(ck);
 }
 
@@ -551,8 +552,8 @@ static cpr_status after_step(void *ctx, dlrm_trainer *trainer)
     }
     if (st == CPR_OK && ck->o.crash_at_step && step == ck->o.crash_at_step) {
         st = dlrm_ckpt_drain(ck);
-        cpr_log(CPR_LOG_WARN, "crashing on purpose after step %llu (--crash-at-step)",
-                (unsigned long long)step);
+        dlrm_log(DLRM_LOG_WARN, "crashing on purpose after step %llu (--crash-at-step)",
+                 (unsigned long long)step);
         raise(SIGKILL);
     }
     return st;
@@ -577,7 +578,7 @@ static uint64_t total_update_events(dlrm_ckpt *ck)
     return events;
 }
 
-static void on_summary(void *ctx, dlrm_trainer *trainer, cpr_json *ev)
+static void on_summary(void *ctx, dlrm_trainer *trainer, cJSON *ev)
 {
     dlrm_ckpt *ck = ctx;
     dlrm_run_result r;
@@ -598,13 +599,15 @@ static void on_summary(void *ctx, dlrm_trainer *trainer, cpr_json *ev)
                        prioritized(ck->o.policy) ? ck->o.fraction : 1.0, overhead / compute,
                        events ? (double)s->lost_events / (double)events : 0,
                        (double)ck->interval_steps, r.total_s};
+    const char *recovery = ck->o.recovery == DLRM_RECOVER_FULL ? "full"
+                           : ck->o.recovery == DLRM_RECOVER_PARTIAL ? "partial" : "auto";
+    /* The trainer prints whatever made it in: a field lost to a failed
+     * allocation shortens the summary rather than failing the run. */
     for (size_t i = 0; names[i]; i++)
-        cpr_json_add_number(ev, names[i], values[i]);
-    cpr_json_add_string(ev, "strategy", ck->client ? dlrm_ckpt_policy_name(ck->o.policy)
-                                                   : "none");
-    cpr_json_add_string(ev, "recovery", ck->o.recovery == DLRM_RECOVER_FULL ? "full"
-                                        : ck->o.recovery == DLRM_RECOVER_PARTIAL ? "partial"
-                                                                                 : "auto");
+        cJSON_AddNumberToObject(ev, names[i], values[i]);
+    cJSON_AddStringToObject(ev, "strategy",
+                            ck->client ? dlrm_ckpt_policy_name(ck->o.policy) : "none");
+    cJSON_AddStringToObject(ev, "recovery", recovery);
 }
 
 dlrm_hooks dlrm_ckpt_hooks(dlrm_ckpt *ck)

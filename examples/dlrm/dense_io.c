@@ -21,7 +21,6 @@
  * model (CPR_INVALID_ARGUMENT). Nothing is written to the model until all pass.
  */
 #include "cpr/crc32c.h"
-#include "cpr_common.h"
 #include "dlrm_internal.h"
 
 #define DENSE_MAGIC "CPRDLRMD"

@@ -21,10 +21,11 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include <cjson/cJSON.h>
+
 #include "cpr/data.h"
 #include "cpr/embedding.h"
 #include "cpr/status.h"
-#include "cpr_json.h"
 
 #define DLRM_MAX_LAYERS 16        /* linear layers per MLP */
 #define DLRM_MAX_WIDTH 65536u     /* widest layer */
@@ -264,8 +265,9 @@ typedef struct dlrm_hooks {
     /* After the last step and the final evaluation, before the summary:
      * drain saves, final checkpoint. */
     cpr_status (*on_finish)(void *ctx, dlrm_trainer *trainer);
-    /* Add fields to the summary event (checkpoint bytes, PLS, ...). */
-    void (*on_summary)(void *ctx, dlrm_trainer *trainer, cpr_json *summary);
+    /* Add fields to the summary event (checkpoint bytes, PLS, ...): a cJSON
+     * object the trainer owns and prints after the call. */
+    void (*on_summary)(void *ctx, dlrm_trainer *trainer, cJSON *summary);
 } dlrm_hooks;
 
 /* Progress for a front end to print (the library prints nothing). */
@@ -322,12 +324,14 @@ double dlrm_trainer_elapsed_s(const dlrm_trainer *trainer);
 void dlrm_trainer_times(const dlrm_trainer *trainer, dlrm_run_result *out);
 
 /*
- * Log events for hooks: dlrm_trainer_event() returns a new object holding
- * "event", "step" and "t" (NULL on allocation failure); add fields, then
- * dlrm_trainer_emit() writes it as one line, flushes, and frees it (always,
- * even on error). Emitting without a log only frees. CPR_IO on a write error.
+ * Log events for hooks, as cJSON objects (the log is JSON lines, and cJSON is
+ * what the example links for it): dlrm_trainer_event() returns a new object
+ * holding "event", "step", "t" and "t_s" (NULL on allocation failure); add
+ * fields with cJSON's adders, then dlrm_trainer_emit() writes it as one
+ * line, flushes, and frees it (always, even on error; a NULL event is
+ * CPR_NO_MEMORY). Emitting without a log only frees. CPR_IO on a write error.
  */
-cpr_json *dlrm_trainer_event(dlrm_trainer *trainer, const char *name);
-cpr_status dlrm_trainer_emit(dlrm_trainer *trainer, cpr_json *event);
+cJSON *dlrm_trainer_event(dlrm_trainer *trainer, const char *name);
+cpr_status dlrm_trainer_emit(dlrm_trainer *trainer, cJSON *event);
 
 #endif /* CPR_DLRM_H */

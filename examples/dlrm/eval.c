@@ -8,7 +8,6 @@
 #include <math.h>
 #include <stdlib.h>
 
-#include "cpr_common.h"
 #include "dlrm_internal.h"
 #include "dlrm_ops.h"
 

@@ -23,8 +23,8 @@
 #include <unistd.h>
 
 #include "cpr/crc32c.h"
-#include "cpr_common.h"
 #include "dlrm_internal.h"
+#include "util.h"
 
 #define UNSHUFFLED_WINDOW 4096u      /* samples read at once in file order */
 #define MAX_WINDOW (1ull << 28)
@@ -246,7 +246,7 @@ static cpr_status read_sample(dlrm_loader *l, cpr_criteo_reader *r, uint64_t lim
         if (st != CPR_INVALID_ARGUMENT)
             return st;
         l->malformed++; /* the line is consumed; the reader goes on after it */
-        cpr_log(CPR_LOG_WARN, "skipping a malformed line: %s", cpr_errmsg());
+        dlrm_log(DLRM_LOG_WARN, "skipping a malformed line: %s", cpr_errmsg());
     }
 }
 

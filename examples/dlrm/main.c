@@ -2,10 +2,10 @@
 /*
  * cpr-dlrm: train the reference DLRM on a Criteo file (real Kaggle/Terabyte
  * data or `cpr-data gen` output), evaluate it on the held-out lines and
- * write a JSON event log. This file is the command line and the progress
- * lines on stderr; the model, loader and loop are cpr_dlrm (dlrm.h), and
- * checkpointing, failure injection and recovery are ckpt.h's hooks, set up
- * in make_hooks() below.
+ * write a JSON event log. This file is the command line (its flag values
+ * are parsed by flags.c) and the progress lines on stderr; the model,
+ * loader and loop are cpr_dlrm (dlrm.h), and checkpointing, failure
+ * injection and recovery are ckpt.h's hooks, set up in make_hooks() below.
  */
 #include <errno.h>
 #include <math.h>
@@ -13,12 +13,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cpr_cli.h"
-#include "cpr_common.h"
-#include "cpr/cuda.h"
 #include "ckpt.h"
+#include "cpr/cuda.h"
 #include "cpr/failure.h"
 #include "dlrm.h"
+#include "flags.h"
 
 #define EXIT_FAILED 1
 #define EXIT_USAGE 2
@@ -123,24 +122,11 @@ typedef struct options {
     int failure_dist;
 } options;
 
-static int report(cpr_status st)
-{
-    if (st)
-        fprintf(stderr, "cpr-dlrm: %s\n", cpr_errmsg());
-    return st ? -1 : 0;
-}
-
-static int parse_u64(const char *flag, const char *text, uint64_t lo, uint64_t hi,
-                     uint64_t *out)
-{
-    return report(cpr_cli_u64(flag, text, lo, hi, out));
-}
-
 static int parse_u32(const char *flag, const char *text, uint32_t lo, uint32_t hi,
                      uint32_t *out)
 {
     uint64_t v = 0;
-    if (parse_u64(flag, text, lo, hi, &v))
+    if (dlrm_flag_u64(flag, text, lo, hi, &v))
         return -1;
     *out = (uint32_t)v;
     return 0;
@@ -149,7 +135,7 @@ static int parse_u32(const char *flag, const char *text, uint32_t lo, uint32_t h
 static int parse_rate(const char *flag, const char *text, float *out)
 {
     double v = 0;
-    if (report(cpr_cli_double(flag, text, 0, 0, 1e6, 1, &v)))
+    if (dlrm_flag_number(flag, text, 0, 1e6, "(]", &v))
         return -1;
     *out = (float)v;
     return 0;
@@ -238,32 +224,32 @@ static int set_count_flag(options *o, const char *flag, const char *v)
     dlrm_config *m = &o->model;
     if (strcmp(flag, "--steps") == 0) {
         o->have_steps = 1;
-        return parse_u64(flag, v, 1, UINT64_MAX / 2, &o->train.steps);
+        return dlrm_flag_u64(flag, v, 1, UINT64_MAX / 2, &o->train.steps);
     }
     if (strcmp(flag, "--epochs") == 0) {
         o->have_epochs = 1;
-        return parse_u64(flag, v, 1, 1u << 20, &o->train.epochs);
+        return dlrm_flag_u64(flag, v, 1, 1u << 20, &o->train.epochs);
     }
     if (strcmp(flag, "--batch") == 0)
         return parse_u32(flag, v, 1, 1u << 20, &m->max_batch);
     if (strcmp(flag, "--emb-dim") == 0)
         return parse_u32(flag, v, 1, 4096, &m->emb_dim);
     if (strcmp(flag, "--table-rows") == 0)
-        return parse_u64(flag, v, 1, 1ull << 40, &m->table_rows);
+        return dlrm_flag_u64(flag, v, 1, 1ull << 40, &m->table_rows);
     if (strcmp(flag, "--tables") == 0)
         return parse_u32(flag, v, 1, CPR_CRITEO_SPARSE, &m->num_tables);
     if (strcmp(flag, "--shards") == 0)
         return parse_u32(flag, v, 1, 1u << 16, &m->num_shards);
     if (strcmp(flag, "--seed") == 0)
-        return parse_u64(flag, v, 0, UINT64_MAX, &m->seed);
+        return dlrm_flag_u64(flag, v, 0, UINT64_MAX, &m->seed);
     if (strcmp(flag, "--eval-every") == 0)
-        return parse_u64(flag, v, 0, UINT64_MAX, &o->train.eval_every);
+        return dlrm_flag_u64(flag, v, 0, UINT64_MAX, &o->train.eval_every);
     if (strcmp(flag, "--eval-max") == 0)
-        return parse_u64(flag, v, 0, UINT64_MAX, &o->train.eval_max);
+        return dlrm_flag_u64(flag, v, 0, UINT64_MAX, &o->train.eval_max);
     if (strcmp(flag, "--log-every") == 0)
-        return parse_u64(flag, v, 0, UINT64_MAX, &o->train.log_every);
+        return dlrm_flag_u64(flag, v, 0, UINT64_MAX, &o->train.log_every);
     /* --shuffle-window */
-    return parse_u64(flag, v, 0, 1ull << 28, &o->data.shuffle_window);
+    return dlrm_flag_u64(flag, v, 0, 1ull << 28, &o->data.shuffle_window);
 }
 
 static int set_number_flag(options *o, const char *flag, const char *v)
@@ -275,7 +261,7 @@ static int set_number_flag(options *o, const char *flag, const char *v)
         return parse_rate(flag, v, &o->model.emb_lr);
     }
     if (strcmp(flag, "--holdout") == 0)
-        return report(cpr_cli_double(flag, v, 0, 1, 1, 0, &o->data.holdout));
+        return dlrm_flag_number(flag, v, 0, 1, "[)", &o->data.holdout);
     return set_count_flag(o, flag, v);
 }
 
@@ -323,27 +309,27 @@ static int set_ckpt_flag(options *o, const char *flag, const char *v)
         return i < 0 ? -1 : 0;
     }
     if (strcmp(flag, "--ckpt-interval-steps") == 0)
-        return parse_u64(flag, v, 1, UINT64_MAX / 2, &c->interval_steps);
+        return dlrm_flag_u64(flag, v, 1, UINT64_MAX / 2, &c->interval_steps);
     if (strcmp(flag, "--full-every") == 0)
         return parse_u32(flag, v, 0, UINT32_MAX, &c->full_every);
     if (strcmp(flag, "--crash-at-step") == 0)
-        return parse_u64(flag, v, 1, UINT64_MAX / 2, &c->crash_at_step);
+        return dlrm_flag_u64(flag, v, 1, UINT64_MAX / 2, &c->crash_at_step);
     if (strcmp(flag, "--failure-seed") == 0)
-        return parse_u64(flag, v, 0, UINT64_MAX, &o->failure_seed);
+        return dlrm_flag_u64(flag, v, 0, UINT64_MAX, &o->failure_seed);
     if (strcmp(flag, "--fraction") == 0)
-        return report(cpr_cli_double(flag, v, 0, 0, 1, 1, &c->fraction));
+        return dlrm_flag_number(flag, v, 0, 1, "(]", &c->fraction);
     if (strcmp(flag, "--target-pls") == 0)
-        return report(cpr_cli_double(flag, v, 0, 0, 1, 0, &c->target_pls));
+        return dlrm_flag_number(flag, v, 0, 1, "()", &c->target_pls);
     if (strcmp(flag, "--restart-s") == 0)
-        return report(cpr_cli_double(flag, v, 0, 1, 1e9, 1, &c->restart_s));
+        return dlrm_flag_number(flag, v, 0, 1e9, "[]", &c->restart_s);
     if (strcmp(flag, "--ckpt-timeout-s") == 0)
-        return report(cpr_cli_double(flag, v, 0, 0, 1e6, 1, &c->timeout_s));
+        return dlrm_flag_number(flag, v, 0, 1e6, "(]", &c->timeout_s);
     if (strcmp(flag, "--mtbf-steps") == 0)
-        return report(cpr_cli_double(flag, v, 0, 0, 1e15, 1, &o->mtbf_steps));
+        return dlrm_flag_number(flag, v, 0, 1e15, "(]", &o->mtbf_steps);
     if (strcmp(flag, "--failures") == 0)
-        return report(cpr_cli_double(flag, v, 0, 1, 1e9, 1, &o->failures_expected));
+        return dlrm_flag_number(flag, v, 0, 1e9, "[]", &o->failures_expected);
     if (strcmp(flag, "--weibull-shape") == 0)
-        return report(cpr_cli_double(flag, v, 0, 0, 100, 1, &o->weibull_shape));
+        return dlrm_flag_number(flag, v, 0, 100, "(]", &o->weibull_shape);
     return 1;
 }
 
@@ -394,9 +380,9 @@ static int parse_one(int argc, char **argv, int *i, options *o)
     }
     for (int f = 0; VALUE_FLAGS[f]; f++) {
         int missing = 0;
-        const char *v = cpr_cli_value(argc, argv, i, VALUE_FLAGS[f], &missing);
+        const char *v = dlrm_flag_value(argc, argv, i, VALUE_FLAGS[f], &missing);
         if (missing)
-            return report(CPR_INVALID_ARGUMENT);
+            return -1;
         if (v)
             return set_flag(o, VALUE_FLAGS[f], v);
     }

@@ -12,7 +12,6 @@
 #include <math.h>
 #include <stdlib.h>
 
-#include "cpr_common.h"
 #include "cpr/cuda.h"
 #include "dlrm_internal.h"
 #include "dlrm_ops.h"

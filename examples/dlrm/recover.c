@@ -18,7 +18,7 @@
 #include <string.h>
 
 #include "ckpt_internal.h"
-#include "cpr_common.h"
+#include "util.h"
 
 /* ---- re-initialisation ------------------------------------------------------------- */
 
@@ -176,27 +176,25 @@ static cpr_status emit_recovery(dlrm_ckpt *ck, const cpr_recovery_plan *plan,
                                 const cpr_restore_result *res, double load_s, double lost_s,
                                 uint64_t lost_events, const uint32_t *failed, size_t n_failed)
 {
-    cpr_json *ev = dlrm_trainer_event(ck->trainer, "recovery");
-    cpr_json *shards = cpr_json_array();
-    int bad = !ev || !shards;
+    cJSON *ev = dlrm_trainer_event(ck->trainer, "recovery");
+    /* The array belongs to the event from the start, so deleting the event
+     * on any failure below frees everything. */
+    cJSON *shards = ev ? cJSON_AddArrayToObject(ev, "shards") : NULL;
+    int bad = !shards;
     for (size_t i = 0; !bad && i < n_failed; i++)
-        bad = cpr_json_append(shards, cpr_json_number(failed[i])) != 0;
-    if (!bad)
-        bad = cpr_json_add_child(ev, "shards", shards) != 0;
-    else
-        cpr_json_free(shards);
+        bad = !cJSON_AddItemToArray(shards, cJSON_CreateNumber(failed[i]));
     if (ev && (bad ||
-               cpr_json_add_string(ev, "mode",
-                                   cpr_plan_action_name(cpr_recovery_plan_action(plan))) ||
-               cpr_json_add_string(ev, "reason", cpr_recovery_plan_reason(plan)) ||
-               cpr_json_add_number(ev, "rows", (double)res->rows) ||
-               cpr_json_add_number(ev, "bytes", (double)res->bytes) ||
-               cpr_json_add_number(ev, "ms", load_s * 1e3) ||
-               cpr_json_add_number(ev, "restart_ms", ck->o.restart_s * 1e3) ||
-               cpr_json_add_number(ev, "lost_ms", lost_s * 1e3) ||
-               cpr_json_add_number(ev, "lost_events", (double)lost_events) ||
-               cpr_json_add_number(ev, "cut", (double)cpr_recovery_plan_cut(plan)))) {
-        cpr_json_free(ev);
+               !cJSON_AddStringToObject(ev, "mode",
+                                        cpr_plan_action_name(cpr_recovery_plan_action(plan))) ||
+               !cJSON_AddStringToObject(ev, "reason", cpr_recovery_plan_reason(plan)) ||
+               !cJSON_AddNumberToObject(ev, "rows", (double)res->rows) ||
+               !cJSON_AddNumberToObject(ev, "bytes", (double)res->bytes) ||
+               !cJSON_AddNumberToObject(ev, "ms", load_s * 1e3) ||
+               !cJSON_AddNumberToObject(ev, "restart_ms", ck->o.restart_s * 1e3) ||
+               !cJSON_AddNumberToObject(ev, "lost_ms", lost_s * 1e3) ||
+               !cJSON_AddNumberToObject(ev, "lost_events", (double)lost_events) ||
+               !cJSON_AddNumberToObject(ev, "cut", (double)cpr_recovery_plan_cut(plan)))) {
+        cJSON_Delete(ev);
         ev = NULL;
     }
     return dlrm_trainer_emit(ck->trainer, ev);
@@ -210,7 +208,7 @@ static cpr_status recover(dlrm_ckpt *ck, cpr_recovery_mode mode, const cpr_estim
     cpr_recovery_plan *plan = NULL;
     cpr_restore_result res = {0};
     int rewound = 0;
-    double step_s = dlrm_ckpt_step_s(ck), t0 = cpr_now_s();
+    double step_s = dlrm_ckpt_step_s(ck), t0 = dlrm_now_s();
     uint64_t step_before = dlrm_model_step(ck->model);
     cpr_status st = make_plan(ck, mode, failed, n_failed, est, &plan);
     if (st == CPR_OK)
@@ -219,14 +217,14 @@ static cpr_status recover(dlrm_ckpt *ck, cpr_recovery_mode mode, const cpr_estim
         cpr_recovery_plan_destroy(plan);
         return st;
     }
-    double load_s = cpr_now_s() - t0;
+    double load_s = dlrm_now_s() - t0;
     uint64_t step_after = dlrm_model_step(ck->model);
     double lost_s = step_before > step_after ? (double)(step_before - step_after) * step_s : 0;
     if (rewound)
         lost_events = 0; /* recomputed, not lost */
     if (cpr_recovery_plan_action(plan) == CPR_PLAN_RESTART_FROM_SCRATCH)
-        cpr_log(CPR_LOG_WARN, "recovery: no consistent checkpoint of job '%s': training "
-                "restarts from scratch", ck->o.job);
+        dlrm_log(DLRM_LOG_WARN, "recovery: no consistent checkpoint of job '%s': training "
+                 "restarts from scratch", ck->o.job);
     ck->st.recoveries++;
     ck->st.load_s += load_s;
     ck->st.lost_s += lost_s;
@@ -246,11 +244,11 @@ static cpr_status recover(dlrm_ckpt *ck, cpr_recovery_mode mode, const cpr_estim
 
 static cpr_status emit_failure(dlrm_ckpt *ck, uint32_t shard, uint64_t lost)
 {
-    cpr_json *ev = dlrm_trainer_event(ck->trainer, "failure");
-    if (ev && (cpr_json_add_number(ev, "shard", shard) ||
-               cpr_json_add_number(ev, "unsaved_events", (double)lost) ||
-               cpr_json_add_number(ev, "executed_steps", dlrm_ckpt_exec_steps(ck)))) {
-        cpr_json_free(ev);
+    cJSON *ev = dlrm_trainer_event(ck->trainer, "failure");
+    if (ev && (!cJSON_AddNumberToObject(ev, "shard", shard) ||
+               !cJSON_AddNumberToObject(ev, "unsaved_events", (double)lost) ||
+               !cJSON_AddNumberToObject(ev, "executed_steps", dlrm_ckpt_exec_steps(ck)))) {
+        cJSON_Delete(ev);
         ev = NULL;
     }
     return dlrm_trainer_emit(ck->trainer, ev);
@@ -283,22 +281,17 @@ static cpr_status inject(dlrm_ckpt *ck, uint32_t shard)
 /* The schedule this run replays, once at the start. */
 static cpr_status emit_schedule(dlrm_ckpt *ck)
 {
-    cpr_json *ev = dlrm_trainer_event(ck->trainer, "failure_schedule");
-    cpr_json *steps = cpr_json_array(), *shards = cpr_json_array();
-    int bad = !ev || !steps || !shards;
-    for (size_t i = 0; !bad && i < ck->o.n_failures; i++)
-        bad = cpr_json_append(steps, cpr_json_number((double)ck->o.failures[i].step)) ||
-              cpr_json_append(shards, cpr_json_number(ck->o.failures[i].shard));
-    if (!bad) {
-        bad = cpr_json_add_child(ev, "steps", steps);
-        steps = NULL;
-        bad = bad || cpr_json_add_child(ev, "shards", shards);
-        shards = NULL;
+    cJSON *ev = dlrm_trainer_event(ck->trainer, "failure_schedule");
+    cJSON *steps = ev ? cJSON_AddArrayToObject(ev, "steps") : NULL;
+    cJSON *shards = ev ? cJSON_AddArrayToObject(ev, "shards") : NULL;
+    int bad = !steps || !shards;
+    for (size_t i = 0; !bad && i < ck->o.n_failures; i++) {
+        const cpr_failure *f = &ck->o.failures[i];
+        bad = !cJSON_AddItemToArray(steps, cJSON_CreateNumber((double)f->step)) ||
+              !cJSON_AddItemToArray(shards, cJSON_CreateNumber(f->shard));
     }
-    cpr_json_free(steps);
-    cpr_json_free(shards);
-    if (bad) {
-        cpr_json_free(ev);
+    if (ev && bad) {
+        cJSON_Delete(ev);
         ev = NULL;
     }
     return dlrm_trainer_emit(ck->trainer, ev);

@@ -12,8 +12,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cpr_common.h"
 #include "dlrm_internal.h"
+#include "util.h"
 
 struct dlrm_trainer {
     dlrm_model *model;
@@ -70,7 +70,7 @@ void dlrm_trainer_destroy(dlrm_trainer *tr)
 
 dlrm_model *dlrm_trainer_model(dlrm_trainer *tr) { return tr->model; }
 dlrm_loader *dlrm_trainer_loader(dlrm_trainer *tr) { return tr->loader; }
-double dlrm_trainer_elapsed_s(const dlrm_trainer *tr) { return cpr_now_s() - tr->t0; }
+double dlrm_trainer_elapsed_s(const dlrm_trainer *tr) { return dlrm_now_s() - tr->t0; }
 
 void dlrm_trainer_times(const dlrm_trainer *tr, dlrm_run_result *out)
 {
@@ -81,36 +81,44 @@ void dlrm_trainer_times(const dlrm_trainer *tr, dlrm_run_result *out)
 
 /* ---- log events ------------------------------------------------------------------ */
 
-cpr_json *dlrm_trainer_event(dlrm_trainer *tr, const char *name)
+cJSON *dlrm_trainer_event(dlrm_trainer *tr, const char *name)
 {
-    cpr_json *ev = cpr_json_object();
-    if (ev && (cpr_json_add_string(ev, "event", name) ||
-               cpr_json_add_number(ev, "step", (double)dlrm_model_step(tr->model)) ||
-               cpr_json_add_number(ev, "t", dlrm_trainer_elapsed_s(tr)) ||
-               cpr_json_add_number(ev, "t_s", dlrm_trainer_elapsed_s(tr)))) {
-        cpr_json_free(ev);
+    cJSON *ev = cJSON_CreateObject();
+    if (ev && (!cJSON_AddStringToObject(ev, "event", name) ||
+               !cJSON_AddNumberToObject(ev, "step", (double)dlrm_model_step(tr->model)) ||
+               !cJSON_AddNumberToObject(ev, "t", dlrm_trainer_elapsed_s(tr)) ||
+               !cJSON_AddNumberToObject(ev, "t_s", dlrm_trainer_elapsed_s(tr)))) {
+        cJSON_Delete(ev);
         ev = NULL;
     }
     return ev;
 }
 
-cpr_status dlrm_trainer_emit(dlrm_trainer *tr, cpr_json *ev)
+cpr_status dlrm_trainer_emit(dlrm_trainer *tr, cJSON *ev)
 {
-    cpr_status st = CPR_OK;
     if (!ev)
         return cpr_fail(CPR_NO_MEMORY, "out of memory for a log event");
-    if (tr->opts.json_log &&
-        (cpr_json_print(ev, tr->opts.json_log) || fflush(tr->opts.json_log)))
-        st = cpr_fail(CPR_IO, "cannot write the JSON log: %s", strerror(errno));
-    cpr_json_free(ev);
+    FILE *log = tr->opts.json_log;
+    cpr_status st = CPR_OK;
+    if (log) {
+        /* One compact line per event: the log is JSON lines, and flushing
+         * each keeps it readable up to the last event when a run is killed. */
+        char *line = cJSON_PrintUnformatted(ev);
+        if (!line)
+            st = cpr_fail(CPR_NO_MEMORY, "out of memory printing a log event");
+        else if (fprintf(log, "%s\n", line) < 0 || fflush(log) != 0)
+            st = cpr_fail(CPR_IO, "cannot write the JSON log: %s", strerror(errno));
+        cJSON_free(line);
+    }
+    cJSON_Delete(ev);
     return st;
 }
 
 /* Add number fields; a NULL name ends the list. Returns -1 if one failed. */
-static int add_numbers(cpr_json *ev, const char *const *names, const double *values)
+static int add_numbers(cJSON *ev, const char *const *names, const double *values)
 {
     for (size_t i = 0; names[i]; i++)
-        if (cpr_json_add_number(ev, names[i], values[i]))
+        if (!cJSON_AddNumberToObject(ev, names[i], values[i]))
             return -1;
     return 0;
 }
@@ -131,7 +139,7 @@ static double decimal_of(float f)
 static cpr_status emit_start(dlrm_trainer *tr)
 {
     const dlrm_config *c = dlrm_model_config(tr->model);
-    cpr_json *ev = dlrm_trainer_event(tr, "start");
+    cJSON *ev = dlrm_trainer_event(tr, "start");
     const char *names[] = {"tables", "table_rows", "emb_dim", "shards", "batch", "lr",
                            "emb_lr", "seed", "dense_params", "train_lines", "holdout_lines",
                            NULL};
@@ -142,11 +150,11 @@ static cpr_status emit_start(dlrm_trainer *tr)
                        (double)dlrm_loader_train_lines(tr->loader),
                        (double)dlrm_loader_holdout_lines(tr->loader)};
     if (ev && (add_numbers(ev, names, values) ||
-               cpr_json_add_string(ev, "optimizer",
-                                   c->optimizer == DLRM_OPT_SGD ? "sgd" : "adagrad") ||
-               cpr_json_add_string(ev, "device",
-                                   c->device == CPR_DEVICE_CUDA ? "cuda" : "cpu"))) {
-        cpr_json_free(ev);
+               !cJSON_AddStringToObject(ev, "optimizer",
+                                        c->optimizer == DLRM_OPT_SGD ? "sgd" : "adagrad") ||
+               !cJSON_AddStringToObject(ev, "device",
+                                        c->device == CPR_DEVICE_CUDA ? "cuda" : "cpu"))) {
+        cJSON_Delete(ev);
         ev = NULL;
     }
     return dlrm_trainer_emit(tr, ev);
@@ -170,11 +178,11 @@ static void report(dlrm_trainer *tr, double loss, const dlrm_eval_result *eval)
 static cpr_status log_step(dlrm_trainer *tr)
 {
     double loss = tr->loss_sum / (double)tr->loss_steps;
-    cpr_json *ev = dlrm_trainer_event(tr, "step");
-    if (ev && (cpr_json_add_number(ev, "loss", loss) ||
-               cpr_json_add_number(ev, "epoch", (double)dlrm_loader_epoch(tr->loader)) ||
-               cpr_json_add_number(ev, "samples", (double)tr->acc.samples))) {
-        cpr_json_free(ev);
+    cJSON *ev = dlrm_trainer_event(tr, "step");
+    if (ev && (!cJSON_AddNumberToObject(ev, "loss", loss) ||
+               !cJSON_AddNumberToObject(ev, "epoch", (double)dlrm_loader_epoch(tr->loader)) ||
+               !cJSON_AddNumberToObject(ev, "samples", (double)tr->acc.samples))) {
+        cJSON_Delete(ev);
         ev = NULL;
     }
     tr->acc.last_loss = loss;
@@ -189,20 +197,20 @@ static cpr_status log_step(dlrm_trainer *tr)
 static cpr_status evaluate(dlrm_trainer *tr)
 {
     dlrm_eval_result r;
-    double t = cpr_now_s();
+    double t = dlrm_now_s();
     cpr_status st = dlrm_evaluate(tr->model, tr->loader, &tr->batch, tr->opts.eval_max, &r);
-    tr->acc.eval_s += cpr_now_s() - t;
+    tr->acc.eval_s += dlrm_now_s() - t;
     if (st)
         return st;
     tr->acc.evaluated = 1;
     tr->acc.eval = r;
     tr->eval_step = dlrm_model_step(tr->model);
-    cpr_json *ev = dlrm_trainer_event(tr, "eval");
-    if (ev && ((!isnan(r.auc) && cpr_json_add_number(ev, "auc", r.auc)) ||
-               cpr_json_add_number(ev, "logloss", r.logloss) ||
-               cpr_json_add_number(ev, "samples", (double)r.samples) ||
-               cpr_json_add_number(ev, "positives", (double)r.positives))) {
-        cpr_json_free(ev);
+    cJSON *ev = dlrm_trainer_event(tr, "eval");
+    if (ev && ((!isnan(r.auc) && !cJSON_AddNumberToObject(ev, "auc", r.auc)) ||
+               !cJSON_AddNumberToObject(ev, "logloss", r.logloss) ||
+               !cJSON_AddNumberToObject(ev, "samples", (double)r.samples) ||
+               !cJSON_AddNumberToObject(ev, "positives", (double)r.positives))) {
+        cJSON_Delete(ev);
         ev = NULL;
     }
     report(tr, tr->acc.last_loss, &r);
@@ -224,21 +232,21 @@ static cpr_status call_hook(dlrm_trainer *tr, hook_fn fn)
 {
     if (!fn)
         return CPR_OK;
-    double t = cpr_now_s();
+    double t = dlrm_now_s();
     cpr_status st = fn(tr->hooks.ctx, tr);
-    tr->acc.hook_s += cpr_now_s() - t;
+    tr->acc.hook_s += dlrm_now_s() - t;
     return st;
 }
 
 static cpr_status one_step(dlrm_trainer *tr)
 {
-    double loss = 0, t = cpr_now_s();
+    double loss = 0, t = dlrm_now_s();
     cpr_status st = dlrm_loader_next(tr->loader, &tr->batch);
-    double t_read = cpr_now_s();
+    double t_read = dlrm_now_s();
     tr->acc.io_s += t_read - t;
     if (st == CPR_OK)
         st = dlrm_model_train_step(tr->model, &tr->batch, &loss);
-    tr->acc.train_s += cpr_now_s() - t_read;
+    tr->acc.train_s += dlrm_now_s() - t_read;
     if (st)
         return st;
     tr->acc.steps++;
@@ -260,7 +268,7 @@ static cpr_status emit_summary(dlrm_trainer *tr)
 {
     dlrm_run_result r;
     dlrm_trainer_times(tr, &r);
-    cpr_json *ev = dlrm_trainer_event(tr, "summary");
+    cJSON *ev = dlrm_trainer_event(tr, "summary");
     double busy = r.train_s + r.io_s;
     const char *names[] = {"steps", "samples", "epochs", "train_s", "eval_s", "io_s", "hook_s",
                            "total_s", "steps_per_s", "loss", "malformed", NULL};
@@ -268,10 +276,11 @@ static cpr_status emit_summary(dlrm_trainer *tr)
                        r.eval_s, r.io_s, r.hook_s, r.total_s,
                        busy > 0 ? (double)r.steps / busy : 0, r.last_loss,
                        (double)dlrm_loader_malformed(tr->loader)};
+    int auc = r.evaluated && !isnan(r.eval.auc);
     if (ev && (add_numbers(ev, names, values) ||
-               (r.evaluated && !isnan(r.eval.auc) && cpr_json_add_number(ev, "auc", r.eval.auc)) ||
-               (r.evaluated && cpr_json_add_number(ev, "logloss", r.eval.logloss)))) {
-        cpr_json_free(ev);
+               (auc && !cJSON_AddNumberToObject(ev, "auc", r.eval.auc)) ||
+               (r.evaluated && !cJSON_AddNumberToObject(ev, "logloss", r.eval.logloss)))) {
+        cJSON_Delete(ev);
         ev = NULL;
     }
     if (ev && tr->hooks.on_summary)
@@ -281,7 +290,7 @@ static cpr_status emit_summary(dlrm_trainer *tr)
 
 cpr_status dlrm_trainer_run(dlrm_trainer *tr, dlrm_run_result *out)
 {
-    tr->t0 = cpr_now_s();
+    tr->t0 = dlrm_now_s();
     cpr_status st = emit_start(tr);
     while (st == CPR_OK && !finished(tr)) {
         st = call_hook(tr, tr->hooks.before_step);

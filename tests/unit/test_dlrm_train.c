@@ -20,6 +20,7 @@
 #include <cmocka.h>
 
 #include "cpr/data.h"
+#include "cpr_json.h"
 #include "dlrm.h"
 #include "testutil.h"
 
@@ -518,10 +519,10 @@ static cpr_status hook_finish(void *ctx, dlrm_trainer *tr)
     return CPR_OK;
 }
 
-static void hook_summary(void *ctx, dlrm_trainer *tr, cpr_json *summary)
+static void hook_summary(void *ctx, dlrm_trainer *tr, cJSON *summary)
 {
     (void)tr;
-    cpr_json_add_number(summary, "rewinds", ((rewind_ctx *)ctx)->rewound);
+    cJSON_AddNumberToObject(summary, "rewinds", ((rewind_ctx *)ctx)->rewound);
 }
 
 /* Train `steps` with a shuffled loader; step losses from the log in order. */
