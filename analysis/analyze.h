@@ -23,14 +23,14 @@
 
 /* Print cpr_errmsg() as a cpr-analyze error when st is not OK; 0 or -1. */
 int analyze_report(cpr_status st);
-/* The value of --flag at argv[*i] (see cpr_cli_value); *missing set, and
+/* The value of --flag at argv[*i] (see cpri_cli_value); *missing set, and
  * the error printed, when the value is absent. */
 const char *analyze_flag(int argc, char **argv, int *i, const char *flag, int *missing);
 int analyze_is_help(const char *arg);
 void analyze_usage(FILE *out);
 /* Add `child` to `obj` under `key`; on failure (or obj NULL) free the child
  * and return -1, so no caller leaks a half-built tree. */
-int json_put(cpr_json *obj, const char *key, cpr_json *child);
+int json_put(cpri_json *obj, const char *key, cpri_json *child);
 
 /* The flags of the closed-form model. `seen` bits record which were given. */
 typedef struct model_flags {
@@ -48,7 +48,7 @@ int model_flag_parse(int argc, char **argv, int *i, model_flags *m);
  * named (`cmd` prefixes the message). */
 int model_flags_complete(const model_flags *m, const char *cmd);
 /* The plan object of `plan --json` (keys exactly as docs/model.md lists). */
-cpr_json *plan_json(const cpr_model_plan *plan);
+cpri_json *plan_json(const cpr_model_plan *plan);
 
 /* ---- statistics ---------------------------------------------------------------- */
 

@@ -99,16 +99,16 @@ int analyze_report(cpr_status st)
 
 const char *analyze_flag(int argc, char **argv, int *i, const char *flag, int *missing)
 {
-    const char *v = cpr_cli_value(argc, argv, i, flag, missing);
+    const char *v = cpri_cli_value(argc, argv, i, flag, missing);
     if (*missing)
         analyze_report(CPR_INVALID_ARGUMENT);
     return v;
 }
 
-int json_put(cpr_json *obj, const char *key, cpr_json *child)
+int json_put(cpri_json *obj, const char *key, cpri_json *child)
 {
-    if (!obj || cpr_json_add_child(obj, key, child)) {
-        cpr_json_free(child);
+    if (!obj || cpri_json_add_child(obj, key, child)) {
+        cpri_json_free(child);
         return -1;
     }
     return 0;
@@ -133,7 +133,7 @@ static const char *const MODEL_FLAGS[MF_COUNT] = {
 /* A positive finite number no larger than `max`. */
 static int positive(const char *flag, const char *text, double max, double *out)
 {
-    return analyze_report(cpr_cli_double(flag, text, 0.0, 0, max, 1, out));
+    return analyze_report(cpri_cli_double(flag, text, 0.0, 0, max, 1, out));
 }
 
 static int set_model_flag(model_flag f, const char *text, cpr_model_params *p)
@@ -149,7 +149,7 @@ static int set_model_flag(model_flag f, const char *text, cpr_model_params *p)
         *(f == MF_MTBF ? &p->mtbf_s : &p->job_s) = hours * 3600.0;
         return 0;
     case MF_SHARDS:
-        if (analyze_report(cpr_cli_u64(flag, text, 1, MAX_SHARDS, &shards)))
+        if (analyze_report(cpri_cli_u64(flag, text, 1, MAX_SHARDS, &shards)))
             return -1;
         p->shards = (uint32_t)shards;
         return 0;
@@ -157,7 +157,7 @@ static int set_model_flag(model_flag f, const char *text, cpr_model_params *p)
     case MF_LOAD: return positive(flag, text, MAX_SECONDS, &p->load_s);
     case MF_RESTART: return positive(flag, text, MAX_SECONDS, &p->restart_s);
     case MF_PLS:
-        return analyze_report(cpr_cli_double(flag, text, 0.0, 0, 1.0, 0, &p->target_pls));
+        return analyze_report(cpri_cli_double(flag, text, 0.0, 0, 1.0, 0, &p->target_pls));
     default:
         if (strcmp(text, "young") && strcmp(text, "daly")) {
             fprintf(stderr, "cpr-analyze: --formula: '%s' is neither young nor daly\n", text);
@@ -199,29 +199,29 @@ int model_flags_complete(const model_flags *m, const char *cmd)
 
 /* ---- plan ------------------------------------------------------------------------- */
 
-cpr_json *plan_json(const cpr_model_plan *plan)
+cpri_json *plan_json(const cpr_model_plan *plan)
 {
-    cpr_json *root = cpr_json_object(), *full = cpr_json_object(), *part = cpr_json_object();
+    cpri_json *root = cpri_json_object(), *full = cpri_json_object(), *part = cpri_json_object();
     int bad = !root || !full || !part;
     const cpr_overhead *f = &plan->full, *p = &plan->partial;
-    bad |= cpr_json_add_number(full, "interval_s", f->interval_s) |
-           cpr_json_add_number(full, "overhead_frac", f->overhead_frac) |
-           cpr_json_add_number(full, "save_frac", f->save_frac) |
-           cpr_json_add_number(full, "load_frac", f->load_frac) |
-           cpr_json_add_number(full, "lost_frac", f->lost_frac) |
-           cpr_json_add_number(full, "restart_frac", f->restart_frac);
-    bad |= cpr_json_add_number(part, "interval_s", p->interval_s) |
-           cpr_json_add_number(part, "overhead_frac", p->overhead_frac) |
-           cpr_json_add_number(part, "pls", p->pls) |
-           cpr_json_add_number(part, "save_frac", p->save_frac) |
-           cpr_json_add_number(part, "load_frac", p->load_frac) |
-           cpr_json_add_number(part, "restart_frac", p->restart_frac);
+    bad |= cpri_json_add_number(full, "interval_s", f->interval_s) |
+           cpri_json_add_number(full, "overhead_frac", f->overhead_frac) |
+           cpri_json_add_number(full, "save_frac", f->save_frac) |
+           cpri_json_add_number(full, "load_frac", f->load_frac) |
+           cpri_json_add_number(full, "lost_frac", f->lost_frac) |
+           cpri_json_add_number(full, "restart_frac", f->restart_frac);
+    bad |= cpri_json_add_number(part, "interval_s", p->interval_s) |
+           cpri_json_add_number(part, "overhead_frac", p->overhead_frac) |
+           cpri_json_add_number(part, "pls", p->pls) |
+           cpri_json_add_number(part, "save_frac", p->save_frac) |
+           cpri_json_add_number(part, "load_frac", p->load_frac) |
+           cpri_json_add_number(part, "restart_frac", p->restart_frac);
     bad |= json_put(root, "full", full);
     bad |= json_put(root, "partial", part);
-    bad |= cpr_json_add_string(root, "decision", cpr_recovery_mode_name(plan->decision)) |
-           cpr_json_add_number(root, "benefit_frac", plan->benefit_frac);
+    bad |= cpri_json_add_string(root, "decision", cpr_recovery_mode_name(plan->decision)) |
+           cpri_json_add_number(root, "benefit_frac", plan->benefit_frac);
     if (bad) {
-        cpr_json_free(root);
+        cpri_json_free(root);
         return NULL;
     }
     return root;
@@ -283,11 +283,11 @@ int cmd_plan(int argc, char **argv)
         print_plan(&m.params, &plan);
         return 0;
     }
-    cpr_json *root = plan_json(&plan);
-    int rc = root && cpr_json_print(root, stdout) == 0 ? 0 : EXIT_FAILED;
+    cpri_json *root = plan_json(&plan);
+    int rc = root && cpri_json_print(root, stdout) == 0 ? 0 : EXIT_FAILED;
     if (rc)
         fprintf(stderr, "cpr-analyze: plan: out of memory writing JSON\n");
-    cpr_json_free(root);
+    cpri_json_free(root);
     return rc;
 }
 

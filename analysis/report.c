@@ -62,29 +62,29 @@ static int bad_field(const run_log *r, const char *event, const char *key, const
 }
 
 /* Required numeric fields of an event, in order; -1 with the error printed. */
-static int need_numbers(const run_log *r, const cpr_json *ev, const char *event,
+static int need_numbers(const run_log *r, const cpri_json *ev, const char *event,
                         const char *const *keys, double *out, size_t n)
 {
     for (size_t i = 0; i < n; i++)
-        if (cpr_json_get_number(ev, keys[i], &out[i]))
+        if (cpri_json_get_number(ev, keys[i], &out[i]))
             return bad_field(r, event, keys[i], "a number");
     return 0;
 }
 
-static double opt_number(const cpr_json *ev, const char *key, double fallback)
+static double opt_number(const cpri_json *ev, const char *key, double fallback)
 {
     double v = fallback;
-    cpr_json_get_number(ev, key, &v);
+    cpri_json_get_number(ev, key, &v);
     return v;
 }
 
-static int ev_step(run_log *r, const cpr_json *ev)
+static int ev_step(run_log *r, const cpri_json *ev)
 {
     static const char *const keys[] = {"step", "loss"};
     double v[2];
     if (need_numbers(r, ev, "step", keys, v, 2))
         return -1;
-    if (cpr_json_get_number(ev, "update_events", &r->update_events) == 0)
+    if (cpri_json_get_number(ev, "update_events", &r->update_events) == 0)
         r->have_update_events = 1;
     if (r->n_loss == r->cap_loss) {
         size_t cap = r->cap_loss ? 2 * r->cap_loss : 256;
@@ -105,7 +105,7 @@ static int ev_step(run_log *r, const cpr_json *ev)
     return 0;
 }
 
-static int ev_checkpoint(run_log *r, const cpr_json *ev, double t)
+static int ev_checkpoint(run_log *r, const cpri_json *ev, double t)
 {
     static const char *const keys[] = {"step", "checkpoint", "rows", "bytes", "stall_ms",
                                        "duration_ms"};
@@ -114,11 +114,11 @@ static int ev_checkpoint(run_log *r, const cpr_json *ev, double t)
     int committed = 0;
     if (need_numbers(r, ev, "checkpoint", keys, v, 6))
         return -1;
-    if (cpr_json_get_string(ev, "kind", &kind))
+    if (cpri_json_get_string(ev, "kind", &kind))
         return bad_field(r, "checkpoint", "kind", "a string");
-    if (cpr_json_get_string(ev, "policy", &policy))
+    if (cpri_json_get_string(ev, "policy", &policy))
         return bad_field(r, "checkpoint", "policy", "a string");
-    if (cpr_json_get_bool(ev, "committed", &committed))
+    if (cpri_json_get_bool(ev, "committed", &committed))
         return bad_field(r, "checkpoint", "committed", "a boolean");
     r->checkpoints++;
     r->stall_s += v[4] / 1000.0;
@@ -132,7 +132,7 @@ static int ev_checkpoint(run_log *r, const cpr_json *ev, double t)
     return 0;
 }
 
-static int ev_failure(run_log *r, const cpr_json *ev)
+static int ev_failure(run_log *r, const cpri_json *ev)
 {
     static const char *const keys[] = {"step", "shard"};
     double v[2];
@@ -142,16 +142,16 @@ static int ev_failure(run_log *r, const cpr_json *ev)
     return 0;
 }
 
-static int ev_recovery(run_log *r, const cpr_json *ev)
+static int ev_recovery(run_log *r, const cpri_json *ev)
 {
     static const char *const keys[] = {"step", "rows", "bytes", "ms"};
     double v[4];
     const char *mode = NULL, *reason = NULL;
     if (need_numbers(r, ev, "recovery", keys, v, 4))
         return -1;
-    if (cpr_json_get_string(ev, "reason", &reason))
+    if (cpri_json_get_string(ev, "reason", &reason))
         return bad_field(r, "recovery", "reason", "a string");
-    if (cpr_json_get_string(ev, "mode", &mode))
+    if (cpri_json_get_string(ev, "mode", &mode))
         return bad_field(r, "recovery", "mode", "a string");
     int m = 0;
     while (m < 3 && strcmp(mode, MODES[m]) != 0)
@@ -169,7 +169,7 @@ static int ev_recovery(run_log *r, const cpr_json *ev)
     return 0;
 }
 
-static int ev_eval(run_log *r, const cpr_json *ev)
+static int ev_eval(run_log *r, const cpri_json *ev)
 {
     static const char *const keys[] = {"step", "auc", "logloss"};
     double v[3];
@@ -182,7 +182,7 @@ static int ev_eval(run_log *r, const cpr_json *ev)
 }
 
 /* The summary's totals replace the sums of the events. */
-static int ev_summary(run_log *r, const cpr_json *ev)
+static int ev_summary(run_log *r, const cpri_json *ev)
 {
     static const char *const keys[] = {"shards", "steps", "compute_s", "save_s", "load_s",
                                        "lost_s", "restart_s", "update_events", "lost_events",
@@ -191,7 +191,7 @@ static int ev_summary(run_log *r, const cpr_json *ev)
     const char *strategy = NULL;
     if (need_numbers(r, ev, "summary", keys, v, 11))
         return -1;
-    if (cpr_json_get_string(ev, "strategy", &strategy))
+    if (cpri_json_get_string(ev, "strategy", &strategy))
         return bad_field(r, "summary", "strategy", "a string");
     if (v[0] < 1 || v[2] <= 0)
         return bad_field(r, "summary", v[0] < 1 ? "shards" : "compute_s", "a positive number");
@@ -209,16 +209,16 @@ static int ev_summary(run_log *r, const cpr_json *ev)
     return 0;
 }
 
-static int handle_event(run_log *r, const cpr_json *ev)
+static int handle_event(run_log *r, const cpri_json *ev)
 {
     const char *event = NULL;
     double t = 0;
-    if (!cpr_json_is_object(ev) || cpr_json_get_string(ev, "event", &event)) {
+    if (!cpri_json_is_object(ev) || cpri_json_get_string(ev, "event", &event)) {
         fprintf(stderr, "cpr-analyze: %s:%llu: not a JSON object with a string \"event\"\n",
                 r->path, (unsigned long long)r->line);
         return -1;
     }
-    if (cpr_json_get_number(ev, "t_s", &t) || !(t >= 0))
+    if (cpri_json_get_number(ev, "t_s", &t) || !(t >= 0))
         return bad_field(r, event, "t_s", "a number >= 0");
     r->last_t = t > r->last_t ? t : r->last_t;
     if (strcmp(event, "step") == 0)
@@ -263,12 +263,12 @@ static int read_log(run_log *r)
         r->line++;
         if (strspn(line, " \t\r\n") == strlen(line))
             continue; /* blank lines are allowed */
-        cpr_json *ev = cpr_json_parse(line);
+        cpri_json *ev = cpri_json_parse(line);
         rc = ev ? handle_event(r, ev) : -1;
         if (!ev)
             fprintf(stderr, "cpr-analyze: %s:%llu: not valid JSON\n", r->path,
                     (unsigned long long)r->line);
-        cpr_json_free(ev);
+        cpri_json_free(ev);
     }
     if (rc == 0 && ferror(f)) {
         fprintf(stderr, "cpr-analyze: report: error reading %s\n", r->path);
@@ -415,52 +415,52 @@ static void print_table(const run_log *runs, const run_result *res, size_t n)
                "the \"none\" run's\n");
 }
 
-static cpr_json *model_json(const run_result *o)
+static cpri_json *model_json(const run_result *o)
 {
     static const char *const keys[] = {"overhead_frac", "pls", "mtbf_s"};
     const double values[] = {o->model_overhead_frac, o->model_pls, o->mtbf_s};
-    return cpr_json_numbers(keys, values, 3);
+    return cpri_json_numbers(keys, values, 3);
 }
 
 /* Keys absent from a run: "pls" when the log has no update events, "auc"
  * and "logloss" without an eval event, "model" when it cannot be evaluated. */
-static cpr_json *run_json(const run_log *r, const run_result *o)
+static cpri_json *run_json(const run_log *r, const run_result *o)
 {
-    cpr_json *j = cpr_json_object();
+    cpri_json *j = cpri_json_object();
     int bad = !j;
-    bad |= cpr_json_add_string(j, "path", r->path) |
-           cpr_json_add_string(j, "strategy", r->strategy) |
-           cpr_json_add_string(j, "recovery", run_mode(r)) |
-           cpr_json_add_number(j, "interval_s", o->interval_s) |
-           cpr_json_add_number(j, "save_interval_s", o->save_interval_s) |
-           cpr_json_add_number(j, "steps", (double)r->steps) |
-           cpr_json_add_number(j, "compute_s", r->compute_s) |
-           cpr_json_add_number(j, "wall_s", r->wall_s) |
-           cpr_json_add_number(j, "failures", (double)r->failures) |
-           cpr_json_add_number(j, "recoveries", (double)r->recoveries) |
-           cpr_json_add_number(j, "checkpoints", (double)r->checkpoints) |
-           cpr_json_add_number(j, "committed", (double)r->committed) |
-           cpr_json_add_number(j, "overhead_frac", o->overhead_frac) |
-           cpr_json_add_number(j, "save_frac", o->save_frac) |
-           cpr_json_add_number(j, "load_frac", o->load_frac) |
-           cpr_json_add_number(j, "lost_frac", o->lost_frac) |
-           cpr_json_add_number(j, "restart_frac", o->restart_frac) |
-           cpr_json_add_number(j, "lost_events", r->lost_events) |
-           cpr_json_add_number(j, "bytes_written", r->bytes_written) |
-           cpr_json_add_number(j, "rows_restored", r->rows_restored) |
-           cpr_json_add_number(j, "bytes_restored", r->bytes_restored);
+    bad |= cpri_json_add_string(j, "path", r->path) |
+           cpri_json_add_string(j, "strategy", r->strategy) |
+           cpri_json_add_string(j, "recovery", run_mode(r)) |
+           cpri_json_add_number(j, "interval_s", o->interval_s) |
+           cpri_json_add_number(j, "save_interval_s", o->save_interval_s) |
+           cpri_json_add_number(j, "steps", (double)r->steps) |
+           cpri_json_add_number(j, "compute_s", r->compute_s) |
+           cpri_json_add_number(j, "wall_s", r->wall_s) |
+           cpri_json_add_number(j, "failures", (double)r->failures) |
+           cpri_json_add_number(j, "recoveries", (double)r->recoveries) |
+           cpri_json_add_number(j, "checkpoints", (double)r->checkpoints) |
+           cpri_json_add_number(j, "committed", (double)r->committed) |
+           cpri_json_add_number(j, "overhead_frac", o->overhead_frac) |
+           cpri_json_add_number(j, "save_frac", o->save_frac) |
+           cpri_json_add_number(j, "load_frac", o->load_frac) |
+           cpri_json_add_number(j, "lost_frac", o->lost_frac) |
+           cpri_json_add_number(j, "restart_frac", o->restart_frac) |
+           cpri_json_add_number(j, "lost_events", r->lost_events) |
+           cpri_json_add_number(j, "bytes_written", r->bytes_written) |
+           cpri_json_add_number(j, "rows_restored", r->rows_restored) |
+           cpri_json_add_number(j, "bytes_restored", r->bytes_restored);
     if (o->have_pls)
-        bad |= cpr_json_add_number(j, "pls", o->pls) |
-               cpr_json_add_number(j, "update_events", r->update_events);
+        bad |= cpri_json_add_number(j, "pls", o->pls) |
+               cpri_json_add_number(j, "update_events", r->update_events);
     if (r->have_eval)
-        bad |= cpr_json_add_number(j, "auc", r->auc) |
-               cpr_json_add_number(j, "logloss", r->logloss);
+        bad |= cpri_json_add_number(j, "auc", r->auc) |
+               cpri_json_add_number(j, "logloss", r->logloss);
     if (o->have_model)
         bad |= json_put(j, "model", model_json(o));
     if (o->have_slowdown)
-        bad |= cpr_json_add_number(j, "slowdown_frac", o->slowdown_frac);
+        bad |= cpri_json_add_number(j, "slowdown_frac", o->slowdown_frac);
     if (bad) {
-        cpr_json_free(j);
+        cpri_json_free(j);
         return NULL;
     }
     return j;
@@ -468,18 +468,18 @@ static cpr_json *run_json(const run_log *r, const run_result *o)
 
 static int print_json(const run_log *runs, const run_result *res, size_t n)
 {
-    cpr_json *root = cpr_json_object(), *arr = cpr_json_array();
+    cpri_json *root = cpri_json_object(), *arr = cpri_json_array();
     int bad = !root || !arr;
     for (size_t i = 0; i < n && !bad; i++) {
-        cpr_json *r = run_json(&runs[i], &res[i]);
-        if (cpr_json_append(arr, r)) {
-            cpr_json_free(r);
+        cpri_json *r = run_json(&runs[i], &res[i]);
+        if (cpri_json_append(arr, r)) {
+            cpri_json_free(r);
             bad = 1;
         }
     }
     bad |= json_put(root, "runs", arr);
-    bad |= !bad && cpr_json_print(root, stdout);
-    cpr_json_free(root);
+    bad |= !bad && cpri_json_print(root, stdout);
+    cpri_json_free(root);
     if (bad)
         fprintf(stderr, "cpr-analyze: report: out of memory writing JSON\n");
     return bad ? -1 : 0;
@@ -490,22 +490,22 @@ static int print_json(const run_log *runs, const run_result *res, size_t n)
 static int write_summary(const char *path, const run_log *runs, const run_result *res,
                          size_t n)
 {
-    cpr_json *arr = cpr_json_array();
+    cpri_json *arr = cpri_json_array();
     int bad = !arr;
     for (size_t i = 0; i < n && !bad; i++) {
-        cpr_json *r = run_json(&runs[i], &res[i]);
-        if (cpr_json_append(arr, r)) {
-            cpr_json_free(r);
+        cpri_json *r = run_json(&runs[i], &res[i]);
+        if (cpri_json_append(arr, r)) {
+            cpri_json_free(r);
             bad = 1;
         }
     }
     FILE *f = bad ? NULL : fopen(path, "w");
     if (!bad && !f)
         fprintf(stderr, "cpr-analyze: --summary: cannot write %s\n", path);
-    bad |= !f || cpr_json_print(arr, f);
+    bad |= !f || cpri_json_print(arr, f);
     if (f)
         bad |= fclose(f) != 0;
-    cpr_json_free(arr);
+    cpri_json_free(arr);
     if (bad)
         fprintf(stderr, "cpr-analyze: --summary: error writing %s\n", path);
     return bad ? -1 : 0;

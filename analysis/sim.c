@@ -178,7 +178,7 @@ void sim_time_trial(const sim_opts *o, sim_strategy s, double interval_s,
 
 static void progress_tick(sim_progress *pr, sim_strategy s, double interval_s)
 {
-    double now = cpr_now_s();
+    double now = cpri_now_s();
     pr->done++;
     if (now - pr->t0 < 1.0 || now - pr->last < 1.0)
         return;

@@ -66,13 +66,13 @@ static int parse_strategies(const char *text, unsigned *mask)
 
 static int parse_u64(const char *flag, const char *text, uint64_t lo, uint64_t hi, uint64_t *out)
 {
-    return analyze_report(cpr_cli_u64(flag, text, lo, hi, out));
+    return analyze_report(cpri_cli_u64(flag, text, lo, hi, out));
 }
 
 static int parse_real(const char *flag, const char *text, double lo, int lo_closed, double hi,
                       double *out)
 {
-    return analyze_report(cpr_cli_double(flag, text, lo, lo_closed, hi, 1, out));
+    return analyze_report(cpri_cli_double(flag, text, lo, lo_closed, hi, 1, out));
 }
 
 static int set_failures(const char *text, sim_opts *o)
@@ -223,7 +223,7 @@ static uint64_t total_trials(const sim_opts *o)
 
 static cpr_status run_all(const sim_opts *o, const double *grid, sim_run *run)
 {
-    sim_progress progress = {.t0 = cpr_now_s(), .total = total_trials(o)};
+    sim_progress progress = {.t0 = cpri_now_s(), .total = total_trials(o)};
     progress.last = progress.t0;
     cpr_status st = CPR_OK;
     run->results = calloc((size_t)SIM_STRATEGY_COUNT * (o->points + 1), sizeof *run->results);
@@ -239,73 +239,73 @@ static cpr_status run_all(const sim_opts *o, const double *grid, sim_run *run)
                                &run->results[run->n++]);
     }
     if (progress.last > progress.t0)
-        fprintf(stderr, "cpr-analyze: simulate: done, %.1f s\n", cpr_now_s() - progress.t0);
+        fprintf(stderr, "cpr-analyze: simulate: done, %.1f s\n", cpri_now_s() - progress.t0);
     return st;
 }
 
 /* ---- output ------------------------------------------------------------------------ */
 
-static cpr_json *stat_json(sim_stat s)
+static cpri_json *stat_json(sim_stat s)
 {
     static const char *const keys[] = {"mean", "lo", "hi"};
     const double values[] = {s.mean, s.lo, s.hi};
-    return cpr_json_numbers(keys, values, 3);
+    return cpri_json_numbers(keys, values, 3);
 }
 
-static cpr_json *result_json(const sim_opts *o, const sim_result *r)
+static cpri_json *result_json(const sim_opts *o, const sim_result *r)
 {
-    cpr_json *j = cpr_json_object();
+    cpri_json *j = cpri_json_object();
     int bad = !j;
-    bad |= cpr_json_add_string(j, "strategy", sim_strategy_name(r->strategy)) |
-           cpr_json_add_string(j, "point", r->at_plan ? "plan" : "sweep") |
-           cpr_json_add_number(j, "interval_s", r->interval_s) |
-           cpr_json_add_number(j, "save_interval_s", r->save_interval_s) |
-           cpr_json_add_number(j, "trials", (double)r->trials) |
+    bad |= cpri_json_add_string(j, "strategy", sim_strategy_name(r->strategy)) |
+           cpri_json_add_string(j, "point", r->at_plan ? "plan" : "sweep") |
+           cpri_json_add_number(j, "interval_s", r->interval_s) |
+           cpri_json_add_number(j, "save_interval_s", r->save_interval_s) |
+           cpri_json_add_number(j, "trials", (double)r->trials) |
            json_put(j, "overhead_frac", stat_json(r->overhead_frac)) |
            json_put(j, "pls", stat_json(r->pls)) |
-           cpr_json_add_number(j, "save_frac", r->save_frac) |
-           cpr_json_add_number(j, "load_frac", r->load_frac) |
-           cpr_json_add_number(j, "lost_frac", r->lost_frac) |
-           cpr_json_add_number(j, "restart_frac", r->restart_frac) |
-           cpr_json_add_number(j, "failures", r->failures) |
-           cpr_json_add_number(j, "model_overhead_frac", r->model_overhead_frac) |
-           cpr_json_add_number(j, "model_pls", r->model_pls);
+           cpri_json_add_number(j, "save_frac", r->save_frac) |
+           cpri_json_add_number(j, "load_frac", r->load_frac) |
+           cpri_json_add_number(j, "lost_frac", r->lost_frac) |
+           cpri_json_add_number(j, "restart_frac", r->restart_frac) |
+           cpri_json_add_number(j, "failures", r->failures) |
+           cpri_json_add_number(j, "model_overhead_frac", r->model_overhead_frac) |
+           cpri_json_add_number(j, "model_pls", r->model_pls);
     if (sim_strategy_prioritized(r->strategy) && r->model_pls > 0)
-        bad |= cpr_json_add_number(j, "loss_ratio", r->pls.mean / r->model_pls) |
-               cpr_json_add_number(j, "fraction", o->fraction);
+        bad |= cpri_json_add_number(j, "loss_ratio", r->pls.mean / r->model_pls) |
+               cpri_json_add_number(j, "fraction", o->fraction);
     if (bad) {
-        cpr_json_free(j);
+        cpri_json_free(j);
         return NULL;
     }
     return j;
 }
 
-static cpr_json *params_json(const sim_opts *o)
+static cpri_json *params_json(const sim_opts *o)
 {
     const cpr_model_params *p = &o->model;
-    cpr_json *j = cpr_json_object();
+    cpri_json *j = cpri_json_object();
     int bad = !j;
-    bad |= cpr_json_add_number(j, "mtbf_s", p->mtbf_s) |
-           cpr_json_add_number(j, "shards", p->shards) |
-           cpr_json_add_number(j, "save_s", p->save_s) |
-           cpr_json_add_number(j, "load_s", p->load_s) |
-           cpr_json_add_number(j, "restart_s", p->restart_s) |
-           cpr_json_add_number(j, "job_s", p->job_s) |
-           cpr_json_add_number(j, "target_pls", p->target_pls) |
-           cpr_json_add_string(j, "formula", cpr_interval_formula_name(p->formula)) |
-           cpr_json_add_string(j, "failures", o->law == SIM_WEIBULL ? "weibull" : "exponential") |
-           cpr_json_add_number(j, "shape", o->law == SIM_WEIBULL ? o->shape : 1.0) |
-           cpr_json_add_number(j, "trials", (double)o->trials) |
-           cpr_json_add_number(j, "emb_trials", (double)o->emb_trials) |
-           cpr_json_add_number(j, "seed", (double)o->seed) |
-           cpr_json_add_number(j, "fraction", o->fraction) |
-           cpr_json_add_number(j, "rows", (double)o->rows) |
-           cpr_json_add_number(j, "zipf", o->zipf) |
-           cpr_json_add_number(j, "batch", (double)o->batch) |
-           cpr_json_add_number(j, "steps_per_save", (double)o->steps_per_save) |
-           cpr_json_add_number(j, "emb_saves", (double)o->emb_saves);
+    bad |= cpri_json_add_number(j, "mtbf_s", p->mtbf_s) |
+           cpri_json_add_number(j, "shards", p->shards) |
+           cpri_json_add_number(j, "save_s", p->save_s) |
+           cpri_json_add_number(j, "load_s", p->load_s) |
+           cpri_json_add_number(j, "restart_s", p->restart_s) |
+           cpri_json_add_number(j, "job_s", p->job_s) |
+           cpri_json_add_number(j, "target_pls", p->target_pls) |
+           cpri_json_add_string(j, "formula", cpr_interval_formula_name(p->formula)) |
+           cpri_json_add_string(j, "failures", o->law == SIM_WEIBULL ? "weibull" : "exponential") |
+           cpri_json_add_number(j, "shape", o->law == SIM_WEIBULL ? o->shape : 1.0) |
+           cpri_json_add_number(j, "trials", (double)o->trials) |
+           cpri_json_add_number(j, "emb_trials", (double)o->emb_trials) |
+           cpri_json_add_number(j, "seed", (double)o->seed) |
+           cpri_json_add_number(j, "fraction", o->fraction) |
+           cpri_json_add_number(j, "rows", (double)o->rows) |
+           cpri_json_add_number(j, "zipf", o->zipf) |
+           cpri_json_add_number(j, "batch", (double)o->batch) |
+           cpri_json_add_number(j, "steps_per_save", (double)o->steps_per_save) |
+           cpri_json_add_number(j, "emb_saves", (double)o->emb_saves);
     if (bad) {
-        cpr_json_free(j);
+        cpri_json_free(j);
         return NULL;
     }
     return j;
@@ -313,20 +313,20 @@ static cpr_json *params_json(const sim_opts *o)
 
 static int print_json(const sim_opts *o, const sim_run *run)
 {
-    cpr_json *root = cpr_json_object(), *results = cpr_json_array();
+    cpri_json *root = cpri_json_object(), *results = cpri_json_array();
     int bad = !root || !results;
     for (size_t i = 0; i < run->n && !bad; i++) {
-        cpr_json *r = result_json(o, &run->results[i]);
-        if (cpr_json_append(results, r)) {
-            cpr_json_free(r);
+        cpri_json *r = result_json(o, &run->results[i]);
+        if (cpri_json_append(results, r)) {
+            cpri_json_free(r);
             bad = 1;
         }
     }
     bad |= json_put(root, "params", params_json(o));
     bad |= json_put(root, "plan", plan_json(&run->plan));
     bad |= json_put(root, "results", results);
-    bad |= !bad && cpr_json_print(root, stdout);
-    cpr_json_free(root);
+    bad |= !bad && cpri_json_print(root, stdout);
+    cpri_json_free(root);
     if (bad)
         fprintf(stderr, "cpr-analyze: simulate: out of memory writing JSON\n");
     return bad ? -1 : 0;

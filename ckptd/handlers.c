@@ -23,93 +23,93 @@
 
 #define MAX_TOUCHED_PARTS 64
 
-struct cpr_server {
+struct cpri_server {
     cpr_store *store;
-    cpr_rpc_server *rpc;
+    cpri_rpc_server *rpc;
 };
 
 /* ---- unary methods ----------------------------------------------------------------- */
 
-static void h_begin(cpr_rpc_call *c, void *app)
+static void h_begin(cpri_rpc_call *c, void *app)
 {
-    cpr_server *srv = app;
+    cpri_server *srv = app;
     const uint8_t *req;
     size_t req_len;
-    cpr_rpc_request(c, &req, &req_len);
-    cpr_wire_begin b;
-    cpr_status st = cpr_wire_begin_decode(req, req_len, &b);
+    cpri_rpc_request(c, &req, &req_len);
+    cpri_wire_begin b;
+    cpr_status st = cpri_wire_begin_decode(req, req_len, &b);
     if (st == CPR_OK) {
         st = cpr_store_begin(srv->store, &b.spec);
-        cpr_wire_begin_release(&b);
+        cpri_wire_begin_release(&b);
     }
-    cpr_rpc_finish(c, st, st ? NULL : calloc(1, 1), 0); /* BeginResponse is empty */
+    cpri_rpc_finish(c, st, st ? NULL : calloc(1, 1), 0); /* BeginResponse is empty */
 }
 
 /* Commit and Abort: decode a part id, act on it, answer with an empty message. */
-static void part_call(cpr_rpc_call *c, cpr_server *srv,
-                      cpr_status (*decode)(const void *, size_t, cpr_wire_part *), int commit)
+static void part_call(cpri_rpc_call *c, cpri_server *srv,
+                      cpr_status (*decode)(const void *, size_t, cpri_wire_part *), int commit)
 {
     const uint8_t *req;
     size_t req_len;
-    cpr_rpc_request(c, &req, &req_len);
-    cpr_wire_part p;
+    cpri_rpc_request(c, &req, &req_len);
+    cpri_wire_part p;
     cpr_status st = decode(req, req_len, &p);
     if (st == CPR_OK) {
         st = commit ? cpr_store_commit(srv->store, &p.id, p.rows)
                     : cpr_store_abort(srv->store, &p.id);
-        cpr_wire_part_release(&p);
+        cpri_wire_part_release(&p);
     }
-    cpr_rpc_finish(c, st, st ? NULL : calloc(1, 1), 0); /* Commit/AbortResponse are empty */
+    cpri_rpc_finish(c, st, st ? NULL : calloc(1, 1), 0); /* Commit/AbortResponse are empty */
 }
 
-static void h_commit(cpr_rpc_call *c, void *app) { part_call(c, app, cpr_wire_commit_decode, 1); }
-static void h_abort(cpr_rpc_call *c, void *app) { part_call(c, app, cpr_wire_abort_decode, 0); }
+static void h_commit(cpri_rpc_call *c, void *app) { part_call(c, app, cpri_wire_commit_decode, 1); }
+static void h_abort(cpri_rpc_call *c, void *app) { part_call(c, app, cpri_wire_abort_decode, 0); }
 
-static void h_list(cpr_rpc_call *c, void *app)
+static void h_list(cpri_rpc_call *c, void *app)
 {
-    cpr_server *srv = app;
+    cpri_server *srv = app;
     const uint8_t *req;
     size_t req_len;
-    cpr_rpc_request(c, &req, &req_len);
-    cpr_wire_list l;
+    cpri_rpc_request(c, &req, &req_len);
+    cpri_wire_list l;
     cpr_part_info *parts = NULL;
     size_t n = 0, len = 0;
     uint64_t cut = 0;
     uint8_t *resp = NULL;
-    cpr_status st = cpr_wire_list_decode(req, req_len, &l);
+    cpr_status st = cpri_wire_list_decode(req, req_len, &l);
     if (st == CPR_OK) {
         st = cpr_store_list(srv->store, l.job, &parts, &n);
         if (st == CPR_OK && cpr_store_latest_cut(srv->store, l.job, &cut) != CPR_OK)
             cut = 0; /* no consistent cut yet: reported as 0 */
         if (st == CPR_OK)
-            st = cpr_wire_list_response_encode(parts, n, cut, &resp, &len);
-        cpr_wire_list_release(&l);
+            st = cpri_wire_list_response_encode(parts, n, cut, &resp, &len);
+        cpri_wire_list_release(&l);
     }
     free(parts);
-    cpr_rpc_finish(c, st, resp, len);
+    cpri_rpc_finish(c, st, resp, len);
 }
 
-static void h_list_jobs(cpr_rpc_call *c, void *app)
+static void h_list_jobs(cpri_rpc_call *c, void *app)
 {
-    cpr_server *srv = app;
+    cpri_server *srv = app;
     const uint8_t *req;
     size_t req_len;
-    cpr_rpc_request(c, &req, &req_len);
+    cpri_rpc_request(c, &req, &req_len);
     char **jobs = NULL;
     size_t n = 0, len = 0;
     uint8_t *resp = NULL;
-    cpr_status st = cpr_wire_list_jobs_decode(req, req_len);
+    cpr_status st = cpri_wire_list_jobs_decode(req, req_len);
     if (st == CPR_OK)
         st = cpr_store_list_jobs(srv->store, &jobs, &n);
     if (st == CPR_OK)
-        st = cpr_wire_list_jobs_response_encode(jobs, n, &resp, &len);
+        st = cpri_wire_list_jobs_response_encode(jobs, n, &resp, &len);
     cpr_names_free(jobs, n);
-    cpr_rpc_finish(c, st, resp, len);
+    cpri_rpc_finish(c, st, resp, len);
 }
 
 /* The first CPR_WIRE_MAX_PROBLEMS problems verify reports, copied. */
 typedef struct problem_list {
-    cpr_wire_problem items[CPR_WIRE_MAX_PROBLEMS];
+    cpri_wire_problem items[CPR_WIRE_MAX_PROBLEMS];
     size_t n;
 } problem_list;
 
@@ -124,7 +124,7 @@ static void keep_problem(void *ctx, const char *what, const char *where)
         free(where_copy);
         return;
     }
-    l->items[l->n++] = (cpr_wire_problem){what_copy, where_copy};
+    l->items[l->n++] = (cpri_wire_problem){what_copy, where_copy};
 }
 
 static void free_problems(problem_list *l)
@@ -137,38 +137,38 @@ static void free_problems(problem_list *l)
 }
 
 /* A damaged store is no failure of the call: the report is the answer. */
-static void h_verify(cpr_rpc_call *c, void *app)
+static void h_verify(cpri_rpc_call *c, void *app)
 {
-    cpr_server *srv = app;
+    cpri_server *srv = app;
     const uint8_t *req;
     size_t req_len;
-    cpr_rpc_request(c, &req, &req_len);
-    cpr_wire_list v;
+    cpri_rpc_request(c, &req, &req_len);
+    cpri_wire_list v;
     cpr_verify_report rep = {0};
     problem_list *found = calloc(1, sizeof *found);
     uint8_t *resp = NULL;
     size_t len = 0;
-    cpr_status st = found ? cpr_wire_verify_decode(req, req_len, &v)
+    cpr_status st = found ? cpri_wire_verify_decode(req, req_len, &v)
                           : cpr_fail(CPR_NO_MEMORY, "out of memory for verify");
     if (st == CPR_OK) {
         st = cpr_store_verify(srv->store, v.job, keep_problem, found, &rep);
         if (st == CPR_CORRUPT && rep.problems > 0) {
-            cpr_log(CPR_LOG_WARN, "verify of %s: %llu problems", v.job ? v.job : "every job",
+            cpri_log(CPR_LOG_WARN, "verify of %s: %llu problems", v.job ? v.job : "every job",
                     (unsigned long long)rep.problems);
             st = CPR_OK;
         }
-        cpr_wire_list_release(&v);
+        cpri_wire_list_release(&v);
     }
     if (st == CPR_OK)
-        st = cpr_wire_verify_response_encode(&rep, found->items, found->n, &resp, &len);
+        st = cpri_wire_verify_response_encode(&rep, found->items, found->n, &resp, &len);
     free_problems(found);
-    cpr_rpc_finish(c, st, resp, len);
+    cpri_rpc_finish(c, st, resp, len);
 }
 
 /* floor > 0: the caller's cut (clients spread over several daemons; keep
  * is then not used); otherwise keep cuts (0: the store's retain_cuts, which
  * is ckptd --retain). */
-static cpr_status run_gc(cpr_store *store, const cpr_wire_gc *g, cpr_gc_report *rep)
+static cpr_status run_gc(cpr_store *store, const cpri_wire_gc *g, cpr_gc_report *rep)
 {
     if (g->floor && !g->job)
         return cpr_fail(CPR_INVALID_ARGUMENT, "Gc with floor %llu needs a job: a floor is "
@@ -177,100 +177,100 @@ static cpr_status run_gc(cpr_store *store, const cpr_wire_gc *g, cpr_gc_report *
                     : cpr_store_gc(store, g->job, g->keep, rep);
 }
 
-static void h_gc(cpr_rpc_call *c, void *app)
+static void h_gc(cpri_rpc_call *c, void *app)
 {
-    cpr_server *srv = app;
+    cpri_server *srv = app;
     const uint8_t *req;
     size_t req_len;
-    cpr_rpc_request(c, &req, &req_len);
-    cpr_wire_gc g;
+    cpri_rpc_request(c, &req, &req_len);
+    cpri_wire_gc g;
     cpr_gc_report rep = {0};
     uint8_t *resp = NULL;
     size_t len = 0;
-    cpr_status st = cpr_wire_gc_decode(req, req_len, &g);
+    cpr_status st = cpri_wire_gc_decode(req, req_len, &g);
     if (st == CPR_OK) {
         st = run_gc(srv->store, &g, &rep);
         if (st == CPR_OK)
-            cpr_log(CPR_LOG_INFO, "gc of %s: floor %llu, %llu parts and %llu leftovers removed, "
+            cpri_log(CPR_LOG_INFO, "gc of %s: floor %llu, %llu parts and %llu leftovers removed, "
                     "%llu row versions dropped meanwhile", g.job ? g.job : "every job",
                     (unsigned long long)rep.floor, (unsigned long long)rep.parts_removed,
                     (unsigned long long)rep.uncommitted_removed,
                     (unsigned long long)rep.versions_removed);
-        cpr_wire_gc_release(&g);
+        cpri_wire_gc_release(&g);
     }
     if (st == CPR_OK)
-        st = cpr_wire_gc_response_encode(&rep, &resp, &len);
-    cpr_rpc_finish(c, st, resp, len);
+        st = cpri_wire_gc_response_encode(&rep, &resp, &len);
+    cpri_rpc_finish(c, st, resp, len);
 }
 
 /* The job's recovery record; a job without one answers generation 0 and an
  * empty plan (not an error). */
-static void h_get_recovery(cpr_rpc_call *c, void *app)
+static void h_get_recovery(cpri_rpc_call *c, void *app)
 {
-    cpr_server *srv = app;
+    cpri_server *srv = app;
     const uint8_t *req;
     size_t req_len;
-    cpr_rpc_request(c, &req, &req_len);
-    cpr_wire_list g;
+    cpri_rpc_request(c, &req, &req_len);
+    cpri_wire_list g;
     uint64_t generation = 0, written_ms = 0;
     void *plan = NULL;
     size_t plan_len = 0, len = 0;
     uint8_t *resp = NULL;
-    cpr_status st = cpr_wire_get_recovery_decode(req, req_len, &g);
+    cpr_status st = cpri_wire_get_recovery_decode(req, req_len, &g);
     if (st == CPR_OK) {
         st = cpr_store_recovery_get(srv->store, g.job, &generation, &plan, &plan_len,
                                           &written_ms);
         if (st == CPR_OK)
-            st = cpr_wire_recovery_record_encode(g.job, generation, plan, plan_len, written_ms,
+            st = cpri_wire_recovery_record_encode(g.job, generation, plan, plan_len, written_ms,
                                                  &resp, &len);
-        cpr_wire_list_release(&g);
+        cpri_wire_list_release(&g);
     }
     free(plan);
-    cpr_rpc_finish(c, st, resp, len);
+    cpri_rpc_finish(c, st, resp, len);
 }
 
 /* Compare-and-set; the answer (the new record) is sent only once it is
  * durable. A lost race is FAILED_PRECONDITION naming the current generation. */
-static void h_put_recovery(cpr_rpc_call *c, void *app)
+static void h_put_recovery(cpri_rpc_call *c, void *app)
 {
-    cpr_server *srv = app;
+    cpri_server *srv = app;
     const uint8_t *req;
     size_t req_len;
-    cpr_rpc_request(c, &req, &req_len);
-    cpr_wire_recovery p;
+    cpri_rpc_request(c, &req, &req_len);
+    cpri_wire_recovery p;
     uint64_t generation = 0, written_ms = 0;
     size_t len = 0;
     uint8_t *resp = NULL;
-    cpr_status st = cpr_wire_put_recovery_decode(req, req_len, &p);
+    cpr_status st = cpri_wire_put_recovery_decode(req, req_len, &p);
     if (st == CPR_OK) {
         st = cpr_store_recovery_put(srv->store, p.job, p.generation, p.plan, p.len,
                                           &generation, &written_ms);
         if (st == CPR_OK) {
-            cpr_log(CPR_LOG_INFO, "recovery record of %s: generation %llu (%zu-byte plan)",
+            cpri_log(CPR_LOG_INFO, "recovery record of %s: generation %llu (%zu-byte plan)",
                     p.job, (unsigned long long)generation, p.len);
             /* The plan is the caller's own: not echoed back. */
-            st = cpr_wire_recovery_record_encode(p.job, generation, NULL, 0, written_ms, &resp,
+            st = cpri_wire_recovery_record_encode(p.job, generation, NULL, 0, written_ms, &resp,
                                                  &len);
         }
-        cpr_wire_recovery_release(&p);
+        cpri_wire_recovery_release(&p);
     }
-    cpr_rpc_finish(c, st, resp, len);
+    cpri_rpc_finish(c, st, resp, len);
 }
 
-static void h_stats(cpr_rpc_call *c, void *app)
+static void h_stats(cpri_rpc_call *c, void *app)
 {
-    cpr_server *srv = app;
+    cpri_server *srv = app;
     cpr_store_stats stats;
     uint8_t *resp = NULL;
     size_t len = 0;
     cpr_status st = cpr_store_stats_get(srv->store, &stats);
     if (st == CPR_OK)
-        st = cpr_wire_stats_response_encode(&stats, &resp, &len);
-    cpr_rpc_finish(c, st, resp, len);
+        st = cpri_wire_stats_response_encode(&stats, &resp, &len);
+    cpri_rpc_finish(c, st, resp, len);
 }
 
 /* grpc.health.v1.HealthCheckResponse{status: SERVING}: field 1, varint 1. */
-static void h_health(cpr_rpc_call *c, void *app)
+static void h_health(cpri_rpc_call *c, void *app)
 {
     (void)app;
     uint8_t *resp = malloc(2);
@@ -279,7 +279,7 @@ static void h_health(cpr_rpc_call *c, void *app)
         resp[0] = 0x08;
         resp[1] = 0x01;
     }
-    cpr_rpc_finish(c, st, resp, 2);
+    cpri_rpc_finish(c, st, resp, 2);
 }
 
 /* ---- client streams ------------------------------------------------------------------ */
@@ -325,22 +325,22 @@ static void touch_part(touched *t, const cpr_part_id *id)
     t->n++;
 }
 
-static void abort_touched(cpr_server *srv, const touched *t)
+static void abort_touched(cpri_server *srv, const touched *t)
 {
     for (size_t i = 0; i < t->n; i++)
         if (cpr_store_abort(srv->store, &t->ids[i]) == CPR_OK)
-            cpr_log(CPR_LOG_INFO, "aborted part %s/%u/%llu after its stream broke",
+            cpri_log(CPR_LOG_INFO, "aborted part %s/%u/%llu after its stream broke",
                     t->jobs[i], t->ids[i].shard, (unsigned long long)t->ids[i].checkpoint);
 }
 
-typedef cpr_status (*apply_fn)(cpr_server *srv, const uint8_t *msg, size_t len, touched *t,
+typedef cpr_status (*apply_fn)(cpri_server *srv, const uint8_t *msg, size_t len, touched *t,
                                uint64_t *rows, uint64_t *bytes);
 
-static cpr_status apply_rows(cpr_server *srv, const uint8_t *msg, size_t len, touched *t,
+static cpr_status apply_rows(cpri_server *srv, const uint8_t *msg, size_t len, touched *t,
                              uint64_t *rows, uint64_t *bytes)
 {
-    cpr_wire_rows r;
-    cpr_status st = cpr_wire_rows_decode(msg, len, &r);
+    cpri_wire_rows r;
+    cpr_status st = cpri_wire_rows_decode(msg, len, &r);
     if (st)
         return st;
     st = may_touch(t, &r.id);
@@ -358,16 +358,16 @@ static cpr_status apply_rows(cpr_server *srv, const uint8_t *msg, size_t len, to
         *rows += r.batch.n;
         *bytes += r.batch.n * 8 + (r.batch.values_count + r.batch.state_count) * 4;
     }
-    cpr_wire_rows_release(&r);
+    cpri_wire_rows_release(&r);
     return st;
 }
 
-static cpr_status apply_chunk(cpr_server *srv, const uint8_t *msg, size_t len, touched *t,
+static cpr_status apply_chunk(cpri_server *srv, const uint8_t *msg, size_t len, touched *t,
                               uint64_t *rows, uint64_t *bytes)
 {
-    cpr_wire_chunk ch;
+    cpri_wire_chunk ch;
     (void)rows;
-    cpr_status st = cpr_wire_chunk_decode(msg, len, &ch);
+    cpr_status st = cpri_wire_chunk_decode(msg, len, &ch);
     if (st)
         return st;
     st = may_touch(t, &ch.id);
@@ -378,29 +378,29 @@ static cpr_status apply_chunk(cpr_server *srv, const uint8_t *msg, size_t len, t
         touch_part(t, &ch.id);
     if (st == CPR_OK)
         *bytes += ch.len;
-    cpr_wire_chunk_release(&ch);
+    cpri_wire_chunk_release(&ch);
     return st;
 }
 
 /* Apply every message; any failure aborts the parts the stream wrote to. */
-static void client_stream(cpr_rpc_call *c, cpr_server *srv, apply_fn apply)
+static void client_stream(cpri_rpc_call *c, cpri_server *srv, apply_fn apply)
 {
     touched *t = calloc(1, sizeof *t);
     uint64_t rows = 0, bytes = 0;
     uint8_t *resp = NULL;
     size_t len = 0;
-    cpr_rpc_recv_result got = CPR_RPC_MESSAGE;
+    cpri_rpc_recv_result got = CPR_RPC_MESSAGE;
     cpr_status st = t ? CPR_OK : cpr_fail(CPR_NO_MEMORY, "out of memory");
     while (st == CPR_OK && got == CPR_RPC_MESSAGE) {
         const uint8_t *msg;
         size_t msg_len;
-        got = cpr_rpc_recv(c, &msg, &msg_len);
+        got = cpri_rpc_recv(c, &msg, &msg_len);
         if (got == CPR_RPC_MESSAGE)
             st = apply(srv, msg, msg_len, t, &rows, &bytes);
     }
     if (got == CPR_RPC_IDLE)
         st = cpr_fail(CPR_TIMEOUT, "no message for %g s: cancelled the stream",
-                      cpr_rpc_idle_timeout_s(c));
+                      cpri_rpc_idle_timeout_s(c));
     else if (got == CPR_RPC_BROKEN && st == CPR_OK)
         st = cpr_fail(CPR_UNAVAILABLE, "the stream broke before it ended; its parts were "
                       "aborted: begin them again");
@@ -412,23 +412,23 @@ static void client_stream(cpr_rpc_call *c, cpr_server *srv, apply_fn apply)
                  why);
     }
     if (st == CPR_OK)
-        st = cpr_wire_put_response_encode(rows, bytes, &resp, &len);
-    int cancelled = cpr_rpc_finish(c, st, resp, len);
+        st = cpri_wire_put_response_encode(rows, bytes, &resp, &len);
+    int cancelled = cpri_rpc_finish(c, st, resp, len);
     if (cancelled && st == CPR_OK && t) { /* the client went away: an end that is no end */
-        cpr_log(CPR_LOG_INFO, "%s: the client cancelled; aborting its parts",
-                cpr_rpc_call_method(c));
+        cpri_log(CPR_LOG_INFO, "%s: the client cancelled; aborting its parts",
+                cpri_rpc_call_method(c));
         abort_touched(srv, t);
     }
     free(t);
 }
 
-static void h_put_rows(cpr_rpc_call *c, void *app) { client_stream(c, app, apply_rows); }
-static void h_put_blob(cpr_rpc_call *c, void *app) { client_stream(c, app, apply_chunk); }
+static void h_put_rows(cpri_rpc_call *c, void *app) { client_stream(c, app, apply_rows); }
+static void h_put_blob(cpri_rpc_call *c, void *app) { client_stream(c, app, apply_chunk); }
 
 /* ---- server streams ---------------------------------------------------------------------- */
 
 typedef struct restore_out {
-    cpr_rpc_call *c;
+    cpri_rpc_call *c;
     const char *job;
 } restore_out;
 
@@ -440,8 +440,8 @@ static cpr_status send_rows(void *ctx, const cpr_row_batch *b)
     size_t len;
     uint32_t dim = b->n ? (uint32_t)(b->values_count / b->n) : 0;
     uint32_t sdim = b->n ? (uint32_t)(b->state_count / b->n) : 0;
-    cpr_status st = cpr_wire_rows_encode(&id, b, dim, sdim, &buf, &len);
-    return st == CPR_OK ? cpr_rpc_send(o->c, buf, len, "restore") : st;
+    cpr_status st = cpri_wire_rows_encode(&id, b, dim, sdim, &buf, &len);
+    return st == CPR_OK ? cpri_rpc_send(o->c, buf, len, "restore") : st;
 }
 
 /* RowBatch.block: stored blocks go out as they are on disk. */
@@ -451,34 +451,34 @@ static cpr_status send_block(void *ctx, const void *block, size_t block_len)
     cpr_part_id id = {o->job, 0, 0};
     uint8_t *buf;
     size_t len;
-    cpr_status st = cpr_wire_block_encode(&id, block, block_len, &buf, &len);
-    return st == CPR_OK ? cpr_rpc_send(o->c, buf, len, "restore") : st;
+    cpr_status st = cpri_wire_block_encode(&id, block, block_len, &buf, &len);
+    return st == CPR_OK ? cpri_rpc_send(o->c, buf, len, "restore") : st;
 }
 
-static void h_restore(cpr_rpc_call *c, void *app)
+static void h_restore(cpri_rpc_call *c, void *app)
 {
-    cpr_server *srv = app;
+    cpri_server *srv = app;
     const uint8_t *req;
     size_t req_len;
-    cpr_rpc_request(c, &req, &req_len);
-    cpr_wire_restore q;
-    cpr_status st = cpr_wire_restore_decode(req, req_len, &q);
+    cpri_rpc_request(c, &req, &req_len);
+    cpri_wire_restore q;
+    cpr_status st = cpri_wire_restore_decode(req, req_len, &q);
     if (st == CPR_OK) {
         restore_out o = {c, q.query.job};
-        st = cpr_rpc_start(c);
+        st = cpri_rpc_start(c);
         if (st)
             ; /* the client went away */
         else if (q.blocks)
             st = cpr_store_restore_blocks(srv->store, &q.query, send_block, &o, NULL);
         else
             st = cpr_store_restore(srv->store, &q.query, send_rows, &o, NULL);
-        cpr_wire_restore_release(&q);
+        cpri_wire_restore_release(&q);
     }
-    cpr_rpc_finish(c, st, NULL, 0);
+    cpri_rpc_finish(c, st, NULL, 0);
 }
 
 typedef struct blob_out {
-    cpr_rpc_call *c;
+    cpri_rpc_call *c;
     const cpr_part_id *id;
     const char *name;
     uint64_t size;
@@ -491,32 +491,32 @@ static cpr_status send_chunk(void *ctx, uint64_t offset, const void *data, size_
     blob_out *o = ctx;
     uint8_t *buf;
     size_t n;
-    cpr_status st = cpr_wire_chunk_encode(o->id, o->name, offset, o->size, data, len,
+    cpr_status st = cpri_wire_chunk_encode(o->id, o->name, offset, o->size, data, len,
                                           cpr_crc32c(0, data, len), &buf, &n);
-    return st == CPR_OK ? cpr_rpc_send(o->c, buf, n, "blob read") : st;
+    return st == CPR_OK ? cpri_rpc_send(o->c, buf, n, "blob read") : st;
 }
 
-static void h_get_blob(cpr_rpc_call *c, void *app)
+static void h_get_blob(cpri_rpc_call *c, void *app)
 {
-    cpr_server *srv = app;
+    cpri_server *srv = app;
     const uint8_t *req;
     size_t req_len;
-    cpr_rpc_request(c, &req, &req_len);
-    cpr_wire_part p;
-    cpr_status st = cpr_wire_getblob_decode(req, req_len, &p);
+    cpri_rpc_request(c, &req, &req_len);
+    cpri_wire_part p;
+    cpr_status st = cpri_wire_getblob_decode(req, req_len, &p);
     if (st == CPR_OK) {
         blob_out o = {c, &p.id, p.name, 0};
-        st = cpr_rpc_start(c);
+        st = cpri_rpc_start(c);
         if (st == CPR_OK)
             st = cpr_store_read_blob(srv->store, &p.id, p.name, &o.size, send_chunk, &o);
-        cpr_wire_part_release(&p);
+        cpri_wire_part_release(&p);
     }
-    cpr_rpc_finish(c, st, NULL, 0);
+    cpri_rpc_finish(c, st, NULL, 0);
 }
 
 /* ---- the service ------------------------------------------------------------------ */
 
-static const cpr_rpc_method methods[] = {
+static const cpri_rpc_method methods[] = {
     {"/cpr.v1.Checkpoint/Begin", CPR_RPC_UNARY, h_begin},
     {"/cpr.v1.Checkpoint/PutRows", CPR_RPC_CLIENT_STREAM, h_put_rows},
     {"/cpr.v1.Checkpoint/PutBlob", CPR_RPC_CLIENT_STREAM, h_put_blob},
@@ -534,16 +534,16 @@ static const cpr_rpc_method methods[] = {
     {"/cpr.v1.Checkpoint/PutRecovery", CPR_RPC_UNARY, h_put_recovery},
 };
 
-cpr_status cpr_server_start(cpr_store *store, const cpr_server_options *opts,
-                            cpr_server **out, int *port)
+cpr_status cpri_server_start(cpr_store *store, const cpri_server_options *opts,
+                            cpri_server **out, int *port)
 {
-    cpr_server *srv = calloc(1, sizeof *srv);
+    cpri_server *srv = calloc(1, sizeof *srv);
     if (!srv)
         return cpr_fail(CPR_NO_MEMORY, "out of memory starting the server");
     srv->store = store;
-    cpr_rpc_server_options o = {opts->listen, opts->max_message_bytes, opts->max_calls,
+    cpri_rpc_server_options o = {opts->listen, opts->max_message_bytes, opts->max_calls,
                                 opts->idle_timeout_s};
-    cpr_status st = cpr_rpc_server_start(methods, sizeof methods / sizeof methods[0], srv, &o,
+    cpr_status st = cpri_rpc_server_start(methods, sizeof methods / sizeof methods[0], srv, &o,
                                          &srv->rpc, port);
     if (st) {
         free(srv);
@@ -553,10 +553,10 @@ cpr_status cpr_server_start(cpr_store *store, const cpr_server_options *opts,
     return CPR_OK;
 }
 
-void cpr_server_stop(cpr_server *srv)
+void cpri_server_stop(cpri_server *srv)
 {
     if (!srv)
         return;
-    cpr_rpc_server_stop(srv->rpc);
+    cpri_rpc_server_stop(srv->rpc);
     free(srv);
 }

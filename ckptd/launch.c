@@ -14,8 +14,8 @@
 
 #define MAX_EXTRA 16
 
-cpr_status cpr_ckptd_spawn(const char *ckptd, const char *dir, const char *listen,
-                           const char *const *extra, cpr_ckptd_proc *out)
+cpr_status cpri_ckptd_spawn(const char *ckptd, const char *dir, const char *listen,
+                           const char *const *extra, cpri_ckptd_proc *out)
 {
     /* Retention only when asked for: a periodic run could remove the old
      * checkpoints a test or benchmark reads back. */
@@ -59,14 +59,14 @@ cpr_status cpr_ckptd_spawn(const char *ckptd, const char *dir, const char *liste
         close(fds[0]);
     out->pid = pid;
     if (!ok) {
-        cpr_ckptd_kill(out);
+        cpri_ckptd_kill(out);
         return cpr_fail(CPR_UNAVAILABLE, "ckptd (%s) did not start (see its messages above)",
                         ckptd);
     }
     return CPR_OK;
 }
 
-cpr_status cpr_ckptd_stop(cpr_ckptd_proc *d)
+cpr_status cpri_ckptd_stop(cpri_ckptd_proc *d)
 {
     int status = 0;
     kill(d->pid, SIGTERM);
@@ -78,7 +78,7 @@ cpr_status cpr_ckptd_stop(cpr_ckptd_proc *d)
     return CPR_OK;
 }
 
-void cpr_ckptd_kill(cpr_ckptd_proc *d)
+void cpri_ckptd_kill(cpri_ckptd_proc *d)
 {
     kill(d->pid, SIGKILL);
     waitpid(d->pid, NULL, 0);

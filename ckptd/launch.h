@@ -12,10 +12,10 @@
 
 #include "cpr/status.h"
 
-typedef struct cpr_ckptd_proc {
+typedef struct cpri_ckptd_proc {
     pid_t pid;
     char addr[256];       /* host:port, or unix:/path: what it printed */
-} cpr_ckptd_proc;
+} cpri_ckptd_proc;
 
 /*
  * Run `ckptd` (the binary's path) on data directory `dir`, listening on
@@ -24,13 +24,13 @@ typedef struct cpr_ckptd_proc {
  * may be NULL). Returns once the daemon serves (it prints its address after
  * binding). CPR_UNAVAILABLE if it exits first (its stderr says why).
  */
-cpr_status cpr_ckptd_spawn(const char *ckptd, const char *dir, const char *listen,
-                           const char *const *extra, cpr_ckptd_proc *out);
+cpr_status cpri_ckptd_spawn(const char *ckptd, const char *dir, const char *listen,
+                           const char *const *extra, cpri_ckptd_proc *out);
 
 /* SIGTERM, wait; CPR_INTERNAL unless it exited with status 0. */
-cpr_status cpr_ckptd_stop(cpr_ckptd_proc *d);
+cpr_status cpri_ckptd_stop(cpri_ckptd_proc *d);
 
 /* SIGKILL, reaped. */
-void cpr_ckptd_kill(cpr_ckptd_proc *d);
+void cpri_ckptd_kill(cpri_ckptd_proc *d);
 
 #endif /* CPR_CKPTD_LAUNCH_H */

@@ -81,19 +81,19 @@ static int set(settings *s, const char *key, const char *value)
     else if (strcmp(key, "data-dir") == 0)
         snprintf(s->data_dir, sizeof s->data_dir, "%s", value);
     else if (strcmp(key, "threads") == 0)
-        st = cpr_cli_u64("--threads", value, 1, 100000, &s->threads);
+        st = cpri_cli_u64("--threads", value, 1, 100000, &s->threads);
     else if (strcmp(key, "retain") == 0)
-        st = cpr_cli_u64("--retain", value, 1, 100000, &s->retain);
+        st = cpri_cli_u64("--retain", value, 1, 100000, &s->retain);
     else if (strcmp(key, "gc-interval-s") == 0)
-        st = cpr_cli_double("--gc-interval-s", value, 0, 1, MAX_IDLE_PART_TIMEOUT_S, 1,
+        st = cpri_cli_double("--gc-interval-s", value, 0, 1, MAX_IDLE_PART_TIMEOUT_S, 1,
                             &s->gc_interval_s);
     else if (strcmp(key, "max-message-mb") == 0)
-        st = cpr_cli_u64("--max-message-mb", value, 1, 2047, &s->max_message_mb);
+        st = cpri_cli_u64("--max-message-mb", value, 1, 2047, &s->max_message_mb);
     else if (strcmp(key, "idle-part-timeout-s") == 0)
-        st = cpr_cli_double("--idle-part-timeout-s", value, 0, 0, MAX_IDLE_PART_TIMEOUT_S, 1,
+        st = cpri_cli_double("--idle-part-timeout-s", value, 0, 0, MAX_IDLE_PART_TIMEOUT_S, 1,
                             &s->idle_part_timeout_s);
     else if (strcmp(key, "log-level") == 0) {
-        s->log_level = cpr_log_level_parse(value);
+        s->log_level = cpri_log_level_parse(value);
         if (s->log_level < 0)
             return fail_usage("--log-level: use error, warn, info or debug");
     } else {
@@ -151,7 +151,7 @@ static int parse_args(int argc, char **argv, settings *s)
                                        "log-level"};
     for (int i = 1; i < argc; i++) {
         int missing = 0;
-        const char *cfg = cpr_cli_value(argc, argv, &i, "--config", &missing);
+        const char *cfg = cpri_cli_value(argc, argv, &i, "--config", &missing);
         if (missing)
             return fail_usage(cpr_errmsg());
         if (cfg && read_config(s, cfg) != 0)
@@ -159,12 +159,12 @@ static int parse_args(int argc, char **argv, settings *s)
     }
     for (int i = 1; i < argc; i++) {
         int missing = 0, matched = 0;
-        if (cpr_cli_value(argc, argv, &i, "--config", &missing))
+        if (cpri_cli_value(argc, argv, &i, "--config", &missing))
             continue;
         for (size_t k = 0; k < sizeof keys / sizeof keys[0] && !matched; k++) {
             char flag[32];
             snprintf(flag, sizeof flag, "--%s", keys[k]);
-            const char *v = cpr_cli_value(argc, argv, &i, flag, &missing);
+            const char *v = cpri_cli_value(argc, argv, &i, flag, &missing);
             if (missing)
                 return fail_usage(cpr_errmsg());
             if (v) {
@@ -213,7 +213,7 @@ int main(int argc, char **argv)
     }
     if (parse_args(argc, argv, &s) != 0)
         return EXIT_USAGE;
-    cpr_log_threshold = s.log_level;
+    cpri_log_threshold = s.log_level;
 
     /* Block the stop signals in every thread; this one waits for them. */
     sigset_t stop;
@@ -224,23 +224,23 @@ int main(int argc, char **argv)
     signal(SIGPIPE, SIG_IGN);
 
     cpr_store *store = NULL;
-    cpr_server *server = NULL;
-    cpr_reaper *reaper = NULL;
+    cpri_server *server = NULL;
+    cpri_reaper *reaper = NULL;
     /* retain_cuts is also what Gc with keep 0 keeps (cpr_store_gc). */
     cpr_store_options so = {.retain_cuts = (uint32_t)s.retain};
-    cpr_server_options srv = {.listen = s.listen,
+    cpri_server_options srv = {.listen = s.listen,
                               .max_message_bytes = (size_t)s.max_message_mb << 20,
                               .max_calls = (unsigned)s.threads,
                               .idle_timeout_s = s.idle_part_timeout_s};
     int port = 0, sig = 0;
     cpr_status st = cpr_store_open(s.data_dir, &so, &store);
     if (st == CPR_OK)
-        st = cpr_reaper_start(store, s.idle_part_timeout_s, s.gc_interval_s, &reaper);
+        st = cpri_reaper_start(store, s.idle_part_timeout_s, s.gc_interval_s, &reaper);
     if (st == CPR_OK)
-        st = cpr_server_start(store, &srv, &server, &port);
+        st = cpri_server_start(store, &srv, &server, &port);
     if (st) {
         fprintf(stderr, "ckptd: %s: %s\n", cpr_status_name(st), cpr_errmsg());
-        cpr_reaper_stop(reaper);
+        cpri_reaper_stop(reaper);
         cpr_store_close(store);
         return 1;
     }
@@ -257,12 +257,12 @@ int main(int argc, char **argv)
     }
     printf("ckptd listening on %s\n", bound);
     fflush(stdout);
-    cpr_log(CPR_LOG_INFO, "serving %s on %s", s.data_dir, bound);
+    cpri_log(CPR_LOG_INFO, "serving %s on %s", s.data_dir, bound);
     sigwait(&stop, &sig);
-    cpr_log(CPR_LOG_INFO, "signal %d: stopping", sig);
-    cpr_server_stop(server);
-    cpr_reaper_stop(reaper);
+    cpri_log(CPR_LOG_INFO, "signal %d: stopping", sig);
+    cpri_server_stop(server);
+    cpri_reaper_stop(reaper);
     cpr_store_close(store);
-    cpr_log(CPR_LOG_INFO, "stopped cleanly");
+    cpri_log(CPR_LOG_INFO, "stopped cleanly");
     return 0;
 }

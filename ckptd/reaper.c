@@ -2,7 +2,7 @@
 /*
  * The idle-part reaper (see reaper.h). It sleeps on a condition variable
  * bound to CLOCK_MONOTONIC, so a wall-clock jump neither fires it early nor
- * holds it back, and cpr_reaper_stop wakes it at once instead of waiting out
+ * holds it back, and cpri_reaper_stop wakes it at once instead of waiting out
  * the period. The store logs each part it aborts.
  */
 #define _GNU_SOURCE
@@ -17,7 +17,7 @@
 #define MIN_PERIOD_S 0.05
 #define MAX_PERIOD_S 30.0
 
-struct cpr_reaper {
+struct cpri_reaper {
     cpr_store *store;
     double idle_s, period_s;
     double gc_interval_s, next_gc_s; /* 0: no periodic retention */
@@ -39,23 +39,23 @@ static struct timespec monotonic_in(double seconds)
 }
 
 /* Periodic retention, when due and something was written since the last. */
-static void retention(cpr_reaper *r)
+static void retention(cpri_reaper *r)
 {
     cpr_store_stats stats;
-    if (r->gc_interval_s <= 0 || cpr_now_s() < r->next_gc_s ||
+    if (r->gc_interval_s <= 0 || cpri_now_s() < r->next_gc_s ||
         cpr_store_stats_get(r->store, &stats) != CPR_OK || stats.rows_in == r->committed_at_gc)
         return;
-    r->next_gc_s = cpr_now_s() + r->gc_interval_s;
+    r->next_gc_s = cpri_now_s() + r->gc_interval_s;
     r->committed_at_gc = stats.rows_in;
     cpr_gc_report rep;
-    double t0 = cpr_now_s();
+    double t0 = cpri_now_s();
     cpr_status st = cpr_store_gc_lazy(r->store, &rep); /* whole parts; folds at the floor */
     if (st != CPR_OK && st != CPR_NOT_FOUND)
-        cpr_log(CPR_LOG_ERROR, "periodic retention: %s", cpr_errmsg());
+        cpri_log(CPR_LOG_ERROR, "periodic retention: %s", cpr_errmsg());
     else if (st == CPR_OK && (rep.parts_removed || rep.uncommitted_removed))
-        cpr_log(CPR_LOG_INFO, "periodic retention in %.3f s: floor %llu, %llu parts removed, "
+        cpri_log(CPR_LOG_INFO, "periodic retention in %.3f s: floor %llu, %llu parts removed, "
                 "%llu row versions dropped, %llu -> %llu bytes",
-                cpr_now_s() - t0, (unsigned long long)rep.floor,
+                cpri_now_s() - t0, (unsigned long long)rep.floor,
                 (unsigned long long)rep.parts_removed,
                 (unsigned long long)rep.versions_removed, (unsigned long long)rep.bytes_before,
                 (unsigned long long)rep.bytes_after);
@@ -63,7 +63,7 @@ static void retention(cpr_reaper *r)
 
 static void *reaper_main(void *arg)
 {
-    cpr_reaper *r = arg;
+    cpri_reaper *r = arg;
     pthread_mutex_lock(&r->mu);
     while (!r->stopping) {
         struct timespec until = monotonic_in(r->period_s);
@@ -75,7 +75,7 @@ static void *reaper_main(void *arg)
         pthread_mutex_unlock(&r->mu);
         uint64_t aborted = 0;
         if (cpr_store_abort_idle(r->store, r->idle_s, &aborted) != CPR_OK)
-            cpr_log(CPR_LOG_ERROR, "idle-part reaper: %s", cpr_errmsg());
+            cpri_log(CPR_LOG_ERROR, "idle-part reaper: %s", cpr_errmsg());
         retention(r);
         pthread_mutex_lock(&r->mu);
     }
@@ -83,13 +83,13 @@ static void *reaper_main(void *arg)
     return NULL;
 }
 
-cpr_status cpr_reaper_start(cpr_store *store, double idle_s, double gc_interval_s,
-                            cpr_reaper **out)
+cpr_status cpri_reaper_start(cpr_store *store, double idle_s, double gc_interval_s,
+                            cpri_reaper **out)
 {
     if (!(idle_s > 0))
         return cpr_fail(CPR_INVALID_ARGUMENT, "idle-part timeout %g s: give more than 0 s",
                         idle_s);
-    cpr_reaper *r = calloc(1, sizeof *r);
+    cpri_reaper *r = calloc(1, sizeof *r);
     if (!r)
         return cpr_fail(CPR_NO_MEMORY, "out of memory starting the idle-part reaper");
     r->store = store;
@@ -99,7 +99,7 @@ cpr_status cpr_reaper_start(cpr_store *store, double idle_s, double gc_interval_
     r->gc_interval_s = gc_interval_s > 0 ? gc_interval_s : 0;
     if (r->gc_interval_s > 0 && r->gc_interval_s < r->period_s)
         r->period_s = r->gc_interval_s < MIN_PERIOD_S ? MIN_PERIOD_S : r->gc_interval_s;
-    r->next_gc_s = cpr_now_s() + r->gc_interval_s;
+    r->next_gc_s = cpri_now_s() + r->gc_interval_s;
     pthread_condattr_t attr;
     pthread_condattr_init(&attr);
     pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
@@ -116,7 +116,7 @@ cpr_status cpr_reaper_start(cpr_store *store, double idle_s, double gc_interval_
     return CPR_OK;
 }
 
-void cpr_reaper_stop(cpr_reaper *r)
+void cpri_reaper_stop(cpri_reaper *r)
 {
     if (!r)
         return;

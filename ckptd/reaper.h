@@ -14,17 +14,17 @@
 
 #include "cpr/store.h"
 
-typedef struct cpr_reaper cpr_reaper;
+typedef struct cpri_reaper cpri_reaper;
 
 /* Start reaping `store` (borrowed: it must outlive the reaper) of parts idle
  * for `idle_s` (> 0) seconds, checking every idle_s / 4 (at least 50 ms, at
  * most 30 s); and, when gc_interval_s > 0, run retention that often (only
  * after a commit since the last run; see cpr_store_stats parts_committed). */
-cpr_status cpr_reaper_start(cpr_store *store, double idle_s, double gc_interval_s,
-                            cpr_reaper **out);
+cpr_status cpri_reaper_start(cpr_store *store, double idle_s, double gc_interval_s,
+                            cpri_reaper **out);
 
 /* Wake the thread, wait for it to end (at once, unless it is aborting a
  * part), free. NULL is a no-op. */
-void cpr_reaper_stop(cpr_reaper *reaper);
+void cpri_reaper_stop(cpri_reaper *reaper);
 
 #endif /* CPR_REAPER_H */

@@ -11,23 +11,23 @@
 
 #include "cpr/store.h"
 
-typedef struct cpr_server cpr_server;
+typedef struct cpri_server cpri_server;
 
-typedef struct cpr_server_options {
+typedef struct cpri_server_options {
     const char *listen;          /* host:port; port 0 picks a free one */
     size_t max_message_bytes;    /* largest request accepted (default 64 MiB) */
     unsigned max_calls;          /* concurrent calls; more are refused UNAVAILABLE (default 1024) */
     double idle_timeout_s;       /* a stream that neither receives nor sends a message for
                                     this long is cancelled (default 600) */
-} cpr_server_options;
+} cpri_server_options;
 
 /* Start serving `store` (borrowed: it must outlive the server). *port gets
  * the bound port. */
-cpr_status cpr_server_start(cpr_store *store, const cpr_server_options *opts,
-                            cpr_server **out, int *port);
+cpr_status cpri_server_start(cpr_store *store, const cpri_server_options *opts,
+                            cpri_server **out, int *port);
 
 /* Stop accepting, cancel calls in flight (their parts are aborted: nothing
  * committed is affected), wait for every handler, free. NULL is a no-op. */
-void cpr_server_stop(cpr_server *server);
+void cpri_server_stop(cpri_server *server);
 
 #endif /* CPR_CKPTD_SERVICE_H */

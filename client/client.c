@@ -58,11 +58,11 @@ static void fill_defaults(cpr_client_options *o)
         o->backoff_s = 0.1;
 }
 
-static cpr_status add_node(cpr_client *c, cpr_node *n)
+static cpr_status add_node(cpr_client *c, cpri_node *n)
 {
-    cpr_node **grown = realloc(c->nodes, (c->n_nodes + 1) * sizeof *grown);
+    cpri_node **grown = realloc(c->nodes, (c->n_nodes + 1) * sizeof *grown);
     if (!grown) {
-        cpr_node_close(n);
+        cpri_node_close(n);
         return cpr_fail(CPR_NO_MEMORY, "out of memory opening a client");
     }
     c->nodes = grown;
@@ -86,14 +86,14 @@ static cpr_status open_grpc_nodes(cpr_client *c, const char *list)
         memcpy(host_port, p, len);
         host_port[len] = '\0';
         for (size_t i = 0; i < c->n_nodes; i++)
-            if (strcmp(cpr_node_name(c->nodes[i]), host_port) == 0)
+            if (strcmp(cpri_node_name(c->nodes[i]), host_port) == 0)
                 return cpr_fail(CPR_INVALID_ARGUMENT, "target grpc://%s names node %s twice",
                                 list, host_port);
         if (c->n_nodes == MAX_NODES)
             return cpr_fail(CPR_INVALID_ARGUMENT, "target grpc://%s: more than %d nodes", list,
                             MAX_NODES);
-        cpr_node *n;
-        st = cpr_node_open_grpc(host_port, &n);
+        cpri_node *n;
+        st = cpri_node_open_grpc(host_port, &n);
         if (st == CPR_OK)
             st = add_node(c, n);
         if (!p[len])
@@ -119,9 +119,9 @@ cpr_status cpr_client_open(const char *target, const cpr_client_options *opts,
     cpr_status st;
     if (strncmp(target, LOCAL_PREFIX, strlen(LOCAL_PREFIX)) == 0 &&
         target[strlen(LOCAL_PREFIX)] == '/') {
-        cpr_node *n;
+        cpri_node *n;
         c->local = 1;
-        st = cpr_node_open_local(target + strlen(LOCAL_PREFIX), &c->opts.store, &n);
+        st = cpri_node_open_local(target + strlen(LOCAL_PREFIX), &c->opts.store, &n);
         if (st == CPR_OK)
             st = add_node(c, n);
     } else if (strncmp(target, GRPC_PREFIX, strlen(GRPC_PREFIX)) == 0) {
@@ -131,8 +131,8 @@ cpr_status cpr_client_open(const char *target, const cpr_client_options *opts,
         st = open_grpc_nodes(c, target); /* host:port[,...]: grpc:// is the default scheme */
     } else if (strncmp(target, UNIX_PREFIX, strlen(UNIX_PREFIX)) == 0 &&
                target[strlen(UNIX_PREFIX)] == '/' && !strchr(target, ',')) {
-        cpr_node *n; /* gRPC reads "unix:/path" itself */
-        st = cpr_node_open_grpc(target, &n);
+        cpri_node *n; /* gRPC reads "unix:/path" itself */
+        st = cpri_node_open_grpc(target, &n);
         if (st == CPR_OK)
             st = add_node(c, n);
     } else {
@@ -152,10 +152,10 @@ void cpr_client_close(cpr_client *c)
 {
     if (!c)
         return;
-    cpr_parts_abort_all(c);
-    cpr_parts_pool_release(c);
+    cpri_parts_abort_all(c);
+    cpri_parts_pool_release(c);
     for (size_t i = 0; i < c->n_nodes; i++)
-        cpr_node_close(c->nodes[i]);
+        cpri_node_close(c->nodes[i]);
     free(c->nodes);
     pthread_mutex_destroy(&c->mu);
     pthread_cond_destroy(&c->room);
@@ -187,7 +187,7 @@ size_t cpr_client_node_of(const cpr_client *c, const char *job, uint32_t shard)
     size_t best = 0;
     uint64_t best_score = 0;
     for (size_t i = 0; i < c->n_nodes; i++) {
-        const char *name = cpr_node_name(c->nodes[i]);
+        const char *name = cpri_node_name(c->nodes[i]);
         uint64_t score = cpr_mix64(key ^ fnv1a(0xcbf29ce484222325ull, name, strlen(name)));
         if (i == 0 || score > best_score) {
             best = i;
@@ -206,20 +206,20 @@ static void pause_s(double s)
     }
 }
 
-int cpr_client_backoff(const cpr_client *c, unsigned attempt)
+int cpri_client_backoff(const cpr_client *c, unsigned attempt)
 {
     if (attempt >= c->opts.retries)
         return 0;
     double backoff = c->opts.backoff_s * (double)(1u << (attempt < 16 ? attempt : 16));
-    cpr_log(CPR_LOG_INFO, "retrying in %.2f s after: %s", backoff, cpr_errmsg());
+    cpri_log(CPR_LOG_INFO, "retrying in %.2f s after: %s", backoff, cpr_errmsg());
     pause_s(backoff);
     return 1;
 }
 
-cpr_status cpr_client_retry(const cpr_client *c, cpr_attempt_fn call, void *ctx)
+cpr_status cpri_client_retry(const cpr_client *c, cpri_attempt_fn call, void *ctx)
 {
     cpr_status st = call(ctx);
-    for (unsigned i = 0; st == CPR_UNAVAILABLE && cpr_client_backoff(c, i); i++)
+    for (unsigned i = 0; st == CPR_UNAVAILABLE && cpri_client_backoff(c, i); i++)
         st = call(ctx);
     return st;
 }
@@ -228,7 +228,7 @@ cpr_status cpr_client_retry(const cpr_client *c, cpr_attempt_fn call, void *ctx)
 
 typedef struct list_try {
     cpr_client *c;
-    cpr_node *node;
+    cpri_node *node;
     const char *job;
     cpr_part_info *parts;
     size_t n;
@@ -237,7 +237,7 @@ typedef struct list_try {
 static cpr_status list_once(void *ctx)
 {
     list_try *t = ctx;
-    return cpr_node_list(t->node, t->job, t->c->opts.call_timeout_s, &t->parts, &t->n);
+    return cpri_node_list(t->node, t->job, t->c->opts.call_timeout_s, &t->parts, &t->n);
 }
 
 static int by_checkpoint_shard(const void *a, const void *b)
@@ -257,11 +257,11 @@ static cpr_status misplaced(cpr_client *c, const char *job, uint32_t shard, size
     return cpr_fail(CPR_FAILED_PRECONDITION, "job %s shard %u has parts on %s but this "
                     "target places the shard on %s: the set of nodes changed since it was "
                     "written; use the target it was written with (moving shards between "
-                    "nodes is not supported)", job, shard, cpr_node_name(c->nodes[on]),
-                    cpr_node_name(c->nodes[home]));
+                    "nodes is not supported)", job, shard, cpri_node_name(c->nodes[on]),
+                    cpri_node_name(c->nodes[home]));
 }
 
-cpr_status cpr_client_list_checked(cpr_client *c, const char *job, int check_placement,
+cpr_status cpri_client_list_checked(cpr_client *c, const char *job, int check_placement,
                                    cpr_part_info **out, size_t *n)
 {
     cpr_part_info *all = NULL;
@@ -269,7 +269,7 @@ cpr_status cpr_client_list_checked(cpr_client *c, const char *job, int check_pla
     cpr_status st = CPR_OK;
     for (size_t i = 0; i < c->n_nodes && st == CPR_OK; i++) {
         list_try t = {c, c->nodes[i], job, NULL, 0};
-        st = cpr_client_retry(c, list_once, &t);
+        st = cpri_client_retry(c, list_once, &t);
         if (st == CPR_NOT_FOUND) {
             st = CPR_OK; /* no part of the job on this node */
             continue;
@@ -301,7 +301,7 @@ cpr_status cpr_client_list_checked(cpr_client *c, const char *job, int check_pla
     if (st == CPR_OK && !found)
         st = cpr_fail(CPR_NOT_FOUND, "job %s has no parts on %s%s", job,
                       c->n_nodes > 1 ? "any of the nodes, e.g. " : "",
-                      cpr_node_name(c->nodes[0]));
+                      cpri_node_name(c->nodes[0]));
     if (st) {
         free(all);
         return st;
@@ -316,7 +316,7 @@ cpr_status cpr_client_list(cpr_client *c, const char *job, cpr_part_info **out, 
 {
     if (!c || !job || !out || !n)
         return cpr_fail(CPR_INVALID_ARGUMENT, "cpr_client_list: arguments must not be NULL");
-    return cpr_client_list_checked(c, job, 0, out, n);
+    return cpri_client_list_checked(c, job, 0, out, n);
 }
 
 /* Cuts of a merged, sorted list, newest first (cpr/types.h's rule); *cuts malloc'd. */
@@ -330,12 +330,12 @@ static cpr_status cuts_of(const cpr_part_info *parts, size_t n, uint64_t **cuts,
     return CPR_OK;
 }
 
-cpr_status cpr_client_job_cuts(cpr_client *c, const char *job, uint64_t **cuts,
+cpr_status cpri_client_job_cuts(cpr_client *c, const char *job, uint64_t **cuts,
                                size_t *n_cuts)
 {
     cpr_part_info *parts = NULL;
     size_t n = 0;
-    cpr_status st = cpr_client_list_checked(c, job, 1, &parts, &n);
+    cpr_status st = cpri_client_list_checked(c, job, 1, &parts, &n);
     if (st == CPR_OK)
         st = cuts_of(parts, n, cuts, n_cuts);
     free(parts);
@@ -348,7 +348,7 @@ cpr_status cpr_client_latest_cut(cpr_client *c, const char *job, uint64_t *cut)
         return cpr_fail(CPR_INVALID_ARGUMENT, "cpr_client_latest_cut: arguments must not be NULL");
     size_t n_cuts = 0;
     uint64_t *cuts = NULL;
-    cpr_status st = cpr_client_job_cuts(c, job, &cuts, &n_cuts);
+    cpr_status st = cpri_client_job_cuts(c, job, &cuts, &n_cuts);
     if (st)
         return st;
     if (n_cuts == 0)

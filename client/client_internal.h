@@ -2,7 +2,7 @@
 /*
  * Inside the client library. Four modules:
  *   node.c    one storage node behind one interface: the store in-process
- *             (local://) or a ckptd over cpr_rpc (grpc://). The only module
+ *             (local://) or a ckptd over cpri_rpc (grpc://). The only module
  *             that knows which; it speaks the wire format through wire.h.
  *   part.c    the asynchronous writer of a part: staging, its sender thread,
  *             commit and abort.
@@ -24,52 +24,52 @@
 
 /* ---- node.c ------------------------------------------------------------------- */
 
-typedef struct cpr_node cpr_node;
-typedef struct cpr_node_writer cpr_node_writer;
+typedef struct cpri_node cpri_node;
+typedef struct cpri_node_writer cpri_node_writer;
 
 /* "local:///path" (store options from opts) or "host:port". */
-cpr_status cpr_node_open_local(const char *dir, const cpr_store_options *opts, cpr_node **out);
-cpr_status cpr_node_open_grpc(const char *host_port, cpr_node **out);
-void cpr_node_close(cpr_node *node);
-const char *cpr_node_name(const cpr_node *node);
+cpr_status cpri_node_open_local(const char *dir, const cpr_store_options *opts, cpri_node **out);
+cpr_status cpri_node_open_grpc(const char *host_port, cpri_node **out);
+void cpri_node_close(cpri_node *node);
+const char *cpri_node_name(const cpri_node *node);
 
-cpr_status cpr_node_begin(cpr_node *node, const cpr_part_spec *spec, double timeout_s);
-cpr_status cpr_node_commit(cpr_node *node, const cpr_part_id *id, uint64_t rows,
+cpr_status cpri_node_begin(cpri_node *node, const cpr_part_spec *spec, double timeout_s);
+cpr_status cpri_node_commit(cpri_node *node, const cpr_part_id *id, uint64_t rows,
                            double timeout_s);
-cpr_status cpr_node_abort(cpr_node *node, const cpr_part_id *id, double timeout_s);
+cpr_status cpri_node_abort(cpri_node *node, const cpr_part_id *id, double timeout_s);
 
 /* The data path of one part: streams opened on first use, finished by
- * cpr_node_writer_close (which frees the writer whatever it returns). */
-cpr_status cpr_node_writer_open(cpr_node *node, const cpr_part_id *id, double timeout_s,
-                                cpr_node_writer **out);
-cpr_status cpr_node_writer_rows(cpr_node_writer *w, const cpr_row_batch *batch);
+ * cpri_node_writer_close (which frees the writer whatever it returns). */
+cpr_status cpri_node_writer_open(cpri_node *node, const cpr_part_id *id, double timeout_s,
+                                cpri_node_writer **out);
+cpr_status cpri_node_writer_rows(cpri_node_writer *w, const cpr_row_batch *batch);
 /* One sealed row block, sent (or stored) unchanged. */
-cpr_status cpr_node_writer_block(cpr_node_writer *w, const void *block, size_t len);
-cpr_status cpr_node_writer_blob(cpr_node_writer *w, const char *name, uint64_t offset,
+cpr_status cpri_node_writer_block(cpri_node_writer *w, const void *block, size_t len);
+cpr_status cpri_node_writer_blob(cpri_node_writer *w, const char *name, uint64_t offset,
                                 const void *data, size_t len, uint32_t crc32c);
-cpr_status cpr_node_writer_close(cpr_node_writer *w);
+cpr_status cpri_node_writer_close(cpri_node_writer *w);
 
-cpr_status cpr_node_list(cpr_node *node, const char *job, double timeout_s,
+cpr_status cpri_node_list(cpri_node *node, const char *job, double timeout_s,
                          cpr_part_info **parts, size_t *n);
 /* Rows are checked against their checksum before `fn` sees them. */
-cpr_status cpr_node_restore(cpr_node *node, const cpr_restore_query *q, double timeout_s,
+cpr_status cpri_node_restore(cpri_node *node, const cpr_restore_query *q, double timeout_s,
                             cpr_row_fn fn, void *ctx, uint64_t *rows, uint64_t *bytes);
 /* fn(ctx, size, offset, data, len) per chunk, checked; size is the blob's length. */
-typedef cpr_status (*cpr_node_chunk_fn)(void *ctx, uint64_t size, uint64_t offset,
+typedef cpr_status (*cpri_node_chunk_fn)(void *ctx, uint64_t size, uint64_t offset,
                                         const void *data, size_t len);
-cpr_status cpr_node_read_blob(cpr_node *node, const cpr_part_id *id, const char *name,
-                              double timeout_s, cpr_node_chunk_fn fn, void *ctx);
-cpr_status cpr_node_stats(cpr_node *node, double timeout_s, cpr_store_stats *out);
-cpr_status cpr_node_list_jobs(cpr_node *node, double timeout_s, char ***jobs, size_t *n);
-cpr_status cpr_node_verify(cpr_node *node, const char *job, double timeout_s,
+cpr_status cpri_node_read_blob(cpri_node *node, const cpr_part_id *id, const char *name,
+                              double timeout_s, cpri_node_chunk_fn fn, void *ctx);
+cpr_status cpri_node_stats(cpri_node *node, double timeout_s, cpr_store_stats *out);
+cpr_status cpri_node_list_jobs(cpri_node *node, double timeout_s, char ***jobs, size_t *n);
+cpr_status cpri_node_verify(cpri_node *node, const char *job, double timeout_s,
                            cpr_problem_fn fn, void *ctx, cpr_verify_report *report);
 /* floor > 0: raise `job`'s floor to it; else keep `keep` cuts computed by the node. */
-cpr_status cpr_node_gc(cpr_node *node, const char *job, uint32_t keep, uint64_t floor,
+cpr_status cpri_node_gc(cpri_node *node, const char *job, uint32_t keep, uint64_t floor,
                        double timeout_s, cpr_gc_report *report);
 /* The job's recovery record (*plan malloc'd) and its compare-and-set. */
-cpr_status cpr_node_recovery_get(cpr_node *node, const char *job, double timeout_s,
+cpr_status cpri_node_recovery_get(cpri_node *node, const char *job, double timeout_s,
                                  uint64_t *generation, void **plan, size_t *len);
-cpr_status cpr_node_recovery_put(cpr_node *node, const char *job, uint64_t expected,
+cpr_status cpri_node_recovery_put(cpri_node *node, const char *job, uint64_t expected,
                                  const void *plan, size_t len, double timeout_s,
                                  uint64_t *generation);
 
@@ -77,7 +77,7 @@ cpr_status cpr_node_recovery_put(cpr_node *node, const char *job, uint64_t expec
 
 struct cpr_client {
     cpr_client_options opts;   /* defaults filled in */
-    cpr_node **nodes;
+    cpri_node **nodes;
     size_t n_nodes;
     int local;
     /* Staging (part.c): bytes held by queued puts of every part, <= limit. */
@@ -92,27 +92,27 @@ struct cpr_client {
 
 /* Run `call` up to 1 + retries times while it returns CPR_UNAVAILABLE,
  * pausing with exponential backoff in between. */
-typedef cpr_status (*cpr_attempt_fn)(void *ctx);
-cpr_status cpr_client_retry(const cpr_client *c, cpr_attempt_fn call, void *ctx);
+typedef cpr_status (*cpri_attempt_fn)(void *ctx);
+cpr_status cpri_client_retry(const cpr_client *c, cpri_attempt_fn call, void *ctx);
 /* Before retry number `attempt` (0-based): 0 if no retries are left, else
  * pause for the backoff and return 1. */
-int cpr_client_backoff(const cpr_client *c, unsigned attempt);
+int cpri_client_backoff(const cpr_client *c, unsigned attempt);
 
 /* cpr_client_list; with check_placement, a part found on a node other than
  * its shard's fails with CPR_FAILED_PRECONDITION (the node set changed). */
-cpr_status cpr_client_list_checked(cpr_client *c, const char *job, int check_placement,
+cpr_status cpri_client_list_checked(cpr_client *c, const char *job, int check_placement,
                                    cpr_part_info **out, size_t *n);
 
 /* Consistent cuts of `job` over every node, newest first (*cuts malloc'd;
  * *n_cuts may be 0). */
-cpr_status cpr_client_job_cuts(cpr_client *c, const char *job, uint64_t **cuts,
+cpr_status cpri_client_job_cuts(cpr_client *c, const char *job, uint64_t **cuts,
                                size_t *n_cuts);
 
 /* ---- part.c --------------------------------------------------------------------- */
 
 /* Abort and free every part still open (cpr_client_close). */
-void cpr_parts_abort_all(cpr_client *c);
+void cpri_parts_abort_all(cpr_client *c);
 /* Free the pooled staging items (cpr_client_close, after the parts). */
-void cpr_parts_pool_release(cpr_client *c);
+void cpri_parts_pool_release(cpr_client *c);
 
 #endif /* CPR_CLIENT_INTERNAL_H */

@@ -26,27 +26,27 @@
 
 #define SVC "/cpr.v1.Checkpoint/"
 
-struct cpr_node {
+struct cpri_node {
     char name[256];
     cpr_store *store;          /* local:// */
-    const cpr_store_api *api;  /* local:// */
-    cpr_rpc *rpc;              /* grpc:// */
+    const cpri_store_api *api;  /* local:// */
+    cpri_rpc *rpc;              /* grpc:// */
 };
 
 /* ---- the store for local:// ------------------------------------------------------------ */
 
 /* Resolves to the store library's table when the program links it (the
  * in-tree targets that offer local:// do, through cpr_client_local). */
-extern const cpr_store_api *cpr_store_api_get(void) __attribute__((weak));
+extern const cpri_store_api *cpri_store_api_get(void) __attribute__((weak));
 
 static pthread_once_t api_once = PTHREAD_ONCE_INIT;
-static const cpr_store_api *loaded_api;
+static const cpri_store_api *loaded_api;
 static char load_error[512];
 
 static void load_store(void)
 {
-    if (cpr_store_api_get) {
-        loaded_api = cpr_store_api_get();
+    if (cpri_store_api_get) {
+        loaded_api = cpri_store_api_get();
         return;
     }
     /* CPR_STORE_LIBRARY, else libcpr-store.so.0 beside this library (by its
@@ -71,15 +71,15 @@ static void load_store(void)
         snprintf(load_error, sizeof load_error, "%s", dlerror());
         return;
     }
-    const cpr_store_api *(*get)(void) = (const cpr_store_api *(*)(void))dlsym(lib, "cpr_store_api_get");
+    const cpri_store_api *(*get)(void) = (const cpri_store_api *(*)(void))dlsym(lib, "cpri_store_api_get");
     if (!get) {
-        snprintf(load_error, sizeof load_error, "%s has no cpr_store_api_get", path);
+        snprintf(load_error, sizeof load_error, "%s has no cpri_store_api_get", path);
         return;
     }
     loaded_api = get(); /* the library stays loaded for the life of the process */
 }
 
-static cpr_status store_api(const cpr_store_api **out)
+static cpr_status store_api(const cpri_store_api **out)
 {
     pthread_once(&api_once, load_store);
     if (!loaded_api)
@@ -95,7 +95,7 @@ static cpr_status store_api(const cpr_store_api **out)
 }
 
 /* A local call's status, with the store's message made this library's. */
-static cpr_status local(const cpr_node *n, cpr_status st)
+static cpr_status local(const cpri_node *n, cpr_status st)
 {
     if (st != CPR_OK && n->api->errmsg != cpr_errmsg) {
         char why[512];
@@ -105,18 +105,18 @@ static cpr_status local(const cpr_node *n, cpr_status st)
     return st;
 }
 
-struct cpr_node_writer {
-    cpr_node *node;
+struct cpri_node_writer {
+    cpri_node *node;
     cpr_part_id id;
     char job[CPR_NAME_MAX + 1];
     double timeout_s;
-    cpr_rpc_stream *rows;  /* opened on first use */
-    cpr_rpc_stream *blobs;
+    cpri_rpc_stream *rows;  /* opened on first use */
+    cpri_rpc_stream *blobs;
 };
 
-cpr_status cpr_node_open_local(const char *dir, const cpr_store_options *opts, cpr_node **out)
+cpr_status cpri_node_open_local(const char *dir, const cpr_store_options *opts, cpri_node **out)
 {
-    cpr_node *n = calloc(1, sizeof *n);
+    cpri_node *n = calloc(1, sizeof *n);
     if (!n)
         return cpr_fail(CPR_NO_MEMORY, "out of memory opening a client");
     snprintf(n->name, sizeof n->name, "local://%s", dir);
@@ -131,13 +131,13 @@ cpr_status cpr_node_open_local(const char *dir, const cpr_store_options *opts, c
     return CPR_OK;
 }
 
-cpr_status cpr_node_open_grpc(const char *host_port, cpr_node **out)
+cpr_status cpri_node_open_grpc(const char *host_port, cpri_node **out)
 {
-    cpr_node *n = calloc(1, sizeof *n);
+    cpri_node *n = calloc(1, sizeof *n);
     if (!n)
         return cpr_fail(CPR_NO_MEMORY, "out of memory opening a client");
     snprintf(n->name, sizeof n->name, "%s", host_port);
-    cpr_status st = cpr_rpc_open(host_port, &n->rpc);
+    cpr_status st = cpri_rpc_open(host_port, &n->rpc);
     if (st) {
         free(n);
         return st;
@@ -146,72 +146,72 @@ cpr_status cpr_node_open_grpc(const char *host_port, cpr_node **out)
     return CPR_OK;
 }
 
-void cpr_node_close(cpr_node *n)
+void cpri_node_close(cpri_node *n)
 {
     if (!n)
         return;
     if (n->store)
         n->api->close(n->store);
-    cpr_rpc_close(n->rpc);
+    cpri_rpc_close(n->rpc);
     free(n);
 }
 
-const char *cpr_node_name(const cpr_node *n)
+const char *cpri_node_name(const cpri_node *n)
 {
     return n->name;
 }
 
 /* A unary call whose request was encoded by the caller (taken: freed here). */
-static cpr_status unary(cpr_node *n, const char *method, cpr_status enc, uint8_t *req,
+static cpr_status unary(cpri_node *n, const char *method, cpr_status enc, uint8_t *req,
                         size_t len, double timeout_s, uint8_t **resp, size_t *resp_len)
 {
     uint8_t *ignored = NULL;
     size_t ignored_len = 0;
     if (enc)
         return enc;
-    cpr_status st = cpr_rpc_unary(n->rpc, method, req, len, timeout_s,
+    cpr_status st = cpri_rpc_unary(n->rpc, method, req, len, timeout_s,
                                   resp ? resp : &ignored, resp ? resp_len : &ignored_len);
     free(req);
     free(ignored);
     return st;
 }
 
-cpr_status cpr_node_begin(cpr_node *n, const cpr_part_spec *spec, double timeout_s)
+cpr_status cpri_node_begin(cpri_node *n, const cpr_part_spec *spec, double timeout_s)
 {
     if (n->store)
         return local(n, n->api->begin(n->store, spec));
     uint8_t *req = NULL;
     size_t len = 0;
-    cpr_status enc = cpr_wire_begin_encode(spec, &req, &len);
+    cpr_status enc = cpri_wire_begin_encode(spec, &req, &len);
     return unary(n, SVC "Begin", enc, req, len, timeout_s, NULL, NULL);
 }
 
-cpr_status cpr_node_commit(cpr_node *n, const cpr_part_id *id, uint64_t rows, double timeout_s)
+cpr_status cpri_node_commit(cpri_node *n, const cpr_part_id *id, uint64_t rows, double timeout_s)
 {
     if (n->store)
         return local(n, n->api->commit(n->store, id, rows));
     uint8_t *req = NULL;
     size_t len = 0;
-    cpr_status enc = cpr_wire_commit_encode(id, rows, &req, &len);
+    cpr_status enc = cpri_wire_commit_encode(id, rows, &req, &len);
     return unary(n, SVC "Commit", enc, req, len, timeout_s, NULL, NULL);
 }
 
-cpr_status cpr_node_abort(cpr_node *n, const cpr_part_id *id, double timeout_s)
+cpr_status cpri_node_abort(cpri_node *n, const cpr_part_id *id, double timeout_s)
 {
     if (n->store)
         return local(n, n->api->abort(n->store, id));
     uint8_t *req = NULL;
     size_t len = 0;
-    cpr_status enc = cpr_wire_abort_encode(id, &req, &len);
+    cpr_status enc = cpri_wire_abort_encode(id, &req, &len);
     return unary(n, SVC "Abort", enc, req, len, timeout_s, NULL, NULL);
 }
 
 /* ---- the data path of a part ------------------------------------------------------ */
 
-cpr_status cpr_node_writer_open(cpr_node *n, const cpr_part_id *id, double timeout_s,
-                                cpr_node_writer **out)
+cpr_status cpri_node_writer_open(cpri_node *n, const cpr_part_id *id, double timeout_s,
+                                cpri_node_writer **out)
 {
-    cpr_node_writer *w = calloc(1, sizeof *w);
+    cpri_node_writer *w = calloc(1, sizeof *w);
     if (!w)
         return cpr_fail(CPR_NO_MEMORY, "out of memory starting a part's writer");
     w->node = n;
@@ -222,19 +222,19 @@ cpr_status cpr_node_writer_open(cpr_node *n, const cpr_part_id *id, double timeo
     return CPR_OK;
 }
 
-static cpr_status send_on(cpr_node_writer *w, cpr_rpc_stream **s, const char *method,
+static cpr_status send_on(cpri_node_writer *w, cpri_rpc_stream **s, const char *method,
                           uint8_t *msg, size_t len)
 {
     cpr_status st = CPR_OK;
     if (!*s)
-        st = cpr_rpc_stream_open(w->node->rpc, method, w->timeout_s, s);
+        st = cpri_rpc_stream_open(w->node->rpc, method, w->timeout_s, s);
     if (st == CPR_OK)
-        st = cpr_rpc_stream_send_owned(*s, msg, len); /* takes msg */
+        st = cpri_rpc_stream_send_owned(*s, msg, len); /* takes msg */
     else
         free(msg);
     if (st != CPR_OK && *s) {
         /* The stream ended: its status (the server's reason) is the error. */
-        cpr_status end = cpr_rpc_stream_finish(*s, NULL, NULL);
+        cpr_status end = cpri_rpc_stream_finish(*s, NULL, NULL);
         *s = NULL;
         if (end != CPR_OK)
             st = end;
@@ -242,27 +242,27 @@ static cpr_status send_on(cpr_node_writer *w, cpr_rpc_stream **s, const char *me
     return st;
 }
 
-cpr_status cpr_node_writer_rows(cpr_node_writer *w, const cpr_row_batch *b)
+cpr_status cpri_node_writer_rows(cpri_node_writer *w, const cpr_row_batch *b)
 {
     if (w->node->store)
         return local(w->node, w->node->api->put_rows(w->node->store, &w->id, b));
     uint8_t *msg = NULL;
     size_t len = 0;
-    cpr_status st = cpr_wire_rows_encode(&w->id, b, 0, 0, &msg, &len);
+    cpr_status st = cpri_wire_rows_encode(&w->id, b, 0, 0, &msg, &len);
     return st ? st : send_on(w, &w->rows, SVC "PutRows", msg, len);
 }
 
-cpr_status cpr_node_writer_block(cpr_node_writer *w, const void *block, size_t len)
+cpr_status cpri_node_writer_block(cpri_node_writer *w, const void *block, size_t len)
 {
     if (w->node->store)
         return local(w->node, w->node->api->put_block(w->node->store, &w->id, block, len));
     uint8_t *msg = NULL;
     size_t n = 0;
-    cpr_status st = cpr_wire_block_encode(&w->id, block, len, &msg, &n);
+    cpr_status st = cpri_wire_block_encode(&w->id, block, len, &msg, &n);
     return st ? st : send_on(w, &w->rows, SVC "PutRows", msg, n);
 }
 
-cpr_status cpr_node_writer_blob(cpr_node_writer *w, const char *name, uint64_t offset,
+cpr_status cpri_node_writer_blob(cpri_node_writer *w, const char *name, uint64_t offset,
                                 const void *data, size_t len, uint32_t crc32c)
 {
     if (w->node->store)
@@ -270,17 +270,17 @@ cpr_status cpr_node_writer_blob(cpr_node_writer *w, const char *name, uint64_t o
                                                     len, crc32c));
     uint8_t *msg = NULL;
     size_t n = 0;
-    cpr_status st = cpr_wire_chunk_encode(&w->id, name, offset, 0, data, len, crc32c, &msg, &n);
+    cpr_status st = cpri_wire_chunk_encode(&w->id, name, offset, 0, data, len, crc32c, &msg, &n);
     return st ? st : send_on(w, &w->blobs, SVC "PutBlob", msg, n);
 }
 
-cpr_status cpr_node_writer_close(cpr_node_writer *w)
+cpr_status cpri_node_writer_close(cpri_node_writer *w)
 {
     cpr_status st = CPR_OK;
     if (w->rows)
-        st = cpr_rpc_stream_finish(w->rows, NULL, NULL);
+        st = cpri_rpc_stream_finish(w->rows, NULL, NULL);
     if (w->blobs) {
-        cpr_status b = cpr_rpc_stream_finish(w->blobs, NULL, NULL);
+        cpr_status b = cpri_rpc_stream_finish(w->blobs, NULL, NULL);
         if (st == CPR_OK)
             st = b;
     }
@@ -290,7 +290,7 @@ cpr_status cpr_node_writer_close(cpr_node_writer *w)
 
 /* ---- reads ----------------------------------------------------------------------------- */
 
-cpr_status cpr_node_list(cpr_node *n, const char *job, double timeout_s, cpr_part_info **parts,
+cpr_status cpri_node_list(cpri_node *n, const char *job, double timeout_s, cpr_part_info **parts,
                          size_t *count)
 {
     if (n->store)
@@ -298,16 +298,16 @@ cpr_status cpr_node_list(cpr_node *n, const char *job, double timeout_s, cpr_par
     uint8_t *req = NULL, *resp = NULL;
     size_t len = 0, resp_len = 0;
     uint64_t cut;
-    cpr_status st = cpr_wire_list_encode(job, &req, &len);
+    cpr_status st = cpri_wire_list_encode(job, &req, &len);
     st = unary(n, SVC "List", st, req, len, timeout_s, &resp, &resp_len);
     if (st == CPR_OK)
-        st = cpr_wire_list_response_decode(resp, resp_len, parts, count, &cut);
+        st = cpri_wire_list_response_decode(resp, resp_len, parts, count, &cut);
     free(resp);
     return st;
 }
 
 typedef struct rows_in {
-    cpr_node *node;
+    cpri_node *node;
     cpr_row_fn fn;
     void *ctx;
     uint64_t rows, bytes;
@@ -364,13 +364,13 @@ static cpr_status remote_block(rows_in *in, const void *block, size_t len)
 static cpr_status remote_rows(void *ctx, const uint8_t *msg, size_t len)
 {
     rows_in *in = ctx;
-    cpr_wire_rows w;
-    cpr_status st = cpr_wire_rows_decode(msg, len, &w);
+    cpri_wire_rows w;
+    cpr_status st = cpri_wire_rows_decode(msg, len, &w);
     if (st)
         return st;
     if (w.block) {
         st = remote_block(in, w.block, w.block_len);
-        cpr_wire_rows_release(&w);
+        cpri_wire_rows_release(&w);
         return st;
     }
     const cpr_row_batch *b = &w.batch;
@@ -384,11 +384,11 @@ static cpr_status remote_rows(void *ctx, const uint8_t *msg, size_t len)
                       "in transit", in->node->name, b->table);
     else
         st = count_rows(in, b);
-    cpr_wire_rows_release(&w);
+    cpri_wire_rows_release(&w);
     return st;
 }
 
-cpr_status cpr_node_restore(cpr_node *n, const cpr_restore_query *q, double timeout_s,
+cpr_status cpri_node_restore(cpri_node *n, const cpr_restore_query *q, double timeout_s,
                             cpr_row_fn fn, void *ctx, uint64_t *rows, uint64_t *bytes)
 {
     rows_in in = {n, fn, ctx, 0, 0, 0, NULL, 0};
@@ -400,9 +400,9 @@ cpr_status cpr_node_restore(cpr_node *n, const cpr_restore_query *q, double time
     } else {
         uint8_t *req = NULL;
         size_t len = 0;
-        st = cpr_wire_restore_encode_blocks(q, 1, &req, &len);
+        st = cpri_wire_restore_encode_blocks(q, 1, &req, &len);
         if (st == CPR_OK)
-            st = cpr_rpc_server_stream(n->rpc, SVC "Restore", req, len, timeout_s,
+            st = cpri_rpc_server_stream(n->rpc, SVC "Restore", req, len, timeout_s,
                                        remote_rows, &in);
         free(req);
         free(in.scratch);
@@ -413,8 +413,8 @@ cpr_status cpr_node_restore(cpr_node *n, const cpr_restore_query *q, double time
 }
 
 typedef struct chunks_in {
-    cpr_node *node;
-    cpr_node_chunk_fn fn;
+    cpri_node *node;
+    cpri_node_chunk_fn fn;
     void *ctx;
     uint64_t size;
     int fn_failed;
@@ -431,8 +431,8 @@ static cpr_status local_chunk(void *ctx, uint64_t offset, const void *data, size
 static cpr_status remote_chunk(void *ctx, const uint8_t *msg, size_t len)
 {
     chunks_in *in = ctx;
-    cpr_wire_chunk c;
-    cpr_status st = cpr_wire_chunk_decode(msg, len, &c);
+    cpri_wire_chunk c;
+    cpr_status st = cpri_wire_chunk_decode(msg, len, &c);
     if (st)
         return st;
     if (cpr_crc32c(0, c.data, c.len) != c.crc32c)
@@ -440,12 +440,12 @@ static cpr_status remote_chunk(void *ctx, const uint8_t *msg, size_t len)
                       "in transit", in->node->name, (unsigned long long)c.offset, c.name);
     else
         st = in->fn(in->ctx, c.size, c.offset, c.data, c.len);
-    cpr_wire_chunk_release(&c);
+    cpri_wire_chunk_release(&c);
     return st;
 }
 
-cpr_status cpr_node_read_blob(cpr_node *n, const cpr_part_id *id, const char *name,
-                              double timeout_s, cpr_node_chunk_fn fn, void *ctx)
+cpr_status cpri_node_read_blob(cpri_node *n, const cpr_part_id *id, const char *name,
+                              double timeout_s, cpri_node_chunk_fn fn, void *ctx)
 {
     chunks_in in = {n, fn, ctx, 0, 0};
     if (n->store) {
@@ -457,9 +457,9 @@ cpr_status cpr_node_read_blob(cpr_node *n, const cpr_part_id *id, const char *na
     }
     uint8_t *req = NULL;
     size_t len = 0;
-    cpr_status st = cpr_wire_getblob_encode(id, name, &req, &len);
+    cpr_status st = cpri_wire_getblob_encode(id, name, &req, &len);
     if (st == CPR_OK)
-        st = cpr_rpc_server_stream(n->rpc, SVC "GetBlob", req, len, timeout_s, remote_chunk,
+        st = cpri_rpc_server_stream(n->rpc, SVC "GetBlob", req, len, timeout_s, remote_chunk,
                                    &in);
     free(req);
     return st;
@@ -467,7 +467,7 @@ cpr_status cpr_node_read_blob(cpr_node *n, const cpr_part_id *id, const char *na
 
 /* ---- operations ------------------------------------------------------------------------ */
 
-cpr_status cpr_node_stats(cpr_node *n, double timeout_s, cpr_store_stats *out)
+cpr_status cpri_node_stats(cpri_node *n, double timeout_s, cpr_store_stats *out)
 {
     if (n->store)
         return local(n, n->api->stats_get(n->store, out));
@@ -477,36 +477,36 @@ cpr_status cpr_node_stats(cpr_node *n, double timeout_s, cpr_store_stats *out)
     cpr_status st = req ? CPR_OK : cpr_fail(CPR_NO_MEMORY, "out of memory");
     st = unary(n, SVC "Stats", st, req, 0, timeout_s, &resp, &resp_len);
     if (st == CPR_OK)
-        st = cpr_wire_stats_response_decode(resp, resp_len, out);
+        st = cpri_wire_stats_response_decode(resp, resp_len, out);
     free(resp);
     return st;
 }
 
-cpr_status cpr_node_list_jobs(cpr_node *n, double timeout_s, char ***jobs, size_t *count)
+cpr_status cpri_node_list_jobs(cpri_node *n, double timeout_s, char ***jobs, size_t *count)
 {
     if (n->store)
         return local(n, n->api->list_jobs(n->store, jobs, count));
     uint8_t *req = NULL, *resp = NULL;
     size_t len = 0, resp_len = 0;
-    cpr_status st = cpr_wire_list_jobs_encode(&req, &len);
+    cpr_status st = cpri_wire_list_jobs_encode(&req, &len);
     st = unary(n, SVC "ListJobs", st, req, len, timeout_s, &resp, &resp_len);
     if (st == CPR_OK)
-        st = cpr_wire_list_jobs_response_decode(resp, resp_len, jobs, count);
+        st = cpri_wire_list_jobs_response_decode(resp, resp_len, jobs, count);
     free(resp);
     return st;
 }
 
-cpr_status cpr_node_verify(cpr_node *n, const char *job, double timeout_s, cpr_problem_fn fn,
+cpr_status cpri_node_verify(cpri_node *n, const char *job, double timeout_s, cpr_problem_fn fn,
                            void *ctx, cpr_verify_report *report)
 {
     if (n->store)
         return local(n, n->api->verify(n->store, job, fn, ctx, report));
     uint8_t *req = NULL, *resp = NULL;
     size_t len = 0, resp_len = 0;
-    cpr_status st = cpr_wire_verify_encode(job, &req, &len);
+    cpr_status st = cpri_wire_verify_encode(job, &req, &len);
     st = unary(n, SVC "Verify", st, req, len, timeout_s, &resp, &resp_len);
     if (st == CPR_OK)
-        st = cpr_wire_verify_response_decode(resp, resp_len, report, fn, ctx);
+        st = cpri_wire_verify_response_decode(resp, resp_len, report, fn, ctx);
     free(resp);
     if (st == CPR_OK && report->problems)
         st = cpr_fail(CPR_CORRUPT, "%s: %llu problem(s) found", n->name,
@@ -514,7 +514,7 @@ cpr_status cpr_node_verify(cpr_node *n, const char *job, double timeout_s, cpr_p
     return st;
 }
 
-cpr_status cpr_node_gc(cpr_node *n, const char *job, uint32_t keep, uint64_t floor,
+cpr_status cpri_node_gc(cpri_node *n, const char *job, uint32_t keep, uint64_t floor,
                        double timeout_s, cpr_gc_report *report)
 {
     if (n->store)
@@ -522,10 +522,10 @@ cpr_status cpr_node_gc(cpr_node *n, const char *job, uint32_t keep, uint64_t flo
                               : n->api->gc(n->store, job, keep, report));
     uint8_t *req = NULL, *resp = NULL;
     size_t len = 0, resp_len = 0;
-    cpr_status st = cpr_wire_gc_encode(job, keep, floor, &req, &len);
+    cpr_status st = cpri_wire_gc_encode(job, keep, floor, &req, &len);
     st = unary(n, SVC "Gc", st, req, len, timeout_s, &resp, &resp_len);
     if (st == CPR_OK)
-        st = cpr_wire_gc_response_decode(resp, resp_len, report);
+        st = cpri_wire_gc_response_decode(resp, resp_len, report);
     free(resp);
     return st;
 }
@@ -536,8 +536,8 @@ cpr_status cpr_node_gc(cpr_node *n, const char *job, uint32_t keep, uint64_t flo
 static cpr_status record_answer(const uint8_t *resp, size_t resp_len, uint64_t *generation,
                                 void **plan, size_t *len)
 {
-    cpr_wire_recovery r;
-    cpr_status st = cpr_wire_recovery_record_decode(resp, resp_len, &r);
+    cpri_wire_recovery r;
+    cpr_status st = cpri_wire_recovery_record_decode(resp, resp_len, &r);
     if (st)
         return st;
     void *copy = malloc(r.len ? r.len : 1);
@@ -550,18 +550,18 @@ static cpr_status record_answer(const uint8_t *resp, size_t resp_len, uint64_t *
     } else {
         st = cpr_fail(CPR_NO_MEMORY, "out of memory for a %zu-byte recovery plan", r.len);
     }
-    cpr_wire_recovery_release(&r);
+    cpri_wire_recovery_release(&r);
     return st;
 }
 
-cpr_status cpr_node_recovery_get(cpr_node *n, const char *job, double timeout_s,
+cpr_status cpri_node_recovery_get(cpri_node *n, const char *job, double timeout_s,
                                  uint64_t *generation, void **plan, size_t *len)
 {
     if (n->store)
         return local(n, n->api->recovery_get(n->store, job, generation, plan, len, NULL));
     uint8_t *req = NULL, *resp = NULL;
     size_t req_len = 0, resp_len = 0;
-    cpr_status st = cpr_wire_get_recovery_encode(job, &req, &req_len);
+    cpr_status st = cpri_wire_get_recovery_encode(job, &req, &req_len);
     st = unary(n, SVC "GetRecovery", st, req, req_len, timeout_s, &resp, &resp_len);
     if (st == CPR_OK)
         st = record_answer(resp, resp_len, generation, plan, len);
@@ -569,7 +569,7 @@ cpr_status cpr_node_recovery_get(cpr_node *n, const char *job, double timeout_s,
     return st;
 }
 
-cpr_status cpr_node_recovery_put(cpr_node *n, const char *job, uint64_t expected,
+cpr_status cpri_node_recovery_put(cpri_node *n, const char *job, uint64_t expected,
                                  const void *plan, size_t len, double timeout_s,
                                  uint64_t *generation)
 {
@@ -579,7 +579,7 @@ cpr_status cpr_node_recovery_put(cpr_node *n, const char *job, uint64_t expected
     size_t req_len = 0, resp_len = 0;
     void *none = NULL; /* the answer carries no plan */
     size_t none_len = 0;
-    cpr_status st = cpr_wire_put_recovery_encode(job, expected, plan, len, &req, &req_len);
+    cpr_status st = cpri_wire_put_recovery_encode(job, expected, plan, len, &req, &req_len);
     st = unary(n, SVC "PutRecovery", st, req, req_len, timeout_s, &resp, &resp_len);
     if (st == CPR_OK)
         st = record_answer(resp, resp_len, generation, &none, &none_len);

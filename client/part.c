@@ -87,14 +87,14 @@ static const float *src_state(const rows_src *r, size_t i)
 
 struct cpr_part {
     cpr_client *client;
-    cpr_node *node;
+    cpri_node *node;
     char job[CPR_NAME_MAX + 1];
     cpr_part_id id;
     schema *tables;
     size_t n_tables;
     char **blob_names;
     size_t n_blobs;
-    cpr_node_writer *writer;
+    cpri_node_writer *writer;
     pthread_t sender;
     pthread_mutex_t mu;
     pthread_cond_t wake;     /* items queued or closing */
@@ -133,7 +133,7 @@ static void item_free(cpr_part *p, item *it)
     free(it);
 }
 
-void cpr_parts_pool_release(cpr_client *c)
+void cpri_parts_pool_release(cpr_client *c)
 {
     for (size_t i = 0; i < c->n_pool; i++)
         free(c->pool[i]);
@@ -181,12 +181,12 @@ static void set_error(cpr_part *p, cpr_status st)
 static cpr_status send_item(cpr_part *p, item *it)
 {
     if (it->is_blob)
-        return cpr_node_writer_blob(p->writer, it->name, it->offset, it->data, it->len,
+        return cpri_node_writer_blob(p->writer, it->name, it->offset, it->data, it->len,
                                     cpr_crc32c(0, it->data, it->len));
     if (it->is_block) {
         cpr_status st = cpr_block_seal(it->data, it->table, (uint32_t)it->n, it->dim,
                                        it->state_dim, 0);
-        return st ? st : cpr_node_writer_block(p->writer, it->data, it->len);
+        return st ? st : cpri_node_writer_block(p->writer, it->data, it->len);
     }
     const uint64_t *ids = (const uint64_t *)it->data;
     const float *values = (const float *)(it->data + it->n * 8);
@@ -194,7 +194,7 @@ static cpr_status send_item(cpr_part *p, item *it)
     cpr_row_batch b = {it->table, it->n, ids, values, it->values_count,
                        it->state_count ? state : NULL, it->state_count, 0, 0};
     b.crc32c = cpr_crc32c_rows(b.ids, b.n, b.values, b.values_count, b.state, b.state_count);
-    return cpr_node_writer_rows(p->writer, &b);
+    return cpri_node_writer_rows(p->writer, &b);
 }
 
 static void *sender_main(void *arg)
@@ -255,14 +255,14 @@ static cpr_status queue_item(cpr_part *p, item *it)
 
 typedef struct begin_try {
     cpr_client *client;
-    cpr_node *node;
+    cpri_node *node;
     const cpr_part_spec *spec;
 } begin_try;
 
 static cpr_status begin_once(void *ctx)
 {
     begin_try *b = ctx;
-    return cpr_node_begin(b->node, b->spec, b->client->opts.call_timeout_s);
+    return cpri_node_begin(b->node, b->spec, b->client->opts.call_timeout_s);
 }
 
 static void part_free(cpr_part *p)
@@ -305,7 +305,7 @@ cpr_status cpr_client_begin(cpr_client *c, const cpr_part_spec *spec, cpr_part *
     if (!c || !spec || !out || !spec->id.job || (spec->n_tables && !spec->tables))
         return cpr_fail(CPR_INVALID_ARGUMENT, "cpr_client_begin: client, spec, spec->id.job, "
                         "spec->tables (when n_tables > 0) and out must not be NULL");
-    if (!cpr_name_valid(spec->id.job))
+    if (!cpri_name_valid(spec->id.job))
         return cpr_fail(CPR_INVALID_ARGUMENT, "job name '%.64s' is not 1-%d characters of "
                         "[A-Za-z0-9._-]", spec->id.job, CPR_NAME_MAX);
     cpr_part *p = NULL;
@@ -313,20 +313,20 @@ cpr_status cpr_client_begin(cpr_client *c, const cpr_part_spec *spec, cpr_part *
     if (st)
         return st;
     begin_try b = {c, p->node, spec};
-    st = cpr_client_retry(c, begin_once, &b);
+    st = cpri_client_retry(c, begin_once, &b);
     if (st) {
         part_free(p);
         return st;
     }
-    st = cpr_node_writer_open(p->node, &p->id, c->opts.stream_timeout_s, &p->writer);
+    st = cpri_node_writer_open(p->node, &p->id, c->opts.stream_timeout_s, &p->writer);
     if (st == CPR_OK && pthread_create(&p->sender, NULL, sender_main, p) != 0) {
-        cpr_node_writer_close(p->writer);
+        cpri_node_writer_close(p->writer);
         st = cpr_fail(CPR_RESOURCE_EXHAUSTED, "cannot start the part's sender thread");
     }
     if (st) { /* begun on the node but unusable here: do not leave it open */
         char why[1024];
         snprintf(why, sizeof why, "%s", cpr_errmsg());
-        cpr_node_abort(p->node, &p->id, c->opts.call_timeout_s);
+        cpri_node_abort(p->node, &p->id, c->opts.call_timeout_s);
         part_free(p);
         return cpr_fail(st, "%s", why);
     }
@@ -546,7 +546,7 @@ cpr_status cpr_part_put_gather(cpr_part *p, const cpr_gather *g)
 
 static cpr_status claim_blob_name(cpr_part *p, const char *name)
 {
-    if (!name || !cpr_name_valid(name))
+    if (!name || !cpri_name_valid(name))
         return cpr_fail(CPR_INVALID_ARGUMENT, "blob name '%.64s' is not 1-%d characters of "
                         "[A-Za-z0-9._-]", name ? name : "(null)", CPR_NAME_MAX);
     for (size_t i = 0; i < p->n_blobs; i++)
@@ -619,7 +619,7 @@ static cpr_status finish_sender(cpr_part *p, int discard)
     pthread_cond_signal(&p->wake);
     pthread_mutex_unlock(&p->mu);
     pthread_join(p->sender, NULL);
-    cpr_status st = cpr_node_writer_close(p->writer);
+    cpr_status st = cpri_node_writer_close(p->writer);
     p->writer = NULL;
     if (p->error)
         return cpr_fail(p->error, "%s", p->errmsg);
@@ -649,14 +649,14 @@ typedef struct state_try {
 static cpr_status list_part_once(void *ctx)
 {
     state_try *t = ctx;
-    return cpr_node_list(t->p->node, t->p->job, t->p->client->opts.call_timeout_s, &t->parts,
+    return cpri_node_list(t->p->node, t->p->job, t->p->client->opts.call_timeout_s, &t->parts,
                          &t->n);
 }
 
 static int committed_on_node(cpr_part *p)
 {
     state_try t = {p, NULL, 0};
-    cpr_status st = cpr_client_retry(p->client, list_part_once, &t);
+    cpr_status st = cpri_client_retry(p->client, list_part_once, &t);
     int committed = st == CPR_OK || st == CPR_NOT_FOUND ? 0 : -1;
     /* Committed with the rows this writer sent: another writer's commit of
      * the same id is not this one's. */
@@ -687,7 +687,7 @@ cpr_status cpr_part_commit(cpr_part **handle)
     cpr_status st = finish_sender(p, 0);
     if (st == CPR_OK) {
         sent = 1;
-        st = cpr_node_commit(p->node, &p->id, p->progress.rows_sent, c->opts.stream_timeout_s);
+        st = cpri_node_commit(p->node, &p->id, p->progress.rows_sent, c->opts.stream_timeout_s);
         if (st == CPR_UNAVAILABLE || st == CPR_TIMEOUT) {
             snprintf(why, sizeof why, "%s", cpr_errmsg());
             state = committed_on_node(p);
@@ -698,7 +698,7 @@ cpr_status cpr_part_commit(cpr_part **handle)
     if (st) {
         if (!why[0])
             snprintf(why, sizeof why, "%s", cpr_errmsg());
-        cpr_status ab = cpr_node_abort(p->node, &p->id, c->opts.call_timeout_s);
+        cpr_status ab = cpri_node_abort(p->node, &p->id, c->opts.call_timeout_s);
         if (ab == CPR_FAILED_PRECONDITION) /* committed, or being committed */
             state = committed_on_node(p);
         if (state == 1)
@@ -721,7 +721,7 @@ static cpr_status part_abort(cpr_part *p)
 {
     unlink_part(p);
     finish_sender(p, 1);
-    cpr_status st = cpr_node_abort(p->node, &p->id, p->client->opts.call_timeout_s);
+    cpr_status st = cpri_node_abort(p->node, &p->id, p->client->opts.call_timeout_s);
     if (st == CPR_NOT_FOUND)
         st = CPR_OK; /* already gone (e.g. reaped by the daemon): nothing is left */
     part_free(p);
@@ -739,14 +739,14 @@ cpr_status cpr_part_abort(cpr_part **handle)
 
 typedef struct abort_try {
     cpr_client *client;
-    cpr_node *node;
+    cpri_node *node;
     cpr_part_id id;
 } abort_try;
 
 static cpr_status abort_once(void *ctx)
 {
     abort_try *a = ctx;
-    return cpr_node_abort(a->node, &a->id, a->client->opts.call_timeout_s);
+    return cpri_node_abort(a->node, &a->id, a->client->opts.call_timeout_s);
 }
 
 cpr_status cpr_client_abort(cpr_client *c, const char *job, uint32_t shard, uint64_t checkpoint)
@@ -754,17 +754,17 @@ cpr_status cpr_client_abort(cpr_client *c, const char *job, uint32_t shard, uint
     if (!c || !job)
         return cpr_fail(CPR_INVALID_ARGUMENT, "cpr_client_abort: client and job must not be "
                         "NULL");
-    if (!cpr_name_valid(job))
+    if (!cpri_name_valid(job))
         return cpr_fail(CPR_INVALID_ARGUMENT, "job name '%.64s' is not 1-%d characters of "
                         "[A-Za-z0-9._-]", job, CPR_NAME_MAX);
     abort_try a = {c, c->nodes[cpr_client_node_of(c, job, shard)], {job, shard, checkpoint}};
-    cpr_status st = cpr_client_retry(c, abort_once, &a);
+    cpr_status st = cpri_client_retry(c, abort_once, &a);
     if (st == CPR_NOT_FOUND)
         st = CPR_OK; /* never begun, or already gone: nothing of it is left */
     return st;
 }
 
-void cpr_parts_abort_all(cpr_client *c)
+void cpri_parts_abort_all(cpr_client *c)
 {
     for (;;) {
         pthread_mutex_lock(&c->mu);

@@ -18,12 +18,12 @@
 
 /* One node's part of a restore, retried on CPR_UNAVAILABLE while nothing has
  * been delivered (after that a repeat would deliver rows twice). */
-static cpr_status restore_node(cpr_client *c, cpr_node *node, const cpr_restore_query *q,
+static cpr_status restore_node(cpr_client *c, cpri_node *node, const cpr_restore_query *q,
                                cpr_row_fn fn, void *ctx, uint64_t *rows, uint64_t *bytes)
 {
     for (unsigned attempt = 0;; attempt++) {
         uint64_t r = 0, b = 0;
-        cpr_status st = cpr_node_restore(node, q, c->opts.stream_timeout_s, fn, ctx, &r, &b);
+        cpr_status st = cpri_node_restore(node, q, c->opts.stream_timeout_s, fn, ctx, &r, &b);
         *rows += r;
         *bytes += b;
         if (st != CPR_UNAVAILABLE)
@@ -34,7 +34,7 @@ static cpr_status restore_node(cpr_client *c, cpr_node *node, const cpr_restore_
             return cpr_fail(st, "%s (after %llu rows had been delivered, so not retried)", why,
                             (unsigned long long)r);
         }
-        if (!cpr_client_backoff(c, attempt))
+        if (!cpri_client_backoff(c, attempt))
             return st;
     }
 }
@@ -60,7 +60,7 @@ static cpr_status resolve_as_of(cpr_client *c, cpr_restore_query *q)
     if (q->consistent) {
         uint64_t *cuts = NULL;
         size_t n_cuts = 0;
-        st = cpr_client_job_cuts(c, q->job, &cuts, &n_cuts);
+        st = cpri_client_job_cuts(c, q->job, &cuts, &n_cuts);
         if (st == CPR_OK && n_cuts == 0)
             st = cpr_fail(CPR_NOT_FOUND, "job %s has no consistent cut: no checkpoint id has "
                           "a committed FULL (or complete DELTA) part of every shard", q->job);
@@ -73,7 +73,7 @@ static cpr_status resolve_as_of(cpr_client *c, cpr_restore_query *q)
     cpr_part_info *parts = NULL;
     size_t n = 0;
     uint64_t used = 0, limit = q->as_of ? q->as_of : UINT64_MAX;
-    st = cpr_client_list_checked(c, q->job, c->n_nodes > 1, &parts, &n);
+    st = cpri_client_list_checked(c, q->job, c->n_nodes > 1, &parts, &n);
     for (size_t i = 0; st == CPR_OK && i < n; i++)
         if (parts[i].committed && parts[i].checkpoint <= limit && parts[i].checkpoint > used)
             used = parts[i].checkpoint;
@@ -206,7 +206,7 @@ static cpr_status collect_chunk(void *ctx, uint64_t size, uint64_t offset, const
 
 typedef struct blob_try {
     cpr_client *c;
-    cpr_node *node;
+    cpri_node *node;
     const cpr_part_id *id;
     const char *name;
     blob_buf buf;
@@ -217,7 +217,7 @@ static cpr_status blob_once(void *ctx)
     blob_try *t = ctx;
     free(t->buf.data);
     memset(&t->buf, 0, sizeof t->buf); /* a retry starts over */
-    return cpr_node_read_blob(t->node, t->id, t->name, t->c->opts.stream_timeout_s,
+    return cpri_node_read_blob(t->node, t->id, t->name, t->c->opts.stream_timeout_s,
                               collect_chunk, &t->buf);
 }
 
@@ -227,7 +227,7 @@ cpr_status cpr_client_read_blob(cpr_client *c, const cpr_part_id *id, const char
     if (!c || !id || !id->job || !name || !data || !len)
         return cpr_fail(CPR_INVALID_ARGUMENT, "cpr_client_read_blob: arguments must not be NULL");
     blob_try t = {c, c->nodes[cpr_client_node_of(c, id->job, id->shard)], id, name, {0}};
-    cpr_status st = cpr_client_retry(c, blob_once, &t);
+    cpr_status st = cpri_client_retry(c, blob_once, &t);
     if (st == CPR_OK && !t.buf.sized) { /* no chunk at all: an empty blob */
         t.buf.data = malloc(1);
         t.buf.sized = 1;
@@ -250,14 +250,14 @@ cpr_status cpr_client_read_blob(cpr_client *c, const cpr_part_id *id, const char
 
 typedef struct stats_try {
     cpr_client *c;
-    cpr_node *node;
+    cpri_node *node;
     cpr_store_stats stats;
 } stats_try;
 
 static cpr_status stats_once(void *ctx)
 {
     stats_try *t = ctx;
-    return cpr_node_stats(t->node, t->c->opts.call_timeout_s, &t->stats);
+    return cpri_node_stats(t->node, t->c->opts.call_timeout_s, &t->stats);
 }
 
 cpr_status cpr_client_stats(cpr_client *c, cpr_store_stats *out)
@@ -268,7 +268,7 @@ cpr_status cpr_client_stats(cpr_client *c, cpr_store_stats *out)
     memset(&sum, 0, sizeof sum);
     for (size_t i = 0; i < c->n_nodes; i++) {
         stats_try t = {c, c->nodes[i], {0}};
-        cpr_status st = cpr_client_retry(c, stats_once, &t);
+        cpr_status st = cpri_client_retry(c, stats_once, &t);
         const cpr_store_stats *sp = &t.stats;
         if (st)
             return st;
@@ -310,8 +310,8 @@ cpr_status cpr_client_verify(cpr_client *c, const char *job, cpr_problem_fn fn, 
     size_t missing = 0;
     for (size_t i = 0; i < c->n_nodes; i++) {
         cpr_verify_report r = {0};
-        problems_of p = {fn, ctx, cpr_node_name(c->nodes[i])};
-        cpr_status st = cpr_node_verify(c->nodes[i], job, c->opts.stream_timeout_s,
+        problems_of p = {fn, ctx, cpri_node_name(c->nodes[i])};
+        cpr_status st = cpri_node_verify(c->nodes[i], job, c->opts.stream_timeout_s,
                                         fn ? node_problem : NULL, &p, &r);
         if (st == CPR_NOT_FOUND && job && c->n_nodes > 1) {
             missing++;
@@ -353,7 +353,7 @@ static cpr_status gc_spread_job(cpr_client *c, const char *job, uint32_t keep,
 {
     uint64_t *cuts = NULL;
     size_t n_cuts = 0;
-    cpr_status st = cpr_client_job_cuts(c, job, &cuts, &n_cuts);
+    cpr_status st = cpri_client_job_cuts(c, job, &cuts, &n_cuts);
     if (st)
         return st;
     uint32_t k = keep ? keep : DEFAULT_KEEP;
@@ -362,7 +362,7 @@ static cpr_status gc_spread_job(cpr_client *c, const char *job, uint32_t keep,
     for (size_t i = 0; i < c->n_nodes && st == CPR_OK; i++) {
         cpr_gc_report r = {0};
         /* With a floor the node computes nothing itself: keep is not sent. */
-        st = cpr_node_gc(c->nodes[i], job, floor ? 0 : k, floor, c->opts.stream_timeout_s, &r);
+        st = cpri_node_gc(c->nodes[i], job, floor ? 0 : k, floor, c->opts.stream_timeout_s, &r);
         if (st == CPR_NOT_FOUND) {
             st = CPR_OK; /* no part of the job here */
             continue;
@@ -370,8 +370,8 @@ static cpr_status gc_spread_job(cpr_client *c, const char *job, uint32_t keep,
         if (st == CPR_FAILED_PRECONDITION && floor) {
             /* Everything here is older than the floor (shards the job no longer
              * has): their rows may still be the newest versions, so keep them. */
-            cpr_log(CPR_LOG_INFO, "gc of %s on %s skipped: %s", job,
-                    cpr_node_name(c->nodes[i]), cpr_errmsg());
+            cpri_log(CPR_LOG_INFO, "gc of %s on %s skipped: %s", job,
+                    cpri_node_name(c->nodes[i]), cpr_errmsg());
             st = CPR_OK;
             continue;
         }
@@ -383,7 +383,7 @@ static cpr_status gc_spread_job(cpr_client *c, const char *job, uint32_t keep,
 
 typedef struct jobs_try {
     cpr_client *c;
-    cpr_node *node;
+    cpri_node *node;
     char **jobs;
     size_t n;
 } jobs_try;
@@ -391,7 +391,7 @@ typedef struct jobs_try {
 static cpr_status jobs_once(void *ctx)
 {
     jobs_try *t = ctx;
-    return cpr_node_list_jobs(t->node, t->c->opts.call_timeout_s, &t->jobs, &t->n);
+    return cpri_node_list_jobs(t->node, t->c->opts.call_timeout_s, &t->jobs, &t->n);
 }
 
 static int by_name(const void *a, const void *b)
@@ -422,7 +422,7 @@ static cpr_status all_jobs(cpr_client *c, char ***jobs, size_t *n)
     cpr_status st = all ? CPR_OK : cpr_fail(CPR_NO_MEMORY, "out of memory listing jobs");
     for (size_t i = 0; i < c->n_nodes && st == CPR_OK; i++) {
         jobs_try t = {c, c->nodes[i], NULL, 0};
-        st = cpr_client_retry(c, jobs_once, &t);
+        st = cpri_client_retry(c, jobs_once, &t);
         if (st == CPR_OK)
             st = append_names(&all, &total, t.jobs, t.n);
         cpr_names_free(t.jobs, t.n); /* frees only what was not moved */
@@ -459,7 +459,7 @@ cpr_status cpr_client_gc(cpr_client *c, const char *job, uint32_t keep, cpr_gc_r
     cpr_gc_report sum = {0};
     cpr_status st = CPR_OK;
     if (c->n_nodes == 1) {
-        st = cpr_node_gc(c->nodes[0], job, keep, 0, c->opts.stream_timeout_s, &sum);
+        st = cpri_node_gc(c->nodes[0], job, keep, 0, c->opts.stream_timeout_s, &sum);
     } else if (job) {
         st = gc_spread_job(c, job, keep, &sum);
     } else {

@@ -15,14 +15,14 @@
 #include "client_internal.h"
 #include "cpr_common.h"
 
-static cpr_node *record_node(const cpr_client *c, const char *job)
+static cpri_node *record_node(const cpr_client *c, const char *job)
 {
     return c->nodes[cpr_client_node_of(c, job, 0)];
 }
 
 typedef struct get_try {
     cpr_client *c;
-    cpr_node *node;
+    cpri_node *node;
     const char *job;
     uint64_t generation;
     void *plan;
@@ -32,13 +32,13 @@ typedef struct get_try {
 static cpr_status get_once(void *ctx)
 {
     get_try *t = ctx;
-    return cpr_node_recovery_get(t->node, t->job, t->c->opts.call_timeout_s, &t->generation,
+    return cpri_node_recovery_get(t->node, t->job, t->c->opts.call_timeout_s, &t->generation,
                                  &t->plan, &t->len);
 }
 
 static cpr_status check_job(const char *job, const char *fn)
 {
-    if (!cpr_name_valid(job))
+    if (!cpri_name_valid(job))
         return cpr_fail(CPR_INVALID_ARGUMENT, "%s: job name \"%.140s\" is invalid: use 1-128 "
                         "characters of A-Z a-z 0-9 . _ -", fn, job ? job : "(null)");
     return CPR_OK;
@@ -54,7 +54,7 @@ cpr_status cpr_client_recovery_get(cpr_client *c, const char *job, uint64_t *gen
     if (st)
         return st;
     get_try t = {c, record_node(c, job), job, 0, NULL, 0};
-    st = cpr_client_retry(c, get_once, &t);
+    st = cpri_client_retry(c, get_once, &t);
     if (st)
         return st;
     *generation = t.generation;
@@ -75,7 +75,7 @@ static put_outcome read_back(cpr_client *c, const char *job, uint64_t expected,
                              const void *plan, size_t len, uint64_t *now)
 {
     get_try t = {c, record_node(c, job), job, 0, NULL, 0};
-    if (cpr_client_retry(c, get_once, &t) != CPR_OK)
+    if (cpri_client_retry(c, get_once, &t) != CPR_OK)
         return PUT_UNKNOWN;
     put_outcome o = PUT_LOST_RACE;
     if (t.generation == expected)
@@ -102,7 +102,7 @@ static cpr_status reconcile(cpr_client *c, const char *job, uint64_t expected, c
         *generation = now;
         return CPR_OK;
     case PUT_NOT_APPLIED:
-        if (lost == CPR_UNAVAILABLE && cpr_client_backoff(c, attempt)) {
+        if (lost == CPR_UNAVAILABLE && cpri_client_backoff(c, attempt)) {
             *again = 1;
             return lost;
         }
@@ -131,10 +131,10 @@ cpr_status cpr_client_recovery_put(cpr_client *c, const char *job, uint64_t expe
     cpr_status st = check_job(job, "cpr_client_recovery_put");
     if (st)
         return st;
-    cpr_node *node = record_node(c, job);
+    cpri_node *node = record_node(c, job);
     for (unsigned attempt = 0;; attempt++) {
         uint64_t gen = 0;
-        st = cpr_node_recovery_put(node, job, expected, plan, len, c->opts.call_timeout_s, &gen);
+        st = cpri_node_recovery_put(node, job, expected, plan, len, c->opts.call_timeout_s, &gen);
         if (st == CPR_OK) {
             *generation = gen;
             return CPR_OK;

@@ -8,7 +8,7 @@
 #include "cpr_cli.h"
 #include "cpr_common.h"
 
-cpr_status cpr_cli_u64(const char *flag, const char *text, uint64_t min, uint64_t max,
+cpr_status cpri_cli_u64(const char *flag, const char *text, uint64_t min, uint64_t max,
                        uint64_t *out)
 {
     char *end = NULL;
@@ -26,7 +26,7 @@ cpr_status cpr_cli_u64(const char *flag, const char *text, uint64_t min, uint64_
     return CPR_OK;
 }
 
-cpr_status cpr_cli_double(const char *flag, const char *text, double lo, int lo_closed,
+cpr_status cpri_cli_double(const char *flag, const char *text, double lo, int lo_closed,
                           double hi, int hi_closed, double *out)
 {
     char *end = NULL;
@@ -41,7 +41,7 @@ cpr_status cpr_cli_double(const char *flag, const char *text, double lo, int lo_
     return CPR_OK;
 }
 
-const char *cpr_cli_value(int argc, char **argv, int *i, const char *flag, int *missing)
+const char *cpri_cli_value(int argc, char **argv, int *i, const char *flag, int *missing)
 {
     const char *arg = argv[*i];
     size_t len = strlen(flag);

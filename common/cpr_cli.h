@@ -13,17 +13,17 @@
 #include "cpr/status.h"
 
 /* A decimal whole number in [min, max]: digits only, no sign, no spaces. */
-cpr_status cpr_cli_u64(const char *flag, const char *text, uint64_t min, uint64_t max,
+cpr_status cpri_cli_u64(const char *flag, const char *text, uint64_t min, uint64_t max,
                        uint64_t *out);
 
 /* A finite number between lo and hi; each bound is included when its
  * *_closed argument is 1. */
-cpr_status cpr_cli_double(const char *flag, const char *text, double lo, int lo_closed,
+cpr_status cpri_cli_double(const char *flag, const char *text, double lo, int lo_closed,
                           double hi, int hi_closed, double *out);
 
 /* The value of `--flag V` or `--flag=V` at argv[*i] (advancing *i past V);
  * NULL if argv[*i] is another argument. *missing is set to 1, with a
  * message, when the flag is there but its value is not. */
-const char *cpr_cli_value(int argc, char **argv, int *i, const char *flag, int *missing);
+const char *cpri_cli_value(int argc, char **argv, int *i, const char *flag, int *missing);
 
 #endif /* CPR_CLI_H */

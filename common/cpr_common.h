@@ -29,37 +29,37 @@ extern "C" {
  * public: cpr/status.h. */
 
 /* Clear this thread's message (successful calls need not). */
-CPR_INTERNAL_API void cpr_clear_error(void);
+CPR_INTERNAL_API void cpri_clear_error(void);
 
-typedef enum cpr_log_level {
+typedef enum cpri_log_level {
     CPR_LOG_ERROR = 0,
     CPR_LOG_WARN = 1,
     CPR_LOG_INFO = 2,
     CPR_LOG_DEBUG = 3
-} cpr_log_level;
+} cpri_log_level;
 
 /* Current threshold; messages above it are not formatted. */
-extern CPR_INTERNAL_API int cpr_log_threshold;
+extern CPR_INTERNAL_API int cpri_log_threshold;
 
-CPR_INTERNAL_API void cpr_log_impl(cpr_log_level level, const char *fmt, ...) CPR_PRINTF(2, 3);
-#define cpr_log(level, ...) \
+CPR_INTERNAL_API void cpri_log_impl(cpri_log_level level, const char *fmt, ...) CPR_PRINTF(2, 3);
+#define cpri_log(level, ...) \
     do { \
-        if ((int)(level) <= cpr_log_threshold) \
-            cpr_log_impl((level), __VA_ARGS__); \
+        if ((int)(level) <= cpri_log_threshold) \
+            cpri_log_impl((level), __VA_ARGS__); \
     } while (0)
 
 /* Parse "error|warn|info|debug"; -1 if unknown. */
-int cpr_log_level_parse(const char *name);
+int cpri_log_level_parse(const char *name);
 
 /* Report a broken invariant and abort: only for bugs, never for input. */
-#define BUG(msg) cpr_bug(__FILE__, __LINE__, (msg))
-CPR_INTERNAL_API CPR_NORETURN void cpr_bug(const char *file, int line, const char *msg);
+#define BUG(msg) cpri_bug(__FILE__, __LINE__, (msg))
+CPR_INTERNAL_API CPR_NORETURN void cpri_bug(const char *file, int line, const char *msg);
 
 /* Monotonic time in seconds. */
-CPR_INTERNAL_API double cpr_now_s(void);
+CPR_INTERNAL_API double cpri_now_s(void);
 
 /* 1 if `name` is 1..128 chars of [A-Za-z0-9._-]. */
-CPR_INTERNAL_API int cpr_name_valid(const char *name);
+CPR_INTERNAL_API int cpri_name_valid(const char *name);
 
 #ifdef __cplusplus
 }

@@ -3,7 +3,7 @@
  * The store's functions as one table: how the client library reaches the
  * store for local:// without linking it. The client (a gRPC-only library)
  * takes the table from the store library when the program links it
- * (cpr_store_api_get resolves), else it loads libcpr-store.so.0 with
+ * (cpri_store_api_get resolves), else it loads libcpr-store.so.0 with
  * dlopen when the first local:// client opens (client/node.c). Not
  * installed; an ABI between two CPR libraries of the same build.
  *
@@ -18,7 +18,7 @@
 
 #define CPR_STORE_API_ABI 1u
 
-typedef struct cpr_store_api {
+typedef struct cpri_store_api {
     uint32_t abi;   /* CPR_STORE_API_ABI of the store that filled it */
     cpr_status (*open)(const char *dir, const cpr_store_options *opts, cpr_store **out);
     void (*close)(cpr_store *store);
@@ -48,9 +48,9 @@ typedef struct cpr_store_api {
                                const void *plan, size_t len, uint64_t *generation,
                                uint64_t *written_unix_ms);
     const char *(*errmsg)(void);
-} cpr_store_api;
+} cpri_store_api;
 
 /* Defined (and exported) by the store library. */
-CPR_API const cpr_store_api *cpr_store_api_get(void);
+CPR_API const cpri_store_api *cpri_store_api_get(void);
 
 #endif /* CPR_STORE_API_H */

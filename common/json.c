@@ -9,56 +9,56 @@
 
 #include "cpr_json.h"
 
-/* cpr_json is cJSON under another name: the wrapper only hides the type. */
+/* cpri_json is cJSON under another name: the wrapper only hides the type. */
 #define AS_CJSON(j) ((cJSON *)(j))
 
-cpr_json *cpr_json_object(void) { return (cpr_json *)cJSON_CreateObject(); }
-cpr_json *cpr_json_array(void) { return (cpr_json *)cJSON_CreateArray(); }
-cpr_json *cpr_json_number(double value) { return (cpr_json *)cJSON_CreateNumber(value); }
-cpr_json *cpr_json_string(const char *value) { return (cpr_json *)cJSON_CreateString(value); }
-cpr_json *cpr_json_null(void) { return (cpr_json *)cJSON_CreateNull(); }
+cpri_json *cpri_json_object(void) { return (cpri_json *)cJSON_CreateObject(); }
+cpri_json *cpri_json_array(void) { return (cpri_json *)cJSON_CreateArray(); }
+cpri_json *cpri_json_number(double value) { return (cpri_json *)cJSON_CreateNumber(value); }
+cpri_json *cpri_json_string(const char *value) { return (cpri_json *)cJSON_CreateString(value); }
+cpri_json *cpri_json_null(void) { return (cpri_json *)cJSON_CreateNull(); }
 
-cpr_json *cpr_json_numbers(const char *const *keys, const double *values, size_t n)
+cpri_json *cpri_json_numbers(const char *const *keys, const double *values, size_t n)
 {
-    cpr_json *o = cpr_json_object();
+    cpri_json *o = cpri_json_object();
     for (size_t i = 0; o && i < n; i++)
-        if (cpr_json_add_number(o, keys[i], values[i])) {
-            cpr_json_free(o);
+        if (cpri_json_add_number(o, keys[i], values[i])) {
+            cpri_json_free(o);
             o = NULL;
         }
     return o;
 }
 
-int cpr_json_add_number(cpr_json *obj, const char *key, double value)
+int cpri_json_add_number(cpri_json *obj, const char *key, double value)
 {
     return cJSON_AddNumberToObject(AS_CJSON(obj), key, value) ? 0 : -1;
 }
 
-int cpr_json_add_string(cpr_json *obj, const char *key, const char *value)
+int cpri_json_add_string(cpri_json *obj, const char *key, const char *value)
 {
     return cJSON_AddStringToObject(AS_CJSON(obj), key, value) ? 0 : -1;
 }
 
-int cpr_json_add_bool(cpr_json *obj, const char *key, int value)
+int cpri_json_add_bool(cpri_json *obj, const char *key, int value)
 {
     return cJSON_AddBoolToObject(AS_CJSON(obj), key, value) ? 0 : -1;
 }
 
-int cpr_json_add_child(cpr_json *obj, const char *key, cpr_json *child)
+int cpri_json_add_child(cpri_json *obj, const char *key, cpri_json *child)
 {
     if (!child)
         return -1;
     return cJSON_AddItemToObject(AS_CJSON(obj), key, AS_CJSON(child)) ? 0 : -1;
 }
 
-int cpr_json_append(cpr_json *array, cpr_json *child)
+int cpri_json_append(cpri_json *array, cpri_json *child)
 {
     if (!child)
         return -1;
     return cJSON_AddItemToArray(AS_CJSON(array), AS_CJSON(child)) ? 0 : -1;
 }
 
-int cpr_json_print(const cpr_json *root, FILE *out)
+int cpri_json_print(const cpri_json *root, FILE *out)
 {
     char *text = cJSON_PrintUnformatted(AS_CJSON(root));
     if (!text)
@@ -68,31 +68,31 @@ int cpr_json_print(const cpr_json *root, FILE *out)
     return rc;
 }
 
-void cpr_json_free(cpr_json *root)
+void cpri_json_free(cpri_json *root)
 {
     cJSON_Delete(AS_CJSON(root));
 }
 
 /* ---- reading ---------------------------------------------------------------- */
 
-cpr_json *cpr_json_parse(const char *text)
+cpri_json *cpri_json_parse(const char *text)
 {
-    return (cpr_json *)cJSON_Parse(text);
+    return (cpri_json *)cJSON_Parse(text);
 }
 
-int cpr_json_is_object(const cpr_json *value)
+int cpri_json_is_object(const cpri_json *value)
 {
     return value && cJSON_IsObject(AS_CJSON(value));
 }
 
-const cpr_json *cpr_json_get(const cpr_json *obj, const char *key)
+const cpri_json *cpri_json_get(const cpri_json *obj, const char *key)
 {
-    if (!cpr_json_is_object(obj))
+    if (!cpri_json_is_object(obj))
         return NULL;
-    return (const cpr_json *)cJSON_GetObjectItemCaseSensitive(AS_CJSON(obj), key);
+    return (const cpri_json *)cJSON_GetObjectItemCaseSensitive(AS_CJSON(obj), key);
 }
 
-int cpr_json_number_value(const cpr_json *value, double *out)
+int cpri_json_number_value(const cpri_json *value, double *out)
 {
     if (!value || !cJSON_IsNumber(AS_CJSON(value)))
         return -1;
@@ -100,7 +100,7 @@ int cpr_json_number_value(const cpr_json *value, double *out)
     return 0;
 }
 
-int cpr_json_string_value(const cpr_json *value, const char **out)
+int cpri_json_string_value(const cpri_json *value, const char **out)
 {
     if (!value || !cJSON_IsString(AS_CJSON(value)))
         return -1;
@@ -108,39 +108,39 @@ int cpr_json_string_value(const cpr_json *value, const char **out)
     return 0;
 }
 
-int cpr_json_get_number(const cpr_json *obj, const char *key, double *out)
+int cpri_json_get_number(const cpri_json *obj, const char *key, double *out)
 {
-    return cpr_json_number_value(cpr_json_get(obj, key), out);
+    return cpri_json_number_value(cpri_json_get(obj, key), out);
 }
 
-int cpr_json_get_string(const cpr_json *obj, const char *key, const char **out)
+int cpri_json_get_string(const cpri_json *obj, const char *key, const char **out)
 {
-    const cpr_json *v = cpr_json_get(obj, key);
+    const cpri_json *v = cpri_json_get(obj, key);
     if (!v || !cJSON_IsString(AS_CJSON(v)))
         return -1;
     *out = cJSON_GetStringValue(AS_CJSON(v));
     return 0;
 }
 
-int cpr_json_get_bool(const cpr_json *obj, const char *key, int *out)
+int cpri_json_get_bool(const cpri_json *obj, const char *key, int *out)
 {
-    const cpr_json *v = cpr_json_get(obj, key);
+    const cpri_json *v = cpri_json_get(obj, key);
     if (!v || !cJSON_IsBool(AS_CJSON(v)))
         return -1;
     *out = cJSON_IsTrue(AS_CJSON(v)) ? 1 : 0;
     return 0;
 }
 
-size_t cpr_json_array_size(const cpr_json *array)
+size_t cpri_json_array_size(const cpri_json *array)
 {
     if (!array || !cJSON_IsArray(AS_CJSON(array)))
         return 0;
     return (size_t)cJSON_GetArraySize(AS_CJSON(array));
 }
 
-const cpr_json *cpr_json_array_get(const cpr_json *array, size_t i)
+const cpri_json *cpri_json_array_get(const cpri_json *array, size_t i)
 {
-    if (i >= cpr_json_array_size(array))
+    if (i >= cpri_json_array_size(array))
         return NULL;
-    return (const cpr_json *)cJSON_GetArrayItem(AS_CJSON(array), (int)i);
+    return (const cpri_json *)cJSON_GetArrayItem(AS_CJSON(array), (int)i);
 }

@@ -2,7 +2,7 @@
 /*
  * The one logging path of CPR libraries: structured single lines on stderr
  * ("ts=... level=... msg=..."), with the level checked before formatting by
- * the cpr_log() macro. Daemons set cpr_log_threshold from their flags.
+ * the cpri_log() macro. Daemons set cpri_log_threshold from their flags.
  */
 #include <stdarg.h>
 #include <stdio.h>
@@ -12,11 +12,11 @@
 
 #include "cpr_common.h"
 
-int cpr_log_threshold = CPR_LOG_WARN;
+int cpri_log_threshold = CPR_LOG_WARN;
 
 static const char *const level_names[] = {"error", "warn", "info", "debug"};
 
-void cpr_log_impl(cpr_log_level level, const char *fmt, ...)
+void cpri_log_impl(cpri_log_level level, const char *fmt, ...)
 {
     char msg[1024];
     struct timespec ts;
@@ -31,7 +31,7 @@ void cpr_log_impl(cpr_log_level level, const char *fmt, ...)
             ts.tv_nsec / 1000000, level_names[level], msg);
 }
 
-int cpr_log_level_parse(const char *name)
+int cpri_log_level_parse(const char *name)
 {
     for (int i = 0; i < 4; i++)
         if (name && strcmp(name, level_names[i]) == 0)
@@ -39,13 +39,13 @@ int cpr_log_level_parse(const char *name)
     return -1;
 }
 
-_Noreturn void cpr_bug(const char *file, int line, const char *msg)
+_Noreturn void cpri_bug(const char *file, int line, const char *msg)
 {
     fprintf(stderr, "BUG at %s:%d: %s\n", file, line, msg);
     abort();
 }
 
-double cpr_now_s(void)
+double cpri_now_s(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);

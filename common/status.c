@@ -73,12 +73,12 @@ cpr_status cpr_fail(cpr_status st, const char *fmt, ...)
     return st;
 }
 
-void cpr_clear_error(void)
+void cpri_clear_error(void)
 {
     errmsg_buf[0] = '\0';
 }
 
-int cpr_name_valid(const char *name)
+int cpri_name_valid(const char *name)
 {
     size_t len;
     if (!name)

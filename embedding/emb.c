@@ -16,8 +16,8 @@
 #define MAX_DIM 4096u
 
 #define DISPATCH(t, fn, ...) \
-    ((t)->cfg.device == CPR_DEVICE_CUDA ? cpr_emb_cuda_##fn(__VA_ARGS__) \
-                                         : cpr_emb_cpu_##fn(__VA_ARGS__))
+    ((t)->cfg.device == CPR_DEVICE_CUDA ? cpri_emb_cuda_##fn(__VA_ARGS__) \
+                                         : cpri_emb_cpu_##fn(__VA_ARGS__))
 
 double cpr_emb_tracker_bytes_per_row(unsigned track)
 {
@@ -35,7 +35,7 @@ double cpr_emb_tracker_bytes_per_row(unsigned track)
 
 /* ---- geometry --------------------------------------------------------------- */
 
-uint32_t cpr_emb_geom_shard_of(const cpr_emb *t, uint64_t row)
+uint32_t cpri_emb_geom_shard_of(const cpr_emb *t, uint64_t row)
 {
     if (t->cfg.num_shards == 1) /* hot path: spares a 64-bit division per row */
         return 0;
@@ -44,7 +44,7 @@ uint32_t cpr_emb_geom_shard_of(const cpr_emb *t, uint64_t row)
     return (uint32_t)(row / t->range_rows);
 }
 
-uint64_t cpr_emb_geom_shard_rows(const cpr_emb *t, uint32_t shard)
+uint64_t cpri_emb_geom_shard_rows(const cpr_emb *t, uint32_t shard)
 {
     uint64_t rows = t->cfg.rows, n = t->cfg.num_shards;
     if (t->cfg.scheme == CPR_SHARD_MODULO)
@@ -55,25 +55,25 @@ uint64_t cpr_emb_geom_shard_rows(const cpr_emb *t, uint32_t shard)
     return rows - first < t->range_rows ? rows - first : t->range_rows;
 }
 
-uint64_t cpr_emb_geom_first(const cpr_emb *t, uint32_t shard)
+uint64_t cpri_emb_geom_first(const cpr_emb *t, uint32_t shard)
 {
     return t->cfg.scheme == CPR_SHARD_MODULO ? shard : (uint64_t)shard * t->range_rows;
 }
 
-uint64_t cpr_emb_geom_stride(const cpr_emb *t)
+uint64_t cpri_emb_geom_stride(const cpr_emb *t)
 {
     return t->cfg.scheme == CPR_SHARD_MODULO ? t->cfg.num_shards : 1;
 }
 
-uint64_t cpr_emb_geom_row(const cpr_emb *t, uint32_t shard, uint64_t i)
+uint64_t cpri_emb_geom_row(const cpr_emb *t, uint32_t shard, uint64_t i)
 {
-    return cpr_emb_geom_first(t, shard) + i * cpr_emb_geom_stride(t);
+    return cpri_emb_geom_first(t, shard) + i * cpri_emb_geom_stride(t);
 }
 
-uint32_t cpr_emb_shard_of(const cpr_emb *t, uint64_t row) { return cpr_emb_geom_shard_of(t, row); }
+uint32_t cpr_emb_shard_of(const cpr_emb *t, uint64_t row) { return cpri_emb_geom_shard_of(t, row); }
 uint64_t cpr_emb_shard_rows(const cpr_emb *t, uint32_t shard)
 {
-    return shard < t->cfg.num_shards ? cpr_emb_geom_shard_rows(t, shard) : 0;
+    return shard < t->cfg.num_shards ? cpri_emb_geom_shard_rows(t, shard) : 0;
 }
 uint64_t cpr_emb_rows(const cpr_emb *t) { return t->cfg.rows; }
 cpr_shard_scheme cpr_emb_scheme(const cpr_emb *t) { return t->cfg.scheme; }
@@ -247,7 +247,7 @@ static cpr_status check_policy(const cpr_emb *t, cpr_policy policy)
 /* Rows a budget allows for `shard`. */
 static cpr_status budget_rows(const cpr_emb *t, uint32_t shard, cpr_budget b, uint64_t *rows)
 {
-    uint64_t shard_rows = cpr_emb_geom_shard_rows(t, shard);
+    uint64_t shard_rows = cpri_emb_geom_shard_rows(t, shard);
     if ((b.fraction > 0) == (b.rows > 0) || !(b.fraction <= 1.0))
         return cpr_fail(CPR_INVALID_ARGUMENT, "a budget is either a fraction in (0, 1] or "
                         "a row count, not both or neither");
@@ -261,7 +261,7 @@ static cpr_status budget_rows(const cpr_emb *t, uint32_t shard, cpr_budget b, ui
 cpr_status cpr_emb_select(cpr_emb *t, uint32_t shard, cpr_policy policy, cpr_budget budget,
                           uint64_t *ids, size_t cap, size_t *n)
 {
-    uint64_t rows = cpr_emb_geom_shard_rows(t, shard);
+    uint64_t rows = cpri_emb_geom_shard_rows(t, shard);
     cpr_status st = check_shard(t, shard);
     if (st == CPR_OK)
         st = check_policy(t, policy);
@@ -289,7 +289,7 @@ cpr_status cpr_emb_save_begin(cpr_emb *t, uint32_t shard, cpr_policy policy,
     if (st == CPR_OK && n && !ids)
         st = cpr_fail(CPR_INVALID_ARGUMENT, "save of %zu rows without ids", n);
     for (size_t i = 0; st == CPR_OK && i < n; i++) {
-        if (ids[i] >= t->cfg.rows || cpr_emb_geom_shard_of(t, ids[i]) != shard)
+        if (ids[i] >= t->cfg.rows || cpri_emb_geom_shard_of(t, ids[i]) != shard)
             st = cpr_fail(CPR_INVALID_ARGUMENT, "row %llu is not a row of shard %u",
                           (unsigned long long)ids[i], shard);
         else if (i && ids[i] <= ids[i - 1])

@@ -57,7 +57,7 @@ typedef struct cpu_table {
     uint32_t *counts;
     uint64_t *dirty;        /* bitmap */
     float *norm;
-    cpr_emb_ssu ssu;        /* the SSU sample (emb_ssu.c, shared with CUDA) */
+    cpri_emb_ssu ssu;        /* the SSU sample (emb_ssu.c, shared with CUDA) */
     shard_ctr *shards;
     pending *open;
     uint64_t calls, ssu_threshold;
@@ -125,7 +125,7 @@ static void *table_alloc(size_t n, size_t size, int *oom)
     return p;
 }
 
-cpr_status cpr_emb_cpu_create(cpr_emb *t)
+cpr_status cpri_emb_cpu_create(cpr_emb *t)
 {
     const cpr_emb_config *c = &t->cfg;
     int oom = 0;
@@ -142,25 +142,25 @@ cpr_status cpr_emb_cpu_create(cpr_emb *t)
     b->shards = xcalloc(c->num_shards, sizeof *b->shards, &oom);
     b->gsum = xcalloc(c->dim, sizeof(float), &oom);
     if (oom) {
-        cpr_emb_cpu_destroy(t);
+        cpri_emb_cpu_destroy(t);
         return cpr_fail(CPR_NO_MEMORY, "out of memory for a table of %llu x %u",
                         (unsigned long long)c->rows, c->dim);
     }
-    cpr_status st = cpr_emb_ssu_init(&b->ssu, (c->track & CPR_TRACK_SSU) != 0, c->rows,
+    cpr_status st = cpri_emb_ssu_init(&b->ssu, (c->track & CPR_TRACK_SSU) != 0, c->rows,
                                      c->num_shards, c->ssu_capacity);
     if (st) {
-        cpr_emb_cpu_destroy(t);
+        cpri_emb_cpu_destroy(t);
         return st;
     }
     for (uint64_t r = 0; r < c->rows; r++)
         for (uint32_t j = 0; j < c->dim; j++)
-            b->weights[r * c->dim + j] = cpr_emb_init_value(c->seed, r, j, c->init_scale);
+            b->weights[r * c->dim + j] = cpri_emb_init_value(c->seed, r, j, c->init_scale);
     b->ssu_threshold = c->ssu_rate >= 1.0 ? UINT64_MAX
                                           : (uint64_t)(c->ssu_rate * 18446744073709551616.0);
     return CPR_OK;
 }
 
-void cpr_emb_cpu_destroy(cpr_emb *t)
+void cpri_emb_cpu_destroy(cpr_emb *t)
 {
     cpu_table *b = CPU(t);
     if (!b)
@@ -176,7 +176,7 @@ void cpr_emb_cpu_destroy(cpr_emb *t)
         free(p->sampled);
         free(p);
     }
-    cpr_emb_ssu_release(&b->ssu);
+    cpri_emb_ssu_release(&b->ssu);
     free(b->weights);
     free(b->state);
     free(b->counts);
@@ -196,7 +196,7 @@ static size_t bag_end(const int64_t *offsets, size_t n_bags, size_t n_indices, s
     return b + 1 < n_bags ? (size_t)offsets[b + 1] : n_indices;
 }
 
-cpr_status cpr_emb_cpu_forward(cpr_emb *t, const int64_t *indices, size_t n_indices,
+cpr_status cpri_emb_cpu_forward(cpr_emb *t, const int64_t *indices, size_t n_indices,
                                const int64_t *offsets, size_t n_bags, cpr_pooling pooling,
                                float *out)
 {
@@ -318,7 +318,7 @@ static double step_row(cpr_emb *t, uint64_t row, const float *g)
 static void track_row(cpr_emb *t, uint64_t row, const occ *first, size_t n_occ, double change)
 {
     cpu_table *b = CPU(t);
-    uint32_t shard = cpr_emb_geom_shard_of(t, row);
+    uint32_t shard = cpri_emb_geom_shard_of(t, row);
     if (b->counts) {
         uint64_t c = (uint64_t)b->counts[row] + n_occ;
         b->counts[row] = c > UINT32_MAX ? UINT32_MAX : (uint32_t)c;
@@ -327,11 +327,11 @@ static void track_row(cpr_emb *t, uint64_t row, const occ *first, size_t n_occ, 
         BIT_SET(b->dirty, row);
     if (b->norm)
         b->norm[row] += (float)change;
-    if (b->ssu.member && !cpr_emb_ssu_is_member(&b->ssu, row)) {
+    if (b->ssu.member && !cpri_emb_ssu_is_member(&b->ssu, row)) {
         for (size_t k = 0; k < n_occ; k++) {
             uint64_t pos = (uint64_t)first[k].pos_hi << 32 | first[k].pos_lo;
-            if (cpr_emb_sampled(t->cfg.seed, b->calls, pos, b->ssu_threshold)) {
-                cpr_emb_ssu_add(&b->ssu, shard, row);
+            if (cpri_emb_sampled(t->cfg.seed, b->calls, pos, b->ssu_threshold)) {
+                cpri_emb_ssu_add(&b->ssu, shard, row);
                 break;
             }
         }
@@ -340,7 +340,7 @@ static void track_row(cpr_emb *t, uint64_t row, const occ *first, size_t n_occ, 
     b->shards[shard].unsaved += n_occ;
 }
 
-cpr_status cpr_emb_cpu_backward(cpr_emb *t, const int64_t *indices, size_t n_indices,
+cpr_status cpri_emb_cpu_backward(cpr_emb *t, const int64_t *indices, size_t n_indices,
                                 const int64_t *offsets, size_t n_bags, cpr_pooling pooling,
                                 const float *grad)
 {
@@ -370,7 +370,7 @@ cpr_status cpr_emb_cpu_backward(cpr_emb *t, const int64_t *indices, size_t n_ind
         if (t->cfg.track)
             track_row(t, row, &b->occs[i], end - i, change);
         else { /* the shard counters are kept whatever the trackers */
-            shard_ctr *sc = &b->shards[cpr_emb_geom_shard_of(t, row)];
+            shard_ctr *sc = &b->shards[cpri_emb_geom_shard_of(t, row)];
             sc->events += end - i;
             sc->unsaved += end - i;
         }
@@ -382,15 +382,15 @@ cpr_status cpr_emb_cpu_backward(cpr_emb *t, const int64_t *indices, size_t n_ind
 
 /* ---- stats and selection ------------------------------------------------------------ */
 
-cpr_status cpr_emb_cpu_stats(const cpr_emb *t, uint32_t shard, cpr_emb_stats *out)
+cpr_status cpri_emb_cpu_stats(const cpr_emb *t, uint32_t shard, cpr_emb_stats *out)
 {
     const cpu_table *b = CPU(t);
     cpr_emb_stats s = {0};
-    uint64_t n = cpr_emb_geom_shard_rows(t, shard), row = cpr_emb_geom_first(t, shard);
-    uint64_t stride = cpr_emb_geom_stride(t);
+    uint64_t n = cpri_emb_geom_shard_rows(t, shard), row = cpri_emb_geom_first(t, shard);
+    uint64_t stride = cpri_emb_geom_stride(t);
     s.update_events = b->shards[shard].events;
     s.unsaved_events = b->shards[shard].unsaved;
-    s.sampled_rows = cpr_emb_ssu_count(&b->ssu, shard);
+    s.sampled_rows = cpri_emb_ssu_count(&b->ssu, shard);
     s.open_saves = b->shards[shard].open_saves;
     for (uint64_t i = 0; i < n; i++, row += stride) {
         s.dirty_rows += b->dirty && BIT_GET(b->dirty, row);
@@ -400,12 +400,12 @@ cpr_status cpr_emb_cpu_stats(const cpr_emb *t, uint32_t shard, cpr_emb_stats *ou
     return CPR_OK;
 }
 
-cpr_status cpr_emb_cpu_select(cpr_emb *t, uint32_t shard, cpr_policy policy,
+cpr_status cpri_emb_cpu_select(cpr_emb *t, uint32_t shard, cpr_policy policy,
                               uint64_t budget_rows, uint64_t *ids, size_t cap, size_t *n)
 {
     cpu_table *b = CPU(t);
-    uint64_t rows = cpr_emb_geom_shard_rows(t, shard), row = cpr_emb_geom_first(t, shard);
-    uint64_t stride = cpr_emb_geom_stride(t), k = budget_rows < cap ? budget_rows : cap;
+    uint64_t rows = cpri_emb_geom_shard_rows(t, shard), row = cpri_emb_geom_first(t, shard);
+    uint64_t stride = cpri_emb_geom_stride(t), k = budget_rows < cap ? budget_rows : cap;
     size_t count = 0;
     switch (policy) {
     case CPR_POLICY_FULL:
@@ -423,19 +423,19 @@ cpr_status cpr_emb_cpu_select(cpr_emb *t, uint32_t shard, cpr_policy policy,
         }
         break;
     case CPR_POLICY_MFU: {
-        cpr_status st = cpr_emb_topk(t, shard, b->counts, k, ids, &count);
+        cpr_status st = cpri_emb_topk(t, shard, b->counts, k, ids, &count);
         if (st)
             return st;
         break;
     }
     case CPR_POLICY_TOPK_NORM: { /* non-negative floats order like their bits */
-        cpr_status st = cpr_emb_topk(t, shard, b->norm, k, ids, &count);
+        cpr_status st = cpri_emb_topk(t, shard, b->norm, k, ids, &count);
         if (st)
             return st;
         break;
     }
     case CPR_POLICY_SSU:
-        count = cpr_emb_ssu_select(&b->ssu, shard, k, ids, cap);
+        count = cpri_emb_ssu_select(&b->ssu, shard, k, ids, cap);
         break;
     }
     *n = count;
@@ -458,7 +458,7 @@ static int consistent_policy(cpr_policy policy)
     return policy == CPR_POLICY_FULL || policy == CPR_POLICY_DELTA;
 }
 
-cpr_status cpr_emb_cpu_save_begin(cpr_emb *t, cpr_emb_save *save)
+cpr_status cpri_emb_cpu_save_begin(cpr_emb *t, cpr_emb_save *save)
 {
     cpu_table *b = CPU(t);
     shard_ctr *sc = &b->shards[save->shard];
@@ -494,7 +494,7 @@ cpr_status cpr_emb_cpu_save_begin(cpr_emb *t, cpr_emb_save *save)
         }
     }
     if (p->sampled) /* held rows keep their place in the sample until commit */
-        cpr_emb_ssu_hold(&b->ssu, save->shard, save->ids, save->n, p->sampled);
+        cpri_emb_ssu_hold(&b->ssu, save->shard, save->ids, save->n, p->sampled);
     p->unsaved_at_begin = sc->unsaved;
     p->save = save;
     p->next = b->open;
@@ -533,7 +533,7 @@ static void *gather_range(void *arg)
 
 /* Rows are scattered over a table far larger than the caches, so one thread
  * waits on DRAM most of the time; a few threads keep more misses in flight. */
-cpr_status cpr_emb_cpu_gather(cpr_emb *t, const cpr_emb_save *save, float *values, float *state)
+cpr_status cpri_emb_cpu_gather(cpr_emb *t, const cpr_emb_save *save, float *values, float *state)
 {
     gather_job jobs[GATHER_THREADS_MAX];
     pthread_t threads[GATHER_THREADS_MAX];
@@ -580,10 +580,10 @@ static void restore_pending(cpr_emb *t, const cpr_emb_save *save, const pending 
             BIT_SET(b->dirty, row);
     }
     if (p->sampled)
-        cpr_emb_ssu_end(&b->ssu, save->shard, save->ids, save->n, p->sampled, 0);
+        cpri_emb_ssu_end(&b->ssu, save->shard, save->ids, save->n, p->sampled, 0);
 }
 
-void cpr_emb_cpu_save_end(cpr_emb *t, cpr_emb_save *save, int committed)
+void cpri_emb_cpu_save_end(cpr_emb *t, cpr_emb_save *save, int committed)
 {
     cpu_table *b = CPU(t);
     pending *p = save->backend;
@@ -603,7 +603,7 @@ void cpr_emb_cpu_save_end(cpr_emb *t, cpr_emb_save *save, int committed)
                          : consistent_policy(save->policy) ? p->unsaved_at_begin : 0;
         sc->unsaved -= saved < sc->unsaved ? saved : sc->unsaved;
         if (p->sampled)
-            cpr_emb_ssu_end(&b->ssu, save->shard, save->ids, save->n, p->sampled, 1);
+            cpri_emb_ssu_end(&b->ssu, save->shard, save->ids, save->n, p->sampled, 1);
     } else if (!p->wiped) {
         restore_pending(t, save, p);
     }
@@ -620,7 +620,7 @@ void cpr_emb_cpu_save_end(cpr_emb *t, cpr_emb_save *save, int committed)
 static void clear_trackers(cpr_emb *t, uint64_t row)
 {
     cpu_table *b = CPU(t);
-    uint32_t shard = cpr_emb_geom_shard_of(t, row);
+    uint32_t shard = cpri_emb_geom_shard_of(t, row);
     if (b->counts) {
         shard_ctr *sc = &b->shards[shard];
         sc->unsaved -= b->counts[row] < sc->unsaved ? b->counts[row] : sc->unsaved;
@@ -632,7 +632,7 @@ static void clear_trackers(cpr_emb *t, uint64_t row)
         BIT_CLR(b->dirty, row);
 }
 
-cpr_status cpr_emb_cpu_apply(cpr_emb *t, const uint64_t *ids, size_t n, const float *values,
+cpr_status cpri_emb_cpu_apply(cpr_emb *t, const uint64_t *ids, size_t n, const float *values,
                              const float *state)
 {
     cpu_table *b = CPU(t);
@@ -644,19 +644,19 @@ cpr_status cpr_emb_cpu_apply(cpr_emb *t, const uint64_t *ids, size_t n, const fl
         clear_trackers(t, ids[i]);
     }
     if (b->ssu.member) {
-        cpr_emb_ssu_forget(&b->ssu, t, ids, n);
+        cpri_emb_ssu_forget(&b->ssu, t, ids, n);
         for (pending *p = b->open; p; p = p->next)
             if (p->sampled)
-                cpr_emb_ssu_unhold(p->sampled, p->save->ids, p->save->n, ids, n);
+                cpri_emb_ssu_unhold(p->sampled, p->save->ids, p->save->n, ids, n);
     }
     return CPR_OK;
 }
 
-cpr_status cpr_emb_cpu_wipe_shard(cpr_emb *t, uint32_t shard, uint64_t *lost_events)
+cpr_status cpri_emb_cpu_wipe_shard(cpr_emb *t, uint32_t shard, uint64_t *lost_events)
 {
     cpu_table *b = CPU(t);
-    uint64_t n = cpr_emb_geom_shard_rows(t, shard), row = cpr_emb_geom_first(t, shard);
-    uint64_t stride = cpr_emb_geom_stride(t), lost = b->shards[shard].unsaved;
+    uint64_t n = cpri_emb_geom_shard_rows(t, shard), row = cpri_emb_geom_first(t, shard);
+    uint64_t stride = cpri_emb_geom_stride(t), lost = b->shards[shard].unsaved;
     uint32_t dim = t->cfg.dim, sd = t->state_dim;
     for (uint64_t i = 0; i < n; i++, row += stride) {
         memset(b->weights + row * dim, 0, dim * sizeof(float));
@@ -668,7 +668,7 @@ cpr_status cpr_emb_cpu_wipe_shard(cpr_emb *t, uint32_t shard, uint64_t *lost_eve
         if (p->save->shard == shard)
             p->wiped = 1;
     if (b->ssu.member)
-        cpr_emb_ssu_clear_shard(&b->ssu, shard);
+        cpri_emb_ssu_clear_shard(&b->ssu, shard);
     b->shards[shard].unsaved = 0;
     if (lost_events)
         *lost_events = lost;

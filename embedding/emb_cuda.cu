@@ -23,7 +23,7 @@
  * returns. Every CUDA call and launch is checked (CPR_CUDA with the
  * runtime's message). Cross-backend invariant: emb_dev_mix64,
  * emb_dev_init_value and emb_dev_sampled below must stay bit-identical to
- * cpr_emb_mix64, cpr_emb_init_value and cpr_emb_sampled in emb_internal.h.
+ * cpri_emb_mix64, cpri_emb_init_value and cpri_emb_sampled in emb_internal.h.
  */
 #include <limits.h>
 #include <stdlib.h>
@@ -191,7 +191,7 @@ static cpr_status alloc_device_arrays(cpr_emb *t, emb_cuda_table *b)
     return st;
 }
 
-extern "C" cpr_status cpr_emb_cuda_create(cpr_emb *t)
+extern "C" cpr_status cpri_emb_cuda_create(cpr_emb *t)
 {
     const cpr_emb_config *c = &t->cfg;
     emb_cuda_table *b = NULL;
@@ -215,7 +215,7 @@ extern "C" cpr_status cpr_emb_cuda_create(cpr_emb *t)
         st = cpr_fail(CPR_NO_MEMORY, "out of memory creating a table");
         goto out;
     }
-    st = cpr_emb_ssu_init(&b->ssu, (c->track & CPR_TRACK_SSU) != 0, c->rows, c->num_shards,
+    st = cpri_emb_ssu_init(&b->ssu, (c->track & CPR_TRACK_SSU) != 0, c->rows, c->num_shards,
                           c->ssu_capacity);
     if (st)
         goto out;
@@ -233,12 +233,12 @@ extern "C" cpr_status cpr_emb_cuda_create(cpr_emb *t)
                                           : (uint64_t)(c->ssu_rate * 18446744073709551616.0);
 out:
     if (st)
-        cpr_emb_cuda_destroy(t);
+        cpri_emb_cuda_destroy(t);
     return st;
 }
 
 /* Frees what exists; errors cannot be reported here and are dropped. */
-extern "C" void cpr_emb_cuda_destroy(cpr_emb *t)
+extern "C" void cpri_emb_cuda_destroy(cpr_emb *t)
 {
     emb_cuda_table *b = CUDA_T(t);
     if (!b)
@@ -267,7 +267,7 @@ extern "C" void cpr_emb_cuda_destroy(cpr_emb *t)
     if (b->stream)
         cudaStreamDestroy(b->stream);
     cudaGetLastError(); /* leave no sticky error behind */
-    cpr_emb_ssu_release(&b->ssu);
+    cpri_emb_ssu_release(&b->ssu);
     free(b->shards);
     free(b);
     t->backend = NULL;
@@ -368,7 +368,7 @@ static __global__ void forward_kernel(const float *w, uint32_t dim, const int64_
     }
 }
 
-extern "C" cpr_status cpr_emb_cuda_forward(cpr_emb *t, const int64_t *indices, size_t n_indices,
+extern "C" cpr_status cpri_emb_cuda_forward(cpr_emb *t, const int64_t *indices, size_t n_indices,
                                            const int64_t *offsets, size_t n_bags,
                                            cpr_pooling pooling, float *out)
 {
@@ -607,7 +607,7 @@ static cpr_status ssu_collect(cpr_emb *t, emb_cuda_table *b, backward_scratch *s
                           b->stream));
     CHECK(cudaStreamSynchronize(b->stream));
     for (ull i = 0; i < count; i++)
-        cpr_emb_ssu_add(&b->ssu, cpr_emb_geom_shard_of(t, rows[i]), rows[i]);
+        cpri_emb_ssu_add(&b->ssu, cpri_emb_geom_shard_of(t, rows[i]), rows[i]);
 out:
     free(rows);
     return st;
@@ -643,7 +643,7 @@ static backward_args backward_args_of(const cpr_emb *t, const emb_cuda_table *b,
     a.run_len = s->run_len;
     a.run_start = s->run_start;
     a.num_runs = s->num_runs;
-    a.sampled = b->ssu.member && !cpr_emb_ssu_all_full(&b->ssu) ? s->sampled : NULL;
+    a.sampled = b->ssu.member && !cpri_emb_ssu_all_full(&b->ssu) ? s->sampled : NULL;
     return a;
 }
 
@@ -686,7 +686,7 @@ out:
     return st;
 }
 
-extern "C" cpr_status cpr_emb_cuda_backward(cpr_emb *t, const int64_t *indices,
+extern "C" cpr_status cpri_emb_cuda_backward(cpr_emb *t, const int64_t *indices,
                                             size_t n_indices, const int64_t *offsets,
                                             size_t n_bags, cpr_pooling pooling,
                                             const float *grad)
@@ -706,7 +706,7 @@ out:
     return st;
 }
 
-extern "C" int cpr_emb_cuda_built(void)
+extern "C" int cpri_emb_cuda_built(void)
 {
     return 1;
 }

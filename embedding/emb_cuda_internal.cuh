@@ -93,7 +93,7 @@ typedef struct emb_cuda_table {
     void *scratch;          /* grow-only arena for one call's temporaries */
     size_t scratch_bytes;
     /* host */
-    cpr_emb_ssu ssu;        /* the SSU sample, host memory (emb_ssu.c, as the CPU) */
+    cpri_emb_ssu ssu;        /* the SSU sample, host memory (emb_ssu.c, as the CPU) */
     emb_shard_host *shards;
     emb_pending *open;      /* open saves */
     uint64_t calls, ssu_threshold;

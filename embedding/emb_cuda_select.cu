@@ -56,10 +56,10 @@ static __global__ void stats_kernel(const ull *dirty, const uint32_t *counts, ui
     }
 }
 
-extern "C" cpr_status cpr_emb_cuda_stats(const cpr_emb *t, uint32_t shard, cpr_emb_stats *out)
+extern "C" cpr_status cpri_emb_cuda_stats(const cpr_emb *t, uint32_t shard, cpr_emb_stats *out)
 {
     emb_cuda_table *b = CUDA_T(t);
-    uint64_t n = cpr_emb_geom_shard_rows(t, shard);
+    uint64_t n = cpri_emb_geom_shard_rows(t, shard);
     ull *host = b->pinned_small, *dev = NULL;
     emb_scratch_part parts[] = {{(void **)&dev, 2 * sizeof(ull)}};
     cpr_emb_stats s;
@@ -72,7 +72,7 @@ extern "C" cpr_status cpr_emb_cuda_stats(const cpr_emb *t, uint32_t shard, cpr_e
     CHECK(cudaMemsetAsync(dev, 0, 2 * sizeof(ull), b->stream));
     if (b->dirty || b->counts) {
         stats_kernel<<<emb_blocks(n, 256), 256, 0, b->stream>>>(
-            b->dirty, b->counts, cpr_emb_geom_first(t, shard), cpr_emb_geom_stride(t), n, dev);
+            b->dirty, b->counts, cpri_emb_geom_first(t, shard), cpri_emb_geom_stride(t), n, dev);
         CHECK_LAUNCH();
     }
     CHECK(cudaMemcpyAsync(host, dev, 2 * sizeof(ull), cudaMemcpyDeviceToHost, b->stream));
@@ -83,7 +83,7 @@ extern "C" cpr_status cpr_emb_cuda_stats(const cpr_emb *t, uint32_t shard, cpr_e
     s.touched_rows = host[1];
     s.update_events = host[2];
     s.unsaved_events = host[3];
-    s.sampled_rows = cpr_emb_ssu_count(&b->ssu, shard);
+    s.sampled_rows = cpri_emb_ssu_count(&b->ssu, shard);
     s.open_saves = b->shards[shard].open_saves;
     *out = s;
 out:
@@ -108,7 +108,7 @@ static __global__ void dirty_flags_kernel(const ull *dirty, uint64_t first, uint
 static cpr_status select_delta(cpr_emb *t, emb_cuda_table *b, uint32_t shard, uint64_t *ids,
                                size_t cap, size_t *count)
 {
-    uint64_t n = cpr_emb_geom_shard_rows(t, shard);
+    uint64_t n = cpri_emb_geom_shard_rows(t, shard);
     uint64_t *rows = NULL, *selected = NULL;
     uint8_t *flags = NULL;
     int64_t *num = NULL;
@@ -127,7 +127,7 @@ static cpr_status select_delta(cpr_emb *t, emb_cuda_table *b, uint32_t shard, ui
             goto out;
     }
     dirty_flags_kernel<<<emb_blocks(n, 256), 256, 0, b->stream>>>(
-        b->dirty, cpr_emb_geom_first(t, shard), cpr_emb_geom_stride(t), n, rows, flags);
+        b->dirty, cpri_emb_geom_first(t, shard), cpri_emb_geom_stride(t), n, rows, flags);
     CHECK_LAUNCH();
     CHECK(cub::DeviceSelect::Flagged(temp, temp_bytes, rows, flags, selected, num, (int64_t)n,
                                      b->stream));
@@ -197,12 +197,12 @@ out:
 }
 
 /* MFU / TOPK_NORM: the rows with the largest non-zero keys, at most k, ties
- * toward lower ids, ascending (as emb_select.c's cpr_emb_topk). */
+ * toward lower ids, ascending (as emb_select.c's cpri_emb_topk). */
 static cpr_status select_topk(cpr_emb *t, emb_cuda_table *b, uint32_t shard,
                               const uint32_t *source, uint64_t k, uint64_t *ids, size_t *count)
 {
-    uint64_t n = cpr_emb_geom_shard_rows(t, shard), first = cpr_emb_geom_first(t, shard);
-    uint64_t stride = cpr_emb_geom_stride(t), take;
+    uint64_t n = cpri_emb_geom_shard_rows(t, shard), first = cpri_emb_geom_first(t, shard);
+    uint64_t stride = cpri_emb_geom_stride(t), take;
     uint32_t *picked = NULL;
     topk_scratch s;
     cpr_status st = CPR_OK;
@@ -245,12 +245,12 @@ out:
     return st;
 }
 
-extern "C" cpr_status cpr_emb_cuda_select(cpr_emb *t, uint32_t shard, cpr_policy policy,
+extern "C" cpr_status cpri_emb_cuda_select(cpr_emb *t, uint32_t shard, cpr_policy policy,
                                           uint64_t budget_rows, uint64_t *ids, size_t cap,
                                           size_t *n)
 {
     emb_cuda_table *b = CUDA_T(t);
-    uint64_t rows = cpr_emb_geom_shard_rows(t, shard);
+    uint64_t rows = cpri_emb_geom_shard_rows(t, shard);
     uint64_t k = budget_rows < cap ? budget_rows : cap;
     size_t count = 0;
     cpr_status st = CPR_OK;
@@ -258,7 +258,7 @@ extern "C" cpr_status cpr_emb_cuda_select(cpr_emb *t, uint32_t shard, cpr_policy
     switch (policy) {
     case CPR_POLICY_FULL:
         for (uint64_t i = 0; i < rows; i++)
-            ids[count++] = cpr_emb_geom_row(t, shard, i);
+            ids[count++] = cpri_emb_geom_row(t, shard, i);
         break;
     case CPR_POLICY_DELTA:
         st = select_delta(t, b, shard, ids, cap, &count);
@@ -270,7 +270,7 @@ extern "C" cpr_status cpr_emb_cuda_select(cpr_emb *t, uint32_t shard, cpr_policy
         st = select_topk(t, b, shard, (const uint32_t *)b->norm, k, ids, &count);
         break;
     case CPR_POLICY_SSU:
-        count = cpr_emb_ssu_select(&b->ssu, shard, k, ids, cap);
+        count = cpri_emb_ssu_select(&b->ssu, shard, k, ids, cap);
         break;
     }
     if (st == CPR_OK)
@@ -358,7 +358,7 @@ out:
     return st;
 }
 
-extern "C" cpr_status cpr_emb_cuda_save_begin(cpr_emb *t, cpr_emb_save *save)
+extern "C" cpr_status cpri_emb_cuda_save_begin(cpr_emb *t, cpr_emb_save *save)
 {
     emb_cuda_table *b = CUDA_T(t);
     emb_shard_host *sc = &b->shards[save->shard];
@@ -393,7 +393,7 @@ extern "C" cpr_status cpr_emb_cuda_save_begin(cpr_emb *t, cpr_emb_save *save)
     p->count_sum = b->pinned_small[0];
     p->unsaved_at_begin = b->pinned_small[1];
     if (p->sampled) /* held rows keep their place in the sample until commit */
-        cpr_emb_ssu_hold(&b->ssu, save->shard, save->ids, save->n, p->sampled);
+        cpri_emb_ssu_hold(&b->ssu, save->shard, save->ids, save->n, p->sampled);
     p->save = save;
     p->next = b->open;
     b->open = p;
@@ -420,7 +420,7 @@ static __global__ void gather_kernel(const uint64_t *ids, size_t n, const float 
     }
 }
 
-extern "C" cpr_status cpr_emb_cuda_gather(cpr_emb *t, const cpr_emb_save *save, float *values,
+extern "C" cpr_status cpri_emb_cuda_gather(cpr_emb *t, const cpr_emb_save *save, float *values,
                                           float *state)
 {
     emb_cuda_table *b = CUDA_T(t);
@@ -502,7 +502,7 @@ out:
 
 /* Cannot fail by contract: a CUDA error here is logged (the device is then
  * unusable anyway and the next call reports it). */
-extern "C" void cpr_emb_cuda_save_end(cpr_emb *t, cpr_emb_save *save, int committed)
+extern "C" void cpri_emb_cuda_save_end(cpr_emb *t, cpr_emb_save *save, int committed)
 {
     emb_cuda_table *b = CUDA_T(t);
     emb_pending *p = (emb_pending *)save->backend;
@@ -517,10 +517,10 @@ extern "C" void cpr_emb_cuda_save_end(cpr_emb *t, cpr_emb_save *save, int commit
     }
     sc = &b->shards[save->shard];
     if (!p->wiped && save_end_device(b, save, p, committed) != CPR_OK)
-        cpr_log(CPR_LOG_ERROR, "embedding: ending a save of shard %u: %s", save->shard,
+        cpri_log(CPR_LOG_ERROR, "embedding: ending a save of shard %u: %s", save->shard,
                 cpr_errmsg());
     if (!p->wiped && p->sampled)
-        cpr_emb_ssu_end(&b->ssu, save->shard, save->ids, save->n, p->sampled, committed);
+        cpri_emb_ssu_end(&b->ssu, save->shard, save->ids, save->n, p->sampled, committed);
     sc->open_saves--;
     if (consistent_policy(save->policy))
         sc->open_consistent = 0;
@@ -641,7 +641,7 @@ static void stage_rows(const cpr_emb *t, char *stage, const uint64_t *ids, const
     }
 }
 
-extern "C" cpr_status cpr_emb_cuda_apply(cpr_emb *t, const uint64_t *ids, size_t n,
+extern "C" cpr_status cpri_emb_cuda_apply(cpr_emb *t, const uint64_t *ids, size_t n,
                                          const float *values, const float *state)
 {
     emb_cuda_table *b = CUDA_T(t);
@@ -685,10 +685,10 @@ extern "C" cpr_status cpr_emb_cuda_apply(cpr_emb *t, const uint64_t *ids, size_t
         CHECK(cudaStreamSynchronize(b->stream));
     }
     if (b->ssu.member) {
-        cpr_emb_ssu_forget(&b->ssu, t, ids, n);
+        cpri_emb_ssu_forget(&b->ssu, t, ids, n);
         for (emb_pending *p = b->open; p; p = p->next)
             if (p->sampled)
-                cpr_emb_ssu_unhold(p->sampled, p->save->ids, p->save->n, ids, n);
+                cpri_emb_ssu_unhold(p->sampled, p->save->ids, p->save->n, ids, n);
     }
 out:
     free(src);
@@ -717,16 +717,16 @@ static __global__ void wipe_kernel(uint64_t first, uint64_t stride, uint64_t n, 
     }
 }
 
-extern "C" cpr_status cpr_emb_cuda_wipe_shard(cpr_emb *t, uint32_t shard, uint64_t *lost_events)
+extern "C" cpr_status cpri_emb_cuda_wipe_shard(cpr_emb *t, uint32_t shard, uint64_t *lost_events)
 {
     emb_cuda_table *b = CUDA_T(t);
-    uint64_t n = cpr_emb_geom_shard_rows(t, shard), lost;
+    uint64_t n = cpri_emb_geom_shard_rows(t, shard), lost;
     cpr_status st = CPR_OK;
     CHECK(cudaSetDevice(b->device));
     CHECK(cudaMemcpyAsync(b->pinned_small, &b->shards_dev[shard].unsaved, sizeof(ull),
                           cudaMemcpyDeviceToHost, b->stream));
     wipe_kernel<<<emb_blocks(n, 1), emb_row_threads(t->cfg.dim), 0, b->stream>>>(
-        cpr_emb_geom_first(t, shard), cpr_emb_geom_stride(t), n, b->weights, b->state,
+        cpri_emb_geom_first(t, shard), cpri_emb_geom_stride(t), n, b->weights, b->state,
         t->cfg.dim, t->state_dim, b->counts, b->norm, b->dirty);
     CHECK_LAUNCH();
     CHECK(cudaMemsetAsync(&b->shards_dev[shard].unsaved, 0, sizeof(ull), b->stream));
@@ -736,7 +736,7 @@ extern "C" cpr_status cpr_emb_cuda_wipe_shard(cpr_emb *t, uint32_t shard, uint64
         if (p->save->shard == shard)
             p->wiped = 1;
     if (b->ssu.member)
-        cpr_emb_ssu_clear_shard(&b->ssu, shard);
+        cpri_emb_ssu_clear_shard(&b->ssu, shard);
     if (lost_events)
         *lost_events = lost;
 out:

@@ -36,13 +36,13 @@ struct cpr_emb_save {
 };
 
 /* Shard geometry (emb.c). */
-uint32_t cpr_emb_geom_shard_of(const cpr_emb *t, uint64_t row);
-uint64_t cpr_emb_geom_shard_rows(const cpr_emb *t, uint32_t shard);
+uint32_t cpri_emb_geom_shard_of(const cpr_emb *t, uint64_t row);
+uint64_t cpri_emb_geom_shard_rows(const cpr_emb *t, uint32_t shard);
 /* First row of a shard and the stride between its rows (1 or num_shards). */
-uint64_t cpr_emb_geom_first(const cpr_emb *t, uint32_t shard);
-uint64_t cpr_emb_geom_stride(const cpr_emb *t);
+uint64_t cpri_emb_geom_first(const cpr_emb *t, uint32_t shard);
+uint64_t cpri_emb_geom_stride(const cpr_emb *t);
 /* The i-th row of a shard. */
-uint64_t cpr_emb_geom_row(const cpr_emb *t, uint32_t shard, uint64_t i);
+uint64_t cpri_emb_geom_row(const cpr_emb *t, uint32_t shard, uint64_t i);
 
 /* Backend entry points: identical signatures for cpu_ and cuda_. */
 #define CPR_EMB_BACKEND(prefix)                                                          \
@@ -65,35 +65,35 @@ uint64_t cpr_emb_geom_row(const cpr_emb *t, uint32_t shard, uint64_t i);
                              const float *values, const float *state);                   \
     cpr_status prefix##wipe_shard(cpr_emb *t, uint32_t shard, uint64_t *lost_events);
 
-CPR_EMB_BACKEND(cpr_emb_cpu_)
-CPR_EMB_BACKEND(cpr_emb_cuda_)
+CPR_EMB_BACKEND(cpri_emb_cpu_)
+CPR_EMB_BACKEND(cpri_emb_cuda_)
 
 /* 1 if the CUDA backend was compiled in. */
-int cpr_emb_cuda_built(void);
+int cpri_emb_cuda_built(void);
 
 /* Deterministic per-access sampling hash shared by both backends so that a
  * CPU and a GPU table make the same SSU decisions: 64-bit mix of (seed,
  * backward call number, position of the occurrence in the call). */
-static inline uint64_t cpr_emb_mix64(uint64_t x)
+static inline uint64_t cpri_emb_mix64(uint64_t x)
 {
     return cpr_splitmix64(&x); /* cpr/rng.h; emb_cuda.cu repeats it on the device */
 }
 
 /* Initial weight of element j of `row`: U(-scale, scale) from a hash, so
  * both backends (and any shard layout) start from identical tables. */
-static inline float cpr_emb_init_value(uint64_t seed, uint64_t row, uint32_t j, float scale)
+static inline float cpri_emb_init_value(uint64_t seed, uint64_t row, uint32_t j, float scale)
 {
-    uint64_t h = cpr_emb_mix64(cpr_emb_mix64(seed ^ 0x5eedULL) ^ cpr_emb_mix64(row) ^ j);
+    uint64_t h = cpri_emb_mix64(cpri_emb_mix64(seed ^ 0x5eedULL) ^ cpri_emb_mix64(row) ^ j);
     double u = (double)(h >> 11) * (1.0 / 9007199254740992.0); /* [0, 1) */
     return (float)((2.0 * u - 1.0) * scale);
 }
 
 /* SSU: is occurrence `pos` of backward call `call` sampled at `threshold`
  * (= ssu_rate * 2^64, saturated)? */
-static inline int cpr_emb_sampled(uint64_t seed, uint64_t call, uint64_t pos,
+static inline int cpri_emb_sampled(uint64_t seed, uint64_t call, uint64_t pos,
                                   uint64_t threshold)
 {
-    return cpr_emb_mix64(seed ^ cpr_emb_mix64(call * 0x100000001b3ULL + pos)) < threshold;
+    return cpri_emb_mix64(seed ^ cpri_emb_mix64(call * 0x100000001b3ULL + pos)) < threshold;
 }
 
 #ifdef __cplusplus

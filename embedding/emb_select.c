@@ -32,8 +32,8 @@ static uint32_t key_at(const void *keys, uint64_t row)
 static void histogram(const cpr_emb *t, uint32_t shard, const void *keys, const radix *r,
                       unsigned shift, uint32_t prefix)
 {
-    uint64_t n = cpr_emb_geom_shard_rows(t, shard), row = cpr_emb_geom_first(t, shard);
-    uint64_t stride = cpr_emb_geom_stride(t);
+    uint64_t n = cpri_emb_geom_shard_rows(t, shard), row = cpri_emb_geom_first(t, shard);
+    uint64_t stride = cpri_emb_geom_stride(t);
     unsigned above = shift + r->bits; /* 32 at the top digit */
     uint32_t digit_mask = r->buckets - 1;
     memset(r->hist, 0, r->buckets * sizeof *r->hist);
@@ -84,12 +84,12 @@ static uint32_t kth_key(const cpr_emb *t, uint32_t shard, const void *keys, cons
     return prefix;
 }
 
-cpr_status cpr_emb_topk(const cpr_emb *t, uint32_t shard, const void *keys, uint64_t k,
+cpr_status cpri_emb_topk(const cpr_emb *t, uint32_t shard, const void *keys, uint64_t k,
                         uint64_t *ids, size_t *n_out)
 {
     uint64_t narrow[1u << NARROW_BITS];
-    uint64_t n = cpr_emb_geom_shard_rows(t, shard), row = cpr_emb_geom_first(t, shard);
-    uint64_t stride = cpr_emb_geom_stride(t), nonzero = 0, threshold = 1, ties = UINT64_MAX;
+    uint64_t n = cpri_emb_geom_shard_rows(t, shard), row = cpri_emb_geom_first(t, shard);
+    uint64_t stride = cpri_emb_geom_stride(t), nonzero = 0, threshold = 1, ties = UINT64_MAX;
     radix r = {NARROW_BITS, 1u << NARROW_BITS, narrow};
     size_t out = 0;
     if (k == 0) {

@@ -10,7 +10,7 @@
 #define BIT_CLR(map, i) ((map)[(i) >> 6] &= ~(1ull << ((i) & 63)))
 #define BIT_GET(map, i) (((map)[(i) >> 6] >> ((i) & 63)) & 1u)
 
-cpr_status cpr_emb_ssu_init(cpr_emb_ssu *s, int enabled, uint64_t rows, uint32_t n_shards,
+cpr_status cpri_emb_ssu_init(cpri_emb_ssu *s, int enabled, uint64_t rows, uint32_t n_shards,
                             uint64_t capacity)
 {
     memset(s, 0, sizeof *s);
@@ -22,14 +22,14 @@ cpr_status cpr_emb_ssu_init(cpr_emb_ssu *s, int enabled, uint64_t rows, uint32_t
     s->n_shards = n_shards;
     s->capacity = capacity;
     if (!s->member || !s->held || !s->lists) {
-        cpr_emb_ssu_release(s);
+        cpri_emb_ssu_release(s);
         return cpr_fail(CPR_NO_MEMORY, "out of memory for the SSU sample of %llu rows",
                         (unsigned long long)rows);
     }
     return CPR_OK;
 }
 
-void cpr_emb_ssu_release(cpr_emb_ssu *s)
+void cpri_emb_ssu_release(cpri_emb_ssu *s)
 {
     for (uint32_t i = 0; s->lists && i < s->n_shards; i++)
         free(s->lists[i].ids);
@@ -39,9 +39,9 @@ void cpr_emb_ssu_release(cpr_emb_ssu *s)
     memset(s, 0, sizeof *s);
 }
 
-void cpr_emb_ssu_add(cpr_emb_ssu *s, uint32_t shard, uint64_t row)
+void cpri_emb_ssu_add(cpri_emb_ssu *s, uint32_t shard, uint64_t row)
 {
-    cpr_emb_ssu_list *l = &s->lists[shard];
+    cpri_emb_ssu_list *l = &s->lists[shard];
     if (BIT_GET(s->member, row) || l->len >= s->capacity)
         return; /* already sampled, or the shard's sample is full (U3) */
     if (l->len == l->cap) {
@@ -56,7 +56,7 @@ void cpr_emb_ssu_add(cpr_emb_ssu *s, uint32_t shard, uint64_t row)
     BIT_SET(s->member, row);
 }
 
-int cpr_emb_ssu_all_full(const cpr_emb_ssu *s)
+int cpri_emb_ssu_all_full(const cpri_emb_ssu *s)
 {
     for (uint32_t i = 0; i < s->n_shards; i++)
         if (s->lists[i].len < s->capacity)
@@ -64,7 +64,7 @@ int cpr_emb_ssu_all_full(const cpr_emb_ssu *s)
     return 1;
 }
 
-uint64_t cpr_emb_ssu_count(const cpr_emb_ssu *s, uint32_t shard)
+uint64_t cpri_emb_ssu_count(const cpri_emb_ssu *s, uint32_t shard)
 {
     return s->lists ? s->lists[shard].len - s->lists[shard].held : 0;
 }
@@ -75,10 +75,10 @@ static int u64_cmp(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
-size_t cpr_emb_ssu_select(const cpr_emb_ssu *s, uint32_t shard, uint64_t budget,
+size_t cpri_emb_ssu_select(const cpri_emb_ssu *s, uint32_t shard, uint64_t budget,
                           uint64_t *ids, size_t cap)
 {
-    const cpr_emb_ssu_list *l = &s->lists[shard];
+    const cpri_emb_ssu_list *l = &s->lists[shard];
     size_t n = 0;
     for (size_t i = 0; i < l->len && n < budget && n < cap; i++)
         if (!BIT_GET(s->held, l->ids[i])) /* U2 */
@@ -87,7 +87,7 @@ size_t cpr_emb_ssu_select(const cpr_emb_ssu *s, uint32_t shard, uint64_t budget,
     return n;
 }
 
-void cpr_emb_ssu_hold(cpr_emb_ssu *s, uint32_t shard, const uint64_t *ids, size_t n,
+void cpri_emb_ssu_hold(cpri_emb_ssu *s, uint32_t shard, const uint64_t *ids, size_t n,
                       uint8_t *held)
 {
     for (size_t i = 0; i < n; i++) {
@@ -100,7 +100,7 @@ void cpr_emb_ssu_hold(cpr_emb_ssu *s, uint32_t shard, const uint64_t *ids, size_
 }
 
 /* Remove `row` from the bitmaps; the caller compacts the list (U1). */
-static void forget_row(cpr_emb_ssu *s, cpr_emb_ssu_list *l, uint64_t row)
+static void forget_row(cpri_emb_ssu *s, cpri_emb_ssu_list *l, uint64_t row)
 {
     if (!BIT_GET(s->member, row))
         return;
@@ -112,7 +112,7 @@ static void forget_row(cpr_emb_ssu *s, cpr_emb_ssu_list *l, uint64_t row)
 }
 
 /* Drop the entries whose member bit was cleared, keeping the order (U1). */
-static void compact(cpr_emb_ssu *s, cpr_emb_ssu_list *l)
+static void compact(cpri_emb_ssu *s, cpri_emb_ssu_list *l)
 {
     size_t keep = 0;
     for (size_t i = 0; i < l->len; i++)
@@ -121,10 +121,10 @@ static void compact(cpr_emb_ssu *s, cpr_emb_ssu_list *l)
     l->len = keep;
 }
 
-void cpr_emb_ssu_end(cpr_emb_ssu *s, uint32_t shard, const uint64_t *ids, size_t n,
+void cpri_emb_ssu_end(cpri_emb_ssu *s, uint32_t shard, const uint64_t *ids, size_t n,
                      const uint8_t *held, int committed)
 {
-    cpr_emb_ssu_list *l = &s->lists[shard];
+    cpri_emb_ssu_list *l = &s->lists[shard];
     int any = 0;
     for (size_t i = 0; held && i < n; i++) {
         if (!held[i] || !BIT_GET(s->held, ids[i]))
@@ -141,23 +141,23 @@ void cpr_emb_ssu_end(cpr_emb_ssu *s, uint32_t shard, const uint64_t *ids, size_t
         compact(s, l);
 }
 
-void cpr_emb_ssu_forget(cpr_emb_ssu *s, const cpr_emb *t, const uint64_t *ids, size_t n)
+void cpri_emb_ssu_forget(cpri_emb_ssu *s, const cpr_emb *t, const uint64_t *ids, size_t n)
 {
     for (size_t i = 0; i < n; i++)
-        forget_row(s, &s->lists[cpr_emb_geom_shard_of(t, ids[i])], ids[i]);
+        forget_row(s, &s->lists[cpri_emb_geom_shard_of(t, ids[i])], ids[i]);
     for (uint32_t shard = 0; n && shard < s->n_shards; shard++)
         compact(s, &s->lists[shard]);
 }
 
-void cpr_emb_ssu_clear_shard(cpr_emb_ssu *s, uint32_t shard)
+void cpri_emb_ssu_clear_shard(cpri_emb_ssu *s, uint32_t shard)
 {
-    cpr_emb_ssu_list *l = &s->lists[shard];
+    cpri_emb_ssu_list *l = &s->lists[shard];
     for (size_t i = 0; i < l->len; i++) /* every member is in the list (U1) */
         forget_row(s, l, l->ids[i]);
     l->len = 0;
 }
 
-void cpr_emb_ssu_unhold(uint8_t *held, const uint64_t *save_ids, size_t save_n,
+void cpri_emb_ssu_unhold(uint8_t *held, const uint64_t *save_ids, size_t save_n,
                         const uint64_t *ids, size_t n)
 {
     for (size_t i = 0; i < n; i++) {

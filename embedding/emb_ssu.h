@@ -22,56 +22,56 @@
 extern "C" {
 #endif
 
-typedef struct cpr_emb_ssu_list {
+typedef struct cpri_emb_ssu_list {
     uint64_t *ids;
     size_t len, cap;
     uint64_t held;            /* members held by open saves */
-} cpr_emb_ssu_list;
+} cpri_emb_ssu_list;
 
-typedef struct cpr_emb_ssu {
+typedef struct cpri_emb_ssu {
     uint64_t *member;         /* bitmap over rows; NULL: SSU not tracked */
     uint64_t *held;           /* bitmap over rows (U2) */
-    cpr_emb_ssu_list *lists;  /* one per shard */
+    cpri_emb_ssu_list *lists;  /* one per shard */
     uint32_t n_shards;
     uint64_t capacity;        /* U3 */
-} cpr_emb_ssu;
+} cpri_emb_ssu;
 
 /* Set up for `rows` rows; all zero (disabled) when !enabled. */
-cpr_status cpr_emb_ssu_init(cpr_emb_ssu *s, int enabled, uint64_t rows, uint32_t n_shards,
+cpr_status cpri_emb_ssu_init(cpri_emb_ssu *s, int enabled, uint64_t rows, uint32_t n_shards,
                             uint64_t capacity);
-void cpr_emb_ssu_release(cpr_emb_ssu *s);
+void cpri_emb_ssu_release(cpri_emb_ssu *s);
 
-static inline int cpr_emb_ssu_is_member(const cpr_emb_ssu *s, uint64_t row)
+static inline int cpri_emb_ssu_is_member(const cpri_emb_ssu *s, uint64_t row)
 {
     return (int)((s->member[row >> 6] >> (row & 63)) & 1u);
 }
 
 /* A sampled access of `row`: it joins its shard's sample unless it is a
  * member already or the sample is full (best effort under memory pressure). */
-void cpr_emb_ssu_add(cpr_emb_ssu *s, uint32_t shard, uint64_t row);
+void cpri_emb_ssu_add(cpri_emb_ssu *s, uint32_t shard, uint64_t row);
 /* 1 if no shard's sample has room (no row can join). */
-int cpr_emb_ssu_all_full(const cpr_emb_ssu *s);
+int cpri_emb_ssu_all_full(const cpri_emb_ssu *s);
 /* Members of `shard` not held by a save. */
-uint64_t cpr_emb_ssu_count(const cpr_emb_ssu *s, uint32_t shard);
+uint64_t cpri_emb_ssu_count(const cpri_emb_ssu *s, uint32_t shard);
 /* The oldest members not held, at most min(budget, cap), ascending into ids. */
-size_t cpr_emb_ssu_select(const cpr_emb_ssu *s, uint32_t shard, uint64_t budget,
+size_t cpri_emb_ssu_select(const cpri_emb_ssu *s, uint32_t shard, uint64_t budget,
                           uint64_t *ids, size_t cap);
 /* Save begin: hold the members among ids[0..n); held[i] = 1 for each. */
-void cpr_emb_ssu_hold(cpr_emb_ssu *s, uint32_t shard, const uint64_t *ids, size_t n,
+void cpri_emb_ssu_hold(cpri_emb_ssu *s, uint32_t shard, const uint64_t *ids, size_t n,
                       uint8_t *held);
 /* Save end: committed, the held rows leave the sample; aborted, they are
  * released at their old place. */
-void cpr_emb_ssu_end(cpr_emb_ssu *s, uint32_t shard, const uint64_t *ids, size_t n,
+void cpri_emb_ssu_end(cpri_emb_ssu *s, uint32_t shard, const uint64_t *ids, size_t n,
                      const uint8_t *held, int committed);
 /* An open save's held flags (for save_ids, ascending) after `ids` left the
  * sample (apply): those rows are no longer held by it, so its end must not
  * touch them (another save may hold them by then). */
-void cpr_emb_ssu_unhold(uint8_t *held, const uint64_t *save_ids, size_t save_n,
+void cpri_emb_ssu_unhold(uint8_t *held, const uint64_t *save_ids, size_t save_n,
                         const uint64_t *ids, size_t n);
 /* The rows now equal stored copies (apply): they leave the sample. */
-void cpr_emb_ssu_forget(cpr_emb_ssu *s, const cpr_emb *t, const uint64_t *ids, size_t n);
+void cpri_emb_ssu_forget(cpri_emb_ssu *s, const cpr_emb *t, const uint64_t *ids, size_t n);
 /* Every member of `shard` leaves the sample (wipe). */
-void cpr_emb_ssu_clear_shard(cpr_emb_ssu *s, uint32_t shard);
+void cpri_emb_ssu_clear_shard(cpri_emb_ssu *s, uint32_t shard);
 
 #ifdef __cplusplus
 }

@@ -235,7 +235,7 @@ static cpr_status restore_rows(cpr_client *client, const char *job, const cpr_re
         *out = (cpr_exec_shard){.shard = e->shard, .source = e->source};
         if (e->source != CPR_SOURCE_STORE)
             continue;
-        double start = cpr_now_s();
+        double start = cpri_now_s();
         run.shard = e->shard;
         run.rows = run.bytes = run.skipped = 0;
         st = restore_shard(client, job, plan, e, &run, batch_rows);
@@ -243,7 +243,7 @@ static cpr_status restore_rows(cpr_client *client, const char *job, const cpr_re
         out->rows = run.rows;
         out->bytes = run.bytes;
         out->rows_skipped = run.skipped;
-        out->seconds = cpr_now_s() - start;
+        out->seconds = cpri_now_s() - start;
         rep->rows += run.rows;
         rep->bytes += run.bytes;
         rep->rows_skipped += run.skipped;
@@ -297,7 +297,7 @@ cpr_status cpr_recovery_execute(cpr_client *client, const char *job,
     cpr_status st = check_tables(tables, n_tables, rep.n_shards);
     if (st)
         return st;
-    double start = cpr_now_s();
+    double start = cpri_now_s();
     rep.shards = calloc(rep.n_shards, sizeof *rep.shards);
     if (!rep.shards)
         return cpr_fail(CPR_NO_MEMORY, "out of memory for a report of %zu shards", rep.n_shards);
@@ -311,7 +311,7 @@ cpr_status cpr_recovery_execute(cpr_client *client, const char *job,
         cpr_exec_report_release(&rep);
         return st;
     }
-    rep.seconds = cpr_now_s() - start;
+    rep.seconds = cpri_now_s() - start;
     *out = rep;
     return CPR_OK;
 }

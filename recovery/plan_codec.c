@@ -75,53 +75,53 @@ static cpr_status check_plan(const cpr_recovery_plan *p)
     return st;
 }
 
-static cpr_json *entry_tuple(const cpr_plan_shard *e)
+static cpri_json *entry_tuple(const cpr_plan_shard *e)
 {
-    cpr_json *t = cpr_json_array();
-    cpr_json *items[TUPLE_FIELDS] = {
-        cpr_json_number(e->shard), cpr_json_string(cpr_shard_source_name(e->source)),
-        cpr_json_number((double)e->as_of), cpr_json_string(cpr_kind_name(e->kind)),
-        cpr_json_number((double)e->step), cpr_json_string(cpr_dense_source_name(e->dense)),
-        cpr_json_number((double)e->dense_checkpoint), cpr_json_number(e->dense_shard)};
+    cpri_json *t = cpri_json_array();
+    cpri_json *items[TUPLE_FIELDS] = {
+        cpri_json_number(e->shard), cpri_json_string(cpr_shard_source_name(e->source)),
+        cpri_json_number((double)e->as_of), cpri_json_string(cpr_kind_name(e->kind)),
+        cpri_json_number((double)e->step), cpri_json_string(cpr_dense_source_name(e->dense)),
+        cpri_json_number((double)e->dense_checkpoint), cpri_json_number(e->dense_shard)};
     int bad = !t;
     for (int i = 0; i < TUPLE_FIELDS; i++) {
-        if (!bad && items[i] && cpr_json_append(t, items[i]) == 0)
+        if (!bad && items[i] && cpri_json_append(t, items[i]) == 0)
             continue;
         bad = 1;
-        cpr_json_free(items[i]);
+        cpri_json_free(items[i]);
     }
     if (bad) {
-        cpr_json_free(t);
+        cpri_json_free(t);
         return NULL;
     }
     return t;
 }
 
-static cpr_json *plan_tree(const cpr_recovery_plan *p)
+static cpri_json *plan_tree(const cpr_recovery_plan *p)
 {
-    cpr_json *root = cpr_json_object(), *shards = cpr_json_array();
+    cpri_json *root = cpri_json_object(), *shards = cpri_json_array();
     int bad = !root || !shards;
-    bad = bad || cpr_json_add_number(root, "cpr_plan", CPR_PLAN_ENCODING) ||
-          cpr_json_add_string(root, "action", cpr_plan_action_name(p->action)) ||
-          cpr_json_add_number(root, "num_shards", (double)p->n) ||
-          cpr_json_add_number(root, "problems", p->problems) ||
-          cpr_json_add_number(root, "cut", (double)p->cut) ||
-          cpr_json_add_number(root, "rewind_step", (double)p->rewind_step) ||
-          cpr_json_add_string(root, "reason", p->reason);
+    bad = bad || cpri_json_add_number(root, "cpr_plan", CPR_PLAN_ENCODING) ||
+          cpri_json_add_string(root, "action", cpr_plan_action_name(p->action)) ||
+          cpri_json_add_number(root, "num_shards", (double)p->n) ||
+          cpri_json_add_number(root, "problems", p->problems) ||
+          cpri_json_add_number(root, "cut", (double)p->cut) ||
+          cpri_json_add_number(root, "rewind_step", (double)p->rewind_step) ||
+          cpri_json_add_string(root, "reason", p->reason);
     for (size_t i = 0; !bad && i < p->n; i++) {
         const cpr_plan_shard *e = &p->shards[i];
         if (e->source == CPR_SOURCE_KEEP && e->dense == CPR_DENSE_KEEP)
             continue; /* the default: left out */
-        cpr_json *t = entry_tuple(e);
-        bad = !t || cpr_json_append(shards, t) != 0;
+        cpri_json *t = entry_tuple(e);
+        bad = !t || cpri_json_append(shards, t) != 0;
         if (bad)
-            cpr_json_free(t);
+            cpri_json_free(t);
     }
     if (!bad)
-        bad = cpr_json_add_child(root, "shards", shards) != 0;
+        bad = cpri_json_add_child(root, "shards", shards) != 0;
     if (bad) {
-        cpr_json_free(shards);
-        cpr_json_free(root);
+        cpri_json_free(shards);
+        cpri_json_free(root);
         return NULL;
     }
     return root;
@@ -135,14 +135,14 @@ cpr_status cpr_recovery_plan_encode(const cpr_recovery_plan *plan, void **buf, s
     cpr_status st = check_plan(plan);
     if (st)
         return st;
-    cpr_json *root = plan_tree(plan);
+    cpri_json *root = plan_tree(plan);
     char *text = NULL;
     size_t text_len = 0;
     FILE *f = root ? open_memstream(&text, &text_len) : NULL;
-    int bad = !f || cpr_json_print(root, f) != 0;
+    int bad = !f || cpri_json_print(root, f) != 0;
     if (f)
         bad = fclose(f) != 0 || bad;
-    cpr_json_free(root);
+    cpri_json_free(root);
     if (bad || !text) {
         free(text);
         return cpr_fail(CPR_NO_MEMORY, "out of memory encoding a plan of %zu shards", plan->n);
@@ -162,45 +162,45 @@ static cpr_status bad_plan(const char *what)
 }
 
 /* An integer in [0, max]. */
-static int as_uint(const cpr_json *v, double max, uint64_t *out)
+static int as_uint(const cpri_json *v, double max, uint64_t *out)
 {
     double d;
-    if (cpr_json_number_value(v, &d) != 0 || !(d >= 0) || d > max || d != (double)(uint64_t)d)
+    if (cpri_json_number_value(v, &d) != 0 || !(d >= 0) || d > max || d != (double)(uint64_t)d)
         return -1;
     *out = (uint64_t)d;
     return 0;
 }
 
-static int get_uint(const cpr_json *obj, const char *key, double max, uint64_t *out)
+static int get_uint(const cpri_json *obj, const char *key, double max, uint64_t *out)
 {
-    return as_uint(cpr_json_get(obj, key), max, out);
+    return as_uint(cpri_json_get(obj, key), max, out);
 }
 
-static int as_name(const cpr_json *v, const char *(*name_of)(int), int first, int last,
+static int as_name(const cpri_json *v, const char *(*name_of)(int), int first, int last,
                    int *out)
 {
     const char *s = NULL;
-    if (cpr_json_string_value(v, &s) != 0)
+    if (cpri_json_string_value(v, &s) != 0)
         return -1;
     *out = parse_name(s, name_of, first, last);
     return *out < 0 ? -1 : 0;
 }
 
 /* One "shards" tuple into p->shards; *next is the previous entry's shard + 1. */
-static cpr_status decode_entry(cpr_recovery_plan *p, const cpr_json *t, uint64_t *next)
+static cpr_status decode_entry(cpr_recovery_plan *p, const cpri_json *t, uint64_t *next)
 {
     uint64_t shard, as_of, step, dense_ckpt, dense_shard;
     int source, kind, dense;
-    if (cpr_json_array_size(t) != TUPLE_FIELDS ||
-        as_uint(cpr_json_array_get(t, 0), (double)p->n - 1, &shard) ||
-        as_name(cpr_json_array_get(t, 1), source_i, CPR_SOURCE_KEEP, CPR_SOURCE_INIT, &source) ||
-        as_uint(cpr_json_array_get(t, 2), EXACT_MAX, &as_of) ||
-        as_name(cpr_json_array_get(t, 3), kind_i, CPR_KIND_UNSPECIFIED, CPR_KIND_PRIORITY,
+    if (cpri_json_array_size(t) != TUPLE_FIELDS ||
+        as_uint(cpri_json_array_get(t, 0), (double)p->n - 1, &shard) ||
+        as_name(cpri_json_array_get(t, 1), source_i, CPR_SOURCE_KEEP, CPR_SOURCE_INIT, &source) ||
+        as_uint(cpri_json_array_get(t, 2), EXACT_MAX, &as_of) ||
+        as_name(cpri_json_array_get(t, 3), kind_i, CPR_KIND_UNSPECIFIED, CPR_KIND_PRIORITY,
                 &kind) ||
-        as_uint(cpr_json_array_get(t, 4), EXACT_MAX, &step) ||
-        as_name(cpr_json_array_get(t, 5), dense_i, CPR_DENSE_KEEP, CPR_DENSE_INIT, &dense) ||
-        as_uint(cpr_json_array_get(t, 6), EXACT_MAX, &dense_ckpt) ||
-        as_uint(cpr_json_array_get(t, 7), (double)p->n - 1, &dense_shard))
+        as_uint(cpri_json_array_get(t, 4), EXACT_MAX, &step) ||
+        as_name(cpri_json_array_get(t, 5), dense_i, CPR_DENSE_KEEP, CPR_DENSE_INIT, &dense) ||
+        as_uint(cpri_json_array_get(t, 6), EXACT_MAX, &dense_ckpt) ||
+        as_uint(cpri_json_array_get(t, 7), (double)p->n - 1, &dense_shard))
         return bad_plan("a \"shards\" entry is not [shard, source, as_of, kind, step, dense, "
                         "dense_checkpoint, dense_shard] with shards below num_shards");
     if (shard < *next)
@@ -213,24 +213,24 @@ static cpr_status decode_entry(cpr_recovery_plan *p, const cpr_json *t, uint64_t
 }
 
 /* The top-level fields; allocates p->shards (all KEEP). */
-static cpr_status decode_head(const cpr_json *root, cpr_recovery_plan *p)
+static cpr_status decode_head(const cpri_json *root, cpr_recovery_plan *p)
 {
     uint64_t version, n, problems;
     int action;
     const char *reason = NULL;
-    if (!cpr_json_is_object(root) || get_uint(root, "cpr_plan", EXACT_MAX, &version))
+    if (!cpri_json_is_object(root) || get_uint(root, "cpr_plan", EXACT_MAX, &version))
         return bad_plan("not a CPR plan (no \"cpr_plan\" version)");
     if (version != CPR_PLAN_ENCODING)
         return cpr_fail(CPR_FAILED_PRECONDITION, "recorded recovery plan has encoding version "
                         "%llu; this CPR reads version %d: upgrade it",
                         (unsigned long long)version, CPR_PLAN_ENCODING);
-    if (as_name(cpr_json_get(root, "action"), action_i, CPR_PLAN_PARTIAL,
+    if (as_name(cpri_json_get(root, "action"), action_i, CPR_PLAN_PARTIAL,
                 CPR_PLAN_RESTART_FROM_SCRATCH, &action) ||
         get_uint(root, "num_shards", SHARDS_MAX, &n) || n < 1 ||
         get_uint(root, "problems", 255, &problems) ||
         get_uint(root, "cut", EXACT_MAX, &p->cut) ||
         get_uint(root, "rewind_step", EXACT_MAX, &p->rewind_step) ||
-        cpr_json_get_string(root, "reason", &reason) || strlen(reason) >= REASON_MAX)
+        cpri_json_get_string(root, "reason", &reason) || strlen(reason) >= REASON_MAX)
         return bad_plan("a field of action, num_shards, problems, cut, rewind_step or reason "
                         "is missing or out of range");
     p->action = (cpr_plan_action)action;
@@ -247,19 +247,19 @@ static cpr_status decode_head(const cpr_json *root, cpr_recovery_plan *p)
     return CPR_OK;
 }
 
-static cpr_status decode_tree(const cpr_json *root, cpr_recovery_plan *p)
+static cpr_status decode_tree(const cpri_json *root, cpr_recovery_plan *p)
 {
     cpr_status st = decode_head(root, p);
     if (st)
         return st;
-    const cpr_json *shards = cpr_json_get(root, "shards");
-    size_t count = cpr_json_array_size(shards);
+    const cpri_json *shards = cpri_json_get(root, "shards");
+    size_t count = cpri_json_array_size(shards);
     /* Every plan has an entry that is not KEEP: a failed shard, or all of them. */
     if (count == 0 || count > p->n)
         return bad_plan("\"shards\" is missing, empty, or longer than num_shards");
     uint64_t next = 0;
     for (size_t i = 0; st == CPR_OK && i < count; i++)
-        st = decode_entry(p, cpr_json_array_get(shards, i), &next);
+        st = decode_entry(p, cpri_json_array_get(shards, i), &next);
     return st;
 }
 
@@ -281,9 +281,9 @@ cpr_status cpr_recovery_plan_decode(const void *buf, size_t len, cpr_recovery_pl
     }
     memcpy(text, buf, len);
     text[len] = '\0';
-    cpr_json *root = cpr_json_parse(text);
+    cpri_json *root = cpri_json_parse(text);
     cpr_status st = root ? decode_tree(root, p) : bad_plan("not valid JSON");
-    cpr_json_free(root);
+    cpri_json_free(root);
     free(text);
     if (st) {
         cpr_recovery_plan_destroy(p);

@@ -111,7 +111,7 @@ cpr_status cpr_recovery_decide_and_record(cpr_client *client, const char *job,
     }
     free(bytes);
     if (lost) {
-        cpr_log(CPR_LOG_INFO, "job %s: %s; acting on the recorded plan", job, cpr_errmsg());
+        cpri_log(CPR_LOG_INFO, "job %s: %s; acting on the recorded plan", job, cpr_errmsg());
         st = take_recorded(client, job, expected_generation, &theirs, &gen);
     }
     if (st) {

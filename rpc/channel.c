@@ -23,21 +23,21 @@
 #define KEEPALIVE_TIME_MS 30000
 #define KEEPALIVE_TIMEOUT_MS 10000
 
-struct cpr_rpc {
+struct cpri_rpc {
     grpc_channel *channel;
     char target[256];
 };
 
-struct cpr_rpc_stream {
-    cpr_rpc *rpc;
+struct cpri_rpc_stream {
+    cpri_rpc *rpc;
     const char *method;
     grpc_call *call;
     grpc_completion_queue *cq;
 };
 
-cpr_status cpr_rpc_open(const char *host_port, cpr_rpc **out)
+cpr_status cpri_rpc_open(const char *host_port, cpri_rpc **out)
 {
-    cpr_rpc *r = calloc(1, sizeof *r);
+    cpri_rpc *r = calloc(1, sizeof *r);
     if (!r)
         return cpr_fail(CPR_NO_MEMORY, "out of memory opening a channel");
     grpc_init();
@@ -65,7 +65,7 @@ cpr_status cpr_rpc_open(const char *host_port, cpr_rpc **out)
     return CPR_OK;
 }
 
-void cpr_rpc_close(cpr_rpc *r)
+void cpri_rpc_close(cpri_rpc *r)
 {
     if (!r)
         return;
@@ -99,7 +99,7 @@ static void free_call(grpc_call *call, grpc_completion_queue *cq)
     grpc_completion_queue_destroy(cq);
 }
 
-static grpc_call *new_call(cpr_rpc *r, const char *method, double timeout_s,
+static grpc_call *new_call(cpri_rpc *r, const char *method, double timeout_s,
                            grpc_completion_queue *cq)
 {
     grpc_slice path = grpc_slice_from_copied_string(method);
@@ -162,7 +162,7 @@ static cpr_status status_of(const char *target, const char *method, grpc_status_
 }
 
 /* Receive the status (and, if asked, one message) that ends a call. */
-static cpr_status finish_call(cpr_rpc *r, const char *method, grpc_call *call,
+static cpr_status finish_call(cpri_rpc *r, const char *method, grpc_call *call,
                               grpc_completion_queue *cq, grpc_op *first, size_t n_first,
                               int want_initial, uint8_t **resp, size_t *resp_len)
 {
@@ -206,7 +206,7 @@ static cpr_status finish_call(cpr_rpc *r, const char *method, grpc_call *call,
     return st;
 }
 
-cpr_status cpr_rpc_unary(cpr_rpc *r, const char *method, const uint8_t *req, size_t len,
+cpr_status cpri_rpc_unary(cpri_rpc *r, const char *method, const uint8_t *req, size_t len,
                          double timeout_s, uint8_t **resp, size_t *resp_len)
 {
     grpc_completion_queue *cq = grpc_completion_queue_create_for_next(NULL);
@@ -222,10 +222,10 @@ cpr_status cpr_rpc_unary(cpr_rpc *r, const char *method, const uint8_t *req, siz
     return st;
 }
 
-cpr_status cpr_rpc_stream_open(cpr_rpc *r, const char *method, double timeout_s,
-                               cpr_rpc_stream **out)
+cpr_status cpri_rpc_stream_open(cpri_rpc *r, const char *method, double timeout_s,
+                               cpri_rpc_stream **out)
 {
-    cpr_rpc_stream *s = calloc(1, sizeof *s);
+    cpri_rpc_stream *s = calloc(1, sizeof *s);
     if (!s)
         return cpr_fail(CPR_NO_MEMORY, "out of memory opening a stream");
     s->rpc = r;
@@ -249,7 +249,7 @@ cpr_status cpr_rpc_stream_open(cpr_rpc *r, const char *method, double timeout_s,
     return CPR_OK;
 }
 
-static cpr_status stream_send(cpr_rpc_stream *s, grpc_byte_buffer *bb)
+static cpr_status stream_send(cpri_rpc_stream *s, grpc_byte_buffer *bb)
 {
     grpc_op op;
     memset(&op, 0, sizeof op);
@@ -262,12 +262,12 @@ static cpr_status stream_send(cpr_rpc_stream *s, grpc_byte_buffer *bb)
                                   s->rpc->target, s->method);
 }
 
-cpr_status cpr_rpc_stream_send(cpr_rpc_stream *s, const uint8_t *msg, size_t len)
+cpr_status cpri_rpc_stream_send(cpri_rpc_stream *s, const uint8_t *msg, size_t len)
 {
     return stream_send(s, buffer_of(msg, len));
 }
 
-cpr_status cpr_rpc_stream_send_owned(cpr_rpc_stream *s, uint8_t *msg, size_t len)
+cpr_status cpri_rpc_stream_send_owned(cpri_rpc_stream *s, uint8_t *msg, size_t len)
 {
     /* gRPC frees the bytes with free() once the transport is done with them:
      * the bulk of a checkpoint is not copied again on its way out. */
@@ -277,7 +277,7 @@ cpr_status cpr_rpc_stream_send_owned(cpr_rpc_stream *s, uint8_t *msg, size_t len
     return stream_send(s, bb);
 }
 
-cpr_status cpr_rpc_stream_finish(cpr_rpc_stream *s, uint8_t **resp, size_t *resp_len)
+cpr_status cpri_rpc_stream_finish(cpri_rpc_stream *s, uint8_t **resp, size_t *resp_len)
 {
     grpc_op op;
     uint8_t *ignored = NULL;
@@ -292,8 +292,8 @@ cpr_status cpr_rpc_stream_finish(cpr_rpc_stream *s, uint8_t **resp, size_t *resp
     return st;
 }
 
-cpr_status cpr_rpc_server_stream(cpr_rpc *r, const char *method, const uint8_t *req,
-                                 size_t len, double timeout_s, cpr_rpc_msg_fn fn, void *ctx)
+cpr_status cpri_rpc_server_stream(cpri_rpc *r, const char *method, const uint8_t *req,
+                                 size_t len, double timeout_s, cpri_rpc_msg_fn fn, void *ctx)
 {
     grpc_completion_queue *cq = grpc_completion_queue_create_for_next(NULL);
     grpc_call *call = new_call(r, method, timeout_s, cq);

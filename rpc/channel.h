@@ -19,37 +19,37 @@
 
 #include "cpr/status.h"
 
-typedef struct cpr_rpc cpr_rpc;
-typedef struct cpr_rpc_stream cpr_rpc_stream;
+typedef struct cpri_rpc cpri_rpc;
+typedef struct cpri_rpc_stream cpri_rpc_stream;
 
 /* A channel to "host:port". Connecting is lazy: errors show on the first call. */
-cpr_status cpr_rpc_open(const char *host_port, cpr_rpc **out);
-void cpr_rpc_close(cpr_rpc *rpc);
+cpr_status cpri_rpc_open(const char *host_port, cpri_rpc **out);
+void cpri_rpc_close(cpri_rpc *rpc);
 
 /* method: "/cpr.v1.Checkpoint/Begin" etc. *resp is malloc'd (caller frees). */
-cpr_status cpr_rpc_unary(cpr_rpc *rpc, const char *method, const uint8_t *req, size_t len,
+cpr_status cpri_rpc_unary(cpri_rpc *rpc, const char *method, const uint8_t *req, size_t len,
                          double timeout_s, uint8_t **resp, size_t *resp_len);
 
 /* Start a client stream. If it cannot start (no connection, or the server
  * ended the call at once), the call's own status is returned, with its
  * reason, and *out is not set. */
-cpr_status cpr_rpc_stream_open(cpr_rpc *rpc, const char *method, double timeout_s,
-                               cpr_rpc_stream **out);
+cpr_status cpri_rpc_stream_open(cpri_rpc *rpc, const char *method, double timeout_s,
+                               cpri_rpc_stream **out);
 /* Send one message. A failed send means the call has ended (the server
  * answered early with an error, or the connection broke): call
- * cpr_rpc_stream_finish for the status that says why. */
-cpr_status cpr_rpc_stream_send(cpr_rpc_stream *s, const uint8_t *msg, size_t len);
+ * cpri_rpc_stream_finish for the status that says why. */
+cpr_status cpri_rpc_stream_send(cpri_rpc_stream *s, const uint8_t *msg, size_t len);
 /* The same, taking `msg` (malloc'd): it is freed with free() by the call,
  * whatever the outcome, and not copied. */
-cpr_status cpr_rpc_stream_send_owned(cpr_rpc_stream *s, uint8_t *msg, size_t len);
+cpr_status cpri_rpc_stream_send_owned(cpri_rpc_stream *s, uint8_t *msg, size_t len);
 /* Half-close, then wait for the response and status; frees the stream
  * whatever the outcome. resp may be NULL. */
-cpr_status cpr_rpc_stream_finish(cpr_rpc_stream *s, uint8_t **resp, size_t *resp_len);
+cpr_status cpri_rpc_stream_finish(cpri_rpc_stream *s, uint8_t **resp, size_t *resp_len);
 
-typedef cpr_status (*cpr_rpc_msg_fn)(void *ctx, const uint8_t *msg, size_t len);
+typedef cpr_status (*cpri_rpc_msg_fn)(void *ctx, const uint8_t *msg, size_t len);
 /* Send one request, receive messages until the server's status; `fn` may
  * stop early by returning non-OK (the call is then cancelled). */
-cpr_status cpr_rpc_server_stream(cpr_rpc *rpc, const char *method, const uint8_t *req,
-                                 size_t len, double timeout_s, cpr_rpc_msg_fn fn, void *ctx);
+cpr_status cpri_rpc_server_stream(cpri_rpc *rpc, const char *method, const uint8_t *req,
+                                 size_t len, double timeout_s, cpri_rpc_msg_fn fn, void *ctx);
 
 #endif /* CPR_RPC_CHANNEL_H */

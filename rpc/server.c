@@ -3,17 +3,17 @@
  * The gRPC server's call machinery (design in server.h).
  *
  * Lifecycle of a call: the acceptor requests it on the server's queue with a
- * completion queue of its own bound to the call (cpr_rpc_call.cq); when it
+ * completion queue of its own bound to the call (cpri_rpc_call.cq); when it
  * arrives, a handler thread takes over and runs the method as sequential
  * code: each step is one grpc_call_start_batch followed by waiting on the
  * call's own queue, where that batch is the only one outstanding. The
  * acceptor immediately requests the next call of the same method.
  *
  * Invariants
- *  V1. A cpr_rpc_call belongs to the acceptor until its request completes,
+ *  V1. A cpri_rpc_call belongs to the acceptor until its request completes,
  *      then to exactly one handler thread, which frees it.
  *  V2. At most one batch per call is outstanding, so the next event on
- *      cpr_rpc_call.cq is the completion of the batch just started. A batch
+ *      cpri_rpc_call.cq is the completion of the batch just started. A batch
  *      that moves a stream's message is waited for at most idle_timeout_s;
  *      then the call is cancelled and the wait goes on until the batch
  *      completes (failed), so V2 still holds for the final batch.
@@ -44,9 +44,9 @@
 #define KEEPALIVE_TIMEOUT_MS 10000
 #define MIN_RECV_PING_INTERVAL_MS 10000
 
-struct cpr_rpc_call {
-    cpr_rpc_server *srv;
-    const cpr_rpc_method *m;
+struct cpri_rpc_call {
+    cpri_rpc_server *srv;
+    const cpri_rpc_method *m;
     size_t method_index;
     grpc_call *call;
     gpr_timespec deadline;
@@ -54,7 +54,7 @@ struct cpr_rpc_call {
     grpc_byte_buffer *payload;
     grpc_slice request;        /* the payload read whole, once */
     int have_request;
-    grpc_slice received;       /* the last message cpr_rpc_recv returned */
+    grpc_slice received;       /* the last message cpri_rpc_recv returned */
     int have_received;
     grpc_completion_queue *cq; /* bound to the call (V2) */
     int sent_initial;
@@ -62,8 +62,8 @@ struct cpr_rpc_call {
     grpc_call_details details; /* generic calls only */
 };
 
-struct cpr_rpc_server {
-    const cpr_rpc_method *methods;
+struct cpri_rpc_server {
+    const cpri_rpc_method *methods;
     size_t n_methods;
     void *app;
     grpc_server *server;
@@ -79,12 +79,12 @@ struct cpr_rpc_server {
     int shutdown_tag;
 };
 
-static int finish_code(cpr_rpc_call *c, grpc_status_code code, cpr_status st, const char *msg,
+static int finish_code(cpri_rpc_call *c, grpc_status_code code, cpr_status st, const char *msg,
                        uint8_t *resp, size_t resp_len);
 
 /* Any other method: one generic request is kept outstanding so such calls
  * are answered at once instead of waiting (and piling up) forever. */
-static void h_unimplemented(cpr_rpc_call *c, void *app)
+static void h_unimplemented(cpri_rpc_call *c, void *app)
 {
     char msg[300];
     (void)app;
@@ -95,7 +95,7 @@ static void h_unimplemented(cpr_rpc_call *c, void *app)
                 msg, NULL, 0);
 }
 
-static const cpr_rpc_method generic_method = {"(unregistered method)", CPR_RPC_UNARY,
+static const cpri_rpc_method generic_method = {"(unregistered method)", CPR_RPC_UNARY,
                                               h_unimplemented};
 
 /* ---- batches ------------------------------------------------------------------- */
@@ -106,7 +106,7 @@ typedef enum batch_result { BATCH_OK, BATCH_FAILED, BATCH_IDLE } batch_result;
 typedef enum stream_dir { NOT_STREAMING, RECEIVING, SENDING } stream_dir;
 
 /* What a client hears when ckptd gives up on a quiet stream. */
-static void idle_reason(const cpr_rpc_call *c, stream_dir dir, char *why, size_t cap)
+static void idle_reason(const cpri_rpc_call *c, stream_dir dir, char *why, size_t cap)
 {
     if (dir == RECEIVING)
         snprintf(why, cap, "ckptd: no message arrived on this stream for %g s "
@@ -120,7 +120,7 @@ static void idle_reason(const cpr_rpc_call *c, stream_dir dir, char *why, size_t
 /* Start one batch and wait for it (V2). A stream's batch is waited for at
  * most idle_timeout_s; then the call is cancelled, with the reason, and the
  * result is BATCH_IDLE. */
-static batch_result run_batch_for(cpr_rpc_call *c, grpc_op *ops, size_t n, stream_dir dir)
+static batch_result run_batch_for(cpri_rpc_call *c, grpc_op *ops, size_t n, stream_dir dir)
 {
     gpr_timespec forever = gpr_inf_future(GPR_CLOCK_MONOTONIC);
     gpr_timespec until = forever;
@@ -140,7 +140,7 @@ static batch_result run_batch_for(cpr_rpc_call *c, grpc_op *ops, size_t n, strea
     return BATCH_IDLE;
 }
 
-static int run_batch(cpr_rpc_call *c, grpc_op *ops, size_t n)
+static int run_batch(cpri_rpc_call *c, grpc_op *ops, size_t n)
 {
     return run_batch_for(c, ops, n, NOT_STREAMING) == BATCH_OK;
 }
@@ -156,7 +156,7 @@ static grpc_byte_buffer *to_buffer(uint8_t *bytes, size_t len)
 /* Final batch: optional response (taken), a status with its message and
  * the exact cpr_status as trailing metadata "cpr-status". Returns 1 if the
  * client had cancelled the call (gone, or gave up). */
-static int finish_code(cpr_rpc_call *c, grpc_status_code code, cpr_status st, const char *msg,
+static int finish_code(cpri_rpc_call *c, grpc_status_code code, cpr_status st, const char *msg,
                        uint8_t *resp, size_t resp_len)
 {
     grpc_op ops[4];
@@ -198,17 +198,17 @@ static int finish_code(cpr_rpc_call *c, grpc_status_code code, cpr_status st, co
 
 /* ---- the handler's interface (server.h) --------------------------------------------- */
 
-const char *cpr_rpc_call_method(const cpr_rpc_call *c)
+const char *cpri_rpc_call_method(const cpri_rpc_call *c)
 {
     return c->m->path;
 }
 
-double cpr_rpc_idle_timeout_s(const cpr_rpc_call *c)
+double cpri_rpc_idle_timeout_s(const cpri_rpc_call *c)
 {
     return c->srv->idle_timeout_s;
 }
 
-void cpr_rpc_request(cpr_rpc_call *c, const uint8_t **msg, size_t *len)
+void cpri_rpc_request(cpri_rpc_call *c, const uint8_t **msg, size_t *len)
 {
     if (!c->have_request) {
         grpc_byte_buffer_reader reader;
@@ -223,7 +223,7 @@ void cpr_rpc_request(cpr_rpc_call *c, const uint8_t **msg, size_t *len)
     *len = GRPC_SLICE_LENGTH(c->request);
 }
 
-cpr_status cpr_rpc_start(cpr_rpc_call *c)
+cpr_status cpri_rpc_start(cpri_rpc_call *c)
 {
     grpc_op op;
     memset(&op, 0, sizeof op);
@@ -232,7 +232,7 @@ cpr_status cpr_rpc_start(cpr_rpc_call *c)
     return run_batch(c, &op, 1) ? CPR_OK : cpr_fail(CPR_UNAVAILABLE, "the client went away");
 }
 
-cpr_status cpr_rpc_send(cpr_rpc_call *c, uint8_t *bytes, size_t len, const char *during)
+cpr_status cpri_rpc_send(cpri_rpc_call *c, uint8_t *bytes, size_t len, const char *during)
 {
     grpc_op op;
     memset(&op, 0, sizeof op);
@@ -248,19 +248,19 @@ cpr_status cpr_rpc_send(cpr_rpc_call *c, uint8_t *bytes, size_t len, const char 
     return CPR_OK;
 }
 
-static void drop_received(cpr_rpc_call *c)
+static void drop_received(cpri_rpc_call *c)
 {
     if (c->have_received)
         grpc_slice_unref(c->received);
     c->have_received = 0;
 }
 
-cpr_rpc_recv_result cpr_rpc_recv(cpr_rpc_call *c, const uint8_t **msg, size_t *len)
+cpri_rpc_recv_result cpri_rpc_recv(cpri_rpc_call *c, const uint8_t **msg, size_t *len)
 {
     grpc_op op;
     grpc_byte_buffer *bb = NULL;
     drop_received(c);
-    if (!c->sent_initial && cpr_rpc_start(c) != CPR_OK)
+    if (!c->sent_initial && cpri_rpc_start(c) != CPR_OK)
         return CPR_RPC_BROKEN;
     memset(&op, 0, sizeof op);
     op.op = GRPC_OP_RECV_MESSAGE;
@@ -284,17 +284,17 @@ cpr_rpc_recv_result cpr_rpc_recv(cpr_rpc_call *c, const uint8_t **msg, size_t *l
     return CPR_RPC_MESSAGE;
 }
 
-int cpr_rpc_finish(cpr_rpc_call *c, cpr_status st, uint8_t *resp, size_t resp_len)
+int cpri_rpc_finish(cpri_rpc_call *c, cpr_status st, uint8_t *resp, size_t resp_len)
 {
     if (st && st != CPR_NOT_FOUND)
-        cpr_log(CPR_LOG_INFO, "%s: %s: %s", c->m->path, cpr_status_name(st), cpr_errmsg());
+        cpri_log(CPR_LOG_INFO, "%s: %s: %s", c->m->path, cpr_status_name(st), cpr_errmsg());
     return finish_code(c, (grpc_status_code)cpr_status_grpc(st), st, st ? cpr_errmsg() : "",
                        resp, resp_len);
 }
 
 /* ---- acceptor and handlers -------------------------------------------------------------------- */
 
-static void free_call(cpr_rpc_call *c)
+static void free_call(cpri_rpc_call *c)
 {
     if (c->call)
         grpc_call_unref(c->call);
@@ -318,13 +318,13 @@ static void free_call(cpr_rpc_call *c)
 
 static void *handler_main(void *arg)
 {
-    cpr_rpc_call *c = arg;
-    cpr_rpc_server *srv = c->srv;
+    cpri_rpc_call *c = arg;
+    cpri_rpc_server *srv = c->srv;
     pthread_mutex_lock(&srv->mu);
     int over = srv->active > srv->max_calls;
     pthread_mutex_unlock(&srv->mu);
     if (over)
-        cpr_rpc_finish(c, cpr_fail(CPR_UNAVAILABLE, "ckptd is serving its maximum of %u calls; "
+        cpri_rpc_finish(c, cpr_fail(CPR_UNAVAILABLE, "ckptd is serving its maximum of %u calls; "
                            "retry later", srv->max_calls), NULL, 0);
     else
         c->m->fn(c, srv->app);
@@ -337,9 +337,9 @@ static void *handler_main(void *arg)
 }
 
 /* Ask for the next call of method i (the acceptor owns the ctx until it arrives, V1). */
-static int request_call(cpr_rpc_server *srv, size_t i)
+static int request_call(cpri_rpc_server *srv, size_t i)
 {
-    cpr_rpc_call *c = calloc(1, sizeof *c);
+    cpri_rpc_call *c = calloc(1, sizeof *c);
     if (!c)
         return -1;
     c->srv = srv;
@@ -364,7 +364,7 @@ static int request_call(cpr_rpc_server *srv, size_t i)
     return 0;
 }
 
-static void dispatch(cpr_rpc_server *srv, cpr_rpc_call *c)
+static void dispatch(cpri_rpc_server *srv, cpri_rpc_call *c)
 {
     pthread_t thread;
     pthread_attr_t attr;
@@ -374,7 +374,7 @@ static void dispatch(cpr_rpc_server *srv, cpr_rpc_call *c)
     pthread_attr_init(&attr);
     pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
     if (pthread_create(&thread, &attr, handler_main, c) != 0) {
-        cpr_rpc_finish(c, cpr_fail(CPR_RESOURCE_EXHAUSTED, "ckptd cannot start a thread"), NULL, 0);
+        cpri_rpc_finish(c, cpr_fail(CPR_RESOURCE_EXHAUSTED, "ckptd cannot start a thread"), NULL, 0);
         free_call(c);
         pthread_mutex_lock(&srv->mu);
         if (--srv->active == 0)
@@ -386,14 +386,14 @@ static void dispatch(cpr_rpc_server *srv, cpr_rpc_call *c)
 
 static void *acceptor_main(void *arg)
 {
-    cpr_rpc_server *srv = arg;
+    cpri_rpc_server *srv = arg;
     for (;;) {
         grpc_event ev = grpc_completion_queue_next(srv->cq, gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
         if (ev.type == GRPC_QUEUE_SHUTDOWN || ev.tag == &srv->shutdown_tag)
             return NULL; /* shut down: no call is dispatched after this (V3) */
         if (ev.type != GRPC_OP_COMPLETE)
             continue;
-        cpr_rpc_call *c = ev.tag;
+        cpri_rpc_call *c = ev.tag;
         size_t i = c->method_index;
         if (!ev.success) { /* the server is shutting down */
             free_call(c);
@@ -404,18 +404,18 @@ static void *acceptor_main(void *arg)
         int stopping = srv->stopping;
         pthread_mutex_unlock(&srv->mu);
         if (!stopping && request_call(srv, i) != 0)
-            cpr_log(CPR_LOG_ERROR, "cannot request the next %s call", c->m->path);
+            cpri_log(CPR_LOG_ERROR, "cannot request the next %s call", c->m->path);
     }
 }
 
-cpr_status cpr_rpc_server_start(const cpr_rpc_method *methods, size_t n_methods, void *app,
-                                const cpr_rpc_server_options *opts, cpr_rpc_server **out,
+cpr_status cpri_rpc_server_start(const cpri_rpc_method *methods, size_t n_methods, void *app,
+                                const cpri_rpc_server_options *opts, cpri_rpc_server **out,
                                 int *port)
 {
     if (n_methods > MAX_METHODS)
         return cpr_fail(CPR_INVALID_ARGUMENT, "%zu methods: a server serves at most %d",
                         n_methods, MAX_METHODS);
-    cpr_rpc_server *srv = calloc(1, sizeof *srv);
+    cpri_rpc_server *srv = calloc(1, sizeof *srv);
     if (!srv)
         return cpr_fail(CPR_NO_MEMORY, "out of memory starting the server");
     grpc_init();
@@ -463,7 +463,7 @@ cpr_status cpr_rpc_server_start(const cpr_rpc_method *methods, size_t n_methods,
                                  "invalid or in use", opts->listen);
         grpc_server_destroy(srv->server);
         srv->server = NULL;
-        cpr_rpc_server_stop(srv);
+        cpri_rpc_server_stop(srv);
         return st;
     }
     grpc_server_start(srv->server);
@@ -475,7 +475,7 @@ cpr_status cpr_rpc_server_start(const cpr_rpc_method *methods, size_t n_methods,
     return CPR_OK;
 }
 
-void cpr_rpc_server_stop(cpr_rpc_server *srv)
+void cpri_rpc_server_stop(cpri_rpc_server *srv)
 {
     if (!srv)
         return;

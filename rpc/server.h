@@ -28,79 +28,79 @@
 
 #include "cpr/status.h"
 
-typedef struct cpr_rpc_server cpr_rpc_server;
-typedef struct cpr_rpc_call cpr_rpc_call;
+typedef struct cpri_rpc_server cpri_rpc_server;
+typedef struct cpri_rpc_call cpri_rpc_call;
 
-typedef enum cpr_rpc_kind {
+typedef enum cpri_rpc_kind {
     CPR_RPC_UNARY,          /* one request, one response */
-    CPR_RPC_CLIENT_STREAM,  /* many requests (cpr_rpc_recv), one response */
-    CPR_RPC_SERVER_STREAM   /* one request, many responses (cpr_rpc_send) */
-} cpr_rpc_kind;
+    CPR_RPC_CLIENT_STREAM,  /* many requests (cpri_rpc_recv), one response */
+    CPR_RPC_SERVER_STREAM   /* one request, many responses (cpri_rpc_send) */
+} cpri_rpc_kind;
 
-/* Serves one call on its own thread; must end with cpr_rpc_finish. */
-typedef void (*cpr_rpc_handler)(cpr_rpc_call *call, void *app);
+/* Serves one call on its own thread; must end with cpri_rpc_finish. */
+typedef void (*cpri_rpc_handler)(cpri_rpc_call *call, void *app);
 
-typedef struct cpr_rpc_method {
+typedef struct cpri_rpc_method {
     const char *path;       /* "/package.Service/Method" */
-    cpr_rpc_kind kind;
-    cpr_rpc_handler fn;
-} cpr_rpc_method;
+    cpri_rpc_kind kind;
+    cpri_rpc_handler fn;
+} cpri_rpc_method;
 
-typedef struct cpr_rpc_server_options {
+typedef struct cpri_rpc_server_options {
     const char *listen;          /* host:port (port 0 picks a free one) or unix:/path */
     size_t max_message_bytes;    /* largest request accepted (default 64 MiB) */
     unsigned max_calls;          /* concurrent calls (default 1024) */
     double idle_timeout_s;       /* a stream that neither receives nor sends a message for
                                     this long is cancelled (default 600) */
-} cpr_rpc_server_options;
+} cpri_rpc_server_options;
 
 /* Serve `methods` (at most 32; borrowed, as `app`, until stop). *port gets
  * the bound port (0 for unix sockets). */
-cpr_status cpr_rpc_server_start(const cpr_rpc_method *methods, size_t n_methods, void *app,
-                                const cpr_rpc_server_options *opts, cpr_rpc_server **out,
+cpr_status cpri_rpc_server_start(const cpri_rpc_method *methods, size_t n_methods, void *app,
+                                const cpri_rpc_server_options *opts, cpri_rpc_server **out,
                                 int *port);
 
 /* Stop accepting, cancel the calls in flight (their handlers see their
  * sends and receives fail), wait for every handler to return, free. NULL is
  * a no-op. */
-void cpr_rpc_server_stop(cpr_rpc_server *server);
+void cpri_rpc_server_stop(cpri_rpc_server *server);
 
 /* ---- inside a handler ------------------------------------------------------------ */
 
 /* The method's path, for logs. */
-const char *cpr_rpc_call_method(const cpr_rpc_call *call);
+const char *cpri_rpc_call_method(const cpri_rpc_call *call);
 
 /* The request of a unary or server-streaming call (empty if none); valid
- * until cpr_rpc_finish. */
-void cpr_rpc_request(cpr_rpc_call *call, const uint8_t **msg, size_t *len);
+ * until cpri_rpc_finish. */
+void cpri_rpc_request(cpri_rpc_call *call, const uint8_t **msg, size_t *len);
 
 /* Send the initial metadata now (before a long stream). CPR_UNAVAILABLE if
  * the client went away. */
-cpr_status cpr_rpc_start(cpr_rpc_call *call);
+cpr_status cpri_rpc_start(cpri_rpc_call *call);
 
 /* Send one message of a server stream, taking `bytes` (malloc'd). CPR_OK;
  * CPR_TIMEOUT if the client read nothing for idle_timeout_s (the call is
  * cancelled); CPR_UNAVAILABLE if it went away. `during` names the work in
  * the message ("restore"). */
-cpr_status cpr_rpc_send(cpr_rpc_call *call, uint8_t *bytes, size_t len, const char *during);
+cpr_status cpri_rpc_send(cpri_rpc_call *call, uint8_t *bytes, size_t len, const char *during);
 
-typedef enum cpr_rpc_recv_result {
+typedef enum cpri_rpc_recv_result {
     CPR_RPC_MESSAGE,   /* *msg and *len hold the next message */
     CPR_RPC_END,       /* the client half-closed: no more messages */
     CPR_RPC_BROKEN,    /* the stream broke (client gone, cancelled, deadline) */
     CPR_RPC_IDLE       /* nothing arrived for idle_timeout_s: the call is cancelled */
-} cpr_rpc_recv_result;
+} cpri_rpc_recv_result;
 
 /* The next message of a client stream, valid until the next receive or the
  * finish. */
-cpr_rpc_recv_result cpr_rpc_recv(cpr_rpc_call *call, const uint8_t **msg, size_t *len);
+cpri_rpc_recv_result cpri_rpc_recv(cpri_rpc_call *call, const uint8_t **msg, size_t *len);
 
 /* The stream idle timeout, for messages. */
-double cpr_rpc_idle_timeout_s(const cpr_rpc_call *call);
+double cpri_rpc_idle_timeout_s(const cpri_rpc_call *call);
 
 /* Finish the call: on CPR_OK the response `resp` (taken, may be NULL), else
  * the status with cpr_errmsg() as its message. Returns 1 if the client had
  * cancelled the call (went away, or gave up), else 0. */
-int cpr_rpc_finish(cpr_rpc_call *call, cpr_status st, uint8_t *resp, size_t resp_len);
+int cpri_rpc_finish(cpri_rpc_call *call, cpr_status st, uint8_t *resp, size_t resp_len);
 
 #endif /* CPR_RPC_SERVER_H */

@@ -99,12 +99,12 @@ static void set_u64(ProtobufCMessage *m, const char *name, uint64_t value)
 /* A part-id request of type `desc`: job, shard, checkpoint, and rows and
  * name where the type has them. */
 static cpr_status decode_part(const ProtobufCMessageDescriptor *desc, const void *buf,
-                              size_t len, cpr_wire_part *out)
+                              size_t len, cpri_wire_part *out)
 {
     ProtobufCMessage *m;
     cpr_status st = unpack(desc, buf, len, &m);
     if (st == CPR_OK)
-        *out = (cpr_wire_part){{get_string(m, "job"), (uint32_t)get_u64(m, "shard"),
+        *out = (cpri_wire_part){{get_string(m, "job"), (uint32_t)get_u64(m, "shard"),
                                 get_u64(m, "checkpoint")},
                                get_u64(m, "rows"), get_string(m, "name"), m};
     return st;
@@ -129,13 +129,13 @@ static cpr_status encode_part(const ProtobufCMessageDescriptor *desc, const cpr_
 /* A job request of type `desc`; `all_if_empty`: an empty job means "every
  * job" (NULL), as Verify and Gc read it. */
 static cpr_status decode_job(const ProtobufCMessageDescriptor *desc, const void *buf, size_t len,
-                             int all_if_empty, cpr_wire_list *out)
+                             int all_if_empty, cpri_wire_list *out)
 {
     ProtobufCMessage *m;
     cpr_status st = unpack(desc, buf, len, &m);
     if (st == CPR_OK) {
         const char *job = get_string(m, "job");
-        *out = (cpr_wire_list){all_if_empty && !*job ? NULL : job, m};
+        *out = (cpri_wire_list){all_if_empty && !*job ? NULL : job, m};
     }
     return st;
 }
@@ -154,12 +154,12 @@ static cpr_status encode_job(const ProtobufCMessageDescriptor *desc, const char 
 
 /* ---- Begin ------------------------------------------------------------------ */
 
-cpr_status cpr_wire_begin_decode(const void *buf, size_t len, cpr_wire_begin *out)
+cpr_status cpri_wire_begin_decode(const void *buf, size_t len, cpri_wire_begin *out)
 {
     Cpr__V1__BeginRequest *m = cpr__v1__begin_request__unpack(NULL, len, buf);
     if (!m)
         return malformed("BeginRequest", len);
-    cpr_wire_begin b = {.msg = m};
+    cpri_wire_begin b = {.msg = m};
     b.tables = malloc((m->n_tables ? m->n_tables : 1) * sizeof *b.tables);
     if (!b.tables) {
         cpr__v1__begin_request__free_unpacked(m, NULL);
@@ -179,7 +179,7 @@ cpr_status cpr_wire_begin_decode(const void *buf, size_t len, cpr_wire_begin *ou
     return CPR_OK;
 }
 
-void cpr_wire_begin_release(cpr_wire_begin *b)
+void cpri_wire_begin_release(cpri_wire_begin *b)
 {
     if (b->msg)
         cpr__v1__begin_request__free_unpacked(b->msg, NULL);
@@ -187,7 +187,7 @@ void cpr_wire_begin_release(cpr_wire_begin *b)
     memset(b, 0, sizeof *b);
 }
 
-cpr_status cpr_wire_begin_encode(const cpr_part_spec *spec, uint8_t **buf, size_t *len)
+cpr_status cpri_wire_begin_encode(const cpr_part_spec *spec, uint8_t **buf, size_t *len)
 {
     Cpr__V1__BeginRequest m = CPR__V1__BEGIN_REQUEST__INIT;
     Cpr__V1__TableSchema *schemas = calloc(spec->n_tables + 1, sizeof *schemas);
@@ -306,10 +306,10 @@ static int pb_field(pb_reader *r, uint32_t *field, uint64_t *v, const uint8_t **
     }
 }
 
-cpr_status cpr_wire_rows_decode(const void *buf, size_t len, cpr_wire_rows *out)
+cpr_status cpri_wire_rows_decode(const void *buf, size_t len, cpri_wire_rows *out)
 {
     pb_reader rd = {buf, (const uint8_t *)buf + len};
-    cpr_wire_rows r;
+    cpri_wire_rows r;
     const uint8_t *ids = NULL, *values = NULL, *state = NULL, *job = NULL;
     size_t ids_len = 0, values_len = 0, state_len = 0, job_len = 0;
     memset(&r, 0, sizeof r);
@@ -351,14 +351,14 @@ cpr_status cpr_wire_rows_decode(const void *buf, size_t len, cpr_wire_rows *out)
     if (st == CPR_OK)
         st = as_array(state, state_len, 4, "state", &c, &r.batch.state_count, &r.copies[2]);
     if (st) {
-        cpr_wire_rows_release(&r);
+        cpri_wire_rows_release(&r);
         return st;
     }
     r.batch.ids = a;
     r.batch.values = b;
     r.batch.state = r.batch.state_count ? c : NULL;
     if (r.block && (r.batch.n || r.batch.values_count || r.batch.state_count)) {
-        cpr_wire_rows_release(&r);
+        cpri_wire_rows_release(&r);
         return cpr_fail(CPR_INVALID_ARGUMENT, "RowBatch carries a block and ids/values/"
                         "state: send one or the other");
     }
@@ -367,14 +367,14 @@ cpr_status cpr_wire_rows_decode(const void *buf, size_t len, cpr_wire_rows *out)
     return CPR_OK;
 }
 
-void cpr_wire_rows_release(cpr_wire_rows *r)
+void cpri_wire_rows_release(cpri_wire_rows *r)
 {
     for (int i = 0; i < 3; i++)
         free(r->copies[i]);
     memset(r, 0, sizeof *r);
 }
 
-cpr_status cpr_wire_rows_encode(const cpr_part_id *id, const cpr_row_batch *b, uint32_t dim,
+cpr_status cpri_wire_rows_encode(const cpr_part_id *id, const cpr_row_batch *b, uint32_t dim,
                                 uint32_t state_dim, uint8_t **buf, size_t *len)
 {
     Cpr__V1__RowBatch m = CPR__V1__ROW_BATCH__INIT;
@@ -391,7 +391,7 @@ cpr_status cpr_wire_rows_encode(const cpr_part_id *id, const cpr_row_batch *b, u
     return pack(&m.base, buf, len);
 }
 
-cpr_status cpr_wire_block_encode(const cpr_part_id *id, const void *block, size_t block_len,
+cpr_status cpri_wire_block_encode(const cpr_part_id *id, const void *block, size_t block_len,
                                  uint8_t **buf, size_t *len)
 {
     Cpr__V1__RowBatch m = CPR__V1__ROW_BATCH__INIT;
@@ -404,12 +404,12 @@ cpr_status cpr_wire_block_encode(const cpr_part_id *id, const void *block, size_
 
 /* ---- blob chunks ----------------------------------------------------------------- */
 
-cpr_status cpr_wire_chunk_decode(const void *buf, size_t len, cpr_wire_chunk *out)
+cpr_status cpri_wire_chunk_decode(const void *buf, size_t len, cpri_wire_chunk *out)
 {
     Cpr__V1__BlobChunk *m = cpr__v1__blob_chunk__unpack(NULL, len, buf);
     if (!m)
         return malformed("BlobChunk", len);
-    *out = (cpr_wire_chunk){
+    *out = (cpri_wire_chunk){
         .id = {str(m->job), m->shard, m->checkpoint}, .name = str(m->name),
         .offset = m->offset, .size = m->size, .data = m->data.data, .len = m->data.len,
         .crc32c = m->crc32c, .msg = m,
@@ -417,14 +417,14 @@ cpr_status cpr_wire_chunk_decode(const void *buf, size_t len, cpr_wire_chunk *ou
     return CPR_OK;
 }
 
-void cpr_wire_chunk_release(cpr_wire_chunk *c)
+void cpri_wire_chunk_release(cpri_wire_chunk *c)
 {
     if (c->msg)
         cpr__v1__blob_chunk__free_unpacked(c->msg, NULL);
     memset(c, 0, sizeof *c);
 }
 
-cpr_status cpr_wire_chunk_encode(const cpr_part_id *id, const char *name, uint64_t offset,
+cpr_status cpri_wire_chunk_encode(const cpr_part_id *id, const char *name, uint64_t offset,
                                  uint64_t size, const void *data, size_t data_len,
                                  uint32_t crc32c, uint8_t **buf, size_t *len)
 {
@@ -442,40 +442,40 @@ cpr_status cpr_wire_chunk_encode(const cpr_part_id *id, const char *name, uint64
 
 /* ---- commit, abort, get-blob ---------------------------------------------------------- */
 
-cpr_status cpr_wire_commit_decode(const void *buf, size_t len, cpr_wire_part *out)
+cpr_status cpri_wire_commit_decode(const void *buf, size_t len, cpri_wire_part *out)
 {
     return decode_part(&cpr__v1__commit_request__descriptor, buf, len, out);
 }
 
-cpr_status cpr_wire_abort_decode(const void *buf, size_t len, cpr_wire_part *out)
+cpr_status cpri_wire_abort_decode(const void *buf, size_t len, cpri_wire_part *out)
 {
     return decode_part(&cpr__v1__abort_request__descriptor, buf, len, out);
 }
 
-cpr_status cpr_wire_getblob_decode(const void *buf, size_t len, cpr_wire_part *out)
+cpr_status cpri_wire_getblob_decode(const void *buf, size_t len, cpri_wire_part *out)
 {
     return decode_part(&cpr__v1__get_blob_request__descriptor, buf, len, out);
 }
 
-void cpr_wire_part_release(cpr_wire_part *p)
+void cpri_wire_part_release(cpri_wire_part *p)
 {
     if (p->msg) /* every part request is a plain message: the generic free fits */
         protobuf_c_message_free_unpacked(p->msg, NULL);
     memset(p, 0, sizeof *p);
 }
 
-cpr_status cpr_wire_commit_encode(const cpr_part_id *id, uint64_t rows, uint8_t **buf,
+cpr_status cpri_wire_commit_encode(const cpr_part_id *id, uint64_t rows, uint8_t **buf,
                                   size_t *len)
 {
     return encode_part(&cpr__v1__commit_request__descriptor, id, rows, NULL, buf, len);
 }
 
-cpr_status cpr_wire_abort_encode(const cpr_part_id *id, uint8_t **buf, size_t *len)
+cpr_status cpri_wire_abort_encode(const cpr_part_id *id, uint8_t **buf, size_t *len)
 {
     return encode_part(&cpr__v1__abort_request__descriptor, id, 0, NULL, buf, len);
 }
 
-cpr_status cpr_wire_getblob_encode(const cpr_part_id *id, const char *name, uint8_t **buf,
+cpr_status cpri_wire_getblob_encode(const cpr_part_id *id, const char *name, uint8_t **buf,
                                    size_t *len)
 {
     return encode_part(&cpr__v1__get_blob_request__descriptor, id, 0, name, buf, len);
@@ -483,15 +483,15 @@ cpr_status cpr_wire_getblob_encode(const cpr_part_id *id, const char *name, uint
 
 /* ---- restore and list ------------------------------------------------------------------ */
 
-cpr_status cpr_wire_restore_decode(const void *buf, size_t len, cpr_wire_restore *out)
+cpr_status cpri_wire_restore_decode(const void *buf, size_t len, cpri_wire_restore *out)
 {
     Cpr__V1__RestoreRequest *m = cpr__v1__restore_request__unpack(NULL, len, buf);
     if (!m)
         return malformed("RestoreRequest", len);
-    cpr_wire_restore r = {.msg = m};
+    cpri_wire_restore r = {.msg = m};
     r.ranges = malloc((m->n_ranges ? m->n_ranges : 1) * sizeof *r.ranges);
     if (!r.ranges) {
-        cpr_wire_restore_release(&r);
+        cpri_wire_restore_release(&r);
         return cpr_fail(CPR_NO_MEMORY, "out of memory decoding RestoreRequest");
     }
     for (size_t i = 0; i < m->n_ranges; i++)
@@ -507,7 +507,7 @@ cpr_status cpr_wire_restore_decode(const void *buf, size_t len, cpr_wire_restore
     return CPR_OK;
 }
 
-void cpr_wire_restore_release(cpr_wire_restore *r)
+void cpri_wire_restore_release(cpri_wire_restore *r)
 {
     if (r->msg)
         cpr__v1__restore_request__free_unpacked(r->msg, NULL);
@@ -515,12 +515,12 @@ void cpr_wire_restore_release(cpr_wire_restore *r)
     memset(r, 0, sizeof *r);
 }
 
-cpr_status cpr_wire_restore_encode(const cpr_restore_query *q, uint8_t **buf, size_t *len)
+cpr_status cpri_wire_restore_encode(const cpr_restore_query *q, uint8_t **buf, size_t *len)
 {
-    return cpr_wire_restore_encode_blocks(q, 0, buf, len);
+    return cpri_wire_restore_encode_blocks(q, 0, buf, len);
 }
 
-cpr_status cpr_wire_restore_encode_blocks(const cpr_restore_query *q, int blocks, uint8_t **buf,
+cpr_status cpri_wire_restore_encode_blocks(const cpr_restore_query *q, int blocks, uint8_t **buf,
                                           size_t *len)
 {
     Cpr__V1__RestoreRequest m = CPR__V1__RESTORE_REQUEST__INIT;
@@ -555,19 +555,19 @@ out:
     return st;
 }
 
-cpr_status cpr_wire_list_decode(const void *buf, size_t len, cpr_wire_list *out)
+cpr_status cpri_wire_list_decode(const void *buf, size_t len, cpri_wire_list *out)
 {
     return decode_job(&cpr__v1__list_request__descriptor, buf, len, 0, out);
 }
 
-void cpr_wire_list_release(cpr_wire_list *l)
+void cpri_wire_list_release(cpri_wire_list *l)
 {
     if (l->msg) /* a List, Verify or GetRecovery request: the generic free fits all */
         protobuf_c_message_free_unpacked(l->msg, NULL);
     memset(l, 0, sizeof *l);
 }
 
-cpr_status cpr_wire_list_encode(const char *job, uint8_t **buf, size_t *len)
+cpr_status cpri_wire_list_encode(const char *job, uint8_t **buf, size_t *len)
 {
     return encode_job(&cpr__v1__list_request__descriptor, job, buf, len);
 }
@@ -580,7 +580,7 @@ static const char *job_or_all(const char *job)
     return job && *job ? job : NULL;
 }
 
-cpr_status cpr_wire_list_jobs_decode(const void *buf, size_t len)
+cpr_status cpri_wire_list_jobs_decode(const void *buf, size_t len)
 {
     Cpr__V1__ListJobsRequest *m = cpr__v1__list_jobs_request__unpack(NULL, len, buf);
     if (!m)
@@ -589,39 +589,39 @@ cpr_status cpr_wire_list_jobs_decode(const void *buf, size_t len)
     return CPR_OK;
 }
 
-cpr_status cpr_wire_list_jobs_encode(uint8_t **buf, size_t *len)
+cpr_status cpri_wire_list_jobs_encode(uint8_t **buf, size_t *len)
 {
     Cpr__V1__ListJobsRequest m = CPR__V1__LIST_JOBS_REQUEST__INIT;
     return pack(&m.base, buf, len);
 }
 
-cpr_status cpr_wire_verify_decode(const void *buf, size_t len, cpr_wire_list *out)
+cpr_status cpri_wire_verify_decode(const void *buf, size_t len, cpri_wire_list *out)
 {
     return decode_job(&cpr__v1__verify_request__descriptor, buf, len, 1, out);
 }
 
-cpr_status cpr_wire_verify_encode(const char *job, uint8_t **buf, size_t *len)
+cpr_status cpri_wire_verify_encode(const char *job, uint8_t **buf, size_t *len)
 {
     return encode_job(&cpr__v1__verify_request__descriptor, job, buf, len);
 }
 
-cpr_status cpr_wire_gc_decode(const void *buf, size_t len, cpr_wire_gc *out)
+cpr_status cpri_wire_gc_decode(const void *buf, size_t len, cpri_wire_gc *out)
 {
     Cpr__V1__GcRequest *m = cpr__v1__gc_request__unpack(NULL, len, buf);
     if (!m)
         return malformed("GcRequest", len);
-    *out = (cpr_wire_gc){job_or_all(m->job), m->keep, m->floor, m};
+    *out = (cpri_wire_gc){job_or_all(m->job), m->keep, m->floor, m};
     return CPR_OK;
 }
 
-void cpr_wire_gc_release(cpr_wire_gc *g)
+void cpri_wire_gc_release(cpri_wire_gc *g)
 {
     if (g->msg)
         cpr__v1__gc_request__free_unpacked(g->msg, NULL);
     memset(g, 0, sizeof *g);
 }
 
-cpr_status cpr_wire_gc_encode(const char *job, uint32_t keep, uint64_t floor, uint8_t **buf,
+cpr_status cpri_wire_gc_encode(const char *job, uint32_t keep, uint64_t floor, uint8_t **buf,
                               size_t *len)
 {
     Cpr__V1__GcRequest m = CPR__V1__GC_REQUEST__INIT;
@@ -633,7 +633,7 @@ cpr_status cpr_wire_gc_encode(const char *job, uint32_t keep, uint64_t floor, ui
 
 /* ---- responses ------------------------------------------------------------------------------ */
 
-cpr_status cpr_wire_put_response_encode(uint64_t rows, uint64_t bytes, uint8_t **buf, size_t *len)
+cpr_status cpri_wire_put_response_encode(uint64_t rows, uint64_t bytes, uint8_t **buf, size_t *len)
 {
     Cpr__V1__PutResponse m = CPR__V1__PUT_RESPONSE__INIT;
     m.rows = rows;
@@ -641,7 +641,7 @@ cpr_status cpr_wire_put_response_encode(uint64_t rows, uint64_t bytes, uint8_t *
     return pack(&m.base, buf, len);
 }
 
-cpr_status cpr_wire_list_response_encode(const cpr_part_info *parts, size_t n,
+cpr_status cpri_wire_list_response_encode(const cpr_part_info *parts, size_t n,
                                          uint64_t latest_consistent, uint8_t **buf, size_t *len)
 {
     Cpr__V1__ListResponse m = CPR__V1__LIST_RESPONSE__INIT;
@@ -676,7 +676,7 @@ out:
     return st;
 }
 
-cpr_status cpr_wire_list_response_decode(const void *buf, size_t len, cpr_part_info **parts,
+cpr_status cpri_wire_list_response_decode(const void *buf, size_t len, cpr_part_info **parts,
                                          size_t *n, uint64_t *latest_consistent)
 {
     Cpr__V1__ListResponse *m = cpr__v1__list_response__unpack(NULL, len, buf);
@@ -707,7 +707,7 @@ static const char *const grpc_names[17] = {
     "ABORTED", "OUT_OF_RANGE", "UNIMPLEMENTED", "INTERNAL", "UNAVAILABLE", "DATA_LOSS",
     "UNAUTHENTICATED"};
 
-cpr_status cpr_wire_stats_response_encode(const cpr_store_stats *s, uint8_t **buf, size_t *len)
+cpr_status cpri_wire_stats_response_encode(const cpr_store_stats *s, uint8_t **buf, size_t *len)
 {
     Cpr__V1__StatsResponse m = CPR__V1__STATS_RESPONSE__INIT;
     Cpr__V1__ErrorCount counts[CPR_STATUS_COUNT_], *ptrs[CPR_STATUS_COUNT_];
@@ -751,7 +751,7 @@ static cpr_status status_of_count(const Cpr__V1__ErrorCount *e)
     return CPR_INTERNAL; /* a code newer than this build */
 }
 
-cpr_status cpr_wire_stats_response_decode(const void *buf, size_t len, cpr_store_stats *out)
+cpr_status cpri_wire_stats_response_decode(const void *buf, size_t len, cpr_store_stats *out)
 {
     Cpr__V1__StatsResponse *m = cpr__v1__stats_response__unpack(NULL, len, buf);
     if (!m)
@@ -776,7 +776,7 @@ cpr_status cpr_wire_stats_response_decode(const void *buf, size_t len, cpr_store
     return CPR_OK;
 }
 
-cpr_status cpr_wire_list_jobs_response_encode(char *const *jobs, size_t n, uint8_t **buf,
+cpr_status cpri_wire_list_jobs_response_encode(char *const *jobs, size_t n, uint8_t **buf,
                                               size_t *len)
 {
     Cpr__V1__ListJobsResponse m = CPR__V1__LIST_JOBS_RESPONSE__INIT;
@@ -795,7 +795,7 @@ static char *copy_string(const char *s)
     return c;
 }
 
-cpr_status cpr_wire_list_jobs_response_decode(const void *buf, size_t len, char ***jobs,
+cpr_status cpri_wire_list_jobs_response_decode(const void *buf, size_t len, char ***jobs,
                                               size_t *n)
 {
     Cpr__V1__ListJobsResponse *m = cpr__v1__list_jobs_response__unpack(NULL, len, buf);
@@ -815,8 +815,8 @@ cpr_status cpr_wire_list_jobs_response_decode(const void *buf, size_t len, char 
     return CPR_OK;
 }
 
-cpr_status cpr_wire_verify_response_encode(const cpr_verify_report *r,
-                                           const cpr_wire_problem *details, size_t n,
+cpr_status cpri_wire_verify_response_encode(const cpr_verify_report *r,
+                                           const cpri_wire_problem *details, size_t n,
                                            uint8_t **buf, size_t *len)
 {
     if (n > CPR_WIRE_MAX_PROBLEMS)
@@ -849,7 +849,7 @@ out:
     return st;
 }
 
-cpr_status cpr_wire_verify_response_decode(const void *buf, size_t len,
+cpr_status cpri_wire_verify_response_decode(const void *buf, size_t len,
                                            cpr_verify_report *report, cpr_problem_fn fn,
                                            void *ctx)
 {
@@ -864,7 +864,7 @@ cpr_status cpr_wire_verify_response_decode(const void *buf, size_t len,
     return CPR_OK;
 }
 
-cpr_status cpr_wire_gc_response_encode(const cpr_gc_report *r, uint8_t **buf, size_t *len)
+cpr_status cpri_wire_gc_response_encode(const cpr_gc_report *r, uint8_t **buf, size_t *len)
 {
     Cpr__V1__GcResponse m = CPR__V1__GC_RESPONSE__INIT;
     m.floor = r->floor;
@@ -876,7 +876,7 @@ cpr_status cpr_wire_gc_response_encode(const cpr_gc_report *r, uint8_t **buf, si
     return pack(&m.base, buf, len);
 }
 
-cpr_status cpr_wire_gc_response_decode(const void *buf, size_t len, cpr_gc_report *out)
+cpr_status cpri_wire_gc_response_decode(const void *buf, size_t len, cpr_gc_report *out)
 {
     Cpr__V1__GcResponse *m = cpr__v1__gc_response__unpack(NULL, len, buf);
     if (!m)
@@ -889,27 +889,27 @@ cpr_status cpr_wire_gc_response_decode(const void *buf, size_t len, cpr_gc_repor
 
 /* ---- recovery records ----------------------------------------------------------------------- */
 
-cpr_status cpr_wire_get_recovery_decode(const void *buf, size_t len, cpr_wire_list *out)
+cpr_status cpri_wire_get_recovery_decode(const void *buf, size_t len, cpri_wire_list *out)
 {
     return decode_job(&cpr__v1__get_recovery_request__descriptor, buf, len, 0, out);
 }
 
-cpr_status cpr_wire_get_recovery_encode(const char *job, uint8_t **buf, size_t *len)
+cpr_status cpri_wire_get_recovery_encode(const char *job, uint8_t **buf, size_t *len)
 {
     return encode_job(&cpr__v1__get_recovery_request__descriptor, job, buf, len);
 }
 
-cpr_status cpr_wire_put_recovery_decode(const void *buf, size_t len, cpr_wire_recovery *out)
+cpr_status cpri_wire_put_recovery_decode(const void *buf, size_t len, cpri_wire_recovery *out)
 {
     Cpr__V1__PutRecoveryRequest *m = cpr__v1__put_recovery_request__unpack(NULL, len, buf);
     if (!m)
         return malformed("PutRecoveryRequest", len);
-    *out = (cpr_wire_recovery){str(m->job), m->expected_generation,
+    *out = (cpri_wire_recovery){str(m->job), m->expected_generation,
                                m->plan.len ? m->plan.data : NULL, m->plan.len, 0, m};
     return CPR_OK;
 }
 
-cpr_status cpr_wire_put_recovery_encode(const char *job, uint64_t expected, const void *plan,
+cpr_status cpri_wire_put_recovery_encode(const char *job, uint64_t expected, const void *plan,
                                         size_t plan_len, uint8_t **buf, size_t *len)
 {
     Cpr__V1__PutRecoveryRequest m = CPR__V1__PUT_RECOVERY_REQUEST__INIT;
@@ -919,7 +919,7 @@ cpr_status cpr_wire_put_recovery_encode(const char *job, uint64_t expected, cons
     return pack(&m.base, buf, len);
 }
 
-cpr_status cpr_wire_recovery_record_encode(const char *job, uint64_t generation,
+cpr_status cpri_wire_recovery_record_encode(const char *job, uint64_t generation,
                                            const void *plan, size_t plan_len,
                                            uint64_t written_unix_ms, uint8_t **buf, size_t *len)
 {
@@ -931,17 +931,17 @@ cpr_status cpr_wire_recovery_record_encode(const char *job, uint64_t generation,
     return pack(&m.base, buf, len);
 }
 
-cpr_status cpr_wire_recovery_record_decode(const void *buf, size_t len, cpr_wire_recovery *out)
+cpr_status cpri_wire_recovery_record_decode(const void *buf, size_t len, cpri_wire_recovery *out)
 {
     Cpr__V1__RecoveryRecord *m = cpr__v1__recovery_record__unpack(NULL, len, buf);
     if (!m)
         return malformed("RecoveryRecord", len);
-    *out = (cpr_wire_recovery){str(m->job), m->generation, m->plan.len ? m->plan.data : NULL,
+    *out = (cpri_wire_recovery){str(m->job), m->generation, m->plan.len ? m->plan.data : NULL,
                                m->plan.len, m->written_unix_ms, m};
     return CPR_OK;
 }
 
-void cpr_wire_recovery_release(cpr_wire_recovery *r)
+void cpri_wire_recovery_release(cpri_wire_recovery *r)
 {
     if (r->msg) /* a PutRecoveryRequest or a RecoveryRecord: the generic free fits both */
         protobuf_c_message_free_unpacked(r->msg, NULL);

@@ -22,17 +22,17 @@
 
 /* ---- requests ------------------------------------------------------------- */
 
-typedef struct cpr_wire_begin {
+typedef struct cpri_wire_begin {
     cpr_part_spec spec;           /* id.job and tables point into the message */
     void *msg;
     cpr_table_schema *tables;
-} cpr_wire_begin;
+} cpri_wire_begin;
 
 /* A RowBatch, decoded in place: nothing of the message is copied except the
  * job name and, for ids/values/state that are not aligned in it, those
  * arrays. The message must outlive the struct, and the struct must not be
  * copied (id.job points into it). */
-typedef struct cpr_wire_rows {
+typedef struct cpri_wire_rows {
     cpr_part_id id;               /* id.job points into `job` */
     cpr_row_batch batch;          /* arrays point into the message (or copies) */
     uint32_t dim, state_dim;      /* as sent (set in Restore responses) */
@@ -40,9 +40,9 @@ typedef struct cpr_wire_rows {
     size_t block_len;
     char job[CPR_NAME_MAX + 1];
     void *copies[3];              /* aligned copies, when the message's were not */
-} cpr_wire_rows;
+} cpri_wire_rows;
 
-typedef struct cpr_wire_chunk {
+typedef struct cpri_wire_chunk {
     cpr_part_id id;
     const char *name;
     uint64_t offset, size;
@@ -50,168 +50,168 @@ typedef struct cpr_wire_chunk {
     size_t len;
     uint32_t crc32c;
     void *msg;
-} cpr_wire_chunk;
+} cpri_wire_chunk;
 
 /* Commit (rows set), Abort and GetBlob (name set) carry a part id. */
-typedef struct cpr_wire_part {
+typedef struct cpri_wire_part {
     cpr_part_id id;
     uint64_t rows;
     const char *name;
     void *msg;
-} cpr_wire_part;
+} cpri_wire_part;
 
-typedef struct cpr_wire_restore {
+typedef struct cpri_wire_restore {
     cpr_restore_query query;      /* arrays point into this struct or the message */
     int blocks;                   /* answer with RowBatch.block */
     void *msg;
     uint32_t *tables;
     cpr_row_range *ranges;
-} cpr_wire_restore;
+} cpri_wire_restore;
 
 /* List (job as sent, "" if absent) and Verify (job NULL when empty: all jobs). */
-typedef struct cpr_wire_list {
+typedef struct cpri_wire_list {
     const char *job;
     void *msg;
-} cpr_wire_list;
+} cpri_wire_list;
 
 /* Gc: job NULL when empty (every job); floor 0 when absent. */
-typedef struct cpr_wire_gc {
+typedef struct cpri_wire_gc {
     const char *job;
     uint32_t keep;
     uint64_t floor;
     void *msg;
-} cpr_wire_gc;
+} cpri_wire_gc;
 
 /* PutRecoveryRequest (generation = expected_generation; written_unix_ms 0)
  * and RecoveryRecord. job is as sent ("" if absent); plan points into the
  * message (NULL when len is 0). */
-typedef struct cpr_wire_recovery {
+typedef struct cpri_wire_recovery {
     const char *job;
     uint64_t generation;
     const void *plan;
     size_t len;
     uint64_t written_unix_ms;
     void *msg;
-} cpr_wire_recovery;
+} cpri_wire_recovery;
 
-cpr_status cpr_wire_begin_decode(const void *buf, size_t len, cpr_wire_begin *out);
-cpr_status cpr_wire_rows_decode(const void *buf, size_t len, cpr_wire_rows *out);
-cpr_status cpr_wire_chunk_decode(const void *buf, size_t len, cpr_wire_chunk *out);
-cpr_status cpr_wire_commit_decode(const void *buf, size_t len, cpr_wire_part *out);
-cpr_status cpr_wire_abort_decode(const void *buf, size_t len, cpr_wire_part *out);
-cpr_status cpr_wire_getblob_decode(const void *buf, size_t len, cpr_wire_part *out);
-cpr_status cpr_wire_restore_decode(const void *buf, size_t len, cpr_wire_restore *out);
-cpr_status cpr_wire_list_decode(const void *buf, size_t len, cpr_wire_list *out);
+cpr_status cpri_wire_begin_decode(const void *buf, size_t len, cpri_wire_begin *out);
+cpr_status cpri_wire_rows_decode(const void *buf, size_t len, cpri_wire_rows *out);
+cpr_status cpri_wire_chunk_decode(const void *buf, size_t len, cpri_wire_chunk *out);
+cpr_status cpri_wire_commit_decode(const void *buf, size_t len, cpri_wire_part *out);
+cpr_status cpri_wire_abort_decode(const void *buf, size_t len, cpri_wire_part *out);
+cpr_status cpri_wire_getblob_decode(const void *buf, size_t len, cpri_wire_part *out);
+cpr_status cpri_wire_restore_decode(const void *buf, size_t len, cpri_wire_restore *out);
+cpr_status cpri_wire_list_decode(const void *buf, size_t len, cpri_wire_list *out);
 /* ListJobsRequest has no fields: this only refuses bytes that are not one. */
-cpr_status cpr_wire_list_jobs_decode(const void *buf, size_t len);
-cpr_status cpr_wire_verify_decode(const void *buf, size_t len, cpr_wire_list *out);
-cpr_status cpr_wire_gc_decode(const void *buf, size_t len, cpr_wire_gc *out);
+cpr_status cpri_wire_list_jobs_decode(const void *buf, size_t len);
+cpr_status cpri_wire_verify_decode(const void *buf, size_t len, cpri_wire_list *out);
+cpr_status cpri_wire_gc_decode(const void *buf, size_t len, cpri_wire_gc *out);
 /* GetRecoveryRequest: the job as sent ("" if absent); release with
- * cpr_wire_list_release. */
-cpr_status cpr_wire_get_recovery_decode(const void *buf, size_t len, cpr_wire_list *out);
-cpr_status cpr_wire_put_recovery_decode(const void *buf, size_t len, cpr_wire_recovery *out);
+ * cpri_wire_list_release. */
+cpr_status cpri_wire_get_recovery_decode(const void *buf, size_t len, cpri_wire_list *out);
+cpr_status cpri_wire_put_recovery_decode(const void *buf, size_t len, cpri_wire_recovery *out);
 
-void cpr_wire_begin_release(cpr_wire_begin *m);
-void cpr_wire_rows_release(cpr_wire_rows *m);
-void cpr_wire_chunk_release(cpr_wire_chunk *m);
-void cpr_wire_part_release(cpr_wire_part *m);
-void cpr_wire_restore_release(cpr_wire_restore *m);
-void cpr_wire_list_release(cpr_wire_list *m); /* also for verify and get_recovery */
-void cpr_wire_gc_release(cpr_wire_gc *m);
+void cpri_wire_begin_release(cpri_wire_begin *m);
+void cpri_wire_rows_release(cpri_wire_rows *m);
+void cpri_wire_chunk_release(cpri_wire_chunk *m);
+void cpri_wire_part_release(cpri_wire_part *m);
+void cpri_wire_restore_release(cpri_wire_restore *m);
+void cpri_wire_list_release(cpri_wire_list *m); /* also for verify and get_recovery */
+void cpri_wire_gc_release(cpri_wire_gc *m);
 /* For PutRecoveryRequest and RecoveryRecord alike. */
-void cpr_wire_recovery_release(cpr_wire_recovery *m);
+void cpri_wire_recovery_release(cpri_wire_recovery *m);
 
 /* ---- encoders (requests: the client library; responses: ckptd) ------------- */
 
-cpr_status cpr_wire_begin_encode(const cpr_part_spec *spec, uint8_t **buf, size_t *len);
+cpr_status cpri_wire_begin_encode(const cpr_part_spec *spec, uint8_t **buf, size_t *len);
 /* dim/state_dim are written as given (0 in requests). */
-cpr_status cpr_wire_rows_encode(const cpr_part_id *id, const cpr_row_batch *batch,
+cpr_status cpri_wire_rows_encode(const cpr_part_id *id, const cpr_row_batch *batch,
                                 uint32_t dim, uint32_t state_dim, uint8_t **buf, size_t *len);
 /* A RowBatch carrying one row block (bytes copied once, into the message). */
-cpr_status cpr_wire_block_encode(const cpr_part_id *id, const void *block, size_t block_len,
+cpr_status cpri_wire_block_encode(const cpr_part_id *id, const void *block, size_t block_len,
                                  uint8_t **buf, size_t *len);
 /* RestoreRequest; `blocks` asks for answers as row blocks. */
-cpr_status cpr_wire_restore_encode_blocks(const cpr_restore_query *q, int blocks, uint8_t **buf,
+cpr_status cpri_wire_restore_encode_blocks(const cpr_restore_query *q, int blocks, uint8_t **buf,
                                           size_t *len);
-cpr_status cpr_wire_chunk_encode(const cpr_part_id *id, const char *name, uint64_t offset,
+cpr_status cpri_wire_chunk_encode(const cpr_part_id *id, const char *name, uint64_t offset,
                                  uint64_t size, const void *data, size_t data_len,
                                  uint32_t crc32c, uint8_t **buf, size_t *len);
-cpr_status cpr_wire_commit_encode(const cpr_part_id *id, uint64_t rows, uint8_t **buf,
+cpr_status cpri_wire_commit_encode(const cpr_part_id *id, uint64_t rows, uint8_t **buf,
                                   size_t *len);
-cpr_status cpr_wire_abort_encode(const cpr_part_id *id, uint8_t **buf, size_t *len);
-cpr_status cpr_wire_getblob_encode(const cpr_part_id *id, const char *name, uint8_t **buf,
+cpr_status cpri_wire_abort_encode(const cpr_part_id *id, uint8_t **buf, size_t *len);
+cpr_status cpri_wire_getblob_encode(const cpr_part_id *id, const char *name, uint8_t **buf,
                                    size_t *len);
-cpr_status cpr_wire_restore_encode(const cpr_restore_query *q, uint8_t **buf, size_t *len);
-cpr_status cpr_wire_list_encode(const char *job, uint8_t **buf, size_t *len);
-cpr_status cpr_wire_list_jobs_encode(uint8_t **buf, size_t *len);
+cpr_status cpri_wire_restore_encode(const cpr_restore_query *q, uint8_t **buf, size_t *len);
+cpr_status cpri_wire_list_encode(const char *job, uint8_t **buf, size_t *len);
+cpr_status cpri_wire_list_jobs_encode(uint8_t **buf, size_t *len);
 /* job NULL or "": every job. */
-cpr_status cpr_wire_verify_encode(const char *job, uint8_t **buf, size_t *len);
+cpr_status cpri_wire_verify_encode(const char *job, uint8_t **buf, size_t *len);
 /* job NULL or "": every job (keep only). floor > 0: raise `job`'s floor to
  * exactly that id (keep is then not used; see GcRequest in the .proto). */
-cpr_status cpr_wire_gc_encode(const char *job, uint32_t keep, uint64_t floor, uint8_t **buf,
+cpr_status cpri_wire_gc_encode(const char *job, uint32_t keep, uint64_t floor, uint8_t **buf,
                               size_t *len);
 
-cpr_status cpr_wire_get_recovery_encode(const char *job, uint8_t **buf, size_t *len);
-cpr_status cpr_wire_put_recovery_encode(const char *job, uint64_t expected, const void *plan,
+cpr_status cpri_wire_get_recovery_encode(const char *job, uint8_t **buf, size_t *len);
+cpr_status cpri_wire_put_recovery_encode(const char *job, uint64_t expected, const void *plan,
                                         size_t plan_len, uint8_t **buf, size_t *len);
 
-cpr_status cpr_wire_put_response_encode(uint64_t rows, uint64_t bytes, uint8_t **buf,
+cpr_status cpri_wire_put_response_encode(uint64_t rows, uint64_t bytes, uint8_t **buf,
                                         size_t *len);
-cpr_status cpr_wire_list_response_encode(const cpr_part_info *parts, size_t n,
+cpr_status cpri_wire_list_response_encode(const cpr_part_info *parts, size_t n,
                                          uint64_t latest_consistent, uint8_t **buf,
                                          size_t *len);
 /* Error counts travel by gRPC status name, several of our codes sharing one
  * (see cpr_status_grpc). */
-cpr_status cpr_wire_stats_response_encode(const cpr_store_stats *stats, uint8_t **buf,
+cpr_status cpri_wire_stats_response_encode(const cpr_store_stats *stats, uint8_t **buf,
                                           size_t *len);
-cpr_status cpr_wire_list_jobs_response_encode(char *const *jobs, size_t n, uint8_t **buf,
+cpr_status cpri_wire_list_jobs_response_encode(char *const *jobs, size_t n, uint8_t **buf,
                                               size_t *len);
 
 /* A problem found by verify, as sent in a VerifyResponse. */
-typedef struct cpr_wire_problem {
+typedef struct cpri_wire_problem {
     const char *what;
     const char *where;
-} cpr_wire_problem;
+} cpri_wire_problem;
 #define CPR_WIRE_MAX_PROBLEMS 1000 /* details in one VerifyResponse */
 
 /* `report->problems` counts every problem; `details` holds the first n
  * (at most CPR_WIRE_MAX_PROBLEMS are sent; more is CPR_INVALID_ARGUMENT). */
-cpr_status cpr_wire_verify_response_encode(const cpr_verify_report *report,
-                                           const cpr_wire_problem *details, size_t n,
+cpr_status cpri_wire_verify_response_encode(const cpr_verify_report *report,
+                                           const cpri_wire_problem *details, size_t n,
                                            uint8_t **buf, size_t *len);
-cpr_status cpr_wire_gc_response_encode(const cpr_gc_report *report, uint8_t **buf,
+cpr_status cpri_wire_gc_response_encode(const cpr_gc_report *report, uint8_t **buf,
                                        size_t *len);
 
 /* ---- response decoders (client side) ----------------------------------------- */
 
 /* Decode a ListResponse: *parts malloc'd, caller frees. */
-cpr_status cpr_wire_list_response_decode(const void *buf, size_t len, cpr_part_info **parts,
+cpr_status cpri_wire_list_response_decode(const void *buf, size_t len, cpr_part_info **parts,
                                          size_t *n, uint64_t *latest_consistent);
 
-/* The inverse of cpr_wire_stats_response_encode; `parts` is parts_committed.
+/* The inverse of cpri_wire_stats_response_encode; `parts` is parts_committed.
  * Each error count goes to out->errors[cpr_status_from_grpc(code)]: codes
  * that several statuses share come back under one of them (UNAVAILABLE as
  * CPR_UNAVAILABLE, RESOURCE_EXHAUSTED as CPR_RESOURCE_EXHAUSTED, INTERNAL as
  * CPR_INTERNAL); a name this build does not know counts as CPR_INTERNAL. */
-cpr_status cpr_wire_stats_response_decode(const void *buf, size_t len, cpr_store_stats *out);
+cpr_status cpri_wire_stats_response_decode(const void *buf, size_t len, cpr_store_stats *out);
 
 /* *jobs: n malloc'd names and a NULL entry; free with cpr_names_free. */
-cpr_status cpr_wire_list_jobs_response_decode(const void *buf, size_t len, char ***jobs,
+cpr_status cpri_wire_list_jobs_response_decode(const void *buf, size_t len, char ***jobs,
                                               size_t *n);
 
 /* Fill *report and call fn (may be NULL) once per detail, in order; the
  * strings are valid during the call only. */
-cpr_status cpr_wire_verify_response_decode(const void *buf, size_t len,
+cpr_status cpri_wire_verify_response_decode(const void *buf, size_t len,
                                            cpr_verify_report *report, cpr_problem_fn fn,
                                            void *ctx);
-cpr_status cpr_wire_gc_response_decode(const void *buf, size_t len, cpr_gc_report *out);
+cpr_status cpri_wire_gc_response_decode(const void *buf, size_t len, cpr_gc_report *out);
 
 /* RecoveryRecord, the answer to GetRecovery and PutRecovery. */
-cpr_status cpr_wire_recovery_record_encode(const char *job, uint64_t generation,
+cpr_status cpri_wire_recovery_record_encode(const char *job, uint64_t generation,
                                            const void *plan, size_t plan_len,
                                            uint64_t written_unix_ms, uint8_t **buf,
                                            size_t *len);
-cpr_status cpr_wire_recovery_record_decode(const void *buf, size_t len,
-                                           cpr_wire_recovery *out);
+cpr_status cpri_wire_recovery_record_decode(const void *buf, size_t len,
+                                           cpri_wire_recovery *out);
 
 #endif /* CPR_WIRE_H */

@@ -21,51 +21,51 @@
 
 #include "cpr/status.h"
 
-typedef struct cpr_backend cpr_backend;
-typedef struct cpr_obj_writer cpr_obj_writer;
-typedef struct cpr_obj_reader cpr_obj_reader;
+typedef struct cpri_backend cpri_backend;
+typedef struct cpri_obj_writer cpri_obj_writer;
+typedef struct cpri_obj_reader cpri_obj_reader;
 
-typedef struct cpr_obj_extent {
+typedef struct cpri_obj_extent {
     const char *object;
     uint64_t offset;
     size_t len;
-} cpr_obj_extent;
+} cpri_obj_extent;
 
 /* Called by list for every object; return non-zero to stop. */
-typedef int (*cpr_obj_list_fn)(void *ctx, const char *object);
+typedef int (*cpri_obj_list_fn)(void *ctx, const char *object);
 
-typedef struct cpr_backend_ops {
+typedef struct cpri_backend_ops {
     const char *name;
     /* Create `object` (replacing a leftover of the same name). */
-    cpr_status (*create)(cpr_backend *be, const char *object, cpr_obj_writer **out);
-    cpr_status (*append)(cpr_obj_writer *w, const void *data, size_t len);
-    uint64_t (*written)(const cpr_obj_writer *w);
+    cpr_status (*create)(cpri_backend *be, const char *object, cpri_obj_writer **out);
+    cpr_status (*append)(cpri_obj_writer *w, const void *data, size_t len);
+    uint64_t (*written)(const cpri_obj_writer *w);
     /* Make the object and its name durable; frees the writer either way. */
-    cpr_status (*finish)(cpr_obj_writer *w, uint64_t *size);
+    cpr_status (*finish)(cpri_obj_writer *w, uint64_t *size);
     /* Drop an unfinished object. NULL is a no-op. */
-    void (*discard)(cpr_obj_writer *w);
+    void (*discard)(cpri_obj_writer *w);
     /* Read extents (borrowed until read_end) with up to `depth` reads in
-     * flight, delivered in order; see cpr_fetcher_next for owner and data. */
-    cpr_status (*read_start)(cpr_backend *be, const cpr_obj_extent *ext, size_t n,
-                             unsigned depth, cpr_obj_reader **out);
-    cpr_status (*read_next)(cpr_obj_reader *r, void **owner, const unsigned char **data);
+     * flight, delivered in order; see cpri_fetcher_next for owner and data. */
+    cpr_status (*read_start)(cpri_backend *be, const cpri_obj_extent *ext, size_t n,
+                             unsigned depth, cpri_obj_reader **out);
+    cpr_status (*read_next)(cpri_obj_reader *r, void **owner, const unsigned char **data);
     /* Give a delivered buffer back, before read_end (free()ing it is also
      * allowed, and the only way after read_end). */
-    void (*read_release)(cpr_obj_reader *r, void *owner);
-    void (*read_end)(cpr_obj_reader *r);
+    void (*read_release)(cpri_obj_reader *r, void *owner);
+    void (*read_end)(cpri_obj_reader *r);
     /* Remove an object; a missing one is not an error. */
-    cpr_status (*remove)(cpr_backend *be, const char *object);
-    cpr_status (*list)(cpr_backend *be, cpr_obj_list_fn fn, void *ctx);
-    void (*close)(cpr_backend *be);
-} cpr_backend_ops;
+    cpr_status (*remove)(cpri_backend *be, const char *object);
+    cpr_status (*list)(cpri_backend *be, cpri_obj_list_fn fn, void *ctx);
+    void (*close)(cpri_backend *be);
+} cpri_backend_ops;
 
-struct cpr_backend {
-    const cpr_backend_ops *ops;
+struct cpri_backend {
+    const cpri_backend_ops *ops;
 };
 
 /* Segments as files under `root` (created if missing): <root>/j_<job>/<rest>.seg,
  * written with io_uring and O_DIRECT (blobio.h). no_sync skips fdatasync
  * and directory fsyncs (tests of non-durability only). */
-cpr_status cpr_backend_local_open(const char *root, int no_sync, cpr_backend **out);
+cpr_status cpri_backend_local_open(const char *root, int no_sync, cpri_backend **out);
 
 #endif /* CPR_STORE_BACKEND_H */

@@ -24,14 +24,14 @@
 #define FETCH_DEPTH_MAX 64
 
 typedef struct local_backend {
-    cpr_backend base;
+    cpri_backend base;
     char *root;
     int no_sync;
 } local_backend;
 
-struct cpr_obj_writer {
+struct cpri_obj_writer {
     local_backend *be;
-    cpr_bfile_writer *w;
+    cpri_bfile_writer *w;
     char *dir;
 };
 
@@ -40,10 +40,10 @@ struct cpr_obj_writer {
  * none), so a restore holds a handful of descriptors however many segments
  * it reads. A file removed meanwhile is still readable: segments are
  * removed only after their readers finish (store_internal.h S7). */
-struct cpr_obj_reader {
+struct cpri_obj_reader {
     local_backend *be;
-    cpr_fetcher *fetch;
-    cpr_fetch_req *reqs;
+    cpri_fetcher *fetch;
+    cpri_fetch_req *reqs;
     size_t n, delivered, window;
     size_t *obj_of;        /* extent -> object */
     size_t *next_use;      /* extent -> the next extent of its object (n: none) */
@@ -75,14 +75,14 @@ static cpr_status object_path(const local_backend *be, const char *object, char 
     return CPR_OK;
 }
 
-static cpr_status local_create(cpr_backend *base, const char *object, cpr_obj_writer **out)
+static cpr_status local_create(cpri_backend *base, const char *object, cpri_obj_writer **out)
 {
     local_backend *be = (local_backend *)base;
     char *path = NULL, *dir = NULL;
     cpr_status st = object_path(be, object, &path, &dir);
     if (st)
         return st;
-    cpr_obj_writer *w = calloc(1, sizeof *w);
+    cpri_obj_writer *w = calloc(1, sizeof *w);
     if (!w) {
         st = cpr_fail(CPR_NO_MEMORY, "out of memory creating segment %s", object);
         goto out;
@@ -94,11 +94,11 @@ static cpr_status local_create(cpr_backend *base, const char *object, cpr_obj_wr
     }
     /* Every time, not only by the creator of the job's directory: a
      * concurrent creator may finish first, and a failed fsync is retried. */
-    if (!be->no_sync && cpr_fsync_dir(be->root) != 0) {
+    if (!be->no_sync && cpri_fsync_dir(be->root) != 0) {
         st = cpr_fail(CPR_IO, "fsync %s: %s", be->root, strerror(errno));
         goto out;
     }
-    st = cpr_bfile_create(path, 1, 0, &w->w);
+    st = cpri_bfile_create(path, 1, 0, &w->w);
     if (st)
         goto out;
     w->be = be;
@@ -113,38 +113,38 @@ out:
     return st;
 }
 
-static cpr_status local_append(cpr_obj_writer *w, const void *data, size_t len)
+static cpr_status local_append(cpri_obj_writer *w, const void *data, size_t len)
 {
-    return cpr_bfile_append(w->w, data, len);
+    return cpri_bfile_append(w->w, data, len);
 }
 
-static uint64_t local_written(const cpr_obj_writer *w)
+static uint64_t local_written(const cpri_obj_writer *w)
 {
-    return cpr_bfile_written(w->w);
+    return cpri_bfile_written(w->w);
 }
 
-static cpr_status local_finish(cpr_obj_writer *w, uint64_t *size)
+static cpr_status local_finish(cpri_obj_writer *w, uint64_t *size)
 {
-    cpr_status st = cpr_bfile_finish(w->w, w->be->no_sync, size, NULL, NULL);
-    if (st == CPR_OK && !w->be->no_sync && cpr_fsync_dir(w->dir) != 0)
+    cpr_status st = cpri_bfile_finish(w->w, w->be->no_sync, size, NULL, NULL);
+    if (st == CPR_OK && !w->be->no_sync && cpri_fsync_dir(w->dir) != 0)
         st = cpr_fail(CPR_IO, "fsync %s: %s", w->dir, strerror(errno));
     free(w->dir);
     free(w);
     return st;
 }
 
-static void local_discard(cpr_obj_writer *w)
+static void local_discard(cpri_obj_writer *w)
 {
     if (!w)
         return;
-    cpr_bfile_discard(w->w);
+    cpri_bfile_discard(w->w);
     free(w->dir);
     free(w);
 }
 
-static void reader_free(cpr_obj_reader *r)
+static void reader_free(cpri_obj_reader *r)
 {
-    cpr_fetcher_destroy(r->fetch);
+    cpri_fetcher_destroy(r->fetch);
     for (size_t i = 0; r->fds && i < r->n_objs; i++)
         if (r->fds[i] >= 0)
             close(r->fds[i]);
@@ -158,7 +158,7 @@ static void reader_free(cpr_obj_reader *r)
 
 /* Open every file the reads of the window [delivered, delivered + window)
  * need, and point their requests at it. */
-static cpr_status open_window(cpr_obj_reader *r)
+static cpr_status open_window(cpri_obj_reader *r)
 {
     size_t end = r->delivered + r->window < r->n ? r->delivered + r->window : r->n;
     for (size_t i = r->delivered; i < end; i++) {
@@ -168,7 +168,7 @@ static cpr_status open_window(cpr_obj_reader *r)
             cpr_status st = object_path(r->be, r->names[k], &path, NULL);
             if (st)
                 return st;
-            r->fds[k] = cpr_bfile_open_read(path, 1);
+            r->fds[k] = cpri_bfile_open_read(path, 1);
             if (r->fds[k] < 0)
                 st = errno == ENOENT
                          ? cpr_fail(CPR_CORRUPT, "segment file %s is missing", path)
@@ -182,10 +182,10 @@ static cpr_status open_window(cpr_obj_reader *r)
     return CPR_OK;
 }
 
-static cpr_status local_read_start(cpr_backend *base, const cpr_obj_extent *ext, size_t n,
-                                   unsigned depth, cpr_obj_reader **out)
+static cpr_status local_read_start(cpri_backend *base, const cpri_obj_extent *ext, size_t n,
+                                   unsigned depth, cpri_obj_reader **out)
 {
-    cpr_obj_reader *r = calloc(1, sizeof *r);
+    cpri_obj_reader *r = calloc(1, sizeof *r);
     size_t cap = n ? n : 1;
     if (r) {
         r->reqs = calloc(cap, sizeof *r->reqs);
@@ -230,12 +230,12 @@ static cpr_status local_read_start(cpr_backend *base, const cpr_obj_extent *ext,
         last[k] = i;
         r->obj_of[i] = k;
         r->next_use[i] = n;
-        r->reqs[i] = (cpr_fetch_req){-1, ext[i].offset, ext[i].len};
+        r->reqs[i] = (cpri_fetch_req){-1, ext[i].offset, ext[i].len};
     }
     free(last);
     cpr_status st = open_window(r);
     if (st == CPR_OK)
-        st = cpr_fetcher_create(r->reqs, n, depth, &r->fetch);
+        st = cpri_fetcher_create(r->reqs, n, depth, &r->fetch);
     if (st) {
         reader_free(r);
         return st;
@@ -244,11 +244,11 @@ static cpr_status local_read_start(cpr_backend *base, const cpr_obj_extent *ext,
     return CPR_OK;
 }
 
-static cpr_status local_read_next(cpr_obj_reader *r, void **owner, const unsigned char **data)
+static cpr_status local_read_next(cpri_obj_reader *r, void **owner, const unsigned char **data)
 {
     cpr_status st = open_window(r); /* the fetcher submits within the window */
     if (st == CPR_OK)
-        st = cpr_fetcher_next(r->fetch, owner, data);
+        st = cpri_fetcher_next(r->fetch, owner, data);
     if (st)
         return st;
     size_t i = r->delivered++, k = r->obj_of[i];
@@ -259,18 +259,18 @@ static cpr_status local_read_next(cpr_obj_reader *r, void **owner, const unsigne
     return CPR_OK;
 }
 
-static void local_read_release(cpr_obj_reader *r, void *owner)
+static void local_read_release(cpri_obj_reader *r, void *owner)
 {
-    cpr_fetcher_release(r->fetch, owner);
+    cpri_fetcher_release(r->fetch, owner);
 }
 
-static void local_read_end(cpr_obj_reader *r)
+static void local_read_end(cpri_obj_reader *r)
 {
     if (r)
         reader_free(r);
 }
 
-static cpr_status local_remove(cpr_backend *base, const char *object)
+static cpr_status local_remove(cpri_backend *base, const char *object)
 {
     char *path = NULL;
     cpr_status st = object_path((local_backend *)base, object, &path, NULL);
@@ -282,7 +282,7 @@ static cpr_status local_remove(cpr_backend *base, const char *object)
     return st;
 }
 
-static cpr_status local_list(cpr_backend *base, cpr_obj_list_fn fn, void *ctx)
+static cpr_status local_list(cpri_backend *base, cpri_obj_list_fn fn, void *ctx)
 {
     local_backend *be = (local_backend *)base;
     DIR *jobs = opendir(be->root);
@@ -313,7 +313,7 @@ static cpr_status local_list(cpr_backend *base, cpr_obj_list_fn fn, void *ctx)
     return CPR_OK;
 }
 
-static void local_close(cpr_backend *base)
+static void local_close(cpri_backend *base)
 {
     local_backend *be = (local_backend *)base;
     if (!be)
@@ -322,7 +322,7 @@ static void local_close(cpr_backend *base)
     free(be);
 }
 
-static const cpr_backend_ops local_ops = {
+static const cpri_backend_ops local_ops = {
     .name = "local",
     .create = local_create,
     .append = local_append,
@@ -338,7 +338,7 @@ static const cpr_backend_ops local_ops = {
     .close = local_close,
 };
 
-cpr_status cpr_backend_local_open(const char *root, int no_sync, cpr_backend **out)
+cpr_status cpri_backend_local_open(const char *root, int no_sync, cpri_backend **out)
 {
     local_backend *be = calloc(1, sizeof *be);
     if (!be || !(be->root = strdup(root))) {
@@ -355,7 +355,7 @@ cpr_status cpr_backend_local_open(const char *root, int no_sync, cpr_backend **o
     char *slash = strrchr(parent, '/');
     if (slash && slash != parent)
         *slash = '\0';
-    if (!no_sync && slash && cpr_fsync_dir(parent) != 0) {
+    if (!no_sync && slash && cpri_fsync_dir(parent) != 0) {
         cpr_status st = cpr_fail(CPR_IO, "fsync %s: %s", parent, strerror(errno));
         local_close(&be->base);
         return st;

@@ -29,7 +29,7 @@ typedef struct iobuf {
     int in_flight;
 } iobuf;
 
-struct cpr_bfile_writer {
+struct cpri_bfile_writer {
     char *path;
     int fd;
     int direct;
@@ -81,7 +81,7 @@ static int wait_cqe(struct io_uring *ring, struct io_uring_cqe **cqe)
 }
 
 /* Wait for one completion and check it wrote everything it was asked to. */
-static cpr_status reap_one(cpr_bfile_writer *w)
+static cpr_status reap_one(cpri_bfile_writer *w)
 {
     struct io_uring_cqe *cqe;
     int rc = wait_cqe(&w->ring, &cqe);
@@ -101,7 +101,7 @@ static cpr_status reap_one(cpr_bfile_writer *w)
     return CPR_OK;
 }
 
-static cpr_status write_sync(cpr_bfile_writer *w, iobuf *b, size_t len)
+static cpr_status write_sync(cpri_bfile_writer *w, iobuf *b, size_t len)
 {
     size_t done = 0;
     while (done < len) {
@@ -118,7 +118,7 @@ static cpr_status write_sync(cpr_bfile_writer *w, iobuf *b, size_t len)
 }
 
 /* Submit the current buffer (len bytes, aligned for O_DIRECT) and advance. */
-static cpr_status submit_current(cpr_bfile_writer *w, size_t len)
+static cpr_status submit_current(cpri_bfile_writer *w, size_t len)
 {
     iobuf *b = &w->bufs[w->cur];
     cpr_status st = CPR_OK;
@@ -145,7 +145,7 @@ static cpr_status submit_current(cpr_bfile_writer *w, size_t len)
     return st;
 }
 
-static cpr_status push_crc(cpr_bfile_writer *w, uint32_t crc)
+static cpr_status push_crc(cpri_bfile_writer *w, uint32_t crc)
 {
     if (w->n_crcs == w->cap_crcs) {
         size_t cap = w->cap_crcs ? w->cap_crcs * 2 : 16;
@@ -159,11 +159,11 @@ static cpr_status push_crc(cpr_bfile_writer *w, uint32_t crc)
     return CPR_OK;
 }
 
-cpr_status cpr_bfile_create(const char *path, int direct, int want_crcs,
-                            cpr_bfile_writer **out)
+cpr_status cpri_bfile_create(const char *path, int direct, int want_crcs,
+                            cpri_bfile_writer **out)
 {
     cpr_status st = CPR_OK;
-    cpr_bfile_writer *w = calloc(1, sizeof *w);
+    cpri_bfile_writer *w = calloc(1, sizeof *w);
     if (!w)
         return cpr_fail(CPR_NO_MEMORY, "out of memory opening %s", path);
     w->fd = -1;
@@ -187,14 +187,14 @@ cpr_status cpr_bfile_create(const char *path, int direct, int want_crcs,
     w->have_ring = io_uring_queue_init(CPR_BFILE_DEPTH, &w->ring, 0) == 0;
 out:
     if (st) {
-        cpr_bfile_discard(w);
+        cpri_bfile_discard(w);
         return st;
     }
     *out = w;
     return CPR_OK;
 }
 
-cpr_status cpr_bfile_append(cpr_bfile_writer *w, const void *data, size_t len)
+cpr_status cpri_bfile_append(cpri_bfile_writer *w, const void *data, size_t len)
 {
     const unsigned char *src = data;
     cpr_status st = w->sticky;
@@ -219,12 +219,12 @@ cpr_status cpr_bfile_append(cpr_bfile_writer *w, const void *data, size_t len)
     return st;
 }
 
-uint64_t cpr_bfile_written(const cpr_bfile_writer *w)
+uint64_t cpri_bfile_written(const cpri_bfile_writer *w)
 {
     return w->written;
 }
 
-static void writer_free(cpr_bfile_writer *w, int unlink_file)
+static void writer_free(cpri_bfile_writer *w, int unlink_file)
 {
     if (w->have_ring) {
         while (w->in_flight > 0 && reap_one(w) == CPR_OK) {
@@ -242,13 +242,13 @@ static void writer_free(cpr_bfile_writer *w, int unlink_file)
     free(w);
 }
 
-void cpr_bfile_discard(cpr_bfile_writer *w)
+void cpri_bfile_discard(cpri_bfile_writer *w)
 {
     if (w)
         writer_free(w, 1);
 }
 
-cpr_status cpr_bfile_finish(cpr_bfile_writer *w, int no_sync, uint64_t *size,
+cpr_status cpri_bfile_finish(cpri_bfile_writer *w, int no_sync, uint64_t *size,
                             uint32_t **crcs, size_t *n_crcs)
 {
     cpr_status st = w->sticky;
@@ -333,7 +333,7 @@ static void submit_read(reader *r, uint64_t index)
 
 /* Read with up to CPR_BFILE_DEPTH blocks in flight; completions are handled
  * in order because the callback must see the blocks in order. */
-static cpr_status read_ring(reader *r, uint64_t n_blocks, cpr_bfile_block_fn fn,
+static cpr_status read_ring(reader *r, uint64_t n_blocks, cpri_bfile_block_fn fn,
                             void *ctx)
 {
     cpr_status st = CPR_OK;
@@ -386,7 +386,7 @@ static cpr_status read_ring(reader *r, uint64_t n_blocks, cpr_bfile_block_fn fn,
     return st;
 }
 
-static cpr_status read_plain(reader *r, uint64_t n_blocks, cpr_bfile_block_fn fn,
+static cpr_status read_plain(reader *r, uint64_t n_blocks, cpri_bfile_block_fn fn,
                              void *ctx)
 {
     cpr_status st = CPR_OK;
@@ -402,8 +402,8 @@ static cpr_status read_plain(reader *r, uint64_t n_blocks, cpr_bfile_block_fn fn
     return st;
 }
 
-cpr_status cpr_bfile_read(const char *path, uint64_t size, int direct,
-                          cpr_bfile_block_fn fn, void *ctx)
+cpr_status cpri_bfile_read(const char *path, uint64_t size, int direct,
+                          cpri_bfile_block_fn fn, void *ctx)
 {
     cpr_status st = CPR_OK;
     int got_direct = 0, have_ring = 0;
@@ -441,7 +441,7 @@ out:
     return st;
 }
 
-int cpr_fsync_dir(const char *path)
+int cpri_fsync_dir(const char *path)
 {
     int fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (fd < 0)
@@ -453,7 +453,7 @@ int cpr_fsync_dir(const char *path)
 
 /* ---- extent reads ------------------------------------------------------- */
 
-int cpr_bfile_open_read(const char *path, int direct)
+int cpri_bfile_open_read(const char *path, int direct)
 {
     int got;
     return open_maybe_direct(path, O_RDONLY, direct, &got);
@@ -469,8 +469,8 @@ typedef struct fetch_slot {
 
 #define FETCH_POOL 16
 
-struct cpr_fetcher {
-    const cpr_fetch_req *reqs;
+struct cpri_fetcher {
+    const cpri_fetch_req *reqs;
     size_t n, next_submit, next_deliver;
     unsigned depth, in_flight;
     int have_ring;
@@ -482,7 +482,7 @@ struct cpr_fetcher {
 
 /* A buffer of at least `ask` bytes: the smallest released one that is big
  * enough, else a new one. */
-static unsigned char *fetch_buffer(cpr_fetcher *f, size_t ask)
+static unsigned char *fetch_buffer(cpri_fetcher *f, size_t ask)
 {
     unsigned best = f->n_pool;
     size_t best_cap = 0;
@@ -503,9 +503,9 @@ static unsigned char *fetch_buffer(cpr_fetcher *f, size_t ask)
     return posix_memalign((void **)&b, CPR_IO_ALIGN, want) ? NULL : b;
 }
 
-static cpr_status fetch_prepare(cpr_fetcher *f, size_t i, fetch_slot *s)
+static cpr_status fetch_prepare(cpri_fetcher *f, size_t i, fetch_slot *s)
 {
-    const cpr_fetch_req *r = &f->reqs[i];
+    const cpri_fetch_req *r = &f->reqs[i];
     uint64_t start = r->offset & ~(uint64_t)(CPR_IO_ALIGN - 1);
     s->skip = (size_t)(r->offset - start);
     s->ask = (s->skip + r->len + CPR_IO_ALIGN - 1) & ~(size_t)(CPR_IO_ALIGN - 1);
@@ -519,7 +519,7 @@ static cpr_status fetch_prepare(cpr_fetcher *f, size_t i, fetch_slot *s)
 
 /* Read whatever of [have, need) is missing synchronously (short reads,
  * and the path without io_uring). */
-static cpr_status fetch_finish_sync(const cpr_fetch_req *r, fetch_slot *s, size_t have)
+static cpr_status fetch_finish_sync(const cpri_fetch_req *r, fetch_slot *s, size_t have)
 {
     uint64_t start = r->offset - s->skip;
     size_t need = s->skip + r->len;
@@ -545,7 +545,7 @@ static cpr_status fetch_finish_sync(const cpr_fetch_req *r, fetch_slot *s, size_
     return CPR_OK;
 }
 
-static cpr_status fetch_submit(cpr_fetcher *f)
+static cpr_status fetch_submit(cpri_fetcher *f)
 {
     while (f->next_submit < f->n && f->next_submit < f->next_deliver + f->depth) {
         size_t i = f->next_submit;
@@ -575,10 +575,10 @@ static cpr_status fetch_submit(cpr_fetcher *f)
     return CPR_OK;
 }
 
-cpr_status cpr_fetcher_create(const cpr_fetch_req *reqs, size_t n, unsigned depth,
-                              cpr_fetcher **out)
+cpr_status cpri_fetcher_create(const cpri_fetch_req *reqs, size_t n, unsigned depth,
+                              cpri_fetcher **out)
 {
-    cpr_fetcher *f = calloc(1, sizeof *f);
+    cpri_fetcher *f = calloc(1, sizeof *f);
     if (depth == 0)
         depth = 1;
     if (f)
@@ -595,7 +595,7 @@ cpr_status cpr_fetcher_create(const cpr_fetch_req *reqs, size_t n, unsigned dept
     return CPR_OK;
 }
 
-cpr_status cpr_fetcher_next(cpr_fetcher *f, void **owner, const unsigned char **data)
+cpr_status cpri_fetcher_next(cpri_fetcher *f, void **owner, const unsigned char **data)
 {
     if (f->next_deliver >= f->n)
         return cpr_fail(CPR_INTERNAL, "fetcher: all %zu extents were delivered", f->n);
@@ -631,7 +631,7 @@ cpr_status cpr_fetcher_next(cpr_fetcher *f, void **owner, const unsigned char **
     return CPR_OK;
 }
 
-void cpr_fetcher_release(cpr_fetcher *f, void *owner)
+void cpri_fetcher_release(cpri_fetcher *f, void *owner)
 {
     if (!owner)
         return;
@@ -641,7 +641,7 @@ void cpr_fetcher_release(cpr_fetcher *f, void *owner)
         f->pool[f->n_pool++] = owner;
 }
 
-void cpr_fetcher_destroy(cpr_fetcher *f)
+void cpri_fetcher_destroy(cpri_fetcher *f)
 {
     if (!f)
         return;

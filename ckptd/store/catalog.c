@@ -7,14 +7,14 @@
 #include "catalog.h"
 #include "cpr_common.h"
 
-void cpr_catalog_release(cpr_catalog *cat)
+void cpri_catalog_release(cpri_catalog *cat)
 {
     for (size_t i = 0; i < cat->n_jobs; i++) {
-        cpr_job *job = cat->jobs[i];
+        cpri_job *job = cat->jobs[i];
         for (size_t p = 0; p < job->n_parts; p++)
-            cpr_meta_release(&job->parts[p]);
+            cpri_meta_release(&job->parts[p]);
         for (size_t f = 0; f < job->n_folds; f++)
-            cpr_meta_release(&job->folds[f]);
+            cpri_meta_release(&job->folds[f]);
         free(job->folds);
         free(job->parts);
         free(job->tables);
@@ -24,7 +24,7 @@ void cpr_catalog_release(cpr_catalog *cat)
     memset(cat, 0, sizeof *cat);
 }
 
-cpr_job *cpr_catalog_find(const cpr_catalog *cat, const char *name)
+cpri_job *cpri_catalog_find(const cpri_catalog *cat, const char *name)
 {
     for (size_t i = 0; i < cat->n_jobs; i++)
         if (strcmp(cat->jobs[i]->name, name) == 0)
@@ -32,7 +32,7 @@ cpr_job *cpr_catalog_find(const cpr_catalog *cat, const char *name)
     return NULL;
 }
 
-cpr_job *cpr_catalog_find_id(const cpr_catalog *cat, uint32_t id)
+cpri_job *cpri_catalog_find_id(const cpri_catalog *cat, uint32_t id)
 {
     for (size_t i = 0; i < cat->n_jobs; i++)
         if (cat->jobs[i]->id == id)
@@ -40,13 +40,13 @@ cpr_job *cpr_catalog_find_id(const cpr_catalog *cat, uint32_t id)
     return NULL;
 }
 
-cpr_status cpr_catalog_add_job(cpr_catalog *cat, const char *name, uint32_t id,
-                               cpr_job **out)
+cpr_status cpri_catalog_add_job(cpri_catalog *cat, const char *name, uint32_t id,
+                               cpri_job **out)
 {
-    cpr_job *job;
+    cpri_job *job;
     if (cat->n_jobs == cat->cap_jobs) {
         size_t cap = cat->cap_jobs ? cat->cap_jobs * 2 : 8;
-        cpr_job **grown = realloc(cat->jobs, cap * sizeof *grown);
+        cpri_job **grown = realloc(cat->jobs, cap * sizeof *grown);
         if (!grown)
             return cpr_fail(CPR_NO_MEMORY, "out of memory adding job %s", name);
         cat->jobs = grown;
@@ -66,9 +66,9 @@ cpr_status cpr_catalog_add_job(cpr_catalog *cat, const char *name, uint32_t id,
     return CPR_OK;
 }
 
-void cpr_catalog_drop_last(cpr_catalog *cat)
+void cpri_catalog_drop_last(cpri_catalog *cat)
 {
-    cpr_job *job = cat->jobs[--cat->n_jobs];
+    cpri_job *job = cat->jobs[--cat->n_jobs];
     if (job->n_parts)
         BUG("dropping a job that has parts");
     free(job->parts);
@@ -76,7 +76,7 @@ void cpr_catalog_drop_last(cpr_catalog *cat)
     free(job);
 }
 
-static int part_cmp(const cpr_part_meta *a, uint64_t ckpt, uint32_t shard)
+static int part_cmp(const cpri_part_meta *a, uint64_t ckpt, uint32_t shard)
 {
     if (a->checkpoint != ckpt)
         return a->checkpoint < ckpt ? -1 : 1;
@@ -86,7 +86,7 @@ static int part_cmp(const cpr_part_meta *a, uint64_t ckpt, uint32_t shard)
 }
 
 /* Index of the first part >= (ckpt, shard). */
-static size_t lower_bound(const cpr_job *job, uint64_t ckpt, uint32_t shard)
+static size_t lower_bound(const cpri_job *job, uint64_t ckpt, uint32_t shard)
 {
     size_t lo = 0, hi = job->n_parts;
     while (lo < hi) {
@@ -99,7 +99,7 @@ static size_t lower_bound(const cpr_job *job, uint64_t ckpt, uint32_t shard)
     return lo;
 }
 
-cpr_part_meta *cpr_job_find_part(const cpr_job *job, uint32_t shard, uint64_t ckpt)
+cpri_part_meta *cpri_job_find_part(const cpri_job *job, uint32_t shard, uint64_t ckpt)
 {
     size_t i = lower_bound(job, ckpt, shard);
     if (i < job->n_parts && part_cmp(&job->parts[i], ckpt, shard) == 0)
@@ -107,11 +107,11 @@ cpr_part_meta *cpr_job_find_part(const cpr_job *job, uint32_t shard, uint64_t ck
     return NULL;
 }
 
-const cpr_part_meta *cpr_job_newest(const cpr_job *job, uint32_t shard,
+const cpri_part_meta *cpri_job_newest(const cpri_job *job, uint32_t shard,
                                     int consistent_kinds_only)
 {
     for (size_t i = job->n_parts; i-- > 0;) {
-        const cpr_part_meta *p = &job->parts[i];
+        const cpri_part_meta *p = &job->parts[i];
         if (p->shard != shard)
             continue;
         if (!consistent_kinds_only || p->kind != CPR_KIND_PRIORITY)
@@ -121,7 +121,7 @@ const cpr_part_meta *cpr_job_newest(const cpr_job *job, uint32_t shard,
 }
 
 /* C3: computed once when the part is added (C2 makes that sufficient). */
-static int compute_consistent(const cpr_job *job, const cpr_part_meta *m)
+static int compute_consistent(const cpri_job *job, const cpri_part_meta *m)
 {
     if (m->kind == CPR_KIND_FULL)
         return 1;
@@ -129,18 +129,18 @@ static int compute_consistent(const cpr_job *job, const cpr_part_meta *m)
         return 0;
     if (job->floor && m->checkpoint == job->floor)
         return 1;
-    const cpr_part_meta *base = cpr_job_find_part(job, m->shard, m->base);
+    const cpri_part_meta *base = cpri_job_find_part(job, m->shard, m->base);
     return base && base->kind != CPR_KIND_PRIORITY && base->consistent;
 }
 
-cpr_status cpr_job_add_part(cpr_job *job, cpr_part_meta *m)
+cpr_status cpri_job_add_part(cpri_job *job, cpri_part_meta *m)
 {
     size_t at;
     if (job->n_parts == job->cap_parts) {
         size_t cap = job->cap_parts ? job->cap_parts * 2 : 16;
-        cpr_part_meta *grown = realloc(job->parts, cap * sizeof *grown);
+        cpri_part_meta *grown = realloc(job->parts, cap * sizeof *grown);
         if (!grown) {
-            cpr_meta_release(m);
+            cpri_meta_release(m);
             return cpr_fail(CPR_NO_MEMORY, "out of memory adding a part to job %s",
                             job->name);
         }
@@ -156,20 +156,20 @@ cpr_status cpr_job_add_part(cpr_job *job, cpr_part_meta *m)
     job->parts[at] = *m;
     job->n_parts++;
     memset(m, 0, sizeof *m);
-    return cpr_job_merge_tables(job, job->parts[at].tables, job->parts[at].n_tables);
+    return cpri_job_merge_tables(job, job->parts[at].tables, job->parts[at].n_tables);
 }
 
-size_t cpr_job_drop_below(cpr_job *job, uint64_t floor)
+size_t cpri_job_drop_below(cpri_job *job, uint64_t floor)
 {
     size_t n = lower_bound(job, floor, 0);
     for (size_t i = 0; i < n; i++)
-        cpr_meta_release(&job->parts[i]);
+        cpri_meta_release(&job->parts[i]);
     memmove(job->parts, job->parts + n, (job->n_parts - n) * sizeof *job->parts);
     job->n_parts -= n;
     return n;
 }
 
-const cpr_table_schema *cpr_job_table(const cpr_job *job, uint32_t table)
+const cpr_table_schema *cpri_job_table(const cpri_job *job, uint32_t table)
 {
     for (size_t i = 0; i < job->n_tables; i++)
         if (job->tables[i].table == table)
@@ -177,10 +177,10 @@ const cpr_table_schema *cpr_job_table(const cpr_job *job, uint32_t table)
     return NULL;
 }
 
-cpr_status cpr_job_merge_tables(cpr_job *job, const cpr_table_schema *tables, size_t n)
+cpr_status cpri_job_merge_tables(cpri_job *job, const cpr_table_schema *tables, size_t n)
 {
     for (size_t i = 0; i < n; i++) {
-        const cpr_table_schema *known = cpr_job_table(job, tables[i].table);
+        const cpr_table_schema *known = cpri_job_table(job, tables[i].table);
         if (known && (known->dim != tables[i].dim || known->state_dim != tables[i].state_dim))
             return cpr_fail(CPR_INVALID_ARGUMENT,
                             "table %u of job %s has dim %u and state_dim %u; this "
@@ -190,7 +190,7 @@ cpr_status cpr_job_merge_tables(cpr_job *job, const cpr_table_schema *tables, si
                             tables[i].dim, tables[i].state_dim);
     }
     for (size_t i = 0; i < n; i++) {
-        cpr_table_schema *known = (cpr_table_schema *)cpr_job_table(job, tables[i].table);
+        cpr_table_schema *known = (cpr_table_schema *)cpri_job_table(job, tables[i].table);
         if (known) {
             if (tables[i].rows > known->rows)
                 known->rows = tables[i].rows;
@@ -207,18 +207,18 @@ cpr_status cpr_job_merge_tables(cpr_job *job, const cpr_table_schema *tables, si
 
 /* Is the checkpoint of parts [first, end) of the sorted array a cut?
  * cpr/types.h's rule; every part here is committed (C1). */
-static int is_cut(const cpr_job *job, size_t first, size_t end)
+static int is_cut(const cpri_job *job, size_t first, size_t end)
 {
     cpr_cut_scan k = {0};
     for (size_t i = first; i < end; i++) {
-        const cpr_part_meta *p = &job->parts[i];
+        const cpri_part_meta *p = &job->parts[i];
         if (!cpr_cut_scan_add(&k, p->shard, p->num_shards, p->consistent))
             break;
     }
     return cpr_cut_scan_done(&k);
 }
 
-size_t cpr_job_cuts(const cpr_job *job, uint64_t *cuts, size_t max)
+size_t cpri_job_cuts(const cpri_job *job, uint64_t *cuts, size_t max)
 {
     size_t count = 0, end = job->n_parts;
     while (end > 0) {
@@ -238,13 +238,13 @@ size_t cpr_job_cuts(const cpr_job *job, uint64_t *cuts, size_t max)
     return count;
 }
 
-cpr_status cpr_job_add_fold(cpr_job *job, cpr_part_meta *m)
+cpr_status cpri_job_add_fold(cpri_job *job, cpri_part_meta *m)
 {
     if (job->n_folds == job->cap_folds) {
         size_t cap = job->cap_folds ? job->cap_folds * 2 : 8;
-        cpr_part_meta *grown = realloc(job->folds, cap * sizeof *grown);
+        cpri_part_meta *grown = realloc(job->folds, cap * sizeof *grown);
         if (!grown) {
-            cpr_meta_release(m);
+            cpri_meta_release(m);
             return cpr_fail(CPR_NO_MEMORY, "out of memory adding a fold to job %s", job->name);
         }
         job->folds = grown;
@@ -262,16 +262,16 @@ cpr_status cpr_job_add_fold(cpr_job *job, cpr_part_meta *m)
     return CPR_OK;
 }
 
-void cpr_job_drop_fold(cpr_job *job, size_t i)
+void cpri_job_drop_fold(cpri_job *job, size_t i)
 {
-    cpr_meta_release(&job->folds[i]);
+    cpri_meta_release(&job->folds[i]);
     memmove(&job->folds[i], &job->folds[i + 1], (job->n_folds - i - 1) * sizeof *job->folds);
     job->n_folds--;
 }
 
-const cpr_part_meta *cpr_job_fold_at_most(const cpr_job *job, uint32_t shard, uint64_t max)
+const cpri_part_meta *cpri_job_fold_at_most(const cpri_job *job, uint32_t shard, uint64_t max)
 {
-    const cpr_part_meta *best = NULL;
+    const cpri_part_meta *best = NULL;
     for (size_t i = 0; i < job->n_folds; i++)
         if (job->folds[i].shard == shard && job->folds[i].checkpoint <= max)
             best = &job->folds[i];

@@ -30,56 +30,56 @@
 
 #include "meta.h"
 
-typedef struct cpr_job {
+typedef struct cpri_job {
     char name[CPR_NAME_MAX + 1];
     uint32_t id;
     uint64_t floor;              /* oldest restorable checkpoint id (0: none) */
-    cpr_part_meta *parts;        /* committed, sorted (C1) */
+    cpri_part_meta *parts;        /* committed, sorted (C1) */
     size_t n_parts, cap_parts;
     cpr_table_schema *tables;    /* C4 */
     size_t n_tables;
-    cpr_part_meta *folds;        /* C6; checkpoint = X */
+    cpri_part_meta *folds;        /* C6; checkpoint = X */
     size_t n_folds, cap_folds;
-} cpr_job;
+} cpri_job;
 
-typedef struct cpr_catalog {
-    cpr_job **jobs;
+typedef struct cpri_catalog {
+    cpri_job **jobs;
     size_t n_jobs, cap_jobs;
     uint32_t next_job_id;
-} cpr_catalog;
+} cpri_catalog;
 
-void cpr_catalog_release(cpr_catalog *cat);
-cpr_job *cpr_catalog_find(const cpr_catalog *cat, const char *name);
-cpr_job *cpr_catalog_find_id(const cpr_catalog *cat, uint32_t id);
+void cpri_catalog_release(cpri_catalog *cat);
+cpri_job *cpri_catalog_find(const cpri_catalog *cat, const char *name);
+cpri_job *cpri_catalog_find_id(const cpri_catalog *cat, uint32_t id);
 /* Add a job; id 0 assigns the next free id. */
-cpr_status cpr_catalog_add_job(cpr_catalog *cat, const char *name, uint32_t id,
-                               cpr_job **out);
+cpr_status cpri_catalog_add_job(cpri_catalog *cat, const char *name, uint32_t id,
+                               cpri_job **out);
 
 /* Remove the most recently added job (it must have no parts). */
-void cpr_catalog_drop_last(cpr_catalog *cat);
+void cpri_catalog_drop_last(cpri_catalog *cat);
 
 /* Take ownership of *m (on success and failure alike) and insert it. */
-cpr_status cpr_job_add_part(cpr_job *job, cpr_part_meta *m);
+cpr_status cpri_job_add_part(cpri_job *job, cpri_part_meta *m);
 /* Remove and release parts with checkpoint < floor; returns how many. */
-size_t cpr_job_drop_below(cpr_job *job, uint64_t floor);
-cpr_part_meta *cpr_job_find_part(const cpr_job *job, uint32_t shard, uint64_t ckpt);
+size_t cpri_job_drop_below(cpri_job *job, uint64_t floor);
+cpri_part_meta *cpri_job_find_part(const cpri_job *job, uint32_t shard, uint64_t ckpt);
 /* Newest committed part of `shard` (any kind, or FULL/DELTA only). */
-const cpr_part_meta *cpr_job_newest(const cpr_job *job, uint32_t shard,
+const cpri_part_meta *cpri_job_newest(const cpri_job *job, uint32_t shard,
                                     int consistent_kinds_only);
 /* Check `tables` against the job's dims (C4) and merge new ones in. */
-cpr_status cpr_job_merge_tables(cpr_job *job, const cpr_table_schema *tables,
+cpr_status cpri_job_merge_tables(cpri_job *job, const cpr_table_schema *tables,
                                 size_t n);
-const cpr_table_schema *cpr_job_table(const cpr_job *job, uint32_t table);
+const cpr_table_schema *cpri_job_table(const cpri_job *job, uint32_t table);
 
 /* Take ownership of *m and insert it as a fold (replacing none). */
-cpr_status cpr_job_add_fold(cpr_job *job, cpr_part_meta *m);
+cpr_status cpri_job_add_fold(cpri_job *job, cpri_part_meta *m);
 /* Remove (and release) fold i. */
-void cpr_job_drop_fold(cpr_job *job, size_t i);
+void cpri_job_drop_fold(cpri_job *job, size_t i);
 /* Newest fold of `shard` with checkpoint <= max (NULL: none). */
-const cpr_part_meta *cpr_job_fold_at_most(const cpr_job *job, uint32_t shard, uint64_t max);
+const cpri_part_meta *cpri_job_fold_at_most(const cpri_job *job, uint32_t shard, uint64_t max);
 
 /* Consistent cuts at or above the floor, newest first; returns how many
  * exist (writes at most max). */
-size_t cpr_job_cuts(const cpr_job *job, uint64_t *cuts, size_t max);
+size_t cpri_job_cuts(const cpri_job *job, uint64_t *cuts, size_t max);
 
 #endif /* CPR_STORE_CATALOG_H */

@@ -43,17 +43,17 @@
 
 typedef struct fold_out {
     cpr_store *store;
-    cpr_obj_writer *w;
-    cpr_part_meta *m;
+    cpri_obj_writer *w;
+    cpri_part_meta *m;
 } fold_out;
 
-static cpr_status fold_rows(void *ctx, const cpr_merge_rows *r)
+static cpr_status fold_rows(void *ctx, const cpri_merge_rows *r)
 {
     fold_out *o = ctx;
-    cpr_block_ref ref;
-    cpr_status st = cpr_seg_write_block(o->store, o->w, r, &ref);
+    cpri_block_ref ref;
+    cpr_status st = cpri_seg_write_block(o->store, o->w, r, &ref);
     if (st == CPR_OK)
-        st = cpr_meta_add_block(o->m, &ref);
+        st = cpri_meta_add_block(o->m, &ref);
     if (st == CPR_OK) {
         o->m->rows += r->n;
         o->m->bytes += r->n * (8 + ((uint64_t)r->dim + r->state_dim) * 4);
@@ -63,17 +63,17 @@ static cpr_status fold_rows(void *ctx, const cpr_merge_rows *r)
 
 /* Under store->mu: does (shard, at) need a fold? Parts or a fold below `at`
  * that a restore as of `at` would read. */
-static int needs_fold(const cpr_job *job, uint32_t shard, uint64_t at)
+static int needs_fold(const cpri_job *job, uint32_t shard, uint64_t at)
 {
-    const cpr_part_meta *fold;
+    const cpri_part_meta *fold;
     uint64_t start;
-    cpr_shard_sources(job, shard, at, &fold, &start);
+    cpri_shard_sources(job, shard, at, &fold, &start);
     if (fold && fold->checkpoint == at)
         return 0;
     if (fold)
         return 1;
     for (size_t i = 0; i < job->n_parts; i++) {
-        const cpr_part_meta *m = &job->parts[i];
+        const cpri_part_meta *m = &job->parts[i];
         if (m->checkpoint >= at)
             break;
         if (m->shard == shard && m->checkpoint >= start)
@@ -86,50 +86,50 @@ static int needs_fold(const cpr_job *job, uint32_t shard, uint64_t at)
  * (restores between it and `at` read the fold at or below the floor and
  * the retained parts instead). The fold at or below the floor stays: the
  * parts it replaced are gone. */
-static int replaced_by(const cpr_job *job, const cpr_part_meta *f, uint32_t shard, uint64_t at)
+static int replaced_by(const cpri_job *job, const cpri_part_meta *f, uint32_t shard, uint64_t at)
 {
     return f->shard == shard && f->checkpoint < at && f->checkpoint > job->floor;
 }
 
 /* Publish the fold: its record (and, with replace, the removal of the
  * shard's redundant fold records) in one synced write, then the catalog. */
-static cpr_status publish_fold(cpr_store *store, const char *job_name, cpr_part_meta *m,
+static cpr_status publish_fold(cpr_store *store, const char *job_name, cpri_part_meta *m,
                                int replace, int *attempted)
 {
     unsigned char key[CPR_META_KEY_LEN], *rec = NULL;
     size_t rec_len = 0;
     char *err = NULL;
     pthread_mutex_lock(&store->mu);
-    cpr_job *job = cpr_catalog_find(&store->catalog, job_name);
-    cpr_status st = job ? cpr_meta_encode(m, &rec, &rec_len)
+    cpri_job *job = cpri_catalog_find(&store->catalog, job_name);
+    cpr_status st = job ? cpri_meta_encode(m, &rec, &rec_len)
                         : cpr_fail(CPR_INTERNAL, "job %s vanished while folding", job_name);
     rocksdb_writebatch_t *wb = rocksdb_writebatch_create();
     if (st == CPR_OK) {
-        cpr_key_part_record(key, 'B', job->id, m->shard, m->checkpoint);
+        cpri_key_part_record(key, 'B', job->id, m->shard, m->checkpoint);
         rocksdb_writebatch_put(wb, (const char *)key, sizeof key, (const char *)rec, rec_len);
         for (size_t i = 0; replace && i < job->n_folds; i++) {
-            const cpr_part_meta *f = &job->folds[i];
+            const cpri_part_meta *f = &job->folds[i];
             if (!replaced_by(job, f, m->shard, m->checkpoint))
                 continue;
-            cpr_key_part_record(key, 'B', job->id, f->shard, f->checkpoint);
+            cpri_key_part_record(key, 'B', job->id, f->shard, f->checkpoint);
             rocksdb_writebatch_delete(wb, (const char *)key, sizeof key);
         }
         *attempted = 1; /* from here the record may be durable: keep its segment */
         rocksdb_write(store->db, store->sync_write, wb, &err);
         if (err)
-            st = cpr_rocks_error(err, "publishing a fold");
+            st = cpri_rocks_error(err, "publishing a fold");
     }
     if (st == CPR_OK) {
         for (size_t i = job->n_folds; replace && i-- > 0;) {
-            const cpr_part_meta *f = &job->folds[i];
+            const cpri_part_meta *f = &job->folds[i];
             if (!replaced_by(job, f, m->shard, m->checkpoint))
                 continue;
             char name[CPR_SEG_NAME_MAX];
-            cpr_seg_fold_name(name, job->name, f->shard, f->checkpoint, f->seg_token);
-            cpr_store_doom_locked(store, name); /* S7 */
-            cpr_job_drop_fold(job, i);
+            cpri_seg_fold_name(name, job->name, f->shard, f->checkpoint, f->seg_token);
+            cpri_store_doom_locked(store, name); /* S7 */
+            cpri_job_drop_fold(job, i);
         }
-        st = cpr_job_add_fold(job, m);
+        st = cpri_job_add_fold(job, m);
     }
     pthread_mutex_unlock(&store->mu);
     rocksdb_writebatch_destroy(wb);
@@ -137,14 +137,14 @@ static cpr_status publish_fold(cpr_store *store, const char *job_name, cpr_part_
     return st;
 }
 
-cpr_status cpr_fold_shard(cpr_store *store, const char *job_name, uint32_t shard, uint64_t at,
+cpr_status cpri_fold_shard(cpr_store *store, const char *job_name, uint32_t shard, uint64_t at,
                           int replace, uint64_t *bytes, uint64_t *rows_out)
 {
-    cpr_merge_plan p = {0};
-    cpr_part_meta m = {0};
+    cpri_merge_plan p = {0};
+    cpri_part_meta m = {0};
     cpr_restore_result res = {0};
     char name[CPR_SEG_NAME_MAX] = "";
-    cpr_obj_writer *w = NULL;
+    cpri_obj_writer *w = NULL;
     int reading = 0, needed = 0;
     if (bytes)
         *bytes = 0;
@@ -157,15 +157,15 @@ cpr_status cpr_fold_shard(cpr_store *store, const char *job_name, uint32_t shard
     p.n_ranges = 1;
     p.keep_below = at;
     pthread_mutex_lock(&store->mu);
-    cpr_job *job = cpr_catalog_find(&store->catalog, job_name);
+    cpri_job *job = cpri_catalog_find(&store->catalog, job_name);
     cpr_status st = job ? CPR_OK : cpr_fail(CPR_NOT_FOUND, "job %s has no parts", job_name);
     if (st == CPR_OK && (needed = needs_fold(job, shard, at))) {
         p.store = store;
-        st = cpr_merge_plan_build(&p, job, at, NULL, 0, 1, shard);
+        st = cpri_merge_plan_build(&p, job, at, NULL, 0, 1, shard);
         if (st == CPR_OK)
-            st = cpr_meta_copy_tables(&m, job->tables, job->n_tables);
+            st = cpri_meta_copy_tables(&m, job->tables, job->n_tables);
         if (st == CPR_OK) {
-            cpr_store_reader_enter_locked(store);
+            cpri_store_reader_enter_locked(store);
             reading = 1;
         }
     }
@@ -176,15 +176,15 @@ cpr_status cpr_fold_shard(cpr_store *store, const char *job_name, uint32_t shard
     m.checkpoint = at;
     m.kind = CPR_KIND_FULL; /* a fold's record is a part record of its rows */
     m.num_shards = shard + 1;
-    m.seg_token = cpr_seg_new_token(store);
-    cpr_seg_fold_name(name, job_name, shard, at, m.seg_token);
+    m.seg_token = cpri_seg_new_token(store);
+    cpri_seg_fold_name(name, job_name, shard, at, m.seg_token);
     st = store->segs->ops->create(store->segs, name, &w);
     fold_out o = {store, w, &m};
-    cpr_merge_sink sink = {.rows = fold_rows, .ctx = &o, .want_versions = 1};
+    cpri_merge_sink sink = {.rows = fold_rows, .ctx = &o, .want_versions = 1};
     if (st == CPR_OK)
-        st = cpr_merge_run(store, &p, &sink, &res);
+        st = cpri_merge_run(store, &p, &sink, &res);
     if (st == CPR_OK) {
-        cpr_obj_writer *done = w;
+        cpri_obj_writer *done = w;
         w = NULL;
         st = store->segs->ops->finish(done, &m.seg_bytes);
     }
@@ -210,9 +210,9 @@ out:
     else if (name[0]) /* finished, never published (D2) */
         store->segs->ops->remove(store->segs, name);
     if (reading)
-        cpr_store_reader_leave(store);
-    cpr_meta_release(&m);
-    cpr_merge_plan_release(&p);
+        cpri_store_reader_leave(store);
+    cpri_meta_release(&m);
+    cpri_merge_plan_release(&p);
     return st;
 }
 
@@ -226,21 +226,21 @@ typedef struct fold_todo {
 
 /* Under store->mu: shard s of job as of its newest part: parts after the
  * base (a fold or a FULL), their bytes and the base's. */
-static void chain_of(const cpr_job *job, uint32_t shard, uint64_t *newest, size_t *parts,
+static void chain_of(const cpri_job *job, uint32_t shard, uint64_t *newest, size_t *parts,
                      uint64_t *after_bytes, uint64_t *base_bytes)
 {
-    const cpr_part_meta *fold;
+    const cpri_part_meta *fold;
     uint64_t start;
     *newest = 0;
     for (size_t i = 0; i < job->n_parts; i++)
         if (job->parts[i].shard == shard)
             *newest = job->parts[i].checkpoint;
-    cpr_shard_sources(job, shard, *newest, &fold, &start);
+    cpri_shard_sources(job, shard, *newest, &fold, &start);
     *parts = 0;
     *after_bytes = 0;
     *base_bytes = fold ? fold->bytes : 0;
     for (size_t i = 0; i < job->n_parts; i++) {
-        const cpr_part_meta *m = &job->parts[i];
+        const cpri_part_meta *m = &job->parts[i];
         if (m->shard != shard || m->checkpoint < start)
             continue;
         if (!fold && m->checkpoint == start && m->kind == CPR_KIND_FULL) {
@@ -259,7 +259,7 @@ static cpr_status find_chains(cpr_store *store, const char *only, uint32_t min_p
     size_t count = 0, cap = 0;
     fold_todo *todo = NULL;
     for (size_t j = 0; j < store->catalog.n_jobs; j++) {
-        const cpr_job *job = store->catalog.jobs[j];
+        const cpri_job *job = store->catalog.jobs[j];
         if (only && strcmp(job->name, only) != 0)
             continue;
         /* Each shard once: parts are sorted by (checkpoint, shard), so a
@@ -309,7 +309,7 @@ static cpr_status find_chains(cpr_store *store, const char *only, uint32_t min_p
     return CPR_OK;
 }
 
-struct cpr_fold_worker {
+struct cpri_fold_worker {
     pthread_t thread;
     pthread_mutex_t mu;
     pthread_cond_t cv;
@@ -317,7 +317,7 @@ struct cpr_fold_worker {
 };
 
 /* Wait `seconds` unless asked to stop; returns stop. */
-static int pause_for(struct cpr_fold_worker *fw, double seconds)
+static int pause_for(struct cpri_fold_worker *fw, double seconds)
 {
     struct timespec until;
     clock_gettime(CLOCK_REALTIME, &until);
@@ -343,22 +343,22 @@ static cpr_status fold_pass(cpr_store *store, const char *job, uint32_t min_part
     pthread_mutex_unlock(&store->mu);
     for (size_t i = 0; st == CPR_OK && i < n; i++) {
         uint64_t bytes = 0, rows = 0;
-        double t0 = cpr_now_s();
+        double t0 = cpri_now_s();
         /* D3, and no pause under it: GC waits only for the fold itself. A
          * fold of a shard a GC folded meanwhile finds nothing to do. */
         pthread_mutex_lock(&store->fold_mu);
-        st = cpr_fold_shard(store, todo[i].job, todo[i].shard, todo[i].at, 1, &bytes, &rows);
+        st = cpri_fold_shard(store, todo[i].job, todo[i].shard, todo[i].at, 1, &bytes, &rows);
         pthread_mutex_unlock(&store->fold_mu);
         if (st == CPR_NOT_FOUND) /* the job went meanwhile */
             st = CPR_OK;
         if (st == CPR_OK && bytes) {
             *folded += 1;
-            cpr_log(CPR_LOG_INFO, "folded %s shard %u at %llu: %llu rows, %llu bytes in "
+            cpri_log(CPR_LOG_INFO, "folded %s shard %u at %llu: %llu rows, %llu bytes in "
                     "%.2f s", todo[i].job, todo[i].shard, (unsigned long long)todo[i].at,
-                    (unsigned long long)rows, (unsigned long long)bytes, cpr_now_s() - t0);
+                    (unsigned long long)rows, (unsigned long long)bytes, cpri_now_s() - t0);
         }
         if (background && bytes && store->folder) { /* D4: the rate limit */
-            double due = (double)bytes / rate - (cpr_now_s() - t0);
+            double due = (double)bytes / rate - (cpri_now_s() - t0);
             if (due > 0 && pause_for(store->folder, due))
                 break;
         }
@@ -371,12 +371,12 @@ cpr_status cpr_store_fold(cpr_store *store, const char *job, uint32_t min_parts,
                           uint64_t *folded)
 {
     uint64_t count = 0;
-    cpr_status st = job ? cpr_check_job_name(job) : CPR_OK;
+    cpr_status st = job ? cpri_check_job_name(job) : CPR_OK;
     if (st == CPR_OK)
         st = fold_pass(store, job, min_parts ? min_parts : 2, 0, &count);
     if (st == CPR_OK && folded)
         *folded = count;
-    return cpr_store_count(store, st);
+    return cpri_store_count(store, st);
 }
 
 /* ---- the background thread --------------------------------------------------- */
@@ -384,7 +384,7 @@ cpr_status cpr_store_fold(cpr_store *store, const char *job, uint32_t min_parts,
 static void *fold_main(void *arg)
 {
     cpr_store *store = arg;
-    struct cpr_fold_worker *fw = store->folder;
+    struct cpri_fold_worker *fw = store->folder;
     /* D4: nice only this thread (Linux: the tid is a process id here). */
     setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), 19);
     for (;;) {
@@ -399,15 +399,15 @@ static void *fold_main(void *arg)
         uint64_t folded = 0;
         cpr_status st = fold_pass(store, NULL, 0, 1, &folded);
         if (st)
-            cpr_log(CPR_LOG_WARN, "background folding failed (%s); restores read the "
+            cpri_log(CPR_LOG_WARN, "background folding failed (%s); restores read the "
                     "parts instead", cpr_errmsg());
     }
     return NULL;
 }
 
-cpr_status cpr_fold_start(cpr_store *store)
+cpr_status cpri_fold_start(cpr_store *store)
 {
-    struct cpr_fold_worker *fw = calloc(1, sizeof *fw);
+    struct cpri_fold_worker *fw = calloc(1, sizeof *fw);
     if (!fw)
         return cpr_fail(CPR_NO_MEMORY, "out of memory starting the folding thread");
     pthread_mutex_init(&fw->mu, NULL);
@@ -423,9 +423,9 @@ cpr_status cpr_fold_start(cpr_store *store)
     return CPR_OK;
 }
 
-void cpr_fold_poke(cpr_store *store)
+void cpri_fold_poke(cpr_store *store)
 {
-    struct cpr_fold_worker *fw = store->folder;
+    struct cpri_fold_worker *fw = store->folder;
     if (!fw)
         return;
     pthread_mutex_lock(&fw->mu);
@@ -434,9 +434,9 @@ void cpr_fold_poke(cpr_store *store)
     pthread_mutex_unlock(&fw->mu);
 }
 
-void cpr_fold_stop(cpr_store *store)
+void cpri_fold_stop(cpr_store *store)
 {
-    struct cpr_fold_worker *fw = store->folder;
+    struct cpri_fold_worker *fw = store->folder;
     if (!fw)
         return;
     pthread_mutex_lock(&fw->mu);

@@ -24,23 +24,23 @@
 #define CPR_META_KEY_LEN 17
 #define CPR_FLOOR_KEY_LEN 5
 
-void cpr_key_meta(unsigned char out[CPR_META_KEY_LEN], uint32_t job_id,
+void cpri_key_meta(unsigned char out[CPR_META_KEY_LEN], uint32_t job_id,
                   uint32_t shard, uint64_t checkpoint);
 /* 'M' (part) or 'B' (fold) record key. */
-void cpr_key_part_record(unsigned char out[CPR_META_KEY_LEN], char type, uint32_t job_id,
+void cpri_key_part_record(unsigned char out[CPR_META_KEY_LEN], char type, uint32_t job_id,
                          uint32_t shard, uint64_t checkpoint);
 /* Parses 'M' and 'B' keys. */
-int cpr_key_meta_parse(const void *key, size_t len, uint32_t *job_id,
+int cpri_key_meta_parse(const void *key, size_t len, uint32_t *job_id,
                        uint32_t *shard, uint64_t *checkpoint);
-void cpr_key_floor(unsigned char out[CPR_FLOOR_KEY_LEN], uint32_t job_id);
+void cpri_key_floor(unsigned char out[CPR_FLOOR_KEY_LEN], uint32_t job_id);
 /* 'J' + name; returns the length (<= 129). */
-size_t cpr_key_job(unsigned char out[130], const char *name);
+size_t cpri_key_job(unsigned char out[130], const char *name);
 /* 'G' + name; returns the length (<= 129). */
-size_t cpr_key_recovery(unsigned char out[130], const char *name);
+size_t cpri_key_recovery(unsigned char out[130], const char *name);
 
-void cpr_put_be32(unsigned char *p, uint32_t v);
-void cpr_put_be64(unsigned char *p, uint64_t v);
-uint32_t cpr_get_be32(const unsigned char *p);
-uint64_t cpr_get_be64(const unsigned char *p);
+void cpri_put_be32(unsigned char *p, uint32_t v);
+void cpri_put_be64(unsigned char *p, uint64_t v);
+uint32_t cpri_get_be32(const unsigned char *p);
+uint64_t cpri_get_be64(const unsigned char *p);
 
 #endif /* CPR_STORE_KEYS_H */

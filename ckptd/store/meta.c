@@ -47,7 +47,7 @@ static void put(wbuf *b, const void *src, size_t n)
 /* The host is little-endian (checked by the build), so native == wire. */
 #define PUT(b, v) do { __typeof__(v) v_ = (v); put((b), &v_, sizeof v_); } while (0)
 
-cpr_status cpr_meta_encode(const cpr_part_meta *m, unsigned char **buf, size_t *len)
+cpr_status cpri_meta_encode(const cpri_part_meta *m, unsigned char **buf, size_t *len)
 {
     wbuf b = {0};
     PUT(&b, (uint8_t)META_VERSION);
@@ -69,7 +69,7 @@ cpr_status cpr_meta_encode(const cpr_part_meta *m, unsigned char **buf, size_t *
     }
     PUT(&b, (uint32_t)m->n_blobs);
     for (size_t i = 0; i < m->n_blobs; i++) {
-        const cpr_blob_meta *bl = &m->blobs[i];
+        const cpri_blob_meta *bl = &m->blobs[i];
         uint8_t name_len = (uint8_t)strlen(bl->name);
         PUT(&b, name_len);
         put(&b, bl->name, name_len);
@@ -81,7 +81,7 @@ cpr_status cpr_meta_encode(const cpr_part_meta *m, unsigned char **buf, size_t *
     PUT(&b, m->seg_bytes);
     PUT(&b, (uint32_t)m->n_blocks);
     for (size_t i = 0; i < m->n_blocks; i++) {
-        const cpr_block_ref *r = &m->blocks[i];
+        const cpri_block_ref *r = &m->blocks[i];
         PUT(&b, r->table);
         PUT(&b, r->n);
         PUT(&b, r->first);
@@ -122,7 +122,7 @@ static void get(rbuf *r, void *dst, size_t n)
 
 #define GET(r, v) get((r), &(v), sizeof(v))
 
-static cpr_status decode_blobs(rbuf *r, cpr_part_meta *m)
+static cpr_status decode_blobs(rbuf *r, cpri_part_meta *m)
 {
     uint32_t n;
     GET(r, n);
@@ -133,7 +133,7 @@ static cpr_status decode_blobs(rbuf *r, cpr_part_meta *m)
         return CPR_NO_MEMORY;
     m->n_blobs = n;
     for (uint32_t i = 0; i < n && !r->bad; i++) {
-        cpr_blob_meta *bl = &m->blobs[i];
+        cpri_blob_meta *bl = &m->blobs[i];
         uint8_t name_len;
         uint32_t n_crcs;
         GET(r, name_len);
@@ -154,7 +154,7 @@ static cpr_status decode_blobs(rbuf *r, cpr_part_meta *m)
     return r->bad ? CPR_CORRUPT : CPR_OK;
 }
 
-static cpr_status decode_blocks(rbuf *r, cpr_part_meta *m)
+static cpr_status decode_blocks(rbuf *r, cpri_part_meta *m)
 {
     uint32_t n;
     GET(r, m->seg_token);
@@ -167,7 +167,7 @@ static cpr_status decode_blocks(rbuf *r, cpr_part_meta *m)
         return CPR_NO_MEMORY;
     m->n_blocks = m->cap_blocks = n;
     for (uint32_t i = 0; i < n; i++) {
-        cpr_block_ref *b = &m->blocks[i];
+        cpri_block_ref *b = &m->blocks[i];
         GET(r, b->table);
         GET(r, b->n);
         GET(r, b->first);
@@ -182,7 +182,7 @@ static cpr_status decode_blocks(rbuf *r, cpr_part_meta *m)
     return r->bad ? CPR_CORRUPT : CPR_OK;
 }
 
-static cpr_status decode_body(rbuf *r, cpr_part_meta *m)
+static cpr_status decode_body(rbuf *r, cpri_part_meta *m)
 {
     uint8_t version, kind;
     uint32_t n_tables;
@@ -216,9 +216,9 @@ static cpr_status decode_body(rbuf *r, cpr_part_meta *m)
     return st ? st : decode_blocks(r, m);
 }
 
-cpr_status cpr_meta_decode(const void *buf, size_t len, cpr_part_meta *out)
+cpr_status cpri_meta_decode(const void *buf, size_t len, cpri_part_meta *out)
 {
-    cpr_part_meta m = {0};
+    cpri_part_meta m = {0};
     rbuf r = {.p = buf, .len = len};
     uint32_t stored_crc;
     cpr_status st;
@@ -233,7 +233,7 @@ cpr_status cpr_meta_decode(const void *buf, size_t len, cpr_part_meta *out)
     if (st == CPR_OK && r.off != r.len)
         st = CPR_CORRUPT;
     if (st) {
-        cpr_meta_release(&m);
+        cpri_meta_release(&m);
         return st == CPR_NO_MEMORY ? cpr_fail(st, "out of memory decoding part record")
                                    : cpr_fail(st, "part record is malformed");
     }
@@ -241,7 +241,7 @@ cpr_status cpr_meta_decode(const void *buf, size_t len, cpr_part_meta *out)
     return CPR_OK;
 }
 
-void cpr_meta_release(cpr_part_meta *m)
+void cpri_meta_release(cpri_part_meta *m)
 {
     if (!m)
         return;
@@ -256,7 +256,7 @@ void cpr_meta_release(cpr_part_meta *m)
     m->n_blobs = m->n_tables = m->n_blocks = m->cap_blocks = 0;
 }
 
-cpr_status cpr_meta_copy_tables(cpr_part_meta *dst, const cpr_table_schema *tables,
+cpr_status cpri_meta_copy_tables(cpri_part_meta *dst, const cpr_table_schema *tables,
                                 size_t n)
 {
     cpr_table_schema *copy = malloc((n ? n : 1) * sizeof *copy);
@@ -270,7 +270,7 @@ cpr_status cpr_meta_copy_tables(cpr_part_meta *dst, const cpr_table_schema *tabl
     return CPR_OK;
 }
 
-const cpr_table_schema *cpr_meta_table(const cpr_part_meta *m, uint32_t table)
+const cpr_table_schema *cpri_meta_table(const cpri_part_meta *m, uint32_t table)
 {
     for (size_t i = 0; i < m->n_tables; i++)
         if (m->tables[i].table == table)
@@ -278,7 +278,7 @@ const cpr_table_schema *cpr_meta_table(const cpr_part_meta *m, uint32_t table)
     return NULL;
 }
 
-const cpr_blob_meta *cpr_meta_blob(const cpr_part_meta *m, const char *name)
+const cpri_blob_meta *cpri_meta_blob(const cpri_part_meta *m, const char *name)
 {
     for (size_t i = 0; i < m->n_blobs; i++)
         if (strcmp(m->blobs[i].name, name) == 0)
@@ -286,11 +286,11 @@ const cpr_blob_meta *cpr_meta_blob(const cpr_part_meta *m, const char *name)
     return NULL;
 }
 
-cpr_status cpr_meta_add_block(cpr_part_meta *m, const cpr_block_ref *ref)
+cpr_status cpri_meta_add_block(cpri_part_meta *m, const cpri_block_ref *ref)
 {
     if (m->n_blocks == m->cap_blocks) {
         size_t cap = m->cap_blocks ? m->cap_blocks * 2 : 16;
-        cpr_block_ref *grown = realloc(m->blocks, cap * sizeof *grown);
+        cpri_block_ref *grown = realloc(m->blocks, cap * sizeof *grown);
         if (!grown)
             return cpr_fail(CPR_NO_MEMORY, "out of memory indexing blocks");
         m->blocks = grown;
@@ -300,7 +300,7 @@ cpr_status cpr_meta_add_block(cpr_part_meta *m, const cpr_block_ref *ref)
     return CPR_OK;
 }
 
-cpr_status cpr_block_open_ref(const void *data, const cpr_block_ref *ref, cpr_block_view *v)
+cpr_status cpri_block_open_ref(const void *data, const cpri_block_ref *ref, cpr_block_view *v)
 {
     cpr_status st = cpr_block_open(data, ref->len, v);
     if (st)

@@ -17,24 +17,24 @@
 #include "cpr/block.h"
 #include "cpr/store.h"
 
-typedef struct cpr_blob_meta {
+typedef struct cpri_blob_meta {
     char name[CPR_NAME_MAX + 1];
     uint64_t size;
     uint32_t *crcs;   /* one per CPR_BLOB_BLOCK bytes; owned */
     size_t n_crcs;
-} cpr_blob_meta;
+} cpri_blob_meta;
 
 /* Where one row block lives, as the catalog knows it. */
-typedef struct cpr_block_ref {
+typedef struct cpri_block_ref {
     uint32_t table;
     uint32_t n;          /* rows */
     uint64_t first, last;/* row ids */
     uint64_t offset;     /* in the segment; a multiple of 8 */
     uint32_t len;        /* bytes, header included */
     uint32_t crc;        /* the block's CRC32C (also in its header) */
-} cpr_block_ref;
+} cpri_block_ref;
 
-typedef struct cpr_part_meta {
+typedef struct cpri_part_meta {
     uint32_t shard;
     uint64_t checkpoint;
     cpr_kind kind;
@@ -46,32 +46,32 @@ typedef struct cpr_part_meta {
     int64_t committed_unix_ms;
     cpr_table_schema *tables; /* owned */
     size_t n_tables;
-    cpr_blob_meta *blobs;     /* owned */
+    cpri_blob_meta *blobs;     /* owned */
     size_t n_blobs;
     uint64_t seg_token;       /* names the segment object (0: no rows) */
     uint64_t seg_bytes;       /* its length */
-    cpr_block_ref *blocks;    /* owned; in segment order */
+    cpri_block_ref *blocks;    /* owned; in segment order */
     size_t n_blocks;
     size_t cap_blocks;        /* not stored */
     int consistent;           /* derived by the catalog, not stored */
-} cpr_part_meta;
+} cpri_part_meta;
 
 /* Encode into a malloc'd buffer (caller frees). */
-cpr_status cpr_meta_encode(const cpr_part_meta *m, unsigned char **buf, size_t *len);
+cpr_status cpri_meta_encode(const cpri_part_meta *m, unsigned char **buf, size_t *len);
 /* Decode; CPR_CORRUPT on any inconsistency. On success *out owns arrays. */
-cpr_status cpr_meta_decode(const void *buf, size_t len, cpr_part_meta *out);
-void cpr_meta_release(cpr_part_meta *m);
+cpr_status cpri_meta_decode(const void *buf, size_t len, cpri_part_meta *out);
+void cpri_meta_release(cpri_part_meta *m);
 /* Deep copy of the tables array into dst (dst's own arrays are replaced). */
-cpr_status cpr_meta_copy_tables(cpr_part_meta *dst, const cpr_table_schema *tables,
+cpr_status cpri_meta_copy_tables(cpri_part_meta *dst, const cpr_table_schema *tables,
                                 size_t n);
-const cpr_table_schema *cpr_meta_table(const cpr_part_meta *m, uint32_t table);
-const cpr_blob_meta *cpr_meta_blob(const cpr_part_meta *m, const char *name);
+const cpr_table_schema *cpri_meta_table(const cpri_part_meta *m, uint32_t table);
+const cpri_blob_meta *cpri_meta_blob(const cpri_part_meta *m, const char *name);
 /* Open a block read for `ref` (cpr_block_open: CRC32C, header, ids) and
  * check that it is the block the catalog records there. CPR_CORRUPT with a
  * message saying which, else *v points into data. */
-cpr_status cpr_block_open_ref(const void *data, const cpr_block_ref *ref, cpr_block_view *v);
+cpr_status cpri_block_open_ref(const void *data, const cpri_block_ref *ref, cpr_block_view *v);
 
 /* Append a block reference (grows m->blocks). */
-cpr_status cpr_meta_add_block(cpr_part_meta *m, const cpr_block_ref *ref);
+cpr_status cpri_meta_add_block(cpri_part_meta *m, const cpri_block_ref *ref);
 
 #endif /* CPR_STORE_META_H */

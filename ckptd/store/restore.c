@@ -95,13 +95,13 @@ static size_t range_at(const cpr_row_range *rs, size_t n, uint64_t row)
     return lo;
 }
 
-static int span_selected(const cpr_merge_plan *p, uint64_t first, uint64_t last)
+static int span_selected(const cpri_merge_plan *p, uint64_t first, uint64_t last)
 {
     size_t i = range_at(p->ranges, p->n_ranges, first);
     return i < p->n_ranges && p->ranges[i].begin <= last;
 }
 
-static int table_wanted(const cpr_merge_plan *p, uint32_t table)
+static int table_wanted(const cpri_merge_plan *p, uint32_t table)
 {
     for (size_t i = 0; i < p->n_tables; i++)
         if (p->tables[i].table == table)
@@ -109,7 +109,7 @@ static int table_wanted(const cpr_merge_plan *p, uint32_t table)
     return 0;
 }
 
-static cpr_status add_object(cpr_merge_plan *p, const char *name, uint32_t *index)
+static cpr_status add_object(cpri_merge_plan *p, const char *name, uint32_t *index)
 {
     if (p->n_objects && strcmp(p->objects[p->n_objects - 1], name) == 0) {
         *index = (uint32_t)(p->n_objects - 1);
@@ -130,11 +130,11 @@ static cpr_status add_object(cpr_merge_plan *p, const char *name, uint32_t *inde
     return CPR_OK;
 }
 
-static cpr_status add_candidate(cpr_merge_plan *p, const cpr_merge_cand *c)
+static cpr_status add_candidate(cpri_merge_plan *p, const cpri_merge_cand *c)
 {
     if (p->n_cands == p->cap_cands) {
         size_t cap = p->cap_cands ? p->cap_cands * 2 : 64;
-        cpr_merge_cand *grown = realloc(p->cands, cap * sizeof *grown);
+        cpri_merge_cand *grown = realloc(p->cands, cap * sizeof *grown);
         if (!grown)
             return cpr_fail(CPR_NO_MEMORY, "out of memory planning a restore");
         p->cands = grown;
@@ -145,7 +145,7 @@ static cpr_status add_candidate(cpr_merge_plan *p, const cpr_merge_cand *c)
 }
 
 /* The blocks of one source (a part, or a fold) that the query can use. */
-static cpr_status add_source(cpr_merge_plan *p, const char *job, const cpr_part_meta *m,
+static cpr_status add_source(cpri_merge_plan *p, const char *job, const cpri_part_meta *m,
                              int fold)
 {
     char name[CPR_SEG_NAME_MAX];
@@ -154,17 +154,17 @@ static cpr_status add_source(cpr_merge_plan *p, const char *job, const cpr_part_
     cpr_status st = CPR_OK;
     if (!m->seg_token)
         return CPR_OK;
-    (fold ? cpr_seg_fold_name : cpr_seg_part_name)(name, job, m->shard, m->checkpoint,
+    (fold ? cpri_seg_fold_name : cpri_seg_part_name)(name, job, m->shard, m->checkpoint,
                                                    m->seg_token);
     for (size_t i = 0; st == CPR_OK && i < m->n_blocks; i++) {
-        const cpr_block_ref *b = &m->blocks[i];
+        const cpri_block_ref *b = &m->blocks[i];
         if (!table_wanted(p, b->table) || !span_selected(p, b->first, b->last))
             continue;
         if (!have_obj) {
             st = add_object(p, name, &obj);
             have_obj = 1;
         }
-        cpr_merge_cand c = {
+        cpri_merge_cand c = {
             .ref = *b, .object = obj, .shard = m->shard,
             .checkpoint = fold ? 0 : m->checkpoint, .seq = i, .fold = fold,
         };
@@ -174,18 +174,18 @@ static cpr_status add_source(cpr_merge_plan *p, const char *job, const cpr_part_
     return st;
 }
 
-cpr_status cpr_shard_sources(const cpr_job *job, uint32_t shard, uint64_t as_of,
-                             const cpr_part_meta **fold, uint64_t *start)
+cpr_status cpri_shard_sources(const cpri_job *job, uint32_t shard, uint64_t as_of,
+                             const cpri_part_meta **fold, uint64_t *start)
 {
-    const cpr_part_meta *full = NULL;
+    const cpri_part_meta *full = NULL;
     for (size_t i = 0; i < job->n_parts; i++) {
-        const cpr_part_meta *m = &job->parts[i];
+        const cpri_part_meta *m = &job->parts[i];
         if (m->checkpoint > as_of)
             break;
         if (m->shard == shard && m->kind == CPR_KIND_FULL)
             full = m;
     }
-    const cpr_part_meta *f = cpr_job_fold_at_most(job, shard, as_of);
+    const cpri_part_meta *f = cpri_job_fold_at_most(job, shard, as_of);
     if (f && (!full || f->checkpoint > full->checkpoint)) {
         *fold = f;
         *start = f->checkpoint;
@@ -197,7 +197,7 @@ cpr_status cpr_shard_sources(const cpr_job *job, uint32_t shard, uint64_t as_of,
 }
 
 /* Distinct shards with a part or fold at or below as_of, ascending. */
-static cpr_status shards_of(const cpr_job *job, uint64_t as_of, uint32_t **out, size_t *n)
+static cpr_status shards_of(const cpri_job *job, uint64_t as_of, uint32_t **out, size_t *n)
 {
     size_t cap = job->n_parts + job->n_folds + 1, count = 0;
     uint32_t *s = malloc(cap * sizeof *s);
@@ -232,18 +232,18 @@ static cpr_status shards_of(const cpr_job *job, uint64_t as_of, uint32_t **out, 
 }
 
 /* Candidates of one shard as of `as_of` (sources above). */
-static cpr_status plan_shard(cpr_merge_plan *p, const cpr_job *job, uint32_t shard,
+static cpr_status plan_shard(cpri_merge_plan *p, const cpri_job *job, uint32_t shard,
                              uint64_t as_of)
 {
-    const cpr_part_meta *fold;
+    const cpri_part_meta *fold;
     uint64_t start;
-    cpr_status st = cpr_shard_sources(job, shard, as_of, &fold, &start);
+    cpr_status st = cpri_shard_sources(job, shard, as_of, &fold, &start);
     if (st == CPR_OK && p->store)
-        st = cpr_store_check_folds(p->store, job, shard, as_of); /* S5 */
+        st = cpri_store_check_folds(p->store, job, shard, as_of); /* S5 */
     if (st == CPR_OK && fold)
         st = add_source(p, job->name, fold, 1);
     for (size_t i = 0; st == CPR_OK && i < job->n_parts; i++) {
-        const cpr_part_meta *m = &job->parts[i];
+        const cpri_part_meta *m = &job->parts[i];
         if (m->checkpoint > as_of)
             break;
         if (m->shard == shard && m->checkpoint >= start)
@@ -254,7 +254,7 @@ static cpr_status plan_shard(cpr_merge_plan *p, const cpr_job *job, uint32_t sha
 
 static int cand_cmp(const void *a, const void *b)
 {
-    const cpr_merge_cand *x = a, *y = b;
+    const cpri_merge_cand *x = a, *y = b;
     if (x->ref.table != y->ref.table)
         return x->ref.table < y->ref.table ? -1 : 1;
     if (x->ref.first != y->ref.first)
@@ -270,7 +270,7 @@ static int schema_cmp(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
-cpr_status cpr_merge_plan_build(cpr_merge_plan *p, const cpr_job *job, uint64_t as_of,
+cpr_status cpri_merge_plan_build(cpri_merge_plan *p, const cpri_job *job, uint64_t as_of,
                                 const uint32_t *tables, size_t n_tables, int only_shard,
                                 uint32_t shard)
 {
@@ -280,7 +280,7 @@ cpr_status cpr_merge_plan_build(cpr_merge_plan *p, const cpr_job *job, uint64_t 
     if (!p->tables)
         return cpr_fail(CPR_NO_MEMORY, "out of memory planning a restore");
     for (size_t i = 0; i < n; i++) {
-        const cpr_table_schema *t = n_tables ? cpr_job_table(job, tables[i]) : &job->tables[i];
+        const cpr_table_schema *t = n_tables ? cpri_job_table(job, tables[i]) : &job->tables[i];
         if (!t)
             return cpr_fail(CPR_NOT_FOUND, "table %u is not part of job %s: no committed "
                             "part declares it", tables[i], job->name);
@@ -308,7 +308,7 @@ cpr_status cpr_merge_plan_build(cpr_merge_plan *p, const cpr_job *job, uint64_t 
     return st;
 }
 
-void cpr_merge_plan_release(cpr_merge_plan *p)
+void cpri_merge_plan_release(cpri_merge_plan *p)
 {
     for (size_t i = 0; i < p->n_objects; i++)
         free(p->objects[i]);
@@ -326,7 +326,7 @@ typedef struct cursor {
     const unsigned char *data;   /* the stored block */
     cpr_block_view v;
     uint32_t pos;
-    const cpr_merge_cand *cand;
+    const cpri_merge_cand *cand;
 } cursor;
 
 static uint64_t version_of(const cursor *c)
@@ -402,7 +402,7 @@ static cursor *heap_pop(heap *h)
 /* ---- output ------------------------------------------------------------------ */
 
 typedef struct out_batch {
-    const cpr_merge_sink *sink;
+    const cpri_merge_sink *sink;
     const cpr_table_schema *t;
     size_t n, cap;
     uint64_t *ids, *versions;
@@ -414,7 +414,7 @@ static cpr_status out_flush(out_batch *o)
 {
     if (o->n == 0)
         return CPR_OK;
-    cpr_merge_rows rows = {
+    cpri_merge_rows rows = {
         .table = o->t->table, .dim = o->t->dim, .state_dim = o->t->state_dim, .n = o->n,
         .ids = o->ids, .versions = o->sink->want_versions ? o->versions : NULL,
         .values = o->values, .state = o->t->state_dim ? o->state : NULL,
@@ -460,8 +460,8 @@ static cpr_status out_copy(out_batch *o, const cursor *c, uint32_t i, uint32_t j
 
 typedef struct merge {
     cpr_store *store;
-    const cpr_merge_plan *p;
-    cpr_obj_reader *reader;
+    const cpri_merge_plan *p;
+    cpri_obj_reader *reader;
     out_batch out;
     heap h;
     size_t next;                 /* next candidate to load */
@@ -477,7 +477,7 @@ static void cursor_free(merge *m, cursor *c)
     free(c);
 }
 
-static int row_selected(const cpr_merge_plan *p, uint64_t id)
+static int row_selected(const cpri_merge_plan *p, uint64_t id)
 {
     if (p->modulo && id % p->modulo != p->remainder)
         return 0;
@@ -493,14 +493,14 @@ static int version_kept(const merge *m, const cursor *c)
 
 static cpr_status load_next(merge *m, cursor **out)
 {
-    const cpr_merge_cand *cand = &m->p->cands[m->next++];
+    const cpri_merge_cand *cand = &m->p->cands[m->next++];
     cursor *c = calloc(1, sizeof *c);
     if (!c)
         return cpr_fail(CPR_NO_MEMORY, "out of memory merging blocks");
     c->cand = cand;
     cpr_status st = m->store->segs->ops->read_next(m->reader, &c->owner, &c->data);
     if (st == CPR_OK)
-        st = cpr_block_open_ref(c->data, &cand->ref, &c->v);
+        st = cpri_block_open_ref(c->data, &cand->ref, &c->v);
     if (st == CPR_OK && !c->v.versions != !cand->fold)
         st = cpr_fail(CPR_CORRUPT, "a %s block where the catalog records a %s",
                       c->v.versions ? "fold's" : "part's", cand->fold ? "fold" : "part");
@@ -522,7 +522,7 @@ static cpr_status load_next(merge *m, cursor **out)
         return st;
     }
     /* Skip to the first row the query's ranges can select. */
-    const cpr_merge_plan *p = m->p;
+    const cpri_merge_plan *p = m->p;
     size_t r = range_at(p->ranges, p->n_ranges, c->v.h.first_row);
     if (r < p->n_ranges && p->ranges[r].begin > c->v.h.first_row) {
         uint32_t lo = 0, hi = c->v.h.n;
@@ -560,7 +560,7 @@ static cpr_status load_through(merge *m, size_t end, uint64_t row)
 /* The lone cursor c, from its position to its end: runs of selected rows. */
 static cpr_status emit_alone(merge *m, cursor *c)
 {
-    const cpr_merge_plan *p = m->p;
+    const cpri_merge_plan *p = m->p;
     uint32_t n = c->v.h.n;
     if (c->pos == 0 && m->out.sink->block && !p->modulo && !p->keep_below &&
         !c->v.versions && n <= m->out.cap && row_selected(p, c->v.ids[0]) &&
@@ -651,7 +651,7 @@ static cpr_status merge_table(merge *m, size_t end)
     return st;
 }
 
-static size_t batch_rows_for(const cpr_merge_plan *p, const cpr_table_schema *t)
+static size_t batch_rows_for(const cpri_merge_plan *p, const cpr_table_schema *t)
 {
     /* A batch may become a block (restore_blocks, folds): never over the
      * block limit, whatever batch_rows asks. */
@@ -682,14 +682,14 @@ static cpr_status out_reserve(out_batch *o, const cpr_table_schema *t, size_t ca
     return CPR_OK;
 }
 
-cpr_status cpr_merge_run(cpr_store *store, const cpr_merge_plan *p, const cpr_merge_sink *sink,
+cpr_status cpri_merge_run(cpr_store *store, const cpri_merge_plan *p, const cpri_merge_sink *sink,
                          cpr_restore_result *res)
 {
     merge m = {.store = store, .p = p, .out = {.sink = sink, .res = res}};
-    cpr_obj_extent *ext = malloc((p->n_cands ? p->n_cands : 1) * sizeof *ext);
+    cpri_obj_extent *ext = malloc((p->n_cands ? p->n_cands : 1) * sizeof *ext);
     cpr_status st = ext ? CPR_OK : cpr_fail(CPR_NO_MEMORY, "out of memory starting reads");
     for (size_t i = 0; st == CPR_OK && i < p->n_cands; i++)
-        ext[i] = (cpr_obj_extent){p->objects[p->cands[i].object], p->cands[i].ref.offset,
+        ext[i] = (cpri_obj_extent){p->objects[p->cands[i].object], p->cands[i].ref.offset,
                                   p->cands[i].ref.len};
     if (st == CPR_OK && p->n_cands)
         st = store->segs->ops->read_start(store->segs, ext, p->n_cands, FETCH_DEPTH, &m.reader);
@@ -721,7 +721,7 @@ cpr_status cpr_merge_run(cpr_store *store, const cpr_merge_plan *p, const cpr_me
 
 /* The newest committed checkpoint id at or below `max` (parts are sorted,
  * C1); 0 if there is none. */
-static uint64_t newest_at_most(const cpr_job *job, uint64_t max)
+static uint64_t newest_at_most(const cpri_job *job, uint64_t max)
 {
     for (size_t i = job->n_parts; i-- > 0;)
         if (job->parts[i].checkpoint <= max)
@@ -730,14 +730,14 @@ static uint64_t newest_at_most(const cpr_job *job, uint64_t max)
 }
 
 /* Under store->mu: resolve as_of and plan (M3). */
-static cpr_status plan(cpr_store *store, const cpr_restore_query *q, cpr_merge_plan *p)
+static cpr_status plan(cpr_store *store, const cpr_restore_query *q, cpri_merge_plan *p)
 {
-    cpr_job *job = cpr_catalog_find(&store->catalog, q->job);
+    cpri_job *job = cpri_catalog_find(&store->catalog, q->job);
     uint64_t as_of = 0;
     if (!job || job->n_parts == 0)
         return cpr_fail(CPR_NOT_FOUND, "job %s has no committed parts", q->job);
     if (q->consistent) {
-        if (cpr_job_cuts(job, &as_of, 1) == 0)
+        if (cpri_job_cuts(job, &as_of, 1) == 0)
             return cpr_fail(CPR_NOT_FOUND, "job %s has no consistent cut yet", q->job);
     } else {
         as_of = q->as_of ? q->as_of : UINT64_MAX;
@@ -755,9 +755,9 @@ static cpr_status plan(cpr_store *store, const cpr_restore_query *q, cpr_merge_p
                         (unsigned long long)job->parts[0].checkpoint);
     as_of = used;
     p->store = store;
-    cpr_status st = cpr_merge_plan_build(p, job, as_of, q->tables, q->n_tables, 0, 0);
+    cpr_status st = cpri_merge_plan_build(p, job, as_of, q->tables, q->n_tables, 0, 0);
     if (st == CPR_OK)
-        cpr_store_reader_enter_locked(store);
+        cpri_store_reader_enter_locked(store);
     return st;
 }
 
@@ -765,7 +765,7 @@ static cpr_status check_query(const cpr_restore_query *q, int have_fn)
 {
     if (!q || !have_fn)
         return cpr_fail(CPR_INVALID_ARGUMENT, "restore needs a query and a callback");
-    cpr_status st = cpr_check_job_name(q->job);
+    cpr_status st = cpri_check_job_name(q->job);
     if (st == CPR_OK && q->modulo && q->remainder >= q->modulo)
         st = cpr_fail(CPR_INVALID_ARGUMENT, "remainder %llu must be below modulo %llu",
                       (unsigned long long)q->remainder, (unsigned long long)q->modulo);
@@ -783,9 +783,9 @@ static cpr_status check_query(const cpr_restore_query *q, int have_fn)
 }
 
 static cpr_status restore(cpr_store *store, const cpr_restore_query *q,
-                          const cpr_merge_sink *sink, int have_fn, cpr_restore_result *result)
+                          const cpri_merge_sink *sink, int have_fn, cpr_restore_result *result)
 {
-    cpr_merge_plan p = {0};
+    cpri_merge_plan p = {0};
     cpr_restore_result res = {0};
     int reading = 0;
     cpr_status st = check_query(q, have_fn);
@@ -801,17 +801,17 @@ static cpr_status restore(cpr_store *store, const cpr_restore_query *q,
         pthread_mutex_unlock(&store->mu);
     }
     if (st == CPR_OK)
-        st = cpr_merge_run(store, &p, sink, &res);
+        st = cpri_merge_run(store, &p, sink, &res);
     if (reading)
-        cpr_store_reader_leave(store);
+        cpri_store_reader_leave(store);
     atomic_fetch_add(&store->rows_out, res.rows);
     atomic_fetch_add(&store->bytes_out, res.bytes);
     if (st == CPR_OK && result) {
         res.as_of = p.as_of;
         *result = res;
     }
-    cpr_merge_plan_release(&p);
-    return cpr_store_count(store, st);
+    cpri_merge_plan_release(&p);
+    return cpri_store_count(store, st);
 }
 
 /* Row API: batches of arrays with their CRC32C. */
@@ -820,7 +820,7 @@ typedef struct row_ctx {
     void *ctx;
 } row_ctx;
 
-static cpr_status rows_to_batch(void *ctx, const cpr_merge_rows *r)
+static cpr_status rows_to_batch(void *ctx, const cpri_merge_rows *r)
 {
     row_ctx *rc = ctx;
     cpr_row_batch b = {
@@ -837,7 +837,7 @@ static cpr_status block_to_batch(void *ctx, const void *block, size_t len,
 {
     (void)block;
     (void)len;
-    cpr_merge_rows r = {
+    cpri_merge_rows r = {
         .table = v->h.table, .dim = v->h.dim, .state_dim = v->h.state_dim, .n = v->h.n,
         .ids = v->ids, .values = v->values, .state = v->state,
     };
@@ -848,7 +848,7 @@ cpr_status cpr_store_restore(cpr_store *store, const cpr_restore_query *q, cpr_r
                              void *ctx, cpr_restore_result *result)
 {
     row_ctx rc = {fn, ctx};
-    cpr_merge_sink sink = {.rows = rows_to_batch, .block = block_to_batch, .ctx = &rc};
+    cpri_merge_sink sink = {.rows = rows_to_batch, .block = block_to_batch, .ctx = &rc};
     return restore(store, q, &sink, fn != NULL, result);
 }
 
@@ -860,7 +860,7 @@ typedef struct block_ctx {
     size_t cap;
 } block_ctx;
 
-static cpr_status rows_to_block(void *ctx, const cpr_merge_rows *r)
+static cpr_status rows_to_block(void *ctx, const cpri_merge_rows *r)
 {
     block_ctx *bc = ctx;
     size_t bytes = cpr_block_size((uint32_t)r->n, r->dim, r->state_dim, 0);
@@ -897,7 +897,7 @@ cpr_status cpr_store_restore_blocks(cpr_store *store, const cpr_restore_query *q
                                     cpr_block_fn fn, void *ctx, cpr_restore_result *result)
 {
     block_ctx bc = {fn, ctx, NULL, 0};
-    cpr_merge_sink sink = {.rows = rows_to_block, .block = block_as_is, .ctx = &bc};
+    cpri_merge_sink sink = {.rows = rows_to_block, .block = block_as_is, .ctx = &bc};
     cpr_status st = restore(store, q, &sink, fn != NULL, result);
     free(bc.buf);
     return st;

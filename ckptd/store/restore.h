@@ -11,16 +11,16 @@
 #include "cpr/block.h"
 #include "cpr/store.h"
 
-typedef struct cpr_merge_cand {
-    cpr_block_ref ref;
+typedef struct cpri_merge_cand {
+    cpri_block_ref ref;
     uint32_t object;      /* index into plan->objects */
     uint32_t shard;
     uint64_t checkpoint;  /* the part's; 0 for a fold block (versions per row) */
     uint64_t seq;         /* block index in its part: later blocks win */
     int fold;
-} cpr_merge_cand;
+} cpri_merge_cand;
 
-typedef struct cpr_merge_plan {
+typedef struct cpri_merge_plan {
     const struct cpr_store *store;  /* for its damaged fold records (S5); may be NULL */
     uint64_t as_of;
     cpr_table_schema *tables;       /* ascending by id */
@@ -32,42 +32,42 @@ typedef struct cpr_merge_plan {
     uint64_t keep_below;            /* folds: emit only versions below this */
     char **objects;                 /* segment names */
     size_t n_objects, cap_objects;
-    cpr_merge_cand *cands;          /* sorted by (table, first row) */
+    cpri_merge_cand *cands;          /* sorted by (table, first row) */
     size_t n_cands, cap_cands;
-} cpr_merge_plan;
+} cpri_merge_plan;
 
 /* Rows of one table, ascending; arrays valid during the call. */
-typedef struct cpr_merge_rows {
+typedef struct cpri_merge_rows {
     uint32_t table, dim, state_dim;
     size_t n;
     const uint64_t *ids;
     const uint64_t *versions;       /* only when the sink wants them */
     const float *values, *state;
-} cpr_merge_rows;
+} cpri_merge_rows;
 
-typedef struct cpr_merge_sink {
-    cpr_status (*rows)(void *ctx, const cpr_merge_rows *rows);
+typedef struct cpri_merge_sink {
+    cpr_status (*rows)(void *ctx, const cpri_merge_rows *rows);
     /* A stored block passed on unchanged (NULL: never pass through). */
     cpr_status (*block)(void *ctx, const void *block, size_t len, const cpr_block_view *v);
     void *ctx;
     int want_versions;
-} cpr_merge_sink;
+} cpri_merge_sink;
 
 /* Shard `shard`'s sources as of `as_of`: *fold (or NULL) and the first
  * checkpoint of its parts to read (catalog C6; restore.c). */
-cpr_status cpr_shard_sources(const cpr_job *job, uint32_t shard, uint64_t as_of,
-                             const cpr_part_meta **fold, uint64_t *start);
+cpr_status cpri_shard_sources(const cpri_job *job, uint32_t shard, uint64_t as_of,
+                             const cpri_part_meta **fold, uint64_t *start);
 
 /* Under store->mu. p->ranges (and modulo, batch_rows, keep_below) must be
  * set; tables NULL/0 means every table of the job. only_shard: plan that
  * shard alone. */
-cpr_status cpr_merge_plan_build(cpr_merge_plan *p, const cpr_job *job, uint64_t as_of,
+cpr_status cpri_merge_plan_build(cpri_merge_plan *p, const cpri_job *job, uint64_t as_of,
                                 const uint32_t *tables, size_t n_tables, int only_shard,
                                 uint32_t shard);
-void cpr_merge_plan_release(cpr_merge_plan *p);
+void cpri_merge_plan_release(cpri_merge_plan *p);
 
 /* Run the merge (without store->mu; the caller is a registered reader). */
-cpr_status cpr_merge_run(cpr_store *store, const cpr_merge_plan *p, const cpr_merge_sink *sink,
+cpr_status cpri_merge_run(cpr_store *store, const cpri_merge_plan *p, const cpri_merge_sink *sink,
                          cpr_restore_result *res);
 
 #endif /* CPR_STORE_RESTORE_H */

@@ -21,14 +21,14 @@
 
 /* ---- small helpers --------------------------------------------------- */
 
-cpr_status cpr_store_count(cpr_store *store, cpr_status st)
+cpr_status cpri_store_count(cpr_store *store, cpr_status st)
 {
     if (st != CPR_OK && (unsigned)st < CPR_STATUS_COUNT_)
         atomic_fetch_add(&store->errors[st], 1);
     return st;
 }
 
-cpr_status cpr_rocks_error(char *err, const char *what)
+cpr_status cpri_rocks_error(char *err, const char *what)
 {
     cpr_status st = CPR_IO;
     if (strncmp(err, "Corruption", 10) == 0)
@@ -42,16 +42,16 @@ cpr_status cpr_rocks_error(char *err, const char *what)
     return st;
 }
 
-cpr_status cpr_check_job_name(const char *job)
+cpr_status cpri_check_job_name(const char *job)
 {
-    if (!cpr_name_valid(job))
+    if (!cpri_name_valid(job))
         return cpr_fail(CPR_INVALID_ARGUMENT,
                         "job name \"%.140s\" is invalid: use 1-128 characters of "
                         "A-Z a-z 0-9 . _ -", job ? job : "(null)");
     return CPR_OK;
 }
 
-char *cpr_path_join(const char *a, const char *b)
+char *cpri_path_join(const char *a, const char *b)
 {
     size_t len = strlen(a) + strlen(b) + 2;
     char *p = malloc(len);
@@ -60,7 +60,7 @@ char *cpr_path_join(const char *a, const char *b)
     return p;
 }
 
-char *cpr_part_dirname(const char *job, uint32_t shard, uint64_t ckpt, const char *root)
+char *cpri_part_dirname(const char *job, uint32_t shard, uint64_t ckpt, const char *root)
 {
     size_t len = strlen(root) + strlen(job) + 64;
     char *p = malloc(len);
@@ -69,7 +69,7 @@ char *cpr_part_dirname(const char *job, uint32_t shard, uint64_t ckpt, const cha
     return p;
 }
 
-int cpr_mkdirs(const char *path)
+int cpri_mkdirs(const char *path)
 {
     char buf[4096];
     size_t len = strlen(path);
@@ -97,7 +97,7 @@ static int rm_entry(const char *path, const struct stat *sb, int flag, struct FT
     return 0;
 }
 
-void cpr_rmtree(const char *path)
+void cpri_rmtree(const char *path)
 {
     nftw(path, rm_entry, 32, FTW_DEPTH | FTW_PHYS);
 }
@@ -113,7 +113,7 @@ static int add_bytes(const char *path, const struct stat *sb, int flag, struct F
     return 0;
 }
 
-uint64_t cpr_tree_bytes(const char *path)
+uint64_t cpri_tree_bytes(const char *path)
 {
     tree_bytes_acc = 0;
     nftw(path, add_bytes, 32, FTW_PHYS);
@@ -128,7 +128,7 @@ static int part_matches(const open_part *p, const cpr_part_id *id)
            strcmp(p->job_name, id->job) == 0;
 }
 
-open_part *cpr_open_part_get(cpr_store *store, const cpr_part_id *id)
+open_part *cpri_open_part_get(cpr_store *store, const cpr_part_id *id)
 {
     open_part *found = NULL;
     pthread_mutex_lock(&store->mu);
@@ -143,31 +143,31 @@ open_part *cpr_open_part_get(cpr_store *store, const cpr_part_id *id)
     return found;
 }
 
-void cpr_open_part_put(cpr_store *store, open_part *part)
+void cpri_open_part_put(cpr_store *store, open_part *part)
 {
     int last;
     pthread_mutex_lock(&store->mu);
     last = --part->refs == 0 && part->removed;
     pthread_mutex_unlock(&store->mu);
     if (last)
-        cpr_open_part_free(store, part);
+        cpri_open_part_free(store, part);
 }
 
-void cpr_open_part_free(cpr_store *store, open_part *part)
+void cpri_open_part_free(cpr_store *store, open_part *part)
 {
     if (part->seg)
         store->segs->ops->discard(part->seg);
     else if (part->seg_name[0]) /* finished but never committed */
         store->segs->ops->remove(store->segs, part->seg_name);
-    cpr_block_builder_release(&part->bb);
+    cpri_block_builder_release(&part->bb);
     for (size_t i = 0; i < part->n_blobs; i++)
-        cpr_bfile_discard(part->blobs[i].writer);
+        cpri_bfile_discard(part->blobs[i].writer);
     if (part->dir)
-        cpr_rmtree(part->dir);
+        cpri_rmtree(part->dir);
     free(part->blobs);
     free(part->dir);
     free(part->final_dir);
-    cpr_meta_release(&part->meta);
+    cpri_meta_release(&part->meta);
     pthread_mutex_destroy(&part->mu);
     free(part);
 }
@@ -183,38 +183,38 @@ static cpr_status load_jobs(cpr_store *store, rocksdb_iterator_t *it)
         const char *key = rocksdb_iter_key(it, &klen);
         const char *val = rocksdb_iter_value(it, &vlen);
         char name[CPR_NAME_MAX + 1];
-        cpr_job *job;
+        cpri_job *job;
         if (klen < 1 || key[0] != 'J')
             break;
         if (klen - 1 > CPR_NAME_MAX || vlen != 4) {
-            cpr_log(CPR_LOG_ERROR, "skipping malformed job record");
+            cpri_log(CPR_LOG_ERROR, "skipping malformed job record");
             continue;
         }
         memcpy(name, key + 1, klen - 1);
         name[klen - 1] = '\0';
-        st = cpr_catalog_add_job(&store->catalog, name,
-                                 cpr_get_be32((const unsigned char *)val), &job);
+        st = cpri_catalog_add_job(&store->catalog, name,
+                                 cpri_get_be32((const unsigned char *)val), &job);
     }
     char *err = NULL;
     rocksdb_iter_get_error(it, &err);
     if (st == CPR_OK && err)
-        return cpr_rocks_error(err, "reading job records");
+        return cpri_rocks_error(err, "reading job records");
     rocksdb_free(err);
     return st;
 }
 
-static void load_floor(cpr_store *store, cpr_job *job)
+static void load_floor(cpr_store *store, cpri_job *job)
 {
     unsigned char key[CPR_FLOOR_KEY_LEN];
     size_t vlen = 0;
     char *err = NULL;
-    cpr_key_floor(key, job->id);
+    cpri_key_floor(key, job->id);
     char *val = rocksdb_get(store->db, store->read_opts, (const char *)key, sizeof key,
                             &vlen, &err);
     if (err)
         rocksdb_free(err);
     if (val && vlen == 8)
-        job->floor = cpr_get_be64((const unsigned char *)val);
+        job->floor = cpri_get_be64((const unsigned char *)val);
     rocksdb_free(val);
 }
 
@@ -229,7 +229,7 @@ static cpr_status note_damaged(cpr_store *store, uint32_t job_id, uint32_t shard
     return CPR_OK;
 }
 
-int cpr_store_is_damaged(const cpr_store *store, uint32_t job_id, uint32_t shard, uint64_t ckpt)
+int cpri_store_is_damaged(const cpr_store *store, uint32_t job_id, uint32_t shard, uint64_t ckpt)
 {
     for (size_t i = 0; i < store->n_damaged; i++)
         if (!store->damaged[i].fold && store->damaged[i].job_id == job_id &&
@@ -238,7 +238,7 @@ int cpr_store_is_damaged(const cpr_store *store, uint32_t job_id, uint32_t shard
     return 0;
 }
 
-cpr_status cpr_store_check_folds(const cpr_store *store, const cpr_job *job, uint32_t shard,
+cpr_status cpri_store_check_folds(const cpr_store *store, const cpri_job *job, uint32_t shard,
                                  uint64_t as_of)
 {
     for (size_t i = 0; i < store->n_damaged; i++) {
@@ -267,19 +267,19 @@ static cpr_status load_parts(cpr_store *store, rocksdb_iterator_t *it, char type
         const char *val = rocksdb_iter_value(it, &vlen);
         uint32_t job_id, shard;
         uint64_t ckpt;
-        cpr_part_meta m;
+        cpri_part_meta m;
         if (klen < 1 || key[0] != type)
             break;
-        if (cpr_key_meta_parse(key, klen, &job_id, &shard, &ckpt) != 0)
+        if (cpri_key_meta_parse(key, klen, &job_id, &shard, &ckpt) != 0)
             continue;
-        cpr_job *job = cpr_catalog_find_id(&store->catalog, job_id);
-        cpr_status dec = job ? cpr_meta_decode(val, vlen, &m) : CPR_CORRUPT;
+        cpri_job *job = cpri_catalog_find_id(&store->catalog, job_id);
+        cpr_status dec = job ? cpri_meta_decode(val, vlen, &m) : CPR_CORRUPT;
         if (dec == CPR_NO_MEMORY) {
             st = cpr_fail(CPR_NO_MEMORY, "out of memory loading part records");
             break;
         }
         if (dec != CPR_OK) { /* S5 */
-            cpr_log(CPR_LOG_ERROR, "%s record of job id %u shard %u checkpoint %llu is "
+            cpri_log(CPR_LOG_ERROR, "%s record of job id %u shard %u checkpoint %llu is "
                     "damaged; %s (cprctl verify reports it)", type == 'B' ? "fold" : "part",
                     job_id, shard, (unsigned long long)ckpt,
                     type == 'B' ? "restores of that shard from there on fail"
@@ -287,13 +287,13 @@ static cpr_status load_parts(cpr_store *store, rocksdb_iterator_t *it, char type
             st = note_damaged(store, job_id, shard, ckpt, type == 'B');
             continue;
         }
-        st = type == 'M' ? cpr_job_add_part(job, &m) : cpr_job_add_fold(job, &m);
+        st = type == 'M' ? cpri_job_add_part(job, &m) : cpri_job_add_fold(job, &m);
     }
     if (st == CPR_OK) {
         char *err = NULL;
         rocksdb_iter_get_error(it, &err);
         if (err)
-            st = cpr_rocks_error(err, "reading part records");
+            st = cpri_rocks_error(err, "reading part records");
     }
     return st;
 }
@@ -348,7 +348,7 @@ static cpr_status check_format(cpr_store *store, const char *dir)
     char *err = NULL;
     char *val = rocksdb_get(store->db, store->read_opts, "V", 1, &vlen, &err);
     if (err)
-        return cpr_rocks_error(err, "reading the store format");
+        return cpri_rocks_error(err, "reading the store format");
     uint32_t format = 0;
     if (val && vlen == 4)
         memcpy(&format, val, 4);
@@ -370,20 +370,20 @@ static cpr_status check_format(cpr_store *store, const char *dir)
     format = CPR_STORE_FORMAT;
     memcpy(v, &format, 4);
     rocksdb_put(store->db, store->sync_write, "V", 1, (const char *)v, 4, &err);
-    return err ? cpr_rocks_error(err, "recording the store format") : CPR_OK;
+    return err ? cpri_rocks_error(err, "recording the store format") : CPR_OK;
 }
 
 static cpr_status make_dirs(cpr_store *store, const char *dir)
 {
     store->dir = strdup(dir);
-    store->db_dir = cpr_path_join(dir, "db");
-    store->blobs_dir = cpr_path_join(dir, "blobs");
-    store->staging_dir = cpr_path_join(dir, "staging");
-    store->segs_dir = cpr_path_join(dir, "segments");
+    store->db_dir = cpri_path_join(dir, "db");
+    store->blobs_dir = cpri_path_join(dir, "blobs");
+    store->staging_dir = cpri_path_join(dir, "staging");
+    store->segs_dir = cpri_path_join(dir, "segments");
     if (!store->dir || !store->db_dir || !store->blobs_dir || !store->staging_dir ||
         !store->segs_dir)
         return cpr_fail(CPR_NO_MEMORY, "out of memory opening store %s", dir);
-    if (cpr_mkdirs(dir) || cpr_mkdirs(store->blobs_dir) || cpr_mkdirs(store->staging_dir))
+    if (cpri_mkdirs(dir) || cpri_mkdirs(store->blobs_dir) || cpri_mkdirs(store->staging_dir))
         return cpr_fail(errno == ENOSPC ? CPR_RESOURCE_EXHAUSTED : CPR_IO,
                         "cannot create store directories under %s: %s", dir,
                         strerror(errno));
@@ -419,26 +419,26 @@ cpr_status cpr_store_open(const char *dir, const cpr_store_options *opts,
     setup_rocks_options(store);
     store->db = rocksdb_open(store->db_opts, store->db_dir, &err);
     if (err) {
-        st = cpr_rocks_error(err, "opening the store database");
+        st = cpri_rocks_error(err, "opening the store database");
         if (st == CPR_UNAVAILABLE)
             cpr_fail(st, "store %s is already open in another process or handle", dir);
         goto out;
     }
     st = check_format(store, dir);
     if (st == CPR_OK)
-        st = cpr_backend_local_open(store->segs_dir, store->opts.no_sync, &store->segs);
+        st = cpri_backend_local_open(store->segs_dir, store->opts.no_sync, &store->segs);
     if (st == CPR_OK)
         st = load_catalog(store);
     if (st)
         goto out;
     pthread_mutex_lock(&store->mu);
-    uint64_t swept = cpr_store_sweep(store) + cpr_store_sweep_segments(store);
+    uint64_t swept = cpri_store_sweep(store) + cpri_store_sweep_segments(store);
     pthread_mutex_unlock(&store->mu);
     if (swept)
-        cpr_log(CPR_LOG_INFO, "store %s: removed %llu leftovers of interrupted writes",
+        cpri_log(CPR_LOG_INFO, "store %s: removed %llu leftovers of interrupted writes",
                 dir, (unsigned long long)swept);
     if (!store->opts.no_fold)
-        st = cpr_fold_start(store);
+        st = cpri_fold_start(store);
 out:
     if (st) {
         cpr_store_close(store);
@@ -452,11 +452,11 @@ void cpr_store_close(cpr_store *store)
 {
     if (!store)
         return;
-    cpr_fold_stop(store);
+    cpri_fold_stop(store);
     while (store->open_parts) {
         open_part *p = store->open_parts;
         store->open_parts = p->next;
-        cpr_open_part_free(store, p);
+        cpri_open_part_free(store, p);
     }
     while (store->doomed) { /* no reader is left */
         doomed_seg *d = store->doomed;
@@ -475,7 +475,7 @@ void cpr_store_close(cpr_store *store)
         rocksdb_flush(store->db, fo, &err);
         rocksdb_flushoptions_destroy(fo);
         if (err) {
-            cpr_log(CPR_LOG_WARN, "store %s: flushing the catalog at close: %s", store->dir, err);
+            cpri_log(CPR_LOG_WARN, "store %s: flushing the catalog at close: %s", store->dir, err);
             rocksdb_free(err);
         }
         rocksdb_close(store->db);
@@ -486,7 +486,7 @@ void cpr_store_close(cpr_store *store)
         rocksdb_readoptions_destroy(store->read_opts);
     if (store->sync_write)
         rocksdb_writeoptions_destroy(store->sync_write);
-    cpr_catalog_release(&store->catalog);
+    cpri_catalog_release(&store->catalog);
     pthread_mutex_destroy(&store->mu);
     pthread_mutex_destroy(&store->commit_mu);
     pthread_mutex_destroy(&store->recovery_mu);
@@ -522,24 +522,24 @@ static uint64_t sweep_root(cpr_store *store, const char *root, int is_staging)
     while ((je = readdir(jobs)) != NULL) {
         if (strncmp(je->d_name, "j_", 2) != 0)
             continue;
-        char *job_dir = cpr_path_join(root, je->d_name);
+        char *job_dir = cpri_path_join(root, je->d_name);
         DIR *parts = job_dir ? opendir(job_dir) : NULL;
         struct dirent *pe;
-        cpr_job *job = cpr_catalog_find(&store->catalog, je->d_name + 2);
+        cpri_job *job = cpri_catalog_find(&store->catalog, je->d_name + 2);
         while (parts && (pe = readdir(parts)) != NULL) {
             unsigned shard;
             unsigned long long ckpt;
             char tail;
             if (pe->d_name[0] == '.')
                 continue;
-            char *path = cpr_path_join(job_dir, pe->d_name);
+            char *path = cpri_path_join(job_dir, pe->d_name);
             int parsed = sscanf(pe->d_name, "%u-%llu%c", &shard, &ckpt, &tail) == 2;
             int keep = !path || staging_in_use(store, path) ||
                        (!is_staging && parsed && job &&
-                        (cpr_job_find_part(job, shard, ckpt) ||
-                         cpr_store_is_damaged(store, job->id, shard, ckpt))); /* S5 */
+                        (cpri_job_find_part(job, shard, ckpt) ||
+                         cpri_store_is_damaged(store, job->id, shard, ckpt))); /* S5 */
             if (!keep) {
-                cpr_rmtree(path);
+                cpri_rmtree(path);
                 removed++;
             }
             free(path);
@@ -567,7 +567,7 @@ static int segment_known(cpr_store *store, const char *name)
             return 1;
     char job_name[CPR_NAME_MAX + 1];
     snprintf(job_name, sizeof job_name, "%.*s", (int)(slash - name), name);
-    cpr_job *job = cpr_catalog_find(&store->catalog, job_name);
+    cpri_job *job = cpri_catalog_find(&store->catalog, job_name);
     unsigned shard;
     unsigned long long ckpt;
     if (!job)
@@ -575,14 +575,14 @@ static int segment_known(cpr_store *store, const char *name)
     int fold = sscanf(slash + 1, "%u-f%llu.", &shard, &ckpt) == 2;
     if (!fold && sscanf(slash + 1, "%u-%llu.", &shard, &ckpt) != 2)
         return 0;
-    if (!fold && cpr_store_is_damaged(store, job->id, shard, ckpt))
+    if (!fold && cpri_store_is_damaged(store, job->id, shard, ckpt))
         return 1; /* S5 */
-    const cpr_part_meta *list = fold ? job->folds : job->parts;
+    const cpri_part_meta *list = fold ? job->folds : job->parts;
     size_t n = fold ? job->n_folds : job->n_parts;
     for (size_t i = 0; i < n; i++) {
         if (list[i].shard != shard || list[i].checkpoint != ckpt || !list[i].seg_token)
             continue;
-        (fold ? cpr_seg_fold_name : cpr_seg_part_name)(buf, job->name, shard, ckpt,
+        (fold ? cpri_seg_fold_name : cpri_seg_part_name)(buf, job->name, shard, ckpt,
                                                        list[i].seg_token);
         if (strcmp(buf, name) == 0)
             return 1;
@@ -630,15 +630,15 @@ static uint64_t sweep_segments(cpr_store *store)
     return s.n;
 }
 
-uint64_t cpr_store_sweep(cpr_store *store)
+uint64_t cpri_store_sweep(cpr_store *store)
 {
     return sweep_root(store, store->staging_dir, 1) + sweep_root(store, store->blobs_dir, 0);
 }
 
-uint64_t cpr_store_sweep_segments(cpr_store *store)
+uint64_t cpri_store_sweep_segments(cpr_store *store)
 {
     if (store->n_damaged) { /* S5: a damaged record may be the only one naming it */
-        cpr_log(CPR_LOG_WARN, "store %s: %zu damaged records; segments without a record "
+        cpri_log(CPR_LOG_WARN, "store %s: %zu damaged records; segments without a record "
                 "are kept", store->dir, store->n_damaged);
         return 0;
     }
@@ -647,32 +647,32 @@ uint64_t cpr_store_sweep_segments(cpr_store *store)
 
 /* ---- segment names and readers (S7) ------------------------------------ */
 
-void cpr_seg_part_name(char *out, const char *job, uint32_t shard, uint64_t ckpt,
+void cpri_seg_part_name(char *out, const char *job, uint32_t shard, uint64_t ckpt,
                        uint64_t token)
 {
     snprintf(out, CPR_SEG_NAME_MAX, "%s/%u-%llu.%016llx", job, shard,
              (unsigned long long)ckpt, (unsigned long long)token);
 }
 
-void cpr_seg_fold_name(char *out, const char *job, uint32_t shard, uint64_t ckpt,
+void cpri_seg_fold_name(char *out, const char *job, uint32_t shard, uint64_t ckpt,
                        uint64_t token)
 {
     snprintf(out, CPR_SEG_NAME_MAX, "%s/%u-f%llu.%016llx", job, shard,
              (unsigned long long)ckpt, (unsigned long long)token);
 }
 
-uint64_t cpr_seg_new_token(cpr_store *store)
+uint64_t cpri_seg_new_token(cpr_store *store)
 {
     uint64_t t = atomic_fetch_add(&store->token_seq, 1);
     return t ? t : atomic_fetch_add(&store->token_seq, 1);
 }
 
-void cpr_store_reader_enter_locked(cpr_store *store)
+void cpri_store_reader_enter_locked(cpr_store *store)
 {
     store->readers++;
 }
 
-void cpr_store_reader_leave(cpr_store *store)
+void cpri_store_reader_leave(cpr_store *store)
 {
     doomed_seg *todo = NULL;
     pthread_mutex_lock(&store->mu);
@@ -689,7 +689,7 @@ void cpr_store_reader_leave(cpr_store *store)
     }
 }
 
-void cpr_store_doom_locked(cpr_store *store, const char *name)
+void cpri_store_doom_locked(cpr_store *store, const char *name)
 {
     if (!store->readers) {
         store->segs->ops->remove(store->segs, name);
@@ -697,7 +697,7 @@ void cpr_store_doom_locked(cpr_store *store, const char *name)
     }
     doomed_seg *d = calloc(1, sizeof *d);
     if (!d) { /* S7 forbids removing it now: the sweep at the next open will */
-        cpr_log(CPR_LOG_WARN, "out of memory: segment %s stays until the next open", name);
+        cpri_log(CPR_LOG_WARN, "out of memory: segment %s stays until the next open", name);
         return;
     }
     snprintf(d->name, sizeof d->name, "%s", name);
@@ -707,7 +707,7 @@ void cpr_store_doom_locked(cpr_store *store, const char *name)
 
 /* ---- metadata queries -------------------------------------------------- */
 
-static void fill_info(cpr_part_info *info, const cpr_part_meta *m, int committed)
+static void fill_info(cpr_part_info *info, const cpri_part_meta *m, int committed)
 {
     info->shard = m->shard;
     info->checkpoint = m->checkpoint;
@@ -722,7 +722,7 @@ static void fill_info(cpr_part_info *info, const cpr_part_meta *m, int committed
 }
 
 /* Under store->mu: parts List shows (C5: none below the floor). */
-static size_t count_listed(const cpr_store *store, const cpr_job *job, const char *job_name)
+static size_t count_listed(const cpr_store *store, const cpri_job *job, const char *job_name)
 {
     size_t n = 0;
     for (size_t i = 0; job && i < job->n_parts; i++)
@@ -743,13 +743,13 @@ static int info_cmp(const void *a, const void *b)
 cpr_status cpr_store_list(cpr_store *store, const char *job_name,
                           cpr_part_info **out, size_t *n)
 {
-    cpr_status st = cpr_check_job_name(job_name);
+    cpr_status st = cpri_check_job_name(job_name);
     cpr_part_info *infos = NULL;
     size_t count = 0;
     if (st)
-        return cpr_store_count(store, st);
+        return cpri_store_count(store, st);
     pthread_mutex_lock(&store->mu);
-    cpr_job *job = cpr_catalog_find(&store->catalog, job_name);
+    cpri_job *job = cpri_catalog_find(&store->catalog, job_name);
     size_t cap = job ? job->n_parts : 0;
     for (open_part *p = store->open_parts; p; p = p->next)
         cap += strcmp(p->job_name, job_name) == 0;
@@ -775,7 +775,7 @@ cpr_status cpr_store_list(cpr_store *store, const char *job_name,
 out:
     pthread_mutex_unlock(&store->mu);
     if (st)
-        return cpr_store_count(store, st);
+        return cpri_store_count(store, st);
     qsort(infos, count, sizeof *infos, info_cmp);
     *out = infos;
     *n = count;
@@ -788,7 +788,7 @@ static int name_cmp(const void *a, const void *b)
 }
 
 /* Under store->mu: does `job` have a part (committed or open)? */
-static int job_has_parts(const cpr_store *store, const cpr_job *job)
+static int job_has_parts(const cpr_store *store, const cpri_job *job)
 {
     if (job->n_parts)
         return 1;
@@ -805,7 +805,7 @@ cpr_status cpr_store_list_jobs(cpr_store *store, char ***names, size_t *n)
     pthread_mutex_lock(&store->mu);
     char **out = calloc(store->catalog.n_jobs + 1, sizeof *out);
     for (size_t i = 0; out && i < store->catalog.n_jobs; i++) {
-        const cpr_job *job = store->catalog.jobs[i];
+        const cpri_job *job = store->catalog.jobs[i];
         if (!job_has_parts(store, job))
             continue;
         out[count] = strdup(job->name);
@@ -819,7 +819,7 @@ cpr_status cpr_store_list_jobs(cpr_store *store, char ***names, size_t *n)
         st = cpr_fail(CPR_NO_MEMORY, "out of memory listing jobs");
     if (st) {
         cpr_names_free(out, count);
-        return cpr_store_count(store, st);
+        return cpri_store_count(store, st);
     }
     qsort(out, count, sizeof *out, name_cmp);
     *names = out;
@@ -829,21 +829,21 @@ cpr_status cpr_store_list_jobs(cpr_store *store, char ***names, size_t *n)
 
 cpr_status cpr_store_latest_cut(cpr_store *store, const char *job_name, uint64_t *cut)
 {
-    cpr_status st = cpr_check_job_name(job_name);
+    cpr_status st = cpri_check_job_name(job_name);
     uint64_t found = 0;
     if (st)
-        return cpr_store_count(store, st);
+        return cpri_store_count(store, st);
     pthread_mutex_lock(&store->mu);
-    cpr_job *job = cpr_catalog_find(&store->catalog, job_name);
+    cpri_job *job = cpri_catalog_find(&store->catalog, job_name);
     if (!job || job->n_parts == 0)
         st = cpr_fail(CPR_NOT_FOUND, "job %s has no committed parts", job_name);
-    else if (cpr_job_cuts(job, &found, 1) == 0)
+    else if (cpri_job_cuts(job, &found, 1) == 0)
         st = cpr_fail(CPR_NOT_FOUND, "job %s has no consistent cut yet: every shard "
                       "needs a committed FULL (or complete DELTA chain) at the same "
                       "checkpoint id", job_name);
     pthread_mutex_unlock(&store->mu);
     if (st)
-        return cpr_store_count(store, st);
+        return cpri_store_count(store, st);
     *cut = found;
     return CPR_OK;
 }
@@ -866,7 +866,7 @@ cpr_status cpr_store_stats_get(cpr_store *store, cpr_store_stats *out)
     s.bytes_out = atomic_load(&store->bytes_out);
     for (int i = 0; i < CPR_STATUS_COUNT_; i++)
         s.errors[i] = atomic_load(&store->errors[i]);
-    s.store_bytes = cpr_tree_bytes(store->dir);
+    s.store_bytes = cpri_tree_bytes(store->dir);
     *out = s;
     return CPR_OK;
 }

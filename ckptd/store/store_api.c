@@ -10,7 +10,7 @@ static const char *store_errmsg(void)
     return cpr_errmsg();
 }
 
-static const cpr_store_api api = {
+static const cpri_store_api api = {
     .abi = CPR_STORE_API_ABI,
     .open = cpr_store_open,
     .close = cpr_store_close,
@@ -33,7 +33,7 @@ static const cpr_store_api api = {
     .errmsg = store_errmsg,
 };
 
-const cpr_store_api *cpr_store_api_get(void)
+const cpri_store_api *cpri_store_api_get(void)
 {
     return &api;
 }

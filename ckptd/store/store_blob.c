@@ -34,11 +34,11 @@ static cpr_status check_block(void *ctx, uint64_t index, const void *data, size_
 
 /* Under store->mu: the blob's path and a copy of its checksums. */
 static cpr_status find_blob(cpr_store *store, const cpr_part_id *id, const char *name,
-                            char **path, cpr_blob_meta *copy)
+                            char **path, cpri_blob_meta *copy)
 {
-    cpr_job *job = cpr_catalog_find(&store->catalog, id->job);
-    const cpr_part_meta *m = job ? cpr_job_find_part(job, id->shard, id->checkpoint) : NULL;
-    const cpr_blob_meta *b = m ? cpr_meta_blob(m, name) : NULL;
+    cpri_job *job = cpri_catalog_find(&store->catalog, id->job);
+    const cpri_part_meta *m = job ? cpri_job_find_part(job, id->shard, id->checkpoint) : NULL;
+    const cpri_blob_meta *b = m ? cpri_meta_blob(m, name) : NULL;
     if (!m)
         return cpr_fail(CPR_NOT_FOUND, "no committed part %s/%u/%llu", id->job,
                         id->shard, (unsigned long long)id->checkpoint);
@@ -47,7 +47,7 @@ static cpr_status find_blob(cpr_store *store, const cpr_part_id *id, const char 
                         id->shard, (unsigned long long)id->checkpoint, name);
     *copy = *b;
     copy->crcs = malloc((b->n_crcs ? b->n_crcs : 1) * sizeof *copy->crcs);
-    char *dir = cpr_part_dirname(id->job, id->shard, id->checkpoint, store->blobs_dir);
+    char *dir = cpri_part_dirname(id->job, id->shard, id->checkpoint, store->blobs_dir);
     size_t len = dir ? strlen(dir) + strlen(name) + 4 : 0;
     *path = dir ? malloc(len) : NULL;
     if (!copy->crcs || !*path) {
@@ -66,25 +66,25 @@ static cpr_status find_blob(cpr_store *store, const cpr_part_id *id, const char 
 cpr_status cpr_store_read_blob(cpr_store *store, const cpr_part_id *id, const char *name,
                                uint64_t *size, cpr_blob_fn fn, void *ctx)
 {
-    cpr_blob_meta meta = {0};
+    cpri_blob_meta meta = {0};
     char *path = NULL;
-    cpr_status st = cpr_check_job_name(id->job);
-    if (st == CPR_OK && !cpr_name_valid(name))
+    cpr_status st = cpri_check_job_name(id->job);
+    if (st == CPR_OK && !cpri_name_valid(name))
         st = cpr_fail(CPR_INVALID_ARGUMENT, "blob name \"%.140s\" is invalid",
                       name ? name : "(null)");
     if (st)
-        return cpr_store_count(store, st);
+        return cpri_store_count(store, st);
     pthread_mutex_lock(&store->mu);
     st = find_blob(store, id, name, &path, &meta);
     pthread_mutex_unlock(&store->mu);
     if (st)
-        return cpr_store_count(store, st);
+        return cpri_store_count(store, st);
     if (size)
         *size = meta.size;
     blob_read b = {.path = path, .crcs = meta.crcs, .fn = fn, .ctx = ctx};
-    st = cpr_bfile_read(path, meta.size, 1, check_block, &b);
+    st = cpri_bfile_read(path, meta.size, 1, check_block, &b);
     atomic_fetch_add(&store->bytes_out, b.bytes);
     free(meta.crcs);
     free(path);
-    return cpr_store_count(store, st);
+    return cpri_store_count(store, st);
 }

@@ -40,11 +40,11 @@ static cpr_status write_floor(cpr_store *store, uint32_t job_id, uint64_t floor)
 {
     unsigned char key[CPR_FLOOR_KEY_LEN], val[8];
     char *err = NULL;
-    cpr_key_floor(key, job_id);
-    cpr_put_be64(val, floor);
+    cpri_key_floor(key, job_id);
+    cpri_put_be64(val, floor);
     rocksdb_put(store->db, store->sync_write, (const char *)key, sizeof key,
                 (const char *)val, sizeof val, &err);
-    return err ? cpr_rocks_error(err, "recording the retention floor") : CPR_OK;
+    return err ? cpri_rocks_error(err, "recording the retention floor") : CPR_OK;
 }
 
 /* What a run asks for: keep `keep` cuts, or (floor > 0) exactly that floor. */
@@ -56,7 +56,7 @@ typedef struct gc_goal {
 /* Under store->mu: may `floor`, given by the caller, become the job's floor?
  * It must be a consistent cut (catalog invariant C3 relies on it): here, at
  * least, no newer than the job's newest part and every part at it consistent. */
-static cpr_status check_given_floor(const cpr_job *job, uint64_t floor)
+static cpr_status check_given_floor(const cpri_job *job, uint64_t floor)
 {
     unsigned long long f = (unsigned long long)floor;
     if (floor <= job->floor)
@@ -67,7 +67,7 @@ static cpr_status check_given_floor(const cpr_job *job, uint64_t floor)
                         "cut of the job", f, job->name, job->n_parts ?
                         (unsigned long long)job->parts[job->n_parts - 1].checkpoint : 0ULL);
     for (size_t i = 0; i < job->n_parts; i++) {
-        const cpr_part_meta *p = &job->parts[i];
+        const cpri_part_meta *p = &job->parts[i];
         if (p->checkpoint == floor && !p->consistent)
             return cpr_fail(CPR_FAILED_PRECONDITION, "floor %llu is not a consistent cut "
                             "of job %s: part %s/%u/%llu is %s", f, job->name, job->name,
@@ -78,7 +78,7 @@ static cpr_status check_given_floor(const cpr_job *job, uint64_t floor)
 }
 
 /* Under store->mu: the floor the goal asks for (0: not enough cuts yet). */
-static cpr_status choose_floor(const cpr_job *job, const gc_goal *goal, uint64_t *floor)
+static cpr_status choose_floor(const cpri_job *job, const gc_goal *goal, uint64_t *floor)
 {
     if (goal->floor) {
         *floor = goal->floor;
@@ -87,7 +87,7 @@ static cpr_status choose_floor(const cpr_job *job, const gc_goal *goal, uint64_t
     uint64_t *cuts = malloc(goal->keep * sizeof *cuts);
     if (!cuts)
         return cpr_fail(CPR_NO_MEMORY, "out of memory planning retention");
-    size_t n_cuts = cpr_job_cuts(job, cuts, goal->keep);
+    size_t n_cuts = cpri_job_cuts(job, cuts, goal->keep);
     *floor = n_cuts >= goal->keep ? cuts[goal->keep - 1] : 0;
     free(cuts);
     return CPR_OK;
@@ -95,7 +95,7 @@ static cpr_status choose_floor(const cpr_job *job, const gc_goal *goal, uint64_t
 
 /* G1, under store->commit_mu and store->mu: choose the floor and publish it.
  * commit_mu keeps a commit from slipping in below a floor being raised. */
-static cpr_status raise_floor(cpr_store *store, cpr_job *job, const gc_goal *goal)
+static cpr_status raise_floor(cpr_store *store, cpri_job *job, const gc_goal *goal)
 {
     uint64_t floor = 0;
     cpr_status st = choose_floor(job, goal, &floor);
@@ -108,14 +108,14 @@ static cpr_status raise_floor(cpr_store *store, cpr_job *job, const gc_goal *goa
 }
 
 /* Under store->mu: shards with parts or folds below the floor. */
-static cpr_status shards_below(const cpr_job *job, uint32_t **out, size_t *n)
+static cpr_status shards_below(const cpri_job *job, uint32_t **out, size_t *n)
 {
     size_t count = 0;
     uint32_t *s = malloc((job->n_parts + job->n_folds + 1) * sizeof *s);
     if (!s)
         return cpr_fail(CPR_NO_MEMORY, "out of memory for retention");
     for (size_t i = 0; i < job->n_parts + job->n_folds; i++) {
-        const cpr_part_meta *m = i < job->n_parts ? &job->parts[i] : &job->folds[i - job->n_parts];
+        const cpri_part_meta *m = i < job->n_parts ? &job->parts[i] : &job->folds[i - job->n_parts];
         if (m->checkpoint >= job->floor)
             continue;
         int seen = 0;
@@ -143,22 +143,22 @@ static cpr_status drop_below(cpr_store *store, const char *job_name, cpr_gc_repo
     size_t n_dirs = 0;
     rocksdb_writebatch_t *wb = rocksdb_writebatch_create();
     pthread_mutex_lock(&store->mu);
-    cpr_job *job = cpr_catalog_find(&store->catalog, job_name);
+    cpri_job *job = cpri_catalog_find(&store->catalog, job_name);
     uint64_t floor = job ? job->floor : 0;
     cpr_status st = CPR_OK;
     for (size_t i = 0; job && i < job->n_parts && job->parts[i].checkpoint < floor; i++) {
-        cpr_key_part_record(key, 'M', job->id, job->parts[i].shard, job->parts[i].checkpoint);
+        cpri_key_part_record(key, 'M', job->id, job->parts[i].shard, job->parts[i].checkpoint);
         rocksdb_writebatch_delete(wb, (const char *)key, sizeof key);
     }
     for (size_t i = 0; job && i < job->n_folds; i++)
         if (job->folds[i].checkpoint < floor) {
-            cpr_key_part_record(key, 'B', job->id, job->folds[i].shard, job->folds[i].checkpoint);
+            cpri_key_part_record(key, 'B', job->id, job->folds[i].shard, job->folds[i].checkpoint);
             rocksdb_writebatch_delete(wb, (const char *)key, sizeof key);
         }
     if (rocksdb_writebatch_count(wb)) {
         rocksdb_write(store->db, store->sync_write, wb, &err);
         if (err)
-            st = cpr_rocks_error(err, "deleting reclaimed part records");
+            st = cpri_rocks_error(err, "deleting reclaimed part records");
     }
     if (st == CPR_OK && job) {
         size_t n = 0;
@@ -166,33 +166,33 @@ static cpr_status drop_below(cpr_store *store, const char *job_name, cpr_gc_repo
             n++;
         blob_dirs = malloc((n + 1) * sizeof *blob_dirs);
         for (size_t i = 0; i < n; i++) {
-            const cpr_part_meta *m = &job->parts[i];
+            const cpri_part_meta *m = &job->parts[i];
             rep->versions_removed += m->rows;
             if (m->seg_token) {
-                cpr_seg_part_name(name, job->name, m->shard, m->checkpoint, m->seg_token);
-                cpr_store_doom_locked(store, name);
+                cpri_seg_part_name(name, job->name, m->shard, m->checkpoint, m->seg_token);
+                cpri_store_doom_locked(store, name);
             }
             if (blob_dirs && m->n_blobs)
                 blob_dirs[n_dirs++] = (doomed_part){m->shard, m->checkpoint};
         }
-        rep->parts_removed += cpr_job_drop_below(job, floor);
+        rep->parts_removed += cpri_job_drop_below(job, floor);
         for (size_t i = job->n_folds; i-- > 0;) {
-            const cpr_part_meta *f = &job->folds[i];
+            const cpri_part_meta *f = &job->folds[i];
             if (f->checkpoint >= floor)
                 continue;
             rep->versions_removed += f->rows;
-            cpr_seg_fold_name(name, job->name, f->shard, f->checkpoint, f->seg_token);
-            cpr_store_doom_locked(store, name);
-            cpr_job_drop_fold(job, i);
+            cpri_seg_fold_name(name, job->name, f->shard, f->checkpoint, f->seg_token);
+            cpri_store_doom_locked(store, name);
+            cpri_job_drop_fold(job, i);
         }
     }
     pthread_mutex_unlock(&store->mu);
     rocksdb_writebatch_destroy(wb);
     for (size_t i = 0; i < n_dirs; i++) {
-        char *dir = cpr_part_dirname(job_name, blob_dirs[i].shard, blob_dirs[i].checkpoint,
+        char *dir = cpri_part_dirname(job_name, blob_dirs[i].shard, blob_dirs[i].checkpoint,
                                      store->blobs_dir);
         if (dir)
-            cpr_rmtree(dir);
+            cpri_rmtree(dir);
         free(dir);
     }
     free(blob_dirs);
@@ -208,7 +208,7 @@ static cpr_status gc_one(cpr_store *store, const char *job_name, const gc_goal *
     uint64_t floor = 0;
     pthread_mutex_lock(&store->commit_mu);
     pthread_mutex_lock(&store->mu);
-    cpr_job *job = cpr_catalog_find(&store->catalog, job_name);
+    cpri_job *job = cpri_catalog_find(&store->catalog, job_name);
     cpr_status st = job ? raise_floor(store, job, goal) : CPR_OK;
     if (st == CPR_OK && job && job->floor) {
         floor = job->floor;
@@ -219,7 +219,7 @@ static cpr_status gc_one(cpr_store *store, const char *job_name, const gc_goal *
     /* G2: folds first; if one fails, nothing below the floor goes. */
     for (size_t i = 0; st == CPR_OK && i < n_shards; i++) {
         uint64_t rows = 0;
-        st = cpr_fold_shard(store, job_name, shards[i], floor, 0, NULL, &rows);
+        st = cpri_fold_shard(store, job_name, shards[i], floor, 0, NULL, &rows);
         rep->versions_removed -= rows; /* kept, in the fold (added back by G3's count) */
     }
     if (st == CPR_OK && n_shards)
@@ -237,13 +237,13 @@ static cpr_status gc_run(cpr_store *store, const char *job_name, const gc_goal *
 {
     cpr_gc_report rep = {0};
     cpr_status st = CPR_OK;
-    rep.bytes_before = cpr_tree_bytes(store->dir);
+    rep.bytes_before = cpri_tree_bytes(store->dir);
     pthread_mutex_lock(&store->fold_mu); /* D3: no fold runs while GC sweeps */
     pthread_mutex_lock(&store->mu);
-    rep.uncommitted_removed = cpr_store_sweep(store);
+    rep.uncommitted_removed = cpri_store_sweep(store);
     size_t n_jobs = store->catalog.n_jobs;
     char (*names)[CPR_NAME_MAX + 1] = malloc((n_jobs + 1) * sizeof *names);
-    cpr_job *only = job_name ? cpr_catalog_find(&store->catalog, job_name) : NULL;
+    cpri_job *only = job_name ? cpri_catalog_find(&store->catalog, job_name) : NULL;
     for (size_t i = 0; names && i < n_jobs; i++)
         snprintf(names[i], sizeof names[i], "%s", store->catalog.jobs[i]->name);
     pthread_mutex_unlock(&store->mu);
@@ -255,22 +255,22 @@ static cpr_status gc_run(cpr_store *store, const char *job_name, const gc_goal *
         st = gc_one(store, only ? job_name : names[i], goal, &rep);
     pthread_mutex_unlock(&store->fold_mu);
     free(names);
-    rep.bytes_after = cpr_tree_bytes(store->dir);
+    rep.bytes_after = cpri_tree_bytes(store->dir);
     if (st == CPR_OK && report)
         *report = rep;
-    return cpr_store_count(store, st);
+    return cpri_store_count(store, st);
 }
 
 cpr_status cpr_store_gc(cpr_store *store, const char *job_name, uint32_t keep,
                         cpr_gc_report *report)
 {
     gc_goal goal = {.keep = keep ? keep : store->opts.retain_cuts};
-    cpr_status st = job_name ? cpr_check_job_name(job_name) : CPR_OK;
+    cpr_status st = job_name ? cpri_check_job_name(job_name) : CPR_OK;
     if (st == CPR_OK && goal.keep > 100000)
         st = cpr_fail(CPR_INVALID_ARGUMENT, "keep %u: retention keeps at most 100000 cuts",
                       goal.keep);
     if (st)
-        return cpr_store_count(store, st);
+        return cpri_store_count(store, st);
     return gc_run(store, job_name, &goal, report);
 }
 
@@ -284,12 +284,12 @@ cpr_status cpr_store_gc_floor(cpr_store *store, const char *job_name, uint64_t f
                               cpr_gc_report *report)
 {
     gc_goal goal = {.floor = floor};
-    cpr_status st = cpr_check_job_name(job_name);
+    cpr_status st = cpri_check_job_name(job_name);
     if (st == CPR_OK && floor == 0)
         st = cpr_fail(CPR_INVALID_ARGUMENT, "gc of job %s: floor 0 is no checkpoint; give "
                       "the consistent cut to keep (or use cpr_store_gc)", job_name);
     if (st)
-        return cpr_store_count(store, st);
+        return cpri_store_count(store, st);
     return gc_run(store, job_name, &goal, report);
 }
 
@@ -305,7 +305,7 @@ typedef struct verify_run {
 static void problem(verify_run *v, const char *what, const char *where)
 {
     v->rep.problems++;
-    cpr_log(CPR_LOG_WARN, "verify: %s at %s", what, where);
+    cpri_log(CPR_LOG_WARN, "verify: %s at %s", what, where);
     if (v->fn)
         v->fn(v->ctx, what, where);
 }
@@ -314,7 +314,7 @@ static void problem(verify_run *v, const char *what, const char *where)
 typedef struct seg_copy {
     char name[CPR_SEG_NAME_MAX];
     char where[CPR_NAME_MAX + 96];
-    cpr_block_ref *blocks;
+    cpri_block_ref *blocks;
     size_t n_blocks;
 } seg_copy;
 
@@ -330,12 +330,12 @@ typedef struct job_copy {
     size_t n_blobs;
 } job_copy;
 
-static cpr_status copy_segment(job_copy *c, const cpr_part_meta *m, int fold)
+static cpr_status copy_segment(job_copy *c, const cpri_part_meta *m, int fold)
 {
     seg_copy *sc = &c->segs[c->n_segs];
     if (!m->seg_token)
         return CPR_OK;
-    (fold ? cpr_seg_fold_name : cpr_seg_part_name)(sc->name, c->name, m->shard,
+    (fold ? cpri_seg_fold_name : cpri_seg_part_name)(sc->name, c->name, m->shard,
                                                    m->checkpoint, m->seg_token);
     snprintf(sc->where, sizeof sc->where, "job %s shard %u %s %llu", c->name, m->shard,
              fold ? "fold at" : "checkpoint", (unsigned long long)m->checkpoint);
@@ -349,7 +349,7 @@ static cpr_status copy_segment(job_copy *c, const cpr_part_meta *m, int fold)
     return CPR_OK;
 }
 
-static cpr_status copy_job(const cpr_job *job, job_copy *c)
+static cpr_status copy_job(const cpri_job *job, job_copy *c)
 {
     size_t n = 0;
     cpr_status st = CPR_OK;
@@ -391,16 +391,16 @@ static void free_job_copy(job_copy *c)
  * (reported once); the others are still checked. */
 static void verify_segment(verify_run *v, const seg_copy *sc)
 {
-    cpr_obj_extent *ext = malloc((sc->n_blocks + 1) * sizeof *ext);
-    cpr_obj_reader *r = NULL;
+    cpri_obj_extent *ext = malloc((sc->n_blocks + 1) * sizeof *ext);
+    cpri_obj_reader *r = NULL;
     char where[CPR_SEG_NAME_MAX + CPR_NAME_MAX + 512];
     if (!ext) {
         problem(v, "out of memory", sc->where);
         return;
     }
     for (size_t i = 0; i < sc->n_blocks; i++)
-        ext[i] = (cpr_obj_extent){sc->name, sc->blocks[i].offset, sc->blocks[i].len};
-    const cpr_backend_ops *ops = v->store->segs->ops;
+        ext[i] = (cpri_obj_extent){sc->name, sc->blocks[i].offset, sc->blocks[i].len};
+    const cpri_backend_ops *ops = v->store->segs->ops;
     cpr_status st = sc->n_blocks ? ops->read_start(v->store->segs, ext, sc->n_blocks, 8, &r)
                                  : CPR_OK;
     if (st) {
@@ -408,7 +408,7 @@ static void verify_segment(verify_run *v, const seg_copy *sc)
         problem(v, cpr_errmsg(), where);
     }
     for (size_t i = 0; st == CPR_OK && i < sc->n_blocks; i++) {
-        const cpr_block_ref *b = &sc->blocks[i];
+        const cpri_block_ref *b = &sc->blocks[i];
         void *owner = NULL;
         const unsigned char *data = NULL;
         cpr_block_view bv;
@@ -421,7 +421,7 @@ static void verify_segment(verify_run *v, const seg_copy *sc)
             break;
         }
         v->rep.bytes_checked += b->len;
-        if (cpr_block_open_ref(data, b, &bv) != CPR_OK)
+        if (cpri_block_open_ref(data, b, &bv) != CPR_OK)
             problem(v, cpr_errmsg(), where);
         else
             v->rep.rows_checked += bv.h.n;
@@ -445,8 +445,8 @@ static cpr_status discard_block(void *ctx, uint64_t offset, const void *data, si
 static int still_committed(cpr_store *store, const cpr_part_id *id)
 {
     pthread_mutex_lock(&store->mu);
-    cpr_job *job = cpr_catalog_find(&store->catalog, id->job);
-    int found = job && cpr_job_find_part(job, id->shard, id->checkpoint);
+    cpri_job *job = cpri_catalog_find(&store->catalog, id->job);
+    int found = job && cpri_job_find_part(job, id->shard, id->checkpoint);
     pthread_mutex_unlock(&store->mu);
     return found;
 }
@@ -472,12 +472,12 @@ cpr_status cpr_store_verify(cpr_store *store, const char *job_name, cpr_problem_
                             void *ctx, cpr_verify_report *report)
 {
     verify_run v = {.store = store, .fn = fn, .ctx = ctx};
-    cpr_status st = job_name ? cpr_check_job_name(job_name) : CPR_OK;
+    cpr_status st = job_name ? cpri_check_job_name(job_name) : CPR_OK;
     if (st)
-        return cpr_store_count(store, st);
+        return cpri_store_count(store, st);
     pthread_mutex_lock(&store->mu);
     size_t n_jobs = store->catalog.n_jobs, n_copies = 0;
-    cpr_job *only = job_name ? cpr_catalog_find(&store->catalog, job_name) : NULL;
+    cpri_job *only = job_name ? cpri_catalog_find(&store->catalog, job_name) : NULL;
     job_copy *copies = calloc(n_jobs + 1, sizeof *copies);
     if (!copies)
         st = cpr_fail(CPR_NO_MEMORY, "out of memory verifying");
@@ -486,10 +486,10 @@ cpr_status cpr_store_verify(cpr_store *store, const char *job_name, cpr_problem_
     for (size_t i = 0; st == CPR_OK && i < (only ? 1 : n_jobs); i++, n_copies++)
         st = copy_job(only ? only : store->catalog.jobs[i], &copies[i]);
     if (st == CPR_OK)
-        cpr_store_reader_enter_locked(store); /* S7 */
+        cpri_store_reader_enter_locked(store); /* S7 */
     for (size_t i = 0; st == CPR_OK && i < store->n_damaged; i++) { /* S5 */
         const damaged_part *d = &store->damaged[i];
-        const cpr_job *j = cpr_catalog_find_id(&store->catalog, d->job_id);
+        const cpri_job *j = cpri_catalog_find_id(&store->catalog, d->job_id);
         if (only && (!j || j != only))
             continue;
         char where[CPR_NAME_MAX + 96];
@@ -506,16 +506,16 @@ cpr_status cpr_store_verify(cpr_store *store, const char *job_name, cpr_problem_
         verify_blobs(&v, &copies[i]);
     }
     if (st == CPR_OK)
-        cpr_store_reader_leave(store);
+        cpri_store_reader_leave(store);
     for (size_t i = 0; copies && i < n_jobs + 1; i++)
         free_job_copy(&copies[i]);
     free(copies);
     if (st)
-        return cpr_store_count(store, st);
+        return cpri_store_count(store, st);
     if (report)
         *report = v.rep;
     if (v.rep.problems)
-        return cpr_store_count(store, cpr_fail(CPR_CORRUPT, "verify found %llu problems",
+        return cpri_store_count(store, cpr_fail(CPR_CORRUPT, "verify found %llu problems",
                                                (unsigned long long)v.rep.problems));
     return CPR_OK;
 }

@@ -81,7 +81,7 @@
 
 typedef struct open_blob {
     char name[CPR_NAME_MAX + 1];
-    cpr_bfile_writer *writer;
+    cpri_bfile_writer *writer;
 } open_blob;
 
 typedef enum part_state { PART_OPEN, PART_COMMITTING, PART_FAILED } part_state;
@@ -99,7 +99,7 @@ typedef struct open_part {
     struct open_part *next;
     char job_name[CPR_NAME_MAX + 1];
     uint32_t job_id;
-    cpr_part_meta meta;          /* spec, counters, block index; blobs at commit */
+    cpri_part_meta meta;          /* spec, counters, block index; blobs at commit */
     char *dir;                   /* staging directory (blobs) */
     char *final_dir;             /* blobs/j_<job>/<shard>-<ckpt> once committing */
     pthread_mutex_t mu;          /* serialises writes to this part */
@@ -108,7 +108,7 @@ typedef struct open_part {
     part_state state;            /* guarded by mu */
     _Atomic uint64_t active_ms;  /* monotonic ms when a call last touched the part
                                     (cpr_store_abort_idle) */
-    cpr_obj_writer *seg;         /* the rows' segment; NULL until the first rows */
+    cpri_obj_writer *seg;         /* the rows' segment; NULL until the first rows */
     char seg_name[CPR_SEG_NAME_MAX];
     block_builder bb;
     uint64_t last_table_row[2];  /* (table, row) of the newest block's last row */
@@ -131,7 +131,7 @@ typedef struct doomed_seg {
     char name[CPR_SEG_NAME_MAX];
 } doomed_seg;
 
-struct cpr_fold_worker;
+struct cpri_fold_worker;
 
 struct cpr_store {
     char *dir;
@@ -141,9 +141,9 @@ struct cpr_store {
     rocksdb_options_t *db_opts;
     rocksdb_readoptions_t *read_opts;
     rocksdb_writeoptions_t *sync_write;
-    cpr_backend *segs;           /* segment objects (backend.h) */
+    cpri_backend *segs;           /* segment objects (backend.h) */
     pthread_mutex_t mu;          /* catalog, open_parts, job commit order, doomed */
-    cpr_catalog catalog;
+    cpri_catalog catalog;
     open_part *open_parts;
     damaged_part *damaged;       /* records that failed to decode at open */
     size_t n_damaged;
@@ -152,7 +152,7 @@ struct cpr_store {
     pthread_mutex_t commit_mu;   /* commit order per shard vs. each other and GC */
     pthread_mutex_t recovery_mu; /* recovery records' compare-and-set (S6) */
     pthread_mutex_t fold_mu;     /* one fold (or GC) writes folds at a time */
-    struct cpr_fold_worker *folder; /* background folding (fold.c); NULL: off */
+    struct cpri_fold_worker *folder; /* background folding (fold.c); NULL: off */
     _Atomic uint64_t staging_seq;/* makes every begin's staging directory unique */
     _Atomic uint64_t token_seq;  /* segment tokens: unique, never 0 */
     _Atomic uint64_t rows_in, bytes_in, rows_out, bytes_out;
@@ -160,74 +160,74 @@ struct cpr_store {
 };
 
 /* Count a failed call in stats; returns st. */
-cpr_status cpr_store_count(cpr_store *store, cpr_status st);
+cpr_status cpri_store_count(cpr_store *store, cpr_status st);
 /* Map a RocksDB error string (freed here) to a status with a message. */
-cpr_status cpr_rocks_error(char *err, const char *what);
+cpr_status cpri_rocks_error(char *err, const char *what);
 
 /* Paths (malloc'd; NULL on OOM). */
-char *cpr_path_join(const char *a, const char *b);
-char *cpr_part_dirname(const char *job, uint32_t shard, uint64_t ckpt,
+char *cpri_path_join(const char *a, const char *b);
+char *cpri_part_dirname(const char *job, uint32_t shard, uint64_t ckpt,
                        const char *root);
-int cpr_mkdirs(const char *path);
-void cpr_rmtree(const char *path);
-uint64_t cpr_tree_bytes(const char *path);
+int cpri_mkdirs(const char *path);
+void cpri_rmtree(const char *path);
+uint64_t cpri_tree_bytes(const char *path);
 
 /* Leftover sweep of S2/S3 (caller holds store->mu). Returns items removed.
  * Blob and staging directories; segments only at open (sweep_segments). */
-uint64_t cpr_store_sweep(cpr_store *store);
-uint64_t cpr_store_sweep_segments(cpr_store *store);
+uint64_t cpri_store_sweep(cpr_store *store);
+uint64_t cpri_store_sweep_segments(cpr_store *store);
 
 /* Segment object names (out holds CPR_SEG_NAME_MAX bytes). */
-void cpr_seg_part_name(char *out, const char *job, uint32_t shard, uint64_t ckpt,
+void cpri_seg_part_name(char *out, const char *job, uint32_t shard, uint64_t ckpt,
                        uint64_t token);
-void cpr_seg_fold_name(char *out, const char *job, uint32_t shard, uint64_t ckpt,
+void cpri_seg_fold_name(char *out, const char *job, uint32_t shard, uint64_t ckpt,
                        uint64_t token);
-uint64_t cpr_seg_new_token(cpr_store *store);
+uint64_t cpri_seg_new_token(cpr_store *store);
 
 /* S7: a reader of segments registers under store->mu before it leaves the
  * critical section in which it planned from the catalog, and leaves when it
  * has read everything (removing what became doomed meanwhile). */
-void cpr_store_reader_enter_locked(cpr_store *store);
-void cpr_store_reader_leave(cpr_store *store);
+void cpri_store_reader_enter_locked(cpr_store *store);
+void cpri_store_reader_leave(cpr_store *store);
 /* Remove a segment now if no reader runs, else when the last one leaves.
  * Caller holds store->mu. */
-void cpr_store_doom_locked(cpr_store *store, const char *name);
+void cpri_store_doom_locked(cpr_store *store, const char *name);
 
 /* Look up an open part by id and take a reference (store->mu taken inside). */
-open_part *cpr_open_part_get(cpr_store *store, const cpr_part_id *id);
-void cpr_open_part_put(cpr_store *store, open_part *part);
-void cpr_open_part_free(cpr_store *store, open_part *part);
-void cpr_block_builder_release(block_builder *bb);
+open_part *cpri_open_part_get(cpr_store *store, const cpr_part_id *id);
+void cpri_open_part_put(cpr_store *store, open_part *part);
+void cpri_open_part_free(cpr_store *store, open_part *part);
+void cpri_block_builder_release(block_builder *bb);
 
-struct cpr_merge_rows;
+struct cpri_merge_rows;
 /* Append rows (ids strictly ascending; versions make a fold block) as one
  * block to a segment, padded to 8 bytes (store_write.c W1). */
-cpr_status cpr_seg_write_block(cpr_store *store, cpr_obj_writer *w,
-                               const struct cpr_merge_rows *rows, cpr_block_ref *ref);
-cpr_status cpr_seg_pad(cpr_store *store, cpr_obj_writer *w, size_t block_bytes);
+cpr_status cpri_seg_write_block(cpr_store *store, cpri_obj_writer *w,
+                               const struct cpri_merge_rows *rows, cpri_block_ref *ref);
+cpr_status cpri_seg_pad(cpr_store *store, cpri_obj_writer *w, size_t block_bytes);
 
 /* Write fold (shard, at) of `job` (fold.c; catalog C6) unless nothing below
  * `at` needs one; `replace` drops the shard's older folds in the same
  * write. Caller holds fold_mu, not store->mu. *bytes (may be NULL) gets the
  * bytes written, *rows_out the rows in the fold. */
-cpr_status cpr_fold_shard(cpr_store *store, const char *job, uint32_t shard, uint64_t at,
+cpr_status cpri_fold_shard(cpr_store *store, const char *job, uint32_t shard, uint64_t at,
                           int replace, uint64_t *bytes, uint64_t *rows_out);
 
 /* Background folding (fold.c). start: a low-priority thread that folds long
  * chains after commits poke it; stop joins it (NULL-safe, idempotent). */
-cpr_status cpr_fold_start(cpr_store *store);
-void cpr_fold_stop(cpr_store *store);
-void cpr_fold_poke(cpr_store *store);
+cpr_status cpri_fold_start(cpr_store *store);
+void cpri_fold_stop(cpr_store *store);
+void cpri_fold_poke(cpr_store *store);
 
 /* 1 if the record of this part failed to decode at open (S5). */
-int cpr_store_is_damaged(const cpr_store *store, uint32_t job_id, uint32_t shard, uint64_t ckpt);
+int cpri_store_is_damaged(const cpr_store *store, uint32_t job_id, uint32_t shard, uint64_t ckpt);
 /* Under store->mu: CPR_CORRUPT (with a message) if a damaged fold record of
  * (job, shard) at or below as_of exists (the parts it replaced may be gone,
  * so no restore of that shard as of >= its checkpoint can be trusted). */
-cpr_status cpr_store_check_folds(const cpr_store *store, const cpr_job *job, uint32_t shard,
+cpr_status cpri_store_check_folds(const cpr_store *store, const cpri_job *job, uint32_t shard,
                                  uint64_t as_of);
 
 /* Is `job` valid? Sets the error message if not. */
-cpr_status cpr_check_job_name(const char *job);
+cpr_status cpri_check_job_name(const char *job);
 
 #endif /* CPR_STORE_INTERNAL_H */

@@ -49,7 +49,7 @@ static cpr_status decode(const char *job, const char *val, size_t vlen, record *
 {
     const unsigned char *v = (const unsigned char *)val;
     if (vlen < HEADER_BYTES || v[0] != RECORD_VERSION ||
-        record_crc(v, v + HEADER_BYTES, vlen - HEADER_BYTES) != cpr_get_be32(v + 17))
+        record_crc(v, v + HEADER_BYTES, vlen - HEADER_BYTES) != cpri_get_be32(v + 17))
         return cpr_fail(CPR_CORRUPT, "the recovery record of job %s is damaged (%zu bytes, "
                         "bad version or checksum): it cannot be trusted; an operator must "
                         "remove it", job, vlen);
@@ -58,8 +58,8 @@ static cpr_status decode(const char *job, const char *val, size_t vlen, record *
     if (!out->plan)
         return cpr_fail(CPR_NO_MEMORY, "out of memory for a %zu-byte recovery plan", out->len);
     memcpy(out->plan, v + HEADER_BYTES, out->len);
-    out->generation = cpr_get_be64(v + 1);
-    out->written_unix_ms = cpr_get_be64(v + 9);
+    out->generation = cpri_get_be64(v + 1);
+    out->written_unix_ms = cpri_get_be64(v + 9);
     return CPR_OK;
 }
 
@@ -67,11 +67,11 @@ static cpr_status decode(const char *job, const char *val, size_t vlen, record *
 static cpr_status read_record(cpr_store *store, const char *job, record *out)
 {
     unsigned char key[130];
-    size_t klen = cpr_key_recovery(key, job), vlen = 0;
+    size_t klen = cpri_key_recovery(key, job), vlen = 0;
     char *err = NULL;
     char *val = rocksdb_get(store->db, store->read_opts, (const char *)key, klen, &vlen, &err);
     if (err)
-        return cpr_rocks_error(err, "reading a recovery record");
+        return cpri_rocks_error(err, "reading a recovery record");
     cpr_status st = CPR_OK;
     if (val) {
         st = decode(job, val, vlen, out);
@@ -89,21 +89,21 @@ static cpr_status write_record(cpr_store *store, const char *job, const record *
                                const void *plan, size_t len)
 {
     unsigned char key[130];
-    size_t klen = cpr_key_recovery(key, job);
+    size_t klen = cpri_key_recovery(key, job);
     unsigned char *val = malloc(HEADER_BYTES + len);
     if (!val)
         return cpr_fail(CPR_NO_MEMORY, "out of memory writing a %zu-byte recovery plan", len);
     val[0] = RECORD_VERSION;
-    cpr_put_be64(val + 1, r->generation);
-    cpr_put_be64(val + 9, r->written_unix_ms);
+    cpri_put_be64(val + 1, r->generation);
+    cpri_put_be64(val + 9, r->written_unix_ms);
     if (len)
         memcpy(val + HEADER_BYTES, plan, len);
-    cpr_put_be32(val + 17, record_crc(val, val + HEADER_BYTES, len));
+    cpri_put_be32(val + 17, record_crc(val, val + HEADER_BYTES, len));
     char *err = NULL;
     rocksdb_put(store->db, store->sync_write, (const char *)key, klen, (const char *)val,
                 HEADER_BYTES + len, &err);
     free(val);
-    return err ? cpr_rocks_error(err, "writing a recovery record") : CPR_OK;
+    return err ? cpri_rocks_error(err, "writing a recovery record") : CPR_OK;
 }
 
 cpr_status cpr_store_recovery_get(cpr_store *store, const char *job, uint64_t *generation,
@@ -112,12 +112,12 @@ cpr_status cpr_store_recovery_get(cpr_store *store, const char *job, uint64_t *g
     if (!store || !generation || !plan || !len)
         return cpr_fail(CPR_INVALID_ARGUMENT, "cpr_store_recovery_get: store, generation, plan "
                         "and len must not be NULL");
-    cpr_status st = cpr_check_job_name(job);
+    cpr_status st = cpri_check_job_name(job);
     record r = {0};
     if (st == CPR_OK)
         st = read_record(store, job, &r);
     if (st)
-        return cpr_store_count(store, st);
+        return cpri_store_count(store, st);
     *generation = r.generation;
     *plan = r.plan;
     *len = r.len;
@@ -128,7 +128,7 @@ cpr_status cpr_store_recovery_get(cpr_store *store, const char *job, uint64_t *g
 
 static cpr_status check_put(const char *job, uint64_t expected, const void *plan, size_t len)
 {
-    cpr_status st = cpr_check_job_name(job);
+    cpr_status st = cpri_check_job_name(job);
     if (st)
         return st;
     if (len > CPR_RECOVERY_PLAN_MAX)
@@ -175,7 +175,7 @@ cpr_status cpr_store_recovery_put(cpr_store *store, const char *job, uint64_t ex
         pthread_mutex_unlock(&store->recovery_mu);
     }
     if (st)
-        return cpr_store_count(store, st);
+        return cpri_store_count(store, st);
     *generation = now.generation;
     if (written_unix_ms)
         *written_unix_ms = now.written_unix_ms;

@@ -51,7 +51,7 @@
 /* Monotonic milliseconds, for idle tracking. */
 static uint64_t now_ms(void)
 {
-    return (uint64_t)(cpr_now_s() * 1000.0);
+    return (uint64_t)(cpri_now_s() * 1000.0);
 }
 
 /* ---- begin ------------------------------------------------------------- */
@@ -79,7 +79,7 @@ static cpr_status validate_tables(const cpr_part_spec *spec)
 
 static cpr_status validate_spec(const cpr_part_spec *spec)
 {
-    cpr_status st = cpr_check_job_name(spec->id.job);
+    cpr_status st = cpri_check_job_name(spec->id.job);
     if (st)
         return st;
     if (spec->kind < CPR_KIND_FULL || spec->kind > CPR_KIND_PRIORITY)
@@ -99,14 +99,14 @@ static cpr_status validate_spec(const cpr_part_spec *spec)
 }
 
 /* Dims must agree with committed parts (C4) and with open parts of the job. */
-static cpr_status check_dims(cpr_store *store, const cpr_job *job, const cpr_part_spec *spec)
+static cpr_status check_dims(cpr_store *store, const cpri_job *job, const cpr_part_spec *spec)
 {
     for (size_t i = 0; i < spec->n_tables; i++) {
         const cpr_table_schema *t = &spec->tables[i];
-        const cpr_table_schema *known = cpr_job_table(job, t->table);
+        const cpr_table_schema *known = cpri_job_table(job, t->table);
         for (open_part *p = store->open_parts; !known && p; p = p->next)
             if (p->job_id == job->id)
-                known = cpr_meta_table(&p->meta, t->table);
+                known = cpri_meta_table(&p->meta, t->table);
         if (known && (known->dim != t->dim || known->state_dim != t->state_dim))
             return cpr_fail(CPR_INVALID_ARGUMENT,
                             "table %u of job %s has dim %u, state_dim %u; this part "
@@ -117,15 +117,15 @@ static cpr_status check_dims(cpr_store *store, const cpr_job *job, const cpr_par
     return CPR_OK;
 }
 
-static cpr_status resolve_base(const cpr_job *job, const cpr_part_spec *spec, uint64_t *base)
+static cpr_status resolve_base(const cpri_job *job, const cpr_part_spec *spec, uint64_t *base)
 {
-    const cpr_part_meta *b;
+    const cpri_part_meta *b;
     if (spec->kind != CPR_KIND_DELTA) {
         *base = 0;
         return CPR_OK;
     }
-    b = spec->base ? cpr_job_find_part(job, spec->id.shard, spec->base)
-                   : cpr_job_newest(job, spec->id.shard, 1);
+    b = spec->base ? cpri_job_find_part(job, spec->id.shard, spec->base)
+                   : cpri_job_newest(job, spec->id.shard, 1);
     if (!b || b->kind == CPR_KIND_PRIORITY)
         return cpr_fail(CPR_FAILED_PRECONDITION,
                         "DELTA part %s/%u/%llu needs a committed FULL or DELTA base "
@@ -136,13 +136,13 @@ static cpr_status resolve_base(const cpr_job *job, const cpr_part_spec *spec, ui
     return CPR_OK;
 }
 
-static cpr_status check_begin(cpr_store *store, const cpr_job *job,
+static cpr_status check_begin(cpr_store *store, const cpri_job *job,
                               const cpr_part_spec *spec, uint64_t *base)
 {
     const cpr_part_id *id = &spec->id;
-    const cpr_part_meta *newest = cpr_job_newest(job, id->shard, 0);
+    const cpri_part_meta *newest = cpri_job_newest(job, id->shard, 0);
     unsigned long long ckpt = (unsigned long long)id->checkpoint;
-    if (cpr_job_find_part(job, id->shard, id->checkpoint))
+    if (cpri_job_find_part(job, id->shard, id->checkpoint))
         return cpr_fail(CPR_ALREADY_EXISTS, "part %s/%u/%llu is already committed; "
                         "use a new checkpoint id", id->job, id->shard, ckpt);
     for (open_part *p = store->open_parts; p; p = p->next)
@@ -176,7 +176,7 @@ static cpr_status new_open_part(cpr_store *store, const cpr_part_spec *spec, ope
     part->meta.kind = spec->kind;
     part->meta.step = spec->step;
     part->meta.num_shards = spec->num_shards;
-    char *base = cpr_part_dirname(spec->id.job, spec->id.shard, spec->id.checkpoint,
+    char *base = cpri_part_dirname(spec->id.job, spec->id.shard, spec->id.checkpoint,
                                   store->staging_dir);
     size_t len = base ? strlen(base) + 24 : 0;
     part->dir = base ? malloc(len) : NULL;
@@ -184,10 +184,10 @@ static cpr_status new_open_part(cpr_store *store, const cpr_part_spec *spec, ope
         snprintf(part->dir, len, "%s.%llu", base,
                  (unsigned long long)atomic_fetch_add(&store->staging_seq, 1));
     free(base);
-    cpr_status st = part->dir ? cpr_meta_copy_tables(&part->meta, spec->tables, spec->n_tables)
+    cpr_status st = part->dir ? cpri_meta_copy_tables(&part->meta, spec->tables, spec->n_tables)
                               : cpr_fail(CPR_NO_MEMORY, "out of memory beginning a part");
     if (st) {
-        cpr_open_part_free(store, part);
+        cpri_open_part_free(store, part);
         return st;
     }
     *out = part;
@@ -197,21 +197,21 @@ static cpr_status new_open_part(cpr_store *store, const cpr_part_spec *spec, ope
 cpr_status cpr_store_begin(cpr_store *store, const cpr_part_spec *spec)
 {
     open_part *part = NULL;
-    cpr_job *job;
+    cpri_job *job;
     cpr_status st = validate_spec(spec);
     if (st == CPR_OK)
         st = new_open_part(store, spec, &part);
     if (st)
-        return cpr_store_count(store, st);
+        return cpri_store_count(store, st);
     pthread_mutex_lock(&store->mu);
-    job = cpr_catalog_find(&store->catalog, spec->id.job);
+    job = cpri_catalog_find(&store->catalog, spec->id.job);
     int new_job = !job;
     if (new_job)
-        st = cpr_catalog_add_job(&store->catalog, spec->id.job, 0, &job);
+        st = cpri_catalog_add_job(&store->catalog, spec->id.job, 0, &job);
     if (st == CPR_OK)
         st = check_begin(store, job, spec, &part->meta.base);
     if (st == CPR_OK) {
-        if (cpr_mkdirs(part->dir) != 0)
+        if (cpri_mkdirs(part->dir) != 0)
             st = cpr_fail(errno == ENOSPC ? CPR_RESOURCE_EXHAUSTED : CPR_IO,
                           "cannot create %s: %s", part->dir, strerror(errno));
     }
@@ -222,15 +222,15 @@ cpr_status cpr_store_begin(cpr_store *store, const cpr_part_spec *spec)
         store->open_parts = part;
     } else if (new_job && job) {
         /* a refused begin leaves no trace: bad requests cannot grow memory */
-        cpr_catalog_drop_last(&store->catalog);
+        cpri_catalog_drop_last(&store->catalog);
     }
     pthread_mutex_unlock(&store->mu);
     if (st) {
         free(part->dir); /* never created (mkdir is the last step that can fail) */
         part->dir = NULL;
-        cpr_open_part_free(store, part);
+        cpri_open_part_free(store, part);
     }
-    return cpr_store_count(store, st);
+    return cpri_store_count(store, st);
 }
 
 /* ---- finding parts for put/commit/abort ------------------------------- */
@@ -238,12 +238,12 @@ cpr_status cpr_store_begin(cpr_store *store, const cpr_part_spec *spec)
 /* Why is there no open part `id`? Sets the message, returns the status. */
 static cpr_status not_open(cpr_store *store, const cpr_part_id *id, const char *op)
 {
-    cpr_status st = cpr_check_job_name(id->job);
+    cpr_status st = cpri_check_job_name(id->job);
     if (st)
         return st;
     pthread_mutex_lock(&store->mu);
-    cpr_job *job = cpr_catalog_find(&store->catalog, id->job);
-    int committed = job && cpr_job_find_part(job, id->shard, id->checkpoint);
+    cpri_job *job = cpri_catalog_find(&store->catalog, id->job);
+    int committed = job && cpri_job_find_part(job, id->shard, id->checkpoint);
     pthread_mutex_unlock(&store->mu);
     if (committed)
         return cpr_fail(CPR_FAILED_PRECONDITION, "%s: part %s/%u/%llu is already "
@@ -259,7 +259,7 @@ static cpr_status not_open(cpr_store *store, const cpr_part_id *id, const char *
 static cpr_status lock_open_part(cpr_store *store, const cpr_part_id *id, const char *op,
                                  open_part **out)
 {
-    open_part *part = cpr_open_part_get(store, id);
+    open_part *part = cpri_open_part_get(store, id);
     if (!part)
         return not_open(store, id, op);
     pthread_mutex_lock(&part->mu);
@@ -267,7 +267,7 @@ static cpr_status lock_open_part(cpr_store *store, const cpr_part_id *id, const 
     if (part->state != PART_OPEN) {
         int failed = part->state == PART_FAILED;
         pthread_mutex_unlock(&part->mu);
-        cpr_open_part_put(store, part);
+        cpri_open_part_put(store, part);
         return cpr_fail(CPR_FAILED_PRECONDITION, "%s: part %s/%u/%llu %s", op, id->job,
                         id->shard, (unsigned long long)id->checkpoint,
                         failed ? "failed earlier; abort it and write it again"
@@ -281,7 +281,7 @@ static void unlock_part(cpr_store *store, open_part *part)
 {
     atomic_store(&part->active_ms, now_ms()); /* idle from the end of the call */
     pthread_mutex_unlock(&part->mu);
-    cpr_open_part_put(store, part);
+    cpri_open_part_put(store, part);
 }
 
 /* ---- put_rows ------------------------------------------------------------ */
@@ -289,7 +289,7 @@ static void unlock_part(cpr_store *store, open_part *part)
 static cpr_status validate_batch(const open_part *part, const cpr_row_batch *b,
                                  const cpr_table_schema **schema)
 {
-    const cpr_table_schema *t = cpr_meta_table(&part->meta, b->table);
+    const cpr_table_schema *t = cpri_meta_table(&part->meta, b->table);
     if (!t)
         return cpr_fail(CPR_INVALID_ARGUMENT, "table %u is not in the part's schema; "
                         "declare it at begin", b->table);
@@ -372,14 +372,14 @@ static cpr_status ensure_segment(cpr_store *store, open_part *part)
 {
     if (part->seg)
         return CPR_OK;
-    part->meta.seg_token = cpr_seg_new_token(store);
-    cpr_seg_part_name(part->seg_name, part->job_name, part->meta.shard,
+    part->meta.seg_token = cpri_seg_new_token(store);
+    cpri_seg_part_name(part->seg_name, part->job_name, part->meta.shard,
                       part->meta.checkpoint, part->meta.seg_token);
     return store->segs->ops->create(store->segs, part->seg_name, &part->seg);
 }
 
 /* Pad the segment after a block to a multiple of 8 (W1). */
-cpr_status cpr_seg_pad(cpr_store *store, cpr_obj_writer *w, size_t block_bytes)
+cpr_status cpri_seg_pad(cpr_store *store, cpri_obj_writer *w, size_t block_bytes)
 {
     static const unsigned char zero[8];
     size_t pad = (8 - block_bytes % 8) % 8;
@@ -387,9 +387,9 @@ cpr_status cpr_seg_pad(cpr_store *store, cpr_obj_writer *w, size_t block_bytes)
 }
 
 /* Note a block's place in the index; counts out-of-order blocks. */
-static cpr_status index_block(open_part *part, const cpr_block_ref *ref)
+static cpr_status index_block(open_part *part, const cpri_block_ref *ref)
 {
-    cpr_status st = cpr_meta_add_block(&part->meta, ref);
+    cpr_status st = cpri_meta_add_block(&part->meta, ref);
     if (st)
         return st;
     part->last_table_row[0] = ref->table;
@@ -402,10 +402,10 @@ static cpr_status index_block(open_part *part, const cpr_block_ref *ref)
  * the pieces, then header and arrays are appended (one copy, into the
  * writer's aligned buffers) and the segment padded (W1). Ids must be
  * strictly ascending. *ref gets the block's place. */
-cpr_status cpr_seg_write_block(cpr_store *store, cpr_obj_writer *w, const cpr_merge_rows *r,
-                               cpr_block_ref *ref)
+cpr_status cpri_seg_write_block(cpr_store *store, cpri_obj_writer *w, const cpri_merge_rows *r,
+                               cpri_block_ref *ref)
 {
-    const cpr_backend_ops *ops = store->segs->ops;
+    const cpri_backend_ops *ops = store->segs->ops;
     unsigned char hdr[CPR_BLOCK_HEADER_BYTES];
     size_t n = r->n;
     uint32_t flags = r->versions ? CPR_BLOCK_VERSIONS : 0;
@@ -428,7 +428,7 @@ cpr_status cpr_seg_write_block(cpr_store *store, cpr_obj_writer *w, const cpr_me
         crc = cpr_crc32c(crc, r->state, sbytes);
     h.crc32c = crc;
     cpr_block_header_write(hdr, &h);
-    *ref = (cpr_block_ref){r->table, (uint32_t)n, r->ids[0], r->ids[n - 1], ops->written(w),
+    *ref = (cpri_block_ref){r->table, (uint32_t)n, r->ids[0], r->ids[n - 1], ops->written(w),
                            (uint32_t)h.bytes, crc};
     cpr_status st = ops->append(w, hdr, sizeof hdr);
     if (st == CPR_OK)
@@ -440,7 +440,7 @@ cpr_status cpr_seg_write_block(cpr_store *store, cpr_obj_writer *w, const cpr_me
     if (st == CPR_OK && sbytes)
         st = ops->append(w, r->state, sbytes);
     if (st == CPR_OK)
-        st = cpr_seg_pad(store, w, h.bytes);
+        st = cpri_seg_pad(store, w, h.bytes);
     return st;
 }
 
@@ -448,12 +448,12 @@ static cpr_status emit_block(cpr_store *store, open_part *part, uint32_t table, 
                              uint32_t state_dim, size_t n, const uint64_t *ids,
                              const float *values, const float *state)
 {
-    cpr_merge_rows r = {.table = table, .dim = dim, .state_dim = state_dim, .n = n,
+    cpri_merge_rows r = {.table = table, .dim = dim, .state_dim = state_dim, .n = n,
                         .ids = ids, .values = values, .state = state};
-    cpr_block_ref ref;
+    cpri_block_ref ref;
     cpr_status st = ensure_segment(store, part);
     if (st == CPR_OK)
-        st = cpr_seg_write_block(store, part->seg, &r, &ref);
+        st = cpri_seg_write_block(store, part->seg, &r, &ref);
     return st ? st : index_block(part, &ref);
 }
 
@@ -484,7 +484,7 @@ static cpr_status builder_reserve(block_builder *bb, const cpr_table_schema *t, 
     return bb->cap ? CPR_OK : cpr_fail(CPR_NO_MEMORY, "out of memory building a block");
 }
 
-void cpr_block_builder_release(block_builder *bb)
+void cpri_block_builder_release(block_builder *bb)
 {
     free(bb->ids);
     free(bb->values);
@@ -565,11 +565,11 @@ static void count_in(cpr_store *store, open_part *part, uint64_t rows, uint64_t 
 static cpr_status put_range(cpr_store *store, const cpr_part_id *id, const cpr_row_batch *batch)
 {
     if (batch->n > ((size_t)1 << 24))
-        return cpr_store_count(store, cpr_fail(CPR_RESOURCE_EXHAUSTED, "put_rows: %zu rows in "
+        return cpri_store_count(store, cpr_fail(CPR_RESOURCE_EXHAUSTED, "put_rows: %zu rows in "
                                "one call; at most 2^24", batch->n));
     uint64_t *ids = malloc(batch->n * sizeof *ids);
     if (!ids)
-        return cpr_store_count(store, cpr_fail(CPR_NO_MEMORY, "out of memory for the ids of "
+        return cpri_store_count(store, cpr_fail(CPR_NO_MEMORY, "out of memory for the ids of "
                                "%zu rows", batch->n));
     for (size_t i = 0; i < batch->n; i++)
         ids[i] = batch->range_begin + i;
@@ -591,7 +591,7 @@ cpr_status cpr_store_put_rows(cpr_store *store, const cpr_part_id *id,
     int backwards = 0;
     cpr_status st = lock_open_part(store, id, "put_rows", &part);
     if (st)
-        return cpr_store_count(store, st);
+        return cpri_store_count(store, st);
     st = validate_batch(part, batch, &schema);
     if (st == CPR_OK)
         st = batch_order(batch, &order);
@@ -609,7 +609,7 @@ cpr_status cpr_store_put_rows(cpr_store *store, const cpr_part_id *id,
     }
     free(order);
     unlock_part(store, part);
-    return cpr_store_count(store, st);
+    return cpri_store_count(store, st);
 }
 
 /* ---- put_block ------------------------------------------------------------ */
@@ -620,7 +620,7 @@ static cpr_status validate_block(const open_part *part, const void *block, size_
     cpr_status st = cpr_block_open(block, len, v);
     if (st)
         return st; /* CPR_CORRUPT, with what failed */
-    const cpr_table_schema *t = cpr_meta_table(&part->meta, v->h.table);
+    const cpr_table_schema *t = cpri_meta_table(&part->meta, v->h.table);
     if (!t)
         return cpr_fail(CPR_INVALID_ARGUMENT, "table %u is not in the part's schema; "
                         "declare it at begin", v->h.table);
@@ -645,25 +645,25 @@ cpr_status cpr_store_put_block(cpr_store *store, const cpr_part_id *id, const vo
     cpr_block_view v;
     int backwards = 0;
     if (!block)
-        return cpr_store_count(store, cpr_fail(CPR_INVALID_ARGUMENT, "put_block needs a block"));
+        return cpri_store_count(store, cpr_fail(CPR_INVALID_ARGUMENT, "put_block needs a block"));
     cpr_status st = lock_open_part(store, id, "put_block", &part);
     if (st)
-        return cpr_store_count(store, st);
+        return cpri_store_count(store, st);
     st = validate_block(part, block, len, &v);
     if (st == CPR_OK)
         st = check_order(part, v.h.table, v.h.first_row, &backwards);
     if (st == CPR_OK) {
-        const cpr_backend_ops *ops = store->segs->ops;
+        const cpri_backend_ops *ops = store->segs->ops;
         st = flush_builder(store, part);
         if (st == CPR_OK)
             st = ensure_segment(store, part);
-        cpr_block_ref ref = {v.h.table, v.h.n, v.h.first_row, v.h.last_row,
+        cpri_block_ref ref = {v.h.table, v.h.n, v.h.first_row, v.h.last_row,
                              part->seg ? ops->written(part->seg) : 0, (uint32_t)len,
                              v.h.crc32c};
         if (st == CPR_OK)
             st = ops->append(part->seg, block, len);
         if (st == CPR_OK)
-            st = cpr_seg_pad(store, part->seg, len);
+            st = cpri_seg_pad(store, part->seg, len);
         if (st == CPR_OK)
             st = index_block(part, &ref);
         if (st)
@@ -675,7 +675,7 @@ cpr_status cpr_store_put_block(cpr_store *store, const cpr_part_id *id, const vo
                  (uint64_t)v.h.n * (8 + ((uint64_t)v.h.dim + v.h.state_dim) * 4));
     }
     unlock_part(store, part);
-    return cpr_store_count(store, st);
+    return cpri_store_count(store, st);
 }
 
 /* Commit step 1: the last block, then the segment made durable. */
@@ -684,7 +684,7 @@ static cpr_status finish_rows(cpr_store *store, open_part *part)
     cpr_status st = flush_builder(store, part);
     if (st || !part->seg)
         return st;
-    cpr_obj_writer *w = part->seg;
+    cpri_obj_writer *w = part->seg;
     part->seg = NULL; /* finish frees the writer whatever the outcome */
     st = store->segs->ops->finish(w, &part->meta.seg_bytes);
     if (st) /* the file may stay: no record names it, so it is swept (S2) */
@@ -699,7 +699,7 @@ static cpr_status blob_writer(open_part *part, const char *name, uint64_t offset
 {
     for (size_t i = 0; i < part->n_blobs; i++) {
         if (strcmp(part->blobs[i].name, name) == 0) {
-            uint64_t have = cpr_bfile_written(part->blobs[i].writer);
+            uint64_t have = cpri_bfile_written(part->blobs[i].writer);
             if (offset != have)
                 return cpr_fail(CPR_INVALID_ARGUMENT, "blob %s: chunk offset %llu, "
                                 "expected %llu (chunks must arrive in order)", name,
@@ -718,18 +718,18 @@ static cpr_status blob_writer(open_part *part, const char *name, uint64_t offset
     if (!grown)
         return cpr_fail(CPR_NO_MEMORY, "out of memory adding blob %s", name);
     part->blobs = grown;
-    char *dir = cpr_path_join(part->dir, "blobs");
+    char *dir = cpri_path_join(part->dir, "blobs");
     char path[4400];
     if (!dir)
         return cpr_fail(CPR_NO_MEMORY, "out of memory adding blob %s", name);
     snprintf(path, sizeof path, "%s/b_%s", dir, name);
-    cpr_status st = cpr_mkdirs(dir) == 0 ? CPR_OK
+    cpr_status st = cpri_mkdirs(dir) == 0 ? CPR_OK
                                          : cpr_fail(CPR_IO, "cannot create %s: %s", dir,
                                                     strerror(errno));
     free(dir);
     open_blob *b = &part->blobs[part->n_blobs];
     if (st == CPR_OK)
-        st = cpr_bfile_create(path, 1, 1, &b->writer);
+        st = cpri_bfile_create(path, 1, 1, &b->writer);
     if (st)
         return st;
     snprintf(b->name, sizeof b->name, "%s", name);
@@ -745,22 +745,22 @@ cpr_status cpr_store_put_blob(cpr_store *store, const cpr_part_id *id, const cha
     open_part *part = NULL;
     open_blob *blob = NULL;
     cpr_status st;
-    if (!cpr_name_valid(name))
-        return cpr_store_count(store, cpr_fail(CPR_INVALID_ARGUMENT,
+    if (!cpri_name_valid(name))
+        return cpri_store_count(store, cpr_fail(CPR_INVALID_ARGUMENT,
                                "blob name \"%.140s\" is invalid: use 1-128 characters "
                                "of A-Z a-z 0-9 . _ -", name ? name : "(null)"));
     if (len > 0 && !data)
-        return cpr_store_count(store, cpr_fail(CPR_INVALID_ARGUMENT, "blob chunk has no data"));
+        return cpri_store_count(store, cpr_fail(CPR_INVALID_ARGUMENT, "blob chunk has no data"));
     if (cpr_crc32c(0, data, len) != crc32c)
-        return cpr_store_count(store, cpr_fail(CPR_CORRUPT, "blob %s chunk at offset "
+        return cpri_store_count(store, cpr_fail(CPR_CORRUPT, "blob %s chunk at offset "
                                "%llu: checksum mismatch; the chunk was damaged in "
                                "transit", name, (unsigned long long)offset));
     st = lock_open_part(store, id, "put_blob", &part);
     if (st)
-        return cpr_store_count(store, st);
+        return cpri_store_count(store, st);
     st = blob_writer(part, name, offset, &blob);
     if (st == CPR_OK) {
-        st = cpr_bfile_append(blob->writer, data, len);
+        st = cpri_bfile_append(blob->writer, data, len);
         if (st)
             part->state = PART_FAILED;
     }
@@ -769,7 +769,7 @@ cpr_status cpr_store_put_blob(cpr_store *store, const cpr_part_id *id, const cha
         atomic_fetch_add(&store->bytes_in, len);
     }
     unlock_part(store, part);
-    return cpr_store_count(store, st);
+    return cpri_store_count(store, st);
 }
 
 /* ---- commit -------------------------------------------------------------- */
@@ -777,20 +777,20 @@ cpr_status cpr_store_put_blob(cpr_store *store, const cpr_part_id *id, const cha
 /* Step 2: finish the blob files and record their sizes and checksums. */
 static cpr_status finish_blobs(cpr_store *store, open_part *part)
 {
-    cpr_part_meta *m = &part->meta;
+    cpri_part_meta *m = &part->meta;
     m->blobs = calloc(part->n_blobs ? part->n_blobs : 1, sizeof *m->blobs);
     if (!m->blobs)
         return cpr_fail(CPR_NO_MEMORY, "out of memory committing blobs");
     cpr_status st = CPR_OK;
     for (size_t i = 0; i < part->n_blobs; i++) {
-        cpr_blob_meta *bm = &m->blobs[m->n_blobs];
+        cpri_blob_meta *bm = &m->blobs[m->n_blobs];
         if (st == CPR_OK) {
-            st = cpr_bfile_finish(part->blobs[i].writer, store->opts.no_sync, &bm->size,
+            st = cpri_bfile_finish(part->blobs[i].writer, store->opts.no_sync, &bm->size,
                                   &bm->crcs, &bm->n_crcs);
             snprintf(bm->name, sizeof bm->name, "%s", part->blobs[i].name);
             m->n_blobs += st == CPR_OK;
         } else {
-            cpr_bfile_discard(part->blobs[i].writer);
+            cpri_bfile_discard(part->blobs[i].writer);
         }
         part->blobs[i].writer = NULL;
     }
@@ -803,36 +803,36 @@ static cpr_status finish_blobs(cpr_store *store, open_part *part)
 static cpr_status write_record(cpr_store *store, open_part *part)
 {
     unsigned char jkey[130], mkey[CPR_META_KEY_LEN], jval[4], *rec = NULL;
-    size_t jlen = cpr_key_job(jkey, part->job_name), rec_len = 0;
+    size_t jlen = cpri_key_job(jkey, part->job_name), rec_len = 0;
     char *err = NULL;
     struct timespec now;
     clock_gettime(CLOCK_REALTIME, &now);
     part->meta.committed_unix_ms = (int64_t)now.tv_sec * 1000 + now.tv_nsec / 1000000;
-    cpr_status st = cpr_meta_encode(&part->meta, &rec, &rec_len);
+    cpr_status st = cpri_meta_encode(&part->meta, &rec, &rec_len);
     if (st)
         return st;
-    cpr_put_be32(jval, part->job_id);
-    cpr_key_meta(mkey, part->job_id, part->meta.shard, part->meta.checkpoint);
+    cpri_put_be32(jval, part->job_id);
+    cpri_key_meta(mkey, part->job_id, part->meta.shard, part->meta.checkpoint);
     rocksdb_writebatch_t *wb = rocksdb_writebatch_create();
     rocksdb_writebatch_put(wb, (const char *)jkey, jlen, (const char *)jval, 4);
     rocksdb_writebatch_put(wb, (const char *)mkey, sizeof mkey, (const char *)rec, rec_len);
     rocksdb_write(store->db, store->sync_write, wb, &err);
     rocksdb_writebatch_destroy(wb);
     free(rec);
-    return err ? cpr_rocks_error(err, "committing (writing the part record)") : CPR_OK;
+    return err ? cpri_rocks_error(err, "committing (writing the part record)") : CPR_OK;
 }
 
 /* Under store->mu: may this part still commit? */
-static cpr_status check_commit(const cpr_job *job, const cpr_part_meta *m)
+static cpr_status check_commit(const cpri_job *job, const cpri_part_meta *m)
 {
-    const cpr_part_meta *newest = cpr_job_newest(job, m->shard, 0);
+    const cpri_part_meta *newest = cpri_job_newest(job, m->shard, 0);
     if (newest && newest->checkpoint >= m->checkpoint)
         return cpr_fail(CPR_FAILED_PRECONDITION, "shard %u committed checkpoint %llu "
                         "while %llu was open; commit a shard's parts in id order",
                         m->shard, (unsigned long long)newest->checkpoint,
                         (unsigned long long)m->checkpoint);
     if (m->kind == CPR_KIND_DELTA) {
-        const cpr_part_meta *base = cpr_job_newest(job, m->shard, 1);
+        const cpri_part_meta *base = cpri_job_newest(job, m->shard, 1);
         if (!base || base->checkpoint != m->base)
             return cpr_fail(CPR_FAILED_PRECONDITION, "DELTA %llu was based on %llu, "
                             "but shard %u's newest FULL/DELTA is now %llu",
@@ -848,8 +848,8 @@ static cpr_status check_commit(const cpr_job *job, const cpr_part_meta *m)
 /* Step 3: move the blobs to their final place (S2 covers a crash after it). */
 static cpr_status publish_blobs(cpr_store *store, open_part *part)
 {
-    char *staged = cpr_path_join(part->dir, "blobs");
-    char *job_dir = cpr_path_join(store->blobs_dir, part->final_dir + strlen(store->blobs_dir) + 1);
+    char *staged = cpri_path_join(part->dir, "blobs");
+    char *job_dir = cpri_path_join(store->blobs_dir, part->final_dir + strlen(store->blobs_dir) + 1);
     cpr_status st = CPR_OK;
     if (!staged || !job_dir) {
         st = cpr_fail(CPR_NO_MEMORY, "out of memory publishing blobs");
@@ -857,10 +857,10 @@ static cpr_status publish_blobs(cpr_store *store, open_part *part)
     }
     *strrchr(job_dir, '/') = '\0';
     /* The blob files' own directory entries first, then the moves. */
-    if ((!store->opts.no_sync && cpr_fsync_dir(staged) != 0) ||
-        cpr_mkdirs(job_dir) != 0 || cpr_fsync_dir(store->blobs_dir) != 0 ||
+    if ((!store->opts.no_sync && cpri_fsync_dir(staged) != 0) ||
+        cpri_mkdirs(job_dir) != 0 || cpri_fsync_dir(store->blobs_dir) != 0 ||
         rename(staged, part->final_dir) != 0 ||
-        (!store->opts.no_sync && cpr_fsync_dir(job_dir) != 0))
+        (!store->opts.no_sync && cpri_fsync_dir(job_dir) != 0))
         st = cpr_fail(errno == ENOSPC ? CPR_RESOURCE_EXHAUSTED : CPR_IO,
                       "publishing blobs to %s: %s", part->final_dir, strerror(errno));
 out:
@@ -897,10 +897,10 @@ static cpr_status publish(cpr_store *store, open_part *part)
     cpr_status st;
     pthread_mutex_lock(&store->commit_mu);
     pthread_mutex_lock(&store->mu);
-    cpr_job *job = cpr_catalog_find_id(&store->catalog, part->job_id);
+    cpri_job *job = cpri_catalog_find_id(&store->catalog, part->job_id);
     st = job ? check_commit(job, &part->meta) : cpr_fail(CPR_INTERNAL, "job vanished");
     if (st == CPR_OK && part->meta.n_blobs) {
-        part->final_dir = cpr_part_dirname(part->job_name, part->meta.shard,
+        part->final_dir = cpri_part_dirname(part->job_name, part->meta.shard,
                                            part->meta.checkpoint, store->blobs_dir);
         if (!part->final_dir)
             st = cpr_fail(CPR_NO_MEMORY, "out of memory committing");
@@ -923,14 +923,14 @@ static cpr_status publish(cpr_store *store, open_part *part)
     }
     if (written) { /* catalog and open list change together */
         pthread_mutex_lock(&store->mu);
-        st = cpr_job_add_part(job, &part->meta);
+        st = cpri_job_add_part(job, &part->meta);
         unlink_open_part_locked(store, part);
         pthread_mutex_unlock(&store->mu);
         free(part->final_dir); /* the blobs are now the catalog's (S2) */
         part->final_dir = NULL;
         part->seg_name[0] = '\0'; /* and the segment */
     } else if (part->final_dir) {
-        cpr_rmtree(part->final_dir); /* published but never committed */
+        cpri_rmtree(part->final_dir); /* published but never committed */
     }
     pthread_mutex_unlock(&store->commit_mu);
     return st;
@@ -940,7 +940,7 @@ static cpr_status commit_locked(cpr_store *store, open_part *part)
 {
     cpr_status st;
     pthread_mutex_lock(&store->mu);
-    cpr_job *job = cpr_catalog_find_id(&store->catalog, part->job_id);
+    cpri_job *job = cpri_catalog_find_id(&store->catalog, part->job_id);
     st = job ? check_commit(job, &part->meta) : cpr_fail(CPR_INTERNAL, "job vanished");
     pthread_mutex_unlock(&store->mu);
     if (st) /* nothing changed yet: the part stays open */
@@ -952,7 +952,7 @@ static cpr_status commit_locked(cpr_store *store, open_part *part)
     if (st == CPR_OK)
         st = publish(store, part);
     if (st == CPR_OK)
-        cpr_fold_poke(store);
+        cpri_fold_poke(store);
     part->state = st == CPR_OK ? PART_COMMITTING : PART_FAILED;
     return st;
 }
@@ -962,7 +962,7 @@ cpr_status cpr_store_commit(cpr_store *store, const cpr_part_id *id, uint64_t ro
     open_part *part = NULL;
     cpr_status st = lock_open_part(store, id, "commit", &part);
     if (st)
-        return cpr_store_count(store, st);
+        return cpri_store_count(store, st);
     if (rows_sent != part->meta.rows)
         st = cpr_fail(CPR_INVALID_ARGUMENT, "commit of %s/%u/%llu: the client sent %llu "
                       "rows but the store received %llu; resend the missing rows or "
@@ -971,29 +971,29 @@ cpr_status cpr_store_commit(cpr_store *store, const cpr_part_id *id, uint64_t ro
     else
         st = commit_locked(store, part);
     pthread_mutex_unlock(&part->mu);
-    cpr_open_part_put(store, part);
-    return cpr_store_count(store, st);
+    cpri_open_part_put(store, part);
+    return cpri_store_count(store, st);
 }
 
 /* ---- abort ---------------------------------------------------------------- */
 
 cpr_status cpr_store_abort(cpr_store *store, const cpr_part_id *id)
 {
-    open_part *part = cpr_open_part_get(store, id);
+    open_part *part = cpri_open_part_get(store, id);
     if (!part)
-        return cpr_store_count(store, not_open(store, id, "abort"));
+        return cpri_store_count(store, not_open(store, id, "abort"));
     pthread_mutex_lock(&part->mu);
     if (part->state == PART_COMMITTING) {
         pthread_mutex_unlock(&part->mu);
-        cpr_open_part_put(store, part);
-        return cpr_store_count(store, cpr_fail(CPR_FAILED_PRECONDITION,
+        cpri_open_part_put(store, part);
+        return cpri_store_count(store, cpr_fail(CPR_FAILED_PRECONDITION,
                                "abort: part %s/%u/%llu is being committed", id->job,
                                id->shard, (unsigned long long)id->checkpoint));
     }
     part->state = PART_FAILED; /* puts racing with us now fail */
     pthread_mutex_unlock(&part->mu);
     unlink_open_part(store, part);
-    cpr_open_part_put(store, part);
+    cpri_open_part_put(store, part);
     return CPR_OK;
 }
 
@@ -1040,7 +1040,7 @@ cpr_status cpr_store_abort_idle(cpr_store *store, double idle_s, uint64_t *abort
     size_t n = 0;
     uint64_t count = 0, now = now_ms();
     if (!(idle_s >= 0.0)) /* also NaN */
-        return cpr_store_count(store, cpr_fail(CPR_INVALID_ARGUMENT, "idle time %g s: "
+        return cpri_store_count(store, cpr_fail(CPR_INVALID_ARGUMENT, "idle time %g s: "
                                "give 0 or more seconds", idle_s));
     double idle_ms = idle_s * 1000.0;
     uint64_t cutoff = idle_ms >= (double)now ? 0 : now - (uint64_t)idle_ms;
@@ -1048,17 +1048,17 @@ cpr_status cpr_store_abort_idle(cpr_store *store, double idle_s, uint64_t *abort
     cpr_status st = idle_candidates(store, cutoff, &parts, &n);
     pthread_mutex_unlock(&store->mu);
     if (st)
-        return cpr_store_count(store, st);
+        return cpri_store_count(store, st);
     for (size_t i = 0; i < n; i++) {
         open_part *p = parts[i];
         if (abort_if_idle(store, p, cutoff)) {
             count++;
-            cpr_log(CPR_LOG_WARN, "aborted part %s/%u/%llu: untouched for %.1f s (idle "
+            cpri_log(CPR_LOG_WARN, "aborted part %s/%u/%llu: untouched for %.1f s (idle "
                     "limit %.1f s); its writer is presumed gone", p->job_name,
                     p->meta.shard, (unsigned long long)p->meta.checkpoint,
                     (double)(now - atomic_load(&p->active_ms)) / 1000.0, idle_s);
         }
-        cpr_open_part_put(store, p);
+        cpri_open_part_put(store, p);
     }
     free(parts);
     if (aborted)

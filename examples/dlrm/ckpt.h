@@ -6,7 +6,7 @@
  * writes its own part through the client library; the training thread only
  * selects and gathers rows into the client's staging buffer, a background
  * thread commits) and settles finished ones; before_step injects the
- * failures of a schedule (cpr_harness.h) and recovers, partially or fully,
+ * failures of a schedule (cpr/failure.h) and recovers, partially or fully,
  * through the recovery planner; the first before_step of a --resume run
  * restores the latest consistent cut. docs/dlrm.md describes the policies,
  * the kinds written, recovery and the log events.

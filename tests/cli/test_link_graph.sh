@@ -34,7 +34,7 @@ if grep -q ' cpr_store_open$' <<< "$exported"; then
 fi
 grep -q ' cpr_client_open$' <<< "$exported" || fail "libcpr does not export cpr_client_open"
 exported=$(nm -D --defined-only "$libstore")
-grep -q ' cpr_store_api_get$' <<< "$exported" || fail "libcpr-store does not export its table"
+grep -q ' cpri_store_api_get$' <<< "$exported" || fail "libcpr-store does not export its table"
 
 syms=$(nm "$static")
 n=$(grep -ciE 'rocksdb|io_uring|cpr_store_open' <<< "$syms" || true)

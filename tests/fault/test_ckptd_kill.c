@@ -44,7 +44,7 @@ static void kill_after_batch(void *ctx, size_t sent)
 }
 
 /* The part of job `job` at checkpoint 1 restores exactly ROWS rows. */
-static void assert_part_intact(cpr_rpc *rpc, const char *job)
+static void assert_part_intact(cpri_rpc *rpc, const char *job)
 {
     uint64_t rows = 0;
     int bad = 0;
@@ -58,10 +58,10 @@ static void test_kill_during_put_rows(void **unused)
     (void)unused;
     char *dir = tu_mkdtemp("cpr-kill");
     ch_daemon d;
-    cpr_rpc *rpc;
+    cpri_rpc *rpc;
     cpr_part_id kept = {"kept", 0, 1}, lost = {"kept", 0, 2};
     ch_start(&d, dir);
-    assert_int_equal(cpr_rpc_open(d.addr, &rpc), CPR_OK);
+    assert_int_equal(cpri_rpc_open(d.addr, &rpc), CPR_OK);
     assert_int_equal(ch_begin(rpc, "kept", 1), CPR_OK);
     assert_int_equal(ch_put_rows(rpc, &kept, 0, ROWS, 0, NULL, NULL), CPR_OK);
     assert_int_equal(ch_commit(rpc, &kept, ROWS), CPR_OK);
@@ -70,10 +70,10 @@ static void test_kill_during_put_rows(void **unused)
     kill_at k = {&d, 5};
     cpr_status st = ch_put_rows(rpc, &lost, 0, 2000, 0, kill_after_batch, &k);
     assert_int_not_equal(st, CPR_OK); /* the client learns it failed */
-    cpr_rpc_close(rpc);
+    cpri_rpc_close(rpc);
 
     ch_start(&d, dir);
-    assert_int_equal(cpr_rpc_open(d.addr, &rpc), CPR_OK);
+    assert_int_equal(cpri_rpc_open(d.addr, &rpc), CPR_OK);
     size_t committed, open_parts;
     int has1;
     assert_int_equal(ch_list(rpc, "kept", &committed, 1, &has1, &open_parts), CPR_OK);
@@ -85,7 +85,7 @@ static void test_kill_during_put_rows(void **unused)
     assert_int_equal(ch_begin(rpc, "kept", 2), CPR_OK);
     assert_int_equal(ch_put_rows(rpc, &lost, 0, ROWS, 0, NULL, NULL), CPR_OK);
     assert_int_equal(ch_commit(rpc, &lost, ROWS), CPR_OK);
-    cpr_rpc_close(rpc);
+    cpri_rpc_close(rpc);
     ch_stop(&d);
     tu_rmtree(dir);
     free(dir);
@@ -105,27 +105,27 @@ static void test_sigterm_during_load(void **unused)
     (void)unused;
     char *dir = tu_mkdtemp("cpr-term");
     ch_daemon d;
-    cpr_rpc *rpc;
+    cpri_rpc *rpc;
     cpr_part_id kept = {"kept", 0, 1}, busy = {"kept", 0, 2};
     ch_start(&d, dir);
-    assert_int_equal(cpr_rpc_open(d.addr, &rpc), CPR_OK);
+    assert_int_equal(cpri_rpc_open(d.addr, &rpc), CPR_OK);
     assert_int_equal(ch_begin(rpc, "kept", 1), CPR_OK);
     assert_int_equal(ch_put_rows(rpc, &kept, 0, ROWS, 0, NULL, NULL), CPR_OK);
     assert_int_equal(ch_commit(rpc, &kept, ROWS), CPR_OK);
     assert_int_equal(ch_begin(rpc, "kept", 2), CPR_OK);
     kill_at k = {&d, 3};
     assert_int_not_equal(ch_put_rows(rpc, &busy, 0, 3000, 0, term_after_batch, &k), CPR_OK);
-    cpr_rpc_close(rpc);
+    cpri_rpc_close(rpc);
 
     ch_start(&d, dir);
-    assert_int_equal(cpr_rpc_open(d.addr, &rpc), CPR_OK);
+    assert_int_equal(cpri_rpc_open(d.addr, &rpc), CPR_OK);
     size_t committed, open_parts;
     int has1;
     assert_int_equal(ch_list(rpc, "kept", &committed, 1, &has1, &open_parts), CPR_OK);
     assert_int_equal(committed, 1);
     assert_int_equal(open_parts, 0);
     assert_part_intact(rpc, "kept");
-    cpr_rpc_close(rpc);
+    cpri_rpc_close(rpc);
     ch_stop(&d);
     tu_rmtree(dir);
     free(dir);
@@ -142,11 +142,11 @@ static void test_client_vanishes(void **unused)
     pid_t child = fork();
     assert_true(child >= 0);
     if (child == 0) {
-        cpr_rpc *rpc;
+        cpri_rpc *rpc;
         cpr_part_id id = {"gone", 0, 1};
-        cpr_rpc_stream *s;
-        if (cpr_rpc_open(d.addr, &rpc) || ch_begin(rpc, "gone", 1) ||
-            cpr_rpc_stream_open(rpc, CH_SVC "PutRows", CH_TIMEOUT_S, &s))
+        cpri_rpc_stream *s;
+        if (cpri_rpc_open(d.addr, &rpc) || ch_begin(rpc, "gone", 1) ||
+            cpri_rpc_stream_open(rpc, CH_SVC "PutRows", CH_TIMEOUT_S, &s))
             _exit(1);
         uint64_t ids[10] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9};
         float values[80], state[10];
@@ -155,7 +155,7 @@ static void test_client_vanishes(void **unused)
                       state);
         uint8_t *buf;
         size_t len;
-        if (cpr_wire_rows_encode(&id, &b, 0, 0, &buf, &len) || cpr_rpc_stream_send(s, buf, len))
+        if (cpri_wire_rows_encode(&id, &b, 0, 0, &buf, &len) || cpri_rpc_stream_send(s, buf, len))
             _exit(1);
         /* Wait (bounded) until the daemon has applied the batch, so the test
          * is about a stream that wrote something and then lost its client. */
@@ -165,9 +165,9 @@ static void test_client_vanishes(void **unused)
             cpr_part_info *parts;
             uint64_t cut;
             int applied = 0;
-            if (cpr_wire_list_encode("gone", &req, &rl) == CPR_OK &&
-                cpr_rpc_unary(rpc, CH_SVC "List", req, rl, 5.0, &resp, &n) == CPR_OK) {
-                if (cpr_wire_list_response_decode(resp, n, &parts, &n, &cut) == CPR_OK) {
+            if (cpri_wire_list_encode("gone", &req, &rl) == CPR_OK &&
+                cpri_rpc_unary(rpc, CH_SVC "List", req, rl, 5.0, &resp, &n) == CPR_OK) {
+                if (cpri_wire_list_response_decode(resp, n, &parts, &n, &cut) == CPR_OK) {
                     applied = n == 1 && parts[0].rows == 10;
                     free(parts);
                 }
@@ -184,12 +184,12 @@ static void test_client_vanishes(void **unused)
     int status;
     assert_int_equal(waitpid(child, &status, 0), child);
     assert_int_equal(WEXITSTATUS(status), 0);
-    cpr_rpc *rpc;
-    assert_int_equal(cpr_rpc_open(d.addr, &rpc), CPR_OK);
+    cpri_rpc *rpc;
+    assert_int_equal(cpri_rpc_open(d.addr, &rpc), CPR_OK);
     assert_true(ch_wait_no_open_parts(rpc, "gone", 10.0));
     cpr_part_id id = {"gone", 0, 1};
     assert_int_equal(ch_commit(rpc, &id, 10), CPR_FAILED_PRECONDITION);
-    cpr_rpc_close(rpc);
+    cpri_rpc_close(rpc);
     ch_stop(&d);
     tu_rmtree(dir);
     free(dir);
@@ -203,10 +203,10 @@ static void test_bad_clients_cannot_hurt_others(void **unused)
     (void)unused;
     char *dir = tu_mkdtemp("cpr-others"), *dir2 = tu_mkdtemp("cpr-others2");
     ch_daemon d;
-    cpr_rpc *rpc;
+    cpri_rpc *rpc;
     cpr_part_id victim = {"victim", 0, 1};
     ch_start(&d, dir);
-    assert_int_equal(cpr_rpc_open(d.addr, &rpc), CPR_OK);
+    assert_int_equal(cpri_rpc_open(d.addr, &rpc), CPR_OK);
     assert_int_equal(ch_begin(rpc, "victim", 1), CPR_OK);
     assert_int_equal(ch_put_rows(rpc, &victim, 0, 100, 0, NULL, NULL), CPR_OK);
     assert_int_equal(ch_put_rows(rpc, &victim, 100, 100, 1, NULL, NULL), CPR_CORRUPT);
@@ -215,11 +215,11 @@ static void test_bad_clients_cannot_hurt_others(void **unused)
 
     uint8_t *resp = NULL;
     size_t n = 0;
-    assert_int_equal(cpr_rpc_unary(rpc, "/cpr.v1.Checkpoint/Nope", (const uint8_t *)"", 0, 5.0,
+    assert_int_equal(cpri_rpc_unary(rpc, "/cpr.v1.Checkpoint/Nope", (const uint8_t *)"", 0, 5.0,
                                    &resp, &n), CPR_INTERNAL); /* UNIMPLEMENTED */
     assert_non_null(strstr(cpr_errmsg(), "does not serve"));
     free(resp);
-    cpr_rpc_close(rpc);
+    cpri_rpc_close(rpc);
 
     pid_t pid = fork(); /* a second daemon on the same address must fail */
     assert_true(pid >= 0);
@@ -243,7 +243,7 @@ static void test_bad_clients_cannot_hurt_others(void **unused)
 }
 
 typedef struct commit_call {
-    cpr_rpc *rpc;
+    cpri_rpc *rpc;
     cpr_part_id id;
     cpr_status st;
 } commit_call;
@@ -264,9 +264,9 @@ static void test_kill_during_commit(void **unused)
     ch_daemon d;
     ch_start(&d, dir);
     for (int round = 0; round < ROUNDS; round++) {
-        cpr_rpc *rpc;
+        cpri_rpc *rpc;
         snprintf(jobs[round], sizeof jobs[round], "round%d", round);
-        assert_int_equal(cpr_rpc_open(d.addr, &rpc), CPR_OK);
+        assert_int_equal(cpri_rpc_open(d.addr, &rpc), CPR_OK);
         commit_call c = {rpc, {jobs[round], 0, 1}, CPR_OK};
         assert_int_equal(ch_begin(rpc, jobs[round], 1), CPR_OK);
         assert_int_equal(ch_put_rows(rpc, &c.id, 0, ROWS, 0, NULL, NULL), CPR_OK);
@@ -280,10 +280,10 @@ static void test_kill_during_commit(void **unused)
         ch_kill(&d);
         pthread_join(thread, NULL);
         committed[round] = c.st == CPR_OK;
-        cpr_rpc_close(rpc);
+        cpri_rpc_close(rpc);
 
         ch_start(&d, dir);
-        assert_int_equal(cpr_rpc_open(d.addr, &rpc), CPR_OK);
+        assert_int_equal(cpri_rpc_open(d.addr, &rpc), CPR_OK);
         for (int r = 0; r <= round; r++) {
             size_t n = 0, open_parts = 0;
             int has1 = 0;
@@ -296,7 +296,7 @@ static void test_kill_during_commit(void **unused)
                 assert_part_intact(rpc, jobs[r]);
             committed[r] |= has1;
         }
-        cpr_rpc_close(rpc);
+        cpri_rpc_close(rpc);
     }
     int landed = 0;
     for (int r = 0; r < ROUNDS; r++)

@@ -47,8 +47,8 @@ static void touch_problem(void *ctx, const char *what, const char *where)
 /* Kinds 8-15: operations requests and the responses clients decode. */
 static void decode_admin(unsigned kind, const uint8_t *data, size_t size)
 {
-    cpr_wire_list v;
-    cpr_wire_gc g;
+    cpri_wire_list v;
+    cpri_wire_gc g;
     cpr_store_stats stats;
     cpr_verify_report vr;
     cpr_gc_report gr;
@@ -58,29 +58,29 @@ static void decode_admin(unsigned kind, const uint8_t *data, size_t size)
     uint64_t cut;
     switch (kind) {
     case 8:
-        sink += cpr_wire_list_jobs_decode(data, size);
+        sink += cpri_wire_list_jobs_decode(data, size);
         break;
     case 9:
-        if (cpr_wire_verify_decode(data, size, &v) == CPR_OK) {
+        if (cpri_wire_verify_decode(data, size, &v) == CPR_OK) {
             if (v.job)
                 touch(v.job, strlen(v.job));
-            cpr_wire_list_release(&v);
+            cpri_wire_list_release(&v);
         }
         break;
     case 10:
-        if (cpr_wire_gc_decode(data, size, &g) == CPR_OK) {
+        if (cpri_wire_gc_decode(data, size, &g) == CPR_OK) {
             if (g.job)
                 touch(g.job, strlen(g.job));
             sink += g.keep + g.floor;
-            cpr_wire_gc_release(&g);
+            cpri_wire_gc_release(&g);
         }
         break;
     case 11:
-        if (cpr_wire_stats_response_decode(data, size, &stats) == CPR_OK)
+        if (cpri_wire_stats_response_decode(data, size, &stats) == CPR_OK)
             touch(&stats, sizeof stats);
         break;
     case 12:
-        if (cpr_wire_list_jobs_response_decode(data, size, &jobs, &n) == CPR_OK) {
+        if (cpri_wire_list_jobs_response_decode(data, size, &jobs, &n) == CPR_OK) {
             for (size_t i = 0; i < n; i++)
                 touch(jobs[i], strlen(jobs[i]));
             sink += jobs[n] == NULL;
@@ -88,15 +88,15 @@ static void decode_admin(unsigned kind, const uint8_t *data, size_t size)
         }
         break;
     case 13:
-        if (cpr_wire_verify_response_decode(data, size, &vr, touch_problem, NULL) == CPR_OK)
+        if (cpri_wire_verify_response_decode(data, size, &vr, touch_problem, NULL) == CPR_OK)
             touch(&vr, sizeof vr);
         break;
     case 14:
-        if (cpr_wire_gc_response_decode(data, size, &gr) == CPR_OK)
+        if (cpri_wire_gc_response_decode(data, size, &gr) == CPR_OK)
             touch(&gr, sizeof gr);
         break;
     default:
-        if (cpr_wire_list_response_decode(data, size, &parts, &n, &cut) == CPR_OK) {
+        if (cpri_wire_list_response_decode(data, size, &parts, &n, &cut) == CPR_OK) {
             for (size_t i = 0; i < n; i++) /* field by field: the struct has padding */
                 sink += parts[i].shard + parts[i].checkpoint + parts[i].rows + parts[i].bytes;
             free(parts);
@@ -108,84 +108,84 @@ static void decode_admin(unsigned kind, const uint8_t *data, size_t size)
 /* Kinds 16-18: the recovery record's requests and the record clients decode. */
 static void decode_recovery(unsigned kind, const uint8_t *data, size_t size)
 {
-    cpr_wire_list g;
-    cpr_wire_recovery r;
+    cpri_wire_list g;
+    cpri_wire_recovery r;
     if (kind == 16) {
-        if (cpr_wire_get_recovery_decode(data, size, &g) == CPR_OK) {
+        if (cpri_wire_get_recovery_decode(data, size, &g) == CPR_OK) {
             touch(g.job, strlen(g.job));
-            cpr_wire_list_release(&g);
+            cpri_wire_list_release(&g);
         }
         return;
     }
-    cpr_status st = kind == 17 ? cpr_wire_put_recovery_decode(data, size, &r)
-                               : cpr_wire_recovery_record_decode(data, size, &r);
+    cpr_status st = kind == 17 ? cpri_wire_put_recovery_decode(data, size, &r)
+                               : cpri_wire_recovery_record_decode(data, size, &r);
     if (st != CPR_OK)
         return;
     touch(r.job, strlen(r.job));
     if (r.plan)
         touch(r.plan, r.len);
     sink += r.generation + r.written_unix_ms + (r.plan == NULL) * (r.len == 0);
-    cpr_wire_recovery_release(&r);
+    cpri_wire_recovery_release(&r);
 }
 
 static void decode_one(unsigned kind, const uint8_t *data, size_t size)
 {
-    cpr_wire_begin b;
-    cpr_wire_rows r;
-    cpr_wire_chunk c;
-    cpr_wire_part p;
-    cpr_wire_restore q;
-    cpr_wire_list l;
+    cpri_wire_begin b;
+    cpri_wire_rows r;
+    cpri_wire_chunk c;
+    cpri_wire_part p;
+    cpri_wire_restore q;
+    cpri_wire_list l;
     switch (kind) {
     case 0:
-        if (cpr_wire_begin_decode(data, size, &b) == CPR_OK) {
+        if (cpri_wire_begin_decode(data, size, &b) == CPR_OK) {
             touch_part(&b.spec.id);
             touch(b.spec.tables, b.spec.n_tables * sizeof *b.spec.tables);
-            cpr_wire_begin_release(&b);
+            cpri_wire_begin_release(&b);
         }
         break;
     case 1:
-        if (cpr_wire_rows_decode(data, size, &r) == CPR_OK) {
+        if (cpri_wire_rows_decode(data, size, &r) == CPR_OK) {
             touch_part(&r.id);
             touch(r.batch.ids, r.batch.n * 8);
             touch(r.batch.values, r.batch.values_count * 4);
             if (r.batch.state)
                 touch(r.batch.state, r.batch.state_count * 4);
-            cpr_wire_rows_release(&r);
+            cpri_wire_rows_release(&r);
         }
         break;
     case 2:
-        if (cpr_wire_chunk_decode(data, size, &c) == CPR_OK) {
+        if (cpri_wire_chunk_decode(data, size, &c) == CPR_OK) {
             touch_part(&c.id);
             touch(c.name, strlen(c.name));
             touch(c.data, c.len);
-            cpr_wire_chunk_release(&c);
+            cpri_wire_chunk_release(&c);
         }
         break;
     case 3:
     case 4:
     case 5:
-        if ((kind == 3 ? cpr_wire_commit_decode(data, size, &p)
-             : kind == 4 ? cpr_wire_abort_decode(data, size, &p)
-                         : cpr_wire_getblob_decode(data, size, &p)) == CPR_OK) {
+        if ((kind == 3 ? cpri_wire_commit_decode(data, size, &p)
+             : kind == 4 ? cpri_wire_abort_decode(data, size, &p)
+                         : cpri_wire_getblob_decode(data, size, &p)) == CPR_OK) {
             touch_part(&p.id);
             if (p.name)
                 touch(p.name, strlen(p.name));
-            cpr_wire_part_release(&p);
+            cpri_wire_part_release(&p);
         }
         break;
     case 6:
-        if (cpr_wire_restore_decode(data, size, &q) == CPR_OK) {
+        if (cpri_wire_restore_decode(data, size, &q) == CPR_OK) {
             touch(q.query.job, strlen(q.query.job));
             touch(q.query.tables, q.query.n_tables * sizeof *q.query.tables);
             touch(q.query.ranges, q.query.n_ranges * sizeof *q.query.ranges);
-            cpr_wire_restore_release(&q);
+            cpri_wire_restore_release(&q);
         }
         break;
     case 7:
-        if (cpr_wire_list_decode(data, size, &l) == CPR_OK) {
+        if (cpri_wire_list_decode(data, size, &l) == CPR_OK) {
             touch(l.job, strlen(l.job));
-            cpr_wire_list_release(&l);
+            cpri_wire_list_release(&l);
         }
         break;
     default:

@@ -35,9 +35,9 @@ static cpr_status encode_recovery(unsigned kind, uint8_t **buf, size_t *len)
 {
     static const char plan[] = "{\"cpr_plan\":1,\"action\":\"partial\"}";
     switch (kind) {
-    case 16: return cpr_wire_get_recovery_encode("job", buf, len);
-    case 17: return cpr_wire_put_recovery_encode("job", 3, plan, sizeof plan - 1, buf, len);
-    default: return cpr_wire_recovery_record_encode("job", 4, plan, sizeof plan - 1,
+    case 16: return cpri_wire_get_recovery_encode("job", buf, len);
+    case 17: return cpri_wire_put_recovery_encode("job", 3, plan, sizeof plan - 1, buf, len);
+    default: return cpri_wire_recovery_record_encode("job", 4, plan, sizeof plan - 1,
                                                     1700000000000ull, buf, len);
     }
 }
@@ -46,7 +46,7 @@ static cpr_status encode_recovery(unsigned kind, uint8_t **buf, size_t *len)
 static cpr_status encode_admin(unsigned kind, uint8_t **buf, size_t *len)
 {
     static char *const jobs[2] = {"job", "other.job"};
-    static const cpr_wire_problem details[2] = {{"row checksum mismatch", "job j row 3"},
+    static const cpri_wire_problem details[2] = {{"row checksum mismatch", "job j row 3"},
                                                 {"blob block fails", "job j blob dense"}};
     static const cpr_part_info parts[2] = {{.shard = 1, .checkpoint = 5, .kind = CPR_KIND_FULL,
                                             .num_shards = 2, .rows = 10, .committed = 1},
@@ -58,14 +58,14 @@ static cpr_status encode_admin(unsigned kind, uint8_t **buf, size_t *len)
     stats.errors[CPR_INVALID_ARGUMENT] = 2;
     stats.errors[CPR_IO] = 1;
     switch (kind) {
-    case 8: return cpr_wire_list_jobs_encode(buf, len);
-    case 9: return cpr_wire_verify_encode("job", buf, len);
-    case 10: return cpr_wire_gc_encode("job", 2, 7, buf, len);
-    case 11: return cpr_wire_stats_response_encode(&stats, buf, len);
-    case 12: return cpr_wire_list_jobs_response_encode(jobs, 2, buf, len);
-    case 13: return cpr_wire_verify_response_encode(&vr, details, 2, buf, len);
-    case 14: return cpr_wire_gc_response_encode(&gr, buf, len);
-    default: return cpr_wire_list_response_encode(parts, 2, 5, buf, len);
+    case 8: return cpri_wire_list_jobs_encode(buf, len);
+    case 9: return cpri_wire_verify_encode("job", buf, len);
+    case 10: return cpri_wire_gc_encode("job", 2, 7, buf, len);
+    case 11: return cpri_wire_stats_response_encode(&stats, buf, len);
+    case 12: return cpri_wire_list_jobs_response_encode(jobs, 2, buf, len);
+    case 13: return cpri_wire_verify_response_encode(&vr, details, 2, buf, len);
+    case 14: return cpri_wire_gc_response_encode(&gr, buf, len);
+    default: return cpri_wire_list_response_encode(parts, 2, 5, buf, len);
     }
 }
 
@@ -83,14 +83,14 @@ static size_t make_seed(unsigned kind, uint8_t *out, size_t cap)
     cpr_restore_query q = {"job", 5, 0, tables, 1, &range, 1, 4, 1, 16};
     uint8_t *buf = NULL;
     size_t len = 0;
-    cpr_status rc = kind == 0 ? cpr_wire_begin_encode(&spec, &buf, &len)
-                    : kind == 1 ? cpr_wire_rows_encode(&id, &b, 4, 1, &buf, &len)
-                    : kind == 2 ? cpr_wire_chunk_encode(&id, "dense", 0, 3, "abc", 3, 7, &buf, &len)
-                    : kind == 3 ? cpr_wire_commit_encode(&id, 3, &buf, &len)
-                    : kind == 4 ? cpr_wire_abort_encode(&id, &buf, &len)
-                    : kind == 5 ? cpr_wire_getblob_encode(&id, "dense", &buf, &len)
-                    : kind == 6 ? cpr_wire_restore_encode(&q, &buf, &len)
-                    : kind == 7 ? cpr_wire_list_encode("job", &buf, &len)
+    cpr_status rc = kind == 0 ? cpri_wire_begin_encode(&spec, &buf, &len)
+                    : kind == 1 ? cpri_wire_rows_encode(&id, &b, 4, 1, &buf, &len)
+                    : kind == 2 ? cpri_wire_chunk_encode(&id, "dense", 0, 3, "abc", 3, 7, &buf, &len)
+                    : kind == 3 ? cpri_wire_commit_encode(&id, 3, &buf, &len)
+                    : kind == 4 ? cpri_wire_abort_encode(&id, &buf, &len)
+                    : kind == 5 ? cpri_wire_getblob_encode(&id, "dense", &buf, &len)
+                    : kind == 6 ? cpri_wire_restore_encode(&q, &buf, &len)
+                    : kind == 7 ? cpri_wire_list_encode("job", &buf, &len)
                     : kind >= 16 ? encode_recovery(kind, &buf, &len)
                                  : encode_admin(kind, &buf, &len);
     if (rc != CPR_OK || len + 1 > cap) {

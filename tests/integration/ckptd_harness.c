@@ -29,13 +29,13 @@ void ch_start(ch_daemon *d, const char *dir)
 
 void ch_start_args(ch_daemon *d, const char *dir, const char *const *extra)
 {
-    if (cpr_ckptd_spawn(CKPTD_PATH, dir, NULL, extra, d) != CPR_OK)
+    if (cpri_ckptd_spawn(CKPTD_PATH, dir, NULL, extra, d) != CPR_OK)
         fail_msg("%s", cpr_errmsg());
 }
 
 void ch_stop(ch_daemon *d)
 {
-    if (cpr_ckptd_stop(d) != CPR_OK)
+    if (cpri_ckptd_stop(d) != CPR_OK)
         fail_msg("%s", cpr_errmsg());
 }
 
@@ -61,37 +61,37 @@ void ch_kill(ch_daemon *d)
     assert_int_equal(waitpid(d->pid, &status, 0), d->pid);
 }
 
-cpr_status ch_unary(cpr_rpc *rpc, const char *method, uint8_t *req, size_t len)
+cpr_status ch_unary(cpri_rpc *rpc, const char *method, uint8_t *req, size_t len)
 {
     uint8_t *resp = NULL;
     size_t n = 0;
-    cpr_status st = cpr_rpc_unary(rpc, method, req, len, CH_TIMEOUT_S, &resp, &n);
+    cpr_status st = cpri_rpc_unary(rpc, method, req, len, CH_TIMEOUT_S, &resp, &n);
     free(req);
     free(resp);
     return st;
 }
 
-cpr_status ch_begin(cpr_rpc *rpc, const char *job, uint64_t ckpt)
+cpr_status ch_begin(cpri_rpc *rpc, const char *job, uint64_t ckpt)
 {
     return ch_begin_part(rpc, job, 0, 1, ckpt, CPR_KIND_FULL);
 }
 
-cpr_status ch_begin_part(cpr_rpc *rpc, const char *job, uint32_t shard, uint32_t num_shards,
+cpr_status ch_begin_part(cpri_rpc *rpc, const char *job, uint32_t shard, uint32_t num_shards,
                          uint64_t ckpt, cpr_kind kind)
 {
     cpr_part_spec spec = {.id = {job, shard, ckpt}, .kind = kind, .num_shards = num_shards,
                           .tables = &ch_table, .n_tables = 1};
     uint8_t *buf;
     size_t len;
-    assert_int_equal(cpr_wire_begin_encode(&spec, &buf, &len), CPR_OK);
+    assert_int_equal(cpri_wire_begin_encode(&spec, &buf, &len), CPR_OK);
     return ch_unary(rpc, CH_SVC "Begin", buf, len);
 }
 
-cpr_status ch_put_rows(cpr_rpc *rpc, const cpr_part_id *id, uint64_t first, size_t n,
+cpr_status ch_put_rows(cpri_rpc *rpc, const cpr_part_id *id, uint64_t first, size_t n,
                        int corrupt_last, void (*after_batch)(void *ctx, size_t sent), void *ctx)
 {
-    cpr_rpc_stream *s;
-    cpr_status st = cpr_rpc_stream_open(rpc, CH_SVC "PutRows", CH_TIMEOUT_S, &s);
+    cpri_rpc_stream *s;
+    cpr_status st = cpri_rpc_stream_open(rpc, CH_SVC "PutRows", CH_TIMEOUT_S, &s);
     if (st)
         return st;
     size_t sent = 0;
@@ -108,21 +108,21 @@ cpr_status ch_put_rows(cpr_rpc *rpc, const cpr_part_id *id, uint64_t first, size
             b.crc32c ^= 1;
         uint8_t *buf;
         size_t len;
-        assert_int_equal(cpr_wire_rows_encode(id, &b, 0, 0, &buf, &len), CPR_OK);
-        st = cpr_rpc_stream_send(s, buf, len);
+        assert_int_equal(cpri_wire_rows_encode(id, &b, 0, 0, &buf, &len), CPR_OK);
+        st = cpri_rpc_stream_send(s, buf, len);
         free(buf);
         if (st == CPR_OK && after_batch)
             after_batch(ctx, ++sent);
     }
-    cpr_status end = cpr_rpc_stream_finish(s, NULL, NULL);
+    cpr_status end = cpri_rpc_stream_finish(s, NULL, NULL);
     return end != CPR_OK ? end : st;
 }
 
-cpr_status ch_commit(cpr_rpc *rpc, const cpr_part_id *id, uint64_t rows)
+cpr_status ch_commit(cpri_rpc *rpc, const cpr_part_id *id, uint64_t rows)
 {
     uint8_t *buf;
     size_t len;
-    assert_int_equal(cpr_wire_commit_encode(id, rows, &buf, &len), CPR_OK);
+    assert_int_equal(cpri_wire_commit_encode(id, rows, &buf, &len), CPR_OK);
     return ch_unary(rpc, CH_SVC "Commit", buf, len);
 }
 
@@ -134,8 +134,8 @@ typedef struct restored {
 static cpr_status check_rows(void *ctx, const uint8_t *msg, size_t len)
 {
     restored *r = ctx;
-    cpr_wire_rows w;
-    if (cpr_wire_rows_decode(msg, len, &w) != CPR_OK) {
+    cpri_wire_rows w;
+    if (cpri_wire_rows_decode(msg, len, &w) != CPR_OK) {
         r->bad = 1;
         return CPR_OK;
     }
@@ -148,19 +148,19 @@ static cpr_status check_rows(void *ctx, const uint8_t *msg, size_t len)
             r->bad |= w.batch.values[i * ch_table.dim + j] != tu_value(1, id, r->valued_at, j);
         r->bad |= w.batch.state[i] != tu_state(1, id, r->valued_at, 0);
     }
-    cpr_wire_rows_release(&w);
+    cpri_wire_rows_release(&w);
     return CPR_OK;
 }
 
-cpr_status ch_restore(cpr_rpc *rpc, const char *job, uint64_t as_of, uint64_t valued_at,
+cpr_status ch_restore(cpri_rpc *rpc, const char *job, uint64_t as_of, uint64_t valued_at,
                       uint64_t *rows, int *bad)
 {
     cpr_restore_query q = {.job = job, .as_of = as_of, .batch_rows = 333};
     restored r = {.valued_at = valued_at};
     uint8_t *buf;
     size_t len;
-    assert_int_equal(cpr_wire_restore_encode(&q, &buf, &len), CPR_OK);
-    cpr_status st = cpr_rpc_server_stream(rpc, CH_SVC "Restore", buf, len, CH_TIMEOUT_S,
+    assert_int_equal(cpri_wire_restore_encode(&q, &buf, &len), CPR_OK);
+    cpr_status st = cpri_rpc_server_stream(rpc, CH_SVC "Restore", buf, len, CH_TIMEOUT_S,
                                           check_rows, &r);
     free(buf);
     *rows = r.rows;
@@ -168,19 +168,19 @@ cpr_status ch_restore(cpr_rpc *rpc, const char *job, uint64_t as_of, uint64_t va
     return st;
 }
 
-cpr_status ch_list(cpr_rpc *rpc, const char *job, size_t *n, uint64_t ckpt, int *has_ckpt,
+cpr_status ch_list(cpri_rpc *rpc, const char *job, size_t *n, uint64_t ckpt, int *has_ckpt,
                    size_t *open_parts)
 {
     uint8_t *req, *resp;
     size_t len, resp_len, count;
     cpr_part_info *parts;
     uint64_t cut;
-    assert_int_equal(cpr_wire_list_encode(job, &req, &len), CPR_OK);
-    cpr_status st = cpr_rpc_unary(rpc, CH_SVC "List", req, len, CH_TIMEOUT_S, &resp, &resp_len);
+    assert_int_equal(cpri_wire_list_encode(job, &req, &len), CPR_OK);
+    cpr_status st = cpri_rpc_unary(rpc, CH_SVC "List", req, len, CH_TIMEOUT_S, &resp, &resp_len);
     free(req);
     if (st)
         return st;
-    assert_int_equal(cpr_wire_list_response_decode(resp, resp_len, &parts, &count, &cut), CPR_OK);
+    assert_int_equal(cpri_wire_list_response_decode(resp, resp_len, &parts, &count, &cut), CPR_OK);
     free(resp);
     *n = 0;
     *has_ckpt = 0;
@@ -215,7 +215,7 @@ int ch_poll(int (*cond)(void *ctx), void *ctx, double seconds)
 }
 
 typedef struct open_parts_query {
-    cpr_rpc *rpc;
+    cpri_rpc *rpc;
     const char *job;
 } open_parts_query;
 
@@ -228,7 +228,7 @@ static int no_open_parts(void *ctx)
     return (st == CPR_OK && open_parts == 0) || st == CPR_NOT_FOUND;
 }
 
-int ch_wait_no_open_parts(cpr_rpc *rpc, const char *job, double seconds)
+int ch_wait_no_open_parts(cpri_rpc *rpc, const char *job, double seconds)
 {
     open_parts_query q = {rpc, job};
     return ch_poll(no_open_parts, &q, seconds);

@@ -20,7 +20,7 @@
 /* The one table the harness's parts hold. */
 extern const cpr_table_schema ch_table;
 
-typedef cpr_ckptd_proc ch_daemon; /* ckptd/launch.h: the launcher cpr-bench uses too */
+typedef cpri_ckptd_proc ch_daemon; /* ckptd/launch.h: the launcher cpr-bench uses too */
 
 void ch_start(ch_daemon *d, const char *dir);
 /* ch_start with more daemon flags: `extra` is a NULL-terminated list
@@ -36,28 +36,28 @@ void ch_kill(ch_daemon *d);
 char *ch_daemon_up(ch_daemon *d, char *target, size_t cap);
 void ch_daemon_down(ch_daemon *d, char *dir);
 
-cpr_status ch_unary(cpr_rpc *rpc, const char *method, uint8_t *req, size_t len); /* takes req */
-cpr_status ch_begin(cpr_rpc *rpc, const char *job, uint64_t ckpt);
+cpr_status ch_unary(cpri_rpc *rpc, const char *method, uint8_t *req, size_t len); /* takes req */
+cpr_status ch_begin(cpri_rpc *rpc, const char *job, uint64_t ckpt);
 /* Begin part (job, shard, ckpt) of `kind` in a job of num_shards shards. */
-cpr_status ch_begin_part(cpr_rpc *rpc, const char *job, uint32_t shard, uint32_t num_shards,
+cpr_status ch_begin_part(cpri_rpc *rpc, const char *job, uint32_t shard, uint32_t num_shards,
                          uint64_t ckpt, cpr_kind kind);
 /* Stream rows first..first+n-1 in batches of 100; corrupt_last damages the
  * last batch's checksum. after_batch (may be NULL) runs after each send. */
-cpr_status ch_put_rows(cpr_rpc *rpc, const cpr_part_id *id, uint64_t first, size_t n,
+cpr_status ch_put_rows(cpri_rpc *rpc, const cpr_part_id *id, uint64_t first, size_t n,
                        int corrupt_last, void (*after_batch)(void *ctx, size_t sent), void *ctx);
-cpr_status ch_commit(cpr_rpc *rpc, const cpr_part_id *id, uint64_t rows);
+cpr_status ch_commit(cpri_rpc *rpc, const cpr_part_id *id, uint64_t rows);
 /* Restore `job` as of `as_of` (0: newest); *rows gets the count; returns
  * non-OK or sets *bad if any row is not exactly as written at `valued_at`. */
-cpr_status ch_restore(cpr_rpc *rpc, const char *job, uint64_t as_of, uint64_t valued_at,
+cpr_status ch_restore(cpri_rpc *rpc, const char *job, uint64_t as_of, uint64_t valued_at,
                       uint64_t *rows, int *bad);
 /* Committed parts of `job` (count, and whether `ckpt` is one of them). */
-cpr_status ch_list(cpr_rpc *rpc, const char *job, size_t *n, uint64_t ckpt, int *has_ckpt,
+cpr_status ch_list(cpri_rpc *rpc, const char *job, size_t *n, uint64_t ckpt, int *has_ckpt,
                    size_t *open_parts);
 
 /* Poll cond(ctx) until it returns non-zero, for at most `seconds` (a short
  * pause between polls). 1 if it did, 0 at the deadline. */
 int ch_poll(int (*cond)(void *ctx), void *ctx, double seconds);
 /* Poll List until `job` has no open part (or no part at all). */
-int ch_wait_no_open_parts(cpr_rpc *rpc, const char *job, double seconds);
+int ch_wait_no_open_parts(cpri_rpc *rpc, const char *job, double seconds);
 
 #endif /* CPR_CKPTD_HARNESS_H */

@@ -25,22 +25,22 @@
 #include "testutil.h"
 
 
-static cpr_status put_blob(cpr_rpc *rpc, const cpr_part_id *id, const uint8_t *data, size_t n)
+static cpr_status put_blob(cpri_rpc *rpc, const cpr_part_id *id, const uint8_t *data, size_t n)
 {
-    cpr_rpc_stream *s;
-    cpr_status st = cpr_rpc_stream_open(rpc, CH_SVC "PutBlob", CH_TIMEOUT_S, &s);
+    cpri_rpc_stream *s;
+    cpr_status st = cpri_rpc_stream_open(rpc, CH_SVC "PutBlob", CH_TIMEOUT_S, &s);
     assert_int_equal(st, CPR_OK);
     for (size_t off = 0; st == CPR_OK && off < n; off += 65536) {
         size_t k = n - off < 65536 ? n - off : 65536;
         uint8_t *buf;
         size_t len;
-        assert_int_equal(cpr_wire_chunk_encode(id, "dense", off, 0, data + off, k,
+        assert_int_equal(cpri_wire_chunk_encode(id, "dense", off, 0, data + off, k,
                                                cpr_crc32c(0, data + off, k), &buf, &len),
                          CPR_OK);
-        st = cpr_rpc_stream_send(s, buf, len);
+        st = cpri_rpc_stream_send(s, buf, len);
         free(buf);
     }
-    cpr_status end = cpr_rpc_stream_finish(s, NULL, NULL);
+    cpr_status end = cpri_rpc_stream_finish(s, NULL, NULL);
     return end != CPR_OK ? end : st;
 }
 
@@ -52,8 +52,8 @@ typedef struct restored {
 static cpr_status check_rows(void *ctx, const uint8_t *msg, size_t len)
 {
     restored *r = ctx;
-    cpr_wire_rows w;
-    assert_int_equal(cpr_wire_rows_decode(msg, len, &w), CPR_OK);
+    cpri_wire_rows w;
+    assert_int_equal(cpri_wire_rows_decode(msg, len, &w), CPR_OK);
     if (cpr_crc32c_rows(w.batch.ids, w.batch.n, w.batch.values, w.batch.values_count,
                         w.batch.state, w.batch.state_count) != w.batch.crc32c)
         r->bad = 1;
@@ -63,18 +63,18 @@ static cpr_status check_rows(void *ctx, const uint8_t *msg, size_t len)
             r->bad |= w.batch.values[i * ch_table.dim + j] != tu_value(1, r->next_id, 1, j);
         r->bad |= w.batch.state[i] != tu_state(1, r->next_id, 1, 0);
     }
-    cpr_wire_rows_release(&w);
+    cpri_wire_rows_release(&w);
     return CPR_OK;
 }
 
-static void check_restore(cpr_rpc *rpc, uint64_t want_rows)
+static void check_restore(cpri_rpc *rpc, uint64_t want_rows)
 {
     cpr_restore_query q = {.job = "job1", .batch_rows = 333};
     restored r = {0};
     uint8_t *buf;
     size_t len;
-    assert_int_equal(cpr_wire_restore_encode(&q, &buf, &len), CPR_OK);
-    assert_int_equal(cpr_rpc_server_stream(rpc, CH_SVC "Restore", buf, len, CH_TIMEOUT_S, check_rows, &r),
+    assert_int_equal(cpri_wire_restore_encode(&q, &buf, &len), CPR_OK);
+    assert_int_equal(cpri_rpc_server_stream(rpc, CH_SVC "Restore", buf, len, CH_TIMEOUT_S, check_rows, &r),
                      CPR_OK);
     free(buf);
     assert_false(r.bad);
@@ -89,24 +89,24 @@ typedef struct blob_back {
 static cpr_status collect_blob(void *ctx, const uint8_t *msg, size_t len)
 {
     blob_back *b = ctx;
-    cpr_wire_chunk c;
-    assert_int_equal(cpr_wire_chunk_decode(msg, len, &c), CPR_OK);
+    cpri_wire_chunk c;
+    assert_int_equal(cpri_wire_chunk_decode(msg, len, &c), CPR_OK);
     assert_int_equal(c.offset, b->len);
     assert_int_equal(cpr_crc32c(0, c.data, c.len), c.crc32c);
     assert_true(b->len + c.len <= b->cap);
     memcpy(b->data + b->len, c.data, c.len);
     b->len += c.len;
-    cpr_wire_chunk_release(&c);
+    cpri_wire_chunk_release(&c);
     return CPR_OK;
 }
 
-static void check_blob(cpr_rpc *rpc, const cpr_part_id *id, const uint8_t *want, size_t n)
+static void check_blob(cpri_rpc *rpc, const cpr_part_id *id, const uint8_t *want, size_t n)
 {
     blob_back b = {malloc(n), 0, n};
     uint8_t *buf;
     size_t len;
-    assert_int_equal(cpr_wire_getblob_encode(id, "dense", &buf, &len), CPR_OK);
-    assert_int_equal(cpr_rpc_server_stream(rpc, CH_SVC "GetBlob", buf, len, CH_TIMEOUT_S,
+    assert_int_equal(cpri_wire_getblob_encode(id, "dense", &buf, &len), CPR_OK);
+    assert_int_equal(cpri_rpc_server_stream(rpc, CH_SVC "GetBlob", buf, len, CH_TIMEOUT_S,
                                            collect_blob, &b), CPR_OK);
     free(buf);
     assert_int_equal(b.len, n);
@@ -114,11 +114,11 @@ static void check_blob(cpr_rpc *rpc, const cpr_part_id *id, const uint8_t *want,
     free(b.data);
 }
 
-static void check_health(cpr_rpc *rpc)
+static void check_health(cpri_rpc *rpc)
 {
     uint8_t *resp = NULL;
     size_t n = 0;
-    assert_int_equal(cpr_rpc_unary(rpc, "/grpc.health.v1.Health/Check", (const uint8_t *)"", 0,
+    assert_int_equal(cpri_rpc_unary(rpc, "/grpc.health.v1.Health/Check", (const uint8_t *)"", 0,
                                    CH_TIMEOUT_S, &resp, &n), CPR_OK);
     assert_int_equal(n, 2);
     assert_int_equal(resp[0], 0x08);
@@ -126,7 +126,7 @@ static void check_health(cpr_rpc *rpc)
     free(resp);
 }
 
-static void provoke_errors(cpr_rpc *rpc, const cpr_part_id *committed)
+static void provoke_errors(cpri_rpc *rpc, const cpr_part_id *committed)
 {
     uint8_t garbage[] = {0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01};
     uint8_t *copy = malloc(sizeof garbage);
@@ -140,8 +140,8 @@ static void provoke_errors(cpr_rpc *rpc, const cpr_part_id *committed)
     restored r = {0};
     uint8_t *buf;
     size_t len;
-    assert_int_equal(cpr_wire_restore_encode(&q, &buf, &len), CPR_OK);
-    assert_int_equal(cpr_rpc_server_stream(rpc, CH_SVC "Restore", buf, len, CH_TIMEOUT_S, check_rows, &r),
+    assert_int_equal(cpri_wire_restore_encode(&q, &buf, &len), CPR_OK);
+    assert_int_equal(cpri_rpc_server_stream(rpc, CH_SVC "Restore", buf, len, CH_TIMEOUT_S, check_rows, &r),
                      CPR_NOT_FOUND);
     free(buf);
 
@@ -158,7 +158,7 @@ static void test_ckptd_end_to_end(void **unused)
     (void)unused;
     char *dir = tu_mkdtemp("cpr-ckptd");
     ch_daemon d;
-    cpr_rpc *rpc;
+    cpri_rpc *rpc;
     size_t blob_len = 300000;
     uint8_t *blob = malloc(blob_len);
     for (size_t i = 0; i < blob_len; i++)
@@ -166,7 +166,7 @@ static void test_ckptd_end_to_end(void **unused)
     cpr_part_id id = {"job1", 0, 1};
 
     ch_start(&d, dir);
-    assert_int_equal(cpr_rpc_open(d.addr, &rpc), CPR_OK);
+    assert_int_equal(cpri_rpc_open(d.addr, &rpc), CPR_OK);
     check_health(rpc);
     assert_int_equal(ch_begin(rpc, "job1", 1), CPR_OK);
     assert_int_equal(ch_put_rows(rpc, &id, 0, 2500, 0, NULL, NULL), CPR_OK);
@@ -177,10 +177,10 @@ static void test_ckptd_end_to_end(void **unused)
     size_t len, resp_len, n;
     cpr_part_info *parts;
     uint64_t cut;
-    assert_int_equal(cpr_wire_list_encode("job1", &req, &len), CPR_OK);
-    assert_int_equal(cpr_rpc_unary(rpc, CH_SVC "List", req, len, CH_TIMEOUT_S, &resp, &resp_len), CPR_OK);
+    assert_int_equal(cpri_wire_list_encode("job1", &req, &len), CPR_OK);
+    assert_int_equal(cpri_rpc_unary(rpc, CH_SVC "List", req, len, CH_TIMEOUT_S, &resp, &resp_len), CPR_OK);
     free(req);
-    assert_int_equal(cpr_wire_list_response_decode(resp, resp_len, &parts, &n, &cut), CPR_OK);
+    assert_int_equal(cpri_wire_list_response_decode(resp, resp_len, &parts, &n, &cut), CPR_OK);
     free(resp);
     assert_int_equal(n, 1);
     assert_int_equal(parts[0].rows, 2500);
@@ -191,14 +191,14 @@ static void test_ckptd_end_to_end(void **unused)
     check_restore(rpc, 2500);
     check_blob(rpc, &id, blob, blob_len);
     provoke_errors(rpc, &id);
-    cpr_rpc_close(rpc);
+    cpri_rpc_close(rpc);
     ch_stop(&d);
 
     ch_start(&d, dir); /* the same directory after a clean stop */
-    assert_int_equal(cpr_rpc_open(d.addr, &rpc), CPR_OK);
+    assert_int_equal(cpri_rpc_open(d.addr, &rpc), CPR_OK);
     check_restore(rpc, 2500);
     check_blob(rpc, &id, blob, blob_len);
-    cpr_rpc_close(rpc);
+    cpri_rpc_close(rpc);
     ch_stop(&d);
     free(blob);
     tu_rmtree(dir);

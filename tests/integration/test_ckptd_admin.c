@@ -29,21 +29,21 @@
 
 /* ---- calls ---------------------------------------------------------------------- */
 
-static cpr_status list_jobs(cpr_rpc *rpc, char ***jobs, size_t *n)
+static cpr_status list_jobs(cpri_rpc *rpc, char ***jobs, size_t *n)
 {
     uint8_t *req, *resp = NULL;
     size_t len, resp_len = 0;
-    assert_status(CPR_OK, cpr_wire_list_jobs_encode(&req, &len));
-    cpr_status st = cpr_rpc_unary(rpc, CH_SVC "ListJobs", req, len, CH_TIMEOUT_S, &resp,
+    assert_status(CPR_OK, cpri_wire_list_jobs_encode(&req, &len));
+    cpr_status st = cpri_rpc_unary(rpc, CH_SVC "ListJobs", req, len, CH_TIMEOUT_S, &resp,
                                   &resp_len);
     free(req);
     if (st == CPR_OK)
-        assert_status(CPR_OK, cpr_wire_list_jobs_response_decode(resp, resp_len, jobs, n));
+        assert_status(CPR_OK, cpri_wire_list_jobs_response_decode(resp, resp_len, jobs, n));
     free(resp);
     return st;
 }
 
-static void assert_jobs(cpr_rpc *rpc, const char *const *want, size_t n_want)
+static void assert_jobs(cpri_rpc *rpc, const char *const *want, size_t n_want)
 {
     char **jobs = NULL;
     size_t n = 0;
@@ -71,48 +71,48 @@ static void on_problem(void *ctx, const char *what, const char *where)
         p->not_blob = 1;
 }
 
-static cpr_status verify(cpr_rpc *rpc, const char *job, cpr_verify_report *rep, problems *p)
+static cpr_status verify(cpri_rpc *rpc, const char *job, cpr_verify_report *rep, problems *p)
 {
     uint8_t *req, *resp = NULL;
     size_t len, resp_len = 0;
-    assert_status(CPR_OK, cpr_wire_verify_encode(job, &req, &len));
-    cpr_status st = cpr_rpc_unary(rpc, CH_SVC "Verify", req, len, CH_TIMEOUT_S, &resp,
+    assert_status(CPR_OK, cpri_wire_verify_encode(job, &req, &len));
+    cpr_status st = cpri_rpc_unary(rpc, CH_SVC "Verify", req, len, CH_TIMEOUT_S, &resp,
                                   &resp_len);
     free(req);
     memset(p, 0, sizeof *p);
     if (st == CPR_OK)
-        assert_status(CPR_OK, cpr_wire_verify_response_decode(resp, resp_len, rep, on_problem,
+        assert_status(CPR_OK, cpri_wire_verify_response_decode(resp, resp_len, rep, on_problem,
                                                                p));
     free(resp);
     return st;
 }
 
-static cpr_status gc(cpr_rpc *rpc, const char *job, uint32_t keep, uint64_t floor,
+static cpr_status gc(cpri_rpc *rpc, const char *job, uint32_t keep, uint64_t floor,
                      cpr_gc_report *rep)
 {
     uint8_t *req, *resp = NULL;
     size_t len, resp_len = 0;
-    assert_status(CPR_OK, cpr_wire_gc_encode(job, keep, floor, &req, &len));
-    cpr_status st = cpr_rpc_unary(rpc, CH_SVC "Gc", req, len, CH_TIMEOUT_S, &resp, &resp_len);
+    assert_status(CPR_OK, cpri_wire_gc_encode(job, keep, floor, &req, &len));
+    cpr_status st = cpri_rpc_unary(rpc, CH_SVC "Gc", req, len, CH_TIMEOUT_S, &resp, &resp_len);
     free(req);
     if (st == CPR_OK)
-        assert_status(CPR_OK, cpr_wire_gc_response_decode(resp, resp_len, rep));
+        assert_status(CPR_OK, cpri_wire_gc_response_decode(resp, resp_len, rep));
     free(resp);
     return st;
 }
 
-static void stats(cpr_rpc *rpc, cpr_store_stats *out)
+static void stats(cpri_rpc *rpc, cpr_store_stats *out)
 {
     uint8_t *resp = NULL;
     size_t resp_len = 0;
-    assert_status(CPR_OK, cpr_rpc_unary(rpc, CH_SVC "Stats", (const uint8_t *)"", 0,
+    assert_status(CPR_OK, cpri_rpc_unary(rpc, CH_SVC "Stats", (const uint8_t *)"", 0,
                                         CH_TIMEOUT_S, &resp, &resp_len));
-    assert_status(CPR_OK, cpr_wire_stats_response_decode(resp, resp_len, out));
+    assert_status(CPR_OK, cpri_wire_stats_response_decode(resp, resp_len, out));
     free(resp);
 }
 
 /* Begin, stream rows [0, n) valued at the part's checkpoint, commit. */
-static void write_part(cpr_rpc *rpc, const char *job, uint64_t ckpt, size_t n)
+static void write_part(cpri_rpc *rpc, const char *job, uint64_t ckpt, size_t n)
 {
     cpr_part_id id = {job, 0, ckpt};
     assert_status(CPR_OK, ch_begin(rpc, job, ckpt));
@@ -120,13 +120,13 @@ static void write_part(cpr_rpc *rpc, const char *job, uint64_t ckpt, size_t n)
     assert_status(CPR_OK, ch_commit(rpc, &id, n));
 }
 
-static void put_blobs(cpr_rpc *rpc, const cpr_part_id *id, size_t n_blobs, size_t bytes)
+static void put_blobs(cpri_rpc *rpc, const cpr_part_id *id, size_t n_blobs, size_t bytes)
 {
     uint8_t *data = malloc(bytes);
-    cpr_rpc_stream *s;
+    cpri_rpc_stream *s;
     for (size_t i = 0; i < bytes; i++)
         data[i] = tu_blob_byte(id->shard, id->checkpoint, i);
-    assert_status(CPR_OK, cpr_rpc_stream_open(rpc, CH_SVC "PutBlob", CH_TIMEOUT_S, &s));
+    assert_status(CPR_OK, cpri_rpc_stream_open(rpc, CH_SVC "PutBlob", CH_TIMEOUT_S, &s));
     for (size_t b = 0; b < n_blobs; b++) {
         char name[32] = "dense";
         if (n_blobs > 1)
@@ -135,14 +135,14 @@ static void put_blobs(cpr_rpc *rpc, const cpr_part_id *id, size_t n_blobs, size_
             size_t k = bytes - off < 65536 ? bytes - off : 65536;
             uint8_t *buf;
             size_t len;
-            assert_status(CPR_OK, cpr_wire_chunk_encode(id, name, off, 0, data + off, k,
+            assert_status(CPR_OK, cpri_wire_chunk_encode(id, name, off, 0, data + off, k,
                                                         cpr_crc32c(0, data + off, k), &buf,
                                                         &len));
-            assert_status(CPR_OK, cpr_rpc_stream_send(s, buf, len));
+            assert_status(CPR_OK, cpri_rpc_stream_send(s, buf, len));
             free(buf);
         }
     }
-    assert_status(CPR_OK, cpr_rpc_stream_finish(s, NULL, NULL));
+    assert_status(CPR_OK, cpri_rpc_stream_finish(s, NULL, NULL));
     free(data);
 }
 
@@ -153,9 +153,9 @@ static void test_list_jobs_and_stats(void **unused)
     (void)unused;
     char *dir = tu_mkdtemp("cpr-admin-jobs");
     ch_daemon d;
-    cpr_rpc *rpc;
+    cpri_rpc *rpc;
     ch_start(&d, dir);
-    assert_status(CPR_OK, cpr_rpc_open(d.addr, &rpc));
+    assert_status(CPR_OK, cpri_rpc_open(d.addr, &rpc));
     assert_jobs(rpc, NULL, 0); /* an empty store */
 
     write_part(rpc, "beta", 1, 300);
@@ -167,7 +167,7 @@ static void test_list_jobs_and_stats(void **unused)
     cpr_part_id alpha = {"alpha", 0, 1};
     uint8_t *buf;
     size_t len;
-    assert_status(CPR_OK, cpr_wire_abort_encode(&alpha, &buf, &len));
+    assert_status(CPR_OK, cpri_wire_abort_encode(&alpha, &buf, &len));
     assert_status(CPR_OK, ch_unary(rpc, CH_SVC "Abort", buf, len));
     assert_jobs(rpc, (const char *const[]){"beta", "gamma"}, 2); /* no part left */
 
@@ -198,7 +198,7 @@ static void test_list_jobs_and_stats(void **unused)
     assert_true(st.errors[CPR_NOT_FOUND] >= 2);
     assert_true(st.errors[CPR_INVALID_ARGUMENT] >= 1);
     assert_true(st.store_bytes > 0);
-    cpr_rpc_close(rpc);
+    cpri_rpc_close(rpc);
     ch_stop(&d);
     tu_rmtree(dir);
     free(dir);
@@ -239,12 +239,12 @@ static void test_verify_reports_damage(void **unused)
     char *dir = tu_mkdtemp("cpr-admin-verify");
     char path[4096];
     ch_daemon d;
-    cpr_rpc *rpc;
+    cpri_rpc *rpc;
     cpr_verify_report rep;
     problems p;
     cpr_part_id id = {"v", 0, 1};
     ch_start(&d, dir);
-    assert_status(CPR_OK, cpr_rpc_open(d.addr, &rpc));
+    assert_status(CPR_OK, cpri_rpc_open(d.addr, &rpc));
     assert_status(CPR_OK, ch_begin(rpc, "v", 1));
     assert_status(CPR_OK, ch_put_rows(rpc, &id, 0, VERIFY_ROWS, 0, NULL, NULL));
     put_blobs(rpc, &id, 1, VERIFY_BLOB_BYTES);
@@ -258,19 +258,19 @@ static void test_verify_reports_damage(void **unused)
         assert_true(rep.bytes_checked >= VERIFY_BLOB_BYTES + (uint64_t)VERIFY_ROWS * 4 *
                                                               (ch_table.dim + 1));
     }
-    cpr_rpc_close(rpc);
+    cpri_rpc_close(rpc);
     ch_stop(&d);
 
     snprintf(path, sizeof path, "%s/blobs/j_v/0-1/b_dense", dir);
     tu_flip_byte(path, 1000); /* a byte of the committed blob */
     ch_start(&d, dir);
-    assert_status(CPR_OK, cpr_rpc_open(d.addr, &rpc));
+    assert_status(CPR_OK, cpri_rpc_open(d.addr, &rpc));
     assert_status(CPR_OK, verify(rpc, "v", &rep, &p)); /* the report is the answer */
     assert_int_equal(rep.problems, 1);
     assert_int_equal(p.n, 1);
     assert_true(p.blob_named);
     assert_int_equal(rep.rows_checked, VERIFY_ROWS); /* the rows are fine */
-    cpr_rpc_close(rpc);
+    cpri_rpc_close(rpc);
     ch_stop(&d);
 
     char segs[4096];
@@ -280,12 +280,12 @@ static void test_verify_reports_damage(void **unused)
     assert_int_equal(stat(path, &sb), 0);
     tu_flip_byte(path, (uint64_t)sb.st_size / 2);
     ch_start(&d, dir);
-    assert_status(CPR_OK, cpr_rpc_open(d.addr, &rpc));
+    assert_status(CPR_OK, cpri_rpc_open(d.addr, &rpc));
     assert_status(CPR_OK, verify(rpc, NULL, &rep, &p));
     assert_true(rep.problems >= 2);
     assert_int_equal(p.n, rep.problems);
     assert_true(p.blob_named && p.not_blob); /* the blob, and a block of the rows */
-    cpr_rpc_close(rpc);
+    cpri_rpc_close(rpc);
     ch_stop(&d);
     tu_rmtree(dir);
     free(dir);
@@ -298,16 +298,16 @@ static void test_verify_caps_details(void **unused)
     char *dir = tu_mkdtemp("cpr-admin-cap");
     const char *const quiet[] = {"--log-level", "error", NULL}; /* not 1001 warnings */
     ch_daemon d;
-    cpr_rpc *rpc;
+    cpri_rpc *rpc;
     cpr_verify_report rep;
     problems p;
     cpr_part_id id = {"many", 0, 1};
     ch_start_args(&d, dir, quiet);
-    assert_status(CPR_OK, cpr_rpc_open(d.addr, &rpc));
+    assert_status(CPR_OK, cpri_rpc_open(d.addr, &rpc));
     assert_status(CPR_OK, ch_begin(rpc, "many", 1));
     put_blobs(rpc, &id, 1001, 16);
     assert_status(CPR_OK, ch_commit(rpc, &id, 0));
-    cpr_rpc_close(rpc);
+    cpri_rpc_close(rpc);
     ch_stop(&d);
     for (int b = 0; b < 1001; b++) {
         char path[4096];
@@ -315,12 +315,12 @@ static void test_verify_caps_details(void **unused)
         tu_flip_byte(path, 0);
     }
     ch_start_args(&d, dir, quiet);
-    assert_status(CPR_OK, cpr_rpc_open(d.addr, &rpc));
+    assert_status(CPR_OK, cpri_rpc_open(d.addr, &rpc));
     assert_status(CPR_OK, verify(rpc, "many", &rep, &p));
     assert_int_equal(rep.blobs_checked, 1001);
     assert_int_equal(rep.problems, 1001);
     assert_int_equal(p.n, 1000);
-    cpr_rpc_close(rpc);
+    cpri_rpc_close(rpc);
     ch_stop(&d);
     tu_rmtree(dir);
     free(dir);
@@ -347,8 +347,8 @@ typedef struct as_of_check {
 static cpr_status check_as_of(void *ctx, const uint8_t *msg, size_t len)
 {
     as_of_check *c = ctx;
-    cpr_wire_rows w;
-    assert_status(CPR_OK, cpr_wire_rows_decode(msg, len, &w));
+    cpri_wire_rows w;
+    assert_status(CPR_OK, cpri_wire_rows_decode(msg, len, &w));
     for (size_t i = 0; i < w.batch.n; i++, c->next_row++) {
         uint64_t row = w.batch.ids[i], at = c->as_of;
         c->bad |= row != c->next_row;
@@ -356,19 +356,19 @@ static cpr_status check_as_of(void *ctx, const uint8_t *msg, size_t len)
             c->bad |= w.batch.values[i * ch_table.dim + j] != tu_value(1, row, at, j);
         c->bad |= w.batch.state[i] != tu_state(1, row, at, 0);
     }
-    cpr_wire_rows_release(&w);
+    cpri_wire_rows_release(&w);
     return CPR_OK;
 }
 
 /* Restore `job` as of `as_of`: every row exact, or the status. */
-static cpr_status restore_as_of(cpr_rpc *rpc, const char *job, uint64_t as_of)
+static cpr_status restore_as_of(cpri_rpc *rpc, const char *job, uint64_t as_of)
 {
     cpr_restore_query q = {.job = job, .as_of = as_of, .batch_rows = 250};
     as_of_check c = {.as_of = as_of};
     uint8_t *buf;
     size_t len;
-    assert_status(CPR_OK, cpr_wire_restore_encode(&q, &buf, &len));
-    cpr_status st = cpr_rpc_server_stream(rpc, CH_SVC "Restore", buf, len, CH_TIMEOUT_S,
+    assert_status(CPR_OK, cpri_wire_restore_encode(&q, &buf, &len));
+    cpr_status st = cpri_rpc_server_stream(rpc, CH_SVC "Restore", buf, len, CH_TIMEOUT_S,
                                           check_as_of, &c);
     free(buf);
     if (st == CPR_OK) {
@@ -378,7 +378,7 @@ static cpr_status restore_as_of(cpr_rpc *rpc, const char *job, uint64_t as_of)
     return st;
 }
 
-static void write_history(cpr_rpc *rpc, const char *job, uint64_t newest)
+static void write_history(cpri_rpc *rpc, const char *job, uint64_t newest)
 {
     for (uint64_t c = 1; c <= newest; c++)
         write_part(rpc, job, c, rows_at(c));
@@ -390,12 +390,12 @@ static void test_gc_keep(void **unused)
     char *dir = tu_mkdtemp("cpr-admin-gc");
     const char *const retain_one[] = {"--retain", "1", NULL};
     ch_daemon d;
-    cpr_rpc *rpc;
+    cpri_rpc *rpc;
     cpr_gc_report rep;
     size_t n, open_parts;
     int has;
     ch_start_args(&d, dir, retain_one);
-    assert_status(CPR_OK, cpr_rpc_open(d.addr, &rpc));
+    assert_status(CPR_OK, cpri_rpc_open(d.addr, &rpc));
     write_history(rpc, "k", 4);
 
     /* keep 2 of the cuts 1..4: floor 3. No state as of >= 3 needs FULLs 1
@@ -422,20 +422,20 @@ static void test_gc_keep(void **unused)
     /* Every job, keep 0: nothing more to do, and a restart keeps the floor. */
     assert_status(CPR_OK, gc(rpc, NULL, 0, 0, &rep));
     assert_int_equal(rep.parts_removed, 0);
-    cpr_rpc_close(rpc);
+    cpri_rpc_close(rpc);
     ch_stop(&d);
     ch_start(&d, dir);
-    assert_status(CPR_OK, cpr_rpc_open(d.addr, &rpc));
+    assert_status(CPR_OK, cpri_rpc_open(d.addr, &rpc));
     assert_status(CPR_OK, restore_as_of(rpc, "k", 4));
     assert_status(CPR_FAILED_PRECONDITION, restore_as_of(rpc, "k", 3));
-    cpr_rpc_close(rpc);
+    cpri_rpc_close(rpc);
     ch_stop(&d);
     tu_rmtree(dir);
     free(dir);
 }
 
 typedef struct parts_left {
-    cpr_rpc *rpc;
+    cpri_rpc *rpc;
     const char *job;
     size_t n;
 } parts_left;
@@ -455,15 +455,15 @@ static void test_gc_periodic(void **unused)
     char *dir = tu_mkdtemp("cpr-admin-gc");
     const char *const periodic[] = {"--retain", "1", "--gc-interval-s", "0.2", NULL};
     ch_daemon d;
-    cpr_rpc *rpc;
+    cpri_rpc *rpc;
     ch_start_args(&d, dir, periodic);
-    assert_status(CPR_OK, cpr_rpc_open(d.addr, &rpc));
+    assert_status(CPR_OK, cpri_rpc_open(d.addr, &rpc));
     write_history(rpc, "p", 4);
     parts_left p = {rpc, "p", 0};
     assert_true(ch_poll(one_part_left, &p, 30.0));
     assert_status(CPR_OK, restore_as_of(rpc, "p", 4));
     assert_status(CPR_FAILED_PRECONDITION, restore_as_of(rpc, "p", 3));
-    cpr_rpc_close(rpc);
+    cpri_rpc_close(rpc);
     ch_stop(&d);
     tu_rmtree(dir);
     free(dir);
@@ -474,10 +474,10 @@ static void test_gc_floor(void **unused)
     (void)unused;
     char *dir = tu_mkdtemp("cpr-admin-floor");
     ch_daemon d;
-    cpr_rpc *rpc;
+    cpri_rpc *rpc;
     cpr_gc_report rep;
     ch_start(&d, dir);
-    assert_status(CPR_OK, cpr_rpc_open(d.addr, &rpc));
+    assert_status(CPR_OK, cpri_rpc_open(d.addr, &rpc));
     write_history(rpc, "f", 5);
 
     /* The floor the caller computed, exactly (not this store's 2 newest cuts). */
@@ -509,7 +509,7 @@ static void test_gc_floor(void **unused)
     assert_status(CPR_OK, ch_commit(rpc, &prio, 5));
     assert_status(CPR_FAILED_PRECONDITION, gc(rpc, "p", 0, 2, &rep));
     assert_non_null(strstr(cpr_errmsg(), "PRIORITY"));
-    cpr_rpc_close(rpc);
+    cpri_rpc_close(rpc);
     ch_stop(&d);
     tu_rmtree(dir);
     free(dir);

@@ -27,7 +27,7 @@
 
 #define QUIET_LIMIT_S 20.0 /* deadline for the daemon to act on a 1 s timeout */
 
-static cpr_status send_rows(cpr_rpc_stream *s, const cpr_part_id *id, uint64_t first,
+static cpr_status send_rows(cpri_rpc_stream *s, const cpr_part_id *id, uint64_t first,
                             size_t n)
 {
     uint64_t ids[100];
@@ -40,8 +40,8 @@ static cpr_status send_rows(cpr_rpc_stream *s, const cpr_part_id *id, uint64_t f
         ids[i] = first + i;
     tu_fill_batch(&b, ch_table.table, ids, n, ch_table.dim, ch_table.state_dim,
                   id->checkpoint, values, state);
-    assert_status(CPR_OK, cpr_wire_rows_encode(id, &b, 0, 0, &buf, &len));
-    cpr_status st = cpr_rpc_stream_send(s, buf, len);
+    assert_status(CPR_OK, cpri_wire_rows_encode(id, &b, 0, 0, &buf, &len));
+    cpr_status st = cpri_rpc_stream_send(s, buf, len);
     free(buf);
     return st;
 }
@@ -53,18 +53,18 @@ static void test_idle_part_reaped(void **unused)
     char *dir = tu_mkdtemp("cpr-idle-part");
     const char *const idle_1s[] = {"--idle-part-timeout-s", "1", NULL};
     ch_daemon d;
-    cpr_rpc *rpc;
+    cpri_rpc *rpc;
     cpr_part_id kept = {"kept", 0, 1}, idle = {"idle", 0, 1};
     ch_start(&d, dir);
-    assert_status(CPR_OK, cpr_rpc_open(d.addr, &rpc));
+    assert_status(CPR_OK, cpri_rpc_open(d.addr, &rpc));
     assert_status(CPR_OK, ch_begin(rpc, "kept", 1));
     assert_status(CPR_OK, ch_put_rows(rpc, &kept, 0, 500, 0, NULL, NULL));
     assert_status(CPR_OK, ch_commit(rpc, &kept, 500));
-    cpr_rpc_close(rpc);
+    cpri_rpc_close(rpc);
     ch_stop(&d);
 
     ch_start_args(&d, dir, idle_1s);
-    assert_status(CPR_OK, cpr_rpc_open(d.addr, &rpc));
+    assert_status(CPR_OK, cpri_rpc_open(d.addr, &rpc));
     assert_status(CPR_OK, ch_begin(rpc, "idle", 1)); /* ... and nothing more */
     assert_true(ch_wait_no_open_parts(rpc, "idle", QUIET_LIMIT_S));
     cpr_status late = ch_commit(rpc, &idle, 0);
@@ -75,7 +75,7 @@ static void test_idle_part_reaped(void **unused)
     assert_int_equal(rows, 500);
     assert_false(bad);
     assert_status(CPR_OK, ch_begin(rpc, "idle", 1)); /* the id is free again */
-    cpr_rpc_close(rpc);
+    cpri_rpc_close(rpc);
     ch_stop(&d); /* exit 0: the reaper stops at once */
     tu_rmtree(dir);
     free(dir);
@@ -85,7 +85,7 @@ static int serving(void *ctx)
 {
     uint8_t *resp = NULL;
     size_t n = 0;
-    cpr_status st = cpr_rpc_unary(ctx, "/grpc.health.v1.Health/Check", (const uint8_t *)"", 0,
+    cpr_status st = cpri_rpc_unary(ctx, "/grpc.health.v1.Health/Check", (const uint8_t *)"", 0,
                                   CH_TIMEOUT_S, &resp, &n);
     free(resp);
     return st == CPR_OK;
@@ -99,7 +99,7 @@ static int busy(cpr_status st)
 }
 
 typedef struct commit_try {
-    cpr_rpc *rpc;
+    cpri_rpc *rpc;
     const cpr_part_id *id;
     cpr_status st;
 } commit_try;
@@ -113,16 +113,16 @@ static int commit_answered(void *ctx)
 
 /* Open a PutRows stream, send one batch and go quiet until the daemon
  * serves others again; then the stream's status. */
-static cpr_status stall_once(cpr_rpc *rpc, const cpr_part_id *id)
+static cpr_status stall_once(cpri_rpc *rpc, const cpr_part_id *id)
 {
-    cpr_rpc_stream *s;
+    cpri_rpc_stream *s;
     /* The client's own deadline is far away: only the daemon can end this. */
-    cpr_status st = cpr_rpc_stream_open(rpc, CH_SVC "PutRows", 600.0, &s);
+    cpr_status st = cpri_rpc_stream_open(rpc, CH_SVC "PutRows", 600.0, &s);
     if (st)
         return st;
     assert_status(CPR_OK, send_rows(s, id, 0, 100));
     assert_true(ch_poll(serving, rpc, QUIET_LIMIT_S));
-    return cpr_rpc_stream_finish(s, NULL, NULL);
+    return cpri_rpc_stream_finish(s, NULL, NULL);
 }
 
 /* A client keeps a PutRows stream open and sends nothing after one batch. */
@@ -134,10 +134,10 @@ static void test_stalled_stream_cancelled(void **unused)
      * other call is refused; serving again proves the handler was freed. */
     const char *const args[] = {"--idle-part-timeout-s", "1", "--threads", "1", NULL};
     ch_daemon d;
-    cpr_rpc *rpc;
+    cpri_rpc *rpc;
     cpr_part_id id = {"stall", 0, 1};
     ch_start_args(&d, dir, args);
-    assert_status(CPR_OK, cpr_rpc_open(d.addr, &rpc));
+    assert_status(CPR_OK, cpri_rpc_open(d.addr, &rpc));
     assert_status(CPR_OK, ch_begin(rpc, "stall", 1));
     cpr_status st;
     int attempts = 0;
@@ -153,7 +153,7 @@ static void test_stalled_stream_cancelled(void **unused)
     commit_try late = {rpc, &id, CPR_OK};
     assert_true(ch_poll(commit_answered, &late, QUIET_LIMIT_S));
     assert_status(CPR_FAILED_PRECONDITION, late.st);
-    cpr_rpc_close(rpc);
+    cpri_rpc_close(rpc);
     ch_stop(&d);
     tu_rmtree(dir);
     free(dir);
@@ -165,7 +165,7 @@ static void test_stalled_stream_cancelled(void **unused)
 #define BIG_DIM 1024
 
 typedef struct slow_reader {
-    cpr_rpc *rpc;
+    cpri_rpc *rpc;
     uint64_t batches;
     int freed;     /* the daemon served others while this reader stalled */
 } slow_reader;
@@ -189,7 +189,7 @@ static void test_stalled_restore_cancelled(void **unused)
     char *dir = tu_mkdtemp("cpr-idle-restore");
     const char *const args[] = {"--idle-part-timeout-s", "1", "--threads", "1", NULL};
     ch_daemon d;
-    cpr_rpc *rpc;
+    cpri_rpc *rpc;
     cpr_store *store;
     cpr_table_schema wide = {.table = 1, .rows = BIG_ROWS, .dim = BIG_DIM};
     cpr_part_spec spec = tu_part("big", 0, 1, 1, CPR_KIND_FULL, &wide, 1);
@@ -202,13 +202,13 @@ static void test_stalled_restore_cancelled(void **unused)
     free(ids);
 
     ch_start_args(&d, dir, args); /* no call yet: the restore gets the only slot */
-    assert_status(CPR_OK, cpr_rpc_open(d.addr, &rpc));
+    assert_status(CPR_OK, cpri_rpc_open(d.addr, &rpc));
     cpr_restore_query q = {.job = "big", .batch_rows = 256}; /* 1 MiB messages */
     slow_reader r = {.rpc = rpc};
     uint8_t *buf;
     size_t len;
-    assert_status(CPR_OK, cpr_wire_restore_encode(&q, &buf, &len));
-    cpr_status st = cpr_rpc_server_stream(rpc, CH_SVC "Restore", buf, len, 600.0, read_slowly,
+    assert_status(CPR_OK, cpri_wire_restore_encode(&q, &buf, &len));
+    cpr_status st = cpri_rpc_server_stream(rpc, CH_SVC "Restore", buf, len, 600.0, read_slowly,
                                           &r);
     free(buf);
     print_message("  stalled restore: %llu batches, %s: %s\n", (unsigned long long)r.batches,
@@ -217,7 +217,7 @@ static void test_stalled_restore_cancelled(void **unused)
     assert_int_equal(st, CPR_TIMEOUT);
     assert_non_null(strstr(cpr_errmsg(), "read no message"));
     assert_true(r.batches < BIG_ROWS / 256); /* cut off, not finished */
-    cpr_rpc_close(rpc);
+    cpri_rpc_close(rpc);
     ch_stop(&d);
     tu_rmtree(dir);
     free(dir);
@@ -230,19 +230,19 @@ static void test_stream_part_limit(void **unused)
     (void)unused;
     char *dir = tu_mkdtemp("cpr-idle-wide");
     ch_daemon d;
-    cpr_rpc *rpc;
-    cpr_rpc_stream *s;
+    cpri_rpc *rpc;
+    cpri_rpc_stream *s;
     ch_start(&d, dir);
-    assert_status(CPR_OK, cpr_rpc_open(d.addr, &rpc));
+    assert_status(CPR_OK, cpri_rpc_open(d.addr, &rpc));
     for (uint32_t shard = 0; shard < WIDE_PARTS; shard++)
         assert_status(CPR_OK, ch_begin_part(rpc, "wide", shard, WIDE_PARTS, 1, CPR_KIND_FULL));
-    assert_status(CPR_OK, cpr_rpc_stream_open(rpc, CH_SVC "PutRows", CH_TIMEOUT_S, &s));
+    assert_status(CPR_OK, cpri_rpc_stream_open(rpc, CH_SVC "PutRows", CH_TIMEOUT_S, &s));
     cpr_status st = CPR_OK;
     for (uint32_t shard = 0; shard < WIDE_PARTS && st == CPR_OK; shard++) {
         cpr_part_id id = {"wide", shard, 1};
         st = send_rows(s, &id, shard * 10, 10);
     }
-    st = cpr_rpc_stream_finish(s, NULL, NULL);
+    st = cpri_rpc_stream_finish(s, NULL, NULL);
     assert_int_equal(st, CPR_RESOURCE_EXHAUSTED);
     assert_non_null(strstr(cpr_errmsg(), "at most 64 parts"));
 
@@ -252,18 +252,18 @@ static void test_stream_part_limit(void **unused)
     size_t len, resp_len, n;
     cpr_part_info *parts;
     uint64_t cut;
-    assert_status(CPR_OK, cpr_wire_list_encode("wide", &req, &len));
-    assert_status(CPR_OK, cpr_rpc_unary(rpc, CH_SVC "List", req, len, CH_TIMEOUT_S, &resp,
+    assert_status(CPR_OK, cpri_wire_list_encode("wide", &req, &len));
+    assert_status(CPR_OK, cpri_rpc_unary(rpc, CH_SVC "List", req, len, CH_TIMEOUT_S, &resp,
                                         &resp_len));
     free(req);
-    assert_status(CPR_OK, cpr_wire_list_response_decode(resp, resp_len, &parts, &n, &cut));
+    assert_status(CPR_OK, cpri_wire_list_response_decode(resp, resp_len, &parts, &n, &cut));
     free(resp);
     assert_int_equal(n, 1);
     assert_int_equal(parts[0].shard, WIDE_PARTS - 1);
     assert_false(parts[0].committed);
     assert_int_equal(parts[0].rows, 0);
     free(parts);
-    cpr_rpc_close(rpc);
+    cpri_rpc_close(rpc);
     ch_stop(&d);
     tu_rmtree(dir);
     free(dir);
@@ -275,18 +275,18 @@ static void test_stream_open_reports_status(void **unused)
     (void)unused;
     char *dir = tu_mkdtemp("cpr-idle-gone");
     ch_daemon d;
-    cpr_rpc *rpc;
-    cpr_rpc_stream *s = NULL;
+    cpri_rpc *rpc;
+    cpri_rpc_stream *s = NULL;
     ch_start(&d, dir);
     ch_stop(&d); /* its port is now closed */
-    assert_status(CPR_OK, cpr_rpc_open(d.addr, &rpc));
+    assert_status(CPR_OK, cpri_rpc_open(d.addr, &rpc));
     /* The call fails as it starts (not wait-for-ready): the open says so. */
-    assert_status(CPR_UNAVAILABLE, cpr_rpc_stream_open(rpc, CH_SVC "PutRows", CH_TIMEOUT_S, &s));
+    assert_status(CPR_UNAVAILABLE, cpri_rpc_stream_open(rpc, CH_SVC "PutRows", CH_TIMEOUT_S, &s));
     assert_null(s);
     assert_null(strstr(cpr_errmsg(), "cannot start the stream"));
     assert_non_null(strstr(cpr_errmsg(), d.addr)); /* where, and gRPC's why */
     print_message("  refused stream: %s\n", cpr_errmsg());
-    cpr_rpc_close(rpc);
+    cpri_rpc_close(rpc);
     tu_rmtree(dir);
     free(dir);
 }

@@ -438,23 +438,23 @@ static int run_cli(const char *log, const char *const *extra)
     return status;
 }
 
-/* The last event named `name` of a log (parsed; cpr_json_free it). */
-static cpr_json *last_event(const char *path, const char *name)
+/* The last event named `name` of a log (parsed; cpri_json_free it). */
+static cpri_json *last_event(const char *path, const char *name)
 {
     FILE *f = fopen(path, "r");
     assert_non_null(f);
     char *line = NULL;
     size_t cap = 0;
-    cpr_json *found = NULL;
+    cpri_json *found = NULL;
     while (getline(&line, &cap, f) > 0) {
-        cpr_json *ev = cpr_json_parse(line);
+        cpri_json *ev = cpri_json_parse(line);
         const char *event = NULL;
         assert_non_null(ev);
-        if (cpr_json_get_string(ev, "event", &event) == 0 && strcmp(event, name) == 0) {
-            cpr_json_free(found);
+        if (cpri_json_get_string(ev, "event", &event) == 0 && strcmp(event, name) == 0) {
+            cpri_json_free(found);
             found = ev;
         } else {
-            cpr_json_free(ev);
+            cpri_json_free(ev);
         }
     }
     free(line);
@@ -462,10 +462,10 @@ static cpr_json *last_event(const char *path, const char *name)
     return found;
 }
 
-static double number(const cpr_json *ev, const char *key)
+static double number(const cpri_json *ev, const char *key)
 {
     double v = NAN;
-    assert_int_equal(cpr_json_get_number(ev, key, &v), 0);
+    assert_int_equal(cpri_json_get_number(ev, key, &v), 0);
     return v;
 }
 
@@ -493,23 +493,23 @@ static void test_trainer_killed_and_resumed(void **state)
                             "--ckpt-interval-steps", "10", "--ckpt-sync", "--resume", NULL};
     status = run_cli(resume_log, resume);
     assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
-    cpr_json *rec = last_event(resume_log, "recovery");
+    cpri_json *rec = last_event(resume_log, "recovery");
     assert_non_null(rec);
     const char *mode = NULL;
-    assert_int_equal(cpr_json_get_string(rec, "mode", &mode), 0);
+    assert_int_equal(cpri_json_get_string(rec, "mode", &mode), 0);
     assert_string_equal(mode, "full");
     assert_true(number(rec, "cut") >= 1);
     /* saves at steps 1, 11, ..., 51: the cut is the save of step 51 */
     assert_true(number(rec, "step") == 51);
-    cpr_json_free(rec);
-    cpr_json *a = last_event(base_log, "summary"), *b = last_event(resume_log, "summary");
+    cpri_json_free(rec);
+    cpri_json *a = last_event(base_log, "summary"), *b = last_event(resume_log, "summary");
     assert_non_null(a);
     assert_non_null(b);
     assert_true(number(b, "steps") == 80 - 51); /* only the rest ran here */
     assert_true(number(a, "auc") == number(b, "auc"));
     assert_true(number(a, "logloss") == number(b, "logloss"));
-    cpr_json_free(a);
-    cpr_json_free(b);
+    cpri_json_free(a);
+    cpri_json_free(b);
     ch_stop(&fx->d);
 }
 

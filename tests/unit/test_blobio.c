@@ -105,22 +105,22 @@ static void write_file(const char *path, size_t size, int direct, int want_crcs,
 {
     static const size_t steps[] = {1, 7, 4093, 65537, 333331, 1048577, 2, 999};
     unsigned char *data = make_pattern(size);
-    cpr_bfile_writer *w = NULL;
-    assert_int_equal(cpr_bfile_create(path, direct, want_crcs, &w), CPR_OK);
+    cpri_bfile_writer *w = NULL;
+    assert_int_equal(cpri_bfile_create(path, direct, want_crcs, &w), CPR_OK);
     assert_non_null(w);
     size_t off = 0;
     for (size_t k = 0; off < size; k++) {
         size_t len = steps[k % (sizeof steps / sizeof steps[0])];
         if (len > size - off)
             len = size - off;
-        assert_int_equal(cpr_bfile_append(w, data + off, len), CPR_OK);
+        assert_int_equal(cpri_bfile_append(w, data + off, len), CPR_OK);
         off += len;
-        assert_int_equal(cpr_bfile_written(w), off);
+        assert_int_equal(cpri_bfile_written(w), off);
     }
     /* An empty append is harmless. */
-    assert_int_equal(cpr_bfile_append(w, data, 0), CPR_OK);
-    assert_int_equal(cpr_bfile_written(w), size);
-    assert_int_equal(cpr_bfile_finish(w, 0, size_out, crcs, n_crcs), CPR_OK);
+    assert_int_equal(cpri_bfile_append(w, data, 0), CPR_OK);
+    assert_int_equal(cpri_bfile_written(w), size);
+    assert_int_equal(cpri_bfile_finish(w, 0, size_out, crcs, n_crcs), CPR_OK);
     free(data);
 }
 
@@ -154,7 +154,7 @@ static void round_trip(const char *dir, size_t size, int direct)
     /* Read back with and without O_DIRECT, whichever way it was written. */
     for (int read_direct = 0; read_direct <= 1; read_direct++) {
         read_check rc = read_check_for(size);
-        assert_int_equal(cpr_bfile_read(path, size, read_direct, check_block, &rc),
+        assert_int_equal(cpri_bfile_read(path, size, read_direct, check_block, &rc),
                          CPR_OK);
         assert_int_equal(rc.mismatches, 0);
         assert_int_equal(rc.blocks, want_blocks);
@@ -198,7 +198,7 @@ static void test_without_crcs(void **unused)
     write_file(path, size, 1, 0, &written, NULL, NULL);
     assert_int_equal(written, size);
     read_check rc = read_check_for(size);
-    assert_int_equal(cpr_bfile_read(path, size, 1, check_block, &rc), CPR_OK);
+    assert_int_equal(cpri_bfile_read(path, size, 1, check_block, &rc), CPR_OK);
     assert_int_equal(rc.mismatches, 0);
     assert_int_equal(rc.bytes, size);
     free(path);
@@ -218,13 +218,13 @@ static void test_wrong_size_is_corrupt(void **unused)
     for (size_t i = 0; i < sizeof wrong / sizeof wrong[0]; i++) {
         for (int direct = 0; direct <= 1; direct++) {
             read_check rc = read_check_for(wrong[i]);
-            assert_int_equal(cpr_bfile_read(path, wrong[i], direct, check_block, &rc),
+            assert_int_equal(cpri_bfile_read(path, wrong[i], direct, check_block, &rc),
                              CPR_CORRUPT);
         }
     }
     /* The right size still reads. */
     read_check rc = read_check_for(size);
-    assert_int_equal(cpr_bfile_read(path, size, 0, check_block, &rc), CPR_OK);
+    assert_int_equal(cpri_bfile_read(path, size, 0, check_block, &rc), CPR_OK);
     assert_int_equal(rc.mismatches, 0);
     free(path);
     tu_rmtree(dir);
@@ -238,7 +238,7 @@ static void test_missing_is_corrupt(void **unused)
     char *path = path_in(dir, "never-written");
     for (int direct = 0; direct <= 1; direct++) {
         read_check rc = read_check_for(10);
-        assert_int_equal(cpr_bfile_read(path, 10, direct, check_block, &rc),
+        assert_int_equal(cpri_bfile_read(path, 10, direct, check_block, &rc),
                          CPR_CORRUPT);
         assert_int_equal(rc.blocks, 0);
     }
@@ -259,7 +259,7 @@ static void test_callback_error_stops(void **unused)
         read_check rc = read_check_for(size);
         rc.fail_at = 1;
         rc.fail_status = CPR_TIMEOUT;
-        assert_int_equal(cpr_bfile_read(path, size, direct, check_block, &rc),
+        assert_int_equal(cpri_bfile_read(path, size, direct, check_block, &rc),
                          CPR_TIMEOUT);
         assert_int_equal(rc.blocks, 2); /* blocks 0 and 1, nothing after */
         assert_int_equal(rc.mismatches, 0);
@@ -277,16 +277,16 @@ static void test_discard_removes_file(void **unused)
         char *path = path_in(dir, direct ? "discard-direct" : "discard");
         size_t size = 2 * (size_t)CPR_BLOB_BLOCK + 777; /* blocks in flight */
         unsigned char *data = make_pattern(size);
-        cpr_bfile_writer *w = NULL;
-        assert_int_equal(cpr_bfile_create(path, direct, 1, &w), CPR_OK);
+        cpri_bfile_writer *w = NULL;
+        assert_int_equal(cpri_bfile_create(path, direct, 1, &w), CPR_OK);
         assert_true(file_exists(path));
-        assert_int_equal(cpr_bfile_append(w, data, size), CPR_OK);
-        cpr_bfile_discard(w);
+        assert_int_equal(cpri_bfile_append(w, data, size), CPR_OK);
+        cpri_bfile_discard(w);
         assert_false(file_exists(path));
         free(data);
         free(path);
     }
-    cpr_bfile_discard(NULL); /* no-op */
+    cpri_bfile_discard(NULL); /* no-op */
     tu_rmtree(dir);
     free(dir);
 }
@@ -303,7 +303,7 @@ static void test_create_truncates(void **unused)
     assert_int_equal(written, 10);
     assert_int_equal(file_size(path), 10);
     read_check rc = read_check_for(10);
-    assert_int_equal(cpr_bfile_read(path, 10, 1, check_block, &rc), CPR_OK);
+    assert_int_equal(cpri_bfile_read(path, 10, 1, check_block, &rc), CPR_OK);
     assert_int_equal(rc.mismatches, 0);
     assert_int_equal(rc.bytes, 10);
     free(path);
@@ -316,8 +316,8 @@ static void test_create_in_missing_dir_fails(void **unused)
     (void)unused;
     char *dir = tu_mkdtemp("cpr-blobio");
     char *path = path_in(dir, "no/such/dir/file");
-    cpr_bfile_writer *w = NULL;
-    assert_int_equal(cpr_bfile_create(path, 0, 1, &w), CPR_IO);
+    cpri_bfile_writer *w = NULL;
+    assert_int_equal(cpri_bfile_create(path, 0, 1, &w), CPR_IO);
     assert_null(w); /* out-parameters are written only on success */
     free(path);
     tu_rmtree(dir);

@@ -35,7 +35,7 @@ typedef enum put_script {
     PUT_LOST_TIMEOUT      /* never arrived: TIMEOUT */
 } put_script;
 
-struct cpr_node {
+struct cpri_node {
     uint64_t generation;
     unsigned char plan[64];
     size_t len;
@@ -45,7 +45,7 @@ struct cpr_node {
     unsigned gets;
 };
 
-static cpr_status fake_store(cpr_node *n, uint64_t expected, const void *plan, size_t len)
+static cpr_status fake_store(cpri_node *n, uint64_t expected, const void *plan, size_t len)
 {
     if (n->generation != expected)
         return cpr_fail(CPR_FAILED_PRECONDITION, "at generation %llu",
@@ -56,7 +56,7 @@ static cpr_status fake_store(cpr_node *n, uint64_t expected, const void *plan, s
     return CPR_OK;
 }
 
-cpr_status cpr_node_recovery_put(cpr_node *n, const char *job, uint64_t expected,
+cpr_status cpri_node_recovery_put(cpri_node *n, const char *job, uint64_t expected,
                                  const void *plan, size_t len, double timeout_s,
                                  uint64_t *generation)
 {
@@ -78,7 +78,7 @@ cpr_status cpr_node_recovery_put(cpr_node *n, const char *job, uint64_t expected
     return st;
 }
 
-cpr_status cpr_node_recovery_get(cpr_node *n, const char *job, double timeout_s,
+cpr_status cpri_node_recovery_get(cpri_node *n, const char *job, double timeout_s,
                                  uint64_t *generation, void **plan, size_t *len)
 {
     (void)job;
@@ -105,15 +105,15 @@ size_t cpr_client_node_of(const cpr_client *c, const char *job, uint32_t shard)
     return 0;
 }
 
-int cpr_client_backoff(const cpr_client *c, unsigned attempt)
+int cpri_client_backoff(const cpr_client *c, unsigned attempt)
 {
     return attempt < c->opts.retries;
 }
 
-cpr_status cpr_client_retry(const cpr_client *c, cpr_attempt_fn call, void *ctx)
+cpr_status cpri_client_retry(const cpr_client *c, cpri_attempt_fn call, void *ctx)
 {
     cpr_status st = call(ctx);
-    for (unsigned i = 0; st == CPR_UNAVAILABLE && cpr_client_backoff(c, i); i++)
+    for (unsigned i = 0; st == CPR_UNAVAILABLE && cpri_client_backoff(c, i); i++)
         st = call(ctx);
     return st;
 }
@@ -121,8 +121,8 @@ cpr_status cpr_client_retry(const cpr_client *c, cpr_attempt_fn call, void *ctx)
 /* ---- the cases -------------------------------------------------------------------------- */
 
 typedef struct fixture {
-    cpr_node node;
-    cpr_node *nodes[1];
+    cpri_node node;
+    cpri_node *nodes[1];
     cpr_client client;
 } fixture;
 

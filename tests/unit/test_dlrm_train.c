@@ -351,41 +351,41 @@ static dlrm_config train_config(uint64_t seed)
 }
 
 /* The JSON log's lines, parsed (the caller frees each and the array). */
-static cpr_json **read_log(FILE *f, size_t *n)
+static cpri_json **read_log(FILE *f, size_t *n)
 {
     char line[4096];
     size_t cap = 16;
-    cpr_json **ev = malloc(cap * sizeof *ev);
+    cpri_json **ev = malloc(cap * sizeof *ev);
     *n = 0;
     rewind(f);
     while (fgets(line, sizeof line, f)) {
         if (*n == cap)
             ev = realloc(ev, (cap *= 2) * sizeof *ev);
-        ev[*n] = cpr_json_parse(line);
+        ev[*n] = cpri_json_parse(line);
         assert_non_null(ev[*n]);
         (*n)++;
     }
     return ev;
 }
 
-static void free_log(cpr_json **ev, size_t n)
+static void free_log(cpri_json **ev, size_t n)
 {
     for (size_t i = 0; i < n; i++)
-        cpr_json_free(ev[i]);
+        cpri_json_free(ev[i]);
     free(ev);
 }
 
-static const char *event_of(const cpr_json *ev)
+static const char *event_of(const cpri_json *ev)
 {
     const char *name = NULL;
-    assert_int_equal(cpr_json_get_string(ev, "event", &name), 0);
+    assert_int_equal(cpri_json_get_string(ev, "event", &name), 0);
     return name;
 }
 
-static double number_of(const cpr_json *ev, const char *key)
+static double number_of(const cpri_json *ev, const char *key)
 {
     double v = NAN;
-    if (cpr_json_get_number(ev, key, &v))
+    if (cpri_json_get_number(ev, key, &v))
         fail_msg("event %s has no number '%s'", event_of(ev), key);
     return v;
 }
@@ -422,7 +422,7 @@ static void test_training_raises_auc(void **unused)
     assert_int_equal(res.samples, 300 * 64);
     /* The log: start, then per 100 steps a step and an eval event, then the summary. */
     size_t n = 0;
-    cpr_json **ev = read_log(log, &n);
+    cpri_json **ev = read_log(log, &n);
     const char *want[] = {"start", "step", "eval", "step", "eval", "step", "eval", "summary"};
     assert_int_equal(n, 8);
     for (size_t i = 0; i < n; i++)
@@ -527,7 +527,7 @@ static void hook_summary(void *ctx, dlrm_trainer *tr, cJSON *summary)
 
 /* Train `steps` with a shuffled loader; step losses from the log in order. */
 static size_t run_logged(uint64_t seed, uint64_t steps, const dlrm_hooks *hooks, double *losses,
-                         double *steps_seen, cpr_json **summary)
+                         double *steps_seen, cpri_json **summary)
 {
     dlrm_config c = train_config(seed);
     dlrm_model *m = NULL;
@@ -539,7 +539,7 @@ static size_t run_logged(uint64_t seed, uint64_t steps, const dlrm_hooks *hooks,
     assert_status(CPR_OK, dlrm_trainer_create(m, l, &o, hooks, &tr));
     assert_status(CPR_OK, dlrm_trainer_run(tr, NULL));
     size_t n = 0, k = 0;
-    cpr_json **ev = read_log(log, &n);
+    cpri_json **ev = read_log(log, &n);
     for (size_t i = 0; i < n; i++) {
         if (strcmp(event_of(ev[i]), "step") == 0) {
             steps_seen[k] = number_of(ev[i], "step");
@@ -565,7 +565,7 @@ static void test_hooks_rewind_recomputes_same_losses(void **unused)
     dlrm_hooks hooks = {.ctx = r, .before_step = hook_before, .after_step = hook_after,
                         .on_finish = hook_finish, .on_summary = hook_summary};
     double losses[64], steps[64];
-    cpr_json *summary = NULL;
+    cpri_json *summary = NULL;
     size_t n = run_logged(4, 40, &hooks, losses, steps, &summary);
     assert_int_equal(n, 50); /* 30 steps, back to 20, then 21..40 */
     assert_int_equal(r->before, 50);
@@ -586,7 +586,7 @@ static void test_hooks_rewind_recomputes_same_losses(void **unused)
     assert_int_equal(run_logged(4, 40, NULL, plain, plain_steps, NULL), 40);
     assert_memory_equal(plain, losses, 30 * sizeof plain[0]);
     assert_memory_equal(plain + 20, losses + 30, 20 * sizeof plain[0]);
-    cpr_json_free(summary);
+    cpri_json_free(summary);
     for (int t = 0; t < TABLES; t++) {
         free(r->tables[t].ids);
         free(r->tables[t].values);

@@ -32,9 +32,9 @@ static void test_begin_roundtrip(void **unused)
                           .num_shards = 4, .base = 70, .tables = tables, .n_tables = 2};
     uint8_t *buf;
     size_t len;
-    cpr_wire_begin b;
-    assert_int_equal(cpr_wire_begin_encode(&spec, &buf, &len), CPR_OK);
-    assert_int_equal(cpr_wire_begin_decode(buf, len, &b), CPR_OK);
+    cpri_wire_begin b;
+    assert_int_equal(cpri_wire_begin_encode(&spec, &buf, &len), CPR_OK);
+    assert_int_equal(cpri_wire_begin_decode(buf, len, &b), CPR_OK);
     assert_string_equal(b.spec.id.job, "job.a-1");
     assert_int_equal(b.spec.id.shard, 2);
     assert_int_equal(b.spec.id.checkpoint, 77);
@@ -49,7 +49,7 @@ static void test_begin_roundtrip(void **unused)
         assert_int_equal(b.spec.tables[i].dim, tables[i].dim);
         assert_int_equal(b.spec.tables[i].state_dim, tables[i].state_dim);
     }
-    cpr_wire_begin_release(&b);
+    cpri_wire_begin_release(&b);
     free(buf);
 }
 
@@ -63,9 +63,9 @@ static void test_rows_roundtrip_and_lengths(void **unused)
     cpr_part_id id = {"j", 0, 8};
     uint8_t *buf;
     size_t len;
-    cpr_wire_rows r;
-    assert_int_equal(cpr_wire_rows_encode(&id, &batch, 4, 1, &buf, &len), CPR_OK);
-    assert_int_equal(cpr_wire_rows_decode(buf, len, &r), CPR_OK);
+    cpri_wire_rows r;
+    assert_int_equal(cpri_wire_rows_encode(&id, &batch, 4, 1, &buf, &len), CPR_OK);
+    assert_int_equal(cpri_wire_rows_decode(buf, len, &r), CPR_OK);
     assert_int_equal(r.batch.n, 3);
     assert_int_equal(r.batch.values_count, 12);
     assert_int_equal(r.batch.state_count, 3);
@@ -74,7 +74,7 @@ static void test_rows_roundtrip_and_lengths(void **unused)
     assert_memory_equal(r.batch.state, state, sizeof state);
     assert_int_equal(r.batch.crc32c, batch.crc32c);
     assert_int_equal(r.dim, 4);
-    cpr_wire_rows_release(&r);
+    cpri_wire_rows_release(&r);
     free(buf);
 
     /* ids that are not whole uint64s, values that are not whole floats */
@@ -83,13 +83,13 @@ static void test_rows_roundtrip_and_lengths(void **unused)
     bad.values_count = 0;
     bad.state_count = 0;
     bad.ids = NULL;
-    assert_int_equal(cpr_wire_rows_encode(&id, &bad, 0, 0, &buf, &len), CPR_OK);
+    assert_int_equal(cpri_wire_rows_encode(&id, &bad, 0, 0, &buf, &len), CPR_OK);
     free(buf);
     uint8_t odd_ids[] = {0x0a, 0x01, 'j', 0x2a, 0x05, 1, 2, 3, 4, 5}; /* job, ids: 5 bytes */
-    assert_int_equal(cpr_wire_rows_decode(odd_ids, sizeof odd_ids, &r), CPR_INVALID_ARGUMENT);
+    assert_int_equal(cpri_wire_rows_decode(odd_ids, sizeof odd_ids, &r), CPR_INVALID_ARGUMENT);
     assert_non_null(strstr(cpr_errmsg(), "ids has 5 bytes"));
     uint8_t odd_values[] = {0x32, 0x03, 1, 2, 3}; /* values: 3 bytes */
-    assert_int_equal(cpr_wire_rows_decode(odd_values, sizeof odd_values, &r),
+    assert_int_equal(cpri_wire_rows_decode(odd_values, sizeof odd_values, &r),
                      CPR_INVALID_ARGUMENT);
     assert_non_null(strstr(cpr_errmsg(), "values has 3 bytes"));
 }
@@ -99,27 +99,27 @@ static void test_malformed(void **unused)
     (void)unused;
     uint8_t garbage[] = {0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01};
     uint8_t truncated[] = {0x0a, 0x10, 'a', 'b'}; /* string of 16 bytes, 2 present */
-    cpr_wire_begin b;
-    cpr_wire_rows r;
-    cpr_wire_chunk c;
-    cpr_wire_part p;
-    cpr_wire_restore q;
-    cpr_wire_list l;
-    assert_int_equal(cpr_wire_begin_decode(garbage, sizeof garbage, &b), CPR_INVALID_ARGUMENT);
+    cpri_wire_begin b;
+    cpri_wire_rows r;
+    cpri_wire_chunk c;
+    cpri_wire_part p;
+    cpri_wire_restore q;
+    cpri_wire_list l;
+    assert_int_equal(cpri_wire_begin_decode(garbage, sizeof garbage, &b), CPR_INVALID_ARGUMENT);
     assert_non_null(strstr(cpr_errmsg(), "BeginRequest"));
-    assert_int_equal(cpr_wire_begin_decode(truncated, sizeof truncated, &b), CPR_INVALID_ARGUMENT);
-    assert_int_equal(cpr_wire_rows_decode(truncated, sizeof truncated, &r), CPR_INVALID_ARGUMENT);
-    assert_int_equal(cpr_wire_chunk_decode(garbage, sizeof garbage, &c), CPR_INVALID_ARGUMENT);
-    assert_int_equal(cpr_wire_commit_decode(garbage, sizeof garbage, &p), CPR_INVALID_ARGUMENT);
-    assert_int_equal(cpr_wire_abort_decode(truncated, sizeof truncated, &p), CPR_INVALID_ARGUMENT);
-    assert_int_equal(cpr_wire_getblob_decode(garbage, sizeof garbage, &p), CPR_INVALID_ARGUMENT);
-    assert_int_equal(cpr_wire_restore_decode(truncated, sizeof truncated, &q),
+    assert_int_equal(cpri_wire_begin_decode(truncated, sizeof truncated, &b), CPR_INVALID_ARGUMENT);
+    assert_int_equal(cpri_wire_rows_decode(truncated, sizeof truncated, &r), CPR_INVALID_ARGUMENT);
+    assert_int_equal(cpri_wire_chunk_decode(garbage, sizeof garbage, &c), CPR_INVALID_ARGUMENT);
+    assert_int_equal(cpri_wire_commit_decode(garbage, sizeof garbage, &p), CPR_INVALID_ARGUMENT);
+    assert_int_equal(cpri_wire_abort_decode(truncated, sizeof truncated, &p), CPR_INVALID_ARGUMENT);
+    assert_int_equal(cpri_wire_getblob_decode(garbage, sizeof garbage, &p), CPR_INVALID_ARGUMENT);
+    assert_int_equal(cpri_wire_restore_decode(truncated, sizeof truncated, &q),
                      CPR_INVALID_ARGUMENT);
-    assert_int_equal(cpr_wire_list_decode(garbage, sizeof garbage, &l), CPR_INVALID_ARGUMENT);
+    assert_int_equal(cpri_wire_list_decode(garbage, sizeof garbage, &l), CPR_INVALID_ARGUMENT);
     /* An empty message is valid protobuf: all defaults, refused later by the store. */
-    assert_int_equal(cpr_wire_begin_decode("", 0, &b), CPR_OK);
+    assert_int_equal(cpri_wire_begin_decode("", 0, &b), CPR_OK);
     assert_string_equal(b.spec.id.job, "");
-    cpr_wire_begin_release(&b);
+    cpri_wire_begin_release(&b);
 }
 
 static void test_small_messages_roundtrip(void **unused)
@@ -128,30 +128,30 @@ static void test_small_messages_roundtrip(void **unused)
     cpr_part_id id = {"jj", 7, 9};
     uint8_t *buf, blob[5] = {1, 2, 3, 4, 5};
     size_t len;
-    cpr_wire_part p;
-    cpr_wire_chunk c;
-    assert_int_equal(cpr_wire_commit_encode(&id, 4242, &buf, &len), CPR_OK);
-    assert_int_equal(cpr_wire_commit_decode(buf, len, &p), CPR_OK);
+    cpri_wire_part p;
+    cpri_wire_chunk c;
+    assert_int_equal(cpri_wire_commit_encode(&id, 4242, &buf, &len), CPR_OK);
+    assert_int_equal(cpri_wire_commit_decode(buf, len, &p), CPR_OK);
     assert_string_equal(p.id.job, "jj");
     assert_int_equal(p.id.shard, 7);
     assert_int_equal(p.id.checkpoint, 9);
     assert_int_equal(p.rows, 4242);
-    cpr_wire_part_release(&p);
+    cpri_wire_part_release(&p);
     free(buf);
-    assert_int_equal(cpr_wire_getblob_encode(&id, "dense", &buf, &len), CPR_OK);
-    assert_int_equal(cpr_wire_getblob_decode(buf, len, &p), CPR_OK);
+    assert_int_equal(cpri_wire_getblob_encode(&id, "dense", &buf, &len), CPR_OK);
+    assert_int_equal(cpri_wire_getblob_decode(buf, len, &p), CPR_OK);
     assert_string_equal(p.name, "dense");
-    cpr_wire_part_release(&p);
+    cpri_wire_part_release(&p);
     free(buf);
-    assert_int_equal(cpr_wire_chunk_encode(&id, "dense", 100, 105, blob, 5,
+    assert_int_equal(cpri_wire_chunk_encode(&id, "dense", 100, 105, blob, 5,
                                            cpr_crc32c(0, blob, 5), &buf, &len), CPR_OK);
-    assert_int_equal(cpr_wire_chunk_decode(buf, len, &c), CPR_OK);
+    assert_int_equal(cpri_wire_chunk_decode(buf, len, &c), CPR_OK);
     assert_int_equal(c.offset, 100);
     assert_int_equal(c.size, 105);
     assert_int_equal(c.len, 5);
     assert_memory_equal(c.data, blob, 5);
     assert_int_equal(c.crc32c, cpr_crc32c(0, blob, 5));
-    cpr_wire_chunk_release(&c);
+    cpri_wire_chunk_release(&c);
     free(buf);
 
     cpr_part_info parts[2] = {{.shard = 1, .checkpoint = 5, .kind = CPR_KIND_FULL, .step = 50,
@@ -162,8 +162,8 @@ static void test_small_messages_roundtrip(void **unused)
     cpr_part_info *back;
     size_t n;
     uint64_t latest;
-    assert_int_equal(cpr_wire_list_response_encode(parts, 2, 5, &buf, &len), CPR_OK);
-    assert_int_equal(cpr_wire_list_response_decode(buf, len, &back, &n, &latest), CPR_OK);
+    assert_int_equal(cpri_wire_list_response_encode(parts, 2, 5, &buf, &len), CPR_OK);
+    assert_int_equal(cpri_wire_list_response_decode(buf, len, &back, &n, &latest), CPR_OK);
     assert_int_equal(n, 2);
     assert_int_equal(latest, 5);
     for (size_t i = 0; i < 2; i++) { /* field by field: structs have padding */
@@ -202,39 +202,39 @@ static void test_admin_requests_roundtrip(void **unused)
     (void)unused;
     uint8_t *buf;
     size_t len;
-    cpr_wire_list v;
-    cpr_wire_gc g;
-    assert_status(CPR_OK, cpr_wire_list_jobs_encode(&buf, &len));
+    cpri_wire_list v;
+    cpri_wire_gc g;
+    assert_status(CPR_OK, cpri_wire_list_jobs_encode(&buf, &len));
     assert_int_equal(len, 0); /* no fields */
-    assert_status(CPR_OK, cpr_wire_list_jobs_decode(buf, len));
+    assert_status(CPR_OK, cpri_wire_list_jobs_decode(buf, len));
     free(buf);
 
-    assert_status(CPR_OK, cpr_wire_verify_encode("job.1", &buf, &len));
-    assert_status(CPR_OK, cpr_wire_verify_decode(buf, len, &v));
+    assert_status(CPR_OK, cpri_wire_verify_encode("job.1", &buf, &len));
+    assert_status(CPR_OK, cpri_wire_verify_decode(buf, len, &v));
     assert_string_equal(v.job, "job.1");
-    cpr_wire_list_release(&v);
+    cpri_wire_list_release(&v);
     free(buf);
     for (int empty = 0; empty < 2; empty++) { /* NULL and "": every job, as NULL */
-        assert_status(CPR_OK, cpr_wire_verify_encode(empty ? "" : NULL, &buf, &len));
-        assert_status(CPR_OK, cpr_wire_verify_decode(buf, len, &v));
+        assert_status(CPR_OK, cpri_wire_verify_encode(empty ? "" : NULL, &buf, &len));
+        assert_status(CPR_OK, cpri_wire_verify_decode(buf, len, &v));
         assert_null(v.job);
-        cpr_wire_list_release(&v);
+        cpri_wire_list_release(&v);
         free(buf);
     }
 
-    assert_status(CPR_OK, cpr_wire_gc_encode("j", 3, 0, &buf, &len));
-    assert_status(CPR_OK, cpr_wire_gc_decode(buf, len, &g));
+    assert_status(CPR_OK, cpri_wire_gc_encode("j", 3, 0, &buf, &len));
+    assert_status(CPR_OK, cpri_wire_gc_decode(buf, len, &g));
     assert_string_equal(g.job, "j");
     assert_int_equal(g.keep, 3);
     assert_int_equal(g.floor, 0);
-    cpr_wire_gc_release(&g);
+    cpri_wire_gc_release(&g);
     free(buf);
-    assert_status(CPR_OK, cpr_wire_gc_encode(NULL, 0, 1ull << 40, &buf, &len));
-    assert_status(CPR_OK, cpr_wire_gc_decode(buf, len, &g));
+    assert_status(CPR_OK, cpri_wire_gc_encode(NULL, 0, 1ull << 40, &buf, &len));
+    assert_status(CPR_OK, cpri_wire_gc_decode(buf, len, &g));
     assert_null(g.job);
     assert_int_equal(g.keep, 0);
     assert_int_equal(g.floor, 1ull << 40);
-    cpr_wire_gc_release(&g);
+    cpri_wire_gc_release(&g);
     free(buf);
 }
 
@@ -244,27 +244,27 @@ static void test_admin_responses_roundtrip(void **unused)
     uint8_t *buf;
     size_t len, n;
     char *jobs[] = {"alpha", "b.2", "zz-top"}, **back;
-    assert_status(CPR_OK, cpr_wire_list_jobs_response_encode(jobs, 3, &buf, &len));
-    assert_status(CPR_OK, cpr_wire_list_jobs_response_decode(buf, len, &back, &n));
+    assert_status(CPR_OK, cpri_wire_list_jobs_response_encode(jobs, 3, &buf, &len));
+    assert_status(CPR_OK, cpri_wire_list_jobs_response_decode(buf, len, &back, &n));
     assert_int_equal(n, 3);
     for (size_t i = 0; i < 3; i++)
         assert_string_equal(back[i], jobs[i]);
     assert_null(back[3]);
     cpr_names_free(back, n);
     free(buf);
-    assert_status(CPR_OK, cpr_wire_list_jobs_response_encode(NULL, 0, &buf, &len));
-    assert_status(CPR_OK, cpr_wire_list_jobs_response_decode(buf, len, &back, &n));
+    assert_status(CPR_OK, cpri_wire_list_jobs_response_encode(NULL, 0, &buf, &len));
+    assert_status(CPR_OK, cpri_wire_list_jobs_response_decode(buf, len, &back, &n));
     assert_int_equal(n, 0);
     assert_null(back[0]);
     cpr_names_free(back, n);
     free(buf);
 
     cpr_verify_report rep = {100, 2, 4096, 7}, got;
-    cpr_wire_problem details[2] = {{"row checksum mismatch", "job j table 1 row 5"},
+    cpri_wire_problem details[2] = {{"row checksum mismatch", "job j table 1 row 5"},
                                    {"blob block fails", "job j blob dense"}};
     seen_problems seen = {0};
-    assert_status(CPR_OK, cpr_wire_verify_response_encode(&rep, details, 2, &buf, &len));
-    assert_status(CPR_OK, cpr_wire_verify_response_decode(buf, len, &got, note_problem, &seen));
+    assert_status(CPR_OK, cpri_wire_verify_response_encode(&rep, details, 2, &buf, &len));
+    assert_status(CPR_OK, cpri_wire_verify_response_decode(buf, len, &got, note_problem, &seen));
     assert_int_equal(got.rows_checked, 100);
     assert_int_equal(got.blobs_checked, 2);
     assert_int_equal(got.bytes_checked, 4096);
@@ -274,15 +274,15 @@ static void test_admin_responses_roundtrip(void **unused)
         assert_string_equal(seen.what[i], details[i].what);
         assert_string_equal(seen.where[i], details[i].where);
     }
-    assert_status(CPR_OK, cpr_wire_verify_response_decode(buf, len, &got, NULL, NULL));
+    assert_status(CPR_OK, cpri_wire_verify_response_decode(buf, len, &got, NULL, NULL));
     free(buf);
     assert_status(CPR_INVALID_ARGUMENT,
-                  cpr_wire_verify_response_encode(&rep, details, CPR_WIRE_MAX_PROBLEMS + 1,
+                  cpri_wire_verify_response_encode(&rep, details, CPR_WIRE_MAX_PROBLEMS + 1,
                                                   &buf, &len));
 
     cpr_gc_report gr = {12, 3, 1u << 20, 2, 999999, 5555}, gback;
-    assert_status(CPR_OK, cpr_wire_gc_response_encode(&gr, &buf, &len));
-    assert_status(CPR_OK, cpr_wire_gc_response_decode(buf, len, &gback));
+    assert_status(CPR_OK, cpri_wire_gc_response_encode(&gr, &buf, &len));
+    assert_status(CPR_OK, cpri_wire_gc_response_decode(buf, len, &gback));
     assert_int_equal(gback.floor, 12);
     assert_int_equal(gback.parts_removed, 3);
     assert_int_equal(gback.versions_removed, 1u << 20);
@@ -318,8 +318,8 @@ static void test_stats_roundtrip(void **unused)
     s.errors[CPR_NO_MEMORY] = 4;        /* RESOURCE_EXHAUSTED */
     s.errors[CPR_RESOURCE_EXHAUSTED] = 1;
     s.errors[CPR_CUDA] = 5;             /* INTERNAL */
-    assert_status(CPR_OK, cpr_wire_stats_response_encode(&s, &buf, &len));
-    assert_status(CPR_OK, cpr_wire_stats_response_decode(buf, len, &back));
+    assert_status(CPR_OK, cpri_wire_stats_response_encode(&s, &buf, &len));
+    assert_status(CPR_OK, cpri_wire_stats_response_decode(buf, len, &back));
     free(buf);
     assert_int_equal(back.jobs, 2);
     assert_int_equal(back.parts_committed, 9);
@@ -339,13 +339,13 @@ static void test_stats_roundtrip(void **unused)
      * gRPC code (a stock server) is counted by what the code stands for. */
     uint8_t code_only[] = {0x32, 0x0f, 0x0a, 0x0b, 'U', 'N', 'A', 'V', 'A', 'I', 'L', 'A', 'B',
                            'L', 'E', 0x10, 0x02};
-    assert_status(CPR_OK, cpr_wire_stats_response_decode(code_only, sizeof code_only, &back));
+    assert_status(CPR_OK, cpri_wire_stats_response_decode(code_only, sizeof code_only, &back));
     assert_int_equal(back.errors[CPR_UNAVAILABLE], 2);
     assert_int_equal(back.errors[CPR_IO], 0);
 
     /* errors { code: "WEIRD" count: 4 }: a code this build does not know. */
     uint8_t weird[] = {0x32, 0x09, 0x0a, 0x05, 'W', 'E', 'I', 'R', 'D', 0x10, 0x04};
-    assert_status(CPR_OK, cpr_wire_stats_response_decode(weird, sizeof weird, &back));
+    assert_status(CPR_OK, cpri_wire_stats_response_decode(weird, sizeof weird, &back));
     assert_int_equal(back.errors[CPR_INTERNAL], 4);
 }
 
@@ -354,27 +354,27 @@ static void test_admin_malformed(void **unused)
     (void)unused;
     uint8_t garbage[] = {0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01};
     uint8_t truncated[] = {0x0a, 0x10, 'a', 'b'};
-    cpr_wire_list v;
-    cpr_wire_gc g;
+    cpri_wire_list v;
+    cpri_wire_gc g;
     cpr_store_stats stats;
     cpr_verify_report vr = {1, 1, 1, 1};
     cpr_gc_report gr;
     char **jobs = NULL;
     size_t n = 0;
-    assert_status(CPR_INVALID_ARGUMENT, cpr_wire_list_jobs_decode(garbage, sizeof garbage));
+    assert_status(CPR_INVALID_ARGUMENT, cpri_wire_list_jobs_decode(garbage, sizeof garbage));
     assert_non_null(strstr(cpr_errmsg(), "ListJobsRequest"));
-    assert_status(CPR_INVALID_ARGUMENT, cpr_wire_verify_decode(truncated, sizeof truncated, &v));
-    assert_status(CPR_INVALID_ARGUMENT, cpr_wire_gc_decode(garbage, sizeof garbage, &g));
+    assert_status(CPR_INVALID_ARGUMENT, cpri_wire_verify_decode(truncated, sizeof truncated, &v));
+    assert_status(CPR_INVALID_ARGUMENT, cpri_wire_gc_decode(garbage, sizeof garbage, &g));
     assert_non_null(strstr(cpr_errmsg(), "GcRequest"));
     assert_status(CPR_INVALID_ARGUMENT,
-                  cpr_wire_stats_response_decode(garbage, sizeof garbage, &stats));
+                  cpri_wire_stats_response_decode(garbage, sizeof garbage, &stats));
     assert_status(CPR_INVALID_ARGUMENT,
-                  cpr_wire_list_jobs_response_decode(truncated, sizeof truncated, &jobs, &n));
+                  cpri_wire_list_jobs_response_decode(truncated, sizeof truncated, &jobs, &n));
     assert_null(jobs); /* out-parameters untouched on failure */
     assert_status(CPR_INVALID_ARGUMENT,
-                  cpr_wire_verify_response_decode(garbage, sizeof garbage, &vr, NULL, NULL));
+                  cpri_wire_verify_response_decode(garbage, sizeof garbage, &vr, NULL, NULL));
     assert_int_equal(vr.problems, 1);
-    assert_status(CPR_INVALID_ARGUMENT, cpr_wire_gc_response_decode(garbage, sizeof garbage, &gr));
+    assert_status(CPR_INVALID_ARGUMENT, cpri_wire_gc_response_decode(garbage, sizeof garbage, &gr));
 }
 
 static void test_recovery_roundtrip(void **unused)
@@ -383,58 +383,58 @@ static void test_recovery_roundtrip(void **unused)
     static const unsigned char plan[] = {'{', 0, 0xff, '}', 7}; /* opaque: any bytes */
     uint8_t *buf;
     size_t len;
-    cpr_wire_list g;
-    assert_status(CPR_OK, cpr_wire_get_recovery_encode("job.r", &buf, &len));
-    assert_status(CPR_OK, cpr_wire_get_recovery_decode(buf, len, &g));
+    cpri_wire_list g;
+    assert_status(CPR_OK, cpri_wire_get_recovery_encode("job.r", &buf, &len));
+    assert_status(CPR_OK, cpri_wire_get_recovery_decode(buf, len, &g));
     assert_string_equal(g.job, "job.r");
-    cpr_wire_list_release(&g);
+    cpri_wire_list_release(&g);
     free(buf);
 
-    cpr_wire_recovery r;
-    assert_status(CPR_OK, cpr_wire_put_recovery_encode("job.r", 41, plan, sizeof plan, &buf,
+    cpri_wire_recovery r;
+    assert_status(CPR_OK, cpri_wire_put_recovery_encode("job.r", 41, plan, sizeof plan, &buf,
                                                        &len));
-    assert_status(CPR_OK, cpr_wire_put_recovery_decode(buf, len, &r));
+    assert_status(CPR_OK, cpri_wire_put_recovery_decode(buf, len, &r));
     assert_string_equal(r.job, "job.r");
     assert_int_equal(r.generation, 41); /* expected_generation */
     assert_int_equal(r.len, sizeof plan);
     assert_memory_equal(r.plan, plan, sizeof plan);
     assert_int_equal(r.written_unix_ms, 0);
-    cpr_wire_recovery_release(&r);
+    cpri_wire_recovery_release(&r);
     assert_null(r.msg);
     free(buf);
 
-    assert_status(CPR_OK, cpr_wire_recovery_record_encode("job.r", 42, plan, sizeof plan,
+    assert_status(CPR_OK, cpri_wire_recovery_record_encode("job.r", 42, plan, sizeof plan,
                                                           1712345678901ull, &buf, &len));
-    assert_status(CPR_OK, cpr_wire_recovery_record_decode(buf, len, &r));
+    assert_status(CPR_OK, cpri_wire_recovery_record_decode(buf, len, &r));
     assert_string_equal(r.job, "job.r");
     assert_int_equal(r.generation, 42);
     assert_int_equal(r.len, sizeof plan);
     assert_memory_equal(r.plan, plan, sizeof plan);
     assert_int_equal(r.written_unix_ms, 1712345678901ull);
-    cpr_wire_recovery_release(&r);
+    cpri_wire_recovery_release(&r);
     free(buf);
 
     /* No record: generation 0, no plan; an empty message decodes to that. */
-    assert_status(CPR_OK, cpr_wire_recovery_record_encode("j", 0, NULL, 0, 0, &buf, &len));
-    assert_status(CPR_OK, cpr_wire_recovery_record_decode(buf, len, &r));
+    assert_status(CPR_OK, cpri_wire_recovery_record_encode("j", 0, NULL, 0, 0, &buf, &len));
+    assert_status(CPR_OK, cpri_wire_recovery_record_decode(buf, len, &r));
     assert_int_equal(r.generation, 0);
     assert_int_equal(r.len, 0);
     assert_null(r.plan);
-    cpr_wire_recovery_release(&r);
+    cpri_wire_recovery_release(&r);
     free(buf);
-    assert_status(CPR_OK, cpr_wire_put_recovery_decode("", 0, &r));
+    assert_status(CPR_OK, cpri_wire_put_recovery_decode("", 0, &r));
     assert_string_equal(r.job, "");
-    cpr_wire_recovery_release(&r);
+    cpri_wire_recovery_release(&r);
 
     uint8_t garbage[] = {0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01};
     uint8_t truncated[] = {0x0a, 0x10, 'a', 'b'};
-    assert_status(CPR_INVALID_ARGUMENT, cpr_wire_get_recovery_decode(garbage, sizeof garbage,
+    assert_status(CPR_INVALID_ARGUMENT, cpri_wire_get_recovery_decode(garbage, sizeof garbage,
                                                                      &g));
     assert_non_null(strstr(cpr_errmsg(), "GetRecoveryRequest"));
-    assert_status(CPR_INVALID_ARGUMENT, cpr_wire_put_recovery_decode(truncated,
+    assert_status(CPR_INVALID_ARGUMENT, cpri_wire_put_recovery_decode(truncated,
                                                                      sizeof truncated, &r));
     assert_non_null(strstr(cpr_errmsg(), "PutRecoveryRequest"));
-    assert_status(CPR_INVALID_ARGUMENT, cpr_wire_recovery_record_decode(garbage,
+    assert_status(CPR_INVALID_ARGUMENT, cpri_wire_recovery_record_decode(garbage,
                                                                         sizeof garbage, &r));
     assert_non_null(strstr(cpr_errmsg(), "RecoveryRecord"));
 }
@@ -454,7 +454,7 @@ static cpr_status encode_response(void *ctx, const cpr_row_batch *b)
     if (s->n == 64)
         return CPR_RESOURCE_EXHAUSTED;
     size_t slot = s->n++;
-    return cpr_wire_rows_encode(&id, b, dim, (uint32_t)(b->state_count / b->n),
+    return cpri_wire_rows_encode(&id, b, dim, (uint32_t)(b->state_count / b->n),
                                 &s->bufs[slot], &s->lens[slot]) == CPR_OK ? CPR_OK : CPR_INTERNAL;
 }
 
@@ -466,14 +466,14 @@ static void send_rows(cpr_store *store, const cpr_part_id *id, uint32_t table, u
     cpr_row_batch batch;
     uint8_t *buf;
     size_t len;
-    cpr_wire_rows r;
+    cpri_wire_rows r;
     for (size_t i = 0; i < n; i++)
         ids[i] = first + i;
     tu_fill_batch(&batch, table, ids, n, dim, sdim, id->checkpoint, values, state);
-    assert_int_equal(cpr_wire_rows_encode(id, &batch, 0, 0, &buf, &len), CPR_OK);
-    assert_int_equal(cpr_wire_rows_decode(buf, len, &r), CPR_OK);
+    assert_int_equal(cpri_wire_rows_encode(id, &batch, 0, 0, &buf, &len), CPR_OK);
+    assert_int_equal(cpri_wire_rows_decode(buf, len, &r), CPR_OK);
     assert_int_equal(cpr_store_put_rows(store, &r.id, &r.batch), CPR_OK);
-    cpr_wire_rows_release(&r);
+    cpri_wire_rows_release(&r);
     free(buf);
 }
 
@@ -488,20 +488,20 @@ static void test_end_to_end_through_store(void **unused)
 
     cpr_part_spec spec = {.id = {"e2e", 0, 1}, .kind = CPR_KIND_FULL, .num_shards = 1,
                           .tables = tables, .n_tables = 2};
-    cpr_wire_begin b;
-    assert_int_equal(cpr_wire_begin_encode(&spec, &buf, &len), CPR_OK);
-    assert_int_equal(cpr_wire_begin_decode(buf, len, &b), CPR_OK);
+    cpri_wire_begin b;
+    assert_int_equal(cpri_wire_begin_encode(&spec, &buf, &len), CPR_OK);
+    assert_int_equal(cpri_wire_begin_decode(buf, len, &b), CPR_OK);
     assert_int_equal(cpr_store_begin(store, &b.spec), CPR_OK);
-    cpr_wire_begin_release(&b);
+    cpri_wire_begin_release(&b);
     free(buf);
     send_rows(store, &spec.id, 3, 4, 1, 0, 100);
     send_rows(store, &spec.id, 3, 4, 1, 100, 60);
     send_rows(store, &spec.id, 9, 2, 0, 0, 50);
-    cpr_wire_part p;
-    assert_int_equal(cpr_wire_commit_encode(&spec.id, 210, &buf, &len), CPR_OK);
-    assert_int_equal(cpr_wire_commit_decode(buf, len, &p), CPR_OK);
+    cpri_wire_part p;
+    assert_int_equal(cpri_wire_commit_encode(&spec.id, 210, &buf, &len), CPR_OK);
+    assert_int_equal(cpri_wire_commit_decode(buf, len, &p), CPR_OK);
     assert_int_equal(cpr_store_commit(store, &p.id, p.rows), CPR_OK);
-    cpr_wire_part_release(&p);
+    cpri_wire_part_release(&p);
     free(buf);
 
     uint32_t want_tables[] = {3};
@@ -509,18 +509,18 @@ static void test_end_to_end_through_store(void **unused)
     cpr_restore_query q = {.job = "e2e", .tables = want_tables, .n_tables = 1,
                            .ranges = &range, .n_ranges = 1, .modulo = 3, .remainder = 1,
                            .batch_rows = 16};
-    cpr_wire_restore wq;
-    assert_int_equal(cpr_wire_restore_encode(&q, &buf, &len), CPR_OK);
-    assert_int_equal(cpr_wire_restore_decode(buf, len, &wq), CPR_OK);
+    cpri_wire_restore wq;
+    assert_int_equal(cpri_wire_restore_encode(&q, &buf, &len), CPR_OK);
+    assert_int_equal(cpri_wire_restore_decode(buf, len, &wq), CPR_OK);
     free(buf);
     sent s = {0};
     assert_int_equal(cpr_store_restore(store, &wq.query, encode_response, &s, NULL), CPR_OK);
-    cpr_wire_restore_release(&wq);
+    cpri_wire_restore_release(&wq);
 
     uint64_t expect = 10 + (1 - 10 % 3 + 3) % 3, total = 0; /* first row >= 10 with %3 == 1 */
     for (size_t i = 0; i < s.n; i++) {
-        cpr_wire_rows r;
-        assert_int_equal(cpr_wire_rows_decode(s.bufs[i], s.lens[i], &r), CPR_OK);
+        cpri_wire_rows r;
+        assert_int_equal(cpri_wire_rows_decode(s.bufs[i], s.lens[i], &r), CPR_OK);
         assert_true(r.batch.n <= 16);
         assert_int_equal(r.dim, 4);
         assert_int_equal(r.state_dim, 1);
@@ -533,7 +533,7 @@ static void test_end_to_end_through_store(void **unused)
                 assert_true(r.batch.values[k * 4 + j] == tu_value(3, expect, 1, j));
             assert_true(r.batch.state[k] == tu_state(3, expect, 1, 0));
         }
-        cpr_wire_rows_release(&r);
+        cpri_wire_rows_release(&r);
         free(s.bufs[i]);
     }
     assert_int_equal(total, 40); /* 10..129 with row % 3 == 1 */

@@ -153,7 +153,7 @@ cpr_status bench_rpc_run(const bench_opts *opts, const char *data_dir, uint32_t 
 /* 1 if files in `dir` can be opened with O_DIRECT, 0 if not. */
 int bench_direct_supported(const char *dir);
 
-/* Write `bytes` bytes to `path` with cpr_bfile (O_DIRECT, fdatasync), drop
+/* Write `bytes` bytes to `path` with cpri_bfile (O_DIRECT, fdatasync), drop
  * the page cache of `work_dir`, read the file back with O_DIRECT. Fills
  * raw_bytes, raw_write_s, raw_read_s. Leaves the file in place. */
 cpr_status bench_raw_run(const char *path, uint64_t bytes, const char *work_dir,

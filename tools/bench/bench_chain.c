@@ -118,9 +118,9 @@ static cpr_status cold_restore(cpr_store **store, const char *dir, chain_ctx *c,
     c->as_of = as_of == 1 ? 1 : 0;
     c->next_id = c->rows = 0;
     bench_peak_rss_reset();
-    double t0 = cpr_now_s();
+    double t0 = cpri_now_s();
     st = cpr_store_restore(*store, &q, chain_check, c, NULL);
-    *seconds = cpr_now_s() - t0;
+    *seconds = cpri_now_s() - t0;
     *peak_kb = bench_peak_rss_kb();
     if (st == CPR_OK && c->rows != c->opts->rows)
         st = cpr_fail(CPR_CORRUPT, "restore delivered %llu rows of %llu",
@@ -144,17 +144,17 @@ cpr_status bench_chain_run(const bench_opts *opts, const char *store_dir, bench_
         st = bench_report(cpr_store_open(store_dir, NULL, &store), "opening the store");
     bench_progress progress;
     bench_progress_start(&progress, "writing the FULL part and the chain", opts->chain + 1);
-    double t0 = cpr_now_s();
+    double t0 = cpri_now_s();
     for (uint64_t ckpt = 1; st == CPR_OK && ckpt <= opts->chain + 1; ckpt++) {
         st = write_chain_part(store, opts, &d, ckpt, c.expected, &res->bytes_written);
         bench_progress_update(&progress, ckpt);
     }
-    res->write_s = cpr_now_s() - t0;
+    res->write_s = cpri_now_s() - t0;
     if (st == CPR_OK) {
         fprintf(stderr, "cpr-bench: folding what the background thread has not\n");
-        t0 = cpr_now_s();
+        t0 = cpri_now_s();
         st = bench_report(cpr_store_fold(store, CHAIN_JOB, 4, &res->final_folds), "folding");
-        res->fold_s = cpr_now_s() - t0;
+        res->fold_s = cpri_now_s() - t0;
     }
     if (st == CPR_OK)
         st = cold_restore(&store, store_dir, &c, 1, &res->restore_full_s, &res->full_peak_kb);

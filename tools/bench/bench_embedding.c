@@ -108,7 +108,7 @@ static int parse_emb_args(int argc, char **argv, emb_opts *o)
         const char *z = matched ? NULL : bench_flag_value(argc, argv, &i, "--zipf", &missing);
         if (missing)
             return -1;
-        if (z && cpr_cli_double("--zipf", z, 0.0, 1, 5.0, 1, &o->zipf) != CPR_OK) {
+        if (z && cpri_cli_double("--zipf", z, 0.0, 1, 5.0, 1, &o->zipf) != CPR_OK) {
             fprintf(stderr, "cpr-bench: %s\n", cpr_errmsg());
             return -1;
         }
@@ -217,9 +217,9 @@ static double measure_memcpy(void)
     memset(a, 1, bytes);
     memset(b, 2, bytes); /* fault the pages in before timing */
     for (int i = 0; i < 5; i++) {
-        double t0 = cpr_now_s();
+        double t0 = cpri_now_s();
         memcpy(i % 2 ? a : b, i % 2 ? b : a, bytes);
-        double rate = (double)bytes / (cpr_now_s() - t0) / 1e9;
+        double rate = (double)bytes / (cpri_now_s() - t0) / 1e9;
         best = rate > best ? rate : best;
     }
     free(a);
@@ -240,15 +240,15 @@ static cpr_status train_pass(const emb_opts *o, workload *w, cpr_emb *plain, cpr
     /* Each call has finished (also on a GPU) when it returns: host timing is exact. */
     for (uint64_t it = 0; st == CPR_OK && it < o->iters; it++) {
         const int64_t *idx = indices + it * n_idx;
-        double t0 = cpr_now_s();
+        double t0 = cpri_now_s();
         st = cpr_emb_forward(plain, idx, n_idx, offsets, o->bags, CPR_POOL_SUM, out);
-        double t1 = cpr_now_s();
+        double t1 = cpri_now_s();
         if (st == CPR_OK)
             st = cpr_emb_backward(plain, idx, n_idx, offsets, o->bags, CPR_POOL_SUM, grad);
-        double t2 = cpr_now_s();
+        double t2 = cpri_now_s();
         if (st == CPR_OK)
             st = cpr_emb_backward(tracked, idx, n_idx, offsets, o->bags, CPR_POOL_SUM, grad);
-        double t3 = cpr_now_s();
+        double t3 = cpri_now_s();
         *fwd += t1 - t0;
         *bwd_plain += t2 - t1;
         *bwd_tracked += t3 - t2;
@@ -263,9 +263,9 @@ static cpr_status measure_selection(const emb_opts *o, cpr_emb *tracked, emb_res
     cpr_status st = CPR_OK;
     for (int p = 0; st == CPR_OK && p < 5; p++) {
         size_t n = 0;
-        double t0 = cpr_now_s();
+        double t0 = cpri_now_s();
         st = cpr_emb_select(tracked, 0, (cpr_policy)p, budget, ids, o->rows, &n);
-        r->select_ms[p] = (cpr_now_s() - t0) * 1e3;
+        r->select_ms[p] = (cpri_now_s() - t0) * 1e3;
         r->selected[p] = n;
     }
     return st;
@@ -284,9 +284,9 @@ static cpr_status measure_gather(const emb_opts *o, cpr_emb *tracked, emb_result
     if (st == CPR_OK)
         st = cpr_emb_save_begin(tracked, 0, CPR_POLICY_MFU, ids, n, &save);
     for (uint64_t round = 0; st == CPR_OK && round < o->rounds; round++) {
-        double t0 = cpr_now_s();
+        double t0 = cpri_now_s();
         st = cpr_emb_gather(tracked, save, values, state);
-        double dt = cpr_now_s() - t0;
+        double dt = cpri_now_s() - t0;
         r->gather_s = round == 0 || dt < r->gather_s ? dt : r->gather_s;
     }
     r->gather_rows = n;
@@ -313,13 +313,13 @@ static cpr_status run(const emb_opts *o, emb_result *r)
         st = workload_to_device(o, &w);
     fprintf(stderr, "cpr-bench: creating two %llu x %llu tables\n",
             (unsigned long long)o->rows, (unsigned long long)o->dim);
-    double t0 = cpr_now_s();
+    double t0 = cpri_now_s();
     if (st == CPR_OK)
         st = cpr_emb_create(&cfg, &plain);
     cfg.track = CPR_TRACK_ALL;
     if (st == CPR_OK)
         st = cpr_emb_create(&cfg, &tracked);
-    r->create_s = cpr_now_s() - t0;
+    r->create_s = cpri_now_s() - t0;
     r->indices = o->iters * o->bags * o->pooling;
     for (uint64_t round = 0; st == CPR_OK && round < o->rounds; round++) {
         double f, bp, bt;
@@ -355,41 +355,41 @@ static int print_emb_json(const emb_opts *o, const emb_result *r)
 {
     double row_bytes = (double)o->dim * 4;
     double gather_gb_s = (double)r->gather_rows * (row_bytes + 4) / r->gather_s / 1e9;
-    cpr_json *j = cpr_json_object(), *sel = cpr_json_object();
-    cpr_json_add_string(j, "device", o->cuda ? "cuda" : "cpu");
+    cpri_json *j = cpri_json_object(), *sel = cpri_json_object();
+    cpri_json_add_string(j, "device", o->cuda ? "cuda" : "cpu");
     if (o->cuda) {
-        cpr_json_add_number(j, "d2d_gb_s", r3(r->d2d_gb_s));
-        cpr_json_add_number(j, "d2h_gb_s", r3(r->d2h_gb_s));
-        cpr_json_add_number(j, "forward_d2d_ratio",
+        cpri_json_add_number(j, "d2d_gb_s", r3(r->d2d_gb_s));
+        cpri_json_add_number(j, "d2h_gb_s", r3(r->d2h_gb_s));
+        cpri_json_add_number(j, "forward_d2d_ratio",
                             r3(r->indices * row_bytes / r->forward_s / 1e9 / r->d2d_gb_s));
     }
-    cpr_json_add_number(j, "rows", (double)o->rows);
-    cpr_json_add_number(j, "dim", (double)o->dim);
-    cpr_json_add_number(j, "indices_per_pass", (double)r->indices);
-    cpr_json_add_number(j, "memcpy_gb_s", r3(r->memcpy_gb_s));
-    cpr_json_add_number(j, "forward_rows_s", round(r->indices / r->forward_s));
-    cpr_json_add_number(j, "forward_gb_s", r3(r->indices * row_bytes / r->forward_s / 1e9));
-    cpr_json_add_number(j, "backward_rows_s", round(r->indices / r->backward_plain_s));
-    cpr_json_add_number(j, "backward_gb_s",
+    cpri_json_add_number(j, "rows", (double)o->rows);
+    cpri_json_add_number(j, "dim", (double)o->dim);
+    cpri_json_add_number(j, "indices_per_pass", (double)r->indices);
+    cpri_json_add_number(j, "memcpy_gb_s", r3(r->memcpy_gb_s));
+    cpri_json_add_number(j, "forward_rows_s", round(r->indices / r->forward_s));
+    cpri_json_add_number(j, "forward_gb_s", r3(r->indices * row_bytes / r->forward_s / 1e9));
+    cpri_json_add_number(j, "backward_rows_s", round(r->indices / r->backward_plain_s));
+    cpri_json_add_number(j, "backward_gb_s",
                         r3(r->indices * row_bytes / r->backward_plain_s / 1e9));
-    cpr_json_add_number(j, "backward_tracked_rows_s", round(r->indices / r->backward_tracked_s));
-    cpr_json_add_number(j, "tracking_overhead",
+    cpri_json_add_number(j, "backward_tracked_rows_s", round(r->indices / r->backward_tracked_s));
+    cpri_json_add_number(j, "tracking_overhead",
                         r3(r->backward_tracked_s / r->backward_plain_s - 1.0));
     for (int p = 0; p < 5; p++) {
-        cpr_json *one = cpr_json_object();
-        cpr_json_add_number(one, "ms", r3(r->select_ms[p]));
-        cpr_json_add_number(one, "rows", (double)r->selected[p]);
-        cpr_json_add_child(sel, cpr_policy_name((cpr_policy)p), one);
+        cpri_json *one = cpri_json_object();
+        cpri_json_add_number(one, "ms", r3(r->select_ms[p]));
+        cpri_json_add_number(one, "rows", (double)r->selected[p]);
+        cpri_json_add_child(sel, cpr_policy_name((cpr_policy)p), one);
     }
-    cpr_json_add_child(j, "select", sel);
-    cpr_json_add_number(j, "gather_rows", (double)r->gather_rows);
-    cpr_json_add_number(j, "gather_gb_s", r3(gather_gb_s));
+    cpri_json_add_child(j, "select", sel);
+    cpri_json_add_number(j, "gather_rows", (double)r->gather_rows);
+    cpri_json_add_number(j, "gather_gb_s", r3(gather_gb_s));
     /* A GPU gather ends in host memory: its limit is the device-to-host copy. */
-    cpr_json_add_number(j, "gather_ratio",
+    cpri_json_add_number(j, "gather_ratio",
                         r3(gather_gb_s / (o->cuda ? r->d2h_gb_s : r->memcpy_gb_s)));
-    cpr_json_add_number(j, "tracker_bytes_per_row", cpr_emb_tracker_bytes_per_row(CPR_TRACK_ALL));
-    int rc = cpr_json_print(j, stdout);
-    cpr_json_free(j);
+    cpri_json_add_number(j, "tracker_bytes_per_row", cpr_emb_tracker_bytes_per_row(CPR_TRACK_ALL));
+    int rc = cpri_json_print(j, stdout);
+    cpri_json_free(j);
     return rc;
 }
 

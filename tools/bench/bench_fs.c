@@ -170,7 +170,7 @@ void bench_progress_start(bench_progress *p, const char *what, uint64_t total)
 {
     p->what = what;
     p->total = total ? total : 1;
-    p->last_print_s = cpr_now_s();
+    p->last_print_s = cpri_now_s();
     p->last_pct = -1;
 }
 
@@ -181,7 +181,7 @@ void bench_progress_update(bench_progress *p, uint64_t done)
     int pct = (int)(done >= p->total ? 100 : done * 100 / p->total);
     if (pct == p->last_pct)
         return;
-    double now = cpr_now_s();
+    double now = cpri_now_s();
     if (pct < 100 && now - p->last_print_s < PROGRESS_INTERVAL_S)
         return;
     fprintf(stderr, "cpr-bench: %s ... %d%%\n", p->what, pct);

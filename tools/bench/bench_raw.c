@@ -49,30 +49,30 @@ static void fill_noise(unsigned char *buf, size_t len)
 static cpr_status raw_write(const char *path, uint64_t bytes,
                             const unsigned char *chunk, double *seconds)
 {
-    cpr_bfile_writer *w = NULL;
+    cpri_bfile_writer *w = NULL;
     bench_progress progress;
     uint64_t written = 0, size = 0;
-    double t0 = cpr_now_s();
-    cpr_status st = cpr_bfile_create(path, 1, 0, &w);
+    double t0 = cpri_now_s();
+    cpr_status st = cpri_bfile_create(path, 1, 0, &w);
     if (st)
         return st;
     bench_progress_start(&progress, "raw O_DIRECT write", bytes);
     while (st == CPR_OK && written < bytes) {
         uint64_t left = bytes - written;
         size_t len = left < RAW_CHUNK_BYTES ? (size_t)left : RAW_CHUNK_BYTES;
-        st = cpr_bfile_append(w, chunk, len);
+        st = cpri_bfile_append(w, chunk, len);
         written += len;
         bench_progress_update(&progress, written);
     }
     if (st) {
-        cpr_bfile_discard(w);
+        cpri_bfile_discard(w);
         return st;
     }
-    st = cpr_bfile_finish(w, 0, &size, NULL, NULL); /* frees w */
+    st = cpri_bfile_finish(w, 0, &size, NULL, NULL); /* frees w */
     if (st == CPR_OK && size != bytes)
         st = cpr_fail(CPR_INTERNAL, "raw file %s has %llu bytes, wrote %llu", path,
                       (unsigned long long)size, (unsigned long long)bytes);
-    *seconds = cpr_now_s() - t0;
+    *seconds = cpri_now_s() - t0;
     return st;
 }
 
@@ -97,9 +97,9 @@ static cpr_status raw_read(const char *path, uint64_t bytes, double *seconds)
 {
     raw_reader r = {0, 0, {0}};
     bench_progress_start(&r.progress, "raw O_DIRECT read", bytes);
-    double t0 = cpr_now_s();
-    cpr_status st = cpr_bfile_read(path, bytes, 1, raw_block, &r);
-    *seconds = cpr_now_s() - t0;
+    double t0 = cpri_now_s();
+    cpr_status st = cpri_bfile_read(path, bytes, 1, raw_block, &r);
+    *seconds = cpri_now_s() - t0;
     if (st == CPR_OK && r.bytes_read != bytes)
         st = cpr_fail(CPR_INTERNAL, "raw read of %s returned %llu of %llu bytes", path,
                       (unsigned long long)r.bytes_read, (unsigned long long)bytes);

@@ -27,7 +27,7 @@
 
 /* ---- the daemon --------------------------------------------------------------- */
 
-typedef cpr_ckptd_proc bench_daemon;
+typedef cpri_ckptd_proc bench_daemon;
 
 /* use_unix: listen on DIR/ckptd.sock instead of 127.0.0.1. */
 static cpr_status daemon_start(const char *ckptd, const char *dir, int use_unix,
@@ -35,7 +35,7 @@ static cpr_status daemon_start(const char *ckptd, const char *dir, int use_unix,
 {
     char listen[300];
     snprintf(listen, sizeof listen, "unix:%s/ckptd.sock", dir);
-    cpr_status st = cpr_ckptd_spawn(ckptd, dir, use_unix ? listen : NULL, NULL, d);
+    cpr_status st = cpri_ckptd_spawn(ckptd, dir, use_unix ? listen : NULL, NULL, d);
     if (st)
         cpr_fail(st, "%s (--ckptd PATH names the binary)", cpr_errmsg());
     return st;
@@ -203,9 +203,9 @@ static cpr_status run_shards(shard *sh, uint32_t count, void *(*fn)(void *))
 static cpr_status ingest(shard *sh, uint32_t count, pid_t pid, bench_result *res)
 {
     bench_cpu cpu0 = both_cpu(pid);
-    double t0 = cpr_now_s();
+    double t0 = cpri_now_s();
     cpr_status st = run_shards(sh, count, writer_main);
-    res->ingest_s = cpr_now_s() - t0;
+    res->ingest_s = cpri_now_s() - t0;
     res->ingest_cpu = bench_cpu_since(cpu0, both_cpu(pid));
     return st;
 }
@@ -221,7 +221,7 @@ static void *timed_barrier(void *arg)
 {
     phase_clock *pc = arg;
     pthread_barrier_wait(pc->phase);
-    pc->t_full = cpr_now_s();
+    pc->t_full = cpri_now_s();
     pthread_barrier_wait(pc->phase);
     return NULL;
 }
@@ -249,9 +249,9 @@ cpr_status bench_rpc_run(const bench_opts *opts, const char *data_dir, uint32_t 
     res->row_bytes = 8 + 4 * (uint64_t)opts->dim + 4 * (uint64_t)opts->state_dim;
     if (!sh)
         return cpr_fail(CPR_NO_MEMORY, "out of memory");
-    double t0 = cpr_now_s();
+    double t0 = cpri_now_s();
     cpr_status st = daemon_start(opts->ckptd, data_dir, use_unix, &d);
-    res->open_s = cpr_now_s() - t0;
+    res->open_s = cpri_now_s() - t0;
     if (st == CPR_OK)
         st = open_client(&d, &client);
     if (st == CPR_OK)
@@ -264,7 +264,7 @@ cpr_status bench_rpc_run(const bench_opts *opts, const char *data_dir, uint32_t 
     if (st == CPR_OK) {
         fprintf(stderr, "cpr-bench: rpc, %u shard(s): writing FULL and PRIORITY parts\n",
                 count);
-        double start = cpr_now_s();
+        double start = cpri_now_s();
         st = ingest(sh, count, d.pid, res);
         pthread_join(clock_thread, NULL);
         res->full_s = pc.t_full - start;
@@ -277,18 +277,18 @@ cpr_status bench_rpc_run(const bench_opts *opts, const char *data_dir, uint32_t 
     cpr_client_close(client);
     client = NULL;
     if (st == CPR_OK) { /* cold: as after a failure, nothing cached anywhere */
-        t0 = cpr_now_s();
-        st = cpr_ckptd_stop(&d);
+        t0 = cpri_now_s();
+        st = cpri_ckptd_stop(&d);
         d.pid = 0;
-        res->close_s = cpr_now_s() - t0;
-        t0 = cpr_now_s();
+        res->close_s = cpri_now_s() - t0;
+        t0 = cpri_now_s();
         if (st == CPR_OK)
             st = bench_drop_cache(data_dir, &res->store_disk_bytes);
-        res->drop_cache_s = cpr_now_s() - t0;
-        t0 = cpr_now_s();
+        res->drop_cache_s = cpri_now_s() - t0;
+        t0 = cpri_now_s();
         if (st == CPR_OK)
             st = daemon_start(opts->ckptd, data_dir, use_unix, &d);
-        res->reopen_s = cpr_now_s() - t0;
+        res->reopen_s = cpri_now_s() - t0;
     }
     if (st == CPR_OK)
         st = open_client(&d, &client);
@@ -296,9 +296,9 @@ cpr_status bench_rpc_run(const bench_opts *opts, const char *data_dir, uint32_t 
         for (uint32_t i = 0; i < count; i++)
             sh[i].client = client;
         bench_cpu cpu0 = both_cpu(d.pid);
-        t0 = cpr_now_s();
+        t0 = cpri_now_s();
         st = run_shards(sh, count, reader_main);
-        res->restore_s = cpr_now_s() - t0;
+        res->restore_s = cpri_now_s() - t0;
         res->restore_cpu = bench_cpu_since(cpu0, both_cpu(d.pid));
         for (uint32_t i = 0; i < count; i++)
             res->restore_rows += sh[i].v.rows;
@@ -306,7 +306,7 @@ cpr_status bench_rpc_run(const bench_opts *opts, const char *data_dir, uint32_t 
     }
     cpr_client_close(client);
     if (d.pid > 0) {
-        cpr_status stop = cpr_ckptd_stop(&d);
+        cpr_status stop = cpri_ckptd_stop(&d);
         if (st == CPR_OK)
             st = stop;
     }

@@ -195,7 +195,7 @@ static cpr_status write_part(cpr_store *store, const bench_opts *opts,
     };
     bench_progress progress;
     bench_progress_start(&progress, plan->what, plan->n_rows);
-    double t0 = cpr_now_s();
+    double t0 = cpri_now_s();
     cpr_status st = bench_report(cpr_store_begin(store, &spec), "begin");
     for (uint64_t first = 0; st == CPR_OK && first < plan->n_rows;) {
         uint64_t left = plan->n_rows - first;
@@ -208,7 +208,7 @@ static cpr_status write_part(cpr_store *store, const bench_opts *opts,
     }
     if (st == CPR_OK)
         st = bench_report(cpr_store_commit(store, &spec.id, plan->n_rows), "commit");
-    *seconds = cpr_now_s() - t0;
+    *seconds = cpri_now_s() - t0;
     return st;
 }
 
@@ -221,11 +221,11 @@ static cpr_status ingest(cpr_store *store, const bench_opts *opts, bench_data *d
                           bench_fill_priority, "writing PRIORITY part"};
     bench_cpu cpu0 = bench_cpu_now();
     bench_peak_rss_reset();
-    double t0 = cpr_now_s();
+    double t0 = cpri_now_s();
     cpr_status st = write_part(store, opts, d, &full, &res->full_s);
     if (st == CPR_OK)
         st = write_part(store, opts, d, &priority, &res->priority_s);
-    res->ingest_s = cpr_now_s() - t0;
+    res->ingest_s = cpri_now_s() - t0;
     res->ingest_peak_kb = bench_peak_rss_kb();
     res->ingest_cpu = bench_cpu_since(cpu0, bench_cpu_now());
     res->full_bytes = opts->rows * res->row_bytes;
@@ -303,9 +303,9 @@ static cpr_status restore(cpr_store *store, const bench_opts *opts,
     bench_progress_start(&v.progress, "restoring", opts->rows);
     bench_cpu cpu0 = bench_cpu_now();
     bench_peak_rss_reset();
-    double t0 = cpr_now_s();
+    double t0 = cpri_now_s();
     cpr_status st = cpr_store_restore(store, &query, bench_check_batch, &v, &got);
-    res->restore_s = cpr_now_s() - t0;
+    res->restore_s = cpri_now_s() - t0;
     res->restore_peak_kb = bench_peak_rss_kb();
     res->restore_cpu = bench_cpu_since(cpu0, bench_cpu_now());
     if (v.problem[0]) {
@@ -333,9 +333,9 @@ static cpr_status restore(cpr_store *store, const bench_opts *opts,
 
 static cpr_status open_store(const char *dir, cpr_store **store, double *seconds)
 {
-    double t0 = cpr_now_s();
+    double t0 = cpri_now_s();
     cpr_status st = bench_report(cpr_store_open(dir, NULL, store), "opening the store");
-    *seconds = cpr_now_s() - t0;
+    *seconds = cpri_now_s() - t0;
     return st;
 }
 
@@ -344,15 +344,15 @@ static cpr_status open_store(const char *dir, cpr_store **store, double *seconds
 static cpr_status go_cold(cpr_store **store, const char *store_dir,
                           bench_result *res)
 {
-    double t0 = cpr_now_s();
+    double t0 = cpri_now_s();
     cpr_store_close(*store);
     *store = NULL;
-    res->close_s = cpr_now_s() - t0;
+    res->close_s = cpri_now_s() - t0;
     fprintf(stderr, "cpr-bench: dropping the page cache of %s\n", store_dir);
-    t0 = cpr_now_s();
+    t0 = cpri_now_s();
     cpr_status st = bench_report(bench_drop_cache(store_dir, &res->store_disk_bytes),
                                  "dropping the page cache");
-    res->drop_cache_s = cpr_now_s() - t0;
+    res->drop_cache_s = cpri_now_s() - t0;
     if (st == CPR_OK)
         st = open_store(store_dir, store, &res->reopen_s);
     return st;

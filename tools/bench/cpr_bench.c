@@ -87,7 +87,7 @@ static void usage(FILE *out)
 int bench_parse_u64(const char *flag, const char *text, uint64_t min, uint64_t max,
                     uint64_t *out)
 {
-    cpr_status st = cpr_cli_u64(flag, text, min, max, out);
+    cpr_status st = cpri_cli_u64(flag, text, min, max, out);
     if (st)
         fprintf(stderr, "cpr-bench: %s\n", cpr_errmsg());
     return st ? -1 : 0;
@@ -95,7 +95,7 @@ int bench_parse_u64(const char *flag, const char *text, uint64_t min, uint64_t m
 
 const char *bench_flag_value(int argc, char **argv, int *i, const char *flag, int *missing)
 {
-    const char *v = cpr_cli_value(argc, argv, i, flag, missing);
+    const char *v = cpri_cli_value(argc, argv, i, flag, missing);
     if (*missing)
         fprintf(stderr, "cpr-bench: %s\n", cpr_errmsg());
     return v;
@@ -351,7 +351,7 @@ typedef struct json_field {
 
 /* The measurements of one run as a JSON object (NULL when out of memory);
  * the ratios given (>= 0) replace the run's own. */
-static cpr_json *result_json_with(const bench_opts *opts, const bench_result *r,
+static cpri_json *result_json_with(const bench_opts *opts, const bench_result *r,
                                   double ingest_ratio, double restore_ratio)
 {
     rates x = compute_rates(r);
@@ -398,20 +398,20 @@ static cpr_json *result_json_with(const bench_opts *opts, const bench_result *r,
         {"ingest_peak_rss_kb", (double)r->ingest_peak_kb},
         {"restore_peak_rss_kb", (double)r->restore_peak_kb},
     };
-    cpr_json *root = cpr_json_object();
+    cpri_json *root = cpri_json_object();
     int failed = !root;
     for (size_t i = 0; !failed && i < sizeof fields / sizeof fields[0]; i++)
-        failed = cpr_json_add_number(root, fields[i].key, fields[i].value) != 0;
-    failed = failed || cpr_json_add_bool(root, "raw_direct", r->raw_direct) ||
-             cpr_json_add_bool(root, "verified", 1);
+        failed = cpri_json_add_number(root, fields[i].key, fields[i].value) != 0;
+    failed = failed || cpri_json_add_bool(root, "raw_direct", r->raw_direct) ||
+             cpri_json_add_bool(root, "verified", 1);
     if (failed) {
-        cpr_json_free(root);
+        cpri_json_free(root);
         return NULL;
     }
     return root;
 }
 
-static cpr_json *result_json(const bench_opts *opts, const bench_result *r)
+static cpri_json *result_json(const bench_opts *opts, const bench_result *r)
 {
     return result_json_with(opts, r, -1, -1);
 }
@@ -507,25 +507,25 @@ static int print_json_rounds(const bench_opts *opts, const bench_result *med,
         in[i] = in_sorted[i] = round3(ingest_ratio_of(&rounds[i]));
         out[i] = out_sorted[i] = round3(restore_ratio_of(&rounds[i]));
     }
-    cpr_json *root = result_json_with(opts, med, median_of(in_sorted, opts->rounds),
+    cpri_json *root = result_json_with(opts, med, median_of(in_sorted, opts->rounds),
                                       median_of(out_sorted, opts->rounds));
-    cpr_json *ins = cpr_json_array(), *outs = cpr_json_array();
+    cpri_json *ins = cpri_json_array(), *outs = cpri_json_array();
     int failed = !root || !ins || !outs;
     for (uint32_t i = 0; !failed && i < opts->rounds; i++)
-        failed = cpr_json_append(ins, cpr_json_number(in[i])) ||
-                 cpr_json_append(outs, cpr_json_number(out[i]));
-    failed = failed || cpr_json_add_number(root, "rounds", opts->rounds) ||
-             cpr_json_add_child(root, "ingest_ratios", ins);
+        failed = cpri_json_append(ins, cpri_json_number(in[i])) ||
+                 cpri_json_append(outs, cpri_json_number(out[i]));
+    failed = failed || cpri_json_add_number(root, "rounds", opts->rounds) ||
+             cpri_json_add_child(root, "ingest_ratios", ins);
     if (!failed)
         ins = NULL;
-    failed = failed || cpr_json_add_child(root, "restore_ratios", outs);
+    failed = failed || cpri_json_add_child(root, "restore_ratios", outs);
     if (!failed)
         outs = NULL;
-    failed = failed || cpr_json_add_bool(root, "kept", opts->keep) ||
-             cpr_json_add_string(root, "dir", dir) || cpr_json_print(root, stdout);
-    cpr_json_free(ins);
-    cpr_json_free(outs);
-    cpr_json_free(root);
+    failed = failed || cpri_json_add_bool(root, "kept", opts->keep) ||
+             cpri_json_add_string(root, "dir", dir) || cpri_json_print(root, stdout);
+    cpri_json_free(ins);
+    cpri_json_free(outs);
+    cpri_json_free(root);
     if (failed)
         fprintf(stderr, "cpr-bench: could not print the JSON result\n");
     return failed ? -1 : 0;
@@ -569,10 +569,10 @@ static int run_chain(const bench_opts *opts, const workdir *wd, cpr_status *st)
                            round3(mb_s(full_bytes, c.restore_full_s)),
                            (double)c.full_peak_kb, (double)c.chain_peak_kb,
                            (double)c.store_bytes};
-    cpr_json *root = cpr_json_numbers(keys, vals, sizeof vals / sizeof vals[0]);
-    int failed = !root || cpr_json_add_bool(root, "verified", 1) ||
-                 cpr_json_print(root, stdout);
-    cpr_json_free(root);
+    cpri_json *root = cpri_json_numbers(keys, vals, sizeof vals / sizeof vals[0]);
+    int failed = !root || cpri_json_add_bool(root, "verified", 1) ||
+                 cpri_json_print(root, stdout);
+    cpri_json_free(root);
     return failed ? -1 : 0;
 }
 
@@ -590,7 +590,7 @@ static int cmd_store(int argc, char **argv)
         return parsed > 0 ? 0 : EXIT_USAGE;
     }
     memset(&res, 0, sizeof res);
-    double t0 = cpr_now_s();
+    double t0 = cpri_now_s();
     cpr_status st = bench_report(workdir_init(&opts, &wd), "working directory");
     if (st)
         goto out;
@@ -635,7 +635,7 @@ static int cmd_store(int argc, char **argv)
     if (st)
         goto out;
     res = rounds[median_round(rounds, opts.rounds)];
-    res.total_s = cpr_now_s() - t0;
+    res.total_s = cpri_now_s() - t0;
     out_rc = opts.json ? print_json_rounds(&opts, &res, rounds, wd.dir)
                        : print_table(&opts, &res, wd.dir);
 out:
@@ -670,32 +670,32 @@ typedef struct rpc_run {
 static int print_rpc_json(const bench_opts *opts, const bench_result *store,
                           const rpc_run *runs, size_t n, const char *dir)
 {
-    cpr_json *root = cpr_json_object(), *arr = cpr_json_array();
-    cpr_json *base = result_json(opts, store);
-    int failed = !root || !arr || !base || cpr_json_add_string(root, "bench", "rpc") ||
-                 cpr_json_add_child(root, "store", base);
+    cpri_json *root = cpri_json_object(), *arr = cpri_json_array();
+    cpri_json *base = result_json(opts, store);
+    int failed = !root || !arr || !base || cpri_json_add_string(root, "bench", "rpc") ||
+                 cpri_json_add_child(root, "store", base);
     if (failed)
-        cpr_json_free(base);
+        cpri_json_free(base);
     double store_ingest = compute_rates(store).ingest;
     double store_restore = compute_rates(store).restore;
     for (size_t i = 0; !failed && i < n; i++) {
-        cpr_json *o = result_json(opts, &runs[i].res);
+        cpri_json *o = result_json(opts, &runs[i].res);
         rates x = compute_rates(&runs[i].res);
-        failed = !o || cpr_json_add_number(o, "shards", runs[i].shards) ||
-                 cpr_json_add_string(o, "transport", runs[i].use_unix ? "unix" : "tcp") ||
-                 cpr_json_add_number(o, "ingest_vs_store", round3(ratio(x.ingest, store_ingest))) ||
-                 cpr_json_add_number(o, "restore_vs_store",
+        failed = !o || cpri_json_add_number(o, "shards", runs[i].shards) ||
+                 cpri_json_add_string(o, "transport", runs[i].use_unix ? "unix" : "tcp") ||
+                 cpri_json_add_number(o, "ingest_vs_store", round3(ratio(x.ingest, store_ingest))) ||
+                 cpri_json_add_number(o, "restore_vs_store",
                                      round3(ratio(x.restore, store_restore))) ||
-                 cpr_json_append(arr, o);
+                 cpri_json_append(arr, o);
         if (failed)
-            cpr_json_free(o);
+            cpri_json_free(o);
     }
-    failed = failed || cpr_json_add_child(root, "runs", arr);
+    failed = failed || cpri_json_add_child(root, "runs", arr);
     if (failed)
-        cpr_json_free(arr);
-    failed = failed || cpr_json_add_bool(root, "kept", opts->keep) ||
-             cpr_json_add_string(root, "dir", dir) || cpr_json_print(root, stdout);
-    cpr_json_free(root);
+        cpri_json_free(arr);
+    failed = failed || cpri_json_add_bool(root, "kept", opts->keep) ||
+             cpri_json_add_string(root, "dir", dir) || cpri_json_print(root, stdout);
+    cpri_json_free(root);
     if (failed)
         fprintf(stderr, "cpr-bench: could not print the JSON result\n");
     return failed ? -1 : 0;
@@ -785,7 +785,7 @@ static int cmd_rpc(int argc, char **argv)
         opts.transports = 3;
     memset(&store, 0, sizeof store);
     memset(runs, 0, sizeof runs);
-    double t0 = cpr_now_s();
+    double t0 = cpri_now_s();
     cpr_status st = bench_report(workdir_init(&opts, &wd), "preparing the working directory");
     if (st)
         goto out;
@@ -807,7 +807,7 @@ static int cmd_rpc(int argc, char **argv)
         st = run_rpc_counts(&opts, &wd, &store, runs);
     if (st)
         goto out;
-    store.total_s = cpr_now_s() - t0;
+    store.total_s = cpri_now_s() - t0;
     out_rc = opts.json ? print_rpc_json(&opts, &store, runs, rpc_run_count(&opts), wd.dir)
                        : print_rpc_table(&opts, &store, runs, rpc_run_count(&opts), wd.dir);
 out:

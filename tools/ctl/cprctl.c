@@ -148,7 +148,7 @@ int ctl_fail(const ctl *c, cpr_status st)
     if (c->json) {
         ctl_json j;
         ctl_json_begin(c, &j);
-        cpr_json *err = ctl_jobject(&j);
+        cpri_json *err = ctl_jobject(&j);
         ctl_jstr(&j, err, "status", cpr_status_name(st));
         ctl_jstr(&j, err, "message", msg);
         ctl_jchild(&j, j.root, "error", err);
@@ -159,51 +159,51 @@ int ctl_fail(const ctl *c, cpr_status st)
 
 void ctl_json_begin(const ctl *c, ctl_json *j)
 {
-    j->root = cpr_json_object();
+    j->root = cpri_json_object();
     j->oom = !j->root;
     ctl_jstr(j, j->root, "command", c->command);
 }
 
-void ctl_jnum(ctl_json *j, cpr_json *obj, const char *key, double value)
+void ctl_jnum(ctl_json *j, cpri_json *obj, const char *key, double value)
 {
-    if (!obj || cpr_json_add_number(obj, key, value))
+    if (!obj || cpri_json_add_number(obj, key, value))
         j->oom = 1;
 }
 
-void ctl_jstr(ctl_json *j, cpr_json *obj, const char *key, const char *value)
+void ctl_jstr(ctl_json *j, cpri_json *obj, const char *key, const char *value)
 {
-    if (!obj || cpr_json_add_string(obj, key, value))
+    if (!obj || cpri_json_add_string(obj, key, value))
         j->oom = 1;
 }
 
-void ctl_jbool(ctl_json *j, cpr_json *obj, const char *key, int value)
+void ctl_jbool(ctl_json *j, cpri_json *obj, const char *key, int value)
 {
-    if (!obj || cpr_json_add_bool(obj, key, value))
+    if (!obj || cpri_json_add_bool(obj, key, value))
         j->oom = 1;
 }
 
-void ctl_jchild(ctl_json *j, cpr_json *obj, const char *key, cpr_json *child)
+void ctl_jchild(ctl_json *j, cpri_json *obj, const char *key, cpri_json *child)
 {
     int rc = -1;
     if (obj && child)
-        rc = key ? cpr_json_add_child(obj, key, child) : cpr_json_append(obj, child);
+        rc = key ? cpri_json_add_child(obj, key, child) : cpri_json_append(obj, child);
     if (rc) {
-        cpr_json_free(child); /* not adopted */
+        cpri_json_free(child); /* not adopted */
         j->oom = 1;
     }
 }
 
-cpr_json *ctl_jobject(ctl_json *j)
+cpri_json *ctl_jobject(ctl_json *j)
 {
-    cpr_json *o = cpr_json_object();
+    cpri_json *o = cpri_json_object();
     if (!o)
         j->oom = 1;
     return o;
 }
 
-cpr_json *ctl_jarray(ctl_json *j)
+cpri_json *ctl_jarray(ctl_json *j)
 {
-    cpr_json *a = cpr_json_array();
+    cpri_json *a = cpri_json_array();
     if (!a)
         j->oom = 1;
     return a;
@@ -211,8 +211,8 @@ cpr_json *ctl_jarray(ctl_json *j)
 
 int ctl_json_emit(const ctl *c, ctl_json *j, int rc)
 {
-    int bad = j->oom || cpr_json_print(j->root, stdout) || fflush(stdout);
-    cpr_json_free(j->root);
+    int bad = j->oom || cpri_json_print(j->root, stdout) || fflush(stdout);
+    cpri_json_free(j->root);
     j->root = NULL;
     if (bad) {
         fprintf(stderr, "cprctl: %s: could not build or print the JSON output\n", c->command);
@@ -330,7 +330,7 @@ static int parse_valued(int argc, char **argv, int *i, ctl *c, parsed *p)
                                         "--format"};
     for (size_t f = 0; f < sizeof names / sizeof names[0]; f++) {
         int missing = 0;
-        const char *v = cpr_cli_value(argc, argv, i, names[f], &missing);
+        const char *v = cpri_cli_value(argc, argv, i, names[f], &missing);
         uint64_t n = 0;
         if (missing)
             return cli_error(CPR_INVALID_ARGUMENT);
@@ -341,17 +341,17 @@ static int parse_valued(int argc, char **argv, int *i, ctl *c, parsed *p)
             c->server = v;
             return 1;
         case 1:
-            return cli_error(cpr_cli_double(names[f], v, 0, 0, MAX_TIMEOUT_S, 1,
+            return cli_error(cpri_cli_double(names[f], v, 0, 0, MAX_TIMEOUT_S, 1,
                                             &c->timeout_s)) ? -1 : 1;
         case 2:
             saw(p, OPT_KEEP, names[f]);
-            if (cli_error(cpr_cli_u64(names[f], v, 1, UINT32_MAX, &n)))
+            if (cli_error(cpri_cli_u64(names[f], v, 1, UINT32_MAX, &n)))
                 return -1;
             c->keep = (uint32_t)n;
             return 1;
         case 3:
             saw(p, OPT_AS_OF, names[f]);
-            return cli_error(cpr_cli_u64(names[f], v, 1, UINT64_MAX, &c->as_of)) ? -1 : 1;
+            return cli_error(cpri_cli_u64(names[f], v, 1, UINT64_MAX, &c->as_of)) ? -1 : 1;
         default:
             saw(p, OPT_FORMAT, names[f]);
             if (strcmp(v, "csv") != 0 && strcmp(v, "f32") != 0)
@@ -404,7 +404,7 @@ static const command *find_command(const char *name)
 
 static int check_job(const char *job)
 {
-    if (!cpr_name_valid(job))
+    if (!cpri_name_valid(job))
         return usage_error("'%s' is not a job name (1-%d characters of [A-Za-z0-9._-])", job,
                            CPR_NAME_MAX);
     return 0;
@@ -427,16 +427,16 @@ static int check_args(const command *cmd, ctl *c, const parsed *p)
         return -1;
     if (strcmp(cmd->name, "abort") == 0) {
         uint64_t shard;
-        if (cli_error(cpr_cli_u64("SHARD", c->args[1], 0, UINT32_MAX, &shard)) ||
-            cli_error(cpr_cli_u64("CKPT", c->args[2], 1, UINT64_MAX, &c->checkpoint)))
+        if (cli_error(cpri_cli_u64("SHARD", c->args[1], 0, UINT32_MAX, &shard)) ||
+            cli_error(cpri_cli_u64("CKPT", c->args[2], 1, UINT64_MAX, &c->checkpoint)))
             return -1;
         c->shard = (uint32_t)shard;
     }
     if (strcmp(cmd->name, "inspect") == 0 &&
-        cli_error(cpr_cli_u64("CKPT", c->args[1], 0, UINT64_MAX, &c->checkpoint)))
+        cli_error(cpri_cli_u64("CKPT", c->args[1], 0, UINT64_MAX, &c->checkpoint)))
         return -1;
     if (strcmp(cmd->name, "export") == 0) {
-        if (cli_error(cpr_cli_u64("TABLE", c->args[1], 0, UINT32_MAX, &n)))
+        if (cli_error(cpri_cli_u64("TABLE", c->args[1], 0, UINT32_MAX, &n)))
             return -1;
         c->table = (uint32_t)n;
         if (c->as_of && c->consistent)

@@ -52,21 +52,21 @@ int ctl_fail(const ctl *c, cpr_status st);
 /* A JSON object under construction: adds never fail individually; a failed
  * allocation is remembered and reported by ctl_json_emit. */
 typedef struct ctl_json {
-    cpr_json *root;
+    cpri_json *root;
     int oom;
 } ctl_json;
 
 /* Start the command's object, with "command" already in it. */
 void ctl_json_begin(const ctl *c, ctl_json *j);
-void ctl_jnum(ctl_json *j, cpr_json *obj, const char *key, double value);
-void ctl_jstr(ctl_json *j, cpr_json *obj, const char *key, const char *value);
-void ctl_jbool(ctl_json *j, cpr_json *obj, const char *key, int value);
+void ctl_jnum(ctl_json *j, cpri_json *obj, const char *key, double value);
+void ctl_jstr(ctl_json *j, cpri_json *obj, const char *key, const char *value);
+void ctl_jbool(ctl_json *j, cpri_json *obj, const char *key, int value);
 /* Add `child` under `key` (obj an object) or append it (key NULL, obj an
  * array); takes ownership of child in every case. */
-void ctl_jchild(ctl_json *j, cpr_json *obj, const char *key, cpr_json *child);
+void ctl_jchild(ctl_json *j, cpri_json *obj, const char *key, cpri_json *child);
 /* A new object or array to fill and then give to ctl_jchild. */
-cpr_json *ctl_jobject(ctl_json *j);
-cpr_json *ctl_jarray(ctl_json *j);
+cpri_json *ctl_jobject(ctl_json *j);
+cpri_json *ctl_jarray(ctl_json *j);
 /* Print the object on stdout and free it; returns the exit code to use:
  * `rc`, or EXIT_FAILED if building or printing failed. */
 int ctl_json_emit(const ctl *c, ctl_json *j, int rc);

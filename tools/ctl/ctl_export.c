@@ -96,7 +96,7 @@ static long f32_row(FILE *out, uint64_t id, const float *values, uint32_t dim,
 
 static void progress(export_sink *s)
 {
-    double now = cpr_now_s();
+    double now = cpri_now_s();
     if (s->c->quiet || now < s->next_progress_s)
         return;
     s->next_progress_s = now + PROGRESS_EVERY_S;
@@ -197,7 +197,7 @@ static char *temp_name(const char *path, cpr_status *st)
 int ctl_cmd_export(ctl *c)
 {
     const char *path = c->args[2];
-    export_sink s = {.c = c, .name = path, .t0 = cpr_now_s()};
+    export_sink s = {.c = c, .name = path, .t0 = cpri_now_s()};
     s.next_progress_s = s.t0 + PROGRESS_AFTER_S;
     cpr_restore_query q = {.job = c->args[0], .as_of = c->as_of,
                            .consistent = c->consistent, .tables = &c->table, .n_tables = 1};

@@ -30,9 +30,9 @@ static int list_jobs(ctl *c)
     if (c->json) {
         ctl_json j;
         ctl_json_begin(c, &j);
-        cpr_json *names = ctl_jarray(&j);
+        cpri_json *names = ctl_jarray(&j);
         for (size_t i = 0; i < n && names; i++)
-            ctl_jchild(&j, names, NULL, cpr_json_string(jobs[i]));
+            ctl_jchild(&j, names, NULL, cpri_json_string(jobs[i]));
         ctl_jchild(&j, j.root, "jobs", names);
         rc = ctl_json_emit(c, &j, 0);
     } else {
@@ -43,9 +43,9 @@ static int list_jobs(ctl *c)
     return rc;
 }
 
-static cpr_json *part_json(ctl_json *j, const cpr_part_info *p)
+static cpri_json *part_json(ctl_json *j, const cpr_part_info *p)
 {
-    cpr_json *o = ctl_jobject(j);
+    cpri_json *o = ctl_jobject(j);
     ctl_jnum(j, o, "checkpoint", (double)p->checkpoint);
     ctl_jnum(j, o, "shard", p->shard);
     ctl_jnum(j, o, "num_shards", p->num_shards);
@@ -121,7 +121,7 @@ static int list_parts(ctl *c, const char *job)
         ctl_json j;
         ctl_json_begin(c, &j);
         ctl_jstr(&j, j.root, "job", job);
-        cpr_json *list = ctl_jarray(&j);
+        cpri_json *list = ctl_jarray(&j);
         for (size_t i = 0; i < n && list; i++)
             ctl_jchild(&j, list, NULL, part_json(&j, &parts[i]));
         ctl_jchild(&j, j.root, "parts", list);
@@ -177,14 +177,14 @@ static uint32_t shards_claimed(const cpr_part_info *at, size_t n, int *agree)
 }
 
 /* Shards in [from, to) are missing: count them, name the first ones. */
-static void note_missing(ctl_json *j, cpr_json *names, uint64_t from, uint64_t to,
+static void note_missing(ctl_json *j, cpri_json *names, uint64_t from, uint64_t to,
                          cut_check *k, ctl_table *text)
 {
     if (from >= to)
         return;
     for (uint64_t s = from; s < to && k->missing + (s - from) < MAX_SHARDS_LISTED; s++)
         if (names)
-            ctl_jchild(j, names, NULL, cpr_json_number((double)s));
+            ctl_jchild(j, names, NULL, cpri_json_number((double)s));
     if (text && to - from == 1)
         ctl_table_cell(text, "%llu", (unsigned long long)from);
     else if (text)
@@ -196,7 +196,7 @@ static void note_missing(ctl_json *j, cpr_json *names, uint64_t from, uint64_t t
 /* Parts at[0..n) are one checkpoint's, ordered by shard. Missing shards go
  * to `names` (JSON, may be NULL) or `text` (one cell per range, may be NULL). */
 static void check_cut(const cpr_part_info *at, size_t n, cut_check *k, ctl_json *j,
-                      cpr_json *names, ctl_table *text)
+                      cpri_json *names, ctl_table *text)
 {
     memset(k, 0, sizeof *k);
     k->num_shards = shards_claimed(at, n, &k->shards_agree);
@@ -229,7 +229,7 @@ static int inspect_json(ctl *c, const cpr_part_info *at, size_t n)
     ctl_json j;
     cut_check k;
     ctl_json_begin(c, &j);
-    cpr_json *missing = ctl_jarray(&j);
+    cpri_json *missing = ctl_jarray(&j);
     check_cut(at, n, &k, &j, missing, NULL);
     ctl_jstr(&j, j.root, "job", c->args[0]);
     ctl_jnum(&j, j.root, "checkpoint", (double)c->checkpoint);
@@ -242,7 +242,7 @@ static int inspect_json(ctl *c, const cpr_part_info *at, size_t n)
     ctl_jnum(&j, j.root, "extra_count", (double)k.extra);
     ctl_jnum(&j, j.root, "rows", (double)k.rows);
     ctl_jnum(&j, j.root, "bytes", (double)k.bytes);
-    cpr_json *list = ctl_jarray(&j);
+    cpri_json *list = ctl_jarray(&j);
     for (size_t i = 0; i < n && list; i++)
         ctl_jchild(&j, list, NULL, part_json(&j, &at[i]));
     ctl_jchild(&j, j.root, "parts", list);
@@ -311,7 +311,7 @@ int ctl_cmd_inspect(ctl *c)
 
 typedef struct verify_out {
     ctl_json *j;             /* JSON mode: problems collected here */
-    cpr_json *problems;
+    cpri_json *problems;
     uint64_t seen;
 } verify_out;
 
@@ -325,7 +325,7 @@ static void on_problem(void *ctx, const char *what, const char *where)
     }
     if (v->seen > MAX_PROBLEMS_JSON || !v->problems)
         return;
-    cpr_json *p = ctl_jobject(v->j);
+    cpri_json *p = ctl_jobject(v->j);
     ctl_jstr(v->j, p, "what", what);
     ctl_jstr(v->j, p, "where", where);
     ctl_jchild(v->j, v->problems, NULL, p);
@@ -358,8 +358,8 @@ int ctl_cmd_verify(ctl *c)
     }
     cpr_status st = cpr_client_verify(c->client, job, on_problem, &v, &r);
     if (st != CPR_OK && st != CPR_CORRUPT) {
-        cpr_json_free(v.problems);
-        cpr_json_free(j.root);
+        cpri_json_free(v.problems);
+        cpri_json_free(j.root);
         return ctl_fail(c, st);
     }
     int rc = st ? EXIT_FAILED : 0;
@@ -486,7 +486,7 @@ int ctl_cmd_stats(ctl *c)
         ctl_json_begin(c, &j);
         for (int i = 0; i < N_COUNTERS; i++)
             ctl_jnum(&j, j.root, names[i], (double)values[i]);
-        cpr_json *errors = ctl_jobject(&j);
+        cpri_json *errors = ctl_jobject(&j);
         for (int k = 1; k < CPR_STATUS_COUNT_ && errors; k++)
             if (s.errors[k])
                 ctl_jnum(&j, errors, cpr_status_name((cpr_status)k), (double)s.errors[k]);

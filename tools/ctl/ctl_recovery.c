@@ -97,14 +97,14 @@ static int print_text(const char *job, uint64_t generation, const cpr_recovery_p
 
 /* The recorded bytes as a JSON tree (they decoded as a plan, so they are
  * JSON); NULL only when out of memory. */
-static cpr_json *recorded_json(const void *bytes, size_t len)
+static cpri_json *recorded_json(const void *bytes, size_t len)
 {
     char *text = malloc(len + 1);
     if (!text)
         return NULL;
     memcpy(text, bytes, len);
     text[len] = '\0';
-    cpr_json *p = cpr_json_parse(text);
+    cpri_json *p = cpri_json_parse(text);
     free(text);
     return p;
 }
@@ -135,7 +135,7 @@ int ctl_cmd_recovery(ctl *c)
         ctl_json_begin(c, &j);
         ctl_jstr(&j, j.root, "job", job);
         ctl_jnum(&j, j.root, "generation", (double)generation);
-        cpr_json *p = plan ? recorded_json(bytes, len) : cpr_json_null();
+        cpri_json *p = plan ? recorded_json(bytes, len) : cpri_json_null();
         ctl_jchild(&j, j.root, "plan", p);
         rc = ctl_json_emit(c, &j, 0);
     } else {

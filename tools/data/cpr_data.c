@@ -75,19 +75,19 @@ static int report(cpr_status st)
 static int parse_u64(const char *flag, const char *text, uint64_t min, uint64_t max,
                      uint64_t *out)
 {
-    return report(cpr_cli_u64(flag, text, min, max, out));
+    return report(cpri_cli_u64(flag, text, min, max, out));
 }
 
 /* A finite number in (lo, hi), or (lo, hi] when hi_inclusive. */
 static int parse_double(const char *flag, const char *text, double lo, double hi,
                         int hi_inclusive, double *out)
 {
-    return report(cpr_cli_double(flag, text, lo, 0, hi, hi_inclusive, out));
+    return report(cpri_cli_double(flag, text, lo, 0, hi, hi_inclusive, out));
 }
 
 static const char *flag_value(int argc, char **argv, int *i, const char *flag, int *missing)
 {
-    const char *v = cpr_cli_value(argc, argv, i, flag, missing);
+    const char *v = cpri_cli_value(argc, argv, i, flag, missing);
     if (*missing)
         report(CPR_INVALID_ARGUMENT);
     return v;
@@ -190,7 +190,7 @@ static void print_progress(void *ctx, uint64_t done, uint64_t total)
     double t0 = *(const double *)ctx;
     fprintf(stderr, "cpr-data: gen: %llu/%llu rows (%.0f%%), %.1f s\n",
             (unsigned long long)done, (unsigned long long)total,
-            100.0 * (double)done / (double)total, cpr_now_s() - t0);
+            100.0 * (double)done / (double)total, cpri_now_s() - t0);
 }
 
 static int cmd_gen(int argc, char **argv)
@@ -203,7 +203,7 @@ static int cmd_gen(int argc, char **argv)
             usage(stdout);
         return parsed > 0 ? 0 : EXIT_USAGE;
     }
-    double t0 = cpr_now_s();
+    double t0 = cpri_now_s();
     int show = g.rows >= PROGRESS_MIN_ROWS;
     cpr_status st = cpr_synth_create(&g.synth, &synth);
     if (st == CPR_OK)

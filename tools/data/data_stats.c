@@ -159,7 +159,7 @@ static cpr_status scan(const stats_opts *o, stats *s)
     };
     cpr_criteo_reader *reader = NULL;
     cpr_criteo_sample sample;
-    double t0 = cpr_now_s();
+    double t0 = cpri_now_s();
     cpr_status st = cpr_criteo_open(o->path, &ropts, &reader);
     if (st)
         goto out;
@@ -178,7 +178,7 @@ static cpr_status scan(const stats_opts *o, stats *s)
     s->malformed = cpr_criteo_malformed(reader);
 out:
     cpr_criteo_close(reader);
-    s->seconds = cpr_now_s() - t0;
+    s->seconds = cpri_now_s() - t0;
     return st;
 }
 
@@ -198,14 +198,14 @@ static double rate(const stats *s)
 }
 
 /* An array of one count per table; NULL on allocation failure. */
-static cpr_json *per_table(const stats *s, int which)
+static cpri_json *per_table(const stats *s, int which)
 {
-    cpr_json *array = cpr_json_array();
+    cpri_json *array = cpri_json_array();
     for (int t = 0; array && t < CPR_CRITEO_SPARSE; t++) {
         uint64_t n = which == 0 ? set_count(&s->values[t])
                    : which == 1 ? set_count(&s->hashed[t]) : s->missing[t];
-        if (cpr_json_append(array, cpr_json_number((double)n)) != 0) {
-            cpr_json_free(array);
+        if (cpri_json_append(array, cpri_json_number((double)n)) != 0) {
+            cpri_json_free(array);
             return NULL;
         }
     }
@@ -214,26 +214,26 @@ static cpr_json *per_table(const stats *s, int which)
 
 static int print_json(const stats_opts *o, const stats *s)
 {
-    cpr_json *root = cpr_json_object();
+    cpri_json *root = cpri_json_object();
     int failed = !root;
-    failed = failed || cpr_json_add_string(root, "file", o->path) ||
-             cpr_json_add_string(root, "format",
+    failed = failed || cpri_json_add_string(root, "file", o->path) ||
+             cpri_json_add_string(root, "format",
                                  s->format == CPR_CRITEO_CSV ? "csv" : "tsv") ||
-             cpr_json_add_number(root, "lines", (double)s->lines) ||
-             cpr_json_add_number(root, "rows", (double)s->rows) ||
-             cpr_json_add_number(root, "positives", (double)s->positives) ||
-             cpr_json_add_number(root, "positive_rate", rate(s)) ||
-             cpr_json_add_number(root, "malformed", (double)s->malformed) ||
-             cpr_json_add_number(root, "rows_per_table",
+             cpri_json_add_number(root, "lines", (double)s->lines) ||
+             cpri_json_add_number(root, "rows", (double)s->rows) ||
+             cpri_json_add_number(root, "positives", (double)s->positives) ||
+             cpri_json_add_number(root, "positive_rate", rate(s)) ||
+             cpri_json_add_number(root, "malformed", (double)s->malformed) ||
+             cpri_json_add_number(root, "rows_per_table",
                                  (double)(o->rows_per_table ? o->rows_per_table
                                                             : CPR_CRITEO_DEFAULT_ROWS)) ||
-             cpr_json_add_child(root, "distinct", per_table(s, 0)) ||
-             cpr_json_add_child(root, "distinct_rows", per_table(s, 1)) ||
-             cpr_json_add_child(root, "missing", per_table(s, 2)) ||
-             cpr_json_add_bool(root, "distinct_exact", exact(s)) ||
-             cpr_json_add_number(root, "seconds", s->seconds) ||
-             cpr_json_print(root, stdout);
-    cpr_json_free(root);
+             cpri_json_add_child(root, "distinct", per_table(s, 0)) ||
+             cpri_json_add_child(root, "distinct_rows", per_table(s, 1)) ||
+             cpri_json_add_child(root, "missing", per_table(s, 2)) ||
+             cpri_json_add_bool(root, "distinct_exact", exact(s)) ||
+             cpri_json_add_number(root, "seconds", s->seconds) ||
+             cpri_json_print(root, stdout);
+    cpri_json_free(root);
     if (failed)
         fprintf(stderr, "cpr-data: could not print the JSON result\n");
     return failed ? -1 : 0;
