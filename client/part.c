@@ -22,7 +22,12 @@
  *      sender), so "ascending id order" and blob offsets hold on the wire.
  *  P4. The sender thread exits only after `closing` is set and the queue is
  *      empty; commit/abort join it before touching the node again, so no
- *      call on the part's writer races a Commit or Abort.
+ *      call on the part's writer races a Commit or Abort. It is joined once
+ *      (`stopped`).
+ *  P5. A handle whose part was aborted by id (cpr_client_abort) is stopped
+ *      before the node is told, and never calls the node again: a new part
+ *      of the same id, begun after the abort, cannot receive its rows, and
+ *      its commit or abort cannot touch that new part.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -100,6 +105,10 @@ struct cpr_part {
     pthread_cond_t wake;     /* items queued or closing */
     item *head, *tail;
     int closing;
+    int stopped;             /* the sender is joined and the writer closed */
+    int orphaned;            /* aborted by id (cpr_client_abort): the node's part of
+                                this id may be another writer's now, so this
+                                handle never calls the node again (P5) */
     cpr_status error;        /* P2 */
     char errmsg[1024];
     cpr_part_progress progress;
@@ -618,14 +627,17 @@ static cpr_status finish_sender(cpr_part *p, int discard)
     }
     pthread_cond_signal(&p->wake);
     pthread_mutex_unlock(&p->mu);
-    pthread_join(p->sender, NULL);
-    cpr_status st = cpri_node_writer_close(p->writer);
-    p->writer = NULL;
+    cpr_status st = CPR_OK;
+    if (!p->stopped) { /* P4: joined once */
+        pthread_join(p->sender, NULL);
+        st = cpri_node_writer_close(p->writer);
+        p->writer = NULL;
+        p->stopped = 1;
+    }
     if (p->error)
         return cpr_fail(p->error, "%s", p->errmsg);
     return st;
 }
-
 static void unlink_part(cpr_part *p)
 {
     cpr_client *c = p->client;
@@ -681,6 +693,14 @@ cpr_status cpr_part_commit(cpr_part **handle)
     cpr_part *p = *handle;
     *handle = NULL;
     cpr_client *c = p->client;
+    if (p->orphaned) { /* P5 */
+        unlink_part(p);
+        cpr_status st = cpr_fail(CPR_FAILED_PRECONDITION, "commit of (%s, shard %u, "
+                                 "checkpoint %llu): the part was aborted by id, not committed",
+                                 p->job, p->id.shard, (unsigned long long)p->id.checkpoint);
+        part_free(p);
+        return st;
+    }
     char why[1024] = "";
     int state = 0, sent = 0; /* committed_on_node's answer; Commit was sent */
     unlink_part(p);
@@ -720,6 +740,10 @@ cpr_status cpr_part_commit(cpr_part **handle)
 static cpr_status part_abort(cpr_part *p)
 {
     unlink_part(p);
+    if (p->orphaned) { /* P5: already stopped; the node's part is not ours any more */
+        part_free(p);
+        return CPR_OK;
+    }
     finish_sender(p, 1);
     cpr_status st = cpri_node_abort(p->node, &p->id, p->client->opts.call_timeout_s);
     if (st == CPR_NOT_FOUND)
@@ -757,6 +781,20 @@ cpr_status cpr_client_abort(cpr_client *c, const char *job, uint32_t shard, uint
     if (!cpri_name_valid(job))
         return cpr_fail(CPR_INVALID_ARGUMENT, "job name '%.64s' is not 1-%d characters of "
                         "[A-Za-z0-9._-]", job, CPR_NAME_MAX);
+    /* This client's own handle for the part, if any, is stopped first (P5):
+     * its queued rows are dropped and its sender joined before the node
+     * forgets the part, so none of them can land in a part begun later
+     * under the same id. The handle stays valid; its commit then fails. */
+    pthread_mutex_lock(&c->mu);
+    cpr_part *mine = c->parts;
+    while (mine && !(mine->id.shard == shard && mine->id.checkpoint == checkpoint &&
+                     strcmp(mine->job, job) == 0))
+        mine = mine->next_open;
+    if (mine)
+        mine->orphaned = 1;
+    pthread_mutex_unlock(&c->mu);
+    if (mine)
+        finish_sender(mine, 1);
     abort_try a = {c, c->nodes[cpr_client_node_of(c, job, shard)], {job, shard, checkpoint}};
     cpr_status st = cpri_client_retry(c, abort_once, &a);
     if (st == CPR_NOT_FOUND)

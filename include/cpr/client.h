@@ -187,8 +187,12 @@ CPR_API cpr_status cpr_part_abort(cpr_part **part);
  * its checkpoint id until the daemon's idle timeout. CPR_OK once the part is
  * gone (also when it was never begun or is already gone); nothing else of
  * the job changes. A committed part is never touched: CPR_FAILED_PRECONDITION.
- * A handle for that part (of this client or another) stays valid, but its
- * puts and its commit then fail: abort it. Retried on CPR_UNAVAILABLE.
+ * This client's own handle for that part is stopped first (its queued data
+ * dropped, its streams closed): the handle stays valid, its puts and commit
+ * fail and never reach the node again, so they cannot touch a part begun
+ * later under the same id. Do not call it while another thread uses that
+ * handle. A writer in another process that is still alive is not stopped:
+ * this call is for writers that are gone. Retried on CPR_UNAVAILABLE.
  */
 CPR_API cpr_status cpr_client_abort(cpr_client *client, const char *job, uint32_t shard,
                                     uint64_t checkpoint);
