@@ -114,6 +114,7 @@ cpr_status cpr_client_open(const char *target, const cpr_client_options *opts,
     if (opts)
         c->opts = *opts;
     fill_defaults(&c->opts);
+    c->pool_max = c->opts.staging_bytes / c->opts.message_bytes; /* the arena (part.c) */
     pthread_mutex_init(&c->mu, NULL);
     pthread_cond_init(&c->room, NULL);
     cpr_status st;

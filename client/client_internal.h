@@ -85,10 +85,9 @@ struct cpr_client {
     pthread_cond_t room;
     size_t staged_bytes;
     cpr_part *parts;           /* open parts, for close */
-    void *pool[16];            /* free full-size staging items (part.c) */
-    size_t n_pool;
+    void *pool;                /* free full-size staging items, a list (part.c) */
+    size_t n_pool, pool_max;   /* pool_max: staging_bytes' worth (the warm arena) */
 };
-#define POOL_MAX 16
 
 /* Run `call` up to 1 + retries times while it returns CPR_UNAVAILABLE,
  * pausing with exponential backoff in between. */

@@ -24,6 +24,11 @@
  *      empty; commit/abort join it before touching the node again, so no
  *      call on the part's writer races a Commit or Abort. It is joined once
  *      (`stopped`).
+ *  P6. `begun` says whether the node began the part: set before the sender
+ *      starts (cpr_client_begin), or by the sender itself before it sends
+ *      anything (cpr_client_begin_async); final once the sender is joined.
+ *      A part the node never began is never aborted or committed on the node
+ *      (its id may be another writer's).
  *  P5. A handle whose part was aborted by id (cpr_client_abort) is stopped
  *      before the node is told, and never calls the node again: a new part
  *      of the same id, begun after the abort, cannot receive its rows, and
@@ -106,6 +111,9 @@ struct cpr_part {
     item *head, *tail;
     int closing;
     int stopped;             /* the sender is joined and the writer closed */
+    int begun;               /* the node has begun the part (P6) */
+    cpr_part_spec deferred;  /* cpr_client_begin_async: the Begin the sender sends */
+    cpr_table_schema *deferred_tables;
     int orphaned;            /* aborted by id (cpr_client_abort): the node's part of
                                 this id may be another writer's now, so this
                                 handle never calls the node again (P5) */
@@ -125,17 +133,22 @@ static void discharge(cpr_client *c, size_t charge)
     pthread_mutex_unlock(&c->mu);
 }
 
-/* Freed full-size items are kept for reuse (at most POOL_MAX): a 1 MiB
- * malloc is above glibc's mmap threshold, so without the pool every item
- * would be mapped, faulted in page by page and unmapped again. */
+/* Freed full-size items are kept for reuse, up to the staging bound: the
+ * staging arena. A save then gathers into memory that is already mapped and
+ * faulted in (a 1 MiB malloc is above glibc's mmap threshold: without the
+ * arena every item would be mapped, faulted in page by page and unmapped
+ * again, in the trainer's stall). The arena never holds more than
+ * staging_bytes, the bound the caller chose; cpr_client_close frees it. */
 static void item_free(cpr_part *p, item *it)
 {
     cpr_client *c = p->client;
     pthread_mutex_lock(&c->mu);
     c->staged_bytes -= it->charge;
     pthread_cond_broadcast(&c->room);
-    if (it->pooled && c->n_pool < POOL_MAX) {
-        c->pool[c->n_pool++] = it;
+    if (it->pooled && c->n_pool < c->pool_max) {
+        it->next = c->pool;
+        c->pool = it;
+        c->n_pool++;
         it = NULL;
     }
     pthread_mutex_unlock(&c->mu);
@@ -144,8 +157,11 @@ static void item_free(cpr_part *p, item *it)
 
 void cpri_parts_pool_release(cpr_client *c)
 {
-    for (size_t i = 0; i < c->n_pool; i++)
-        free(c->pool[i]);
+    while (c->pool) {
+        item *it = c->pool;
+        c->pool = it->next;
+        free(it);
+    }
     c->n_pool = 0;
 }
 
@@ -160,7 +176,12 @@ static item *item_new(cpr_part *p, size_t payload, cpr_status *st)
         pthread_cond_wait(&c->room, &c->mu);
     c->staged_bytes += charge;
     int full_size = payload <= c->opts.message_bytes;
-    item *it = full_size && c->n_pool ? c->pool[--c->n_pool] : NULL;
+    item *it = NULL;
+    if (full_size && c->pool) {
+        it = c->pool;
+        c->pool = it->next;
+        c->n_pool--;
+    }
     pthread_mutex_unlock(&c->mu);
     if (!it)
         it = malloc(full_size ? sizeof(item) + c->opts.message_bytes : charge);
@@ -206,9 +227,25 @@ static cpr_status send_item(cpr_part *p, item *it)
     return cpri_node_writer_rows(p->writer, &b);
 }
 
+typedef struct begin_try {
+    cpr_client *client;
+    cpri_node *node;
+    const cpr_part_spec *spec;
+} begin_try;
+
+static cpr_status begin_once(void *ctx);
+
 static void *sender_main(void *arg)
 {
     cpr_part *p = arg;
+    if (!p->begun) { /* cpr_client_begin_async: Begin here, off the caller's thread (P6) */
+        begin_try b = {p->client, p->node, &p->deferred};
+        cpr_status st = cpri_client_retry(p->client, begin_once, &b);
+        if (st)
+            set_error(p, st);
+        else
+            p->begun = 1;
+    }
     for (;;) {
         pthread_mutex_lock(&p->mu);
         while (!p->head && !p->closing)
@@ -262,12 +299,6 @@ static cpr_status queue_item(cpr_part *p, item *it)
 
 /* ---- begin ------------------------------------------------------------------------------ */
 
-typedef struct begin_try {
-    cpr_client *client;
-    cpri_node *node;
-    const cpr_part_spec *spec;
-} begin_try;
-
 static cpr_status begin_once(void *ctx)
 {
     begin_try *b = ctx;
@@ -276,6 +307,7 @@ static cpr_status begin_once(void *ctx)
 
 static void part_free(cpr_part *p)
 {
+    free(p->deferred_tables);
     for (size_t i = 0; i < p->n_blobs; i++)
         free(p->blob_names[i]);
     free(p->blob_names);
@@ -309,7 +341,7 @@ static cpr_status part_new(cpr_client *c, const cpr_part_spec *spec, cpr_part **
     return CPR_OK;
 }
 
-cpr_status cpr_client_begin(cpr_client *c, const cpr_part_spec *spec, cpr_part **out)
+static cpr_status check_spec(cpr_client *c, const cpr_part_spec *spec, cpr_part **out)
 {
     if (!c || !spec || !out || !spec->id.job || (spec->n_tables && !spec->tables))
         return cpr_fail(CPR_INVALID_ARGUMENT, "cpr_client_begin: client, spec, spec->id.job, "
@@ -317,17 +349,15 @@ cpr_status cpr_client_begin(cpr_client *c, const cpr_part_spec *spec, cpr_part *
     if (!cpri_name_valid(spec->id.job))
         return cpr_fail(CPR_INVALID_ARGUMENT, "job name '%.64s' is not 1-%d characters of "
                         "[A-Za-z0-9._-]", spec->id.job, CPR_NAME_MAX);
-    cpr_part *p = NULL;
-    cpr_status st = part_new(c, spec, &p);
-    if (st)
-        return st;
-    begin_try b = {c, p->node, spec};
-    st = cpri_client_retry(c, begin_once, &b);
-    if (st) {
-        part_free(p);
-        return st;
-    }
-    st = cpri_node_writer_open(p->node, &p->id, c->opts.stream_timeout_s, &p->writer);
+    return CPR_OK;
+}
+
+/* The part's writer and sender; on failure the part is freed (and, when the
+ * node began it, aborted there). */
+static cpr_status start_part(cpr_client *c, cpr_part *p, cpr_part **out)
+{
+    cpr_status st = cpri_node_writer_open(p->node, &p->id, c->opts.stream_timeout_s,
+                                          &p->writer);
     if (st == CPR_OK && pthread_create(&p->sender, NULL, sender_main, p) != 0) {
         cpri_node_writer_close(p->writer);
         st = cpr_fail(CPR_RESOURCE_EXHAUSTED, "cannot start the part's sender thread");
@@ -335,7 +365,8 @@ cpr_status cpr_client_begin(cpr_client *c, const cpr_part_spec *spec, cpr_part *
     if (st) { /* begun on the node but unusable here: do not leave it open */
         char why[1024];
         snprintf(why, sizeof why, "%s", cpr_errmsg());
-        cpri_node_abort(p->node, &p->id, c->opts.call_timeout_s);
+        if (p->begun)
+            cpri_node_abort(p->node, &p->id, c->opts.call_timeout_s);
         part_free(p);
         return cpr_fail(st, "%s", why);
     }
@@ -345,6 +376,50 @@ cpr_status cpr_client_begin(cpr_client *c, const cpr_part_spec *spec, cpr_part *
     pthread_mutex_unlock(&c->mu);
     *out = p;
     return CPR_OK;
+}
+
+cpr_status cpr_client_begin(cpr_client *c, const cpr_part_spec *spec, cpr_part **out)
+{
+    cpr_status st = check_spec(c, spec, out);
+    cpr_part *p = NULL;
+    if (st == CPR_OK)
+        st = part_new(c, spec, &p);
+    if (st)
+        return st;
+    begin_try b = {c, p->node, spec};
+    st = cpri_client_retry(c, begin_once, &b);
+    if (st) {
+        part_free(p);
+        return st;
+    }
+    p->begun = 1;
+    return start_part(c, p, out);
+}
+
+cpr_status cpr_client_begin_async(cpr_client *c, const cpr_part_spec *spec, cpr_part **out)
+{
+    cpr_status st = check_spec(c, spec, out);
+    if (st == CPR_OK && (spec->num_shards == 0 || spec->id.shard >= spec->num_shards))
+        st = cpr_fail(CPR_INVALID_ARGUMENT, "shard %u is not below num_shards %u",
+                      spec->id.shard, spec->num_shards);
+    cpr_part *p = NULL;
+    if (st == CPR_OK)
+        st = part_new(c, spec, &p);
+    if (st)
+        return st;
+    /* The sender sends this Begin before anything else (P6): a copy, since
+     * the caller's spec is borrowed for this call only. */
+    p->deferred = *spec;
+    p->deferred.id = p->id;
+    p->deferred_tables = malloc((spec->n_tables + 1) * sizeof *p->deferred_tables);
+    if (!p->deferred_tables) {
+        part_free(p);
+        return cpr_fail(CPR_NO_MEMORY, "out of memory beginning a part");
+    }
+    if (spec->n_tables)
+        memcpy(p->deferred_tables, spec->tables, spec->n_tables * sizeof *spec->tables);
+    p->deferred.tables = p->deferred_tables;
+    return start_part(c, p, out);
 }
 
 /* ---- puts --------------------------------------------------------------------------------- */
@@ -718,7 +793,8 @@ cpr_status cpr_part_commit(cpr_part **handle)
     if (st) {
         if (!why[0])
             snprintf(why, sizeof why, "%s", cpr_errmsg());
-        cpr_status ab = cpri_node_abort(p->node, &p->id, c->opts.call_timeout_s);
+        cpr_status ab = p->begun ? cpri_node_abort(p->node, &p->id, c->opts.call_timeout_s)
+                                 : CPR_NOT_FOUND; /* P6: not ours to abort */
         if (ab == CPR_FAILED_PRECONDITION) /* committed, or being committed */
             state = committed_on_node(p);
         if (state == 1)
@@ -745,7 +821,8 @@ static cpr_status part_abort(cpr_part *p)
         return CPR_OK;
     }
     finish_sender(p, 1);
-    cpr_status st = cpri_node_abort(p->node, &p->id, p->client->opts.call_timeout_s);
+    cpr_status st = p->begun ? cpri_node_abort(p->node, &p->id, p->client->opts.call_timeout_s)
+                             : CPR_OK; /* P6: the node never began it */
     if (st == CPR_NOT_FOUND)
         st = CPR_OK; /* already gone (e.g. reaped by the daemon): nothing is left */
     part_free(p);

@@ -331,6 +331,17 @@ cpr_status cpr_emb_gather(cpr_emb *t, const cpr_emb_save *save, float *values, f
     return DISPATCH(t, gather, t, save, values, state);
 }
 
+cpr_status cpr_emb_view(const cpr_emb *t, cpr_emb_host_view *out)
+{
+    if (!t || !out)
+        return cpr_fail(CPR_INVALID_ARGUMENT, "cpr_emb_view: table and out must not be NULL");
+    if (t->cfg.device == CPR_DEVICE_CUDA)
+        return cpr_fail(CPR_FAILED_PRECONDITION, "a CUDA table's rows are in device memory: "
+                        "copy a save out with cpr_emb_gather");
+    cpri_emb_cpu_view(t, out);
+    return CPR_OK;
+}
+
 static void save_end(cpr_emb *t, cpr_emb_save *save, int committed)
 {
     DISPATCH(t, save_end, t, save, committed);

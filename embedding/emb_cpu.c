@@ -528,6 +528,13 @@ static void *gather_range(void *arg)
     return NULL;
 }
 
+void cpri_emb_cpu_view(const cpr_emb *t, cpr_emb_host_view *out)
+{
+    const cpu_table *b = t->backend;
+    *out = (cpr_emb_host_view){b->weights, t->cfg.dim, t->state_dim ? b->state : NULL,
+                               t->state_dim};
+}
+
 #define GATHER_THREADS_MAX 8
 #define GATHER_ROWS_PER_THREAD 16384 /* below this, threads cost more than they win */
 

@@ -66,6 +66,8 @@ uint64_t cpri_emb_geom_row(const cpr_emb *t, uint32_t shard, uint64_t i);
     cpr_status prefix##wipe_shard(cpr_emb *t, uint32_t shard, uint64_t *lost_events);
 
 CPR_EMB_BACKEND(cpri_emb_cpu_)
+/* The CPU table's storage (cpr_emb_view). */
+void cpri_emb_cpu_view(const cpr_emb *t, cpr_emb_host_view *out);
 CPR_EMB_BACKEND(cpri_emb_cuda_)
 
 /* 1 if the CUDA backend was compiled in. */

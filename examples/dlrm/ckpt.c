@@ -311,8 +311,19 @@ static cpr_status stage_table(dlrm_ckpt *ck, uint32_t s, uint32_t t, cpr_policy 
         return st;
     cpr_emb_save **save = &ck->fl.saves[(size_t)s * ck->tables + t];
     st = cpr_emb_save_begin(e, s, policy, ck->ids, n, save);
-    if (st == CPR_OK)
+    cpr_emb_host_view view;
+    if (st == CPR_OK && part && cpr_emb_view(e, &view) == CPR_OK) {
+        /* A CPU table: its rows go straight into the client's staged blocks,
+         * one copy, the snapshot (cpr_part_put_gather copies before it
+         * returns, so training may go on at once). */
+        cpr_gather g = {.table = t, .n = n, .ids = cpr_emb_save_ids(*save),
+                        .values = view.values, .values_stride = view.values_stride,
+                        .state = view.state, .state_stride = view.state_stride};
+        st = cpr_part_put_gather(part, &g);
+        part = NULL; /* staged */
+    } else if (st == CPR_OK) {
         st = cpr_emb_gather(e, *save, ck->values, sc->state_dim ? ck->state : NULL);
+    }
     if (st == CPR_OK && part) {
         cpr_row_batch b = {.table = t, .n = n, .ids = cpr_emb_save_ids(*save),
                            .values = ck->values, .values_count = n * sc->dim,
@@ -360,6 +371,11 @@ static void stage_shard(dlrm_ckpt *ck, uint32_t s, const cpr_estimate *e, int ha
                           .step = ck->fl.step, .num_shards = ck->shards,
                           .tables = ck->schemas, .n_tables = ck->tables};
     cpr_part *part = NULL;
+    /* Begin waits for its answer here. cpr_client_begin_async would take the
+     * round trip out of the stall, but measured in test_dlrm_ckpt it turns a
+     * daemon outage into more failed saves: its Begins, sent while the daemon
+     * is down, put the channel into gRPC's reconnect backoff, and the saves
+     * right after the restart then fail at once (docs/client.md). */
     cpr_status st = cpr_client_begin(ck->client, &spec, &part);
     for (uint32_t t = 0; st == CPR_OK && t < ck->tables; t++)
         st = stage_table(ck, s, t, policy, part);

@@ -59,7 +59,12 @@ typedef struct cpr_part cpr_part;
 typedef struct cpr_client_options {
     size_t staging_bytes;     /* bound on data copied by puts and not yet
                                  handed to the transport, over all parts of
-                                 the client (default 256 MiB, at least 2 MiB) */
+                                 the client (default 256 MiB, at least 2 MiB).
+                                 Staging memory once used is kept for reuse up
+                                 to this bound (a warm arena, so that a save's
+                                 copies do not fault pages in) until
+                                 cpr_client_close. Size it for a whole save to
+                                 keep a save's puts from waiting on the wire */
     size_t message_bytes;     /* payload per PutRows message (default 1 MiB,
                                  at most 16 MiB and staging_bytes / 2) */
     double call_timeout_s;    /* deadline of each short call: Begin, List,
@@ -115,6 +120,19 @@ CPR_API size_t cpr_client_node_of(const cpr_client *client, const char *job, uin
  */
 CPR_API cpr_status cpr_client_begin(cpr_client *client, const cpr_part_spec *spec,
                             cpr_part **out);
+
+/*
+ * cpr_client_begin without the wait: the part's own thread sends Begin
+ * before anything else, so the caller (a training loop between two steps)
+ * does not wait a round trip per shard. Local checks (names, schema arrays,
+ * shard below num_shards) fail here; what the node refuses (an id not above
+ * the shard's newest, a part that already exists, ...) fails the part: puts
+ * then return that error and cpr_part_commit reports it, and a part the node
+ * never began is never aborted or committed there (it may be another
+ * writer's). Puts may be made at once; they are staged meanwhile.
+ */
+CPR_API cpr_status cpr_client_begin_async(cpr_client *client, const cpr_part_spec *spec,
+                                          cpr_part **out);
 
 /*
  * Queue rows of one table for the part. The batch's arrays are copied before

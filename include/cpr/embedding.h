@@ -191,6 +191,23 @@ CPR_API const uint64_t *cpr_emb_save_ids(const cpr_emb_save *save);
 CPR_API cpr_status cpr_emb_gather(cpr_emb *table, const cpr_emb_save *save, float *values,
                           float *state);
 
+/*
+ * A CPU table's rows in host memory, to copy them out without a buffer in
+ * between (cpr_part_put_gather with the save's ids): row r's values are at
+ * values + r * values_stride and its optimizer state at state +
+ * r * state_stride (floats; state NULL when state_dim is 0). This is the live
+ * table: read it only between training steps, where a save's snapshot is
+ * taken. Valid until the table is destroyed. CUDA tables:
+ * CPR_FAILED_PRECONDITION (their rows are in device memory: cpr_emb_gather).
+ */
+typedef struct cpr_emb_host_view {
+    const float *values;
+    size_t values_stride;
+    const float *state;
+    size_t state_stride;
+} cpr_emb_host_view;
+CPR_API cpr_status cpr_emb_view(const cpr_emb *table, cpr_emb_host_view *out);
+
 /* The checkpoint holding the save committed: the pending tracker values are
  * dropped. Frees `save`. */
 CPR_API cpr_status cpr_emb_save_commit(cpr_emb *table, cpr_emb_save *save);

@@ -822,6 +822,51 @@ static void test_sharp_edges(void **state)
     on_both_transports(sharp_edges);
 }
 
+/* ---- cpr_client_begin_async: Begin off the caller's thread ---------------------------- */
+
+static void async_begin(const char *target)
+{
+    cpr_client *c;
+    assert_status(CPR_OK, cpr_client_open(target, NULL, &c));
+    cpr_part_spec spec = tu_part("async", 0, 1, 3, CPR_KIND_FULL, tables, 2);
+    cpr_part *p = NULL;
+    /* Local checks still fail at once. */
+    spec.num_shards = 0;
+    assert_status(CPR_INVALID_ARGUMENT, cpr_client_begin_async(c, &spec, &p));
+    spec.num_shards = 1;
+    /* Puts right away; the sender begins the part first. */
+    assert_status(CPR_OK, cpr_client_begin_async(c, &spec, &p));
+    assert_status(CPR_OK, put_rows(p, 0, 1, 300, 3));
+    assert_status(CPR_OK, cpr_part_commit(&p));
+    /* What the node refuses fails the part, not the call; and a part the
+     * node never began is not aborted there: another writer's open part of
+     * the same id survives the failed one. */
+    assert_status(CPR_OK, cpr_client_begin_async(c, &spec, &p));
+    cpr_status st = cpr_part_commit(&p);
+    assert_true(st == CPR_ALREADY_EXISTS || st == CPR_FAILED_PRECONDITION);
+    spec = tu_part("async", 0, 1, 4, CPR_KIND_FULL, tables, 2);
+    cpr_part *first = NULL, *second = NULL;
+    assert_status(CPR_OK, cpr_client_begin(c, &spec, &first));
+    assert_status(CPR_OK, cpr_client_begin_async(c, &spec, &second));
+    assert_status(CPR_ALREADY_EXISTS, cpr_part_commit(&second));
+    assert_status(CPR_OK, put_rows(first, 0, 1, 100, 4));
+    assert_status(CPR_OK, cpr_part_commit(&first));
+    cpr_part_info *parts = NULL;
+    size_t n = 0;
+    assert_status(CPR_OK, cpr_client_list(c, "async", &parts, &n));
+    assert_int_equal(n, 2);
+    assert_int_equal(parts[0].rows, 600);
+    assert_int_equal(parts[1].rows, 200);
+    free(parts);
+    cpr_client_close(c);
+}
+
+static void test_async_begin(void **state)
+{
+    (void)state;
+    on_both_transports(async_begin);
+}
+
 int main(int argc, char **argv)
 {
     if (argc == 3 && strcmp(argv[1], "--vanishing-writer") == 0)
@@ -833,6 +878,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_local_round_trip),
         cmocka_unit_test(test_ranges_and_gathers),
         cmocka_unit_test(test_sharp_edges),
+        cmocka_unit_test(test_async_begin),
         cmocka_unit_test(test_backpressure),
         cmocka_unit_test(test_grpc_round_trip),
         cmocka_unit_test(test_concurrent_shards),
