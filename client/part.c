@@ -525,11 +525,29 @@ static cpr_status stage_block(cpr_part *p, const rows_src *r, const schema *t, s
         memcpy(values, r->values + done * t->dim, k * vrow);
         if (t->state_dim)
             memcpy(state, r->state + done * t->state_dim, k * srow);
-    } else { /* a gather: row by row from the caller's table */
-        for (size_t i = 0; i < k; i++) {
-            memcpy(values + i * t->dim, src_values(r, done + i), vrow);
-            if (t->state_dim)
-                memcpy(state + i * t->state_dim, src_state(r, done + i), srow);
+    } else { /* a gather from the caller's table */
+        /* Runs of consecutive ids are contiguous in a table whose stride is
+         * the row (a FULL save, a range, the dense stretches of a DELTA):
+         * one copy per run instead of one per row. */
+        int packed_v = r->vstride == t->dim, packed_s = r->sstride == t->state_dim;
+        for (size_t i = 0; i < k;) {
+            size_t run = 1;
+            if (packed_v || packed_s)
+                while (i + run < k && src_id(r, done + i + run) == src_id(r, done + i) + run)
+                    run++;
+            if (packed_v) {
+                memcpy(values + i * t->dim, src_values(r, done + i), run * vrow);
+            } else {
+                for (size_t j = 0; j < run; j++)
+                    memcpy(values + (i + j) * t->dim, src_values(r, done + i + j), vrow);
+            }
+            if (t->state_dim && packed_s) {
+                memcpy(state + i * t->state_dim, src_state(r, done + i), run * srow);
+            } else if (t->state_dim) {
+                for (size_t j = 0; j < run; j++)
+                    memcpy(state + (i + j) * t->state_dim, src_state(r, done + i + j), srow);
+            }
+            i += run;
         }
     }
     return queue_item(p, it);

@@ -200,9 +200,29 @@ int bench_parse_u64(const char *flag, const char *text, uint64_t min, uint64_t m
  * not `flag`; *missing set when the value is absent. */
 const char *bench_flag_value(int argc, char **argv, int *i, const char *flag, int *missing);
 
+/* A whole-number flag of a subcommand: its name, range and where it goes
+ * (an offset into the subcommand's options struct of uint64_t fields). */
+typedef struct bench_u64_flag {
+    const char *flag;
+    uint64_t lo, hi;
+    size_t off;
+} bench_u64_flag;
+
+/* If argv[*i] is one of `flags` (`--flag V` or `--flag=V`), parse it into
+ * `opts` and return 1 (advancing *i); 0 if it is none of them; -1 on a bad
+ * or missing value (the message is printed). */
+int bench_parse_u64_flags(int argc, char **argv, int *i, const bench_u64_flag *flags, size_t n,
+                          void *opts);
+
 /* ---- bench_embedding.c: cpr-bench embedding ------------------------------ */
 
 /* Run `cpr-bench embedding` with its own arguments; returns the exit code. */
 int bench_embedding_main(int argc, char **argv);
+
+/* ---- bench_save.c: cpr-bench save ---------------------------------------- */
+
+/* Run `cpr-bench save` (the stall of one save per policy) with its own
+ * arguments; returns the exit code. */
+int bench_save_main(int argc, char **argv);
 
 #endif /* CPR_BENCH_H */

@@ -65,7 +65,7 @@ static void emb_usage(FILE *out)
 
 static int parse_emb_args(int argc, char **argv, emb_opts *o)
 {
-    static const struct { const char *flag; uint64_t lo, hi; size_t off; } nums[] = {
+    static const bench_u64_flag nums[] = {
         {"--rows", 1, 1ull << 34, offsetof(emb_opts, rows)},
         {"--dim", 1, 4096, offsetof(emb_opts, dim)},
         {"--bags", 1, 1u << 22, offsetof(emb_opts, bags)},
@@ -83,17 +83,9 @@ static int parse_emb_args(int argc, char **argv, emb_opts *o)
             emb_usage(stdout);
             exit(0);
         }
-        for (size_t n = 0; n < sizeof nums / sizeof nums[0] && !matched; n++) {
-            const char *v = bench_flag_value(argc, argv, &i, nums[n].flag, &missing);
-            if (missing)
-                return -1;
-            if (v) {
-                matched = 1;
-                if (bench_parse_u64(nums[n].flag, v, nums[n].lo, nums[n].hi,
-                                    (uint64_t *)((char *)o + nums[n].off)))
-                    return -1;
-            }
-        }
+        matched = bench_parse_u64_flags(argc, argv, &i, nums, sizeof nums / sizeof nums[0], o);
+        if (matched < 0)
+            return -1;
         const char *dev = matched ? NULL : bench_flag_value(argc, argv, &i, "--device", &missing);
         if (missing)
             return -1;

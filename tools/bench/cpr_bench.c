@@ -43,6 +43,9 @@ static void usage(FILE *out)
           "              store in-process and the raw disk\n"
           "  embedding   embedding-table forward/backward, tracking overhead, row\n"
           "              selection and gather, against memcpy bandwidth\n"
+          "  save        the training stall of one save per policy (select, begin,\n"
+          "              gather into staging) against a memcpy of the same bytes\n"
+          "              (cpr-bench save --help)\n"
           "\n"
           "cpr-bench store [--rows N] [--dim D] [--state-dim S] [--dir PATH]\n"
           "                [--batch-rows B] [--rounds R] [--keep] [--json]\n"
@@ -91,6 +94,21 @@ int bench_parse_u64(const char *flag, const char *text, uint64_t min, uint64_t m
     if (st)
         fprintf(stderr, "cpr-bench: %s\n", cpr_errmsg());
     return st ? -1 : 0;
+}
+
+int bench_parse_u64_flags(int argc, char **argv, int *i, const bench_u64_flag *flags, size_t n,
+                          void *opts)
+{
+    for (size_t k = 0; k < n; k++) {
+        int missing = 0;
+        const char *v = bench_flag_value(argc, argv, i, flags[k].flag, &missing);
+        if (missing)
+            return -1;
+        if (v)
+            return bench_parse_u64(flags[k].flag, v, flags[k].lo, flags[k].hi,
+                                   (uint64_t *)((char *)opts + flags[k].off)) ? -1 : 1;
+    }
+    return 0;
 }
 
 const char *bench_flag_value(int argc, char **argv, int *i, const char *flag, int *missing)
@@ -833,6 +851,8 @@ int main(int argc, char **argv)
         return cmd_rpc(argc - 2, argv + 2);
     if (strcmp(cmd, "embedding") == 0)
         return bench_embedding_main(argc - 2, argv + 2);
+    if (strcmp(cmd, "save") == 0)
+        return bench_save_main(argc - 2, argv + 2);
     fprintf(stderr, "cpr-bench: unknown command '%s' (see cpr-bench --help)\n", cmd);
     return EXIT_USAGE;
 }

@@ -1,0 +1,401 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * cpr-bench save: the training stall of one save, policy by policy, beside
+ * what the machine needs at the least to copy the same bytes.
+ *
+ * A CPU table (default 10 M rows x 64, row-wise Adagrad, every tracker on)
+ * is trained on a Zipf stream; then, per policy (FULL, DELTA, MFU, SSU,
+ * TOPK_NORM) and round, a few more batches are trained and one save is taken
+ * the way the reference trainer takes it between two steps:
+ *
+ *   select -> cpr_emb_save_begin -> cpr_client_begin -> cpr_part_put_gather
+ *
+ * That is the stall: when it returns, the rows are a snapshot in the
+ * client's staging and training may update the table again. Streaming and
+ * the commit happen after the clock stops (the commit is waited for before
+ * the next round, untimed, so rounds do not overlap). The baseline is a
+ * memcpy of the same number of bytes between two buffers that are already
+ * faulted in, measured in the same round: stall_ratio = stall / memcpy.
+ * The client's staging is sized for a whole FULL save, and a warm-up FULL
+ * save (not reported) runs first so that staging memory is mapped, as it is
+ * in a trainer after its first save. Medians over --rounds.
+ *
+ * The store is local:// in a fresh temporary directory (--target for
+ * another): the stall does not depend on the transport, only on staging.
+ */
+#define _GNU_SOURCE
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bench.h"
+#include "cpr/client.h"
+#include "cpr/data.h"
+#include "cpr/embedding.h"
+#include "cpr_cli.h"
+#include "cpr_common.h"
+#include "cpr_json.h"
+
+#define N_POLICIES 5
+#define MAX_ROUNDS 15
+
+typedef struct save_opts {
+    uint64_t rows, dim, bags, rounds, warm_batches, step_batches;
+    double zipf, fraction;
+    const char *target;
+    int json;
+} save_opts;
+
+typedef struct policy_result {
+    uint64_t rows[MAX_ROUNDS], bytes[MAX_ROUNDS];
+    double stall_s[MAX_ROUNDS], memcpy_s[MAX_ROUNDS], select_s[MAX_ROUNDS];
+    double begin_s[MAX_ROUNDS], stage_s[MAX_ROUNDS], ratio[MAX_ROUNDS];
+} policy_result;
+
+static const cpr_policy policies[N_POLICIES] = {CPR_POLICY_FULL, CPR_POLICY_DELTA,
+                                                 CPR_POLICY_MFU, CPR_POLICY_SSU,
+                                                 CPR_POLICY_TOPK_NORM};
+
+static void save_usage(FILE *out)
+{
+    fputs("usage: cpr-bench save [--rows N] [--dim D] [--fraction F] [--rounds R]\n"
+          "                      [--bags B] [--zipf S] [--target T] [--json]\n"
+          "  --rows N      rows of the CPU table (default 10000000)\n"
+          "  --dim D       floats per row (default 64); row-wise Adagrad state\n"
+          "  --fraction F  budget of MFU, SSU and TOPK_NORM saves (default 0.05)\n"
+          "  --rounds R    saves per policy; figures are medians (default 3)\n"
+          "  --bags B      bags of 4 Zipf indices per training batch (default 8192)\n"
+          "  --zipf S      exponent of the access distribution (default 1.05)\n"
+          "  --target T    where the saves go (default: local:// in a temp dir)\n"
+          "  --json        one JSON object on stdout\n"
+          "Exit 0 done, 1 failure, 2 usage.\n",
+          out);
+}
+
+static int parse_save_args(int argc, char **argv, save_opts *o)
+{
+    static const bench_u64_flag nums[] = {
+        {"--rows", 1000, 1ull << 32, offsetof(save_opts, rows)},
+        {"--dim", 1, 4096, offsetof(save_opts, dim)},
+        {"--rounds", 1, MAX_ROUNDS, offsetof(save_opts, rounds)},
+        {"--bags", 1, 1u << 22, offsetof(save_opts, bags)},
+    };
+    for (int i = 0; i < argc; i++) {
+        int missing = 0, matched = 0;
+        if (strcmp(argv[i], "--json") == 0) {
+            o->json = 1;
+            continue;
+        }
+        if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
+            save_usage(stdout);
+            exit(0);
+        }
+        matched = bench_parse_u64_flags(argc, argv, &i, nums, sizeof nums / sizeof nums[0], o);
+        if (matched < 0)
+            return -1;
+        if (matched)
+            continue;
+        const char *frac = bench_flag_value(argc, argv, &i, "--fraction", &missing);
+        const char *zipf = frac || missing ? NULL
+                                           : bench_flag_value(argc, argv, &i, "--zipf", &missing);
+        const char *target = frac || zipf || missing
+                                 ? NULL : bench_flag_value(argc, argv, &i, "--target", &missing);
+        if (missing)
+            return -1;
+        cpr_status st = CPR_OK;
+        if (frac)
+            st = cpri_cli_double("--fraction", frac, 0.0, 0, 1.0, 1, &o->fraction);
+        else if (zipf)
+            st = cpri_cli_double("--zipf", zipf, 0.0, 0, 5.0, 1, &o->zipf);
+        else if (target)
+            o->target = target;
+        else {
+            fprintf(stderr, "cpr-bench save: unknown argument '%s'\n", argv[i]);
+            return -1;
+        }
+        if (st) {
+            fprintf(stderr, "cpr-bench: %s\n", cpr_errmsg());
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* ---- the workload -------------------------------------------------------------- */
+
+typedef struct trainer {
+    cpr_emb *table;
+    cpr_zipf *zipf;
+    int64_t *indices, *offsets;
+    float *grad, *out;
+    uint64_t bags;
+} trainer;
+
+static cpr_status trainer_open(const save_opts *o, trainer *t)
+{
+    memset(t, 0, sizeof *t);
+    cpr_emb_config cfg = {.rows = o->rows, .dim = (uint32_t)o->dim,
+                          .optimizer = CPR_OPT_ROWWISE_ADAGRAD, .seed = 7,
+                          .num_shards = 1, .track = CPR_TRACK_ALL};
+    t->bags = o->bags;
+    cpr_status st = cpr_emb_create(&cfg, &t->table);
+    if (st == CPR_OK)
+        st = cpr_zipf_create(o->zipf, o->rows, 11, &t->zipf);
+    t->indices = malloc(t->bags * 4 * sizeof *t->indices);
+    t->offsets = malloc(t->bags * sizeof *t->offsets);
+    t->grad = malloc(t->bags * o->dim * sizeof *t->grad);
+    t->out = malloc(t->bags * o->dim * sizeof *t->out);
+    if (st == CPR_OK && (!t->indices || !t->offsets || !t->grad || !t->out))
+        st = cpr_fail(CPR_NO_MEMORY, "out of memory for the training batch");
+    for (uint64_t b = 0; st == CPR_OK && b < t->bags; b++)
+        t->offsets[b] = (int64_t)(b * 4);
+    for (uint64_t i = 0; st == CPR_OK && i < t->bags * o->dim; i++)
+        t->grad[i] = (float)((int64_t)(i * 2654435761u % 2001) - 1000) * 1e-4f;
+    return st;
+}
+
+static void trainer_close(trainer *t)
+{
+    cpr_emb_destroy(t->table);
+    cpr_zipf_destroy(t->zipf);
+    free(t->indices);
+    free(t->offsets);
+    free(t->grad);
+    free(t->out);
+}
+
+/* Train `batches` batches of Zipf-distributed rows (spread over the table
+ * by a fixed odd multiplier, so hot rows are not neighbours). */
+static cpr_status train(trainer *t, uint64_t batches, uint64_t rows)
+{
+    cpr_status st = CPR_OK;
+    for (uint64_t b = 0; st == CPR_OK && b < batches; b++) {
+        for (uint64_t i = 0; i < t->bags * 4; i++)
+            t->indices[i] = (int64_t)((cpr_zipf_next(t->zipf) * 0x9e3779b97f4a7c15ull) % rows);
+        st = cpr_emb_forward(t->table, t->indices, t->bags * 4, t->offsets, t->bags,
+                             CPR_POOL_SUM, t->out);
+        if (st == CPR_OK)
+            st = cpr_emb_backward(t->table, t->indices, t->bags * 4, t->offsets, t->bags,
+                                  CPR_POOL_SUM, t->grad);
+    }
+    return st;
+}
+
+/* ---- one save ------------------------------------------------------------------- */
+
+typedef struct saver {
+    cpr_client *client;
+    uint64_t *ids;
+    uint64_t next_ckpt;
+    char *src, *dst;      /* the memcpy baseline's buffers, faulted in */
+    size_t cap;
+} saver;
+
+/* One timed save of `policy`; the commit is waited for, untimed. */
+static cpr_status save_once(const save_opts *o, trainer *t, saver *s, cpr_policy policy,
+                            policy_result *r, size_t k)
+{
+    cpr_table_schema schema = {0, o->rows, (uint32_t)o->dim, 1};
+    cpr_part_spec spec = {.id = {"bench-save", 0, s->next_ckpt++},
+                          .kind = policy == CPR_POLICY_FULL    ? CPR_KIND_FULL
+                                  : policy == CPR_POLICY_DELTA ? CPR_KIND_DELTA
+                                                               : CPR_KIND_PRIORITY,
+                          .step = s->next_ckpt, .num_shards = 1, .tables = &schema,
+                          .n_tables = 1};
+    cpr_budget budget = {.fraction = o->fraction};
+    cpr_emb_save *save = NULL;
+    cpr_part *part = NULL;
+    cpr_emb_host_view view;
+    size_t n = 0;
+    double t0 = cpri_now_s();
+    cpr_status st = cpr_emb_select(t->table, 0, policy, budget, s->ids, o->rows, &n);
+    double t1 = cpri_now_s();
+    if (st == CPR_OK)
+        st = cpr_emb_save_begin(t->table, 0, policy, s->ids, n, &save);
+    if (st == CPR_OK)
+        st = cpr_client_begin(s->client, &spec, &part);
+    double t2 = cpri_now_s();
+    if (st == CPR_OK)
+        st = cpr_emb_view(t->table, &view);
+    if (st == CPR_OK) {
+        cpr_gather g = {.table = 0, .n = n, .ids = cpr_emb_save_ids(save),
+                        .values = view.values, .values_stride = view.values_stride,
+                        .state = view.state, .state_stride = view.state_stride};
+        st = cpr_part_put_gather(part, &g);
+    }
+    double t3 = cpri_now_s();
+    /* The baseline, right after: the same bytes, memcpy between warm buffers. */
+    size_t bytes = n * (8 + 4 * (o->dim + 1));
+    double m0 = cpri_now_s();
+    memcpy(s->dst, s->src, bytes);
+    double m1 = cpri_now_s();
+    if (st == CPR_OK)
+        st = cpr_part_commit(&part);
+    else
+        cpr_part_abort(&part);
+    if (save && st == CPR_OK)
+        st = cpr_emb_save_commit(t->table, save);
+    else
+        cpr_emb_save_abort(t->table, save);
+    r->rows[k] = n;
+    r->bytes[k] = bytes;
+    r->select_s[k] = t1 - t0;
+    r->begin_s[k] = t2 - t1;
+    r->stage_s[k] = t3 - t2;
+    r->stall_s[k] = t3 - t0;
+    r->memcpy_s[k] = m1 - m0;
+    r->ratio[k] = m1 > m0 ? (t3 - t0) / (m1 - m0) : 0;
+    return st;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static double median(const double *v, size_t n)
+{
+    double tmp[MAX_ROUNDS];
+    memcpy(tmp, v, n * sizeof *v);
+    qsort(tmp, n, sizeof *tmp, cmp_double);
+    return n % 2 ? tmp[n / 2] : (tmp[n / 2 - 1] + tmp[n / 2]) / 2;
+}
+
+static double r3(double x) { return (double)(int64_t)(x * 1000 + (x >= 0 ? 0.5 : -0.5)) / 1000; }
+
+static int print_json(const save_opts *o, const policy_result *res, double total_s)
+{
+    cpri_json *root = cpri_json_object(), *pols = cpri_json_object();
+    int bad = !root || !pols;
+    bad |= cpri_json_add_string(root, "bench", "save");
+    bad |= cpri_json_add_number(root, "rows", (double)o->rows);
+    bad |= cpri_json_add_number(root, "dim", (double)o->dim);
+    bad |= cpri_json_add_number(root, "state_dim", 1);
+    bad |= cpri_json_add_number(root, "fraction", o->fraction);
+    bad |= cpri_json_add_number(root, "rounds", (double)o->rounds);
+    double worst = 0;
+    for (size_t p = 0; p < N_POLICIES; p++) {
+        const policy_result *r = &res[p];
+        cpri_json *j = cpri_json_object();
+        double rows[MAX_ROUNDS], bytes[MAX_ROUNDS];
+        for (size_t k = 0; k < o->rounds; k++) {
+            rows[k] = (double)r->rows[k];
+            bytes[k] = (double)r->bytes[k];
+        }
+        double ratio = median(r->ratio, o->rounds);
+        worst = ratio > worst ? ratio : worst;
+        bad |= !j;
+        bad |= cpri_json_add_number(j, "rows", median(rows, o->rounds));
+        bad |= cpri_json_add_number(j, "bytes", median(bytes, o->rounds));
+        bad |= cpri_json_add_number(j, "stall_ms", r3(median(r->stall_s, o->rounds) * 1e3));
+        bad |= cpri_json_add_number(j, "select_ms", r3(median(r->select_s, o->rounds) * 1e3));
+        bad |= cpri_json_add_number(j, "begin_ms", r3(median(r->begin_s, o->rounds) * 1e3));
+        bad |= cpri_json_add_number(j, "stage_ms", r3(median(r->stage_s, o->rounds) * 1e3));
+        bad |= cpri_json_add_number(j, "memcpy_ms", r3(median(r->memcpy_s, o->rounds) * 1e3));
+        bad |= cpri_json_add_number(j, "stall_ratio", r3(ratio));
+        bad |= cpri_json_add_child(pols, cpr_policy_name(policies[p]), j);
+    }
+    bad |= cpri_json_add_child(root, "policies", pols);
+    bad |= cpri_json_add_number(root, "worst_stall_ratio", r3(worst));
+    bad |= cpri_json_add_number(root, "total_s", r3(total_s));
+    if (!bad)
+        bad = cpri_json_print(root, stdout);
+    cpri_json_free(root);
+    return bad ? -1 : 0;
+}
+
+static void print_table(const save_opts *o, const policy_result *res)
+{
+    printf("cpr-bench save: %llu rows x %llu (+1 state), budget %.3g, medians of %llu\n",
+           (unsigned long long)o->rows, (unsigned long long)o->dim, o->fraction,
+           (unsigned long long)o->rounds);
+    printf("%-10s %10s %10s %9s %9s %9s %9s %9s %7s\n", "policy", "rows", "MB", "stall_ms",
+           "select", "begin", "stage", "memcpy", "ratio");
+    for (size_t p = 0; p < N_POLICIES; p++) {
+        const policy_result *r = &res[p];
+        printf("%-10s %10llu %10.1f %9.2f %9.2f %9.2f %9.2f %9.2f %7.2f\n",
+               cpr_policy_name(policies[p]), (unsigned long long)r->rows[0],
+               (double)r->bytes[0] / BENCH_MB, median(r->stall_s, o->rounds) * 1e3,
+               median(r->select_s, o->rounds) * 1e3, median(r->begin_s, o->rounds) * 1e3,
+               median(r->stage_s, o->rounds) * 1e3, median(r->memcpy_s, o->rounds) * 1e3,
+               median(r->ratio, o->rounds));
+    }
+}
+
+int bench_save_main(int argc, char **argv)
+{
+    save_opts o = {.rows = 10000000, .dim = 64, .bags = 8192, .rounds = 3,
+                   .warm_batches = 64, .step_batches = 4, .zipf = 1.05, .fraction = 0.05};
+    if (parse_save_args(argc, argv, &o))
+        return 2;
+    double t0 = cpri_now_s();
+    char dir[] = "/tmp/cpr-bench-save.XXXXXX", target[64];
+    int made_dir = 0;
+    if (!o.target) {
+        if (!mkdtemp(dir)) {
+            perror("cpr-bench save: mkdtemp");
+            return 1;
+        }
+        made_dir = 1;
+        snprintf(target, sizeof target, "local://%s/store", dir);
+        o.target = target;
+    }
+    trainer t = {0};
+    int trained = 0;
+    saver s = {.next_ckpt = 1};
+    policy_result res[N_POLICIES];
+    memset(res, 0, sizeof res);
+    size_t full_bytes = o.rows * (8 + 4 * (o.dim + 1));
+    /* Staging for a whole FULL save, and the message size's worth of slack. */
+    cpr_client_options copts = {.staging_bytes = full_bytes + (8u << 20),
+                                .store = {.no_fold = 1}};
+    s.cap = full_bytes;
+    s.ids = malloc(o.rows * sizeof *s.ids);
+    s.src = malloc(s.cap);
+    s.dst = malloc(s.cap);
+    cpr_status st = s.ids && s.src && s.dst ? CPR_OK
+                                            : cpr_fail(CPR_NO_MEMORY, "out of memory");
+    if (st == CPR_OK) {
+        memset(s.src, 1, s.cap);
+        memset(s.dst, 2, s.cap); /* fault the baseline's pages in before timing */
+        st = trainer_open(&o, &t);
+        trained = 1;
+    }
+    if (st == CPR_OK)
+        st = cpr_client_open(o.target, &copts, &s.client);
+    fprintf(stderr, "cpr-bench save: training %llu warm-up batches\n",
+            (unsigned long long)o.warm_batches);
+    if (st == CPR_OK)
+        st = train(&t, o.warm_batches, o.rows);
+    /* The warm-up FULL save (not reported): staging memory mapped from here on. */
+    policy_result warm;
+    if (st == CPR_OK)
+        st = save_once(&o, &t, &s, CPR_POLICY_FULL, &warm, 0);
+    for (size_t k = 0; st == CPR_OK && k < o.rounds; k++)
+        for (size_t p = 0; st == CPR_OK && p < N_POLICIES; p++) {
+            fprintf(stderr, "cpr-bench save: round %zu/%llu, %s\n", k + 1,
+                    (unsigned long long)o.rounds, cpr_policy_name(policies[p]));
+            st = train(&t, o.step_batches, o.rows);
+            if (st == CPR_OK)
+                st = save_once(&o, &t, &s, policies[p], &res[p], k);
+        }
+    int rc = 0;
+    if (st) {
+        fprintf(stderr, "cpr-bench save: %s: %s\n", cpr_status_name(st), cpr_errmsg());
+        rc = 1;
+    } else if (o.json) {
+        rc = print_json(&o, res, cpri_now_s() - t0) ? 1 : 0;
+    } else {
+        print_table(&o, res);
+    }
+    cpr_client_close(s.client);
+    if (trained)
+        trainer_close(&t);
+    free(s.ids);
+    free(s.src);
+    free(s.dst);
+    if (made_dir && bench_remove_tree(dir) != CPR_OK)
+        fprintf(stderr, "cpr-bench save: could not remove %s\n", dir);
+    return rc;
+}
