@@ -24,6 +24,11 @@
  *      empty; commit/abort join it before touching the node again, so no
  *      call on the part's writer races a Commit or Abort. It is joined once
  *      (`stopped`).
+ *  P7. With defer_send, a part is `hold`: its sender sends nothing until
+ *      commit or abort sets `closing`, or a put of the client finds staging
+ *      full and releases the part it is putting to (so a put never waits for
+ *      room that only its own held part could free). Puts to a held part are
+ *      pure copies.
  *  P6. `begun` says whether the node began the part: set before the sender
  *      starts (cpr_client_begin), or by the sender itself before it sends
  *      anything (cpr_client_begin_async); final once the sender is joined.
@@ -44,6 +49,7 @@
 #include "cpr_common.h"
 
 #define MAX_ITEM_ROWS ((size_t)1 << 24) /* the store's rows per put */
+#define PREFETCH_ROWS 8                    /* a gather's look-ahead */
 
 typedef struct item {
     struct item *next;
@@ -110,6 +116,7 @@ struct cpr_part {
     pthread_cond_t wake;     /* items queued or closing */
     item *head, *tail;
     int closing;
+    int hold;                /* defer_send: the sender waits for commit (or room) */
     int stopped;             /* the sender is joined and the writer closed */
     int begun;               /* the node has begun the part (P6) */
     cpr_part_spec deferred;  /* cpr_client_begin_async: the Begin the sender sends */
@@ -167,11 +174,29 @@ void cpri_parts_pool_release(cpr_client *c)
 
 /* Wait for room, then allocate an item of `payload` bytes. NULL + status on
  * failure (the part's error, or no memory). */
+/* defer_send: let the part's sender go (commit, or staging ran out of room). */
+static void release_hold(cpr_part *p)
+{
+    pthread_mutex_lock(&p->mu);
+    if (p->hold) {
+        p->hold = 0;
+        pthread_cond_signal(&p->wake);
+    }
+    pthread_mutex_unlock(&p->mu);
+}
+
 static item *item_new(cpr_part *p, size_t payload, cpr_status *st)
 {
     cpr_client *c = p->client;
     size_t charge = sizeof(item) + payload;
     pthread_mutex_lock(&c->mu);
+    if (c->staged_bytes > 0 && c->staged_bytes + charge > c->opts.staging_bytes) {
+        /* No room: a held part of ours must start sending, or this put
+         * would wait for ever (the lock order is p->mu, never inside c->mu). */
+        pthread_mutex_unlock(&c->mu);
+        release_hold(p);
+        pthread_mutex_lock(&c->mu);
+    }
     while (c->staged_bytes > 0 && c->staged_bytes + charge > c->opts.staging_bytes)
         pthread_cond_wait(&c->room, &c->mu);
     c->staged_bytes += charge;
@@ -248,7 +273,7 @@ static void *sender_main(void *arg)
     }
     for (;;) {
         pthread_mutex_lock(&p->mu);
-        while (!p->head && !p->closing)
+        while ((!p->head || p->hold) && !p->closing)
             pthread_cond_wait(&p->wake, &p->mu);
         item *it = p->head;
         if (it) {
@@ -323,6 +348,7 @@ static cpr_status part_new(cpr_client *c, const cpr_part_spec *spec, cpr_part **
     if (!p)
         return cpr_fail(CPR_NO_MEMORY, "out of memory beginning a part");
     p->client = c;
+    p->hold = c->opts.defer_send;
     p->node = c->nodes[cpr_client_node_of(c, spec->id.job, spec->id.shard)];
     snprintf(p->job, sizeof p->job, "%s", spec->id.job);
     p->id = (cpr_part_id){p->job, spec->id.shard, spec->id.checkpoint};
@@ -532,6 +558,13 @@ static cpr_status stage_block(cpr_part *p, const rows_src *r, const schema *t, s
         int packed_v = r->vstride == t->dim, packed_s = r->sstride == t->state_dim;
         for (size_t i = 0; i < k;) {
             size_t run = 1;
+            if (i + PREFETCH_ROWS < k) { /* scattered rows: keep DRAM misses in flight */
+                const char *ahead = (const char *)src_values(r, done + i + PREFETCH_ROWS);
+                for (size_t b = 0; b < vrow; b += 64)
+                    __builtin_prefetch(ahead + b);
+                if (t->state_dim)
+                    __builtin_prefetch(src_state(r, done + i + PREFETCH_ROWS));
+            }
             if (packed_v || packed_s)
                 while (i + run < k && src_id(r, done + i + run) == src_id(r, done + i) + run)
                     run++;

@@ -413,6 +413,23 @@ cpr_status cpri_emb_cpu_select(cpr_emb *t, uint32_t shard, cpr_policy policy,
             ids[count++] = row;
         break;
     case CPR_POLICY_DELTA:
+        if (stride == 1) { /* a range shard: whole words of the bitmap, set bits only */
+            uint64_t end = row + rows;
+            for (uint64_t w = row >> 6; w <= (end - 1) >> 6 && rows; w++) {
+                uint64_t bits = b->dirty[w];
+                while (bits) {
+                    uint64_t r = (w << 6) + (uint64_t)__builtin_ctzll(bits);
+                    bits &= bits - 1;
+                    if (r < row || r >= end)
+                        continue;
+                    if (count == cap)
+                        return cpr_fail(CPR_RESOURCE_EXHAUSTED, "more dirty rows than the "
+                                        "%zu the buffer holds", cap);
+                    ids[count++] = r;
+                }
+            }
+            break;
+        }
         for (uint64_t i = 0; i < rows; i++, row += stride) {
             if (!BIT_GET(b->dirty, row))
                 continue;

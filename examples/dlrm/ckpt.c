@@ -200,8 +200,16 @@ cpr_status dlrm_ckpt_create(const dlrm_ckpt_options *opts, dlrm_model *model,
     if (st == CPR_OK)
         st = make_estimator(ck);
     if (st == CPR_OK && ck->o.target) {
+        /* A save is a snapshot: its puts only copy (defer_send), into staging
+         * that holds two whole FULL saves, so that one save can stage while
+         * the one before it still streams. */
+        uint64_t full = 16u << 20; /* the dense blob and slack */
+        for (uint32_t t = 0; t < ck->tables; t++)
+            full += ck->schemas[t].rows *
+                    (8 + 4 * (uint64_t)(ck->schemas[t].dim + ck->schemas[t].state_dim));
         cpr_client_options co = {.call_timeout_s = ck->o.timeout_s,
-                                 .stream_timeout_s = ck->o.timeout_s};
+                                 .stream_timeout_s = ck->o.timeout_s,
+                                 .staging_bytes = (size_t)(2 * full), .defer_send = 1};
         st = cpr_client_open(ck->o.target, &co, &ck->client);
         if (st == CPR_OK)
             st = scan_job(ck);

@@ -79,6 +79,13 @@ typedef struct cpr_client_options {
     double backoff_s;         /* first pause between attempts, doubling
                                  (default 0.1 s) */
     int no_retries;           /* 1: never retry (overrides `retries`) */
+    int defer_send;           /* 1: a part's staged data is sent only once
+                                 cpr_part_commit is called (or when a put
+                                 finds staging full, so it never waits for
+                                 ever): puts are then a pure snapshot copy,
+                                 not competing on the trainer's host with
+                                 sending and, for local://, storing. Size
+                                 staging_bytes for a whole save */
     cpr_store_options store;  /* local:// only: options of the store */
 } cpr_client_options;
 

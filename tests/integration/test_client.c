@@ -867,6 +867,56 @@ static void test_async_begin(void **state)
     on_both_transports(async_begin);
 }
 
+/* ---- defer_send: puts are a pure copy until commit ------------------------------------- */
+
+static void deferred_send(const char *target)
+{
+    /* Staging of 4 MiB: a part of ~1.3 MB stays held until commit; a part of
+     * ~13 MB does not fit, and its puts release it instead of waiting for ever. */
+    cpr_client_options o = {.staging_bytes = 4u << 20, .defer_send = 1};
+    cpr_client *c;
+    assert_status(CPR_OK, cpr_client_open(target, &o, &c));
+    cpr_part_spec spec = tu_part("defer", 0, 1, 1, CPR_KIND_FULL, tables, 2);
+    cpr_part *p = NULL;
+    assert_status(CPR_OK, cpr_client_begin(c, &spec, &p));
+    assert_status(CPR_OK, put_rows(p, 0, 1, 4000, 1));
+    cpr_part_progress prog;
+    cpr_part_progress_get(p, &prog);
+    assert_int_equal(prog.rows_queued, 8000);
+    assert_int_equal(prog.rows_sent, 0); /* held: nothing sent before the commit */
+    assert_status(CPR_OK, cpr_part_commit(&p));
+
+    static const cpr_table_schema wide = {7, 1u << 20, 64, 0};
+    spec = tu_part("defer", 0, 1, 2, CPR_KIND_PRIORITY, &wide, 1);
+    assert_status(CPR_OK, cpr_client_begin(c, &spec, &p));
+    size_t n = 50000;
+    uint64_t *ids = malloc(n * sizeof *ids);
+    float *vals = calloc(n * 64, sizeof(float));
+    for (size_t i = 0; i < n; i++) {
+        ids[i] = i * 3;
+        vals[i * 64] = (float)i;
+    }
+    cpr_row_batch b = {.table = 7, .n = n, .ids = ids, .values = vals, .values_count = n * 64};
+    assert_status(CPR_OK, cpr_part_put_rows(p, &b)); /* 12.8 MB through 4 MiB: no deadlock */
+    assert_status(CPR_OK, cpr_part_commit(&p));
+    cpr_part_info *parts = NULL;
+    size_t np = 0;
+    assert_status(CPR_OK, cpr_client_list(c, "defer", &parts, &np));
+    assert_int_equal(np, 2);
+    assert_int_equal(parts[0].rows, 8000);
+    assert_int_equal(parts[1].rows, n);
+    free(parts);
+    free(ids);
+    free(vals);
+    cpr_client_close(c);
+}
+
+static void test_deferred_send(void **state)
+{
+    (void)state;
+    on_both_transports(deferred_send);
+}
+
 int main(int argc, char **argv)
 {
     if (argc == 3 && strcmp(argv[1], "--vanishing-writer") == 0)
@@ -879,6 +929,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_ranges_and_gathers),
         cmocka_unit_test(test_sharp_edges),
         cmocka_unit_test(test_async_begin),
+        cmocka_unit_test(test_deferred_send),
         cmocka_unit_test(test_backpressure),
         cmocka_unit_test(test_grpc_round_trip),
         cmocka_unit_test(test_concurrent_shards),
