@@ -477,6 +477,7 @@ static cpr_status emit_checkpoint(dlrm_ckpt *ck, int committed, uint32_t shards_
                !cJSON_AddNumberToObject(ev, "rows", (double)fl->rows) ||
                !cJSON_AddNumberToObject(ev, "bytes", (double)fl->bytes) ||
                !cJSON_AddNumberToObject(ev, "stall_ms", fl->stall_s * 1e3) ||
+               !cJSON_AddNumberToObject(ev, "delayed_steps", (double)fl->delayed_steps) ||
                !cJSON_AddNumberToObject(ev, "duration_ms", duration_s * 1e3) ||
                !cJSON_AddBoolToObject(ev, "committed", committed) ||
                !cJSON_AddNumberToObject(ev, "save_step", (double)fl->step) ||
@@ -568,7 +569,13 @@ static cpr_status after_step(void *ctx, dlrm_trainer *trainer)
     uint64_t step = dlrm_model_step(ck->model);
     if (ck->fl.active && flight_done(ck))
         st = settle(ck);
+    /* A save due while the previous one is still in flight is delayed, not
+     * waited for and not skipped: training goes on, and the save starts at
+     * the first step after the previous one has landed; its log event says by
+     * how many steps it was late (delayed_steps). Staging holds two whole
+     * saves, so a save's puts never wait on the wire (defer_send). */
     if (st == CPR_OK && ck->client && !ck->fl.active && step >= ck->next_save_step) {
+        ck->fl.delayed_steps = step - ck->next_save_step;
         st = start_save(ck);
         ck->next_save_step = step + ck->interval_steps;
         if (st == CPR_OK && ck->o.sync)

@@ -38,6 +38,8 @@ typedef struct ckpt_flight {
     cpr_kind *kinds;          /* per shard */
     cpr_emb_save **saves;     /* shard-major: saves[s * tables + t] */
     uint64_t rows, bytes;
+    uint64_t delayed_steps;   /* steps this save started after it was due: the
+                                 previous save was still in flight */
     double stall_s, t_begin;
 } ckpt_flight;
 
