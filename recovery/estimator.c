@@ -33,6 +33,7 @@ struct cpr_estimator {
     cpr_estimator_config cfg;  /* defaults filled in */
     ewma save, load, restart, full_bytes, rate;
     ewma loss_ratio[POLICY_COUNT];
+    ewma bg_time[POLICY_COUNT], bg_cost[POLICY_COUNT]; /* per save, by policy */
     uint64_t failures;
     char time_unit[8];         /* cfg.time_unit points here */
     double now_s;              /* the latest time seen */
@@ -99,6 +100,8 @@ static void fill_defaults(cpr_estimator_config *c)
         c->fraction = 1.0; /* vanilla CPR saves every row */
     if (!c->time_unit || !*c->time_unit)
         c->time_unit = "s";
+    if (c->max_background_share == 0.0)
+        c->max_background_share = 0.25;
 }
 
 static cpr_status check_config(const cpr_estimator_config *c)
@@ -128,6 +131,9 @@ static cpr_status check_config(const cpr_estimator_config *c)
         return cpr_fail(CPR_INVALID_ARGUMENT, "fraction: %g is not in (0, 1]", c->fraction);
     if (!(c->smoothing > 0.0 && c->smoothing <= 1.0))
         return cpr_fail(CPR_INVALID_ARGUMENT, "smoothing: %g is not in (0, 1]", c->smoothing);
+    if (!(c->max_background_share > 0.0 && c->max_background_share <= 1.0))
+        return cpr_fail(CPR_INVALID_ARGUMENT, "max_background_share: %g is not in (0, 1]",
+                        c->max_background_share);
     return CPR_OK;
 }
 
@@ -223,6 +229,23 @@ cpr_status cpr_estimator_saved(cpr_estimator *est, double now_s, cpr_policy poli
         ewma_add(&est->save, stall_s * full_bytes / (double)bytes, c->smoothing,
                  c->min_samples);
     close_window(est, now_s, policy);
+    return CPR_OK;
+}
+
+cpr_status cpr_estimator_background(cpr_estimator *est, cpr_policy policy, double background_s,
+                                    double cost_s)
+{
+    if (!est)
+        return cpr_fail(CPR_INVALID_ARGUMENT, "estimator is NULL");
+    cpr_status st = check_sample("background_s", background_s);
+    if (!st)
+        st = check_sample("cost_s", cost_s);
+    if (!st && ((int)policy < 0 || (int)policy >= POLICY_COUNT))
+        st = cpr_fail(CPR_INVALID_ARGUMENT, "policy: %d is not a cpr_policy", (int)policy);
+    if (st)
+        return st;
+    ewma_add(&est->bg_time[policy], background_s, est->cfg.smoothing, 1);
+    ewma_add(&est->bg_cost[policy], cost_s, est->cfg.smoothing, 1);
     return CPR_OK;
 }
 
@@ -355,11 +378,40 @@ cpr_status cpr_estimator_decide(const cpr_estimator *est, cpr_estimate *out)
     r.partial.pls *= r.loss_ratio;
     r.pls = r.partial.pls;
     r.benefit_frac = r.full.overhead_frac - r.partial.overhead_frac;
+    /* The background of a save (docs/model.md): it may take at most
+     * max_background_share of the time between saves, so a policy's interval
+     * is at least its background time over that share; and the training time
+     * it costs counts in the overhead, once per save. Partial recovery's
+     * interval stretched by the floor loses more: its PLS is recomputed. */
+    double share = c->max_background_share, part_frac = prioritized(c->policy) ? c->fraction : 1;
+    double bg_full = ewma_get(&est->bg_time[CPR_POLICY_FULL], 0.0, 1);
+    double bg_part = ewma_get(&est->bg_time[c->policy], 0.0, 1);
+    double cost_full = ewma_get(&est->bg_cost[CPR_POLICY_FULL], 0.0, 1);
+    double cost_part = ewma_get(&est->bg_cost[c->policy], 0.0, 1);
+    if (t_full < bg_full / share) {
+        t_full = bound(bg_full / share, r.save_s, c->job_s);
+        st = cpr_model_full(&p, t_full, &r.full);
+    }
+    if (!st && t_part * part_frac < bg_part / share) {
+        t_part = bound(bg_part / share / part_frac, r.save_s, c->job_s);
+        st = cpr_model_partial(&p, t_part, &r.partial);
+        r.partial.pls *= r.loss_ratio;
+        r.pls = r.partial.pls;
+    }
+    if (st)
+        return cpr_fail(CPR_INTERNAL, "estimator inputs became invalid: %s", cpr_errmsg());
+    r.full.overhead_s += cost_full * c->job_s / t_full;
+    r.full.overhead_frac += cost_full / t_full;
+    r.partial.overhead_s += cost_part * c->job_s / (t_part * part_frac);
+    r.partial.overhead_frac += cost_part / (t_part * part_frac);
+    r.benefit_frac = r.full.overhead_frac - r.partial.overhead_frac;
     r.mode = r.partial.overhead_s < r.full.overhead_s ? CPR_RECOVERY_PARTIAL : CPR_RECOVERY_FULL;
     r.policy = r.mode == CPR_RECOVERY_PARTIAL ? c->policy : CPR_POLICY_FULL;
     r.fraction = r.policy == CPR_POLICY_FULL ? 1.0 : c->fraction;
     r.base_interval_s = r.mode == CPR_RECOVERY_PARTIAL ? t_part : t_full;
     r.interval_s = r.base_interval_s * r.fraction;
+    r.background_s = r.mode == CPR_RECOVERY_PARTIAL ? bg_part : bg_full;
+    r.background_cost_s = r.mode == CPR_RECOVERY_PARTIAL ? cost_part : cost_full;
     *out = r;
     return CPR_OK;
 }

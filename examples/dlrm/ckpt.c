@@ -449,6 +449,8 @@ static cpr_status start_save(dlrm_ckpt *ck)
     for (uint32_t s = 0; s < ck->shards; s++)
         stage_shard(ck, s, &e, have);
     fl->stall_s = dlrm_now_s() - t0;
+    fl->t_staged = t0 + fl->stall_s;
+    fl->steps_staged = dlrm_ckpt_exec_steps(ck);
     ck->st.saves_started++;
     ck->saves_done++;
     report_tracked(ck);
@@ -520,6 +522,12 @@ static cpr_status settle(dlrm_ckpt *ck)
         ck->st.last_committed_step = fl->step;
         cpr_estimator_saved(ck->est, dlrm_ckpt_exec_steps(ck), fl->policy,
                             fl->stall_s / dlrm_ckpt_step_s(ck), fl->bytes);
+        /* Its background, in steps: how many steps ran while it was in flight,
+         * and how many more those took than they would have without it. */
+        double step_s = dlrm_ckpt_step_s(ck);
+        double in_flight = (double)(dlrm_ckpt_exec_steps(ck) - fl->steps_staged);
+        double cost = (dlrm_now_s() - fl->t_staged) / step_s - in_flight;
+        cpr_estimator_background(ck->est, fl->policy, in_flight, cost > 0 ? cost : 0);
     } else {
         ck->st.saves_failed++;
     }

@@ -41,6 +41,8 @@ typedef struct ckpt_flight {
     uint64_t delayed_steps;   /* steps this save started after it was due: the
                                  previous save was still in flight */
     double stall_s, t_begin;
+    double t_staged;          /* when the stall ended */
+    uint64_t steps_staged;    /* executed steps then */
 } ckpt_flight;
 
 struct dlrm_ckpt {

@@ -167,6 +167,12 @@ typedef struct cpr_estimator_config {
     const char *time_unit;      /* what every time above and below counts, for
                                    messages only; at most 7 bytes, copied ["s"]:
                                    a trainer may count in steps ("steps") */
+    double max_background_share; /* a save's background work (from the end of its
+                                   stall until it has landed) may take at most
+                                   this share of the time between saves, in
+                                   (0, 1] [0.25]: the interval of a save is at
+                                   least its measured background time over it
+                                   (docs/model.md, "The background of a save") */
 } cpr_estimator_config;
 
 /* Create an estimator; *out owns it. CPR_INVALID_ARGUMENT names a bad
@@ -188,6 +194,12 @@ CPR_API void cpr_estimator_destroy(cpr_estimator *est);
  * policies' stalls are scaled by full_bytes / bytes. */
 CPR_API cpr_status cpr_estimator_saved(cpr_estimator *est, double now_s, cpr_policy policy,
                                double stall_s, uint64_t bytes);
+/* The background of a settled save under `policy`: background_s from the
+ * end of its stall until it landed (committed or failed), and cost_s, the
+ * training time that work cost (how much longer the steps taken meanwhile
+ * were than steps taken with no save in flight; 0 when none). Both >= 0. */
+CPR_API cpr_status cpr_estimator_background(cpr_estimator *est, cpr_policy policy,
+                                            double background_s, double cost_s);
 /* A load of `shards_loaded` shards (1..N) that took load_s: o_load is
  * estimated as load_s * N / shards_loaded. */
 CPR_API cpr_status cpr_estimator_loaded(cpr_estimator *est, double load_s, uint32_t shards_loaded);
@@ -228,6 +240,10 @@ typedef struct cpr_estimate {
     cpr_overhead partial;      /* partial recovery with the policy at its interval */
     double benefit_frac;       /* full.overhead_frac - partial.overhead_frac */
     char time_unit[8];         /* the config's time_unit ("s" by default) */
+    double background_s;       /* the policy's measured background time per save
+                                  (0 until measured) */
+    double background_cost_s;  /* the training time that background costs per save,
+                                  counted in partial.overhead_s (full's likewise) */
 } cpr_estimate;
 
 /*

@@ -419,6 +419,51 @@ static void test_estimator_partial_loads_scale(void **state)
     cpr_estimator_destroy(e);
 }
 
+/* The background of a save (issue #9): a prioritized policy whose saves
+ * take long to land is not saved back to back: its interval is at least its
+ * background time over max_background_share, and the training time the
+ * background costs counts in the overhead. */
+static void test_estimator_background_floor(void **state)
+{
+    (void)state;
+    cpr_estimator_config c = est_config();
+    c.policy = CPR_POLICY_SSU;
+    c.fraction = 0.01;
+    cpr_estimator *e = NULL;
+    cpr_estimate before, after;
+    assert_status(CPR_OK, cpr_estimator_create(&c, &e));
+    assert_status(CPR_OK, cpr_estimator_decide(e, &before));
+    assert_int_equal(CPR_RECOVERY_PARTIAL, before.mode);
+    assert_close(0.0, before.background_s, 0);
+    /* Each SSU save keeps the host busy 40x its interval, costing 5 s. */
+    double bg = before.interval_s * 40;
+    for (int i = 0; i < 3; i++)
+        assert_status(CPR_OK, cpr_estimator_background(e, CPR_POLICY_SSU, bg, 5.0));
+    assert_status(CPR_OK, cpr_estimator_decide(e, &after));
+    assert_int_equal(CPR_RECOVERY_PARTIAL, after.mode);
+    assert_close(bg, after.background_s, 1e-9);
+    assert_close(5.0, after.background_cost_s, 1e-9);
+    assert_true(after.interval_s >= bg / 0.25 * (1 - 1e-9));
+    assert_close(after.interval_s, after.base_interval_s * 0.01, 1e-9);
+    /* A longer interval loses more, and the background costs its share. */
+    assert_true(after.pls > before.pls);
+    assert_true(after.partial.overhead_frac >= 5.0 / after.interval_s);
+    /* A smaller share allowed: a longer floor (within the job's length). */
+    cpr_estimator_destroy(e);
+    c.max_background_share = 0.05;
+    assert_status(CPR_OK, cpr_estimator_create(&c, &e));
+    double bg2 = before.interval_s * 2;
+    assert_status(CPR_OK, cpr_estimator_background(e, CPR_POLICY_SSU, bg2, 0.0));
+    assert_status(CPR_OK, cpr_estimator_decide(e, &after));
+    assert_true(after.interval_s >= bg2 / 0.05 * (1 - 1e-9));
+    assert_true(after.interval_s < bg2 / 0.05 * 1.01);
+    assert_status(CPR_INVALID_ARGUMENT, cpr_estimator_background(e, CPR_POLICY_SSU, -1, 0));
+    assert_status(CPR_INVALID_ARGUMENT, cpr_estimator_background(e, (cpr_policy)9, 1, 0));
+    cpr_estimator_destroy(e);
+    c.max_background_share = 1.5;
+    assert_status(CPR_INVALID_ARGUMENT, cpr_estimator_create(&c, &e));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -439,6 +484,7 @@ int main(void)
         cmocka_unit_test(test_estimator_bounds),
         cmocka_unit_test(test_estimator_rejects_bad_input),
         cmocka_unit_test(test_estimator_partial_loads_scale),
+        cmocka_unit_test(test_estimator_background_floor),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
