@@ -449,7 +449,7 @@ static cpr_status start_save(dlrm_ckpt *ck)
     for (uint32_t s = 0; s < ck->shards; s++)
         stage_shard(ck, s, &e, have);
     fl->stall_s = dlrm_now_s() - t0;
-    fl->t_staged = t0 + fl->stall_s;
+    ck->flight_extra_s = 0; /* this save's background cost starts now */
     fl->steps_staged = dlrm_ckpt_exec_steps(ck);
     ck->st.saves_started++;
     ck->saves_done++;
@@ -524,10 +524,9 @@ static cpr_status settle(dlrm_ckpt *ck)
                             fl->stall_s / dlrm_ckpt_step_s(ck), fl->bytes);
         /* Its background, in steps: how many steps ran while it was in flight,
          * and how many more those took than they would have without it. */
-        double step_s = dlrm_ckpt_step_s(ck);
+        double step_s = ck->idle_step_s > 0 ? ck->idle_step_s : dlrm_ckpt_step_s(ck);
         double in_flight = (double)(dlrm_ckpt_exec_steps(ck) - fl->steps_staged);
-        double cost = (dlrm_now_s() - fl->t_staged) / step_s - in_flight;
-        cpr_estimator_background(ck->est, fl->policy, in_flight, cost > 0 ? cost : 0);
+        cpr_estimator_background(ck->est, fl->policy, in_flight, ck->flight_extra_s / step_s);
     } else {
         ck->st.saves_failed++;
     }
@@ -575,6 +574,17 @@ static cpr_status after_step(void *ctx, dlrm_trainer *trainer)
     cpr_status st = CPR_OK;
     ck->trainer = trainer;
     uint64_t step = dlrm_model_step(ck->model);
+    double now = dlrm_now_s();
+    if (ck->last_step_t > 0) { /* the step just run, with or without a save in flight */
+        double dt = now - ck->last_step_t;
+        if (!ck->fl.active) {
+            ck->idle_steps++;
+            ck->idle_step_s += (dt - ck->idle_step_s) /
+                               (double)(ck->idle_steps < 32 ? ck->idle_steps : 32);
+        } else if (ck->idle_step_s > 0 && dt > ck->idle_step_s) {
+            ck->flight_extra_s += dt - ck->idle_step_s;
+        }
+    }
     if (ck->fl.active && flight_done(ck))
         st = settle(ck);
     /* A save due while the previous one is still in flight is delayed, not
@@ -595,6 +605,7 @@ static cpr_status after_step(void *ctx, dlrm_trainer *trainer)
                  (unsigned long long)step);
         raise(SIGKILL);
     }
+    ck->last_step_t = dlrm_now_s(); /* the next step's time starts after this hook's work */
     return st;
 }
 

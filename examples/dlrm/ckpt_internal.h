@@ -41,7 +41,6 @@ typedef struct ckpt_flight {
     uint64_t delayed_steps;   /* steps this save started after it was due: the
                                  previous save was still in flight */
     double stall_s, t_begin;
-    double t_staged;          /* when the stall ended */
     uint64_t steps_staged;    /* executed steps then */
 } ckpt_flight;
 
@@ -61,6 +60,11 @@ struct dlrm_ckpt {
     uint8_t *need_full;       /* per shard: next save must be FULL */
     ckpt_flight fl;
     uint64_t next_id, next_save_step, saves_done, interval_steps;
+    /* What a save's background costs training: the wall time between two
+     * after_step calls, averaged over steps with no save in flight (idle_step_s),
+     * and the excess over that of steps with one in flight (flight_extra_s). */
+    double last_step_t, idle_step_s, flight_extra_s;
+    uint64_t idle_steps;
     uint64_t abandoned_after, abandoned_through; /* I5; 0, 0: none */
     size_t next_failure;
     int started;              /* first before_step ran */
