@@ -159,6 +159,7 @@ void cpr_emb_destroy(cpr_emb *t)
     if (!t)
         return;
     DISPATCH(t, destroy, t);
+    free(t->spare_ids);
     free(t);
 }
 
@@ -299,8 +300,14 @@ cpr_status cpr_emb_save_begin(cpr_emb *t, uint32_t shard, cpr_policy policy,
     if (st)
         return st;
     cpr_emb_save *save = calloc(1, sizeof *save);
-    if (save)
+    if (save && t->spare_ids && t->spare_cap >= n) { /* E1 (emb_cpu.c): no fresh pages */
+        save->ids = t->spare_ids;
+        save->cap = t->spare_cap;
+        t->spare_ids = NULL;
+    } else if (save) {
         save->ids = malloc((n ? n : 1) * sizeof *save->ids);
+        save->cap = n ? n : 1;
+    }
     if (!save || !save->ids) {
         free(save);
         return cpr_fail(CPR_NO_MEMORY, "out of memory starting a save of %zu rows", n);
@@ -345,7 +352,13 @@ cpr_status cpr_emb_view(const cpr_emb *t, cpr_emb_host_view *out)
 static void save_end(cpr_emb *t, cpr_emb_save *save, int committed)
 {
     DISPATCH(t, save_end, t, save, committed);
-    free(save->ids);
+    if (!t->spare_ids || save->cap > t->spare_cap) { /* keep the larger array (E1) */
+        free(t->spare_ids);
+        t->spare_ids = save->ids;
+        t->spare_cap = save->cap;
+    } else {
+        free(save->ids);
+    }
     free(save);
 }
 

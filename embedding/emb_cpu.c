@@ -41,6 +41,7 @@ typedef struct pending {
     uint64_t count_sum;
     uint64_t unsaved_at_begin;
     int wiped;              /* the shard was wiped while this save was open */
+    size_t cap;             /* rows the arrays hold (a spare is reused, E1) */
     struct pending *next;   /* open saves of the table */
     cpr_emb_save *save;
 } pending;
@@ -60,11 +61,14 @@ typedef struct cpu_table {
     cpri_emb_ssu ssu;        /* the SSU sample (emb_ssu.c, shared with CUDA) */
     shard_ctr *shards;
     pending *open;
+    pending *spare;         /* the arrays of an ended save, kept for the next (E1) */
     uint64_t calls, ssu_threshold;
     occ *occs;
     size_t occ_cap;
     float *gsum;
 } cpu_table;
+
+static void free_pending(pending *p);
 
 #define CPU(t) ((cpu_table *)(t)->backend)
 #define PREFETCH_AHEAD 8 /* rows: enough to cover DRAM latency at ~50 ns per row */
@@ -165,16 +169,14 @@ void cpri_emb_cpu_destroy(cpr_emb *t)
     cpu_table *b = CPU(t);
     if (!b)
         return;
+    if (b->spare) /* E1's kept arrays */
+        free_pending(b->spare);
     while (b->open) { /* open saves end with the table (cpr_emb_destroy) */
         pending *p = b->open;
         b->open = p->next;
         free(p->save->ids);
         free(p->save);
-        free(p->counts);
-        free(p->norm);
-        free(p->dirty);
-        free(p->sampled);
-        free(p);
+        free_pending(p);
     }
     cpri_emb_ssu_release(&b->ssu);
     free(b->weights);
@@ -470,6 +472,43 @@ static void free_pending(pending *p)
     free(p);
 }
 
+/*
+ * E1. A save's pending arrays are as large as the save (a FULL save of 10 M
+ * rows: 90 MB). Allocating them fresh each save made its begin fault every
+ * page in, in the training stall, so the arrays of an ended save are kept
+ * (the largest one) and reused by the next save they fit: same arrays
+ * present, capacity enough. counts, norm and dirty are written for every
+ * row of the save below; `sampled` is cleared (cpri_emb_ssu_hold sets only
+ * the rows it holds).
+ */
+static pending *take_spare(cpu_table *b, size_t n, int cons)
+{
+    pending *s = b->spare;
+    if (!s || s->cap < n || (s->counts != NULL) != (b->counts != NULL) ||
+        (s->norm != NULL) != (b->norm != NULL) || (s->dirty != NULL) != (b->dirty && cons) ||
+        (s->sampled != NULL) != (b->ssu.member != NULL))
+        return NULL;
+    b->spare = NULL;
+    s->count_sum = s->unsaved_at_begin = 0;
+    s->wiped = 0;
+    s->next = NULL;
+    s->save = NULL;
+    if (s->sampled)
+        memset(s->sampled, 0, n);
+    return s;
+}
+
+static void keep_spare(cpu_table *b, pending *p)
+{
+    if (b->spare && b->spare->cap >= p->cap) {
+        free_pending(p);
+        return;
+    }
+    if (b->spare)
+        free_pending(b->spare);
+    b->spare = p;
+}
+
 static int consistent_policy(cpr_policy policy)
 {
     return policy == CPR_POLICY_FULL || policy == CPR_POLICY_DELTA;
@@ -483,16 +522,21 @@ cpr_status cpri_emb_cpu_save_begin(cpr_emb *t, cpr_emb_save *save)
     if (cons && sc->open_consistent)
         return cpr_fail(CPR_FAILED_PRECONDITION, "shard %u already has an open FULL/DELTA "
                         "save; commit or abort it first", save->shard);
-    pending *p = calloc(1, sizeof *p);
-    if (!p)
-        return cpr_fail(CPR_NO_MEMORY, "out of memory starting a save");
-    p->counts = b->counts ? xcalloc(save->n, 4, &oom) : NULL;
-    p->norm = b->norm ? xcalloc(save->n, 4, &oom) : NULL;
-    p->dirty = b->dirty && cons ? xcalloc(save->n, 1, &oom) : NULL;
-    p->sampled = b->ssu.member ? xcalloc(save->n, 1, &oom) : NULL;
-    if (oom) {
-        free_pending(p);
-        return cpr_fail(CPR_NO_MEMORY, "out of memory starting a save of %zu rows", save->n);
+    pending *p = take_spare(b, save->n, cons); /* E1 */
+    if (!p) {
+        p = calloc(1, sizeof *p);
+        if (!p)
+            return cpr_fail(CPR_NO_MEMORY, "out of memory starting a save");
+        p->counts = b->counts ? xcalloc(save->n, 4, &oom) : NULL;
+        p->norm = b->norm ? xcalloc(save->n, 4, &oom) : NULL;
+        p->dirty = b->dirty && cons ? xcalloc(save->n, 1, &oom) : NULL;
+        p->sampled = b->ssu.member ? xcalloc(save->n, 1, &oom) : NULL;
+        p->cap = save->n;
+        if (oom) {
+            free_pending(p);
+            return cpr_fail(CPR_NO_MEMORY, "out of memory starting a save of %zu rows",
+                            save->n);
+        }
     }
     for (size_t i = 0; i < save->n; i++) {
         uint64_t row = save->ids[i];
@@ -634,7 +678,7 @@ void cpri_emb_cpu_save_end(cpr_emb *t, cpr_emb_save *save, int committed)
     sc->open_saves--;
     if (consistent_policy(save->policy))
         sc->open_consistent = 0;
-    free_pending(p);
+    keep_spare(b, p); /* E1 */
     save->backend = NULL;
 }
 

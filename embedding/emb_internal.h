@@ -25,6 +25,8 @@ struct cpr_emb {
     uint32_t state_dim;
     uint64_t range_rows;       /* RANGE scheme: rows per shard (last may be short) */
     void *backend;             /* emb_cpu.c / emb_cuda.cu private state */
+    uint64_t *spare_ids;       /* an ended save's ids array, kept for the next (E1) */
+    size_t spare_cap;
 };
 
 struct cpr_emb_save {
@@ -32,6 +34,7 @@ struct cpr_emb_save {
     cpr_policy policy;
     size_t n;
     uint64_t *ids;             /* host, ascending; owned */
+    size_t cap;                /* ids' capacity */
     void *backend;             /* pending tracker values; owned by the backend */
 };
 
