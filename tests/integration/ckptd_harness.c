@@ -54,6 +54,20 @@ void ch_daemon_down(ch_daemon *d, char *dir)
     free(dir);
 }
 
+void ch_each_transport(void (*fn)(const char *target, void *ctx), void *ctx)
+{
+    char *dir = tu_mkdtemp("cpr-local");
+    char target[512];
+    snprintf(target, sizeof target, "local://%s/store", dir);
+    fn(target, ctx);
+    tu_rmtree(dir);
+    free(dir);
+    ch_daemon d;
+    dir = ch_daemon_up(&d, target, sizeof target);
+    fn(target, ctx);
+    ch_daemon_down(&d, dir);
+}
+
 void ch_kill(ch_daemon *d)
 {
     int status = 0;

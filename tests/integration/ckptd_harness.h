@@ -35,6 +35,9 @@ void ch_kill(ch_daemon *d);
  * and frees the directory. */
 char *ch_daemon_up(ch_daemon *d, char *target, size_t cap);
 void ch_daemon_down(ch_daemon *d, char *dir);
+/* fn(target, ctx) against local:// in a fresh directory, then against a
+ * fresh ckptd (each removed afterwards). */
+void ch_each_transport(void (*fn)(const char *target, void *ctx), void *ctx);
 
 cpr_status ch_unary(cpri_rpc *rpc, const char *method, uint8_t *req, size_t len); /* takes req */
 cpr_status ch_begin(cpri_rpc *rpc, const char *job, uint64_t ckpt);

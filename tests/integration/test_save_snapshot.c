@@ -122,36 +122,22 @@ static void snapshots(const char *target, int defer)
     cpr_client_close(c);
 }
 
-static void test_snapshot_local(void **state)
+static void snapshots_in(const char *target, void *defer)
 {
-    (void)state;
-    for (int defer = 0; defer < 2; defer++) {
-        char *dir = tu_mkdtemp("cpr-snap");
-        char target[512];
-        snprintf(target, sizeof target, "local://%s/store", dir);
-        snapshots(target, defer);
-        tu_rmtree(dir);
-        free(dir);
-    }
+    snapshots(target, *(const int *)defer);
 }
 
-static void test_snapshot_ckptd(void **state)
+static void test_snapshot(void **state)
 {
     (void)state;
-    for (int defer = 0; defer < 2; defer++) {
-        ch_daemon d;
-        char target[300];
-        char *dir = ch_daemon_up(&d, target, sizeof target);
-        snapshots(target, defer);
-        ch_daemon_down(&d, dir);
-    }
+    for (int defer = 0; defer < 2; defer++)
+        ch_each_transport(snapshots_in, &defer);
 }
 
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_snapshot_local),
-        cmocka_unit_test(test_snapshot_ckptd),
+        cmocka_unit_test(test_snapshot),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

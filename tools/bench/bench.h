@@ -9,6 +9,7 @@
 #define CPR_BENCH_H
 
 #include <stddef.h>
+#include <stdio.h>
 #include <stdint.h>
 
 #include "cpr/status.h"
@@ -211,6 +212,10 @@ typedef struct bench_u64_flag {
 /* If argv[*i] is one of `flags` (`--flag V` or `--flag=V`), parse it into
  * `opts` and return 1 (advancing *i); 0 if it is none of them; -1 on a bad
  * or missing value (the message is printed). */
+/* --json (sets *json) or --help/-h (prints usage on stdout and exits 0):
+ * 1 if `arg` was one of them. */
+int bench_json_or_help(const char *arg, int *json, void (*print_usage)(FILE *out));
+
 int bench_parse_u64_flags(int argc, char **argv, int *i, const bench_u64_flag *flags, size_t n,
                           void *opts);
 

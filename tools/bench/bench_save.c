@@ -84,14 +84,8 @@ static int parse_save_args(int argc, char **argv, save_opts *o)
     };
     for (int i = 0; i < argc; i++) {
         int missing = 0, matched = 0;
-        if (strcmp(argv[i], "--json") == 0) {
-            o->json = 1;
+        if (bench_json_or_help(argv[i], &o->json, save_usage))
             continue;
-        }
-        if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
-            save_usage(stdout);
-            exit(0);
-        }
         matched = bench_parse_u64_flags(argc, argv, &i, nums, sizeof nums / sizeof nums[0], o);
         if (matched < 0)
             return -1;

@@ -96,6 +96,19 @@ int bench_parse_u64(const char *flag, const char *text, uint64_t min, uint64_t m
     return st ? -1 : 0;
 }
 
+int bench_json_or_help(const char *arg, int *json, void (*print_usage)(FILE *out))
+{
+    if (strcmp(arg, "--json") == 0) {
+        *json = 1;
+        return 1;
+    }
+    if (strcmp(arg, "--help") == 0 || strcmp(arg, "-h") == 0) {
+        print_usage(stdout);
+        exit(0);
+    }
+    return 0;
+}
+
 int bench_parse_u64_flags(int argc, char **argv, int *i, const bench_u64_flag *flags, size_t n,
                           void *opts)
 {
