@@ -541,9 +541,7 @@ cpr_status cpri_server_start(cpr_store *store, const cpri_server_options *opts,
     if (!srv)
         return cpr_fail(CPR_NO_MEMORY, "out of memory starting the server");
     srv->store = store;
-    cpri_rpc_server_options o = {opts->listen, opts->max_message_bytes, opts->max_calls,
-                                opts->idle_timeout_s};
-    cpr_status st = cpri_rpc_server_start(methods, sizeof methods / sizeof methods[0], srv, &o,
+    cpr_status st = cpri_rpc_server_start(methods, sizeof methods / sizeof methods[0], srv, opts,
                                          &srv->rpc, port);
     if (st) {
         free(srv);

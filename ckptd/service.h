@@ -10,16 +10,10 @@
 #include <stddef.h>
 
 #include "cpr/store.h"
+#include "server.h" /* rpc/: the options are the call machinery's */
 
 typedef struct cpri_server cpri_server;
-
-typedef struct cpri_server_options {
-    const char *listen;          /* host:port; port 0 picks a free one */
-    size_t max_message_bytes;    /* largest request accepted (default 64 MiB) */
-    unsigned max_calls;          /* concurrent calls; more are refused UNAVAILABLE (default 1024) */
-    double idle_timeout_s;       /* a stream that neither receives nor sends a message for
-                                    this long is cancelled (default 600) */
-} cpri_server_options;
+typedef cpri_rpc_server_options cpri_server_options;
 
 /* Start serving `store` (borrowed: it must outlive the server). *port gets
  * the bound port. */

@@ -61,6 +61,8 @@ static void load_store(void)
         int dir_len = (int)(strrchr(self.dli_fname, '/') - self.dli_fname);
         snprintf(beside, sizeof beside, "%.*s/libcpr-store.so.0", dir_len, self.dli_fname);
         lib = dlopen(beside, RTLD_NOW | RTLD_LOCAL);
+        if (lib)
+            path = beside;
     }
     if (!lib) {
         if (!path || !*path)
@@ -71,9 +73,10 @@ static void load_store(void)
         snprintf(load_error, sizeof load_error, "%s", dlerror());
         return;
     }
-    const cpri_store_api *(*get)(void) = (const cpri_store_api *(*)(void))dlsym(lib, "cpri_store_api_get");
+    const cpri_store_api *(*get)(void) =
+        (const cpri_store_api *(*)(void))dlsym(lib, "cpri_store_api_get");
     if (!get) {
-        snprintf(load_error, sizeof load_error, "%s has no cpri_store_api_get", path);
+        snprintf(load_error, sizeof load_error, "%.400s has no cpri_store_api_get", path);
         return;
     }
     loaded_api = get(); /* the library stays loaded for the life of the process */
@@ -97,7 +100,7 @@ static cpr_status store_api(const cpri_store_api **out)
 /* A local call's status, with the store's message made this library's. */
 static cpr_status local(const cpri_node *n, cpr_status st)
 {
-    if (st != CPR_OK && n->api->errmsg != cpr_errmsg) {
+    if (st != CPR_OK) { /* the store's buffer may be another copy's (a loaded library) */
         char why[512];
         snprintf(why, sizeof why, "%s", n->api->errmsg());
         cpr_fail(st, "%s", why);

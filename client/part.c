@@ -26,9 +26,9 @@
  *      (`stopped`).
  *  P7. With defer_send, a part is `hold`: its sender sends nothing until
  *      commit or abort sets `closing`, or a put of the client finds staging
- *      full and releases the part it is putting to (so a put never waits for
- *      room that only its own held part could free). Puts to a held part are
- *      pure copies.
+ *      full and releases every held part of the client (so a put never waits
+ *      for room that only held parts could free). Puts to a held part are
+ *      pure copies. Lock order: c->mu before p->mu, never the reverse.
  *  P6. `begun` says whether the node began the part: set before the sender
  *      starts (cpr_client_begin), or by the sender itself before it sends
  *      anything (cpr_client_begin_async); final once the sender is joined.
@@ -172,33 +172,33 @@ void cpri_parts_pool_release(cpr_client *c)
     c->n_pool = 0;
 }
 
-/* Wait for room, then allocate an item of `payload` bytes. NULL + status on
- * failure (the part's error, or no memory). */
-/* defer_send: let the part's sender go (commit, or staging ran out of room). */
-static void release_hold(cpr_part *p)
+/* defer_send (P7): staging is full, so every held part of the client starts
+ * sending: the room a put waits for may be held by any of them (one thread
+ * staging several shards). Under c->mu, which is taken before p->mu and
+ * never inside it; parts leave c->parts under c->mu before they are freed. */
+static void release_holds(cpr_client *c)
 {
-    pthread_mutex_lock(&p->mu);
-    if (p->hold) {
-        p->hold = 0;
-        pthread_cond_signal(&p->wake);
+    for (cpr_part *q = c->parts; q; q = q->next_open) {
+        pthread_mutex_lock(&q->mu);
+        if (q->hold) {
+            q->hold = 0;
+            pthread_cond_signal(&q->wake);
+        }
+        pthread_mutex_unlock(&q->mu);
     }
-    pthread_mutex_unlock(&p->mu);
 }
 
+/* Wait for room, then allocate an item of `payload` bytes. NULL + status on
+ * failure (the part's error, or no memory). */
 static item *item_new(cpr_part *p, size_t payload, cpr_status *st)
 {
     cpr_client *c = p->client;
     size_t charge = sizeof(item) + payload;
     pthread_mutex_lock(&c->mu);
-    if (c->staged_bytes > 0 && c->staged_bytes + charge > c->opts.staging_bytes) {
-        /* No room: a held part of ours must start sending, or this put
-         * would wait for ever (the lock order is p->mu, never inside c->mu). */
-        pthread_mutex_unlock(&c->mu);
-        release_hold(p);
-        pthread_mutex_lock(&c->mu);
-    }
-    while (c->staged_bytes > 0 && c->staged_bytes + charge > c->opts.staging_bytes)
+    while (c->staged_bytes > 0 && c->staged_bytes + charge > c->opts.staging_bytes) {
+        release_holds(c); /* parts held since the last wake-up too */
         pthread_cond_wait(&c->room, &c->mu);
+    }
     c->staged_bytes += charge;
     int full_size = payload <= c->opts.message_bytes;
     item *it = NULL;
@@ -918,13 +918,16 @@ cpr_status cpr_client_abort(cpr_client *c, const char *job, uint32_t shard, uint
     while (mine && !(mine->id.shard == shard && mine->id.checkpoint == checkpoint &&
                      strcmp(mine->job, job) == 0))
         mine = mine->next_open;
-    if (mine)
-        mine->orphaned = 1;
     pthread_mutex_unlock(&c->mu);
     if (mine)
         finish_sender(mine, 1);
     abort_try a = {c, c->nodes[cpr_client_node_of(c, job, shard)], {job, shard, checkpoint}};
     cpr_status st = cpri_client_retry(c, abort_once, &a);
+    /* The node's part is gone (or committed by another writer): it is not
+     * this handle's any more (P5). After a failed abort the handle keeps its
+     * part, so that its own abort still reaches the node. */
+    if (mine && (st == CPR_OK || st == CPR_NOT_FOUND || st == CPR_FAILED_PRECONDITION))
+        mine->orphaned = 1;
     if (st == CPR_NOT_FOUND)
         st = CPR_OK; /* never begun, or already gone: nothing of it is left */
     return st;

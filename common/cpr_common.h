@@ -7,6 +7,7 @@
 #ifndef CPR_COMMON_H
 #define CPR_COMMON_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "cpr/status.h"
@@ -27,6 +28,10 @@ extern "C" {
 
 /* cpr_fail (record a message for cpr_errmsg() and return a status) is
  * public: cpr/status.h. */
+
+/* The status whose cpr_status_name is the first `len` bytes of `name`;
+ * CPR_OK when none is (CPR_OK itself is never looked up). */
+cpr_status cpri_status_from_name(const char *name, size_t len);
 
 /* Clear this thread's message (successful calls need not). */
 CPR_INTERNAL_API void cpri_clear_error(void);

@@ -59,6 +59,14 @@ cpr_status cpr_status_from_grpc(int code)
     }
 }
 
+cpr_status cpri_status_from_name(const char *name, size_t len)
+{
+    for (int st = 1; name && st < CPR_STATUS_COUNT_; st++)
+        if (strlen(status_names[st]) == len && memcmp(name, status_names[st], len) == 0)
+            return (cpr_status)st;
+    return CPR_OK;
+}
+
 const char *cpr_errmsg(void)
 {
     return errmsg_buf;

@@ -61,7 +61,6 @@ const char *cpr_dense_source_name(cpr_dense_source source)
     return "unknown";
 }
 
-/* The store's names, without linking the store for three strings. */
 static void reason_add(cpr_recovery_plan *plan, const char *fmt, ...) CPR_PRINTF(2, 3);
 static void reason_add(cpr_recovery_plan *plan, const char *fmt, ...)
 {

@@ -142,11 +142,12 @@ static cpr_status status_sent(grpc_status_code code, const grpc_metadata_array *
 {
     for (size_t i = 0; trailing && i < trailing->count; i++) {
         const grpc_metadata *md = &trailing->metadata[i];
-        if (!grpc_slice_str_cmp(md->key, "cpr-status")) {
-            for (int st = 1; st < CPR_STATUS_COUNT_; st++)
-                if (!grpc_slice_str_cmp(md->value, cpr_status_name((cpr_status)st)))
-                    return (cpr_status)st;
-        }
+        cpr_status st = CPR_OK;
+        if (!grpc_slice_str_cmp(md->key, "cpr-status"))
+            st = cpri_status_from_name((const char *)GRPC_SLICE_START_PTR(md->value),
+                                       GRPC_SLICE_LENGTH(md->value));
+        if (st != CPR_OK)
+            return st;
     }
     return cpr_status_from_grpc(code);
 }

@@ -53,23 +53,34 @@ static cpr_status unpack(const ProtobufCMessageDescriptor *desc, const void *buf
 }
 
 /* The address of field `name` of message m, or NULL if its type has none. */
-static void *field_at(const ProtobufCMessage *m, const char *name)
+/* Field `name` of m's type, checked against the C type the helpers below
+ * read and write (`type`); NULL when the type has no such field (the
+ * optional ones: rows, name). A field of another type is a bug here, not
+ * input: the message types are ours. */
+static const ProtobufCFieldDescriptor *field(const ProtobufCMessage *m, const char *name,
+                                             int want_string)
 {
     const ProtobufCFieldDescriptor *f =
         protobuf_c_message_descriptor_get_field_by_name(m->descriptor, name);
-    return f ? (char *)m + f->offset : NULL;
+    if (f && f->label == PROTOBUF_C_LABEL_REPEATED)
+        BUG("a repeated field where the wire helpers expect a scalar");
+    if (f && want_string != (f->type == PROTOBUF_C_TYPE_STRING))
+        BUG("a wire field whose type the helpers do not handle");
+    if (f && !want_string && f->type != PROTOBUF_C_TYPE_UINT32 &&
+        f->type != PROTOBUF_C_TYPE_UINT64)
+        BUG("a wire field whose type the helpers do not handle");
+    return f;
 }
 
 static const char *get_string(const ProtobufCMessage *m, const char *name)
 {
-    char **f = field_at(m, name);
-    return f ? str(*f) : NULL;
+    const ProtobufCFieldDescriptor *f = field(m, name, 1);
+    return f ? str(*(char *const *)((const char *)m + f->offset)) : NULL;
 }
 
 static uint64_t get_u64(const ProtobufCMessage *m, const char *name)
 {
-    const ProtobufCFieldDescriptor *f =
-        protobuf_c_message_descriptor_get_field_by_name(m->descriptor, name);
+    const ProtobufCFieldDescriptor *f = field(m, name, 0);
     if (!f)
         return 0;
     const char *at = (const char *)m + f->offset;
@@ -78,15 +89,14 @@ static uint64_t get_u64(const ProtobufCMessage *m, const char *name)
 
 static void set_string(ProtobufCMessage *m, const char *name, const char *value)
 {
-    char **f = field_at(m, name);
+    const ProtobufCFieldDescriptor *f = field(m, name, 1);
     if (f)
-        *f = (char *)str(value);
+        *(char **)((char *)m + f->offset) = (char *)str(value);
 }
 
 static void set_u64(ProtobufCMessage *m, const char *name, uint64_t value)
 {
-    const ProtobufCFieldDescriptor *f =
-        protobuf_c_message_descriptor_get_field_by_name(m->descriptor, name);
+    const ProtobufCFieldDescriptor *f = field(m, name, 0);
     if (!f)
         return;
     char *at = (char *)m + f->offset;
@@ -135,6 +145,8 @@ static cpr_status decode_job(const ProtobufCMessageDescriptor *desc, const void 
     cpr_status st = unpack(desc, buf, len, &m);
     if (st == CPR_OK) {
         const char *job = get_string(m, "job");
+        if (!job)
+            BUG("a job request type without a job field");
         *out = (cpri_wire_list){all_if_empty && !*job ? NULL : job, m};
     }
     return st;
@@ -741,9 +753,9 @@ cpr_status cpri_wire_stats_response_encode(const cpr_store_stats *s, uint8_t **b
  * sender named one this build knows, else what its gRPC code stands for. */
 static cpr_status status_of_count(const Cpr__V1__ErrorCount *e)
 {
-    for (int st = 1; e->status && st < CPR_STATUS_COUNT_; st++)
-        if (strcmp(e->status, cpr_status_name((cpr_status)st)) == 0)
-            return (cpr_status)st;
+    cpr_status st = e->status ? cpri_status_from_name(e->status, strlen(e->status)) : CPR_OK;
+    if (st != CPR_OK)
+        return st;
     const char *name = e->code;
     for (int code = 0; code < 17; code++)
         if (name && strcmp(name, grpc_names[code]) == 0)

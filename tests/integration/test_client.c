@@ -899,11 +899,31 @@ static void deferred_send(const char *target)
     cpr_row_batch b = {.table = 7, .n = n, .ids = ids, .values = vals, .values_count = n * 64};
     assert_status(CPR_OK, cpr_part_put_rows(p, &b)); /* 12.8 MB through 4 MiB: no deadlock */
     assert_status(CPR_OK, cpr_part_commit(&p));
+
+    /* One thread, two held parts: the first fills staging, and a put to the
+     * second must release the first rather than wait for ever. */
+    cpr_part_spec s0 = tu_part("defer2", 0, 2, 1, CPR_KIND_PRIORITY, &wide, 1);
+    cpr_part_spec s1 = tu_part("defer2", 1, 2, 1, CPR_KIND_PRIORITY, &wide, 1);
+    cpr_part *p0 = NULL, *p1 = NULL;
+    assert_status(CPR_OK, cpr_client_begin(c, &s0, &p0));
+    assert_status(CPR_OK, cpr_client_begin(c, &s1, &p1));
+    cpr_row_batch b0 = b;
+    b0.n = 15000; /* 3.8 MB: staging is then nearly full */
+    b0.values_count = b0.n * 64;
+    assert_status(CPR_OK, cpr_part_put_rows(p0, &b0));
+    assert_status(CPR_OK, cpr_part_put_rows(p1, &b));
+    assert_status(CPR_OK, cpr_part_commit(&p1));
+    assert_status(CPR_OK, cpr_part_commit(&p0));
     cpr_part_info *parts = NULL;
     size_t np = 0;
     assert_status(CPR_OK, cpr_client_list(c, "defer", &parts, &np));
     assert_int_equal(np, 2);
     assert_int_equal(parts[0].rows, 8000);
+    assert_int_equal(parts[1].rows, n);
+    free(parts);
+    assert_status(CPR_OK, cpr_client_list(c, "defer2", &parts, &np));
+    assert_int_equal(np, 2);
+    assert_int_equal(parts[0].rows, 15000);
     assert_int_equal(parts[1].rows, n);
     free(parts);
     free(ids);

@@ -212,6 +212,11 @@ typedef struct bench_u64_flag {
 /* If argv[*i] is one of `flags` (`--flag V` or `--flag=V`), parse it into
  * `opts` and return 1 (advancing *i); 0 if it is none of them; -1 on a bad
  * or missing value (the message is printed). */
+/* The median of v[0..n) (n >= 1; v is sorted in place), and x rounded to
+ * three decimals for JSON output. */
+double bench_median(double *v, size_t n);
+double bench_r3(double x);
+
 /* --json (sets *json) or --help/-h (prints usage on stdout and exits 0):
  * 1 if `arg` was one of them. */
 int bench_json_or_help(const char *arg, int *json, void (*print_usage)(FILE *out));

@@ -332,11 +332,6 @@ static cpr_status run(const emb_opts *o, emb_result *r)
 
 /* ---- output --------------------------------------------------------------------- */
 
-static double r3(double x)
-{
-    return round(x * 1000.0) / 1000.0;
-}
-
 static int print_emb_json(const emb_opts *o, const emb_result *r)
 {
     double row_bytes = (double)o->dim * 4;
@@ -344,35 +339,35 @@ static int print_emb_json(const emb_opts *o, const emb_result *r)
     cpri_json *j = cpri_json_object(), *sel = cpri_json_object();
     cpri_json_add_string(j, "device", o->cuda ? "cuda" : "cpu");
     if (o->cuda) {
-        cpri_json_add_number(j, "d2d_gb_s", r3(r->d2d_gb_s));
-        cpri_json_add_number(j, "d2h_gb_s", r3(r->d2h_gb_s));
+        cpri_json_add_number(j, "d2d_gb_s", bench_r3(r->d2d_gb_s));
+        cpri_json_add_number(j, "d2h_gb_s", bench_r3(r->d2h_gb_s));
         cpri_json_add_number(j, "forward_d2d_ratio",
-                            r3(r->indices * row_bytes / r->forward_s / 1e9 / r->d2d_gb_s));
+                            bench_r3(r->indices * row_bytes / r->forward_s / 1e9 / r->d2d_gb_s));
     }
     cpri_json_add_number(j, "rows", (double)o->rows);
     cpri_json_add_number(j, "dim", (double)o->dim);
     cpri_json_add_number(j, "indices_per_pass", (double)r->indices);
-    cpri_json_add_number(j, "memcpy_gb_s", r3(r->memcpy_gb_s));
+    cpri_json_add_number(j, "memcpy_gb_s", bench_r3(r->memcpy_gb_s));
     cpri_json_add_number(j, "forward_rows_s", round(r->indices / r->forward_s));
-    cpri_json_add_number(j, "forward_gb_s", r3(r->indices * row_bytes / r->forward_s / 1e9));
+    cpri_json_add_number(j, "forward_gb_s", bench_r3(r->indices * row_bytes / r->forward_s / 1e9));
     cpri_json_add_number(j, "backward_rows_s", round(r->indices / r->backward_plain_s));
     cpri_json_add_number(j, "backward_gb_s",
-                        r3(r->indices * row_bytes / r->backward_plain_s / 1e9));
+                        bench_r3(r->indices * row_bytes / r->backward_plain_s / 1e9));
     cpri_json_add_number(j, "backward_tracked_rows_s", round(r->indices / r->backward_tracked_s));
     cpri_json_add_number(j, "tracking_overhead",
-                        r3(r->backward_tracked_s / r->backward_plain_s - 1.0));
+                        bench_r3(r->backward_tracked_s / r->backward_plain_s - 1.0));
     for (int p = 0; p < 5; p++) {
         cpri_json *one = cpri_json_object();
-        cpri_json_add_number(one, "ms", r3(r->select_ms[p]));
+        cpri_json_add_number(one, "ms", bench_r3(r->select_ms[p]));
         cpri_json_add_number(one, "rows", (double)r->selected[p]);
         cpri_json_add_child(sel, cpr_policy_name((cpr_policy)p), one);
     }
     cpri_json_add_child(j, "select", sel);
     cpri_json_add_number(j, "gather_rows", (double)r->gather_rows);
-    cpri_json_add_number(j, "gather_gb_s", r3(gather_gb_s));
+    cpri_json_add_number(j, "gather_gb_s", bench_r3(gather_gb_s));
     /* A GPU gather ends in host memory: its limit is the device-to-host copy. */
     cpri_json_add_number(j, "gather_ratio",
-                        r3(gather_gb_s / (o->cuda ? r->d2h_gb_s : r->memcpy_gb_s)));
+                        bench_r3(gather_gb_s / (o->cuda ? r->d2h_gb_s : r->memcpy_gb_s)));
     cpri_json_add_number(j, "tracker_bytes_per_row", cpr_emb_tracker_bytes_per_row(CPR_TRACK_ALL));
     int rc = cpri_json_print(j, stdout);
     cpri_json_free(j);

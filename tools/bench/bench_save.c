@@ -244,21 +244,21 @@ static cpr_status save_once(const save_opts *o, trainer *t, saver *s, cpr_policy
     return st;
 }
 
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
+/* The median of the rounds' values (bench_median sorts: a copy). */
 static double median(const double *v, size_t n)
 {
     double tmp[MAX_ROUNDS];
     memcpy(tmp, v, n * sizeof *v);
-    qsort(tmp, n, sizeof *tmp, cmp_double);
-    return n % 2 ? tmp[n / 2] : (tmp[n / 2 - 1] + tmp[n / 2]) / 2;
+    return bench_median(tmp, n);
 }
 
-static double r3(double x) { return (double)(int64_t)(x * 1000 + (x >= 0 ? 0.5 : -0.5)) / 1000; }
+static double median_u64(const uint64_t *v, size_t n)
+{
+    double tmp[MAX_ROUNDS];
+    for (size_t k = 0; k < n; k++)
+        tmp[k] = (double)v[k];
+    return bench_median(tmp, n);
+}
 
 static int print_json(const save_opts *o, const policy_result *res, double total_s)
 {
@@ -274,27 +274,22 @@ static int print_json(const save_opts *o, const policy_result *res, double total
     for (size_t p = 0; p < N_POLICIES; p++) {
         const policy_result *r = &res[p];
         cpri_json *j = cpri_json_object();
-        double rows[MAX_ROUNDS], bytes[MAX_ROUNDS];
-        for (size_t k = 0; k < o->rounds; k++) {
-            rows[k] = (double)r->rows[k];
-            bytes[k] = (double)r->bytes[k];
-        }
         double ratio = median(r->ratio, o->rounds);
         worst = ratio > worst ? ratio : worst;
         bad |= !j;
-        bad |= cpri_json_add_number(j, "rows", median(rows, o->rounds));
-        bad |= cpri_json_add_number(j, "bytes", median(bytes, o->rounds));
-        bad |= cpri_json_add_number(j, "stall_ms", r3(median(r->stall_s, o->rounds) * 1e3));
-        bad |= cpri_json_add_number(j, "select_ms", r3(median(r->select_s, o->rounds) * 1e3));
-        bad |= cpri_json_add_number(j, "begin_ms", r3(median(r->begin_s, o->rounds) * 1e3));
-        bad |= cpri_json_add_number(j, "stage_ms", r3(median(r->stage_s, o->rounds) * 1e3));
-        bad |= cpri_json_add_number(j, "memcpy_ms", r3(median(r->memcpy_s, o->rounds) * 1e3));
-        bad |= cpri_json_add_number(j, "stall_ratio", r3(ratio));
+        bad |= cpri_json_add_number(j, "rows", median_u64(r->rows, o->rounds));
+        bad |= cpri_json_add_number(j, "bytes", median_u64(r->bytes, o->rounds));
+        bad |= cpri_json_add_number(j, "stall_ms", bench_r3(median(r->stall_s, o->rounds) * 1e3));
+        bad |= cpri_json_add_number(j, "select_ms", bench_r3(median(r->select_s, o->rounds) * 1e3));
+        bad |= cpri_json_add_number(j, "begin_ms", bench_r3(median(r->begin_s, o->rounds) * 1e3));
+        bad |= cpri_json_add_number(j, "stage_ms", bench_r3(median(r->stage_s, o->rounds) * 1e3));
+        bad |= cpri_json_add_number(j, "memcpy_ms", bench_r3(median(r->memcpy_s, o->rounds) * 1e3));
+        bad |= cpri_json_add_number(j, "stall_ratio", bench_r3(ratio));
         bad |= cpri_json_add_child(pols, cpr_policy_name(policies[p]), j);
     }
     bad |= cpri_json_add_child(root, "policies", pols);
-    bad |= cpri_json_add_number(root, "worst_stall_ratio", r3(worst));
-    bad |= cpri_json_add_number(root, "total_s", r3(total_s));
+    bad |= cpri_json_add_number(root, "worst_stall_ratio", bench_r3(worst));
+    bad |= cpri_json_add_number(root, "total_s", bench_r3(total_s));
     if (!bad)
         bad = cpri_json_print(root, stdout);
     cpri_json_free(root);
@@ -310,9 +305,9 @@ static void print_table(const save_opts *o, const policy_result *res)
            "select", "begin", "stage", "memcpy", "ratio");
     for (size_t p = 0; p < N_POLICIES; p++) {
         const policy_result *r = &res[p];
-        printf("%-10s %10llu %10.1f %9.2f %9.2f %9.2f %9.2f %9.2f %7.2f\n",
-               cpr_policy_name(policies[p]), (unsigned long long)r->rows[0],
-               (double)r->bytes[0] / BENCH_MB, median(r->stall_s, o->rounds) * 1e3,
+        printf("%-10s %10.0f %10.1f %9.2f %9.2f %9.2f %9.2f %9.2f %7.2f\n",
+               cpr_policy_name(policies[p]), median_u64(r->rows, o->rounds),
+               median_u64(r->bytes, o->rounds) / BENCH_MB, median(r->stall_s, o->rounds) * 1e3,
                median(r->select_s, o->rounds) * 1e3, median(r->begin_s, o->rounds) * 1e3,
                median(r->stage_s, o->rounds) * 1e3, median(r->memcpy_s, o->rounds) * 1e3,
                median(r->ratio, o->rounds));

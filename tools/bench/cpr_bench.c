@@ -508,10 +508,15 @@ static int dbl_cmp(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
-static double median_of(double *v, size_t n)
+double bench_median(double *v, size_t n)
 {
     qsort(v, n, sizeof *v, dbl_cmp);
     return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+double bench_r3(double x)
+{
+    return round(x * 1000.0) / 1000.0;
 }
 
 /* The round whose ingest ratio is the median: its figures are reported. */
@@ -520,7 +525,7 @@ static size_t median_round(const bench_result *r, size_t n)
     double v[15];
     for (size_t i = 0; i < n; i++)
         v[i] = ingest_ratio_of(&r[i]);
-    double m = median_of(v, n);
+    double m = bench_median(v, n);
     size_t best = 0;
     for (size_t i = 1; i < n; i++)
         if (fabs(ingest_ratio_of(&r[i]) - m) < fabs(ingest_ratio_of(&r[best]) - m))
@@ -538,8 +543,8 @@ static int print_json_rounds(const bench_opts *opts, const bench_result *med,
         in[i] = in_sorted[i] = round3(ingest_ratio_of(&rounds[i]));
         out[i] = out_sorted[i] = round3(restore_ratio_of(&rounds[i]));
     }
-    cpri_json *root = result_json_with(opts, med, median_of(in_sorted, opts->rounds),
-                                      median_of(out_sorted, opts->rounds));
+    cpri_json *root = result_json_with(opts, med, bench_median(in_sorted, opts->rounds),
+                                      bench_median(out_sorted, opts->rounds));
     cpri_json *ins = cpri_json_array(), *outs = cpri_json_array();
     int failed = !root || !ins || !outs;
     for (uint32_t i = 0; !failed && i < opts->rounds; i++)
