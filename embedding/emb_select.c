@@ -13,6 +13,11 @@
 #define WIDE_BITS 16
 #define NARROW_BITS 8
 #define WIDE_MIN_ROWS (1u << 20)
+/* Keys below SMALL_KEYS (MFU's counts since the last save, nearly always)
+ * are also counted exactly in the first pass; when fewer than k keys lie at
+ * or above it, that histogram names the k-th key and the selection takes two
+ * passes instead of up to five. */
+#define SMALL_KEYS 1024u
 
 typedef struct radix {
     unsigned bits;        /* digit width */
@@ -44,6 +49,26 @@ static void histogram(const cpr_emb *t, uint32_t shard, const void *keys, const 
         if (above < 32 && (key >> above) != prefix)
             continue;
         r->hist[(key >> shift) & digit_mask]++;
+    }
+}
+
+/* The first pass: the top digit's histogram of the shard's non-zero keys
+ * (r->hist) and their exact histogram below SMALL_KEYS, every key at or
+ * above it counted in small[SMALL_KEYS - 1]. */
+static void first_pass(const cpr_emb *t, uint32_t shard, const void *keys, const radix *r,
+                       uint64_t *small)
+{
+    uint64_t n = cpri_emb_geom_shard_rows(t, shard), row = cpri_emb_geom_first(t, shard);
+    uint64_t stride = cpri_emb_geom_stride(t);
+    unsigned shift = 32 - r->bits;
+    memset(r->hist, 0, r->buckets * sizeof *r->hist);
+    memset(small, 0, SMALL_KEYS * sizeof *small);
+    for (uint64_t i = 0; i < n; i++, row += stride) {
+        uint32_t key = key_at(keys, row);
+        if (key == 0)
+            continue;
+        r->hist[key >> shift]++;
+        small[key < SMALL_KEYS - 1 ? key : SMALL_KEYS - 1]++;
     }
 }
 
@@ -87,7 +112,7 @@ static uint32_t kth_key(const cpr_emb *t, uint32_t shard, const void *keys, cons
 cpr_status cpri_emb_topk(const cpr_emb *t, uint32_t shard, const void *keys, uint64_t k,
                         uint64_t *ids, size_t *n_out)
 {
-    uint64_t narrow[1u << NARROW_BITS];
+    uint64_t narrow[1u << NARROW_BITS], small[SMALL_KEYS];
     uint64_t n = cpri_emb_geom_shard_rows(t, shard), row = cpri_emb_geom_first(t, shard);
     uint64_t stride = cpri_emb_geom_stride(t), nonzero = 0, threshold = 1, ties = UINT64_MAX;
     radix r = {NARROW_BITS, 1u << NARROW_BITS, narrow};
@@ -101,11 +126,17 @@ cpr_status cpri_emb_topk(const cpr_emb *t, uint32_t shard, const void *keys, uin
         if (!r.hist)
             return cpr_fail(CPR_NO_MEMORY, "out of memory for selection histograms");
     }
-    histogram(t, shard, keys, &r, 32 - r.bits, 0);
+    first_pass(t, shard, keys, &r, small);
     for (uint32_t d = 0; d < r.buckets; d++)
         nonzero += r.hist[d];
-    if (nonzero > k) /* find the k-th largest key: threshold, and how many ties to take */
+    if (nonzero > k && small[SMALL_KEYS - 1] < k) { /* the k-th largest key is small */
+        radix exact = {0, SMALL_KEYS, small};
+        uint64_t above = 0;
+        threshold = find_digit(&exact, k, &above);
+        ties = k - above;
+    } else if (nonzero > k) { /* find the k-th largest key: threshold, and how many ties */
         threshold = kth_key(t, shard, keys, &r, k, &ties);
+    }
     for (uint64_t i = 0; i < n && out < k; i++, row += stride) {
         uint32_t key = key_at(keys, row);
         if (key > threshold) {

@@ -5,8 +5,11 @@
  * radix select: histogram passes find the k-th largest key digit by digit
  * (two 16-bit digits with 512 KiB of histograms for shards of 2^20 rows or
  * more; four 8-bit digits with 2 KiB on the stack below that), a last pass
- * collects the rows in ascending id order. O(rows) time, no per-row
- * scratch, deterministic (ties toward lower ids).
+ * collects the rows in ascending id order. The first pass also counts keys
+ * below 1023 exactly: when the k-th largest key is one of them (MFU's counts
+ * since the last save, nearly always), it is read off that histogram and the
+ * selection takes two passes. O(rows) time, no per-row scratch,
+ * deterministic (ties toward lower ids).
  */
 #ifndef CPR_EMB_SELECT_H
 #define CPR_EMB_SELECT_H

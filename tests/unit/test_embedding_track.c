@@ -418,6 +418,34 @@ static void test_select_mfu(void **unused)
     model_free(&m);
 }
 
+/* Counts on both sides of the selection's small-key histogram (exact below
+ * 1023, one bucket at or above it): every budget still selects exactly the
+ * model's top k, through the two-pass path when the k-th count is small and
+ * the radix path when it is not; ties at 1023 and 1024 included. */
+static void test_select_mfu_large_counts(void **unused)
+{
+    (void)unused;
+    cpr_emb_config c = {.rows = 120, .dim = 2, .num_shards = 2, .track = CPR_TRACK_ALL};
+    model m;
+    model_init(&m, &c);
+    size_t cap = 0, n = 0;
+    for (uint64_t r = 0; r < 120; r++)
+        cap += r % 7 == 0 ? 1030 : r % 3 == 0 ? 0 : 1 + r % 5;
+    int64_t *ids = tl_calloc(cap, sizeof *ids);
+    for (uint64_t r = 0; r < 120; r++) { /* 1020..1026 on every 7th row, 1..5 on others */
+        size_t count = r % 7 == 0 ? 1020 + (size_t)(r / 7) % 7 : r % 3 == 0 ? 0 : 1 + r % 5;
+        for (size_t j = 0; j < count; j++)
+            ids[n++] = (int64_t)r;
+    }
+    backward_rows(&m, ids, NULL, n);
+    for (uint32_t shard = 0; shard < 2; shard++)
+        for (uint64_t k = 1; k <= 60; k++)
+            check_mfu(&m, shard, k);
+    check_all(&m);
+    free(ids);
+    model_free(&m);
+}
+
 /* Shard 0 is rows 0..29. SGD norms: 3 -> 6.25 (one call, g 2.5), 12 -> 4.5 (two calls of 1.5: the
  * sum of squared updates, not the square of their sum), 20 -> 4 (twice in
  * one call with g 1: one step of G 2), 22 -> 3.24, 9 -> 0 (zero gradient:
@@ -860,6 +888,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_trackers_random),
         cmocka_unit_test(test_select_mfu),
+        cmocka_unit_test(test_select_mfu_large_counts),
         cmocka_unit_test(test_select_topk_norm),
         cmocka_unit_test(test_select_full_delta),
         cmocka_unit_test(test_ssu_rate),
