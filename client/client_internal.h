@@ -33,7 +33,10 @@ cpr_status cpri_node_open_grpc(const char *host_port, cpri_node **out);
 void cpri_node_close(cpri_node *node);
 const char *cpri_node_name(const cpri_node *node);
 
-cpr_status cpri_node_begin(cpri_node *node, const cpr_part_spec *spec, double timeout_s);
+/* wait_ready: a grpc Begin waits (up to timeout_s) for the channel to
+ * connect instead of failing fast; the async Begin of a part's sender. */
+cpr_status cpri_node_begin(cpri_node *node, const cpr_part_spec *spec, double timeout_s,
+                           int wait_ready);
 cpr_status cpri_node_commit(cpri_node *node, const cpr_part_id *id, uint64_t rows,
                            double timeout_s);
 cpr_status cpri_node_abort(cpri_node *node, const cpr_part_id *id, double timeout_s);

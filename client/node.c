@@ -165,28 +165,40 @@ const char *cpri_node_name(const cpri_node *n)
 }
 
 /* A unary call whose request was encoded by the caller (taken: freed here). */
-static cpr_status unary(cpri_node *n, const char *method, cpr_status enc, uint8_t *req,
-                        size_t len, double timeout_s, uint8_t **resp, size_t *resp_len)
+static cpr_status unary_call(cpri_node *n, const char *method, cpr_status enc, uint8_t *req,
+                             size_t len, double timeout_s, int wait_ready, uint8_t **resp,
+                             size_t *resp_len)
 {
     uint8_t *ignored = NULL;
     size_t ignored_len = 0;
     if (enc)
         return enc;
-    cpr_status st = cpri_rpc_unary(n->rpc, method, req, len, timeout_s,
-                                  resp ? resp : &ignored, resp ? resp_len : &ignored_len);
+    cpr_status st = wait_ready
+                        ? cpri_rpc_unary_wait(n->rpc, method, req, len, timeout_s,
+                                              resp ? resp : &ignored,
+                                              resp ? resp_len : &ignored_len)
+                        : cpri_rpc_unary(n->rpc, method, req, len, timeout_s,
+                                         resp ? resp : &ignored, resp ? resp_len : &ignored_len);
     free(req);
     free(ignored);
     return st;
 }
 
-cpr_status cpri_node_begin(cpri_node *n, const cpr_part_spec *spec, double timeout_s)
+static cpr_status unary(cpri_node *n, const char *method, cpr_status enc, uint8_t *req,
+                        size_t len, double timeout_s, uint8_t **resp, size_t *resp_len)
+{
+    return unary_call(n, method, enc, req, len, timeout_s, 0, resp, resp_len);
+}
+
+cpr_status cpri_node_begin(cpri_node *n, const cpr_part_spec *spec, double timeout_s,
+                           int wait_ready)
 {
     if (n->store)
         return local(n, n->api->begin(n->store, spec));
     uint8_t *req = NULL;
     size_t len = 0;
     cpr_status enc = cpri_wire_begin_encode(spec, &req, &len);
-    return unary(n, SVC "Begin", enc, req, len, timeout_s, NULL, NULL);
+    return unary_call(n, SVC "Begin", enc, req, len, timeout_s, wait_ready, NULL, NULL);
 }
 
 cpr_status cpri_node_commit(cpri_node *n, const cpr_part_id *id, uint64_t rows, double timeout_s)

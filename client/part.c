@@ -256,6 +256,7 @@ typedef struct begin_try {
     cpr_client *client;
     cpri_node *node;
     const cpr_part_spec *spec;
+    int wait_ready; /* sent by the sender: wait for the channel (P6) */
 } begin_try;
 
 static cpr_status begin_once(void *ctx);
@@ -264,7 +265,7 @@ static void *sender_main(void *arg)
 {
     cpr_part *p = arg;
     if (!p->begun) { /* cpr_client_begin_async: Begin here, off the caller's thread (P6) */
-        begin_try b = {p->client, p->node, &p->deferred};
+        begin_try b = {p->client, p->node, &p->deferred, 1};
         cpr_status st = cpri_client_retry(p->client, begin_once, &b);
         if (st)
             set_error(p, st);
@@ -327,7 +328,7 @@ static cpr_status queue_item(cpr_part *p, item *it)
 static cpr_status begin_once(void *ctx)
 {
     begin_try *b = ctx;
-    return cpri_node_begin(b->node, b->spec, b->client->opts.call_timeout_s);
+    return cpri_node_begin(b->node, b->spec, b->client->opts.call_timeout_s, b->wait_ready);
 }
 
 static void part_free(cpr_part *p)
@@ -412,7 +413,7 @@ cpr_status cpr_client_begin(cpr_client *c, const cpr_part_spec *spec, cpr_part *
         st = part_new(c, spec, &p);
     if (st)
         return st;
-    begin_try b = {c, p->node, spec};
+    begin_try b = {c, p->node, spec, 0};
     st = cpri_client_retry(c, begin_once, &b);
     if (st) {
         part_free(p);

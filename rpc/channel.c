@@ -21,6 +21,8 @@
  * if no ack comes in 10 s, so a vanished daemon host fails calls instead of
  * hanging them until their deadline. */
 #define KEEPALIVE_TIME_MS 30000
+#define RECONNECT_MIN_MS 100
+#define RECONNECT_MAX_MS 1000
 #define KEEPALIVE_TIMEOUT_MS 10000
 
 struct cpri_rpc {
@@ -51,6 +53,11 @@ cpr_status cpri_rpc_open(const char *host_port, cpri_rpc **out)
         {GRPC_ARG_INTEGER, GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, {.integer = 0}},
         /* Restores stream large batches: let the daemon run ahead of us. */
         {GRPC_ARG_INTEGER, GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES, {.integer = 8 << 20}},
+        /* A restarted daemon is found again within a second, not after
+         * gRPC's default backoff (up to 120 s), so saves resume promptly. */
+        {GRPC_ARG_INTEGER, GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, {.integer = RECONNECT_MIN_MS}},
+        {GRPC_ARG_INTEGER, GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, {.integer = RECONNECT_MIN_MS}},
+        {GRPC_ARG_INTEGER, GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, {.integer = RECONNECT_MAX_MS}},
     };
     grpc_channel_args args = {sizeof arg / sizeof arg[0], arg};
     grpc_channel_credentials *creds = grpc_insecure_credentials_create();
@@ -207,20 +214,36 @@ static cpr_status finish_call(cpri_rpc *r, const char *method, grpc_call *call,
     return st;
 }
 
-cpr_status cpri_rpc_unary(cpri_rpc *r, const char *method, const uint8_t *req, size_t len,
-                         double timeout_s, uint8_t **resp, size_t *resp_len)
+static cpr_status unary(cpri_rpc *r, const char *method, const uint8_t *req, size_t len,
+                        double timeout_s, uint32_t flags, uint8_t **resp, size_t *resp_len)
 {
     grpc_completion_queue *cq = grpc_completion_queue_create_for_next(NULL);
     grpc_call *call = new_call(r, method, timeout_s, cq);
     grpc_op ops[3];
     memset(ops, 0, sizeof ops);
     ops[0].op = GRPC_OP_SEND_INITIAL_METADATA;
+    ops[0].flags = flags;
     ops[1].op = GRPC_OP_SEND_MESSAGE;
     ops[1].data.send_message.send_message = buffer_of(req, len);
     ops[2].op = GRPC_OP_SEND_CLOSE_FROM_CLIENT;
     cpr_status st = finish_call(r, method, call, cq, ops, 3, 1, resp, resp_len);
     free_call(call, cq);
     return st;
+}
+
+cpr_status cpri_rpc_unary(cpri_rpc *r, const char *method, const uint8_t *req, size_t len,
+                         double timeout_s, uint8_t **resp, size_t *resp_len)
+{
+    return unary(r, method, req, len, timeout_s, 0, resp, resp_len);
+}
+
+cpr_status cpri_rpc_unary_wait(cpri_rpc *r, const char *method, const uint8_t *req,
+                              size_t len, double timeout_s, uint8_t **resp, size_t *resp_len)
+{
+    return unary(r, method, req, len, timeout_s,
+                 GRPC_INITIAL_METADATA_WAIT_FOR_READY |
+                     GRPC_INITIAL_METADATA_WAIT_FOR_READY_EXPLICITLY_SET,
+                 resp, resp_len);
 }
 
 cpr_status cpri_rpc_stream_open(cpri_rpc *r, const char *method, double timeout_s,

@@ -26,9 +26,15 @@ typedef struct cpri_rpc_stream cpri_rpc_stream;
 cpr_status cpri_rpc_open(const char *host_port, cpri_rpc **out);
 void cpri_rpc_close(cpri_rpc *rpc);
 
-/* method: "/cpr.v1.Checkpoint/Begin" etc. *resp is malloc'd (caller frees). */
+/* method: "/cpr.v1.Checkpoint/Begin" etc. *resp is malloc'd (caller frees).
+ * A call fails fast (UNAVAILABLE) while the channel cannot connect. */
 cpr_status cpri_rpc_unary(cpri_rpc *rpc, const char *method, const uint8_t *req, size_t len,
                          double timeout_s, uint8_t **resp, size_t *resp_len);
+/* The same, but the call waits (up to its deadline) for the channel to
+ * connect instead of failing fast: for calls made off a caller's thread,
+ * such as a part's Begin sent by its sender (cpr_client_begin_async). */
+cpr_status cpri_rpc_unary_wait(cpri_rpc *rpc, const char *method, const uint8_t *req,
+                              size_t len, double timeout_s, uint8_t **resp, size_t *resp_len);
 
 /* Start a client stream. If it cannot start (no connection, or the server
  * ended the call at once), the call's own status is returned, with its

@@ -136,7 +136,9 @@ CPR_API cpr_status cpr_client_begin(cpr_client *client, const cpr_part_spec *spe
  * the shard's newest, a part that already exists, ...) fails the part: puts
  * then return that error and cpr_part_commit reports it, and a part the node
  * never began is never aborted or committed there (it may be another
- * writer's). Puts may be made at once; they are staged meanwhile.
+ * writer's). Puts may be made at once; they are staged meanwhile. Over
+ * gRPC the Begin waits for the channel to connect (up to call_timeout_s)
+ * rather than failing fast while the daemon is unreachable.
  */
 CPR_API cpr_status cpr_client_begin_async(cpr_client *client, const cpr_part_spec *spec,
                                           cpr_part **out);
