@@ -379,12 +379,9 @@ static void stage_shard(dlrm_ckpt *ck, uint32_t s, const cpr_estimate *e, int ha
                           .step = ck->fl.step, .num_shards = ck->shards,
                           .tables = ck->schemas, .n_tables = ck->tables};
     cpr_part *part = NULL;
-    /* Begin waits for its answer here. cpr_client_begin_async would take the
-     * round trip out of the stall, but measured in test_dlrm_ckpt it turns a
-     * daemon outage into more failed saves: its Begins, sent while the daemon
-     * is down, put the channel into gRPC's reconnect backoff, and the saves
-     * right after the restart then fail at once (docs/client.md). */
-    cpr_status st = cpr_client_begin(ck->client, &spec, &part);
+    /* The Begin goes out from the part's sender, off this thread (P6): the
+     * rows are staged while it is in flight. */
+    cpr_status st = cpr_client_begin_async(ck->client, &spec, &part);
     for (uint32_t t = 0; st == CPR_OK && t < ck->tables; t++)
         st = stage_table(ck, s, t, policy, part);
     if (st == CPR_OK && s == 0)
@@ -557,11 +554,23 @@ cpr_status dlrm_ckpt_drain(dlrm_ckpt *ck)
     return settle(ck);
 }
 
-/* After a recovery: DELTA and PRIORITY chains restart with FULL parts, and a
- * rewind reschedules the next save from the step training resumes at. */
-void dlrm_ckpt_after_recovery(dlrm_ckpt *ck, int rewound)
+/* After a recovery, the DELTA and PRIORITY chains of the shards that were
+ * restored restart with FULL parts: a restored shard may have parts newer
+ * than the state it was restored to, and a chain on top of them would bring
+ * rows of the state it left back at a later restore. After a rewind that is
+ * every shard (and the next save is scheduled from the step training resumes
+ * at); after a partial recovery, only the failed shards: the others kept
+ * their state and their chains. */
+void dlrm_ckpt_after_recovery(dlrm_ckpt *ck, int rewound, const uint32_t *failed,
+                              size_t n_failed)
 {
-    memset(ck->need_full, 1, ck->shards);
+    if (rewound || n_failed == 0) {
+        memset(ck->need_full, 1, ck->shards);
+    } else {
+        for (size_t i = 0; i < n_failed; i++)
+            if (failed[i] < ck->shards)
+                ck->need_full[failed[i]] = 1;
+    }
     if (rewound)
         ck->next_save_step = dlrm_model_step(ck->model) + ck->interval_steps;
 }

@@ -78,7 +78,8 @@ struct dlrm_ckpt {
 cpr_status dlrm_ckpt_drain(dlrm_ckpt *ck);
 double dlrm_ckpt_step_s(const dlrm_ckpt *ck);
 double dlrm_ckpt_exec_steps(const dlrm_ckpt *ck);
-void dlrm_ckpt_after_recovery(dlrm_ckpt *ck, int rewound);
+void dlrm_ckpt_after_recovery(dlrm_ckpt *ck, int rewound, const uint32_t *failed,
+                              size_t n_failed);
 cpr_recovery_mode dlrm_ckpt_decide_mode(dlrm_ckpt *ck, cpr_estimate *est, int *have_est);
 
 /* recover.c */

@@ -236,7 +236,7 @@ static cpr_status recover(dlrm_ckpt *ck, cpr_recovery_mode mode, const cpr_estim
         cpr_estimator_restarted(ck->est, ck->o.restart_s / step_s);
     st = emit_recovery(ck, plan, &res, load_s, lost_s, lost_events, failed, n_failed);
     cpr_recovery_plan_destroy(plan);
-    dlrm_ckpt_after_recovery(ck, rewound);
+    dlrm_ckpt_after_recovery(ck, rewound, failed, n_failed);
     return st;
 }
 
