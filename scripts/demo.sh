@@ -8,17 +8,30 @@
 # Each run writes a JSON event log; cpr-analyze turns them into the table,
 # var/report/summary.json and plots. Sized for a few minutes on 2 cores.
 #
+# The regime is a production scenario compressed in time (docs/results.md,
+# "The scenario"): a job of DEMO_JOB_H hours with a failure every
+# DEMO_MTBF_H hours and DEMO_RESTART_MIN minutes to reschedule after each.
+# The `none` run's compute time stands for the job's length; that fixes one
+# time-compression factor, and the failures expected over a run
+# (job / MTBF) and the restart cost (restart / factor) follow from it.
+# ckptd and the trainer run pinned to different cores when there are two.
+#
 # usage: scripts/demo.sh BUILD_DIR [DATA]
 # environment: DEMO_ROWS (synthetic lines, default 1000000), DEMO_SEED,
-#              DEMO_FAILURES (expected over a run, default 6), DEMO_SHARDS (8)
+#              DEMO_SHARDS (8), DEMO_JOB_H (48), DEMO_MTBF_H (7.9),
+#              DEMO_RESTART_MIN (5), DEMO_RESTART_S (overrides the scaled
+#              restart), DEMO_FAILURES (overrides job / MTBF)
 set -euo pipefail
 
 build=${1:?usage: scripts/demo.sh BUILD_DIR [DATA]}
 data=${2:-}
 rows=${DEMO_ROWS:-1000000}
 seed=${DEMO_SEED:-1}
-failures=${DEMO_FAILURES:-6}
 shards=${DEMO_SHARDS:-8}
+job_h=${DEMO_JOB_H:-48}
+mtbf_h=${DEMO_MTBF_H:-7.9}
+restart_min=${DEMO_RESTART_MIN:-5}
+failures=${DEMO_FAILURES:-$(awk -v j="$job_h" -v m="$mtbf_h" 'BEGIN { printf "%.4f", j / m }')}
 var=${DEMO_VAR:-var}
 strategies=(none full partial mfu ssu topk-norm)
 
@@ -56,7 +69,18 @@ fi
 fifo="$var/ckptd.fifo"
 rm -f "$fifo"
 mkfifo "$fifo"
-"$build/ckptd/ckptd" --listen 127.0.0.1:0 --data-dir "$var/ckptd" --log-level warn \
+# ckptd gets the last core and the trainer the first, as on separate hosts
+# (every run, `none` included, is pinned the same way).
+pin_ckptd=() pin_trainer=()
+ncpu=$(nproc 2>/dev/null || echo 1)
+if (( ncpu >= 2 )) && command -v taskset >/dev/null; then
+    pin_ckptd=(taskset -c $((ncpu - 1)))
+    pin_trainer=(taskset -c 0)
+    say "pinning: trainer on cpu 0, ckptd on cpu $((ncpu - 1))"
+else
+    say "not pinning ($ncpu cpu, taskset $(command -v taskset >/dev/null && echo found || echo missing))"
+fi
+"${pin_ckptd[@]}" "$build/ckptd/ckptd" --listen 127.0.0.1:0 --data-dir "$var/ckptd" --log-level warn \
     --gc-interval-s 10 \
     > "$fifo" 2> "$var/ckptd.log" &
 daemon_pid=$!
@@ -76,7 +100,8 @@ say "ckptd serves $addr (data in $var/ckptd)"
 # same model, data order and failure schedule for every strategy.
 common=(--data "$data" --epochs 1 --batch 256 --shards "$shards" --table-rows 50000
         --emb-dim 16 --seed "$seed" --holdout 0.1 --eval-max 40000 --log-every 200
-        --track all --restart-s "${DEMO_RESTART_S:-1}" --failure-seed "$seed" --quiet)
+        --track all --failure-seed "$seed" --quiet)
+restart_s=${DEMO_RESTART_S:-}
 i=0
 for s in "${strategies[@]}"; do
     i=$((i + 1))
@@ -85,10 +110,28 @@ for s in "${strategies[@]}"; do
     start=$(date +%s)
     case "$s" in
     none) args=() ;;
-    *) args=(--ckpt "grpc://$addr" --job "demo-$s" --policy "$s" --failures "$failures") ;;
+    *) args=(--ckpt "grpc://$addr" --job "demo-$s" --policy "$s" --failures "$failures"
+             --restart-s "$restart_s") ;;
     esac
-    "$build/examples/dlrm/cpr-dlrm" "${common[@]}" "${args[@]}" --json-log "$log"
+    "${pin_trainer[@]}" "$build/examples/dlrm/cpr-dlrm" "${common[@]}" "${args[@]}" --json-log "$log"
     say "[$i/${#strategies[@]}] $s done in $(( $(date +%s) - start )) s"
+    if [[ "$s" == none ]]; then
+        # The failure-free run is the job: its compute time is DEMO_JOB_H hours.
+        compute_s=$(sed -n 's/.*"event":"summary".*"compute_s":\([0-9.eE+-]*\).*/\1/p' "$log")
+        [[ -n "$compute_s" ]] || { say "no compute_s in $log"; exit 1; }
+        scenario=$(awk -v c="$compute_s" -v j="$job_h" -v m="$mtbf_h" -v r="$restart_min" \
+            -v f="$failures" -v rs="$restart_s" 'BEGIN {
+                k = j * 3600 / c; if (rs == "") rs = r * 60 / k
+                printf "%.6g %.6g %.6g", k, rs, c / f }')
+        read -r factor restart_s mtbf_s <<< "$scenario"
+        say "scenario: job ${job_h} h, MTBF ${mtbf_h} h, restart ${restart_min} min;" \
+            "the job is ${compute_s} s here, so 1 s here = ${factor} s there:" \
+            "${failures} failures expected, MTBF ${mtbf_s} s, restart ${restart_s} s"
+        printf '{"job_h":%s,"mtbf_h":%s,"restart_min":%s,"none_compute_s":%s,"compression":%s,"failures_expected":%s,"mtbf_s":%s,"restart_s":%s,"pinned":%s}\n' \
+            "$job_h" "$mtbf_h" "$restart_min" "$compute_s" "$factor" "$failures" "$mtbf_s" \
+            "$restart_s" "$([[ ${#pin_trainer[@]} -gt 0 ]] && echo true || echo false)" \
+            > "$var/report/scenario.json"
+    fi
 done
 
 # ---- the report -------------------------------------------------------------------------
