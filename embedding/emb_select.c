@@ -63,12 +63,12 @@ static void first_pass(const cpr_emb *t, uint32_t shard, const void *keys, const
     unsigned shift = 32 - r->bits;
     memset(r->hist, 0, r->buckets * sizeof *r->hist);
     memset(small, 0, SMALL_KEYS * sizeof *small);
-    /* Branch-free: whether a row was used is a coin toss to the predictor. */
     for (uint64_t i = 0; i < n; i++, row += stride) {
         uint32_t key = key_at(keys, row);
-        uint64_t used = key != 0;
-        r->hist[key >> shift] += used;
-        small[key < SMALL_KEYS - 1 ? key : SMALL_KEYS - 1] += used;
+        if (key == 0)
+            continue;
+        r->hist[key >> shift]++;
+        small[key < SMALL_KEYS - 1 ? key : SMALL_KEYS - 1]++;
     }
 }
 
@@ -137,15 +137,14 @@ cpr_status cpri_emb_topk(const cpr_emb *t, uint32_t shard, const void *keys, uin
     } else if (nonzero > k) { /* find the k-th largest key: threshold, and how many ties */
         threshold = kth_key(t, shard, keys, &r, k, &ties);
     }
-    /* Branch-free as well: ids[out] is written on every row (out < k, so
-     * within the caller's room) and kept when the row is taken; ties go to
-     * lower ids first. */
     for (uint64_t i = 0; i < n && out < k; i++, row += stride) {
         uint32_t key = key_at(keys, row);
-        uint64_t tie = (uint64_t)(key == threshold) & (key != 0) & (ties > 0);
-        ids[out] = row;
-        out += (key > threshold) | tie;
-        ties -= tie;
+        if (key > threshold) {
+            ids[out++] = row;
+        } else if (key == threshold && key != 0 && ties > 0) { /* lower ids first */
+            ids[out++] = row;
+            ties--;
+        }
     }
     if (r.hist != narrow)
         free(r.hist);
