@@ -145,6 +145,7 @@ cpr_status cpr_emb_create(const cpr_emb_config *config, cpr_emb **out)
     t->state_dim = t->cfg.optimizer == CPR_OPT_SGD ? 0
                    : t->cfg.optimizer == CPR_OPT_ROWWISE_ADAGRAD ? 1 : t->cfg.dim;
     t->range_rows = (t->cfg.rows + t->cfg.num_shards - 1) / t->cfg.num_shards;
+    t->ssu_threshold = cpri_emb_ssu_threshold(t->cfg.ssu_rate);
     st = DISPATCH(t, create, t);
     if (st) {
         free(t);
@@ -256,6 +257,17 @@ static cpr_status budget_rows(const cpr_emb *t, uint32_t shard, cpr_budget b, ui
         *rows = b.rows < shard_rows ? b.rows : shard_rows;
     else
         *rows = (uint64_t)ceil(b.fraction * (double)shard_rows);
+    return CPR_OK;
+}
+
+cpr_status cpr_emb_set_ssu_rate(cpr_emb *t, double rate)
+{
+    if (!t)
+        return cpr_fail(CPR_INVALID_ARGUMENT, "table is NULL");
+    if (!(rate >= 0.0 && rate <= 1.0))
+        return cpr_fail(CPR_INVALID_ARGUMENT, "ssu_rate %g: give a probability in [0, 1]", rate);
+    t->cfg.ssu_rate = rate;
+    t->ssu_threshold = cpri_emb_ssu_threshold(rate);
     return CPR_OK;
 }
 

@@ -62,7 +62,7 @@ typedef struct cpu_table {
     shard_ctr *shards;
     pending *open;
     pending *spare;         /* the arrays of an ended save, kept for the next (E1) */
-    uint64_t calls, ssu_threshold;
+    uint64_t calls;
     occ *occs;
     size_t occ_cap;
     float *gsum;
@@ -159,8 +159,6 @@ cpr_status cpri_emb_cpu_create(cpr_emb *t)
     for (uint64_t r = 0; r < c->rows; r++)
         for (uint32_t j = 0; j < c->dim; j++)
             b->weights[r * c->dim + j] = cpri_emb_init_value(c->seed, r, j, c->init_scale);
-    b->ssu_threshold = c->ssu_rate >= 1.0 ? UINT64_MAX
-                                          : (uint64_t)(c->ssu_rate * 18446744073709551616.0);
     return CPR_OK;
 }
 
@@ -332,7 +330,7 @@ static void track_row(cpr_emb *t, uint64_t row, const occ *first, size_t n_occ, 
     if (b->ssu.member && !cpri_emb_ssu_is_member(&b->ssu, row)) {
         for (size_t k = 0; k < n_occ; k++) {
             uint64_t pos = (uint64_t)first[k].pos_hi << 32 | first[k].pos_lo;
-            if (cpri_emb_sampled(t->cfg.seed, b->calls, pos, b->ssu_threshold)) {
+            if (cpri_emb_sampled(t->cfg.seed, b->calls, pos, t->ssu_threshold)) {
                 cpri_emb_ssu_add(&b->ssu, shard, row);
                 break;
             }

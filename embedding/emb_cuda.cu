@@ -229,8 +229,6 @@ extern "C" cpr_status cpri_emb_cuda_create(cpr_emb *t)
         b->weights, c->rows, c->dim, c->seed, c->init_scale);
     CHECK_LAUNCH();
     CHECK(cudaStreamSynchronize(b->stream));
-    b->ssu_threshold = c->ssu_rate >= 1.0 ? UINT64_MAX
-                                          : (uint64_t)(c->ssu_rate * 18446744073709551616.0);
 out:
     if (st)
         cpri_emb_cuda_destroy(t);
@@ -633,7 +631,7 @@ static backward_args backward_args_of(const cpr_emb *t, const emb_cuda_table *b,
     a.track = t->cfg.track;
     a.seed = t->cfg.seed;
     a.call = b->calls;
-    a.threshold = b->ssu_threshold;
+    a.threshold = t->ssu_threshold;
     a.grad = grad;
     a.first = first;
     a.bag_of = s->bag_of;

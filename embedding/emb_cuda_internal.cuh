@@ -96,7 +96,7 @@ typedef struct emb_cuda_table {
     cpri_emb_ssu ssu;        /* the SSU sample, host memory (emb_ssu.c, as the CPU) */
     emb_shard_host *shards;
     emb_pending *open;      /* open saves */
-    uint64_t calls, ssu_threshold;
+    uint64_t calls;
     ull *pinned_small;      /* a few pinned words for results read back */
     void *pinned;           /* EMB_STAGING_BYTES of pinned staging, on first use */
 } emb_cuda_table;

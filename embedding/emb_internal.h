@@ -27,6 +27,7 @@ struct cpr_emb {
     void *backend;             /* emb_cpu.c / emb_cuda.cu private state */
     uint64_t *spare_ids;       /* an ended save's ids array, kept for the next (E1) */
     size_t spare_cap;
+    uint64_t ssu_threshold;    /* cfg.ssu_rate * 2^64, saturated; read by every backward */
 };
 
 struct cpr_emb_save {
@@ -91,6 +92,12 @@ static inline float cpri_emb_init_value(uint64_t seed, uint64_t row, uint32_t j,
     uint64_t h = cpri_emb_mix64(cpri_emb_mix64(seed ^ 0x5eedULL) ^ cpri_emb_mix64(row) ^ j);
     double u = (double)(h >> 11) * (1.0 / 9007199254740992.0); /* [0, 1) */
     return (float)((2.0 * u - 1.0) * scale);
+}
+
+/* An SSU rate in [0, 1] as the sampling threshold (rate * 2^64, saturated). */
+static inline uint64_t cpri_emb_ssu_threshold(double rate)
+{
+    return rate >= 1.0 ? UINT64_MAX : (uint64_t)(rate * 18446744073709551616.0);
 }
 
 /* SSU: is occurrence `pos` of backward call `call` sampled at `threshold`

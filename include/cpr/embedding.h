@@ -147,6 +147,16 @@ typedef struct cpr_emb_stats {
 
 CPR_API cpr_status cpr_emb_stats_get(const cpr_emb *table, uint32_t shard, cpr_emb_stats *out);
 
+/*
+ * Change the probability that an access is sampled into the SSU sample, from
+ * the next backward on (rate in [0, 1]; 0 samples nothing). A trainer that
+ * knows how many accesses an interval between saves brings sets it so that
+ * each save is offered about twice its budget of sampled rows (the rule of
+ * docs/model.md); the sample keeps what it holds. CPR_INVALID_ARGUMENT for a
+ * rate outside [0, 1] or NaN.
+ */
+CPR_API cpr_status cpr_emb_set_ssu_rate(cpr_emb *table, double rate);
+
 /* Bytes of tracker memory per row for the tracker bits in `track`
  * (documented overhead; SSU adds 8 bytes per sampled row). */
 CPR_API double cpr_emb_tracker_bytes_per_row(unsigned track);

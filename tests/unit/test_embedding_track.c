@@ -560,6 +560,30 @@ static void test_ssu_rate(void **unused)
     }
     assert_int_equal(tl_stats(t, 0).sampled_rows, 50); /* ~800 candidates a call */
     cpr_emb_destroy(t);
+
+    /* cpr_emb_set_ssu_rate: 0 samples nothing from then on, 1 every access;
+     * what the sample holds stays; bad rates are refused and change nothing. */
+    c.ssu_capacity = 40000;
+    t = tl_create(&c);
+    for (size_t i = 0; i < n; i++)
+        idx[i] = (int64_t)(i * 5);
+    assert_status(CPR_OK, cpr_emb_backward(t, idx, n, &off, 1, CPR_POOL_SUM, &g));
+    uint64_t held = tl_stats(t, 0).sampled_rows + tl_stats(t, 1).sampled_rows;
+    assert_true(held > 0);
+    assert_status(CPR_INVALID_ARGUMENT, cpr_emb_set_ssu_rate(t, 1.5));
+    assert_status(CPR_INVALID_ARGUMENT, cpr_emb_set_ssu_rate(t, NAN));
+    assert_status(CPR_INVALID_ARGUMENT, cpr_emb_set_ssu_rate(NULL, 0.5));
+    assert_status(CPR_OK, cpr_emb_set_ssu_rate(t, 0.0));
+    for (size_t i = 0; i < n; i++)
+        idx[i] = (int64_t)(i * 5 + 1);
+    assert_status(CPR_OK, cpr_emb_backward(t, idx, n, &off, 1, CPR_POOL_SUM, &g));
+    assert_int_equal(tl_stats(t, 0).sampled_rows + tl_stats(t, 1).sampled_rows, held);
+    assert_status(CPR_OK, cpr_emb_set_ssu_rate(t, 1.0));
+    for (size_t i = 0; i < n; i++)
+        idx[i] = (int64_t)(i * 5 + 2);
+    assert_status(CPR_OK, cpr_emb_backward(t, idx, n, &off, 1, CPR_POOL_SUM, &g));
+    assert_int_equal(tl_stats(t, 0).sampled_rows + tl_stats(t, 1).sampled_rows, held + n);
+    cpr_emb_destroy(t);
     free(idx);
 }
 
