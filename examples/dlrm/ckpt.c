@@ -154,8 +154,9 @@ static cpr_status alloc_tables(dlrm_ckpt *ck)
     ck->fl.status = calloc(ck->shards, sizeof *ck->fl.status);
     ck->fl.kinds = calloc(ck->shards, sizeof *ck->fl.kinds);
     ck->fl.saves = calloc((size_t)ck->shards * ck->tables, sizeof *ck->fl.saves);
+    ck->table_events = calloc(ck->tables, sizeof *ck->table_events);
     if (!ck->schemas || !ck->need_full || !ck->fl.parts || !ck->fl.status || !ck->fl.kinds ||
-        !ck->fl.saves)
+        !ck->fl.saves || !ck->table_events)
         return cpr_fail(CPR_NO_MEMORY, "out of memory for the checkpointer");
     memset(ck->need_full, 1, ck->shards);
     uint64_t most = 0;
@@ -240,6 +241,7 @@ void dlrm_ckpt_destroy(dlrm_ckpt *ck)
     free(ck->fl.saves);
     free(ck->schemas);
     free(ck->need_full);
+    free(ck->table_events);
     free(ck->ids);
     free(ck->values);
     free(ck->state);
@@ -416,17 +418,44 @@ static void *commit_main(void *arg)
     return NULL;
 }
 
+/* The SSU sampling rate of a table whose shards saw `accesses` update
+ * events a step, for saves `interval` steps apart: each save is offered
+ * about twice its budget (fraction of the table's rows) of sampled rows, the
+ * rule cpr-analyze simulate uses (docs/model.md). A fixed rate (the 1%
+ * default) offers a short interval far fewer rows than its budget, and SSU's
+ * PLS then grows without bound whatever the interval. */
+static double ssu_rate_for(double fraction, uint64_t rows, double accesses, uint64_t interval)
+{
+    if (!(accesses > 0) || interval == 0)
+        return 1.0;
+    double rate = 2.0 * fraction * (double)rows / (accesses * (double)interval);
+    return rate < 1.0 ? rate : 1.0;
+}
+
 static void report_tracked(dlrm_ckpt *ck)
 {
     uint64_t events = 0, unsaved = 0;
-    for (uint32_t t = 0; t < ck->tables; t++)
+    for (uint32_t t = 0; t < ck->tables; t++) {
+        uint64_t table_events = 0;
         for (uint32_t s = 0; s < ck->shards; s++) {
             cpr_emb_stats es;
             if (cpr_emb_stats_get(dlrm_model_table(ck->model, t), s, &es) == CPR_OK) {
-                events += es.update_events;
+                table_events += es.update_events;
                 unsaved += es.unsaved_events;
             }
         }
+        events += table_events;
+        double now = dlrm_ckpt_exec_steps(ck), steps = now - ck->table_events_step;
+        if (steps > 0 && ck->table_events_step > 0 && ck->o.ssu_rate_auto &&
+            table_events >= ck->table_events[t]) {
+            double accesses = (double)(table_events - ck->table_events[t]) / steps;
+            cpr_emb_set_ssu_rate(dlrm_model_table(ck->model, t),
+                                 ssu_rate_for(ck->o.fraction, ck->schemas[t].rows, accesses,
+                                              ck->interval_steps));
+        }
+        ck->table_events[t] = table_events;
+    }
+    ck->table_events_step = dlrm_ckpt_exec_steps(ck);
     cpr_estimator_tracked(ck->est, dlrm_ckpt_exec_steps(ck), events, unsaved);
 }
 

@@ -58,6 +58,8 @@ typedef struct dlrm_ckpt_options {
     const char *job;              /* ["dlrm"] */
     dlrm_ckpt_policy policy;      /* [FULL] */
     double fraction;              /* prioritized budget r in (0, 1] [0.125] */
+    int ssu_rate_auto;            /* 1: set each table's SSU rate at every save
+                                     from its accesses (see ssu_rate_for) */
     uint64_t interval_steps;      /* base (full-size) interval; 0: derived */
     uint32_t full_every;          /* DELTA / prioritized: a FULL part every this
                                      many saves [8 for delta; 0 = first only] */

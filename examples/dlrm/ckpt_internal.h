@@ -58,6 +58,10 @@ struct dlrm_ckpt {
     float *values, *state;
     size_t scratch_rows;
     uint8_t *need_full;       /* per shard: next save must be FULL */
+    /* The SSU sampling rate follows the accesses (ssu_rate_for): each table's
+     * update events at the previous save, and the step of that save. */
+    uint64_t *table_events;
+    double table_events_step;
     ckpt_flight fl;
     uint64_t next_id, next_save_step, saves_done, interval_steps;
     /* What a save's background costs training: the wall time between two

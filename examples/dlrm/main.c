@@ -62,6 +62,9 @@ static void usage(FILE *out)
           "  --track LIST           table trackers: none, all, or a comma list of\n"
           "                         counts,dirty,ssu,norm (default none)\n"
           "  --device D             tables on cpu, cuda or auto (default cpu)\n"
+          "  --ssu-rate P           SSU: probability an access is sampled (default:\n"
+          "                         set at each save so that the next is offered\n"
+          "                         about twice its budget of rows)\n"
           "\n"
           "checkpoints and recovery (docs/dlrm.md):\n"
           "  --ckpt TARGET          grpc://HOST:PORT[,...] (ckptd) or local:///PATH;\n"
@@ -262,6 +265,8 @@ static int set_number_flag(options *o, const char *flag, const char *v)
     }
     if (strcmp(flag, "--holdout") == 0)
         return dlrm_flag_number(flag, v, 0, 1, "[)", &o->data.holdout);
+    if (strcmp(flag, "--ssu-rate") == 0)
+        return dlrm_flag_number(flag, v, 0, 1, "(]", &o->model.ssu_rate);
     return set_count_flag(o, flag, v);
 }
 
@@ -269,7 +274,7 @@ static const char *const VALUE_FLAGS[] = {
     "--data", "--json-log", "--bottom", "--top", "--track", "--optimizer",
     "--emb-optimizer", "--shard-scheme", "--device", "--steps", "--epochs", "--batch",
     "--lr", "--emb-lr", "--emb-dim", "--table-rows", "--tables", "--shards", "--seed",
-    "--eval-every", "--eval-max", "--log-every", "--shuffle-window", "--holdout",
+    "--eval-every", "--eval-max", "--log-every", "--shuffle-window", "--holdout", "--ssu-rate",
     "--ckpt", "--job", "--policy", "--ckpt-interval-steps", "--fraction", "--full-every",
     "--recovery", "--restart-s", "--target-pls", "--ckpt-timeout-s", "--crash-at-step",
     "--mtbf-steps", "--failures", "--failure-dist", "--weibull-shape", "--failure-seed",
@@ -419,6 +424,7 @@ static int finish_options(options *o)
         o->ckpt.recovery = dlrm_ckpt_default_recovery(o->ckpt.policy);
     if (o->ckpt.target || o->mtbf_steps > 0 || o->failures_expected > 0)
         o->model.track |= dlrm_ckpt_policy_track(o->ckpt.policy);
+    o->ckpt.ssu_rate_auto = o->model.ssu_rate == 0;
     if (!o->have_emb_lr)
         o->model.emb_lr = o->model.lr;
     if (!o->bottom_spec) /* 13-64-D follows --emb-dim */
