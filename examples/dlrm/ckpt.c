@@ -459,7 +459,16 @@ static void report_tracked(dlrm_ckpt *ck)
     cpr_estimator_tracked(ck->est, dlrm_ckpt_exec_steps(ck), events, unsaved);
 }
 
+/* Select, snapshot and stage a save, then commit it on the flight's thread
+ * (not started when `hold`: --crash-mid-save dies with the save staged). */
+static cpr_status start_save_held(dlrm_ckpt *ck, int hold);
+
 static cpr_status start_save(dlrm_ckpt *ck)
+{
+    return start_save_held(ck, 0);
+}
+
+static cpr_status start_save_held(dlrm_ckpt *ck, int hold)
 {
     cpr_estimate e;
     int have = 0;
@@ -482,6 +491,8 @@ static cpr_status start_save(dlrm_ckpt *ck)
     report_tracked(ck);
     if (ck->o.staged)
         ck->o.staged(ck->o.staged_ctx, fl->checkpoint);
+    if (hold)
+        return CPR_OK;
     if (pthread_create(&fl->thread, NULL, commit_main, ck) != 0) {
         commit_main(ck); /* no thread: commit inline rather than lose the save */
         fl->done = 1;
@@ -636,6 +647,15 @@ static cpr_status after_step(void *ctx, dlrm_trainer *trainer)
         ck->next_save_step = step + ck->interval_steps;
         if (st == CPR_OK && ck->o.sync)
             st = dlrm_ckpt_drain(ck);
+    }
+    if (st == CPR_OK && ck->o.crash_at_step && step == ck->o.crash_at_step &&
+        ck->o.crash_mid_save && ck->client) {
+        if (!ck->fl.active)
+            st = start_save_held(ck, 1);
+        dlrm_log(DLRM_LOG_WARN, "crashing on purpose after step %llu with checkpoint %llu "
+                 "staged (--crash-mid-save)", (unsigned long long)step,
+                 (unsigned long long)ck->fl.checkpoint);
+        raise(SIGKILL);
     }
     if (st == CPR_OK && ck->o.crash_at_step && step == ck->o.crash_at_step) {
         st = dlrm_ckpt_drain(ck);

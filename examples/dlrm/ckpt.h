@@ -74,6 +74,8 @@ typedef struct dlrm_ckpt_options {
     double timeout_s;             /* client deadlines [30] */
     uint64_t crash_at_step;       /* > 0: drain saves, then SIGKILL this process
                                      after that step (a real trainer fault) */
+    int crash_mid_save;           /* with crash_at_step: SIGKILL with a save staged
+                                     and not committed, instead of draining */
     int sync;                     /* 1: wait for each save's commit before training
                                      on (save points independent of storage speed;
                                      the wait counts as stall) */

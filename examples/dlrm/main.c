@@ -88,6 +88,9 @@ static void usage(FILE *out)
           "  --resume               continue the job from its latest consistent cut\n"
           "  --crash-at-step N      SIGKILL this process after step N (after draining\n"
           "                         the save in flight): a real trainer fault\n"
+          "  --crash-mid-save       with --crash-at-step: die with a save staged and\n"
+          "                         not committed (one is started if none is in\n"
+          "                         flight) instead of draining it\n"
           "\n"
           "failure injection:\n"
           "  --mtbf-steps M         mean executed steps between shard failures\n"
@@ -381,6 +384,10 @@ static int parse_one(int argc, char **argv, int *i, options *o)
     }
     if (strcmp(arg, "--ckpt-sync") == 0) {
         o->ckpt.sync = 1;
+        return 0;
+    }
+    if (strcmp(arg, "--crash-mid-save") == 0) {
+        o->ckpt.crash_mid_save = 1;
         return 0;
     }
     for (int f = 0; VALUE_FLAGS[f]; f++) {

@@ -513,6 +513,69 @@ static void test_trainer_killed_and_resumed(void **state)
     ch_stop(&fx->d);
 }
 
+/* A trainer killed with a save staged and not committed (--crash-mid-save:
+ * saves at steps 1, 11, ..., 51 committed, checkpoint 7 staged at step 55,
+ * its Begins sent, SIGKILL before its commit): nothing of checkpoint 7 is
+ * committed or in a cut, and a resumed run goes on from checkpoint 6 (step
+ * 51) to the AUC of an uninterrupted run. */
+static void test_trainer_killed_mid_save(void **state)
+{
+    (void)state;
+    start_daemon("midsave");
+    char base_log[600], crash_log[600], resume_log[600];
+    snprintf(base_log, sizeof base_log, "%s/mid-base.jsonl", fx->dir);
+    snprintf(crash_log, sizeof crash_log, "%s/mid-crash.jsonl", fx->dir);
+    snprintf(resume_log, sizeof resume_log, "%s/mid-resume.jsonl", fx->dir);
+    int status = run_cli(base_log, NULL);
+    assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    const char *crash[] = {"--ckpt", fx->target, "--job", "midsave", "--policy", "full",
+                           "--ckpt-interval-steps", "10", "--ckpt-sync", "--crash-at-step", "55",
+                           "--crash-mid-save", NULL};
+    status = run_cli(crash_log, crash);
+    assert_true(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
+    cpr_client *c = NULL;
+    cpr_part_info *parts = NULL;
+    size_t n = 0;
+    uint64_t cut = 0;
+    assert_status(CPR_OK, cpr_client_open(fx->target, NULL, &c));
+    assert_status(CPR_OK, cpr_client_list(c, "midsave", &parts, &n));
+    size_t committed = 0;
+    for (size_t i = 0; i < n; i++) {
+        assert_true(parts[i].checkpoint <= 7);
+        if (parts[i].checkpoint == 7)
+            assert_false(parts[i].committed); /* begun at most, never committed */
+        committed += parts[i].committed != 0;
+    }
+    assert_int_equal(committed, 6 * 2); /* checkpoints 1..6, two shards each */
+    free(parts);
+    assert_status(CPR_OK, cpr_client_latest_cut(c, "midsave", &cut));
+    assert_int_equal(cut, 6);
+    const char *resume[] = {"--ckpt", fx->target, "--job", "midsave", "--policy", "full",
+                            "--ckpt-interval-steps", "10", "--ckpt-sync", "--resume", NULL};
+    status = run_cli(resume_log, resume);
+    assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    cpri_json *rec = last_event(resume_log, "recovery");
+    assert_non_null(rec);
+    assert_true(number(rec, "cut") == 6);
+    assert_true(number(rec, "step") == 51);
+    cpri_json_free(rec);
+    cpri_json *a = last_event(base_log, "summary"), *b = last_event(resume_log, "summary");
+    assert_non_null(a);
+    assert_non_null(b);
+    assert_true(number(b, "steps") == 80 - 51);
+    assert_true(number(a, "auc") == number(b, "auc"));
+    cpri_json_free(a);
+    cpri_json_free(b);
+    /* The resumed run numbered its saves past the dead one's: 7 stays uncommitted. */
+    assert_status(CPR_OK, cpr_client_list(c, "midsave", &parts, &n));
+    for (size_t i = 0; i < n; i++)
+        if (parts[i].checkpoint == 7)
+            assert_false(parts[i].committed);
+    free(parts);
+    cpr_client_close(c);
+    ch_stop(&fx->d);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -520,6 +583,7 @@ int main(void)
         cmocka_unit_test(test_full_recovery_recomputes),
         cmocka_unit_test(test_ckptd_killed_mid_save),
         cmocka_unit_test(test_trainer_killed_and_resumed),
+        cmocka_unit_test(test_trainer_killed_mid_save),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
