@@ -58,6 +58,9 @@ typedef struct dlrm_ckpt_options {
     const char *job;              /* ["dlrm"] */
     dlrm_ckpt_policy policy;      /* [FULL] */
     double fraction;              /* prioritized budget r in (0, 1] [0.125] */
+    double staging_mb;            /* host memory for staged saves, MiB; 0: two
+                                     whole FULL saves. A save larger than what
+                                     is free waits for the wire (stall) */
     int ssu_rate_auto;            /* 1: set each table's SSU rate at every save
                                      from its accesses (see ssu_rate_for) */
     uint64_t interval_steps;      /* base (full-size) interval; 0: derived */

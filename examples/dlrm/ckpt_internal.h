@@ -58,6 +58,8 @@ struct dlrm_ckpt {
     float *values, *state;
     size_t scratch_rows;
     uint8_t *need_full;       /* per shard: next save must be FULL */
+    uint64_t staging_bytes;   /* the client's staging budget */
+    int warned_budget;        /* a save over the budget was logged */
     /* The SSU sampling rate follows the accesses (ssu_rate_for): each table's
      * update events at the previous save, and the step of that save. */
     uint64_t *table_events;

@@ -86,6 +86,9 @@ static void usage(FILE *out)
           "  --ckpt-sync            wait for each save's commit (reproducible save\n"
           "                         points; the wait counts as stall)\n"
           "  --resume               continue the job from its latest consistent cut\n"
+          "  --staging-mb M         host memory for staged saves (default: two whole\n"
+          "                         FULL saves); a save that does not fit waits for\n"
+          "                         the wire, counted as stall\n"
           "  --crash-at-step N      SIGKILL this process after step N (after draining\n"
           "                         the save in flight): a real trainer fault\n"
           "  --crash-mid-save       with --crash-at-step: die with a save staged and\n"
@@ -268,6 +271,8 @@ static int set_number_flag(options *o, const char *flag, const char *v)
     }
     if (strcmp(flag, "--holdout") == 0)
         return dlrm_flag_number(flag, v, 0, 1, "[)", &o->data.holdout);
+    if (strcmp(flag, "--staging-mb") == 0)
+        return dlrm_flag_number(flag, v, 0, 1e7, "(]", &o->ckpt.staging_mb);
     if (strcmp(flag, "--ssu-rate") == 0)
         return dlrm_flag_number(flag, v, 0, 1, "(]", &o->model.ssu_rate);
     return set_count_flag(o, flag, v);
@@ -277,7 +282,7 @@ static const char *const VALUE_FLAGS[] = {
     "--data", "--json-log", "--bottom", "--top", "--track", "--optimizer",
     "--emb-optimizer", "--shard-scheme", "--device", "--steps", "--epochs", "--batch",
     "--lr", "--emb-lr", "--emb-dim", "--table-rows", "--tables", "--shards", "--seed",
-    "--eval-every", "--eval-max", "--log-every", "--shuffle-window", "--holdout", "--ssu-rate",
+    "--eval-every", "--eval-max", "--log-every", "--shuffle-window", "--holdout", "--ssu-rate", "--staging-mb",
     "--ckpt", "--job", "--policy", "--ckpt-interval-steps", "--fraction", "--full-every",
     "--recovery", "--restart-s", "--target-pls", "--ckpt-timeout-s", "--crash-at-step",
     "--mtbf-steps", "--failures", "--failure-dist", "--weibull-shape", "--failure-seed",

@@ -576,6 +576,60 @@ static void test_trainer_killed_mid_save(void **state)
     ch_stop(&fx->d);
 }
 
+/* Saves larger than the staging budget (--staging-mb 2, the client's least,
+ * against FULL saves of 8 x 20,000 rows, 4.5 MB): the documented policy is to
+ * wait for the wire, never to grow. Every save commits whole, every event
+ * says within_budget: false, and each checkpoint holds every row. */
+static void test_save_over_staging_budget(void **state)
+{
+    (void)state;
+    start_daemon("budget");
+    char log[600];
+    snprintf(log, sizeof log, "%s/budget.jsonl", fx->dir);
+    const char *extra[] = {"--ckpt", fx->target, "--job", "budget", "--policy", "full",
+                           "--ckpt-interval-steps", "10", "--ckpt-sync", "--table-rows", "20000",
+                           "--staging-mb", "2", NULL};
+    int status = run_cli(log, extra);
+    assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    FILE *f = fopen(log, "r");
+    assert_non_null(f);
+    char *line = NULL;
+    size_t cap = 0, events = 0;
+    while (getline(&line, &cap, f) > 0) {
+        cpri_json *ev = cpri_json_parse(line);
+        const char *name = NULL;
+        int flag = -1;
+        assert_non_null(ev);
+        if (cpri_json_get_string(ev, "event", &name) == 0 && strcmp(name, "checkpoint") == 0) {
+            events++;
+            assert_int_equal(cpri_json_get_bool(ev, "committed", &flag), 0);
+            assert_int_equal(flag, 1);
+            assert_int_equal(cpri_json_get_bool(ev, "within_budget", &flag), 0);
+            assert_int_equal(flag, 0);
+            assert_true(number(ev, "bytes") > 2.0 * 1048576);
+        }
+        cpri_json_free(ev);
+    }
+    free(line);
+    fclose(f);
+    assert_int_equal(events, 8); /* steps 1, 11, ..., 71 */
+    cpr_client *c = NULL;
+    cpr_part_info *parts = NULL;
+    size_t n = 0;
+    assert_status(CPR_OK, cpr_client_open(fx->target, NULL, &c));
+    assert_status(CPR_OK, cpr_client_list(c, "budget", &parts, &n));
+    uint64_t rows[9] = {0};
+    for (size_t i = 0; i < n; i++) {
+        assert_true(parts[i].committed && parts[i].checkpoint >= 1 && parts[i].checkpoint <= 8);
+        rows[parts[i].checkpoint] += parts[i].rows;
+    }
+    for (int k = 1; k <= 8; k++)
+        assert_int_equal(rows[k], 8 * 20000);
+    free(parts);
+    cpr_client_close(c);
+    ch_stop(&fx->d);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -584,6 +638,7 @@ int main(void)
         cmocka_unit_test(test_ckptd_killed_mid_save),
         cmocka_unit_test(test_trainer_killed_and_resumed),
         cmocka_unit_test(test_trainer_killed_mid_save),
+        cmocka_unit_test(test_save_over_staging_budget),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
