@@ -8,7 +8,7 @@
  * TOPK_NORM) and round, a few more batches are trained and one save is taken
  * the way the reference trainer takes it between two steps:
  *
- *   select -> cpr_emb_save_begin -> cpr_client_begin -> cpr_part_put_gather
+ *   select -> cpr_emb_save_begin -> cpr_client_begin_async -> cpr_part_put_gather
  *
  * That is the stall: when it returns, the rows are a snapshot in the
  * client's staging and training may update the table again. Streaming and
@@ -209,7 +209,7 @@ static cpr_status save_once(const save_opts *o, trainer *t, saver *s, cpr_policy
     if (st == CPR_OK)
         st = cpr_emb_save_begin(t->table, 0, policy, s->ids, n, &save);
     if (st == CPR_OK)
-        st = cpr_client_begin(s->client, &spec, &part);
+        st = cpr_client_begin_async(s->client, &spec, &part); /* Begin: the sender */
     double t2 = cpri_now_s();
     if (st == CPR_OK)
         st = cpr_emb_view(t->table, &view);
