@@ -40,13 +40,16 @@ typedef struct model_flags {
 
 /*
  * One model flag at argv[*i] (--mtbf-hours, --shards, --save-s, --load-s,
- * --restart-s, --job-hours, --target-pls, --formula): 1 taken, 0 not a model
+ * --restart-s, --job-hours, --target-pls, --formula, --background-s,
+ * --background-cost-s, --max-background-share): 1 taken, 0 not a model
  * flag, -1 error printed (naming the flag).
  */
 int model_flag_parse(int argc, char **argv, int *i, model_flags *m);
 /* 0 if every required model flag was given, else -1 with the missing flag
  * named (`cmd` prefixes the message). */
 int model_flags_complete(const model_flags *m, const char *cmd);
+/* max_background_share, or the default when it was not given. */
+double model_background_share(const cpr_model_params *p);
 /* The plan object of `plan --json` (keys exactly as docs/model.md lists). */
 cpri_json *plan_json(const cpr_model_plan *plan);
 
@@ -115,6 +118,11 @@ typedef struct sim_result {
     uint64_t trials;
     sim_stat overhead_frac, pls;
     double save_frac, load_frac, lost_frac, restart_frac, failures; /* means */
+    double background_frac;   /* mean training time the saves' background took */
+    double background_share;  /* b/t: one save's background time over the time
+                                 between saves */
+    int back_to_back;         /* b/t >= 1: a save's background has not landed
+                                 when the next save is due */
     double model_overhead_frac, model_pls; /* the closed form at this interval */
 } sim_result;
 
@@ -136,7 +144,7 @@ uint64_t sim_save_count(double job_s, double spacing_s);
 
 /* Per-trial outcome, in seconds and as PLS. */
 typedef struct sim_outcome {
-    double save_s, load_s, lost_s, restart_s, pls;
+    double save_s, load_s, lost_s, restart_s, background_s, pls;
     uint64_t failures;
 } sim_outcome;
 

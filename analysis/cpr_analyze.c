@@ -32,7 +32,8 @@ void analyze_usage(FILE *out)
           "\n"
           "cpr-analyze plan --mtbf-hours H --shards N --save-s S --load-s L\n"
           "                 --restart-s R --job-hours J --target-pls P\n"
-          "                 [--formula young|daly] [--json]\n"
+          "                 [--formula young|daly] [--background-s B]\n"
+          "                 [--background-cost-s C] [--max-background-share S] [--json]\n"
           "  --mtbf-hours H   mean time between failures of the whole job (> 0)\n"
           "  --shards N       embedding shards, the unit that fails (>= 1)\n"
           "  --save-s S       training stall of one full checkpoint (> 0)\n"
@@ -41,6 +42,15 @@ void analyze_usage(FILE *out)
           "  --job-hours J    failure-free length of the job (> 0)\n"
           "  --target-pls P   largest acceptable portion of lost updates, in (0, 1)\n"
           "  --formula F      full recovery's interval: young (default) or daly\n"
+          "  --background-s B  background time of one full save on the trainer's host,\n"
+          "                   from the end of its stall until it lands (>= 0, default 0:\n"
+          "                   none); a prioritized save of r of the rows has r*B\n"
+          "  --background-cost-s C  training time one full save's background takes\n"
+          "                   away (>= 0, default 0), counted in the overhead; r*C for a\n"
+          "                   prioritized save\n"
+          "  --max-background-share S  the background may be in flight at most S of the\n"
+          "                   time between saves: every interval is at least B/S, in\n"
+          "                   (0, 1] (default 0.25)\n"
           "  --json           one JSON object: full, partial, decision, benefit_frac\n"
           "\n"
           "cpr-analyze simulate <the plan flags> [--trials K] [--seed X]\n"
@@ -121,19 +131,28 @@ int analyze_is_help(const char *arg)
 
 /* ---- the model flags ------------------------------------------------------------- */
 
+/* Those before MF_FORMULA are required. */
 typedef enum model_flag {
-    MF_MTBF, MF_SHARDS, MF_SAVE, MF_LOAD, MF_RESTART, MF_JOB, MF_PLS, MF_FORMULA, MF_COUNT
+    MF_MTBF, MF_SHARDS, MF_SAVE, MF_LOAD, MF_RESTART, MF_JOB, MF_PLS, MF_FORMULA,
+    MF_BACKGROUND, MF_BACKGROUND_COST, MF_BACKGROUND_SHARE, MF_COUNT
 } model_flag;
 
 static const char *const MODEL_FLAGS[MF_COUNT] = {
     "--mtbf-hours", "--shards", "--save-s", "--load-s", "--restart-s", "--job-hours",
-    "--target-pls", "--formula",
+    "--target-pls", "--formula", "--background-s", "--background-cost-s",
+    "--max-background-share",
 };
 
 /* A positive finite number no larger than `max`. */
 static int positive(const char *flag, const char *text, double max, double *out)
 {
     return analyze_report(cpri_cli_double(flag, text, 0.0, 0, max, 1, out));
+}
+
+/* A time that may be zero (a save with no background work). */
+static int non_negative(const char *flag, const char *text, double *out)
+{
+    return analyze_report(cpri_cli_double(flag, text, 0.0, 1, MAX_SECONDS, 1, out));
 }
 
 static int set_model_flag(model_flag f, const char *text, cpr_model_params *p)
@@ -158,6 +177,11 @@ static int set_model_flag(model_flag f, const char *text, cpr_model_params *p)
     case MF_RESTART: return positive(flag, text, MAX_SECONDS, &p->restart_s);
     case MF_PLS:
         return analyze_report(cpri_cli_double(flag, text, 0.0, 0, 1.0, 0, &p->target_pls));
+    case MF_BACKGROUND: return non_negative(flag, text, &p->background_s);
+    case MF_BACKGROUND_COST: return non_negative(flag, text, &p->background_cost_s);
+    case MF_BACKGROUND_SHARE:
+        return analyze_report(cpri_cli_double(flag, text, 0.0, 0, 1.0, 1,
+                                              &p->max_background_share));
     default:
         if (strcmp(text, "young") && strcmp(text, "daly")) {
             fprintf(stderr, "cpr-analyze: --formula: '%s' is neither young nor daly\n", text);
@@ -197,6 +221,11 @@ int model_flags_complete(const model_flags *m, const char *cmd)
     return analyze_report(cpr_model_check(&m->params));
 }
 
+double model_background_share(const cpr_model_params *p)
+{
+    return p->max_background_share > 0 ? p->max_background_share : CPR_DEFAULT_BACKGROUND_SHARE;
+}
+
 /* ---- plan ------------------------------------------------------------------------- */
 
 cpri_json *plan_json(const cpr_model_plan *plan)
@@ -209,13 +238,15 @@ cpri_json *plan_json(const cpr_model_plan *plan)
            cpri_json_add_number(full, "save_frac", f->save_frac) |
            cpri_json_add_number(full, "load_frac", f->load_frac) |
            cpri_json_add_number(full, "lost_frac", f->lost_frac) |
-           cpri_json_add_number(full, "restart_frac", f->restart_frac);
+           cpri_json_add_number(full, "restart_frac", f->restart_frac) |
+           cpri_json_add_number(full, "background_frac", f->background_frac);
     bad |= cpri_json_add_number(part, "interval_s", p->interval_s) |
            cpri_json_add_number(part, "overhead_frac", p->overhead_frac) |
            cpri_json_add_number(part, "pls", p->pls) |
            cpri_json_add_number(part, "save_frac", p->save_frac) |
            cpri_json_add_number(part, "load_frac", p->load_frac) |
-           cpri_json_add_number(part, "restart_frac", p->restart_frac);
+           cpri_json_add_number(part, "restart_frac", p->restart_frac) |
+           cpri_json_add_number(part, "background_frac", p->background_frac);
     bad |= json_put(root, "full", full);
     bad |= json_put(root, "partial", part);
     bad |= cpri_json_add_string(root, "decision", cpr_recovery_mode_name(plan->decision)) |
@@ -229,9 +260,9 @@ cpri_json *plan_json(const cpr_model_plan *plan)
 
 static void print_plan_row(const char *name, const cpr_overhead *o, int partial)
 {
-    printf("%-8s %11.1f %8.3f%% %8.3f%% %8.3f%% %8.3f%% %8.3f%%  ", name, o->interval_s,
+    printf("%-8s %11.1f %8.3f%% %8.3f%% %8.3f%% %8.3f%% %8.3f%% %9.3f%%  ", name, o->interval_s,
            100 * o->overhead_frac, 100 * o->save_frac, 100 * o->load_frac,
-           100 * o->lost_frac, 100 * o->restart_frac);
+           100 * o->lost_frac, 100 * o->restart_frac, 100 * o->background_frac);
     if (partial)
         printf("%.4g\n", o->pls);
     else
@@ -244,8 +275,12 @@ static void print_plan(const cpr_model_params *p, const cpr_model_plan *plan)
            "load %.4g s, restart %.4g s, PLS target %.4g, %s interval\n\n",
            p->shards, p->mtbf_s / 3600, p->job_s / 3600, p->job_s / p->mtbf_s, p->save_s,
            p->load_s, p->restart_s, p->target_pls, cpr_interval_formula_name(p->formula));
-    printf("%-8s %11s %9s %9s %9s %9s %9s  %s\n", "strategy", "interval_s", "overhead",
-           "save", "load", "lost", "restart", "PLS");
+    if (p->background_s > 0 || p->background_cost_s > 0)
+        printf("background of a full save %.4g s costing %.4g s, in flight at most %.4g of "
+               "the time between saves\n\n", p->background_s, p->background_cost_s,
+               model_background_share(p));
+    printf("%-8s %11s %9s %9s %9s %9s %9s %10s  %s\n", "strategy", "interval_s", "overhead",
+           "save", "load", "lost", "restart", "background", "PLS");
     print_plan_row("full", &plan->full, 0);
     print_plan_row("partial", &plan->partial, 1);
     printf("\ndecision: %s recovery (benefit %.3f%% of the job)\n",

@@ -157,8 +157,10 @@ void sim_time_trial(const sim_opts *o, sim_strategy s, double interval_s,
 {
     const cpr_model_params *p = &o->model;
     double lost_s = 0.0;
+    uint64_t saves = sim_save_count(p->job_s, interval_s);
     memset(out, 0, sizeof *out);
-    out->save_s = p->save_s * (double)sim_save_count(p->job_s, interval_s);
+    out->save_s = p->save_s * (double)saves;
+    out->background_s = p->background_cost_s * (double)saves;
     for (size_t i = 0; i < trace->n; i++) {
         double t = trace->time_s[i];
         lost_s += t - interval_s * floor(t / interval_s); /* since the last save (or start) */
@@ -190,17 +192,19 @@ static void progress_tick(sim_progress *pr, sim_strategy s, double interval_s)
 }
 
 typedef struct point_acc {
-    sim_acc overhead, pls, save, load, lost, restart, failures;
+    sim_acc overhead, pls, save, load, lost, restart, background, failures;
 } point_acc;
 
 static void point_add(point_acc *a, const sim_outcome *r, double job_s)
 {
-    sim_acc_add(&a->overhead, (r->save_s + r->load_s + r->lost_s + r->restart_s) / job_s);
+    sim_acc_add(&a->overhead,
+                (r->save_s + r->load_s + r->lost_s + r->restart_s + r->background_s) / job_s);
     sim_acc_add(&a->pls, r->pls);
     sim_acc_add(&a->save, r->save_s / job_s);
     sim_acc_add(&a->load, r->load_s / job_s);
     sim_acc_add(&a->lost, r->lost_s / job_s);
     sim_acc_add(&a->restart, r->restart_s / job_s);
+    sim_acc_add(&a->background, r->background_s / job_s);
     sim_acc_add(&a->failures, (double)r->failures);
 }
 
@@ -244,12 +248,17 @@ cpr_status sim_run_point(const sim_opts *o, sim_strategy s, double interval_s, i
     sim_result res = {.strategy = s, .interval_s = interval_s, .at_plan = at_plan,
                       .trials = trials};
     res.save_interval_s = emb ? o->fraction * interval_s : interval_s;
+    /* A prioritized save carries r of a full save's background. */
+    res.background_share = (emb ? o->fraction : 1.0) * o->model.background_s /
+                           res.save_interval_s;
+    res.back_to_back = res.background_share >= 1.0;
     res.overhead_frac = sim_acc_stat(&acc.overhead);
     res.pls = sim_acc_stat(&acc.pls);
     res.save_frac = sim_acc_mean(&acc.save);
     res.load_frac = sim_acc_mean(&acc.load);
     res.lost_frac = sim_acc_mean(&acc.lost);
     res.restart_frac = sim_acc_mean(&acc.restart);
+    res.background_frac = sim_acc_mean(&acc.background);
     res.failures = sim_acc_mean(&acc.failures);
     st = point_model(o, s, interval_s, &res);
     if (st == CPR_OK)

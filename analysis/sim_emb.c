@@ -238,7 +238,9 @@ cpr_status sim_emb_trial(const sim_opts *o, sim_strategy s, double interval_s,
     if (st == CPR_OK) {
         memset(out, 0, sizeof *out);
         out->failures = trace->n;
-        out->save_s = (double)n_saves * o->fraction * p->save_s; /* r of the rows: r of the stall */
+        /* r of the rows: r of the stall, and r of the background's cost */
+        out->save_s = (double)n_saves * o->fraction * p->save_s;
+        out->background_s = (double)n_saves * o->fraction * p->background_cost_s;
         out->load_s = (double)trace->n * p->load_s / p->shards;
         out->restart_s = (double)trace->n * p->restart_s;
         out->pls = events ? (double)r.lost_events / (double)events : 0.0;

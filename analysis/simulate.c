@@ -267,6 +267,9 @@ static cpri_json *result_json(const sim_opts *o, const sim_result *r)
            cpri_json_add_number(j, "load_frac", r->load_frac) |
            cpri_json_add_number(j, "lost_frac", r->lost_frac) |
            cpri_json_add_number(j, "restart_frac", r->restart_frac) |
+           cpri_json_add_number(j, "background_frac", r->background_frac) |
+           cpri_json_add_number(j, "background_share", r->background_share) |
+           cpri_json_add_bool(j, "back_to_back", r->back_to_back) |
            cpri_json_add_number(j, "failures", r->failures) |
            cpri_json_add_number(j, "model_overhead_frac", r->model_overhead_frac) |
            cpri_json_add_number(j, "model_pls", r->model_pls);
@@ -293,6 +296,9 @@ static cpri_json *params_json(const sim_opts *o)
            cpri_json_add_number(j, "job_s", p->job_s) |
            cpri_json_add_number(j, "target_pls", p->target_pls) |
            cpri_json_add_string(j, "formula", cpr_interval_formula_name(p->formula)) |
+           cpri_json_add_number(j, "background_s", p->background_s) |
+           cpri_json_add_number(j, "background_cost_s", p->background_cost_s) |
+           cpri_json_add_number(j, "max_background_share", model_background_share(p)) |
            cpri_json_add_string(j, "failures", o->law == SIM_WEIBULL ? "weibull" : "exponential") |
            cpri_json_add_number(j, "shape", o->law == SIM_WEIBULL ? o->shape : 1.0) |
            cpri_json_add_number(j, "trials", (double)o->trials) |
@@ -341,15 +347,21 @@ static void print_table(const sim_opts *o, const sim_run *run)
            o->law == SIM_WEIBULL ? "weibull" : "exponential", p->job_s / 3600, p->save_s,
            p->load_s, p->restart_s, (unsigned long long)o->trials,
            (unsigned long long)o->emb_trials, o->fraction, (unsigned long long)o->seed);
-    printf("%-10s %-5s %11s %24s %28s %9s %9s %10s\n", "strategy", "point", "interval_s",
-           "overhead [95% CI]", "PLS [95% CI]", "failures", "model", "model PLS");
+    if (p->background_s > 0 || p->background_cost_s > 0)
+        printf("background of a full save %.4g s costing %.4g s (r of it for a prioritized "
+               "save), in flight at most %.4g of the time between saves in the plan\n\n",
+               p->background_s, p->background_cost_s, model_background_share(p));
+    printf("%-10s %-5s %11s %24s %28s %9s %9s %10s %10s %8s %3s\n", "strategy", "point",
+           "interval_s", "overhead [95% CI]", "PLS [95% CI]", "failures", "model", "model PLS",
+           "background", "bg share", "b2b");
     for (size_t i = 0; i < run->n; i++) {
         const sim_result *r = &run->results[i];
         printf("%-10s %-5s %11.1f %7.3f%% [%6.3f, %6.3f] %9.3g [%7.3g, %7.3g] %9.2f %8.3f%% "
-               "%10.3g\n", sim_strategy_name(r->strategy), r->at_plan ? "plan" : "sweep",
-               r->interval_s, 100 * r->overhead_frac.mean, 100 * r->overhead_frac.lo,
-               100 * r->overhead_frac.hi, r->pls.mean, r->pls.lo, r->pls.hi, r->failures,
-               100 * r->model_overhead_frac, r->model_pls);
+               "%10.3g %9.3f%% %8.3g %3s\n", sim_strategy_name(r->strategy),
+               r->at_plan ? "plan" : "sweep", r->interval_s, 100 * r->overhead_frac.mean,
+               100 * r->overhead_frac.lo, 100 * r->overhead_frac.hi, r->pls.mean, r->pls.lo,
+               r->pls.hi, r->failures, 100 * r->model_overhead_frac, r->model_pls,
+               100 * r->background_frac, r->background_share, r->back_to_back ? "yes" : "no");
     }
     printf("\nplan: %s recovery (full %.3f%% at %.1f s, partial %.3f%% at %.1f s)\n",
            cpr_recovery_mode_name(run->plan.decision), 100 * run->plan.full.overhead_frac,
@@ -366,16 +378,18 @@ static int write_csv(const char *path, const sim_run *run)
     }
     fprintf(f, "strategy,point,interval_s,save_interval_s,trials,overhead_frac_mean,"
             "overhead_frac_lo,overhead_frac_hi,pls_mean,pls_lo,pls_hi,save_frac,load_frac,"
-            "lost_frac,restart_frac,failures,model_overhead_frac,model_pls\n");
+            "lost_frac,restart_frac,failures,model_overhead_frac,model_pls,background_frac,"
+            "background_share,back_to_back\n");
     for (size_t i = 0; i < run->n; i++) {
         const sim_result *r = &run->results[i];
         fprintf(f, "%s,%s,%.17g,%.17g,%llu,%.17g,%.17g,%.17g,%.17g,%.17g,%.17g,%.17g,%.17g,"
-                "%.17g,%.17g,%.17g,%.17g,%.17g\n", sim_strategy_name(r->strategy),
+                "%.17g,%.17g,%.17g,%.17g,%.17g,%.17g,%.17g,%d\n", sim_strategy_name(r->strategy),
                 r->at_plan ? "plan" : "sweep", r->interval_s, r->save_interval_s,
                 (unsigned long long)r->trials, r->overhead_frac.mean, r->overhead_frac.lo,
                 r->overhead_frac.hi, r->pls.mean, r->pls.lo, r->pls.hi, r->save_frac,
                 r->load_frac, r->lost_frac, r->restart_frac, r->failures,
-                r->model_overhead_frac, r->model_pls);
+                r->model_overhead_frac, r->model_pls, r->background_frac, r->background_share,
+                r->back_to_back);
     }
     int bad = ferror(f);
     bad |= fclose(f) != 0;

@@ -101,7 +101,7 @@ static void fill_defaults(cpr_estimator_config *c)
     if (!c->time_unit || !*c->time_unit)
         c->time_unit = "s";
     if (c->max_background_share == 0.0)
-        c->max_background_share = 0.25;
+        c->max_background_share = CPR_DEFAULT_BACKGROUND_SHARE;
 }
 
 static cpr_status check_config(const cpr_estimator_config *c)
@@ -349,6 +349,17 @@ static void current_inputs(const cpr_estimator *e, cpr_estimate *out)
                     (ewma_ready(&e->loss_ratio[c->policy], min) ? CPR_MEASURED_LOSS_RATIO : 0u);
 }
 
+/* The model's background for saves under `policy` (docs/model.md, "The
+ * background of a save"): the measured background time and cost of one
+ * save, as for a full-size save (a prioritized save of `fraction` of the
+ * rows has that fraction of it), so that the model's floor and cost apply. */
+static void set_background(const cpr_estimator *est, cpr_policy policy, double fraction,
+                           cpr_model_params *p)
+{
+    p->background_s = ewma_get(&est->bg_time[policy], 0.0, 1) / fraction;
+    p->background_cost_s = ewma_get(&est->bg_cost[policy], 0.0, 1) / fraction;
+}
+
 cpr_status cpr_estimator_decide(const cpr_estimator *est, cpr_estimate *out)
 {
     if (!est || !out)
@@ -360,17 +371,26 @@ cpr_status cpr_estimator_decide(const cpr_estimator *est, cpr_estimate *out)
     current_inputs(est, &r);
     cpr_model_params p = {.mtbf_s = r.mtbf_s, .shards = c->shards, .save_s = r.save_s,
                           .load_s = r.load_s, .restart_s = r.restart_s, .job_s = c->job_s,
-                          .target_pls = c->target_pls, .formula = c->formula};
-    double t_full = 0.0, ratio = r.loss_ratio > LOSS_RATIO_FLOOR ? r.loss_ratio
-                                                                   : LOSS_RATIO_FLOOR;
+                          .target_pls = c->target_pls, .formula = c->formula,
+                          .max_background_share = c->max_background_share};
+    double t_full = 0.0, t_part = 0.0, part_frac = prioritized(c->policy) ? c->fraction : 1.0;
+    double ratio = r.loss_ratio > LOSS_RATIO_FLOOR ? r.loss_ratio : LOSS_RATIO_FLOOR;
+    /* Full recovery saves FULL, partial the policy; each interval is at
+     * least its saves' background floor, and the training time the
+     * background costs counts in the overhead (the model does both). */
+    set_background(est, CPR_POLICY_FULL, 1.0, &p);
     cpr_status st = cpr_model_interval_full(&p, &t_full);
-    if (st)
-        return cpr_fail(CPR_INTERNAL, "estimator inputs became invalid: %s", cpr_errmsg());
     t_full = bound(t_full, r.save_s, c->job_s);
-    /* PLS(T) = ratio * T / (2 N T_fail) meets P up to T = 2 P N T_fail / ratio. */
-    double t_part = bound(2.0 * c->target_pls * c->shards * r.mtbf_s / ratio, r.save_s,
-                          c->job_s);
-    st = cpr_model_full(&p, t_full, &r.full);
+    if (!st)
+        st = cpr_model_full(&p, t_full, &r.full);
+    /* PLS(T) = ratio * T / (2 N T_fail) meets P up to T = 2 P N T_fail / ratio.
+     * A floor above that stretches the interval: PLS is computed at it, so
+     * the miss is visible in the estimate. */
+    set_background(est, c->policy, part_frac, &p);
+    if (!st)
+        st = cpr_model_background_floor(&p, 2.0 * c->target_pls * c->shards * r.mtbf_s / ratio,
+                                        &t_part);
+    t_part = bound(t_part, r.save_s, c->job_s);
     if (!st)
         st = cpr_model_partial(&p, t_part, &r.partial);
     if (st)
@@ -378,40 +398,13 @@ cpr_status cpr_estimator_decide(const cpr_estimator *est, cpr_estimate *out)
     r.partial.pls *= r.loss_ratio;
     r.pls = r.partial.pls;
     r.benefit_frac = r.full.overhead_frac - r.partial.overhead_frac;
-    /* The background of a save (docs/model.md): it may take at most
-     * max_background_share of the time between saves, so a policy's interval
-     * is at least its background time over that share; and the training time
-     * it costs counts in the overhead, once per save. Partial recovery's
-     * interval stretched by the floor loses more: its PLS is recomputed. */
-    double share = c->max_background_share, part_frac = prioritized(c->policy) ? c->fraction : 1;
-    double bg_full = ewma_get(&est->bg_time[CPR_POLICY_FULL], 0.0, 1);
-    double bg_part = ewma_get(&est->bg_time[c->policy], 0.0, 1);
-    double cost_full = ewma_get(&est->bg_cost[CPR_POLICY_FULL], 0.0, 1);
-    double cost_part = ewma_get(&est->bg_cost[c->policy], 0.0, 1);
-    if (t_full < bg_full / share) {
-        t_full = bound(bg_full / share, r.save_s, c->job_s);
-        st = cpr_model_full(&p, t_full, &r.full);
-    }
-    if (!st && t_part * part_frac < bg_part / share) {
-        t_part = bound(bg_part / share / part_frac, r.save_s, c->job_s);
-        st = cpr_model_partial(&p, t_part, &r.partial);
-        r.partial.pls *= r.loss_ratio;
-        r.pls = r.partial.pls;
-    }
-    if (st)
-        return cpr_fail(CPR_INTERNAL, "estimator inputs became invalid: %s", cpr_errmsg());
-    r.full.overhead_s += cost_full * c->job_s / t_full;
-    r.full.overhead_frac += cost_full / t_full;
-    r.partial.overhead_s += cost_part * c->job_s / (t_part * part_frac);
-    r.partial.overhead_frac += cost_part / (t_part * part_frac);
-    r.benefit_frac = r.full.overhead_frac - r.partial.overhead_frac;
     r.mode = r.partial.overhead_s < r.full.overhead_s ? CPR_RECOVERY_PARTIAL : CPR_RECOVERY_FULL;
     r.policy = r.mode == CPR_RECOVERY_PARTIAL ? c->policy : CPR_POLICY_FULL;
     r.fraction = r.policy == CPR_POLICY_FULL ? 1.0 : c->fraction;
     r.base_interval_s = r.mode == CPR_RECOVERY_PARTIAL ? t_part : t_full;
     r.interval_s = r.base_interval_s * r.fraction;
-    r.background_s = r.mode == CPR_RECOVERY_PARTIAL ? bg_part : bg_full;
-    r.background_cost_s = r.mode == CPR_RECOVERY_PARTIAL ? cost_part : cost_full;
+    r.background_s = ewma_get(&est->bg_time[r.policy], 0.0, 1);
+    r.background_cost_s = ewma_get(&est->bg_cost[r.policy], 0.0, 1);
     *out = r;
     return CPR_OK;
 }

@@ -2,7 +2,8 @@
 /*
  * The closed-form model of full and partial recovery (cpr/recovery.h): the
  * expected overhead of each at an interval, their intervals (Young or Daly
- * for full; the PLS target for partial) and the decision. docs/model.md
+ * for full; the PLS target for partial; both floored so that a save's
+ * background work does not run back to back) and the decision. docs/model.md
  * derives every formula here; the code follows it term by term so the two
  * can be read side by side.
  */
@@ -31,6 +32,21 @@ static cpr_status check_time(const char *field, double v)
     return CPR_OK;
 }
 
+/* The background of a save: optional, so zero is a valid time here. */
+static cpr_status check_background(const cpr_model_params *p)
+{
+    if (!(p->background_s >= 0.0) || !isfinite(p->background_s))
+        return cpr_fail(CPR_INVALID_ARGUMENT, "background_s: %g is not a finite time >= 0",
+                        p->background_s);
+    if (!(p->background_cost_s >= 0.0) || !isfinite(p->background_cost_s))
+        return cpr_fail(CPR_INVALID_ARGUMENT, "background_cost_s: %g is not a finite time >= 0",
+                        p->background_cost_s);
+    if (!(p->max_background_share >= 0.0 && p->max_background_share <= 1.0))
+        return cpr_fail(CPR_INVALID_ARGUMENT, "max_background_share: %g is not in (0, 1] "
+                        "(or 0 for the default)", p->max_background_share);
+    return CPR_OK;
+}
+
 cpr_status cpr_model_check(const cpr_model_params *p)
 {
     if (!p)
@@ -51,7 +67,7 @@ cpr_status cpr_model_check(const cpr_model_params *p)
     if (p->formula != CPR_INTERVAL_YOUNG && p->formula != CPR_INTERVAL_DALY)
         return cpr_fail(CPR_INVALID_ARGUMENT, "formula: %d is neither YOUNG nor DALY",
                         (int)p->formula);
-    return CPR_OK;
+    return check_background(p);
 }
 
 static cpr_status check_args(const cpr_model_params *p, double interval_s, const void *out)
@@ -62,15 +78,25 @@ static cpr_status check_args(const cpr_model_params *p, double interval_s, const
     return st ? st : check_time("interval_s", interval_s);
 }
 
+/* The costs paid once per save, T_total/T of them: the stall, and the
+ * training time the save's background work takes away. A prioritized save
+ * of r of the rows every r T pays r of each, the same over the job. */
+static void per_save(const cpr_model_params *p, double interval_s, cpr_overhead *o)
+{
+    o->save_s = p->save_s * p->job_s / interval_s;
+    o->background_s = p->background_cost_s * p->job_s / interval_s;
+}
+
 /* Fill the fractions from the seconds. */
 static void finish(const cpr_model_params *p, cpr_overhead *o)
 {
-    o->overhead_s = o->save_s + o->load_s + o->lost_s + o->restart_s;
+    o->overhead_s = o->save_s + o->load_s + o->lost_s + o->restart_s + o->background_s;
     o->overhead_frac = o->overhead_s / p->job_s;
     o->save_frac = o->save_s / p->job_s;
     o->load_frac = o->load_s / p->job_s;
     o->lost_frac = o->lost_s / p->job_s;
     o->restart_frac = o->restart_s / p->job_s;
+    o->background_frac = o->background_s / p->job_s;
 }
 
 cpr_status cpr_model_full(const cpr_model_params *p, double interval_s, cpr_overhead *out)
@@ -80,7 +106,7 @@ cpr_status cpr_model_full(const cpr_model_params *p, double interval_s, cpr_over
         return st;
     double failures = p->job_s / p->mtbf_s;
     cpr_overhead o = {.interval_s = interval_s};
-    o.save_s = p->save_s * p->job_s / interval_s;
+    per_save(p, interval_s, &o);
     o.load_s = failures * p->load_s;
     o.lost_s = failures * interval_s / 2.0;   /* a failure lands mid-interval on average */
     o.restart_s = failures * p->restart_s;
@@ -96,7 +122,7 @@ cpr_status cpr_model_partial(const cpr_model_params *p, double interval_s, cpr_o
         return st;
     double failures = p->job_s / p->mtbf_s;
     cpr_overhead o = {.interval_s = interval_s};
-    o.save_s = p->save_s * p->job_s / interval_s;
+    per_save(p, interval_s, &o);
     o.load_s = failures * p->load_s / p->shards;  /* only the failed shard loads */
     o.lost_s = 0.0;                               /* nothing is recomputed ... */
     o.restart_s = failures * p->restart_s;
@@ -106,23 +132,46 @@ cpr_status cpr_model_partial(const cpr_model_params *p, double interval_s, cpr_o
     return CPR_OK;
 }
 
+/* A save's background may take at most beta of the time between saves:
+ * the interval is at least b / beta, but the floor never passes the job. */
+static double background_floor(const cpr_model_params *p, double interval_s)
+{
+    double share = p->max_background_share > 0.0 ? p->max_background_share
+                                                 : CPR_DEFAULT_BACKGROUND_SHARE;
+    double floor_s = p->background_s / share;
+    if (floor_s > p->job_s)
+        floor_s = p->job_s;
+    return interval_s < floor_s ? floor_s : interval_s;
+}
+
+cpr_status cpr_model_background_floor(const cpr_model_params *p, double interval_s, double *out)
+{
+    cpr_status st = check_args(p, interval_s, out);
+    if (st)
+        return st;
+    *out = background_floor(p, interval_s);
+    return CPR_OK;
+}
+
+/* Young's or Daly's interval, before the floor. */
+static double checkpoint_interval(const cpr_model_params *p)
+{
+    double young = sqrt(2.0 * p->save_s * p->mtbf_s);
+    if (p->formula == CPR_INTERVAL_YOUNG)
+        return young;
+    /* Daly (2006), eq. 37: valid while the save is shorter than 2 T_fail. */
+    if (p->save_s >= 2.0 * p->mtbf_s)
+        return p->mtbf_s;
+    double ratio = p->save_s / (2.0 * p->mtbf_s);
+    return young * (1.0 + sqrt(ratio) / 3.0 + ratio / 9.0) - p->save_s;
+}
+
 cpr_status cpr_model_interval_full(const cpr_model_params *p, double *interval_s)
 {
     cpr_status st = check_args(p, 1.0, interval_s);
     if (st)
         return st;
-    double young = sqrt(2.0 * p->save_s * p->mtbf_s);
-    if (p->formula == CPR_INTERVAL_YOUNG) {
-        *interval_s = young;
-        return CPR_OK;
-    }
-    /* Daly (2006), eq. 37: valid while the save is shorter than 2 T_fail. */
-    if (p->save_s >= 2.0 * p->mtbf_s) {
-        *interval_s = p->mtbf_s;
-        return CPR_OK;
-    }
-    double ratio = p->save_s / (2.0 * p->mtbf_s);
-    *interval_s = young * (1.0 + sqrt(ratio) / 3.0 + ratio / 9.0) - p->save_s;
+    *interval_s = background_floor(p, checkpoint_interval(p));
     return CPR_OK;
 }
 
@@ -132,7 +181,7 @@ cpr_status cpr_model_interval_partial(const cpr_model_params *p, double *interva
     if (st)
         return st;
     double t = 2.0 * p->target_pls * p->shards * p->mtbf_s;
-    *interval_s = t < p->job_s ? t : p->job_s;
+    *interval_s = background_floor(p, t < p->job_s ? t : p->job_s);
     return CPR_OK;
 }
 

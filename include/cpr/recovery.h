@@ -71,7 +71,8 @@ CPR_API const char *cpr_interval_formula_name(cpr_interval_formula formula);
 
 /*
  * The model's inputs. Zero-initialise, then set; fields are only ever
- * appended. Every time is > 0 and finite, shards >= 1, target_pls in (0, 1).
+ * appended. Every time is > 0 and finite (the background's >= 0), shards
+ * >= 1, target_pls in (0, 1).
  */
 typedef struct cpr_model_params {
     double mtbf_s;         /* T_fail: mean time between failures of the job */
@@ -82,25 +83,40 @@ typedef struct cpr_model_params {
     double job_s;          /* T_total: failure-free job length */
     double target_pls;     /* P: largest acceptable PLS */
     cpr_interval_formula formula; /* full recovery's interval [YOUNG] */
+    double background_s;   /* b: background time of one full save on the trainer's
+                              host, from the end of its stall until it has
+                              landed, >= 0 [0: none]. A prioritized save of r
+                              of the rows takes r of it. */
+    double background_cost_s; /* c: training time one full save's background
+                              takes away, >= 0 [0]; r of it for a prioritized save */
+    double max_background_share; /* beta: the share of the time between saves a
+                              save's background may take, in (0, 1]
+                              [0 means CPR_DEFAULT_BACKGROUND_SHARE] */
 } cpr_model_params;
+
+/* The default max_background_share, of the model and of the estimator. */
+#define CPR_DEFAULT_BACKGROUND_SHARE 0.25
 
 /*
  * Expected overhead of one strategy at one interval, in seconds over the
  * whole job and as fractions of job_s. overhead = save + load + lost +
- * restart. `pls` is the expected portion of updates lost (0 for full
- * recovery, which recomputes what it loses).
+ * restart + background, where background is the training time the saves'
+ * background work takes away (c per save; 0 without it). `pls` is the
+ * expected portion of updates lost (0 for full recovery, which recomputes
+ * what it loses).
  */
 typedef struct cpr_overhead {
     double interval_s;
     double overhead_s, save_s, load_s, lost_s, restart_s;
     double overhead_frac, save_frac, load_frac, lost_frac, restart_frac;
     double pls;
+    double background_s, background_frac;
 } cpr_overhead;
 
 /* Both strategies at their intervals, and the decision. */
 typedef struct cpr_model_plan {
-    cpr_overhead full;        /* at T_full (Young or Daly) */
-    cpr_overhead partial;     /* at T_part = min(2 P N T_fail, T_total) */
+    cpr_overhead full;        /* at T_full (Young or Daly, background floor) */
+    cpr_overhead partial;     /* at T_part = min(2 P N T_fail, T_total), floor */
     cpr_recovery_mode decision; /* PARTIAL iff partial.overhead_s < full.overhead_s */
     double benefit_frac;      /* full.overhead_frac - partial.overhead_frac */
 } cpr_model_plan;
@@ -111,26 +127,39 @@ CPR_API cpr_status cpr_model_check(const cpr_model_params *params);
 
 /*
  * Full recovery at interval `interval_s` (> 0):
- *   O_full(T) = o_save T_total/T + (T_total/T_fail)(o_load + o_res + T/2).
+ *   O_full(T) = (o_save + c) T_total/T + (T_total/T_fail)(o_load + o_res + T/2).
  */
 CPR_API cpr_status cpr_model_full(const cpr_model_params *params, double interval_s,
                           cpr_overhead *out);
 
 /*
  * Partial recovery at interval `interval_s` (> 0):
- *   O_part(T) = o_save T_total/T + (T_total/T_fail)(o_load/N + o_res),
+ *   O_part(T) = (o_save + c) T_total/T + (T_total/T_fail)(o_load/N + o_res),
  *   PLS(T)    = T / (2 N T_fail).
+ * A prioritized policy saving r of the rows every r T costs the same.
  */
 CPR_API cpr_status cpr_model_partial(const cpr_model_params *params, double interval_s,
                              cpr_overhead *out);
 
+/*
+ * The background floor (docs/model.md, "The background of a save"): a
+ * save's background may take at most beta of the time between saves, so a
+ * base interval is at least b / beta (r b / (beta r T) for a prioritized
+ * save every r T: the same floor). *out = max(interval_s, min(b / beta,
+ * T_total)): interval_s when b is 0, never raised beyond the job.
+ */
+CPR_API cpr_status cpr_model_background_floor(const cpr_model_params *params, double interval_s,
+                                              double *out);
+
 /* Full recovery's interval: Young sqrt(2 o_save T_fail), or Daly's
  * sqrt(2 o_save T_fail)(1 + sqrt(o_save/(2 T_fail))/3 + o_save/(18 T_fail))
- * - o_save when o_save < 2 T_fail, else T_fail. */
+ * - o_save when o_save < 2 T_fail, else T_fail; raised to the background
+ * floor. */
 CPR_API cpr_status cpr_model_interval_full(const cpr_model_params *params, double *interval_s);
 
 /* Partial recovery's interval: min(2 P N T_fail, T_total), the largest that
- * meets the PLS target (O_part falls as T grows), capped at the job. */
+ * meets the PLS target (O_part falls as T grows), capped at the job; raised
+ * to the background floor (its PLS then misses the target). */
 CPR_API cpr_status cpr_model_interval_partial(const cpr_model_params *params, double *interval_s);
 
 /* Both strategies at their intervals and the decision (partial only when
@@ -243,7 +272,7 @@ typedef struct cpr_estimate {
     double background_s;       /* the policy's measured background time per save
                                   (0 until measured) */
     double background_cost_s;  /* the training time that background costs per save,
-                                  counted in partial.overhead_s (full's likewise) */
+                                  counted in partial.background_s (full's likewise) */
 } cpr_estimate;
 
 /*

@@ -4,7 +4,9 @@
 # hand, exit 2 naming the flag for every kind of bad input), `simulate`
 # (exponential failures agree with `plan` within the 95% intervals; the
 # prioritized policies measured on real tables agree with vanilla at
-# fraction 1 and lose less at 1/8; same seed same bytes; CSV; plots, or a
+# fraction 1 and lose less at 1/8; a save's background floors the planned
+# intervals out of back-to-back saves and costs its share of the overhead;
+# same seed same bytes; CSV; plots, or a
 # warning and exit 0 without gnuplot), and `report` on the hand-written logs
 # in tests/data (values checked against their arithmetic, malformed logs
 # exit 1). Usage: test_analyze_cli.sh CPR_ANALYZE_BINARY TEST_DATA_DIR
@@ -29,9 +31,10 @@ import json, sys
 p = json.load(open(sys.argv[1]))
 assert set(p) == {"full", "partial", "decision", "benefit_frac"}, p.keys()
 assert set(p["full"]) == {"interval_s", "overhead_frac", "save_frac", "load_frac",
-                          "lost_frac", "restart_frac"}, p["full"].keys()
+                          "lost_frac", "restart_frac", "background_frac"}, p["full"].keys()
 assert set(p["partial"]) == {"interval_s", "overhead_frac", "pls", "save_frac",
-                             "load_frac", "restart_frac"}, p["partial"].keys()
+                             "load_frac", "restart_frac", "background_frac"}, p["partial"].keys()
+assert p["full"]["background_frac"] == 0 and p["partial"]["background_frac"] == 0, p
 close = lambda a, b: abs(a - b) <= 1e-12 * max(1, abs(b))
 # O_full = 15000 + 50 (120 + 60 + 300) = 39000 s; O_part = 12500 + 50 (15 + 60) = 16250 s
 assert close(p["full"]["interval_s"], 600) and close(p["partial"]["interval_s"], 720), p
@@ -78,6 +81,30 @@ for bad in 0 1 -0.1 1.5 nan abc; do
     expect_usage --target-pls plan "${args[@]}"
 done
 expect_usage --formula plan "${model[@]}" --formula newton
+for bad in -1 nan inf junk ""; do
+    expect_usage --background-s plan "${model[@]}" --background-s "$bad"
+    expect_usage --background-cost-s plan "${model[@]}" --background-cost-s "$bad"
+done
+for bad in 0 -0.5 1.5 nan junk; do
+    expect_usage --max-background-share plan "${model[@]}" --max-background-share "$bad"
+done
+# The background of a save: b 300 s, c 30 s floor both intervals at 300 / 0.25 =
+# 1200 s: full 7500 + 50 (120 + 60 + 600) + 30 x 150 = 51000 s; partial 7500 +
+# 50 (15 + 60) + 4500 = 15750 s, PLS 1200 / (2 x 8 x 3600).
+"$tool" plan "${model[@]}" --background-s 300 --background-cost-s 30 --json > "$work/bg.json"
+python3 - "$work/bg.json" <<'PY' || fail "plan with a background: $(cat "$work/bg.json")"
+import json, sys
+p = json.load(open(sys.argv[1]))
+close = lambda a, b: abs(a - b) <= 1e-12 * max(1, abs(b))
+assert p["full"]["interval_s"] == 1200 and p["partial"]["interval_s"] == 1200, p
+assert close(p["full"]["overhead_frac"], 51000 / 180000), p
+assert close(p["full"]["background_frac"], 4500 / 180000), p
+assert close(p["partial"]["overhead_frac"], 15750 / 180000), p
+assert close(p["partial"]["pls"], 1200 / 57600), p
+PY
+"$tool" plan "${model[@]}" --background-s 300 --max-background-share 0.5 --json |
+    python3 -c 'import json,sys; p=json.load(sys.stdin); assert p["full"]["interval_s"] == 600 and p["partial"]["interval_s"] == 720, p' ||
+    fail "a share of 0.5 should leave 600 s and 720 s (floor 600 s)"
 expect_usage --job-hours plan --mtbf-hours 1 --shards 8 --save-s 50 --load-s 120 --restart-s 60 --target-pls 0.01
 expect_usage --bogus plan "${model[@]}" --bogus
 expect_usage --target-pls plan "${model[@]:0:12}" --target-pls
@@ -111,6 +138,9 @@ for r in s["results"]:
     assert {"strategy", "interval_s", "overhead_frac", "pls", "save_frac", "load_frac",
             "lost_frac", "restart_frac", "failures", "model_overhead_frac",
             "model_pls", "trials"} <= set(r), r.keys()
+    # no background given: its fields are there, and zero
+    assert r["background_frac"] == 0 and r["background_share"] == 0, r
+    assert r["back_to_back"] is False, r
     # every sweep point agrees with the closed form up to the end effect
     assert abs(r["overhead_frac"]["mean"] - r["model_overhead_frac"]) < 0.01, r
 PY
@@ -147,6 +177,52 @@ for pol in ("mfu", "ssu", "topk-norm"):
     assert a8[pol]["save_interval_s"] == 90, a8[pol]
 PY
 
+# ---- simulate: the background of a save stops back-to-back saves ----------------------------
+# A stall of 0.5 s plans saves every 60 s (full) and 720 s (partial); each save's
+# background is 900 s on the trainer's host, costing 60 s of training. Without the
+# term those intervals put saves back to back; with it both rise to 900 / 0.25.
+# The sweep (--points 2 from 60 to 720 s) evaluates the intervals planned without it.
+tiny=(--mtbf-hours 1 --shards 8 --save-s 0.5 --load-s 120 --restart-s 60 --job-hours 50
+      --target-pls 0.0125 --strategies full,partial,mfu --trials 200 --emb-trials 4
+      --points 2 --interval-min-s 60 --interval-max-s 720 --json)
+"$tool" simulate "${tiny[@]}" --background-s 0 > "$work/nobg.json" 2> /dev/null
+"$tool" simulate "${tiny[@]}" --background-s 900 --background-cost-s 60 > "$work/withbg.json" 2> /dev/null
+python3 - "$work/nobg.json" "$work/withbg.json" <<'PY' || fail "the background term"
+import json, sys
+off, on = (json.load(open(f)) for f in sys.argv[1:3])
+close = lambda a, b: abs(a - b) <= 1e-12 * max(1, abs(b))
+assert off["plan"]["full"]["interval_s"] == 60 and off["plan"]["partial"]["interval_s"] == 720
+assert on["plan"]["full"]["interval_s"] == 3600 and on["plan"]["partial"]["interval_s"] == 3600
+assert on["params"]["background_s"] == 900 and on["params"]["max_background_share"] == 0.25
+for r in on["results"]:
+    t = 60 if r["interval_s"] == 60 else 720 if r["interval_s"] == 720 else 3600
+    # the share is b/t for every policy: r*900 every r*T for mfu
+    assert close(r["background_share"], 900 / t), r
+    if r["point"] == "plan":
+        assert r["interval_s"] == 3600 and r["back_to_back"] is False, r
+        # 50 saves x 60 s over the 180000 s job, in the simulated and modelled overhead
+        assert close(r["background_frac"], 3000 / 180000), r
+    else:
+        # the intervals planned without the term: each save's background is still
+        # in flight when the next one is due
+        assert r["back_to_back"] is True and r["background_share"] >= 1, r
+        assert close(r["background_frac"], 60 / t), r
+    base = next(b for b in off["results"] if b["strategy"] == r["strategy"]
+                and b["interval_s"] == r["interval_s"] and b["point"] == "sweep") \
+        if r["point"] == "sweep" else None
+    if base:   # the same traces: the overhead grows by exactly the background
+        assert close(r["overhead_frac"]["mean"], base["overhead_frac"]["mean"] + r["background_frac"]), (r, base)
+        assert close(r["model_overhead_frac"], base["model_overhead_frac"] + 60 / r["interval_s"]), (r, base)
+at_off = {r["strategy"]: r for r in off["results"] if r["point"] == "plan"}
+at_on = {r["strategy"]: r for r in on["results"] if r["point"] == "plan"}
+assert all(r["background_share"] == 0 and r["back_to_back"] is False for r in off["results"])
+# partial at 720 s without the term models 2.15% but pays 8.3% more in background;
+# at 3600 s it pays 1.67%, and its PLS misses the target visibly (0.0625)
+assert close(on["plan"]["partial"]["overhead_frac"], (25 + 750 + 3000 + 3000) / 180000), on["plan"]
+assert close(on["plan"]["partial"]["pls"], 3600 / 57600), on["plan"]
+assert at_on["partial"]["overhead_frac"]["lo"] <= on["plan"]["partial"]["overhead_frac"] <= at_on["partial"]["overhead_frac"]["hi"], at_on
+PY
+
 # ---- simulate: usage errors -----------------------------------------------------------------
 expect_usage --fraction simulate "${model[@]}" --fraction 0
 expect_usage --strategies simulate "${model[@]}" --strategies full,bogus
@@ -155,12 +231,15 @@ expect_usage --failures simulate "${model[@]}" --failures gamma
 expect_usage --rows simulate "${model[@]}" --rows 4
 expect_usage --trials simulate "${model[@]}" --trials 1
 expect_usage --interval-min-s simulate "${model[@]}" --interval-min-s 100 --interval-max-s 10
+expect_usage --background-s simulate "${model[@]}" --background-s -5
+expect_usage --max-background-share simulate "${model[@]}" --max-background-share 2
 expect_usage --save-s simulate --mtbf-hours 1 --shards 8 --load-s 1 --restart-s 1 --job-hours 1 --target-pls 0.1
 
 # ---- CSV and plots ---------------------------------------------------------------------------
 "$tool" simulate "${model[@]}" --strategies full,partial --trials 50 --points 3 \
     --csv "$work/sim.csv" --plot-dir "$work/plots" > /dev/null 2> "$work/plot.err"
-[[ $(head -1 "$work/sim.csv") == strategy,point,interval_s,* ]] || fail "CSV header: $(head -1 "$work/sim.csv")"
+[[ $(head -1 "$work/sim.csv") == strategy,point,interval_s,*,background_frac,background_share,back_to_back ]] ||
+    fail "CSV header: $(head -1 "$work/sim.csv")"
 [[ $(wc -l < "$work/sim.csv") == 9 ]] || fail "CSV rows: $(wc -l < "$work/sim.csv") lines, want 1 + 2 x 4"
 [[ -s $work/plots/plots.gp && -s $work/plots/overhead_0.dat ]] || fail "plot data missing"
 if command -v gnuplot > /dev/null; then

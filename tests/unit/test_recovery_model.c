@@ -4,7 +4,7 @@
  * forms against values computed by hand (docs/model.md, the worked example),
  * Daly's interval, the decision at its edges (equal overheads choose full, a
  * tight target makes partial lose, a loose one hits the cap at the job),
- * input validation naming the field, and the estimator converging on
+ * the background floor and cost by hand, input validation naming the field, and the estimator converging on
  * synthetic measurements: priors until measured, EWMA of noisy stalls, the
  * MTBF posterior, the loss ratio of a prioritized policy lengthening its
  * interval, and the bounds.
@@ -157,6 +157,49 @@ static void test_partial_overhead_falls_with_interval(void **state)
     assert_close(2 * a.pls, b.pls, 1e-15);
 }
 
+/* The background of a save (docs/model.md): b = 300 s and c = 30 s per
+ * full save with beta = 0.25 floor both intervals at 300 / 0.25 = 1200 s.
+ * Full: 50 x 180000 / 1200 = 7500 s of stalls, 50 x (120 + 60 + 600) =
+ * 39000 s per failure, 30 x 150 = 4500 s of background: 51000 s. Partial:
+ * 7500 + 50 x (15 + 60) + 4500 = 15750 s, PLS 1200 / (2 x 8 x 3600). */
+static void test_background_by_hand(void **state)
+{
+    (void)state;
+    cpr_model_params p = example();
+    p.background_s = 300, p.background_cost_s = 30;
+    double t = 0;
+    assert_status(CPR_OK, cpr_model_background_floor(&p, 600.0, &t));
+    assert_close(1200.0, t, 0);
+    assert_status(CPR_OK, cpr_model_background_floor(&p, 1500.0, &t));
+    assert_close(1500.0, t, 0);                   /* above the floor: untouched */
+    p.max_background_share = 0.5;
+    assert_status(CPR_OK, cpr_model_background_floor(&p, 100.0, &t));
+    assert_close(600.0, t, 0);
+    p.max_background_share = 0, p.background_s = 1e6;
+    assert_status(CPR_OK, cpr_model_background_floor(&p, 100.0, &t));
+    assert_close(180000.0, t, 0);                 /* never beyond the job */
+    p.background_s = 300;
+    cpr_model_plan plan;
+    assert_status(CPR_OK, cpr_model_plan_compute(&p, &plan));
+    assert_close(1200.0, plan.full.interval_s, 0);
+    assert_close(1200.0, plan.partial.interval_s, 0);
+    assert_close(4500.0, plan.full.background_s, 1e-9);
+    assert_close(4500.0 / 180000.0, plan.full.background_frac, 1e-15);
+    assert_close(30000.0, plan.full.lost_s, 1e-9);
+    assert_close(51000.0, plan.full.overhead_s, 1e-9);
+    assert_close(51000.0 / 180000.0, plan.full.overhead_frac, 1e-15);
+    assert_close(4500.0, plan.partial.background_s, 1e-9);
+    assert_close(15750.0, plan.partial.overhead_s, 1e-9);
+    assert_close(1200.0 / (2.0 * 8 * 3600), plan.partial.pls, 1e-15);
+    assert_int_equal(CPR_RECOVERY_PARTIAL, plan.decision);
+    assert_close((51000.0 - 15750.0) / 180000.0, plan.benefit_frac, 1e-15);
+    /* Without a background: the worked example, no background term. */
+    p = example();
+    assert_status(CPR_OK, cpr_model_plan_compute(&p, &plan));
+    assert_close(600.0, plan.full.interval_s, 0);
+    assert_close(0.0, plan.partial.background_frac, 0);
+}
+
 static void expect_invalid(cpr_model_params p, const char *field)
 {
     cpr_model_plan plan;
@@ -191,6 +234,17 @@ static void test_validation_names_the_field(void **state)
     expect_invalid(p, "target_pls");
     p = example(), p.formula = (cpr_interval_formula)7;
     expect_invalid(p, "formula");
+    const struct { double time_s, cost_s, share; const char *field; } backgrounds[] = {
+        {-1, 0, 0, "background_s"}, {NAN, 0, 0, "background_s"},
+        {0, INFINITY, 0, "background_cost_s"}, {0, 0, 1.5, "max_background_share"},
+        {0, 0, -0.25, "max_background_share"},
+    };
+    for (size_t i = 0; i < sizeof backgrounds / sizeof backgrounds[0]; i++) {
+        p = example();
+        p.background_s = backgrounds[i].time_s, p.background_cost_s = backgrounds[i].cost_s;
+        p.max_background_share = backgrounds[i].share;
+        expect_invalid(p, backgrounds[i].field);
+    }
     cpr_overhead o;
     p = example();
     assert_status(CPR_INVALID_ARGUMENT, cpr_model_full(&p, 0.0, &o));
@@ -464,6 +518,29 @@ static void test_estimator_background_floor(void **state)
     assert_status(CPR_INVALID_ARGUMENT, cpr_estimator_create(&c, &e));
 }
 
+/* The estimator applies the model's floor and cost: with the worked
+ * example's priors and FULL saves measured at b = 300 s, c = 30 s, it
+ * answers test_background_by_hand's numbers. */
+static void test_estimator_background_is_the_model(void **state)
+{
+    (void)state;
+    cpr_estimator_config c = est_config();
+    cpr_estimator *e = NULL;
+    cpr_estimate r;
+    assert_status(CPR_OK, cpr_estimator_create(&c, &e));
+    assert_status(CPR_OK, cpr_estimator_background(e, CPR_POLICY_FULL, 300.0, 30.0));
+    assert_status(CPR_OK, cpr_estimator_decide(e, &r));
+    assert_close(1200.0, r.full.interval_s, 0);
+    assert_close(1200.0, r.partial.interval_s, 0);
+    assert_close(51000.0, r.full.overhead_s, 1e-9);
+    assert_close(15750.0, r.partial.overhead_s, 1e-9);
+    assert_close(4500.0, r.partial.background_s, 1e-9);
+    assert_close(1200.0 / (2.0 * 8 * 3600), r.pls, 1e-15);
+    assert_int_equal(CPR_RECOVERY_PARTIAL, r.mode);
+    assert_close(1200.0, r.interval_s, 0);
+    cpr_estimator_destroy(e);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -475,6 +552,7 @@ int main(void)
         cmocka_unit_test(test_tight_target_chooses_full),
         cmocka_unit_test(test_loose_target_caps_at_the_job),
         cmocka_unit_test(test_partial_overhead_falls_with_interval),
+        cmocka_unit_test(test_background_by_hand),
         cmocka_unit_test(test_validation_names_the_field),
         cmocka_unit_test(test_estimator_priors_answer_first),
         cmocka_unit_test(test_estimator_save_converges),
@@ -485,6 +563,7 @@ int main(void)
         cmocka_unit_test(test_estimator_rejects_bad_input),
         cmocka_unit_test(test_estimator_partial_loads_scale),
         cmocka_unit_test(test_estimator_background_floor),
+        cmocka_unit_test(test_estimator_background_is_the_model),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
