@@ -76,11 +76,16 @@ static dlrm_loader *open_loader(const char *path, double holdout, uint64_t windo
 }
 
 /* A sample as the loader stores it, for comparisons. */
+/* Compared with memcmp, so no padding: 13 dense floats and the label make 56
+ * bytes, where the int64 ids start aligned (a struct returned by value need
+ * not carry the bytes a memset put into its padding). */
 typedef struct flat {
     float dense[CPR_CRITEO_DENSE];
-    int64_t idx[TABLES];
     float label;
+    int64_t idx[TABLES];
 } flat;
+_Static_assert(sizeof(flat) == (CPR_CRITEO_DENSE + 1) * sizeof(float) + TABLES * sizeof(int64_t),
+               "flat has padding");
 
 static flat flat_of_batch(const dlrm_batch *b, size_t r)
 {
