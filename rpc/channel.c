@@ -54,9 +54,11 @@ cpr_status cpri_rpc_open(const char *host_port, cpri_rpc **out)
         /* Restores stream large batches: let the daemon run ahead of us. */
         {GRPC_ARG_INTEGER, GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES, {.integer = 8 << 20}},
         /* A restarted daemon is found again within a second, not after
-         * gRPC's default backoff (up to 120 s), so saves resume promptly. */
+         * gRPC's default backoff (up to 120 s), so saves resume promptly.
+         * Not GRPC_ARG_MIN_RECONNECT_BACKOFF_MS: gRPC also takes it as the
+         * least time a connection attempt is given (20 s by default), and
+         * 0.1 s would fail attempts to a slow or distant daemon. */
         {GRPC_ARG_INTEGER, GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, {.integer = RECONNECT_MIN_MS}},
-        {GRPC_ARG_INTEGER, GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, {.integer = RECONNECT_MIN_MS}},
         {GRPC_ARG_INTEGER, GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, {.integer = RECONNECT_MAX_MS}},
     };
     grpc_channel_args args = {sizeof arg / sizeof arg[0], arg};
