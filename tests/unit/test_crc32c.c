@@ -134,6 +134,14 @@ static uint64_t xinuse(void)
     __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(1));
     return ((uint64_t)hi << 32) | lo;
 }
+
+/* Whether this CPU clears XINUSE bit 2 on vzeroupper (the manual allows a
+ * CPU to report the state in use anyway): only then can the test tell. */
+__attribute__((target("avx"), noinline)) static int xinuse_clears(void)
+{
+    __asm__ volatile("vzeroupper" ::: "memory");
+    return (xinuse() & 0x4) == 0;
+}
 #endif
 
 static void test_upper_state_clean(void **unused)
@@ -144,8 +152,10 @@ static void test_upper_state_clean(void **unused)
     assert_non_null(buf);
     uint32_t crc = cpr_crc32c(0, buf, LEN);
 #if defined(__x86_64__)
-    if (xinuse_supported())
+    if (xinuse_supported() && xinuse_clears()) {
+        crc = cpr_crc32c(0, buf, LEN);
         assert_int_equal(xinuse() & 0x4, 0); /* YMM_Hi128 not in use */
+    }
 #endif
     assert_int_equal(crc, cpr_crc32c(0, buf, LEN));
     free(buf);
