@@ -16,6 +16,9 @@
 #include "ckpt_internal.h"
 #include "util.h"
 
+/* cpr_client_options.staging_bytes is raised to at least this (cpr/client.h). */
+#define CLIENT_LEAST_STAGING ((uint64_t)2 << 20)
+
 static const char *const POLICY_NAMES[] = {"full", "delta", "partial", "mfu",
                                            "ssu", "topk-norm", "auto", NULL};
 
@@ -210,6 +213,8 @@ cpr_status dlrm_ckpt_create(const dlrm_ckpt_options *opts, dlrm_model *model,
                     (8 + 4 * (uint64_t)(ck->schemas[t].dim + ck->schemas[t].state_dim));
         ck->staging_bytes = ck->o.staging_mb > 0 ? (uint64_t)(ck->o.staging_mb * 1048576.0)
                                                   : 2 * full;
+        if (ck->staging_bytes < CLIENT_LEAST_STAGING) /* the client raises it so */
+            ck->staging_bytes = CLIENT_LEAST_STAGING;
         cpr_client_options co = {.call_timeout_s = ck->o.timeout_s,
                                  .stream_timeout_s = ck->o.timeout_s,
                                  .staging_bytes = (size_t)ck->staging_bytes, .defer_send = 1};
@@ -663,7 +668,11 @@ static cpr_status after_step(void *ctx, dlrm_trainer *trainer)
     }
     if (st == CPR_OK && ck->o.crash_at_step && step == ck->o.crash_at_step &&
         ck->o.crash_mid_save && ck->client) {
-        if (!ck->fl.active)
+        /* A save in flight is drained first (its commit would race the
+         * kill); then one is staged and held: never committed. */
+        if (ck->fl.active)
+            st = dlrm_ckpt_drain(ck);
+        if (st == CPR_OK)
             st = start_save_held(ck, 1);
         dlrm_log(DLRM_LOG_WARN, "crashing on purpose after step %llu with checkpoint %llu "
                  "staged (--crash-mid-save)", (unsigned long long)step,
