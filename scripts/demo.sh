@@ -122,8 +122,10 @@ for s in "${strategies[@]}"; do
         scenario=$(awk -v c="$compute_s" -v j="$job_h" -v m="$mtbf_h" -v r="$restart_min" \
             -v f="$failures" -v rs="$restart_s" 'BEGIN {
                 k = j * 3600 / c; if (rs == "") rs = r * 60 / k
-                printf "%.6g %.6g %.6g", k, rs, f > 0 ? c / f : 0 }')
+                printf "%.6g %.6g %.6g", k, rs, (f > 0 ? c / f : 0) }')
         read -r factor restart_s mtbf_s <<< "$scenario"
+        [[ -n "$factor" && -n "$restart_s" && -n "$mtbf_s" ]] ||
+            { say "could not derive the scenario from compute_s=$compute_s"; exit 1; }
         say "scenario: job ${job_h} h, MTBF ${mtbf_h} h, restart ${restart_min} min;" \
             "the job is ${compute_s} s here, so 1 s here = ${factor} s there:" \
             "${failures} failures expected, MTBF ${mtbf_s} s, restart ${restart_s} s"
