@@ -505,7 +505,6 @@ static cpr_status start_save_held(dlrm_ckpt *ck, int hold)
     fl->steps_staged = dlrm_ckpt_exec_steps(ck);
     ck->st.saves_started++;
     ck->saves_done++;
-    report_tracked(ck);
     if (ck->o.staged)
         ck->o.staged(ck->o.staged_ctx, fl->checkpoint);
     if (hold)
