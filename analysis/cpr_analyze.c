@@ -228,6 +228,16 @@ double model_background_share(const cpr_model_params *p)
 
 /* ---- plan ------------------------------------------------------------------------- */
 
+/* An overhead's split into save, load, (lost,) restart and background. */
+static int add_breakdown(cpri_json *j, const cpr_overhead *o, int with_lost)
+{
+    return cpri_json_add_number(j, "save_frac", o->save_frac) |
+           cpri_json_add_number(j, "load_frac", o->load_frac) |
+           (with_lost ? cpri_json_add_number(j, "lost_frac", o->lost_frac) : 0) |
+           cpri_json_add_number(j, "restart_frac", o->restart_frac) |
+           cpri_json_add_number(j, "background_frac", o->background_frac);
+}
+
 cpri_json *plan_json(const cpr_model_plan *plan)
 {
     cpri_json *root = cpri_json_object(), *full = cpri_json_object(), *part = cpri_json_object();
@@ -235,18 +245,10 @@ cpri_json *plan_json(const cpr_model_plan *plan)
     const cpr_overhead *f = &plan->full, *p = &plan->partial;
     bad |= cpri_json_add_number(full, "interval_s", f->interval_s) |
            cpri_json_add_number(full, "overhead_frac", f->overhead_frac) |
-           cpri_json_add_number(full, "save_frac", f->save_frac) |
-           cpri_json_add_number(full, "load_frac", f->load_frac) |
-           cpri_json_add_number(full, "lost_frac", f->lost_frac) |
-           cpri_json_add_number(full, "restart_frac", f->restart_frac) |
-           cpri_json_add_number(full, "background_frac", f->background_frac);
+           add_breakdown(full, f, 1);
     bad |= cpri_json_add_number(part, "interval_s", p->interval_s) |
            cpri_json_add_number(part, "overhead_frac", p->overhead_frac) |
-           cpri_json_add_number(part, "pls", p->pls) |
-           cpri_json_add_number(part, "save_frac", p->save_frac) |
-           cpri_json_add_number(part, "load_frac", p->load_frac) |
-           cpri_json_add_number(part, "restart_frac", p->restart_frac) |
-           cpri_json_add_number(part, "background_frac", p->background_frac);
+           cpri_json_add_number(part, "pls", p->pls) | add_breakdown(part, p, 0);
     bad |= json_put(root, "full", full);
     bad |= json_put(root, "partial", part);
     bad |= cpri_json_add_string(root, "decision", cpr_recovery_mode_name(plan->decision)) |

@@ -469,6 +469,20 @@ static double number(const cpri_json *ev, const char *key)
     return v;
 }
 
+/* The resumed run (from the cut at step 51 of an 80-step run) ran only the
+ * rest and ended with the uninterrupted run's AUC; *a and *b get both
+ * summaries (cpri_json_free them). */
+static void resumed_like_base(const char *base_log, const char *resume_log, cpri_json **a,
+                              cpri_json **b)
+{
+    *a = last_event(base_log, "summary");
+    *b = last_event(resume_log, "summary");
+    assert_non_null(*a);
+    assert_non_null(*b);
+    assert_true(number(*b, "steps") == 80 - 51); /* only the rest ran here */
+    assert_true(number(*a, "auc") == number(*b, "auc"));
+}
+
 static void test_trainer_killed_and_resumed(void **state)
 {
     (void)state;
@@ -502,11 +516,8 @@ static void test_trainer_killed_and_resumed(void **state)
     /* saves at steps 1, 11, ..., 51: the cut is the save of step 51 */
     assert_true(number(rec, "step") == 51);
     cpri_json_free(rec);
-    cpri_json *a = last_event(base_log, "summary"), *b = last_event(resume_log, "summary");
-    assert_non_null(a);
-    assert_non_null(b);
-    assert_true(number(b, "steps") == 80 - 51); /* only the rest ran here */
-    assert_true(number(a, "auc") == number(b, "auc"));
+    cpri_json *a = NULL, *b = NULL;
+    resumed_like_base(base_log, resume_log, &a, &b);
     assert_true(number(a, "logloss") == number(b, "logloss"));
     cpri_json_free(a);
     cpri_json_free(b);
@@ -559,11 +570,8 @@ static void test_trainer_killed_mid_save(void **state)
     assert_true(number(rec, "cut") == 6);
     assert_true(number(rec, "step") == 51);
     cpri_json_free(rec);
-    cpri_json *a = last_event(base_log, "summary"), *b = last_event(resume_log, "summary");
-    assert_non_null(a);
-    assert_non_null(b);
-    assert_true(number(b, "steps") == 80 - 51);
-    assert_true(number(a, "auc") == number(b, "auc"));
+    cpri_json *a = NULL, *b = NULL;
+    resumed_like_base(base_log, resume_log, &a, &b);
     cpri_json_free(a);
     cpri_json_free(b);
     /* Nothing saved at step 55 was ever committed: the resumed run's saves
