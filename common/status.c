@@ -72,12 +72,17 @@ const char *cpr_errmsg(void)
     return errmsg_buf;
 }
 
+/* Formatted aside first: an argument may be cpr_errmsg() itself (a message
+ * that wraps the one before it), and vsnprintf must not write the buffer it
+ * is reading. */
 cpr_status cpr_fail(cpr_status st, const char *fmt, ...)
 {
+    char msg[sizeof errmsg_buf];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(errmsg_buf, sizeof errmsg_buf, fmt, ap);
+    vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
+    memcpy(errmsg_buf, msg, sizeof msg);
     return st;
 }
 

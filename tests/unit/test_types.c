@@ -115,6 +115,16 @@ static void test_names(void **state)
     assert_string_equal(cpr_policy_name((cpr_policy)99), "unknown");
 }
 
+/* A message may wrap the one before it: cpr_fail reads cpr_errmsg() while
+ * it writes the message (it once wrote the buffer it was reading). */
+static void test_fail_wraps_previous_message(void **unused)
+{
+    (void)unused;
+    assert_int_equal(CPR_IO, cpr_fail(CPR_IO, "disk said %s", "no"));
+    assert_int_equal(CPR_IO, cpr_fail(CPR_IO, "put failed: %s (retry later)", cpr_errmsg()));
+    assert_string_equal(cpr_errmsg(), "put failed: disk said no (retry later)");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -123,6 +133,7 @@ int main(void)
         cmocka_unit_test(test_cut_ignores_open_parts_and_extra_shards),
         cmocka_unit_test(test_scan_decides_early),
         cmocka_unit_test(test_names),
+        cmocka_unit_test(test_fail_wraps_previous_message),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
