@@ -63,6 +63,9 @@ typedef struct item {
     char name[CPR_NAME_MAX + 1]; /* blob */
     uint64_t offset;
     size_t len;
+    cpr_fill_fn fill;     /* deferred rows: values written by fill before sealing */
+    void *fill_ctx;
+    size_t fill_first;    /* the block's first row within its put */
     _Alignas(8) uint8_t data[]; /* rows: ids | values | state; blob: bytes */
 } item;
 
@@ -84,6 +87,8 @@ typedef struct rows_src {
     uint64_t row_base;
     const float *values, *state;
     size_t vstride, sstride;
+    cpr_fill_fn fill;      /* cpr_part_put_deferred: no values now */
+    void *fill_ctx;
 } rows_src;
 
 static uint64_t src_id(const rows_src *r, size_t i)
@@ -239,8 +244,17 @@ static cpr_status send_item(cpr_part *p, item *it)
         return cpri_node_writer_blob(p->writer, it->name, it->offset, it->data, it->len,
                                     cpr_crc32c(0, it->data, it->len));
     if (it->is_block) {
-        cpr_status st = cpr_block_seal(it->data, it->table, (uint32_t)it->n, it->dim,
-                                       it->state_dim, 0);
+        cpr_status st = CPR_OK;
+        if (it->fill) { /* the caller's snapshot, copied out now (cpr_part_put_deferred) */
+            cpr_block_layout l;
+            cpr_block_layout_of((uint32_t)it->n, it->dim, it->state_dim, 0, &l);
+            st = it->fill(it->fill_ctx, it->fill_first, it->n, (float *)(it->data + l.values),
+                          it->state_dim ? (float *)(it->data + l.state) : NULL);
+            if (st)
+                return cpr_fail(st, "filling rows [%zu, %zu) of table %u: %s", it->fill_first,
+                                it->fill_first + it->n, it->table, cpr_errmsg());
+        }
+        st = cpr_block_seal(it->data, it->table, (uint32_t)it->n, it->dim, it->state_dim, 0);
         return st ? st : cpri_node_writer_block(p->writer, it->data, it->len);
     }
     const uint64_t *ids = (const uint64_t *)it->data;
@@ -561,7 +575,11 @@ static cpr_status stage_block(cpr_part *p, const rows_src *r, const schema *t, s
     else
         for (size_t i = 0; i < k; i++)
             ids[i] = r->range_begin + done + i;
-    if (!r->by_id && r->vstride == t->dim) { /* a dense batch: one copy per array */
+    if (r->fill) { /* deferred: the sender fills the values (send_item) */
+        it->fill = r->fill;
+        it->fill_ctx = r->fill_ctx;
+        it->fill_first = done;
+    } else if (!r->by_id && r->vstride == t->dim) { /* a dense batch: one copy per array */
         memcpy(values, r->values + done * t->dim, k * vrow);
         if (t->state_dim)
             memcpy(state, r->state + done * t->state_dim, k * srow);
@@ -637,6 +655,9 @@ static cpr_status put_src(cpr_part *p, const rows_src *r, const schema *t)
 {
     int ascend;
     cpr_status st = check_ids(p, r, t, &ascend);
+    if (st == CPR_OK && r->fill && !ascend)
+        st = cpr_fail(CPR_INVALID_ARGUMENT, "deferred rows of table %u: ids must be strictly "
+                      "ascending (they are staged as row blocks)", r->table);
     if (st || r->n == 0)
         return st;
     size_t row_bytes = 8 + 4 * ((size_t)t->dim + t->state_dim);
@@ -671,7 +692,7 @@ cpr_status cpr_part_put_rows(cpr_part *p, const cpr_row_batch *b)
     if (st)
         return st;
     rows_src r = {b->table, b->n, b->ids, b->range_begin, 0, 0, b->values, b->state,
-                  t->dim, t->state_dim};
+                  t->dim, t->state_dim, NULL, NULL};
     return put_src(p, &r, t);
 }
 
@@ -696,7 +717,21 @@ cpr_status cpr_part_put_gather(cpr_part *p, const cpr_gather *g)
                         "row_base %llu", g->table, (unsigned long long)g->range_begin,
                         (unsigned long long)g->row_base);
     rows_src r = {g->table, g->n, g->ids, g->range_begin, 1, g->row_base, g->values, g->state,
-                  g->values_stride, g->state_stride};
+                  g->values_stride, g->state_stride, NULL, NULL};
+    return put_src(p, &r, t);
+}
+
+cpr_status cpr_part_put_deferred(cpr_part *p, const cpr_deferred_rows *d)
+{
+    const schema *t;
+    if (!p || !d || !d->fill || (d->n && !d->ids))
+        return cpr_fail(CPR_INVALID_ARGUMENT, "cpr_part_put_deferred: part, rows, their ids "
+                        "and a fill function are needed");
+    cpr_status st = check_table(p, d->table, &t);
+    if (st)
+        return st;
+    rows_src r = {.table = d->table, .n = d->n, .ids = d->ids, .fill = d->fill,
+                  .fill_ctx = d->ctx};
     return put_src(p, &r, t);
 }
 

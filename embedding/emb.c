@@ -347,7 +347,19 @@ cpr_status cpr_emb_gather(cpr_emb *t, const cpr_emb_save *save, float *values, f
     if (!save || (save->n && (!values || (t->state_dim && !state))))
         return cpr_fail(CPR_INVALID_ARGUMENT, "gather needs a save and buffers for %zu rows "
                         "of values%s", save ? save->n : 0, t->state_dim ? " and state" : "");
-    return DISPATCH(t, gather, t, save, values, state);
+    return DISPATCH(t, copy, t, save, 0, save->n, values, state, 0);
+}
+
+cpr_status cpr_emb_save_copy(cpr_emb *t, cpr_emb_save *save, size_t first, size_t k,
+                             float *values, float *state)
+{
+    if (!t || !save || first > save->n || k > save->n - first)
+        return cpr_fail(CPR_INVALID_ARGUMENT, "cpr_emb_save_copy: rows [%zu, %zu + %zu) are not "
+                        "rows of a save of %zu", first, first, k, save ? save->n : 0);
+    if (k && (!values || (t->state_dim && !state)))
+        return cpr_fail(CPR_INVALID_ARGUMENT, "cpr_emb_save_copy needs buffers for %zu rows of "
+                        "values%s", k, t->state_dim ? " and state" : "");
+    return DISPATCH(t, copy, t, save, first, k, values, state, 1);
 }
 
 cpr_status cpr_emb_view(const cpr_emb *t, cpr_emb_host_view *out)

@@ -13,6 +13,13 @@
  * return them at commit or abort (invariant in cpr/embedding.h). A wiped
  * shard's open saves become inert: their pending values belong to rows
  * that no longer exist.
+ *
+ * Every save is a copy-on-write snapshot (emb_snap.h, S1-S4): `cow` marks
+ * the rows of open saves, and whatever changes a marked row (backward,
+ * apply, wipe) first has each open save holding it keep the row's values,
+ * so cpr_emb_save_copy may copy the save out on another thread while
+ * training goes on. Those guards run before anything changes, so a failed
+ * call still leaves the table unchanged.
  */
 #define _DEFAULT_SOURCE /* madvise */
 #include <math.h>
@@ -25,6 +32,7 @@
 #include "cpr_common.h"
 #include "emb_internal.h"
 #include "emb_select.h"
+#include "emb_snap.h"
 #include "emb_ssu.h"
 
 typedef struct shard_ctr {
@@ -36,11 +44,13 @@ typedef struct shard_ctr {
 typedef struct pending {
     uint32_t *counts;
     float *norm;
-    uint8_t *dirty;         /* per id: was dirty (FULL/DELTA saves) */
+    uint8_t *dirty;         /* per id: was dirty (FULL/DELTA saves: cons) */
+    int cons;               /* a FULL/DELTA save of a table with dirty bits */
     uint8_t *sampled;       /* per id: was in the SSU sample */
     uint64_t count_sum;
     uint64_t unsaved_at_begin;
     int wiped;              /* the shard was wiped while this save was open */
+    cpri_emb_snap snap;     /* the rows' begin-time values, copy on write */
     size_t cap;             /* rows the arrays hold (a spare is reused, E1) */
     struct pending *next;   /* open saves of the table */
     cpr_emb_save *save;
@@ -61,7 +71,10 @@ typedef struct cpu_table {
     cpri_emb_ssu ssu;        /* the SSU sample (emb_ssu.c, shared with CUDA) */
     shard_ctr *shards;
     pending *open;
-    pending *spare;         /* the arrays of an ended save, kept for the next (E1) */
+    pending *spare;         /* arrays of ended saves, kept for the next (E1) */
+    uint32_t n_spare, shards_n;
+    uint64_t *cow;          /* bitmap: rows of open saves (S1) */
+    uint32_t snap_open;     /* open saves */
     uint64_t calls;
     occ *occs;
     size_t occ_cap;
@@ -72,6 +85,8 @@ static void free_pending(pending *p);
 
 #define CPU(t) ((cpu_table *)(t)->backend)
 #define PREFETCH_AHEAD 8 /* rows: enough to cover DRAM latency at ~50 ns per row */
+/* Bookkeeping touches a few bytes a row: DRAM latency needs more rows ahead. */
+#define PREFETCH_TRACKERS 32
 
 /* Bring a row (and its trackers) toward the cache before it is needed: rows
  * are random in a table far larger than the cache, so every access would
@@ -91,6 +106,19 @@ static void prefetch_row(const cpu_table *b, uint64_t row, uint32_t dim, uint32_
         __builtin_prefetch(b->dirty + (row >> 6));
     if (b->ssu.member)
         __builtin_prefetch(b->ssu.member + (row >> 6));
+    if (b->snap_open)
+        __builtin_prefetch(b->cow + (row >> 6));
+}
+/* A row's tracker entries, ahead of a save's bookkeeping. */
+static void prefetch_trackers(const cpu_table *b, uint64_t row)
+{
+    __builtin_prefetch(b->cow + (row >> 6), 1);
+    if (b->counts)
+        __builtin_prefetch(b->counts + row, 1);
+    if (b->norm)
+        __builtin_prefetch(b->norm + row, 1);
+    if (b->dirty)
+        __builtin_prefetch(b->dirty + (row >> 6), 1);
 }
 #define BIT_GET(map, i) (((map)[(i) >> 6] >> ((i) & 63)) & 1u)
 #define BIT_SET(map, i) ((map)[(i) >> 6] |= 1ull << ((i) & 63))
@@ -143,7 +171,9 @@ cpr_status cpri_emb_cpu_create(cpr_emb *t)
     b->counts = c->track & CPR_TRACK_COUNTS ? table_alloc(c->rows, 4, &oom) : NULL;
     b->dirty = c->track & CPR_TRACK_DIRTY ? table_alloc(words, 8, &oom) : NULL;
     b->norm = c->track & CPR_TRACK_NORM ? table_alloc(c->rows, 4, &oom) : NULL;
+    b->cow = table_alloc(words, 8, &oom);
     b->shards = xcalloc(c->num_shards, sizeof *b->shards, &oom);
+    b->shards_n = c->num_shards;
     b->gsum = xcalloc(c->dim, sizeof(float), &oom);
     if (oom) {
         cpri_emb_cpu_destroy(t);
@@ -152,6 +182,7 @@ cpr_status cpri_emb_cpu_create(cpr_emb *t)
     }
     cpr_status st = cpri_emb_ssu_init(&b->ssu, (c->track & CPR_TRACK_SSU) != 0, c->rows,
                                      c->num_shards, c->ssu_capacity);
+
     if (st) {
         cpri_emb_cpu_destroy(t);
         return st;
@@ -167,8 +198,11 @@ void cpri_emb_cpu_destroy(cpr_emb *t)
     cpu_table *b = CPU(t);
     if (!b)
         return;
-    if (b->spare) /* E1's kept arrays */
-        free_pending(b->spare);
+    while (b->spare) { /* E1's kept arrays */
+        pending *p = b->spare;
+        b->spare = p->next;
+        free_pending(p);
+    }
     while (b->open) { /* open saves end with the table (cpr_emb_destroy) */
         pending *p = b->open;
         b->open = p->next;
@@ -182,6 +216,7 @@ void cpri_emb_cpu_destroy(cpr_emb *t)
     free(b->counts);
     free(b->dirty);
     free(b->norm);
+    free(b->cow);
     free(b->shards);
     free(b->occs);
     free(b->gsum);
@@ -340,6 +375,55 @@ static void track_row(cpr_emb *t, uint64_t row, const occ *first, size_t n_occ, 
     b->shards[shard].unsaved += n_occ;
 }
 
+/* ---- the snapshot's guards (S1) ---------------------------------------------------- */
+
+/* Position of `row` in a save's ascending ids, or n. */
+static size_t save_index(const cpr_emb_save *save, uint64_t row)
+{
+    size_t lo = 0, hi = save->n;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (save->ids[mid] < row)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo < save->n && save->ids[lo] == row ? lo : save->n;
+}
+
+/* Before `row` changes: every open save holding it keeps its values. */
+static cpr_status guard_row(cpr_emb *t, uint64_t row)
+{
+    cpu_table *b = CPU(t);
+    if (!b->snap_open || !BIT_GET(b->cow, row))
+        return CPR_OK;
+    uint32_t shard = cpri_emb_geom_shard_of(t, row), dim = t->cfg.dim, sd = t->state_dim;
+    for (pending *p = b->open; p; p = p->next) {
+        if (p->save->shard != shard)
+            continue;
+        size_t i = save_index(p->save, row);
+        if (i == p->save->n)
+            continue;
+        cpr_status st = cpri_emb_snap_keep(&p->snap, i, b->weights + row * dim,
+                                           sd ? b->state + row * sd : NULL);
+        if (st)
+            return st;
+    }
+    return CPR_OK;
+}
+
+/* The rows a backward is about to update (sorted occurrences). */
+static cpr_status guard_batch(cpr_emb *t, const occ *occs, size_t n_occ)
+{
+    cpr_status st = CPR_OK;
+    if (!CPU(t)->snap_open)
+        return CPR_OK;
+    for (size_t i = 0; st == CPR_OK && i < n_occ; i++)
+        if (i == 0 || occs[i].row != occs[i - 1].row)
+            st = guard_row(t, occs[i].row);
+    return st;
+}
+
 cpr_status cpri_emb_cpu_backward(cpr_emb *t, const int64_t *indices, size_t n_indices,
                                 const int64_t *offsets, size_t n_bags, cpr_pooling pooling,
                                 const float *grad)
@@ -348,6 +432,8 @@ cpr_status cpri_emb_cpu_backward(cpr_emb *t, const int64_t *indices, size_t n_in
     uint32_t dim = t->cfg.dim;
     size_t n_occ = 0;
     cpr_status st = collect_occurrences(t, b, indices, n_indices, offsets, n_bags, &n_occ);
+    if (st == CPR_OK)
+        st = guard_batch(t, b->occs, n_occ);
     if (st)
         return st;
     for (size_t i = 0; i < n_occ;) {
@@ -439,14 +525,11 @@ cpr_status cpri_emb_cpu_select(cpr_emb *t, uint32_t shard, cpr_policy policy,
             ids[count++] = row;
         }
         break;
-    case CPR_POLICY_MFU: {
-        cpr_status st = cpri_emb_topk(t, shard, b->counts, k, ids, &count);
-        if (st)
-            return st;
-        break;
-    }
+    case CPR_POLICY_MFU:
     case CPR_POLICY_TOPK_NORM: { /* non-negative floats order like their bits */
-        cpr_status st = cpri_emb_topk(t, shard, b->norm, k, ids, &count);
+        const void *keys = policy == CPR_POLICY_MFU ? (const void *)b->counts
+                                                    : (const void *)b->norm;
+        cpr_status st = cpri_emb_topk(t, shard, keys, k, ids, &count);
         if (st)
             return st;
         break;
@@ -463,6 +546,7 @@ cpr_status cpri_emb_cpu_select(cpr_emb *t, uint32_t shard, cpr_policy policy,
 
 static void free_pending(pending *p)
 {
+    cpri_emb_snap_release(&p->snap);
     free(p->counts);
     free(p->norm);
     free(p->dirty);
@@ -473,20 +557,25 @@ static void free_pending(pending *p)
 /*
  * E1. A save's pending arrays are as large as the save (a FULL save of 10 M
  * rows: 90 MB). Allocating them fresh each save made its begin fault every
- * page in, in the training stall, so the arrays of an ended save are kept
- * (the largest one) and reused by the next save they fit: same arrays
- * present, capacity enough. counts, norm and dirty are written for every
- * row of the save below; `sampled` is cleared (cpri_emb_ssu_hold sets only
- * the rows it holds).
+ * page in, in the training stall, so the arrays of ended saves are kept (up
+ * to one per shard and one more: a trainer has a save of every shard open
+ * at once) and the next save takes the smallest that fits. Every save has
+ * an array for each tracker of the table, whatever its policy, so any
+ * spare fits any policy. counts, norm and dirty are written for every row
+ * of the save below; `sampled` is cleared (cpri_emb_ssu_hold sets only the
+ * rows it holds).
  */
-static pending *take_spare(cpu_table *b, size_t n, int cons)
+static pending *take_spare(cpu_table *b, size_t n)
 {
-    pending *s = b->spare;
-    if (!s || s->cap < n || (s->counts != NULL) != (b->counts != NULL) ||
-        (s->norm != NULL) != (b->norm != NULL) || (s->dirty != NULL) != (b->dirty && cons) ||
-        (s->sampled != NULL) != (b->ssu.member != NULL))
+    pending **best = NULL;
+    for (pending **pp = &b->spare; *pp; pp = &(*pp)->next)
+        if ((*pp)->cap >= n && (!best || (*pp)->cap < (*best)->cap))
+            best = pp;
+    if (!best)
         return NULL;
-    b->spare = NULL;
+    pending *s = *best;
+    *best = s->next;
+    b->n_spare--;
     s->count_sum = s->unsaved_at_begin = 0;
     s->wiped = 0;
     s->next = NULL;
@@ -498,13 +587,23 @@ static pending *take_spare(cpu_table *b, size_t n, int cons)
 
 static void keep_spare(cpu_table *b, pending *p)
 {
-    if (b->spare && b->spare->cap >= p->cap) {
-        free_pending(p);
-        return;
+    if (b->n_spare > b->shards_n) { /* full: drop the smallest, or p itself */
+        pending **smallest = &b->spare;
+        for (pending **pp = &b->spare; *pp; pp = &(*pp)->next)
+            if ((*pp)->cap < (*smallest)->cap)
+                smallest = pp;
+        if ((*smallest)->cap >= p->cap) {
+            free_pending(p);
+            return;
+        }
+        pending *drop = *smallest;
+        *smallest = drop->next;
+        free_pending(drop);
+        b->n_spare--;
     }
-    if (b->spare)
-        free_pending(b->spare);
+    p->next = b->spare;
     b->spare = p;
+    b->n_spare++;
 }
 
 static int consistent_policy(cpr_policy policy)
@@ -520,14 +619,14 @@ cpr_status cpri_emb_cpu_save_begin(cpr_emb *t, cpr_emb_save *save)
     if (cons && sc->open_consistent)
         return cpr_fail(CPR_FAILED_PRECONDITION, "shard %u already has an open FULL/DELTA "
                         "save; commit or abort it first", save->shard);
-    pending *p = take_spare(b, save->n, cons); /* E1 */
+    pending *p = take_spare(b, save->n); /* E1 */
     if (!p) {
         p = calloc(1, sizeof *p);
         if (!p)
             return cpr_fail(CPR_NO_MEMORY, "out of memory starting a save");
         p->counts = b->counts ? xcalloc(save->n, 4, &oom) : NULL;
         p->norm = b->norm ? xcalloc(save->n, 4, &oom) : NULL;
-        p->dirty = b->dirty && cons ? xcalloc(save->n, 1, &oom) : NULL;
+        p->dirty = b->dirty ? xcalloc(save->n, 1, &oom) : NULL;
         p->sampled = b->ssu.member ? xcalloc(save->n, 1, &oom) : NULL;
         p->cap = save->n;
         if (oom) {
@@ -536,8 +635,17 @@ cpr_status cpri_emb_cpu_save_begin(cpr_emb *t, cpr_emb_save *save)
                             save->n);
         }
     }
+    p->cons = cons && b->dirty; /* FULL and DELTA clear the dirty bits */
+    cpr_status st = cpri_emb_snap_init(&p->snap, save->n, t->cfg.dim, t->state_dim);
+    if (st) {
+        keep_spare(b, p);
+        return st;
+    }
     for (size_t i = 0; i < save->n; i++) {
         uint64_t row = save->ids[i];
+        if (i + PREFETCH_TRACKERS < save->n) /* the rows' trackers are scattered */
+            prefetch_trackers(b, save->ids[i + PREFETCH_TRACKERS]);
+        BIT_SET(b->cow, row); /* S1 */
         if (p->counts) {
             p->counts[i] = b->counts[row];
             p->count_sum += b->counts[row];
@@ -547,7 +655,7 @@ cpr_status cpri_emb_cpu_save_begin(cpr_emb *t, cpr_emb_save *save)
             p->norm[i] = b->norm[row];
             b->norm[row] = 0;
         }
-        if (p->dirty) {
+        if (p->cons) {
             p->dirty[i] = (uint8_t)BIT_GET(b->dirty, row);
             BIT_CLR(b->dirty, row);
         }
@@ -561,29 +669,30 @@ cpr_status cpri_emb_cpu_save_begin(cpr_emb *t, cpr_emb_save *save)
     save->backend = p;
     sc->open_saves++;
     sc->open_consistent |= cons;
+    b->snap_open++;
     return CPR_OK;
 }
 
 typedef struct gather_job {
     const cpu_table *b;
+    pending *p;
     const uint64_t *ids;
-    size_t n;
+    size_t first, n;        /* save rows [first, first + n) */
     uint32_t dim, state_dim;
     float *values, *state;
+    int release;
+    cpr_status st;
 } gather_job;
 
+/* Rows of the save as they were at its begin (S1): from the table, or from
+ * where the training thread kept them. */
 static void *gather_range(void *arg)
 {
-    const gather_job *g = arg;
-    for (size_t i = 0; i < g->n; i++) {
-        uint64_t row = g->ids[i];
-        if (i + PREFETCH_AHEAD < g->n)
-            prefetch_row(g->b, g->ids[i + PREFETCH_AHEAD], g->dim, g->state_dim);
-        memcpy(g->values + i * g->dim, g->b->weights + row * g->dim, g->dim * sizeof(float));
-        if (g->state_dim)
-            memcpy(g->state + i * g->state_dim, g->b->state + row * g->state_dim,
-                   g->state_dim * sizeof(float));
-    }
+    gather_job *g = arg;
+    const cpu_table *b = g->b;
+    cpri_emb_snap_src src = {b->weights, g->state_dim ? b->state : NULL, g->ids};
+    g->st = cpri_emb_snap_copy(&g->p->snap, &src, g->first, g->n, g->values, g->state,
+                               g->release);
     return NULL;
 }
 
@@ -598,23 +707,29 @@ void cpri_emb_cpu_view(const cpr_emb *t, cpr_emb_host_view *out)
 #define GATHER_ROWS_PER_THREAD 16384 /* below this, threads cost more than they win */
 
 /* Rows are scattered over a table far larger than the caches, so one thread
- * waits on DRAM most of the time; a few threads keep more misses in flight. */
-cpr_status cpri_emb_cpu_gather(cpr_emb *t, const cpr_emb_save *save, float *values, float *state)
+ * waits on DRAM most of the time; a few threads keep more misses in flight.
+ * Runs on any thread while the table trains (emb_snap.h). */
+cpr_status cpri_emb_cpu_copy(cpr_emb *t, const cpr_emb_save *save, size_t first, size_t k,
+                             float *values, float *state, int release)
 {
     gather_job jobs[GATHER_THREADS_MAX];
     pthread_t threads[GATHER_THREADS_MAX];
+    pending *p = save->backend;
     long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-    size_t n_jobs = save->n / GATHER_ROWS_PER_THREAD + 1;
+    size_t n_jobs = k / GATHER_ROWS_PER_THREAD + 1;
+    if (!p)
+        return cpr_fail(CPR_FAILED_PRECONDITION, "copy of a save whose table is gone");
     if (n_jobs > (size_t)(cpus > 0 ? cpus : 1))
         n_jobs = (size_t)(cpus > 0 ? cpus : 1);
     if (n_jobs > GATHER_THREADS_MAX)
         n_jobs = GATHER_THREADS_MAX;
-    size_t per = (save->n + n_jobs - 1) / n_jobs, started = 0;
+    size_t per = (k + n_jobs - 1) / n_jobs, started = 0;
     for (size_t j = 0; j < n_jobs; j++) {
-        size_t lo = j * per < save->n ? j * per : save->n;
-        size_t hi = lo + per < save->n ? lo + per : save->n;
-        jobs[j] = (gather_job){CPU(t), save->ids + lo, hi - lo, t->cfg.dim, t->state_dim,
-                               values + lo * t->cfg.dim, state ? state + lo * t->state_dim : NULL};
+        size_t lo = j * per < k ? j * per : k;
+        size_t hi = lo + per < k ? lo + per : k;
+        jobs[j] = (gather_job){CPU(t), p, save->ids, first + lo, hi - lo, t->cfg.dim,
+                               t->state_dim, values + lo * t->cfg.dim,
+                               state ? state + lo * t->state_dim : NULL, release, CPR_OK};
     }
     /* Job 0 runs here; a thread that cannot start is done here too. */
     for (size_t j = 1; j < n_jobs; j++) {
@@ -627,6 +742,9 @@ cpr_status cpri_emb_cpu_gather(cpr_emb *t, const cpr_emb_save *save, float *valu
     gather_range(&jobs[0]);
     for (size_t j = 1; j <= started; j++)
         pthread_join(threads[j], NULL);
+    for (size_t j = 0; j < n_jobs; j++)
+        if (jobs[j].st)
+            return jobs[j].st;
     return CPR_OK;
 }
 
@@ -642,11 +760,25 @@ static void restore_pending(cpr_emb *t, const cpr_emb_save *save, const pending 
         }
         if (p->norm)
             b->norm[row] += p->norm[i];
-        if (p->dirty && p->dirty[i])
+        if (p->cons && p->dirty[i])
             BIT_SET(b->dirty, row);
     }
     if (p->sampled)
         cpri_emb_ssu_end(&b->ssu, save->shard, save->ids, save->n, p->sampled, 0);
+}
+
+/* The ended save's rows leave `cow`, except those another open save of the
+ * shard still holds (S1). */
+static void unmark(cpr_emb *t, const cpr_emb_save *save)
+{
+    cpu_table *b = CPU(t);
+    for (size_t i = 0; i < save->n; i++)
+        BIT_CLR(b->cow, save->ids[i]);
+    for (pending *q = b->open; q; q = q->next)
+        if (q->save->shard == save->shard)
+            for (size_t i = 0; i < q->save->n; i++)
+                BIT_SET(b->cow, q->save->ids[i]);
+    b->snap_open--;
 }
 
 void cpri_emb_cpu_save_end(cpr_emb *t, cpr_emb_save *save, int committed)
@@ -676,6 +808,8 @@ void cpri_emb_cpu_save_end(cpr_emb *t, cpr_emb_save *save, int committed)
     sc->open_saves--;
     if (consistent_policy(save->policy))
         sc->open_consistent = 0;
+    unmark(t, save);
+    cpri_emb_snap_reset(&p->snap);
     keep_spare(b, p); /* E1 */
     save->backend = NULL;
 }
@@ -704,6 +838,11 @@ cpr_status cpri_emb_cpu_apply(cpr_emb *t, const uint64_t *ids, size_t n, const f
     cpu_table *b = CPU(t);
     uint32_t dim = t->cfg.dim, sd = t->state_dim;
     for (size_t i = 0; i < n; i++) {
+        cpr_status st = guard_row(t, ids[i]);
+        if (st)
+            return st;
+    }
+    for (size_t i = 0; i < n; i++) {
         memcpy(b->weights + ids[i] * dim, values + i * dim, dim * sizeof(float));
         if (sd)
             memcpy(b->state + ids[i] * sd, state + i * sd, sd * sizeof(float));
@@ -724,6 +863,12 @@ cpr_status cpri_emb_cpu_wipe_shard(cpr_emb *t, uint32_t shard, uint64_t *lost_ev
     uint64_t n = cpri_emb_geom_shard_rows(t, shard), row = cpri_emb_geom_first(t, shard);
     uint64_t stride = cpri_emb_geom_stride(t), lost = b->shards[shard].unsaved;
     uint32_t dim = t->cfg.dim, sd = t->state_dim;
+    for (pending *p = b->open; p; p = p->next) /* the open saves keep their rows */
+        for (size_t i = 0; p->save->shard == shard && i < p->save->n; i++) {
+            cpr_status st = guard_row(t, p->save->ids[i]);
+            if (st)
+                return st;
+        }
     for (uint64_t i = 0; i < n; i++, row += stride) {
         memset(b->weights + row * dim, 0, dim * sizeof(float));
         if (sd)

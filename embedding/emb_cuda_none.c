@@ -28,8 +28,9 @@ cpr_status cpri_emb_cuda_select(cpr_emb *t, uint32_t s, cpr_policy p, uint64_t b
 { (void)t; (void)s; (void)p; (void)b; (void)ids; (void)cap; (void)n; UNREACHABLE; }
 cpr_status cpri_emb_cuda_save_begin(cpr_emb *t, cpr_emb_save *save)
 { (void)t; (void)save; UNREACHABLE; }
-cpr_status cpri_emb_cuda_gather(cpr_emb *t, const cpr_emb_save *save, float *v, float *st)
-{ (void)t; (void)save; (void)v; (void)st; UNREACHABLE; }
+cpr_status cpri_emb_cuda_copy(cpr_emb *t, const cpr_emb_save *save, size_t first, size_t k,
+                             float *v, float *st, int release)
+{ (void)t; (void)save; (void)first; (void)k; (void)v; (void)st; (void)release; UNREACHABLE; }
 void cpri_emb_cuda_save_end(cpr_emb *t, cpr_emb_save *save, int committed)
 { (void)t; (void)save; (void)committed; }
 cpr_status cpri_emb_cuda_apply(cpr_emb *t, const uint64_t *ids, size_t n, const float *v,

@@ -420,21 +420,23 @@ static __global__ void gather_kernel(const uint64_t *ids, size_t n, const float 
     }
 }
 
-extern "C" cpr_status cpri_emb_cuda_gather(cpr_emb *t, const cpr_emb_save *save, float *values,
-                                          float *state)
+/* Rows [first, first + k) of the save as they are now (cpr_emb_save_copy:
+ * a CUDA table copies on the training thread; `release` changes nothing). */
+extern "C" cpr_status cpri_emb_cuda_copy(cpr_emb *t, const cpr_emb_save *save, size_t first,
+                                        size_t k, float *values, float *state, int release)
 {
     emb_cuda_table *b = CUDA_T(t);
     const emb_pending *p = (const emb_pending *)save->backend;
     uint32_t dim = t->cfg.dim, sd = t->state_dim;
     size_t row_bytes = ((size_t)dim + sd) * sizeof(float);
-    size_t chunk = EMB_STAGING_BYTES / row_bytes < save->n ? EMB_STAGING_BYTES / row_bytes
-                                                            : save->n;
+    size_t chunk = EMB_STAGING_BYTES / row_bytes < k ? EMB_STAGING_BYTES / row_bytes : k;
+    (void)release;
     float *dev = NULL, *host;
     emb_scratch_part parts[] = {{(void **)&dev, chunk * row_bytes}};
     cpr_status st = CPR_OK;
     if (!p)
         return cpr_fail(CPR_FAILED_PRECONDITION, "gather of a save whose table state is gone");
-    if (save->n == 0)
+    if (k == 0)
         return CPR_OK;
     CHECK(cudaSetDevice(b->device));
     st = emb_pinned_get(b);
@@ -443,10 +445,10 @@ extern "C" cpr_status cpri_emb_cuda_gather(cpr_emb *t, const cpr_emb_save *save,
     if (st)
         goto out;
     host = (float *)b->pinned;
-    for (size_t off = 0; off < save->n; off += chunk) {
-        size_t m = save->n - off < chunk ? save->n - off : chunk;
+    for (size_t off = 0; off < k; off += chunk) {
+        size_t m = k - off < chunk ? k - off : chunk;
         gather_kernel<<<emb_blocks(m, 1), emb_row_threads(dim), 0, b->stream>>>(
-            p->d_ids + off, m, b->weights, b->state, dim, sd, dev, dev + m * dim);
+            p->d_ids + first + off, m, b->weights, b->state, dim, sd, dev, dev + m * dim);
         CHECK_LAUNCH();
         CHECK(cudaMemcpyAsync(host, dev, m * row_bytes, cudaMemcpyDeviceToHost, b->stream));
         CHECK(cudaStreamSynchronize(b->stream));

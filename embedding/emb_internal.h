@@ -62,8 +62,8 @@ uint64_t cpri_emb_geom_row(const cpr_emb *t, uint32_t shard, uint64_t i);
     cpr_status prefix##select(cpr_emb *t, uint32_t shard, cpr_policy policy,             \
                               uint64_t budget_rows, uint64_t *ids, size_t cap, size_t *n); \
     cpr_status prefix##save_begin(cpr_emb *t, cpr_emb_save *save);                       \
-    cpr_status prefix##gather(cpr_emb *t, const cpr_emb_save *save, float *values,       \
-                              float *state);                                             \
+    cpr_status prefix##copy(cpr_emb *t, const cpr_emb_save *save, size_t first, size_t k, \
+                            float *values, float *state, int release);                   \
     void prefix##save_end(cpr_emb *t, cpr_emb_save *save, int committed);               \
     cpr_status prefix##apply(cpr_emb *t, const uint64_t *ids, size_t n,                  \
                              const float *values, const float *state);                   \

@@ -157,9 +157,10 @@ static cpr_status alloc_tables(dlrm_ckpt *ck)
     ck->fl.status = calloc(ck->shards, sizeof *ck->fl.status);
     ck->fl.kinds = calloc(ck->shards, sizeof *ck->fl.kinds);
     ck->fl.saves = calloc((size_t)ck->shards * ck->tables, sizeof *ck->fl.saves);
+    ck->fl.fills = calloc((size_t)ck->shards * ck->tables, sizeof *ck->fl.fills);
     ck->table_events = calloc(ck->tables, sizeof *ck->table_events);
     if (!ck->schemas || !ck->need_full || !ck->fl.parts || !ck->fl.status || !ck->fl.kinds ||
-        !ck->fl.saves || !ck->table_events)
+        !ck->fl.saves || !ck->fl.fills || !ck->table_events)
         return cpr_fail(CPR_NO_MEMORY, "out of memory for the checkpointer");
     memset(ck->need_full, 1, ck->shards);
     uint64_t most = 0;
@@ -246,6 +247,7 @@ void dlrm_ckpt_destroy(dlrm_ckpt *ck)
     free(ck->fl.status);
     free(ck->fl.kinds);
     free(ck->fl.saves);
+    free(ck->fl.fills);
     free(ck->schemas);
     free(ck->need_full);
     free(ck->table_events);
@@ -315,7 +317,15 @@ static cpr_kind shard_kind(const dlrm_ckpt *ck, uint32_t s, const cpr_estimate *
     return CPR_KIND_FULL;
 }
 
-/* Select, begin, gather and queue one table's rows of shard s. */
+/* The part's sender, for a block of a CPU table's rows (ckpt_fill). */
+static cpr_status fill_rows(void *ctx, size_t first, size_t k, float *values, float *state)
+{
+    const ckpt_fill *f = ctx;
+    return cpr_emb_save_copy(f->table, f->save, first, k, values, state);
+}
+
+/* Select, begin and queue one table's rows of shard s (a CUDA table's are
+ * gathered here; a CPU table's are copied out by the part's sender). */
 static cpr_status stage_table(dlrm_ckpt *ck, uint32_t s, uint32_t t, cpr_policy policy,
                               cpr_part *part)
 {
@@ -326,17 +336,17 @@ static cpr_status stage_table(dlrm_ckpt *ck, uint32_t s, uint32_t t, cpr_policy 
     cpr_status st = cpr_emb_select(e, s, policy, budget, ck->ids, ck->scratch_rows, &n);
     if (st || n == 0)
         return st;
-    cpr_emb_save **save = &ck->fl.saves[(size_t)s * ck->tables + t];
+    size_t at = (size_t)s * ck->tables + t;
+    cpr_emb_save **save = &ck->fl.saves[at];
     st = cpr_emb_save_begin(e, s, policy, ck->ids, n, save);
-    cpr_emb_host_view view;
-    if (st == CPR_OK && part && cpr_emb_view(e, &view) == CPR_OK) {
-        /* A CPU table: its rows go straight into the client's staged blocks,
-         * one copy, the snapshot (cpr_part_put_gather copies before it
-         * returns, so training may go on at once). */
-        cpr_gather g = {.table = t, .n = n, .ids = cpr_emb_save_ids(*save),
-                        .values = view.values, .values_stride = view.values_stride,
-                        .state = view.state, .state_stride = view.state_stride};
-        st = cpr_part_put_gather(part, &g);
+    if (st == CPR_OK && part && cpr_emb_device(e) == CPR_DEVICE_CPU) {
+        /* A CPU table: the save is a copy-on-write snapshot. Only the ids
+         * are queued now; the part's sender copies the rows, as they were
+         * at this step, straight into its blocks while training goes on. */
+        ck->fl.fills[at] = (ckpt_fill){e, *save};
+        cpr_deferred_rows d = {.table = t, .n = n, .ids = cpr_emb_save_ids(*save),
+                               .fill = fill_rows, .ctx = &ck->fl.fills[at]};
+        st = cpr_part_put_deferred(part, &d);
         part = NULL; /* staged */
     } else if (st == CPR_OK) {
         st = cpr_emb_gather(e, *save, ck->values, sc->state_dim ? ck->state : NULL);

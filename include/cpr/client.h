@@ -182,6 +182,33 @@ typedef struct cpr_gather {
 CPR_API cpr_status cpr_part_put_gather(cpr_part *part, const cpr_gather *gather);
 
 /*
+ * Rows whose values are written later, on the part's sender thread, just
+ * before their block is sealed and sent: with a copy-on-write snapshot
+ * (cpr_emb_save_copy) the caller's thread only queues ids. `ids` (n,
+ * strictly ascending, below the table's rows; copied now) name the rows,
+ * and their room in staging is taken now, as a put takes it (this blocks
+ * while staging is full). For each row block the sender calls
+ * fill(ctx, first, k, values, state) for rows [first, first + k) of this
+ * put; it writes k x dim values and k x state_dim state floats (state NULL
+ * when state_dim is 0) and returns CPR_OK, or a status (message through
+ * cpr_fail) that fails the part. fill and ctx must stay valid until the part
+ * is committed or aborted; an aborted part may never call fill. With
+ * defer_send the fills run once the part is committed (or staging is full).
+ * Errors: as cpr_part_put_rows, and CPR_INVALID_ARGUMENT for ids that do not
+ * ascend or a missing fill.
+ */
+typedef cpr_status (*cpr_fill_fn)(void *ctx, size_t first, size_t k, float *values,
+                                  float *state);
+typedef struct cpr_deferred_rows {
+    uint32_t table;
+    size_t n;
+    const uint64_t *ids;
+    cpr_fill_fn fill;
+    void *ctx;
+} cpr_deferred_rows;
+CPR_API cpr_status cpr_part_put_deferred(cpr_part *part, const cpr_deferred_rows *rows);
+
+/*
  * Queue the whole blob `name` (len bytes, copied in pieces as staging room
  * allows; may block). A name may be put once per part. Errors as for put_rows.
  */

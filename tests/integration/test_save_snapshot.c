@@ -1,11 +1,17 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * A save is a snapshot (issue #9): the rows a trainer stages with
- * cpr_part_put_gather straight from a CPU table (cpr_emb_view) are the rows
- * that commit, bit for bit, although training goes on updating the table
- * between the put and the commit; with and without defer_send, over
- * local:// and a real ckptd. Policies FULL and MFU (a subset of rows).
+ * cpr_part_put_gather straight from a CPU table (cpr_emb_view), or queues
+ * with cpr_part_put_deferred for the part's sender to copy out of the
+ * save's copy-on-write snapshot (cpr_emb_save_copy), are the rows as they
+ * were at the save's begin, bit for bit, although training goes on
+ * updating the table until the commit (on the same thread, or on another
+ * while the sender copies); with and without defer_send, over local:// and
+ * a real ckptd. Policies FULL and MFU (a subset of rows). A deferred put
+ * whose ids do not ascend is refused; a fill that fails fails the part, and
+ * nothing of it becomes visible.
  */
+#include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -53,6 +59,30 @@ static void train(cpr_emb *t, int batches, uint64_t seed)
     }
 }
 
+/* The restored rows of checkpoint `ckpt` against `want` (rows ids[0..n)). */
+static void check_restored(cpr_client *c, uint64_t ckpt, const uint64_t *ids, size_t n,
+                           const float *want, const float *want_state)
+{
+    float *got = calloc((size_t)ROWS * DIM, sizeof *got), *got_state = calloc(ROWS, sizeof *got_state);
+    uint8_t *seen = calloc(ROWS, 1);
+    cpr_restore_query q = {.job = "snap", .as_of = ckpt};
+    cpr_restore_into into = {0, 0, ROWS, DIM, 1, got, got_state, seen};
+    cpr_restore_result res;
+    assert_status(CPR_OK, cpr_client_restore_table(c, &q, NULL, 0, &into, &res));
+    assert_int_equal(res.as_of, ckpt);
+    for (size_t i = 0; i < n; i++) {
+        uint64_t r = ids[i];
+        assert_true(seen[r]);
+        if (memcmp(got + r * DIM, want + i * DIM, DIM * sizeof(float)) != 0 ||
+            memcmp(got_state + r, want_state + i, sizeof(float)) != 0)
+            fail_msg("checkpoint %llu, row %llu: the committed row is not the snapshot",
+                     (unsigned long long)ckpt, (unsigned long long)r);
+    }
+    free(got);
+    free(got_state);
+    free(seen);
+}
+
 static void snapshot_once(cpr_client *c, cpr_emb *t, cpr_policy policy, uint64_t ckpt)
 {
     uint64_t *ids = malloc(ROWS * sizeof *ids);
@@ -79,33 +109,129 @@ static void snapshot_once(cpr_client *c, cpr_emb *t, cpr_policy policy, uint64_t
     assert_status(CPR_OK, cpr_emb_gather(t, save, want, want_state));
     train(t, 8, ckpt * 977);
     float *now = malloc(n * DIM * sizeof *now), *now_state = malloc(n * sizeof *now_state);
+    size_t moved = 0;
+    for (size_t i = 0; i < n; i++) /* training did move them in the table */
+        moved += memcmp(view.values + ids[i] * view.values_stride, want + i * DIM,
+                        DIM * sizeof(float)) != 0;
+    assert_true(moved > 0);
+    /* ... and a gather still gives the save's rows as they were at begin. */
     assert_status(CPR_OK, cpr_emb_gather(t, save, now, now_state));
-    assert_true(memcmp(now, want, n * DIM * sizeof *now) != 0); /* training did move them */
+    assert_memory_equal(now, want, n * DIM * sizeof *now);
+    assert_memory_equal(now_state, want_state, n * sizeof *now_state);
     assert_status(CPR_OK, cpr_part_commit(&p));
     assert_status(CPR_OK, cpr_emb_save_commit(t, save));
-    /* What committed is the snapshot, bit for bit. */
-    float *got = calloc((size_t)ROWS * DIM, sizeof *got), *got_state = calloc(ROWS, sizeof *got_state);
-    uint8_t *seen = calloc(ROWS, 1);
-    cpr_restore_query q = {.job = "snap", .as_of = ckpt};
-    cpr_restore_into into = {0, 0, ROWS, DIM, 1, got, got_state, seen};
-    cpr_restore_result res;
-    assert_status(CPR_OK, cpr_client_restore_table(c, &q, NULL, 0, &into, &res));
-    for (size_t i = 0; i < n; i++) {
-        uint64_t r = ids[i];
-        assert_true(seen[r]);
-        if (memcmp(got + r * DIM, want + i * DIM, DIM * sizeof(float)) != 0 ||
-            memcmp(got_state + r, want_state + i, sizeof(float)) != 0)
-            fail_msg("%s save, row %llu: the committed row is not the snapshot",
-                     cpr_policy_name(policy), (unsigned long long)r);
-    }
+    check_restored(c, ckpt, ids, n, want, want_state); /* the snapshot, bit for bit */
     free(ids);
     free(want);
     free(want_state);
     free(now);
     free(now_state);
-    free(got);
-    free(got_state);
-    free(seen);
+}
+
+typedef struct fill_ctx {
+    cpr_emb *t;
+    cpr_emb_save *save;
+    int fail_at;              /* > 0: the fill of the block holding this row fails */
+} fill_ctx;
+
+static cpr_status fill_rows(void *ctx, size_t first, size_t k, float *values, float *state)
+{
+    const fill_ctx *f = ctx;
+    if (f->fail_at > 0 && (size_t)f->fail_at >= first && (size_t)f->fail_at < first + k)
+        return cpr_fail(CPR_CORRUPT, "the test's fill refuses row %d", f->fail_at);
+    return cpr_emb_save_copy(f->t, f->save, first, k, values, state);
+}
+
+typedef struct committer {
+    cpr_part *part;
+    cpr_status st;
+} committer;
+
+static void *commit_main(void *arg)
+{
+    committer *c = arg;
+    c->st = cpr_part_commit(&c->part);
+    return NULL;
+}
+
+/* A deferred save: the ids are queued, training goes on, and the part's
+ * sender copies the rows out of the snapshot; with `concurrent`, it commits
+ * on another thread while this one trains. */
+static void deferred_once(cpr_client *c, cpr_emb *t, cpr_policy policy, uint64_t ckpt,
+                          int concurrent)
+{
+    uint64_t *ids = malloc(ROWS * sizeof *ids);
+    size_t n = 0;
+    assert_status(CPR_OK, cpr_emb_select(t, 0, policy, (cpr_budget){.fraction = 0.1}, ids,
+                                         ROWS, &n));
+    assert_true(n > 0);
+    fill_ctx f = {t, NULL, 0};
+    assert_status(CPR_OK, cpr_emb_save_begin(t, 0, policy, ids, n, &f.save));
+    float *want = malloc(n * DIM * sizeof *want), *want_state = malloc(n * sizeof *want_state);
+    assert_status(CPR_OK, cpr_emb_gather(t, f.save, want, want_state));
+    cpr_table_schema schema = {0, ROWS, DIM, 1};
+    cpr_part_spec spec = {.id = {"snap", 0, ckpt},
+                          .kind = policy == CPR_POLICY_FULL ? CPR_KIND_FULL : CPR_KIND_PRIORITY,
+                          .step = ckpt, .num_shards = 1, .tables = &schema, .n_tables = 1};
+    committer cm = {NULL, CPR_OK};
+    assert_status(CPR_OK, cpr_client_begin_async(c, &spec, &cm.part));
+    cpr_deferred_rows d = {.table = 0, .n = n, .ids = cpr_emb_save_ids(f.save),
+                           .fill = fill_rows, .ctx = &f};
+    assert_status(CPR_OK, cpr_part_put_deferred(cm.part, &d));
+    if (concurrent) {
+        pthread_t th;
+        assert_int_equal(0, pthread_create(&th, NULL, commit_main, &cm));
+        train(t, 8, ckpt * 31);
+        pthread_join(th, NULL);
+    } else {
+        train(t, 8, ckpt * 31);
+        commit_main(&cm);
+    }
+    assert_status(CPR_OK, cm.st);
+    assert_status(CPR_OK, cpr_emb_save_commit(t, f.save));
+    check_restored(c, ckpt, ids, n, want, want_state);
+    free(ids);
+    free(want);
+    free(want_state);
+}
+
+/* Refused and failed deferred puts leave nothing visible. */
+static void deferred_errors(cpr_client *c, cpr_emb *t, uint64_t ckpt)
+{
+    uint64_t ids[3] = {5, 4, 9};
+    cpr_table_schema schema = {0, ROWS, DIM, 1};
+    cpr_part_spec spec = {.id = {"snap", 0, ckpt}, .kind = CPR_KIND_FULL, .step = ckpt,
+                          .num_shards = 1, .tables = &schema, .n_tables = 1};
+    cpr_part *p = NULL;
+    fill_ctx f = {t, NULL, 0};
+    assert_status(CPR_OK, cpr_client_begin(c, &spec, &p));
+    cpr_deferred_rows d = {.table = 0, .n = 3, .ids = ids, .fill = fill_rows, .ctx = &f};
+    assert_status(CPR_INVALID_ARGUMENT, cpr_part_put_deferred(p, &d));
+    d.fill = NULL;
+    ids[0] = 1;
+    assert_status(CPR_INVALID_ARGUMENT, cpr_part_put_deferred(p, &d));
+    assert_status(CPR_OK, cpr_part_abort(&p));
+    /* A fill that fails: the commit reports it with the fill's message. */
+    uint64_t *all = malloc(ROWS * sizeof *all);
+    size_t n = 0;
+    assert_status(CPR_OK, cpr_emb_select(t, 0, CPR_POLICY_FULL, (cpr_budget){0}, all, ROWS, &n));
+    assert_status(CPR_OK, cpr_emb_save_begin(t, 0, CPR_POLICY_FULL, all, n, &f.save));
+    f.fail_at = (int)(n - 1);
+    assert_status(CPR_OK, cpr_client_begin(c, &spec, &p));
+    d = (cpr_deferred_rows){.table = 0, .n = n, .ids = cpr_emb_save_ids(f.save),
+                            .fill = fill_rows, .ctx = &f};
+    assert_status(CPR_OK, cpr_part_put_deferred(p, &d));
+    assert_status(CPR_CORRUPT, cpr_part_commit(&p));
+    if (!strstr(cpr_errmsg(), "the test's fill refuses row"))
+        fail_msg("commit message: %s", cpr_errmsg());
+    cpr_emb_save_abort(t, f.save);
+    cpr_part_info *parts = NULL;
+    size_t n_parts = 0;
+    assert_status(CPR_OK, cpr_client_list(c, "snap", &parts, &n_parts));
+    for (size_t i = 0; i < n_parts; i++)
+        assert_true(parts[i].checkpoint != ckpt);
+    free(parts);
+    free(all);
 }
 
 static void snapshots(const char *target, int defer)
@@ -118,6 +244,15 @@ static void snapshots(const char *target, int defer)
     snapshot_once(c, t, CPR_POLICY_FULL, 1);
     train(t, 4, 2);
     snapshot_once(c, t, CPR_POLICY_MFU, 2);
+    train(t, 4, 3);
+    deferred_once(c, t, CPR_POLICY_FULL, 3, 0);
+    train(t, 4, 4);
+    deferred_once(c, t, CPR_POLICY_MFU, 4, 0);
+    for (uint64_t k = 5; k < 9; k++) {
+        train(t, 2, k);
+        deferred_once(c, t, k % 2 ? CPR_POLICY_FULL : CPR_POLICY_MFU, k, 1);
+    }
+    deferred_errors(c, t, 9);
     cpr_emb_destroy(t);
     cpr_client_close(c);
 }
