@@ -33,6 +33,7 @@
 #include "emb_internal.h"
 #include "emb_select.h"
 #include "emb_snap.h"
+#include "emb_touched.h"
 #include "emb_ssu.h"
 
 typedef struct shard_ctr {
@@ -69,6 +70,7 @@ typedef struct cpu_table {
     uint64_t *dirty;        /* bitmap */
     float *norm;
     cpri_emb_ssu ssu;        /* the SSU sample (emb_ssu.c, shared with CUDA) */
+    cpri_emb_touched touched; /* rows MFU/TOPK_NORM select from (emb_touched.c) */
     shard_ctr *shards;
     pending *open;
     pending *spare;         /* arrays of ended saves, kept for the next (E1) */
@@ -182,7 +184,8 @@ cpr_status cpri_emb_cpu_create(cpr_emb *t)
     }
     cpr_status st = cpri_emb_ssu_init(&b->ssu, (c->track & CPR_TRACK_SSU) != 0, c->rows,
                                      c->num_shards, c->ssu_capacity);
-
+    if (st == CPR_OK)
+        st = cpri_emb_touched_init(&b->touched, b->counts || b->norm, c->rows, c->num_shards);
     if (st) {
         cpri_emb_cpu_destroy(t);
         return st;
@@ -211,6 +214,7 @@ void cpri_emb_cpu_destroy(cpr_emb *t)
         free_pending(p);
     }
     cpri_emb_ssu_release(&b->ssu);
+    cpri_emb_touched_release(&b->touched);
     free(b->weights);
     free(b->state);
     free(b->counts);
@@ -362,6 +366,8 @@ static void track_row(cpr_emb *t, uint64_t row, const occ *first, size_t n_occ, 
         BIT_SET(b->dirty, row);
     if (b->norm)
         b->norm[row] += (float)change;
+    if (b->touched.listed)
+        cpri_emb_touched_add(&b->touched, shard, row);
     if (b->ssu.member && !cpri_emb_ssu_is_member(&b->ssu, row)) {
         for (size_t k = 0; k < n_occ; k++) {
             uint64_t pos = (uint64_t)first[k].pos_hi << 32 | first[k].pos_lo;
@@ -529,7 +535,14 @@ cpr_status cpri_emb_cpu_select(cpr_emb *t, uint32_t shard, cpr_policy policy,
     case CPR_POLICY_TOPK_NORM: { /* non-negative floats order like their bits */
         const void *keys = policy == CPR_POLICY_MFU ? (const void *)b->counts
                                                     : (const void *)b->norm;
-        cpr_status st = cpri_emb_topk(t, shard, keys, k, ids, &count);
+        cpri_emb_touched_keys live = {b->counts, b->norm};
+        int from_list = 0;
+        cpr_status st = cpri_emb_touched_topk(&b->touched, shard, &live, keys, k, ids,
+                                              &count, &from_list);
+        if (st == CPR_OK && !from_list) { /* T1: the list was lost; read every row */
+            st = cpri_emb_topk(t, shard, keys, k, ids, &count);
+            cpri_emb_touched_rebuild(&b->touched, t, shard, &live);
+        }
         if (st)
             return st;
         break;
@@ -762,6 +775,8 @@ static void restore_pending(cpr_emb *t, const cpr_emb_save *save, const pending 
             b->norm[row] += p->norm[i];
         if (p->cons && p->dirty[i])
             BIT_SET(b->dirty, row);
+        if (b->touched.listed) /* T1: the counts are back */
+            cpri_emb_touched_add(&b->touched, save->shard, row);
     }
     if (p->sampled)
         cpri_emb_ssu_end(&b->ssu, save->shard, save->ids, save->n, p->sampled, 0);
@@ -880,6 +895,8 @@ cpr_status cpri_emb_cpu_wipe_shard(cpr_emb *t, uint32_t shard, uint64_t *lost_ev
             p->wiped = 1;
     if (b->ssu.member)
         cpri_emb_ssu_clear_shard(&b->ssu, shard);
+    if (b->touched.listed)
+        cpri_emb_touched_clear_shard(&b->touched, shard);
     b->shards[shard].unsaved = 0;
     if (lost_events)
         *lost_events = lost;

@@ -1,0 +1,258 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * Per-shard lists of touched rows and the top-k selection over them
+ * (emb_touched.h has the invariants). Selection: drop rows whose trackers
+ * went back to zero, find the k-th largest key by quickselect, take the
+ * rows above it and the lowest-id rows equal to it, and sort the result by
+ * id (LSD radix): O(listed rows), never O(shard rows).
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "cpr_common.h"
+#include "emb_touched.h"
+
+#define LIST_MIN_CAP 1024
+#define PREFETCH_AHEAD 32 /* a few bytes of work a row: DRAM latency needs many ahead */
+#define SORT_BITS 11
+
+#define BIT_GET(map, i) (((map)[(i) >> 6] >> ((i) & 63)) & 1u)
+#define BIT_SET(map, i) ((map)[(i) >> 6] |= 1ull << ((i) & 63))
+#define BIT_CLR(map, i) ((map)[(i) >> 6] &= ~(1ull << ((i) & 63)))
+
+cpr_status cpri_emb_touched_init(cpri_emb_touched *s, int enabled, uint64_t rows,
+                                 uint32_t n_shards)
+{
+    memset(s, 0, sizeof *s);
+    if (!enabled)
+        return CPR_OK;
+    s->listed = calloc((rows + 63) / 64, 8);
+    s->lists = calloc(n_shards, sizeof *s->lists);
+    s->n_shards = n_shards;
+    if (!s->listed || !s->lists) {
+        cpri_emb_touched_release(s);
+        return cpr_fail(CPR_NO_MEMORY, "out of memory for the touched-row lists");
+    }
+    return CPR_OK;
+}
+
+void cpri_emb_touched_release(cpri_emb_touched *s)
+{
+    for (uint32_t i = 0; s->lists && i < s->n_shards; i++)
+        free(s->lists[i].ids);
+    free(s->lists);
+    free(s->listed);
+    free(s->scratch_ids);
+    free(s->scratch_ids2);
+    free(s->scratch_keys);
+    memset(s, 0, sizeof *s);
+}
+
+void cpri_emb_touched_append(cpri_emb_touched *s, uint32_t shard, uint64_t row)
+{
+    cpri_emb_touched_list *l = &s->lists[shard];
+    if (l->lost)
+        return; /* selection reads every row until it rebuilds the list (T1) */
+    if (l->len == l->cap) {
+        size_t cap = l->cap ? 2 * l->cap : LIST_MIN_CAP;
+        uint64_t *grown = realloc(l->ids, cap * sizeof *grown);
+        if (!grown) {
+            l->lost = 1;
+            return;
+        }
+        l->ids = grown;
+        l->cap = cap;
+    }
+    l->ids[l->len++] = row;
+    BIT_SET(s->listed, row);
+}
+
+static void forget_list(cpri_emb_touched *s, cpri_emb_touched_list *l)
+{
+    for (size_t i = 0; i < l->len; i++)
+        BIT_CLR(s->listed, l->ids[i]);
+    l->len = 0;
+    l->lost = 0;
+}
+
+void cpri_emb_touched_clear_shard(cpri_emb_touched *s, uint32_t shard)
+{
+    forget_list(s, &s->lists[shard]);
+}
+
+static int alive(const cpri_emb_touched_keys *live, uint64_t row)
+{
+    return (live->counts && live->counts[row]) || (live->norm && live->norm[row] != 0.0f);
+}
+
+void cpri_emb_touched_rebuild(cpri_emb_touched *s, const cpr_emb *t, uint32_t shard,
+                              const cpri_emb_touched_keys *live)
+{
+    uint64_t n = cpri_emb_geom_shard_rows(t, shard), row = cpri_emb_geom_first(t, shard);
+    uint64_t stride = cpri_emb_geom_stride(t);
+    forget_list(s, &s->lists[shard]);
+    for (uint64_t i = 0; i < n; i++, row += stride)
+        if (alive(live, row))
+            cpri_emb_touched_append(s, shard, row);
+}
+
+/* T2: drop the rows whose trackers are zero again. */
+static void compact(cpri_emb_touched *s, cpri_emb_touched_list *l,
+                    const cpri_emb_touched_keys *live)
+{
+    size_t kept = 0;
+    for (size_t i = 0; i < l->len; i++) {
+        uint64_t row = l->ids[i];
+        if (i + PREFETCH_AHEAD < l->len) {
+            uint64_t ahead = l->ids[i + PREFETCH_AHEAD];
+            if (live->counts)
+                __builtin_prefetch(live->counts + ahead);
+            if (live->norm)
+                __builtin_prefetch(live->norm + ahead);
+        }
+        if (alive(live, row))
+            l->ids[kept++] = row;
+        else
+            BIT_CLR(s->listed, row);
+    }
+    l->len = kept;
+}
+
+static cpr_status reserve_scratch(cpri_emb_touched *s, size_t n)
+{
+    if (s->scratch_cap >= n)
+        return CPR_OK;
+    size_t cap = n < LIST_MIN_CAP ? LIST_MIN_CAP : n + n / 2;
+    uint64_t *a = malloc(cap * sizeof *a), *b = malloc(cap * sizeof *b);
+    uint32_t *keys = malloc(2 * cap * sizeof *keys);
+    if (!a || !b || !keys) {
+        free(a);
+        free(b);
+        free(keys);
+        return CPR_NO_MEMORY;
+    }
+    free(s->scratch_ids);
+    free(s->scratch_ids2);
+    free(s->scratch_keys);
+    s->scratch_ids = a;
+    s->scratch_ids2 = b;
+    s->scratch_keys = keys;
+    s->scratch_cap = cap;
+    return CPR_OK;
+}
+
+static void swap32(uint32_t *a, size_t i, size_t j)
+{
+    uint32_t x = a[i];
+    a[i] = a[j];
+    a[j] = x;
+}
+
+/* The k-th largest (1 <= k <= n) of a[0..n), reordering a: quickselect
+ * with three-way partitions (counts repeat a lot). */
+static uint32_t kth_largest(uint32_t *a, size_t n, size_t k)
+{
+    size_t lo = 0, hi = n, want = k - 1;
+    while (hi - lo > 1) {
+        uint32_t x = a[lo], y = a[lo + (hi - lo) / 2], z = a[hi - 1];
+        uint32_t pivot = x < y ? (y < z ? y : (x < z ? z : x)) : (x < z ? x : (y < z ? z : y));
+        size_t gt_end = lo, i = lo, lt_begin = hi; /* [> pivot][== pivot][< pivot] */
+        while (i < lt_begin) {
+            if (a[i] > pivot)
+                swap32(a, gt_end++, i++);
+            else if (a[i] < pivot)
+                swap32(a, i, --lt_begin);
+            else
+                i++;
+        }
+        if (want < gt_end)
+            hi = gt_end;
+        else if (want < lt_begin)
+            return pivot;
+        else
+            lo = lt_begin;
+    }
+    return a[lo];
+}
+
+/* Ascending ids (all below 2^bits), LSD radix with tmp as scratch. */
+static void sort_ids(uint64_t *a, uint64_t *tmp, size_t n, unsigned bits)
+{
+    uint64_t *src = a, *dst = tmp;
+    for (unsigned shift = 0; shift < bits; shift += SORT_BITS) {
+        size_t count[(1u << SORT_BITS) + 1] = {0};
+        for (size_t i = 0; i < n; i++)
+            count[((src[i] >> shift) & ((1u << SORT_BITS) - 1)) + 1]++;
+        for (unsigned d = 0; d < (1u << SORT_BITS); d++)
+            count[d + 1] += count[d];
+        for (size_t i = 0; i < n; i++)
+            dst[count[(src[i] >> shift) & ((1u << SORT_BITS) - 1)]++] = src[i];
+        uint64_t *swap = src;
+        src = dst;
+        dst = swap;
+    }
+    if (src != a)
+        memcpy(a, src, n * sizeof *a);
+}
+
+static unsigned id_bits(uint64_t rows)
+{
+    unsigned bits = 1;
+    while (bits < 64 && (rows - 1) >> bits)
+        bits++;
+    return bits;
+}
+
+static uint32_t key_at(const void *keys, uint64_t row)
+{
+    uint32_t key;
+    memcpy(&key, (const unsigned char *)keys + row * 4, 4);
+    return key;
+}
+
+cpr_status cpri_emb_touched_topk(cpri_emb_touched *s, uint32_t shard,
+                                 const cpri_emb_touched_keys *live, const void *keys,
+                                 uint64_t k, uint64_t *ids, size_t *n, int *from_list)
+{
+    cpri_emb_touched_list *l = &s->lists[shard];
+    *from_list = 0;
+    if (l->lost)
+        return CPR_OK;
+    compact(s, l, live);
+    if (reserve_scratch(s, l->len) != CPR_OK)
+        return CPR_OK; /* the caller reads every row instead */
+    uint32_t *cand_keys = s->scratch_keys, *sel_keys = s->scratch_keys + s->scratch_cap;
+    uint64_t *cand_ids = s->scratch_ids, max_id = 0;
+    size_t cand = 0, out = 0;
+    for (size_t i = 0; i < l->len; i++) {
+        uint32_t key = key_at(keys, l->ids[i]);
+        if (key) {
+            cand_keys[cand] = key;
+            cand_ids[cand++] = l->ids[i];
+        }
+        max_id = l->ids[i] > max_id ? l->ids[i] : max_id;
+    }
+    if (cand <= k) {
+        memcpy(ids, cand_ids, cand * sizeof *ids);
+        out = cand;
+    } else if (k > 0) {
+        memcpy(sel_keys, cand_keys, cand * sizeof *sel_keys);
+        uint32_t kth = kth_largest(sel_keys, cand, k);
+        uint64_t *ties = s->scratch_ids2;
+        size_t n_ties = 0;
+        for (size_t i = 0; i < cand; i++) {
+            if (cand_keys[i] > kth)
+                ids[out++] = cand_ids[i];
+            else if (cand_keys[i] == kth)
+                ties[n_ties++] = cand_ids[i];
+        }
+        /* The lowest ids among the ties fill the budget (cpri_emb_topk's rule). */
+        sort_ids(ties, cand_ids, n_ties, id_bits(max_id + 1));
+        memcpy(ids + out, ties, (k - out) * sizeof *ids);
+        out = k;
+    }
+    sort_ids(ids, s->scratch_ids2, out, id_bits(max_id + 1));
+    *n = out;
+    *from_list = 1;
+    return CPR_OK;
+}
