@@ -537,11 +537,12 @@ cpr_status cpri_emb_cpu_select(cpr_emb *t, uint32_t shard, cpr_policy policy,
                                                     : (const void *)b->norm;
         cpri_emb_touched_keys live = {b->counts, b->norm};
         int from_list = 0;
-        cpr_status st = cpri_emb_touched_topk(&b->touched, shard, &live, keys, k, ids,
+        cpr_status st = cpri_emb_touched_topk(&b->touched, shard, rows, &live, keys, k, ids,
                                               &count, &from_list);
-        if (st == CPR_OK && !from_list) { /* T1: the list was lost; read every row */
+        if (st == CPR_OK && !from_list) { /* read every row (and rebuild a lost list, T1) */
             st = cpri_emb_topk(t, shard, keys, k, ids, &count);
-            cpri_emb_touched_rebuild(&b->touched, t, shard, &live);
+            if (cpri_emb_touched_lost(&b->touched, shard))
+                cpri_emb_touched_rebuild(&b->touched, t, shard, &live);
         }
         if (st)
             return st;
@@ -673,6 +674,8 @@ cpr_status cpri_emb_cpu_save_begin(cpr_emb *t, cpr_emb_save *save)
             BIT_CLR(b->dirty, row);
         }
     }
+    if (save->policy == CPR_POLICY_FULL && b->touched.listed) /* every count is 0 now (T2) */
+        cpri_emb_touched_clear_shard(&b->touched, save->shard);
     if (p->sampled) /* held rows keep their place in the sample until commit */
         cpri_emb_ssu_hold(&b->ssu, save->shard, save->ids, save->n, p->sampled);
     p->unsaved_at_begin = sc->unsaved;

@@ -14,7 +14,12 @@
 
 #define LIST_MIN_CAP 1024
 #define PREFETCH_AHEAD 32 /* a few bytes of work a row: DRAM latency needs many ahead */
-#define SORT_BITS 11
+#define SMALL_KEYS 256u
+#define DENSE_MIN_ROWS (1u << 20)
+#define SORT_BITS_MAX 11
+/* Below this many ids, 8-bit digits: clearing and summing 2048 buckets a
+ * pass costs more than a few thousand ids. */
+#define SORT_WIDE_MIN 32768
 
 #define BIT_GET(map, i) (((map)[(i) >> 6] >> ((i) & 63)) & 1u)
 #define BIT_SET(map, i) ((map)[(i) >> 6] |= 1ull << ((i) & 63))
@@ -178,15 +183,17 @@ static uint32_t kth_largest(uint32_t *a, size_t n, size_t k)
 /* Ascending ids (all below 2^bits), LSD radix with tmp as scratch. */
 static void sort_ids(uint64_t *a, uint64_t *tmp, size_t n, unsigned bits)
 {
-    uint64_t *src = a, *dst = tmp;
-    for (unsigned shift = 0; shift < bits; shift += SORT_BITS) {
-        size_t count[(1u << SORT_BITS) + 1] = {0};
+    size_t count[(1u << SORT_BITS_MAX) + 1];
+    unsigned digit = n < SORT_WIDE_MIN ? 8 : SORT_BITS_MAX;
+    uint64_t *src = a, *dst = tmp, mask = (1u << digit) - 1;
+    for (unsigned shift = 0; shift < bits; shift += digit) {
+        memset(count, 0, ((mask + 2) * sizeof *count));
         for (size_t i = 0; i < n; i++)
-            count[((src[i] >> shift) & ((1u << SORT_BITS) - 1)) + 1]++;
-        for (unsigned d = 0; d < (1u << SORT_BITS); d++)
+            count[((src[i] >> shift) & mask) + 1]++;
+        for (unsigned d = 0; d <= mask; d++)
             count[d + 1] += count[d];
         for (size_t i = 0; i < n; i++)
-            dst[count[(src[i] >> shift) & ((1u << SORT_BITS) - 1)]++] = src[i];
+            dst[count[(src[i] >> shift) & mask]++] = src[i];
         uint64_t *swap = src;
         src = dst;
         dst = swap;
@@ -203,6 +210,20 @@ static unsigned id_bits(uint64_t rows)
     return bits;
 }
 
+/* The k-th largest key off the exact histogram of keys below SMALL_KEYS - 1
+ * (k <= candidates); SMALL_KEYS - 1 when it is at or above that. MFU's counts
+ * since the last save nearly always are small. */
+static uint32_t kth_small(const uint32_t *small, uint64_t k)
+{
+    uint64_t acc = 0;
+    for (uint32_t key = SMALL_KEYS - 1; key > 0; key--) {
+        acc += small[key];
+        if (acc >= k)
+            return key;
+    }
+    return 1; /* not reached: k <= candidates, every candidate is counted */
+}
+
 static uint32_t key_at(const void *keys, uint64_t row)
 {
     uint32_t key;
@@ -210,25 +231,32 @@ static uint32_t key_at(const void *keys, uint64_t row)
     return key;
 }
 
-cpr_status cpri_emb_touched_topk(cpri_emb_touched *s, uint32_t shard,
+cpr_status cpri_emb_touched_topk(cpri_emb_touched *s, uint32_t shard, uint64_t shard_rows,
                                  const cpri_emb_touched_keys *live, const void *keys,
                                  uint64_t k, uint64_t *ids, size_t *n, int *from_list)
 {
     cpri_emb_touched_list *l = &s->lists[shard];
     *from_list = 0;
-    if (l->lost)
+    /* In a large shard, a list of most of its rows is slower to select from
+     * than the rows themselves (random reads from DRAM against a sequential
+     * pass): the caller reads every row, and the list stays as it is (never
+     * above the shard's rows: one entry a row). Small shards' trackers are
+     * few, and the list wins even when it holds all of them (make demo). */
+    if (l->lost || (shard_rows >= DENSE_MIN_ROWS && l->len > shard_rows / 2))
         return CPR_OK;
     compact(s, l, live);
     if (reserve_scratch(s, l->len) != CPR_OK)
         return CPR_OK; /* the caller reads every row instead */
     uint32_t *cand_keys = s->scratch_keys, *sel_keys = s->scratch_keys + s->scratch_cap;
     uint64_t *cand_ids = s->scratch_ids, max_id = 0;
+    uint32_t small[SMALL_KEYS] = {0}; /* keys below SMALL_KEYS - 1, the rest in the last */
     size_t cand = 0, out = 0;
     for (size_t i = 0; i < l->len; i++) {
         uint32_t key = key_at(keys, l->ids[i]);
         if (key) {
             cand_keys[cand] = key;
             cand_ids[cand++] = l->ids[i];
+            small[key < SMALL_KEYS - 1 ? key : SMALL_KEYS - 1]++;
         }
         max_id = l->ids[i] > max_id ? l->ids[i] : max_id;
     }
@@ -236,8 +264,11 @@ cpr_status cpri_emb_touched_topk(cpri_emb_touched *s, uint32_t shard,
         memcpy(ids, cand_ids, cand * sizeof *ids);
         out = cand;
     } else if (k > 0) {
-        memcpy(sel_keys, cand_keys, cand * sizeof *sel_keys);
-        uint32_t kth = kth_largest(sel_keys, cand, k);
+        uint32_t kth = kth_small(small, k);
+        if (kth == SMALL_KEYS - 1) { /* among the large keys: select exactly */
+            memcpy(sel_keys, cand_keys, cand * sizeof *sel_keys);
+            kth = kth_largest(sel_keys, cand, k);
+        }
         uint64_t *ties = s->scratch_ids2;
         size_t n_ties = 0;
         for (size_t i = 0; i < cand; i++) {
@@ -247,7 +278,8 @@ cpr_status cpri_emb_touched_topk(cpri_emb_touched *s, uint32_t shard,
                 ties[n_ties++] = cand_ids[i];
         }
         /* The lowest ids among the ties fill the budget (cpri_emb_topk's rule). */
-        sort_ids(ties, cand_ids, n_ties, id_bits(max_id + 1));
+        if (n_ties > k - out)
+            sort_ids(ties, cand_ids, n_ties, id_bits(max_id + 1));
         memcpy(ids + out, ties, (k - out) * sizeof *ids);
         out = k;
     }

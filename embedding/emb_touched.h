@@ -67,15 +67,22 @@ typedef struct cpri_emb_touched_keys {
 /*
  * The shard's rows with the largest non-zero keys[row] (32-bit; counts, or
  * norm bit patterns), at most k, ties toward lower ids, ascending into ids:
- * exactly what cpri_emb_topk returns. From the list when it is intact
- * (*from_list = 1); otherwise nothing is written (*from_list = 0): the
- * caller reads every row, then calls cpri_emb_touched_rebuild.
+ * exactly what cpri_emb_topk returns. From the list when it is intact and,
+ * in a shard of 2^20 `shard_rows` or more, holds at most half of them
+ * (*from_list = 1); otherwise
+ * nothing is written (*from_list = 0): the caller reads every row, and
+ * calls cpri_emb_touched_rebuild if the list was lost.
  */
-cpr_status cpri_emb_touched_topk(cpri_emb_touched *s, uint32_t shard,
+cpr_status cpri_emb_touched_topk(cpri_emb_touched *s, uint32_t shard, uint64_t shard_rows,
                                  const cpri_emb_touched_keys *live, const void *keys,
                                  uint64_t k, uint64_t *ids, size_t *n, int *from_list);
 
 /* List the shard's rows with non-zero trackers afresh (a lost list). */
+static inline int cpri_emb_touched_lost(const cpri_emb_touched *s, uint32_t shard)
+{
+    return s->lists[shard].lost;
+}
+
 void cpri_emb_touched_rebuild(cpri_emb_touched *s, const cpr_emb *t, uint32_t shard,
                               const cpri_emb_touched_keys *live);
 

@@ -60,7 +60,7 @@ static void same_selection(fixture *f, uint32_t shard, const void *keys, uint64_
     int from_list = 0;
     cpri_emb_touched_keys live = {f->counts, f->norm};
     assert_status(CPR_OK, cpri_emb_topk(f->t, shard, keys, k, want, &n_want));
-    assert_status(CPR_OK, cpri_emb_touched_topk(&f->touched, shard, &live, keys, k, got,
+    assert_status(CPR_OK, cpri_emb_touched_topk(&f->touched, shard, ROWS, &live, keys, k, got,
                                                 &n_got, &from_list));
     assert_true(from_list);
     assert_int_equal(n_got, n_want);
@@ -101,8 +101,8 @@ static void test_lost_list_rebuilds(void **unused)
     size_t n = 0;
     int from_list = 1;
     cpri_emb_touched_keys live = {f.counts, f.norm};
-    assert_status(CPR_OK, cpri_emb_touched_topk(&f.touched, 1, &live, f.counts, 50, ids, &n,
-                                                &from_list));
+    assert_status(CPR_OK, cpri_emb_touched_topk(&f.touched, 1, ROWS, &live, f.counts, 50, ids,
+                                                &n, &from_list));
     assert_false(from_list);
     cpri_emb_touched_rebuild(&f.touched, f.t, 1, &live);
     assert_false(f.touched.lists[1].lost);
