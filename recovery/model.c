@@ -153,17 +153,21 @@ cpr_status cpr_model_background_floor(const cpr_model_params *p, double interval
     return CPR_OK;
 }
 
-/* Young's or Daly's interval, before the floor. */
+/* Young's or Daly's interval, before the floor. A save costs the job its
+ * stall and the training time its background takes away (c): both are paid
+ * once per save, so both are the o_save the interval balances against the
+ * lost half interval (docs/model.md, "The background of a save"). */
 static double checkpoint_interval(const cpr_model_params *p)
 {
-    double young = sqrt(2.0 * p->save_s * p->mtbf_s);
+    double save_s = p->save_s + p->background_cost_s;
+    double young = sqrt(2.0 * save_s * p->mtbf_s);
     if (p->formula == CPR_INTERVAL_YOUNG)
         return young;
     /* Daly (2006), eq. 37: valid while the save is shorter than 2 T_fail. */
-    if (p->save_s >= 2.0 * p->mtbf_s)
+    if (save_s >= 2.0 * p->mtbf_s)
         return p->mtbf_s;
-    double ratio = p->save_s / (2.0 * p->mtbf_s);
-    return young * (1.0 + sqrt(ratio) / 3.0 + ratio / 9.0) - p->save_s;
+    double ratio = save_s / (2.0 * p->mtbf_s);
+    return young * (1.0 + sqrt(ratio) / 3.0 + ratio / 9.0) - save_s;
 }
 
 cpr_status cpr_model_interval_full(const cpr_model_params *p, double *interval_s)

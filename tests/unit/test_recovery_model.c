@@ -193,6 +193,16 @@ static void test_background_by_hand(void **state)
     assert_close(1200.0 / (2.0 * 8 * 3600), plan.partial.pls, 1e-15);
     assert_int_equal(CPR_RECOVERY_PARTIAL, plan.decision);
     assert_close((51000.0 - 15750.0) / 180000.0, plan.benefit_frac, 1e-15);
+    /* Below the floor, the cost is part of what a save costs: Young's
+     * interval balances o_save + c = 50 + 30 s against the lost half
+     * interval, sqrt(2 x 80 x 3600) = 758.9 s (Daly's likewise). */
+    p.background_s = 60; /* floor 240 s */
+    assert_status(CPR_OK, cpr_model_plan_compute(&p, &plan));
+    assert_close(sqrt(2.0 * 80 * 3600), plan.full.interval_s, 1e-12);
+    p.formula = CPR_INTERVAL_DALY;
+    double ratio = 80.0 / (2 * 3600), young = sqrt(2.0 * 80 * 3600);
+    assert_status(CPR_OK, cpr_model_interval_full(&p, &t));
+    assert_close(young * (1 + sqrt(ratio) / 3 + ratio / 9) - 80, t, 1e-12);
     /* Without a background: the worked example, no background term. */
     p = example();
     assert_status(CPR_OK, cpr_model_plan_compute(&p, &plan));
