@@ -30,6 +30,7 @@ typedef struct run_log {
     uint64_t line;                     /* the line being read, for messages */
     uint64_t checkpoints, committed, failures, recoveries, by_mode[3], steps;
     double stall_s, load_s, restart_s, lost_s, bytes_written, rows_saved;
+    double background_s;               /* steps slowed by saves in flight (summary) */
     double rows_restored, bytes_restored, lost_events, update_events;
     double first_commit_t, last_commit_t, last_t;
     double auc, logloss;
@@ -46,6 +47,7 @@ typedef struct run_log {
 typedef struct run_result {
     double interval_s, save_interval_s;
     double overhead_frac, save_frac, load_frac, lost_frac, restart_frac, pls;
+    double background_frac;
     int have_pls, have_model;
     double model_overhead_frac, model_pls, mtbf_s;
     int have_slowdown;                 /* a "none" run is in the report */
@@ -205,6 +207,7 @@ static int ev_summary(run_log *r, const cpri_json *ev)
     r->have_update_events = 1;
     r->fraction = opt_number(ev, "fraction", 1.0);
     r->wall_s = opt_number(ev, "wall_s", opt_number(ev, "total_s", 0.0));
+    r->background_s = fmax(opt_number(ev, "background_s", 0.0), 0.0); /* older logs: 0 */
     r->have_summary = 1;
     return 0;
 }
@@ -355,7 +358,9 @@ static int run_compute(run_log *r, run_result *out)
     out->load_frac = r->load_s / job;
     out->lost_frac = r->lost_s / job;
     out->restart_frac = r->restart_s / job;
-    out->overhead_frac = out->save_frac + out->load_frac + out->lost_frac + out->restart_frac;
+    out->background_frac = r->background_s / job;
+    out->overhead_frac = out->save_frac + out->load_frac + out->lost_frac + out->restart_frac +
+                         out->background_frac;
     out->have_pls = r->have_update_events && r->update_events > 0;
     out->pls = out->have_pls ? r->lost_events / r->update_events : 0.0;
     run_model(r, out);
@@ -382,16 +387,17 @@ static void compare_with_baseline(const run_log *runs, run_result *res, size_t n
 static void print_table(const run_log *runs, const run_result *res, size_t n)
 {
     printf("cpr-analyze report: %zu run%s\n\n", n, n == 1 ? "" : "s");
-    printf("%-12s %-8s %10s %8s %9s %8s %8s %8s %8s %10s %12s %7s %8s %9s %9s %9s\n",
+    printf("%-12s %-8s %10s %8s %9s %8s %8s %8s %8s %8s %10s %12s %7s %8s %9s %9s %9s\n",
            "strategy", "recovery", "interval_s", "failures", "overhead", "save", "load", "lost",
-           "restart", "PLS", "bytes", "AUC", "logloss", "model", "model PLS", "wall/none");
+           "restart", "backgr", "PLS", "bytes", "AUC", "logloss", "model", "model PLS",
+           "wall/none");
     for (size_t i = 0; i < n; i++) {
         const run_log *r = &runs[i];
         const run_result *o = &res[i];
-        printf("%-12s %-8s %10.1f %8llu %8.3f%% %7.3f%% %7.3f%% %7.3f%% %7.3f%% ", r->strategy,
-               run_mode(r), o->interval_s, (unsigned long long)r->failures,
+        printf("%-12s %-8s %10.1f %8llu %8.3f%% %7.3f%% %7.3f%% %7.3f%% %7.3f%% %7.3f%% ",
+               r->strategy, run_mode(r), o->interval_s, (unsigned long long)r->failures,
                100 * o->overhead_frac, 100 * o->save_frac, 100 * o->load_frac,
-               100 * o->lost_frac, 100 * o->restart_frac);
+               100 * o->lost_frac, 100 * o->restart_frac, 100 * o->background_frac);
         if (o->have_pls)
             printf("%10.4g ", o->pls);
         else
@@ -411,8 +417,8 @@ static void print_table(const run_log *runs, const run_result *res, size_t n)
             printf("%9s\n", "-");
     }
     if (n && res[0].have_slowdown)
-        printf("\noverhead: over the run's own compute time; wall/none: its whole time over "
-               "the \"none\" run's\n");
+        printf("\noverhead: over the run's own compute time (backgr: steps slowed while a "
+               "save streamed); wall/none: its whole time over the \"none\" run's\n");
 }
 
 static cpri_json *model_json(const run_result *o)
@@ -445,6 +451,7 @@ static cpri_json *run_json(const run_log *r, const run_result *o)
            cpri_json_add_number(j, "load_frac", o->load_frac) |
            cpri_json_add_number(j, "lost_frac", o->lost_frac) |
            cpri_json_add_number(j, "restart_frac", o->restart_frac) |
+           cpri_json_add_number(j, "background_frac", o->background_frac) |
            cpri_json_add_number(j, "lost_events", r->lost_events) |
            cpri_json_add_number(j, "bytes_written", r->bytes_written) |
            cpri_json_add_number(j, "rows_restored", r->rows_restored) |
@@ -529,7 +536,7 @@ static int write_csv(const char *path, const run_log *runs, const run_result *re
     }
     fprintf(f, "path,strategy,recovery,interval_s,save_interval_s,failures,overhead_frac,"
             "save_frac,load_frac,lost_frac,restart_frac,pls,bytes_written,auc,logloss,"
-            "model_overhead_frac,model_pls,wall_s,slowdown_frac\n");
+            "model_overhead_frac,model_pls,wall_s,slowdown_frac,background_frac\n");
     for (size_t i = 0; i < n; i++) {
         const run_log *r = &runs[i];
         const run_result *o = &res[i];
@@ -545,7 +552,7 @@ static int write_csv(const char *path, const run_log *runs, const run_result *re
         csv_opt(f, o->have_model, o->model_pls);
         fprintf(f, ",%.17g", r->wall_s);
         csv_opt(f, o->have_slowdown, o->slowdown_frac);
-        fputc('\n', f);
+        fprintf(f, ",%.17g\n", o->background_frac);
     }
     int bad = ferror(f);
     bad |= fclose(f) != 0;

@@ -16,6 +16,9 @@
 #include "ckpt_internal.h"
 #include "util.h"
 
+/* A step longer than this many usual steps did other work (after_step). */
+#define OUTLIER_STEPS 4.0
+
 /* cpr_client_options.staging_bytes is raised to at least this (cpr/client.h). */
 #define CLIENT_LEAST_STAGING ((uint64_t)2 << 20)
 
@@ -653,12 +656,17 @@ static cpr_status after_step(void *ctx, dlrm_trainer *trainer)
     double now = dlrm_now_s();
     if (ck->last_step_t > 0) { /* the step just run, with or without a save in flight */
         double dt = now - ck->last_step_t;
-        if (!ck->fl.active) {
+        /* A step that took many times the usual ran something else too (a
+         * recovery before it, an evaluation): neither idle nor a save's. */
+        int usual = ck->idle_step_s <= 0 || dt < OUTLIER_STEPS * ck->idle_step_s;
+        if (!ck->fl.active && usual) {
             ck->idle_steps++;
             ck->idle_step_s += (dt - ck->idle_step_s) /
                                (double)(ck->idle_steps < 32 ? ck->idle_steps : 32);
-        } else if (ck->idle_step_s > 0 && dt > ck->idle_step_s) {
-            ck->flight_extra_s += dt - ck->idle_step_s;
+        } else if (ck->fl.active && ck->idle_step_s > 0 && usual) {
+            if (dt > ck->idle_step_s) /* the estimator's input: the excess only */
+                ck->flight_extra_s += dt - ck->idle_step_s;
+            ck->st.background_s += dt - ck->idle_step_s; /* signed: noise cancels */
         }
     }
     if (ck->fl.active && flight_done(ck))
@@ -723,16 +731,19 @@ static void on_summary(void *ctx, dlrm_trainer *trainer, cJSON *ev)
     dlrm_run_result r;
     dlrm_trainer_times(trainer, &r);
     const dlrm_ckpt_stats *s = &ck->st;
-    double overhead = s->save_s + s->load_s + s->lost_s + s->restart_s;
-    double compute = r.train_s + r.io_s - s->lost_s;
+    /* The background (steps slowed while a save streams) is in train_s: the
+     * overhead takes it out of the compute time and counts it. */
+    double background = s->background_s > 0 ? s->background_s : 0;
+    double overhead = s->save_s + s->load_s + s->lost_s + s->restart_s + background;
+    double compute = r.train_s + r.io_s - s->lost_s - background;
     compute = compute > 1e-9 ? compute : 1e-9;
     uint64_t events = total_update_events(ck);
     const char *names[] = {"shards", "compute_s", "save_s", "load_s", "lost_s", "restart_s",
-                           "update_events", "lost_events", "bytes_written", "failures",
+                           "background_s", "update_events", "lost_events", "bytes_written", "failures",
                            "recoveries", "checkpoints", "checkpoints_failed", "fraction",
                            "overhead_frac", "pls", "interval_steps", "wall_s", NULL};
     double values[] = {ck->shards, compute, s->save_s, s->load_s, s->lost_s, s->restart_s,
-                       (double)events, (double)s->lost_events, (double)s->bytes_written,
+                       background, (double)events, (double)s->lost_events, (double)s->bytes_written,
                        (double)s->failures, (double)s->recoveries, (double)s->saves_committed,
                        (double)s->saves_failed,
                        prioritized(ck->o.policy) ? ck->o.fraction : 1.0, overhead / compute,

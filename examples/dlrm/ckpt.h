@@ -114,6 +114,8 @@ typedef struct dlrm_ckpt_stats {
     uint64_t lost_events, bytes_written;
     uint64_t interval_steps;       /* steps between saves now */
     double save_s, load_s, lost_s, restart_s;
+    double background_s;          /* steps' time beyond the usual while a save was in
+                                     flight (streaming, commits on the same cores) */
 } dlrm_ckpt_stats;
 void dlrm_ckpt_stats_get(const dlrm_ckpt *ck, dlrm_ckpt_stats *out);
 

@@ -306,6 +306,19 @@ PY
 ! grep -q slowdown_frac "$work/report.json" || fail "slowdown_frac without a none run"
 [[ -s $work/rplots/loss_0.dat && -s $work/rplots/plots.gp ]] || fail "report plot data"
 
+# A summary's background_s (steps slowed while saves streamed) is overhead too.
+cat > "$work/bg.jsonl" <<'EOF2'
+{"event":"summary","t_s":210,"strategy":"mfu","shards":2,"steps":3300,"wall_s":210,"compute_s":200,"save_s":2,"load_s":0,"lost_s":0,"restart_s":0,"background_s":8,"update_events":33000,"lost_events":0,"bytes_written":0,"failures":0}
+EOF2
+"$tool" report "$work/bg.jsonl" --json --csv "$work/bg.csv" > "$work/bg.json" || fail "report of bg.jsonl"
+python3 - "$work/bg.json" "$work/bg.csv" <<'PY' || fail "report background: $(cat "$work/bg.json")"
+import csv, json, sys
+r = json.load(open(sys.argv[1]))["runs"][0]
+assert abs(r["background_frac"] - 8 / 200) < 1e-12 and abs(r["overhead_frac"] - 10 / 200) < 1e-12, r
+row = next(csv.DictReader(open(sys.argv[2])))
+assert abs(float(row["background_frac"]) - 0.04) < 1e-12, row
+PY
+
 expect_report_error() {
     local want=$1 rc=0
     shift
