@@ -25,16 +25,22 @@ typedef struct radix {
     uint64_t *hist;
 } radix;
 
-static uint32_t key_at(const void *keys, uint64_t row)
+/* Keys are 32 bits, key_stride bytes apart (a field of per-row structs). */
+typedef struct keyset {
+    const unsigned char *base;
+    size_t stride;
+} keyset;
+
+static uint32_t key_at(keyset keys, uint64_t row)
 {
     uint32_t key;
-    memcpy(&key, (const unsigned char *)keys + row * 4, 4);
+    memcpy(&key, keys.base + row * keys.stride, 4);
     return key;
 }
 
 /* Count, per digit at `shift`, the shard's non-zero keys whose digits above
  * `shift` equal `prefix` (every non-zero key at the top digit). */
-static void histogram(const cpr_emb *t, uint32_t shard, const void *keys, const radix *r,
+static void histogram(const cpr_emb *t, uint32_t shard, keyset keys, const radix *r,
                       unsigned shift, uint32_t prefix)
 {
     uint64_t n = cpri_emb_geom_shard_rows(t, shard), row = cpri_emb_geom_first(t, shard);
@@ -55,7 +61,7 @@ static void histogram(const cpr_emb *t, uint32_t shard, const void *keys, const 
 /* The first pass: the top digit's histogram of the shard's non-zero keys
  * (r->hist) and their exact histogram below SMALL_KEYS, every key at or
  * above it counted in small[SMALL_KEYS - 1]. */
-static void first_pass(const cpr_emb *t, uint32_t shard, const void *keys, const radix *r,
+static void first_pass(const cpr_emb *t, uint32_t shard, keyset keys, const radix *r,
                        uint64_t *small)
 {
     uint64_t n = cpri_emb_geom_shard_rows(t, shard), row = cpri_emb_geom_first(t, shard);
@@ -91,7 +97,7 @@ static uint32_t find_digit(const radix *r, uint64_t want, uint64_t *above)
 /* The k-th largest non-zero key (k < non-zero keys), digit by digit from
  * the top; r->hist holds the top digit's histogram already. *ties = how
  * many keys equal to it to take. */
-static uint32_t kth_key(const cpr_emb *t, uint32_t shard, const void *keys, const radix *r,
+static uint32_t kth_key(const cpr_emb *t, uint32_t shard, keyset keys, const radix *r,
                         uint64_t k, uint64_t *ties)
 {
     uint32_t prefix = 0;
@@ -109,9 +115,10 @@ static uint32_t kth_key(const cpr_emb *t, uint32_t shard, const void *keys, cons
     return prefix;
 }
 
-cpr_status cpri_emb_topk(const cpr_emb *t, uint32_t shard, const void *keys, uint64_t k,
-                        uint64_t *ids, size_t *n_out)
+cpr_status cpri_emb_topk(const cpr_emb *t, uint32_t shard, const void *key_base, size_t key_stride,
+                         uint64_t k, uint64_t *ids, size_t *n_out)
 {
+    keyset keys = {key_base, key_stride};
     uint64_t narrow[1u << NARROW_BITS], small[SMALL_KEYS];
     uint64_t n = cpri_emb_geom_shard_rows(t, shard), row = cpri_emb_geom_first(t, shard);
     uint64_t stride = cpri_emb_geom_stride(t), nonzero = 0, threshold = 1, ties = UINT64_MAX;

@@ -19,10 +19,11 @@
 
 #include "emb_internal.h"
 
-/* Rows of `shard` with the largest non-zero keys[row] (32-bit values, read
- * with memcpy so float arrays may be passed), at most k, ascending into ids
- * (room for k); *n gets how many. CPR_NO_MEMORY if the histograms cannot be had. */
-cpr_status cpri_emb_topk(const cpr_emb *t, uint32_t shard, const void *keys, uint64_t k,
-                        uint64_t *ids, size_t *n);
+/* Rows of `shard` with the largest non-zero keys (32-bit values at
+ * key_base + row * key_stride bytes, read with memcpy so floats may be
+ * passed), at most k, ascending into ids (room for k); *n gets how many.
+ * CPR_NO_MEMORY if the histograms cannot be had. */
+cpr_status cpri_emb_topk(const cpr_emb *t, uint32_t shard, const void *key_base,
+                         size_t key_stride, uint64_t k, uint64_t *ids, size_t *n);
 
 #endif /* CPR_EMB_SELECT_H */

@@ -85,9 +85,19 @@ void cpri_emb_touched_clear_shard(cpri_emb_touched *s, uint32_t shard)
     forget_list(s, &s->lists[shard]);
 }
 
+static uint32_t key_at(const void *keys, size_t stride, uint64_t row)
+{
+    uint32_t key;
+    memcpy(&key, (const unsigned char *)keys + row * stride, 4);
+    return key;
+}
+
+/* Non-zero count, or norm (a non-negative float: zero is bits 0; -0.0 is
+ * never stored, the norm only grows from 0). */
 static int alive(const cpri_emb_touched_keys *live, uint64_t row)
 {
-    return (live->counts && live->counts[row]) || (live->norm && live->norm[row] != 0.0f);
+    return (live->counts && key_at(live->counts, live->stride, row)) ||
+           (live->norm && key_at(live->norm, live->stride, row));
 }
 
 void cpri_emb_touched_rebuild(cpri_emb_touched *s, const cpr_emb *t, uint32_t shard,
@@ -111,9 +121,9 @@ static void compact(cpri_emb_touched *s, cpri_emb_touched_list *l,
         if (i + PREFETCH_AHEAD < l->len) {
             uint64_t ahead = l->ids[i + PREFETCH_AHEAD];
             if (live->counts)
-                __builtin_prefetch(live->counts + ahead);
-            if (live->norm)
-                __builtin_prefetch(live->norm + ahead);
+                __builtin_prefetch((const char *)live->counts + ahead * live->stride);
+            if (live->norm) /* interleaved: the same line, a no-op */
+                __builtin_prefetch((const char *)live->norm + ahead * live->stride);
         }
         if (alive(live, row))
             l->ids[kept++] = row;
@@ -224,12 +234,6 @@ static uint32_t kth_small(const uint32_t *small, uint64_t k)
     return 1; /* not reached: k <= candidates, every candidate is counted */
 }
 
-static uint32_t key_at(const void *keys, uint64_t row)
-{
-    uint32_t key;
-    memcpy(&key, (const unsigned char *)keys + row * 4, 4);
-    return key;
-}
 
 cpr_status cpri_emb_touched_topk(cpri_emb_touched *s, uint32_t shard, uint64_t shard_rows,
                                  const cpri_emb_touched_keys *live, const void *keys,
@@ -252,7 +256,7 @@ cpr_status cpri_emb_touched_topk(cpri_emb_touched *s, uint32_t shard, uint64_t s
     uint32_t small[SMALL_KEYS] = {0}; /* keys below SMALL_KEYS - 1, the rest in the last */
     size_t cand = 0, out = 0;
     for (size_t i = 0; i < l->len; i++) {
-        uint32_t key = key_at(keys, l->ids[i]);
+        uint32_t key = key_at(keys, live->stride, l->ids[i]);
         if (key) {
             cand_keys[cand] = key;
             cand_ids[cand++] = l->ids[i];

@@ -58,15 +58,19 @@ static inline void cpri_emb_touched_add(cpri_emb_touched *s, uint32_t shard, uin
 /* Every row of the shard lost its trackers (wipe). */
 void cpri_emb_touched_clear_shard(cpri_emb_touched *s, uint32_t shard);
 
-/* Trackers that keep rows listed (T2): a row stays while either is non-zero. */
+/* Trackers that keep rows listed (T2): a row stays while either is non-zero.
+ * Row r's count is the uint32_t at counts + r * stride bytes, its norm the
+ * float at norm + r * stride (interleaved per row, or separate arrays with
+ * stride 4). */
 typedef struct cpri_emb_touched_keys {
-    const uint32_t *counts;  /* NULL: not tracked */
-    const float *norm;       /* NULL: not tracked */
+    const void *counts;      /* NULL: not tracked */
+    const void *norm;        /* NULL: not tracked */
+    size_t stride;
 } cpri_emb_touched_keys;
 
 /*
- * The shard's rows with the largest non-zero keys[row] (32-bit; counts, or
- * norm bit patterns), at most k, ties toward lower ids, ascending into ids:
+ * The shard's rows with the largest non-zero keys (32-bit, live->stride
+ * apart: live->counts, or live->norm as bit patterns), at most k, ties toward lower ids, ascending into ids:
  * exactly what cpri_emb_topk returns. From the list when it is intact and,
  * in a shard of 2^20 `shard_rows` or more, holds at most half of them
  * (*from_list = 1); otherwise

@@ -58,8 +58,8 @@ static void same_selection(fixture *f, uint32_t shard, const void *keys, uint64_
     uint64_t want[ROWS], got[ROWS];
     size_t n_want = 0, n_got = 0;
     int from_list = 0;
-    cpri_emb_touched_keys live = {f->counts, f->norm};
-    assert_status(CPR_OK, cpri_emb_topk(f->t, shard, keys, k, want, &n_want));
+    cpri_emb_touched_keys live = {f->counts, f->norm, 4};
+    assert_status(CPR_OK, cpri_emb_topk(f->t, shard, keys, 4, k, want, &n_want));
     assert_status(CPR_OK, cpri_emb_touched_topk(&f->touched, shard, ROWS, &live, keys, k, got,
                                                 &n_got, &from_list));
     assert_true(from_list);
@@ -100,7 +100,7 @@ static void test_lost_list_rebuilds(void **unused)
     uint64_t ids[ROWS];
     size_t n = 0;
     int from_list = 1;
-    cpri_emb_touched_keys live = {f.counts, f.norm};
+    cpri_emb_touched_keys live = {f.counts, f.norm, 4};
     assert_status(CPR_OK, cpri_emb_touched_topk(&f.touched, 1, ROWS, &live, f.counts, 50, ids,
                                                 &n, &from_list));
     assert_false(from_list);
