@@ -42,16 +42,19 @@ typedef struct shard_ctr {
     int open_consistent;    /* a FULL/DELTA save is open */
 } shard_ctr;
 
+struct cpu_table;
+
 typedef struct pending {
     uint32_t *counts;
     float *norm;
     uint8_t *dirty;         /* per id: was dirty (FULL/DELTA saves: cons) */
     int cons;               /* a FULL/DELTA save of a table with dirty bits */
     uint8_t *sampled;       /* per id: was in the SSU sample */
-    uint64_t count_sum;
+    uint64_t count_sum;     /* counts moved in so far (atomic adds: copiers move too) */
     uint64_t unsaved_at_begin;
     int wiped;              /* the shard was wiped while this save was open */
     cpri_emb_snap snap;     /* the rows' begin-time values, copy on write */
+    struct cpu_table *table; /* for the tracker moves (S5) */
     size_t cap;             /* rows the arrays hold (a spare is reused, E1) */
     struct pending *next;   /* open saves of the table */
     cpr_emb_save *save;
@@ -123,6 +126,8 @@ static void prefetch_trackers(const cpu_table *b, uint64_t row)
     __builtin_prefetch(b->cow + (row >> 6), 1);
     if (b->trk)
         __builtin_prefetch(b->trk + row, 1);
+    if (b->touched.listed)
+        __builtin_prefetch(b->touched.listed + (row >> 6), 1);
     if (b->dirty)
         __builtin_prefetch(b->dirty + (row >> 6), 1);
 }
@@ -402,22 +407,68 @@ static size_t save_index(const cpr_emb_save *save, uint64_t row)
 }
 
 /* Before `row` changes: every open save holding it keeps its values. */
+/* S5: row i's trackers into the save (under its run lock). */
+static uint64_t move_trackers(void *ctx, size_t i)
+{
+    pending *p = ctx;
+    row_trk *trk = p->table->trk + p->save->ids[i];
+    uint64_t count = 0;
+    if (p->counts) {
+        count = trk->count;
+        p->counts[i] = trk->count;
+        trk->count = 0;
+    }
+    if (p->norm) {
+        p->norm[i] = trk->norm;
+        trk->norm = 0;
+    }
+    return count;
+}
+
+static cpri_emb_snap_src snap_src(const cpr_emb *t, pending *p)
+{
+    const cpu_table *b = t->backend;
+    return (cpri_emb_snap_src){b->weights, t->state_dim ? b->state : NULL, p->save->ids,
+                               b->trk ? move_trackers : NULL, p};
+}
+
+static void add_moved(pending *p, uint64_t count)
+{
+    if (count)
+        __atomic_fetch_add(&p->count_sum, count, __ATOMIC_RELAXED);
+}
+
+/* Every open save of the shard moves the trackers it has not moved yet
+ * (S5), before the training thread reads the shard's trackers. */
+static void move_open(cpr_emb *t, uint32_t shard)
+{
+    for (pending *p = CPU(t)->open; p; p = p->next)
+        if (p->save->shard == shard) {
+            cpri_emb_snap_src src = snap_src(t, p);
+            add_moved(p, cpri_emb_snap_move_all(&p->snap, &src));
+        }
+}
+
+/* Before `row` changes: every open save holding it moves its trackers and
+ * keeps its values. */
 static cpr_status guard_row(cpr_emb *t, uint64_t row)
 {
     cpu_table *b = CPU(t);
     if (!b->snap_open || !BIT_GET(b->cow, row))
         return CPR_OK;
-    uint32_t shard = cpri_emb_geom_shard_of(t, row), dim = t->cfg.dim, sd = t->state_dim;
+    uint32_t shard = cpri_emb_geom_shard_of(t, row);
     for (pending *p = b->open; p; p = p->next) {
         if (p->save->shard != shard)
             continue;
         size_t i = save_index(p->save, row);
         if (i == p->save->n)
             continue;
-        cpr_status st = cpri_emb_snap_keep(&p->snap, i, b->weights + row * dim,
-                                           sd ? b->state + row * sd : NULL);
+        cpri_emb_snap_src src = snap_src(t, p);
+        uint64_t moved = 0;
+        cpr_status st = cpri_emb_snap_keep(&p->snap, &src, i, &moved);
         if (st)
             return st;
+        add_moved(p, moved);
     }
     return CPR_OK;
 }
@@ -481,6 +532,9 @@ cpr_status cpri_emb_cpu_backward(cpr_emb *t, const int64_t *indices, size_t n_in
 cpr_status cpri_emb_cpu_stats(const cpr_emb *t, uint32_t shard, cpr_emb_stats *out)
 {
     const cpu_table *b = CPU(t);
+    /* Logically const: a move changes where a save's trackers are, not what
+     * the table reports (unsaved = live + pending). */
+    move_open((cpr_emb *)t, shard);
     cpr_emb_stats s = {0};
     uint64_t n = cpri_emb_geom_shard_rows(t, shard), row = cpri_emb_geom_first(t, shard);
     uint64_t stride = cpri_emb_geom_stride(t);
@@ -499,6 +553,7 @@ cpr_status cpri_emb_cpu_stats(const cpr_emb *t, uint32_t shard, cpr_emb_stats *o
 cpr_status cpri_emb_cpu_select(cpr_emb *t, uint32_t shard, cpr_policy policy,
                               uint64_t budget_rows, uint64_t *ids, size_t cap, size_t *n)
 {
+    move_open(t, shard); /* S5: the trackers read below are the rows' own */
     cpu_table *b = CPU(t);
     uint64_t rows = cpri_emb_geom_shard_rows(t, shard), row = cpri_emb_geom_first(t, shard);
     uint64_t stride = cpri_emb_geom_stride(t), k = budget_rows < cap ? budget_rows : cap;
@@ -655,6 +710,8 @@ cpr_status cpri_emb_cpu_save_begin(cpr_emb *t, cpr_emb_save *save)
         }
     }
     p->cons = cons && b->dirty; /* FULL and DELTA clear the dirty bits */
+    move_open(t, save->shard); /* S5: an open save's rows are moved before another begins */
+    p->table = b;
     cpr_status st = cpri_emb_snap_init(&p->snap, save->n, t->cfg.dim, t->state_dim);
     if (st) {
         keep_spare(b, p);
@@ -665,15 +722,11 @@ cpr_status cpri_emb_cpu_save_begin(cpr_emb *t, cpr_emb_save *save)
         if (i + PREFETCH_TRACKERS < save->n) /* the rows' trackers are scattered */
             prefetch_trackers(b, save->ids[i + PREFETCH_TRACKERS]);
         BIT_SET(b->cow, row); /* S1 */
-        if (p->counts) {
-            p->counts[i] = b->trk[row].count;
-            p->count_sum += b->trk[row].count;
-            b->trk[row].count = 0;
-        }
-        if (p->norm) {
-            p->norm[i] = b->trk[row].norm;
-            b->trk[row].norm = 0;
-        }
+        /* The counts and norm move later (S5), by whoever reaches the row
+         * first; selection moves what is left before it reads them, so the
+         * row is unlisted now (T2). */
+        if (b->touched.listed)
+            cpri_emb_touched_unlist(&b->touched, row);
         if (p->cons) {
             p->dirty[i] = (uint8_t)BIT_GET(b->dirty, row);
             BIT_CLR(b->dirty, row);
@@ -711,9 +764,12 @@ static void *gather_range(void *arg)
 {
     gather_job *g = arg;
     const cpu_table *b = g->b;
-    cpri_emb_snap_src src = {b->weights, g->state_dim ? b->state : NULL, g->ids};
+    cpri_emb_snap_src src = {b->weights, g->state_dim ? b->state : NULL, g->ids,
+                             b->trk ? move_trackers : NULL, g->p};
+    uint64_t moved = 0;
     g->st = cpri_emb_snap_copy(&g->p->snap, &src, g->first, g->n, g->values, g->state,
-                               g->release);
+                               g->release, &moved);
+    add_moved(g->p, moved);
     return NULL;
 }
 
@@ -810,6 +866,8 @@ void cpri_emb_cpu_save_end(cpr_emb *t, cpr_emb_save *save, int committed)
     pending *p = save->backend;
     if (!p)
         return; /* the table was destroyed first */
+    cpri_emb_snap_src src = snap_src(t, p);
+    add_moved(p, cpri_emb_snap_move_all(&p->snap, &src)); /* S5: all of them in the save */
     for (pending **pp = &b->open; *pp; pp = &(*pp)->next) {
         if (*pp == p) {
             *pp = p->next;
@@ -852,6 +910,8 @@ static void clear_trackers(cpr_emb *t, uint64_t row)
     }
     if (b->has_norm)
         b->trk[row].norm = 0;
+    if (b->touched.listed)
+        cpri_emb_touched_unlist(&b->touched, row);
     if (b->dirty)
         BIT_CLR(b->dirty, row);
 }

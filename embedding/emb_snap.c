@@ -12,7 +12,7 @@
 #include "cpr_common.h"
 #include "emb_snap.h"
 
-enum { SNAP_KEPT = 1, SNAP_RELEASED = 2 };
+enum { SNAP_KEPT = 1, SNAP_RELEASED = 2, SNAP_MOVED = 4 };
 
 #define SNAP_CHUNK_ROWS 4096u
 #define SNAP_PREFETCH 8 /* rows ahead: they are scattered over the table */
@@ -110,9 +110,21 @@ static void copy_floats(float *restrict dst, const float *restrict src, uint32_t
         dst[j] = src[j];
 }
 
-cpr_status cpri_emb_snap_keep(cpri_emb_snap *s, size_t i, const float *values,
-                              const float *state)
+/* Under row i's run lock: its trackers into the save, once (S5). */
+static uint64_t move_once(cpri_emb_snap *s, const cpri_emb_snap_src *src, size_t i)
 {
+    if (s->flags[i] & SNAP_MOVED)
+        return 0;
+    s->flags[i] |= SNAP_MOVED;
+    return src->move ? src->move(src->move_ctx, i) : 0;
+}
+
+cpr_status cpri_emb_snap_keep(cpri_emb_snap *s, const cpri_emb_snap_src *src, size_t i,
+                              uint64_t *moved_count)
+{
+    uint64_t row = src->ids[i];
+    const float *values = src->weights + row * s->dim;
+    const float *state = s->state_dim ? src->state + row * s->state_dim : NULL;
     size_t c = s->kept / SNAP_CHUNK_ROWS; /* kept < n here: c < n_chunks */
     size_t floats = (size_t)s->dim + s->state_dim;
     if (!s->chunks[c]) { /* before the lock: a failure leaves everything as it was */
@@ -122,6 +134,7 @@ cpr_status cpri_emb_snap_keep(cpri_emb_snap *s, size_t i, const float *values,
     }
     size_t run = i / SNAP_RUN_ROWS;
     run_lock(s, run);
+    *moved_count = move_once(s, src, i);
     if (!(s->flags[i] & (SNAP_KEPT | SNAP_RELEASED))) {
         uint32_t slot = (uint32_t)s->kept++;
         float *dst = kept_row(s, slot);
@@ -144,10 +157,25 @@ static void prefetch_src(const cpri_emb_snap *s, const cpri_emb_snap_src *src, u
         __builtin_prefetch(src->state + row * s->state_dim);
 }
 
+uint64_t cpri_emb_snap_move_all(cpri_emb_snap *s, const cpri_emb_snap_src *src)
+{
+    uint64_t moved = 0;
+    for (size_t run = 0; run * SNAP_RUN_ROWS < s->n; run++) {
+        size_t end = (run + 1) * SNAP_RUN_ROWS < s->n ? (run + 1) * SNAP_RUN_ROWS : s->n;
+        run_lock(s, run);
+        for (size_t i = run * SNAP_RUN_ROWS; i < end; i++)
+            moved += move_once(s, src, i);
+        run_unlock(s, run);
+    }
+    return moved;
+}
+
 cpr_status cpri_emb_snap_copy(cpri_emb_snap *s, const cpri_emb_snap_src *src, size_t first,
-                              size_t k, float *values, float *state, int release)
+                              size_t k, float *values, float *state, int release,
+                              uint64_t *moved_count)
 {
     cpr_status st = CPR_OK;
+    uint64_t moved = 0;
     uint32_t dim = s->dim, sd = s->state_dim;
     for (size_t i = first; i < first + k && st == CPR_OK;) {
         size_t run = i / SNAP_RUN_ROWS, end = (run + 1) * SNAP_RUN_ROWS;
@@ -163,6 +191,7 @@ cpr_status cpri_emb_snap_copy(cpri_emb_snap *s, const cpri_emb_snap_src *src, si
                               "already (cpr_emb_save_copy copies each row once)", i);
                 break;
             }
+            moved += move_once(s, src, i);
             if (s->flags[i] & SNAP_KEPT) {
                 const float *kept = kept_row(s, s->slot[i]);
                 copy_floats(v, kept, dim);
@@ -178,5 +207,6 @@ cpr_status cpri_emb_snap_copy(cpri_emb_snap *s, const cpri_emb_snap_src *src, si
         }
         run_unlock(s, run);
     }
+    *moved_count = moved;
     return st;
 }

@@ -8,12 +8,16 @@
  * aside, and the copier takes them from there.
  *
  * The save's rows (index i in its id order) are grouped in runs of
- * SNAP_RUN_ROWS, each with a one-byte spin lock; per row, two flags:
+ * SNAP_RUN_ROWS, each with a one-byte spin lock; per row, three flags:
  *
  *   KEPT      the training thread copied the row aside (slot[i]) before it
  *             changed it;
  *   RELEASED  a copier copied the row out for the last time
- *             (cpr_emb_save_copy): nobody needs it any more.
+ *             (cpr_emb_save_copy): nobody needs it any more;
+ *   MOVED     the row's tracker values went into the save (the `move` hook,
+ *             emb_cpu.c): whoever reaches the row first under its lock, a
+ *             copier or the training thread, moves them, so a save's begin
+ *             does not touch every row's trackers in the stall.
  *
  * Invariants:
  *  S1. A row neither KEPT nor RELEASED holds its begin-time values in the
@@ -28,6 +32,11 @@
  *      the caller ends a save only after its copies returned.
  *  S4. Only the training thread adds kept rows (chunks, `kept`): chunk
  *      pointers are published to copiers through the run lock (S2).
+ *  S5. A row's trackers are moved exactly once, under its run's lock, before
+ *      the training thread changes the row (cpri_emb_snap_keep) and before a
+ *      copier releases it; the training thread reads or writes the trackers
+ *      of a row of an open save only after it was moved
+ *      (cpri_emb_snap_keep, or cpri_emb_snap_move_all first).
  */
 #ifndef CPR_EMB_SNAP_H
 #define CPR_EMB_SNAP_H
@@ -58,23 +67,34 @@ void cpri_emb_snap_reset(cpri_emb_snap *s);
 /* Free everything. */
 void cpri_emb_snap_release(cpri_emb_snap *s);
 
-/* The training thread, before row i changes: keep its current values
- * (values: dim floats, state: state_dim floats) unless it is kept or
- * released already. CPR_NO_MEMORY if no chunk can be allocated (the caller
- * must not change the row then). */
-cpr_status cpri_emb_snap_keep(cpri_emb_snap *s, size_t i, const float *values,
-                              const float *state);
-
-/* Where a copier finds a row in the table (emb_cpu.c knows the layout). */
+/* Where a copier finds a row in the table (emb_cpu.c knows the layout), and
+ * the hook that moves row i's trackers into the save (S5; NULL: none). The
+ * hook runs under the row's run lock and returns the MFU count it moved. */
 typedef struct cpri_emb_snap_src {
     const float *weights, *state;  /* the table's arrays (state NULL: state_dim 0) */
     const uint64_t *ids;           /* the save's ids */
+    uint64_t (*move)(void *ctx, size_t i);
+    void *move_ctx;
 } cpri_emb_snap_src;
 
+/* The training thread, before row i changes: move its trackers (S5), and
+ * keep its current values unless it is kept or released already.
+ * CPR_NO_MEMORY if no chunk can be allocated (the caller must not change
+ * the row then; nothing was moved). *moved_count gets the count moved (0
+ * when a copier moved it). */
+cpr_status cpri_emb_snap_keep(cpri_emb_snap *s, const cpri_emb_snap_src *src, size_t i,
+                              uint64_t *moved_count);
+
+/* The training thread: move every row not moved yet (before it reads the
+ * trackers of the save's shard, or ends the save). Returns the counts moved. */
+uint64_t cpri_emb_snap_move_all(cpri_emb_snap *s, const cpri_emb_snap_src *src);
+
 /* A copier: rows [first, first + k) as they were at the save's begin into
- * values (k x dim) and state (k x state_dim); `release` when this is the
- * rows' last copy (S3). */
+ * values (k x dim) and state (k x state_dim), moving their trackers (S5);
+ * `release` when this is the rows' last copy (S3). *moved_count gets the
+ * counts it moved. */
 cpr_status cpri_emb_snap_copy(cpri_emb_snap *s, const cpri_emb_snap_src *src, size_t first,
-                              size_t k, float *values, float *state, int release);
+                              size_t k, float *values, float *state, int release,
+                              uint64_t *moved_count);
 
 #endif /* CPR_EMB_SNAP_H */

@@ -111,25 +111,23 @@ void cpri_emb_touched_rebuild(cpri_emb_touched *s, const cpr_emb *t, uint32_t sh
             cpri_emb_touched_append(s, shard, row);
 }
 
-/* T2: drop the rows whose trackers are zero again. */
-static void compact(cpri_emb_touched *s, cpri_emb_touched_list *l,
-                    const cpri_emb_touched_keys *live)
+/* T2: drop the entries of unlisted rows (their trackers went back to zero)
+ * and the later entries of rows listed again since: reads the bitmap only
+ * (a save's rows were unlisted by its begin, in the training thread). */
+static void compact(cpri_emb_touched *s, cpri_emb_touched_list *l)
 {
     size_t kept = 0;
     for (size_t i = 0; i < l->len; i++) {
         uint64_t row = l->ids[i];
-        if (i + PREFETCH_AHEAD < l->len) {
-            uint64_t ahead = l->ids[i + PREFETCH_AHEAD];
-            if (live->counts)
-                __builtin_prefetch((const char *)live->counts + ahead * live->stride);
-            if (live->norm) /* interleaved: the same line, a no-op */
-                __builtin_prefetch((const char *)live->norm + ahead * live->stride);
-        }
-        if (alive(live, row))
-            l->ids[kept++] = row;
-        else
-            BIT_CLR(s->listed, row);
+        if (i + PREFETCH_AHEAD < l->len)
+            __builtin_prefetch(s->listed + (l->ids[i + PREFETCH_AHEAD] >> 6));
+        if (!BIT_GET(s->listed, row))
+            continue; /* unlisted, or kept already through an earlier entry */
+        BIT_CLR(s->listed, row);
+        l->ids[kept++] = row;
     }
+    for (size_t i = 0; i < kept; i++)
+        BIT_SET(s->listed, l->ids[i]);
     l->len = kept;
 }
 
@@ -248,7 +246,7 @@ cpr_status cpri_emb_touched_topk(cpri_emb_touched *s, uint32_t shard, uint64_t s
      * few, and the list wins even when it holds all of them (make demo). */
     if (l->lost || (shard_rows >= DENSE_MIN_ROWS && l->len > shard_rows / 2))
         return CPR_OK;
-    compact(s, l, live);
+    compact(s, l);
     if (reserve_scratch(s, l->len) != CPR_OK)
         return CPR_OK; /* the caller reads every row instead */
     uint32_t *cand_keys = s->scratch_keys, *sel_keys = s->scratch_keys + s->scratch_cap;
@@ -256,6 +254,8 @@ cpr_status cpri_emb_touched_topk(cpri_emb_touched *s, uint32_t shard, uint64_t s
     uint32_t small[SMALL_KEYS] = {0}; /* keys below SMALL_KEYS - 1, the rest in the last */
     size_t cand = 0, out = 0;
     for (size_t i = 0; i < l->len; i++) {
+        if (i + PREFETCH_AHEAD < l->len)
+            __builtin_prefetch((const char *)keys + l->ids[i + PREFETCH_AHEAD] * live->stride);
         uint32_t key = key_at(keys, live->stride, l->ids[i]);
         if (key) {
             cand_keys[cand] = key;

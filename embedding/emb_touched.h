@@ -7,14 +7,16 @@
  * interval touches a few percent of the rows.
  *
  * Invariants:
- *  T1. Every row with a non-zero MFU count or TOPK_NORM value is listed
- *      (its `listed` bit set, its id in its shard's list once), unless the
+ *  T1. Every row with a non-zero MFU count or TOPK_NORM value is listed:
+ *      its `listed` bit is set and its id is in its shard's list, unless the
  *      shard's list is `lost` (an allocation failed): selection then reads
- *      every row, and rebuilds the list.
- *  T2. Listed rows may have dropped to zero (a save began, a restore or a
- *      wipe cleared them): selection drops them from the list (compaction),
- *      so a list never holds more than the rows touched since the last
- *      compaction.
+ *      every row, and rebuilds the list. A listed row has at least one entry.
+ *  T2. Whoever sets a row's trackers back to zero (a save's begin, a
+ *      restore, a wipe) unlists it (cpri_emb_touched_unlist); its entry
+ *      stays until selection compacts the list, reading only the bitmap: it
+ *      drops entries of unlisted rows and all but the first entry of rows
+ *      listed again meanwhile. A list never holds more than the rows touched
+ *      since the last compaction, each at most twice.
  * Not thread-safe: the training thread only, like the trackers themselves.
  */
 #ifndef CPR_EMB_TOUCHED_H
@@ -53,6 +55,12 @@ static inline void cpri_emb_touched_add(cpri_emb_touched *s, uint32_t shard, uin
 {
     if (!((s->listed[row >> 6] >> (row & 63)) & 1u))
         cpri_emb_touched_append(s, shard, row);
+}
+
+/* The row's trackers are zero again (T2). */
+static inline void cpri_emb_touched_unlist(cpri_emb_touched *s, uint64_t row)
+{
+    s->listed[row >> 6] &= ~(1ull << (row & 63));
 }
 
 /* Every row of the shard lost its trackers (wipe). */

@@ -50,6 +50,28 @@ static void fill(fixture *f, uint64_t seed)
         uint64_t row = cpr_splitmix64(&seed) % ROWS;
         f->counts[row] = 0;
         f->norm[row] = 0;
+        cpri_emb_touched_unlist(&f->touched, row);
+        if (i % 3 == 0) { /* touched again: a second entry for the row */
+            f->counts[row] = 1 + (uint32_t)(row % 7);
+            f->norm[row] = 0.5f;
+            cpri_emb_touched_add(&f->touched, cpr_emb_shard_of(f->t, row), row);
+        }
+    }
+}
+
+/* Every non-zero row listed, every list entry once (T1, T2). */
+static void check_lists(fixture *f)
+{
+    for (uint32_t s = 0; s < SHARDS; s++) {
+        const cpri_emb_touched_list *l = &f->touched.lists[s];
+        unsigned char seen[ROWS] = {0};
+        for (size_t i = 0; i < l->len; i++) {
+            assert_false(seen[l->ids[i]]);
+            seen[l->ids[i]] = 1;
+        }
+        for (uint64_t r = 0; r < ROWS; r++)
+            if (cpr_emb_shard_of(f->t, r) == s && (f->counts[r] || f->norm[r] != 0))
+                assert_true(seen[r]);
     }
 }
 
@@ -83,6 +105,7 @@ static void test_same_as_every_row(void **unused)
                 same_selection(&f, s, f.counts, budgets[b]);
                 same_selection(&f, s, f.norm, budgets[b]);
             }
+        check_lists(&f); /* compacted by the selections */
     }
     cpri_emb_touched_release(&f.touched);
     cpr_emb_destroy(f.t);
