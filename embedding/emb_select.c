@@ -158,3 +158,33 @@ cpr_status cpri_emb_topk(const cpr_emb *t, uint32_t shard, const void *key_base,
     *n_out = out;
     return CPR_OK;
 }
+
+/* ---- sorting ids ------------------------------------------------------------------- */
+
+#define SORT_BITS_MAX 11
+/* Below this many ids, 8-bit digits: clearing and summing 2048 buckets a
+ * pass costs more than a few thousand ids. */
+#define SORT_WIDE_MIN 32768
+
+void cpri_emb_sort_ids(uint64_t *a, uint64_t *tmp, size_t n, uint64_t max_id)
+{
+    size_t count[(1u << SORT_BITS_MAX) + 1];
+    unsigned digit = n < SORT_WIDE_MIN ? 8 : SORT_BITS_MAX, bits = 1;
+    while (bits < 64 && max_id >> bits)
+        bits++;
+    uint64_t *src = a, *dst = tmp, mask = (1u << digit) - 1;
+    for (unsigned shift = 0; shift < bits; shift += digit) {
+        memset(count, 0, (mask + 2) * sizeof *count);
+        for (size_t i = 0; i < n; i++)
+            count[((src[i] >> shift) & mask) + 1]++;
+        for (unsigned d = 0; d <= mask; d++)
+            count[d + 1] += count[d];
+        for (size_t i = 0; i < n; i++)
+            dst[count[(src[i] >> shift) & mask]++] = src[i];
+        uint64_t *swap = src;
+        src = dst;
+        dst = swap;
+    }
+    if (src != a)
+        memcpy(a, src, n * sizeof *a);
+}

@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "cpr_common.h"
+#include "emb_select.h"
 #include "emb_ssu.h"
 
 #define BIT_SET(map, i) ((map)[(i) >> 6] |= 1ull << ((i) & 63))
@@ -36,6 +37,7 @@ void cpri_emb_ssu_release(cpri_emb_ssu *s)
     free(s->lists);
     free(s->member);
     free(s->held);
+    free(s->scratch);
     memset(s, 0, sizeof *s);
 }
 
@@ -75,15 +77,27 @@ static int u64_cmp(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
-size_t cpri_emb_ssu_select(const cpri_emb_ssu *s, uint32_t shard, uint64_t budget,
-                          uint64_t *ids, size_t cap)
+size_t cpri_emb_ssu_select(cpri_emb_ssu *s, uint32_t shard, uint64_t budget, uint64_t *ids,
+                          size_t cap)
 {
     const cpri_emb_ssu_list *l = &s->lists[shard];
     size_t n = 0;
+    uint64_t max_id = 0;
     for (size_t i = 0; i < l->len && n < budget && n < cap; i++)
-        if (!BIT_GET(s->held, l->ids[i])) /* U2 */
+        if (!BIT_GET(s->held, l->ids[i])) { /* U2 */
             ids[n++] = l->ids[i];
-    qsort(ids, n, sizeof *ids, u64_cmp);
+            max_id = l->ids[i] > max_id ? l->ids[i] : max_id;
+        }
+    if (n > s->scratch_cap) { /* kept between selections: no page faults in a stall */
+        uint64_t *grown = realloc(s->scratch, n * sizeof *grown);
+        if (!grown) { /* sorting in place is slower, not wrong */
+            qsort(ids, n, sizeof *ids, u64_cmp);
+            return n;
+        }
+        s->scratch = grown;
+        s->scratch_cap = n;
+    }
+    cpri_emb_sort_ids(ids, s->scratch, n, max_id);
     return n;
 }
 

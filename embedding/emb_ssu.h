@@ -34,6 +34,8 @@ typedef struct cpri_emb_ssu {
     cpri_emb_ssu_list *lists;  /* one per shard */
     uint32_t n_shards;
     uint64_t capacity;        /* U3 */
+    uint64_t *scratch;        /* selection's sort scratch, kept */
+    size_t scratch_cap;
 } cpri_emb_ssu;
 
 /* Set up for `rows` rows; all zero (disabled) when !enabled. */
@@ -54,7 +56,7 @@ int cpri_emb_ssu_all_full(const cpri_emb_ssu *s);
 /* Members of `shard` not held by a save. */
 uint64_t cpri_emb_ssu_count(const cpri_emb_ssu *s, uint32_t shard);
 /* The oldest members not held, at most min(budget, cap), ascending into ids. */
-size_t cpri_emb_ssu_select(const cpri_emb_ssu *s, uint32_t shard, uint64_t budget,
+size_t cpri_emb_ssu_select(cpri_emb_ssu *s, uint32_t shard, uint64_t budget,
                           uint64_t *ids, size_t cap);
 /* Save begin: hold the members among ids[0..n); held[i] = 1 for each. */
 void cpri_emb_ssu_hold(cpri_emb_ssu *s, uint32_t shard, const uint64_t *ids, size_t n,

@@ -4,22 +4,19 @@
  * (emb_touched.h has the invariants). Selection: drop rows whose trackers
  * went back to zero, find the k-th largest key by quickselect, take the
  * rows above it and the lowest-id rows equal to it, and sort the result by
- * id (LSD radix): O(listed rows), never O(shard rows).
+ * id (cpri_emb_sort_ids): O(listed rows), never O(shard rows).
  */
 #include <stdlib.h>
 #include <string.h>
 
 #include "cpr_common.h"
+#include "emb_select.h"
 #include "emb_touched.h"
 
 #define LIST_MIN_CAP 1024
 #define PREFETCH_AHEAD 32 /* a few bytes of work a row: DRAM latency needs many ahead */
 #define SMALL_KEYS 256u
 #define DENSE_MIN_ROWS (1u << 20)
-#define SORT_BITS_MAX 11
-/* Below this many ids, 8-bit digits: clearing and summing 2048 buckets a
- * pass costs more than a few thousand ids. */
-#define SORT_WIDE_MIN 32768
 
 #define BIT_GET(map, i) (((map)[(i) >> 6] >> ((i) & 63)) & 1u)
 #define BIT_SET(map, i) ((map)[(i) >> 6] |= 1ull << ((i) & 63))
@@ -188,35 +185,6 @@ static uint32_t kth_largest(uint32_t *a, size_t n, size_t k)
     return a[lo];
 }
 
-/* Ascending ids (all below 2^bits), LSD radix with tmp as scratch. */
-static void sort_ids(uint64_t *a, uint64_t *tmp, size_t n, unsigned bits)
-{
-    size_t count[(1u << SORT_BITS_MAX) + 1];
-    unsigned digit = n < SORT_WIDE_MIN ? 8 : SORT_BITS_MAX;
-    uint64_t *src = a, *dst = tmp, mask = (1u << digit) - 1;
-    for (unsigned shift = 0; shift < bits; shift += digit) {
-        memset(count, 0, ((mask + 2) * sizeof *count));
-        for (size_t i = 0; i < n; i++)
-            count[((src[i] >> shift) & mask) + 1]++;
-        for (unsigned d = 0; d <= mask; d++)
-            count[d + 1] += count[d];
-        for (size_t i = 0; i < n; i++)
-            dst[count[(src[i] >> shift) & mask]++] = src[i];
-        uint64_t *swap = src;
-        src = dst;
-        dst = swap;
-    }
-    if (src != a)
-        memcpy(a, src, n * sizeof *a);
-}
-
-static unsigned id_bits(uint64_t rows)
-{
-    unsigned bits = 1;
-    while (bits < 64 && (rows - 1) >> bits)
-        bits++;
-    return bits;
-}
 
 /* The k-th largest key off the exact histogram of keys below SMALL_KEYS - 1
  * (k <= candidates); SMALL_KEYS - 1 when it is at or above that. MFU's counts
@@ -283,11 +251,11 @@ cpr_status cpri_emb_touched_topk(cpri_emb_touched *s, uint32_t shard, uint64_t s
         }
         /* The lowest ids among the ties fill the budget (cpri_emb_topk's rule). */
         if (n_ties > k - out)
-            sort_ids(ties, cand_ids, n_ties, id_bits(max_id + 1));
+            cpri_emb_sort_ids(ties, cand_ids, n_ties, max_id);
         memcpy(ids + out, ties, (k - out) * sizeof *ids);
         out = k;
     }
-    sort_ids(ids, s->scratch_ids2, out, id_bits(max_id + 1));
+    cpri_emb_sort_ids(ids, s->scratch_ids2, out, max_id);
     *n = out;
     *from_list = 1;
     return CPR_OK;
