@@ -170,6 +170,8 @@ void cpri_emb_sort_ids(uint64_t *a, uint64_t *tmp, size_t n, uint64_t max_id)
 {
     size_t count[(1u << SORT_BITS_MAX) + 1];
     unsigned digit = n < SORT_WIDE_MIN ? 8 : SORT_BITS_MAX, bits = 1;
+    if (n < 2)
+        return; /* sorted; tmp may be NULL */
     while (bits < 64 && max_id >> bits)
         bits++;
     uint64_t *src = a, *dst = tmp, mask = (1u << digit) - 1;

@@ -233,7 +233,8 @@ cpr_status cpri_emb_touched_topk(cpri_emb_touched *s, uint32_t shard, uint64_t s
         max_id = l->ids[i] > max_id ? l->ids[i] : max_id;
     }
     if (cand <= k) {
-        memcpy(ids, cand_ids, cand * sizeof *ids);
+        if (cand) /* cand_ids is NULL until a list held anything */
+            memcpy(ids, cand_ids, cand * sizeof *ids);
         out = cand;
     } else if (k > 0) {
         uint32_t kth = kth_small(small, k);
