@@ -16,6 +16,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <pthread.h>
+#include <sched.h>
+#include <unistd.h>
 
 #include "client_internal.h"
 #include "cpr_common.h"
@@ -103,20 +106,49 @@ static cpr_status open_grpc_nodes(cpr_client *c, const char *list)
     return st;
 }
 
-cpr_status cpr_client_open(const char *target, const cpr_client_options *opts,
-                           cpr_client **out)
+/* "1", "2-7,12": CPUs below CPRI_MAX_CPUS and this machine's count. */
+static cpr_status parse_cpus(const char *list, uint64_t *set)
 {
-    if (!target || !out)
-        return cpr_fail(CPR_INVALID_ARGUMENT, "cpr_client_open: target and out must not be NULL");
-    cpr_client *c = calloc(1, sizeof *c);
-    if (!c)
-        return cpr_fail(CPR_NO_MEMORY, "out of memory opening a client");
-    if (opts)
-        c->opts = *opts;
-    fill_defaults(&c->opts);
-    c->pool_max = c->opts.staging_bytes / c->opts.message_bytes; /* the arena (part.c) */
-    pthread_mutex_init(&c->mu, NULL);
-    pthread_cond_init(&c->room, NULL);
+    long n_cpus = sysconf(_SC_NPROCESSORS_CONF);
+    const char *p = list;
+    n_cpus = n_cpus > 0 && n_cpus < CPRI_MAX_CPUS ? n_cpus : CPRI_MAX_CPUS;
+    while (*p) {
+        char *end;
+        errno = 0;
+        long lo = strtol(p, &end, 10), hi = lo;
+        int ok = end != p && errno == 0 && *p >= '0' && *p <= '9';
+        if (ok && *end == '-') {
+            p = end + 1;
+            hi = strtol(p, &end, 10);
+            ok = end != p && errno == 0 && *p >= '0' && *p <= '9' && hi >= lo;
+        }
+        if (!ok || (*end && *end != ',') || (*end == ',' && !end[1]) || hi >= n_cpus)
+            return cpr_fail(CPR_INVALID_ARGUMENT, "thread_cpus '%.100s': give CPUs of this "
+                            "machine (0-%ld) as a list such as 1 or 2-7,12", list, n_cpus - 1);
+        for (long cpu = lo; cpu <= hi; cpu++)
+            set[cpu / 64] |= 1ull << (cpu % 64);
+        p = *end ? end + 1 : end;
+    }
+    return CPR_OK;
+}
+
+void cpri_client_pin_thread(const cpr_client *c)
+{
+    cpu_set_t set;
+    int any = 0;
+    CPU_ZERO(&set);
+    for (int cpu = 0; cpu < CPRI_MAX_CPUS && cpu < CPU_SETSIZE; cpu++)
+        if (c->thread_cpus[cpu / 64] >> (cpu % 64) & 1) {
+            CPU_SET(cpu, &set);
+            any = 1;
+        }
+    if (any) /* best effort: a refused set leaves the thread where it was */
+        (void)pthread_setaffinity_np(pthread_self(), sizeof set, &set);
+}
+
+/* The nodes of `target` (see cpr/client.h). */
+static cpr_status open_target(cpr_client *c, const char *target)
+{
     cpr_status st;
     if (strncmp(target, LOCAL_PREFIX, strlen(LOCAL_PREFIX)) == 0 &&
         target[strlen(LOCAL_PREFIX)] == '/') {
@@ -141,6 +173,28 @@ cpr_status cpr_client_open(const char *target, const cpr_client_options *opts,
                       "[grpc://]host:port[,host:port...], unix:/absolute/socket/path and "
                       "local:///absolute/path", target);
     }
+    return st;
+}
+
+cpr_status cpr_client_open(const char *target, const cpr_client_options *opts,
+                           cpr_client **out)
+{
+    if (!target || !out)
+        return cpr_fail(CPR_INVALID_ARGUMENT, "cpr_client_open: target and out must not be NULL");
+    cpr_client *c = calloc(1, sizeof *c);
+    if (!c)
+        return cpr_fail(CPR_NO_MEMORY, "out of memory opening a client");
+    if (opts)
+        c->opts = *opts;
+    fill_defaults(&c->opts);
+    c->pool_max = c->opts.staging_bytes / c->opts.message_bytes; /* the arena (part.c) */
+    pthread_mutex_init(&c->mu, NULL);
+    pthread_cond_init(&c->room, NULL);
+    cpr_status st = c->opts.thread_cpus ? parse_cpus(c->opts.thread_cpus, c->thread_cpus)
+                                        : CPR_OK;
+    c->opts.thread_cpus = NULL; /* borrowed for the call only */
+    if (st == CPR_OK)
+        st = open_target(c, target);
     if (st) {
         cpr_client_close(c);
         return st;

@@ -78,8 +78,11 @@ cpr_status cpri_node_recovery_put(cpri_node *node, const char *job, uint64_t exp
 
 /* ---- client.c ------------------------------------------------------------------ */
 
+#define CPRI_MAX_CPUS 1024
+
 struct cpr_client {
-    cpr_client_options opts;   /* defaults filled in */
+    cpr_client_options opts;   /* defaults filled in; thread_cpus parsed into: */
+    uint64_t thread_cpus[CPRI_MAX_CPUS / 64]; /* a bitmap of CPUs; all 0: not pinned */
     cpri_node **nodes;
     size_t n_nodes;
     int local;
@@ -91,6 +94,10 @@ struct cpr_client {
     void *pool;                /* free full-size staging items, a list (part.c) */
     size_t n_pool, pool_max;   /* pool_max: staging_bytes' worth (the warm arena) */
 };
+
+/* The calling thread (a part's sender) moves to opts.thread_cpus, if given
+ * (best effort: a CPU the process may not use leaves it where it is). */
+void cpri_client_pin_thread(const cpr_client *c);
 
 /* Run `call` up to 1 + retries times while it returns CPR_UNAVAILABLE,
  * pausing with exponential backoff in between. */

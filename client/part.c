@@ -278,6 +278,7 @@ static cpr_status begin_once(void *ctx);
 static void *sender_main(void *arg)
 {
     cpr_part *p = arg;
+    cpri_client_pin_thread(p->client); /* off the training cores, if asked */
     if (!p->begun) { /* cpr_client_begin_async: Begin here, off the caller's thread (P6) */
         begin_try b = {p->client, p->node, &p->deferred, 1};
         cpr_status st = cpri_client_retry(p->client, begin_once, &b);

@@ -70,13 +70,17 @@ fifo="$var/ckptd.fifo"
 rm -f "$fifo"
 mkfifo "$fifo"
 # ckptd gets the last core and the trainer the first, as on separate hosts
-# (every run, `none` included, is pinned the same way).
-pin_ckptd=() pin_trainer=()
+# (every run, `none` included, is pinned the same way). The checkpoint
+# client's threads (copying saves out, checksums, sending) run off the
+# training core, as on a trainer host with cores to spare: here that is
+# ckptd's core, the only other one.
+pin_ckptd=() pin_trainer=() ckpt_cpus=()
 ncpu=$(nproc 2>/dev/null || echo 1)
 if (( ncpu >= 2 )) && command -v taskset >/dev/null; then
     pin_ckptd=(taskset -c $((ncpu - 1)))
     pin_trainer=(taskset -c 0)
-    say "pinning: trainer on cpu 0, ckptd on cpu $((ncpu - 1))"
+    ckpt_cpus=(--ckpt-cpus $((ncpu - 1)))
+    say "pinning: trainer on cpu 0, ckptd and the client's threads on cpu $((ncpu - 1))"
 else
     say "not pinning ($ncpu cpu, taskset $(command -v taskset >/dev/null && echo found || echo missing))"
 fi
@@ -111,7 +115,7 @@ for s in "${strategies[@]}"; do
     case "$s" in
     none) args=() ;;
     *) args=(--ckpt "grpc://$addr" --job "demo-$s" --policy "$s" --failures "$failures"
-             --restart-s "$restart_s") ;;
+             --restart-s "$restart_s" "${ckpt_cpus[@]}") ;;
     esac
     "${pin_trainer[@]}" "$build/examples/dlrm/cpr-dlrm" "${common[@]}" "${args[@]}" --json-log "$log"
     say "[$i/${#strategies[@]}] $s done in $(( $(date +%s) - start )) s"

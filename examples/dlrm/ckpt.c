@@ -221,7 +221,8 @@ cpr_status dlrm_ckpt_create(const dlrm_ckpt_options *opts, dlrm_model *model,
             ck->staging_bytes = CLIENT_LEAST_STAGING;
         cpr_client_options co = {.call_timeout_s = ck->o.timeout_s,
                                  .stream_timeout_s = ck->o.timeout_s,
-                                 .staging_bytes = (size_t)ck->staging_bytes, .defer_send = 1};
+                                 .staging_bytes = (size_t)ck->staging_bytes, .defer_send = 1,
+                                 .thread_cpus = ck->o.ckpt_cpus};
         st = cpr_client_open(ck->o.target, &co, &ck->client);
         if (st == CPR_OK)
             st = scan_job(ck);

@@ -61,6 +61,8 @@ typedef struct dlrm_ckpt_options {
     double staging_mb;            /* host memory for staged saves, MiB; 0: two
                                      whole FULL saves. A save larger than what
                                      is free waits for the wire (stall) */
+    const char *ckpt_cpus;        /* CPUs for the client's threads (cpr_client_options
+                                     .thread_cpus); NULL: where the trainer runs */
     int ssu_rate_auto;            /* 1: set each table's SSU rate at every save
                                      from its accesses (see ssu_rate_for) */
     uint64_t interval_steps;      /* base (full-size) interval; 0: derived */

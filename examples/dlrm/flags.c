@@ -64,3 +64,21 @@ const char *dlrm_flag_value(int argc, char **argv, int *i, const char *flag, int
         return NULL;
     }
 }
+
+int dlrm_flag_cpu_list(const char *flag, const char *text)
+{
+    int ok = text[0] != '\0';
+    for (const char *p = text; ok && *p;) {
+        size_t lo = strspn(p, "0123456789"), hi = 0;
+        if (lo && p[lo] == '-')
+            hi = strspn(p + lo + 1, "0123456789");
+        size_t len = lo + (hi ? hi + 1 : 0);
+        ok = lo > 0 && (p[lo] != '-' || hi > 0) && (p[len] == '\0' || p[len] == ',') &&
+             !(p[len] == ',' && p[len + 1] == '\0');
+        p += len + (p[len] == ',');
+    }
+    if (!ok)
+        fprintf(stderr, "cpr-dlrm: %s: '%s' is not a CPU list such as 1 or 2-7,12\n", flag,
+                text);
+    return ok ? 0 : -1;
+}

@@ -20,6 +20,11 @@ int dlrm_flag_u64(const char *flag, const char *text, uint64_t lo, uint64_t hi, 
 int dlrm_flag_number(const char *flag, const char *text, double lo, double hi, const char *ends,
                      double *out);
 
+/* A CPU list's form: numbers and ranges (N or N-M) separated by commas, as
+ * "1" or "2-7,12". 0, or -1 with the refusal printed; which CPUs the machine
+ * has is the client's to check (cpr_client_options.thread_cpus). */
+int dlrm_flag_cpu_list(const char *flag, const char *text);
+
 /* argv[*i] as `flag V` (then *i moves to V) or `flag=V`: the value V, or
  * NULL when argv[*i] is not this flag. A flag without its value sets
  * *missing to 1 (returning NULL) with the refusal printed. */

@@ -86,6 +86,10 @@ static void usage(FILE *out)
           "  --ckpt-sync            wait for each save's commit (reproducible save\n"
           "                         points; the wait counts as stall)\n"
           "  --resume               continue the job from its latest consistent cut\n"
+          "  --ckpt-cpus LIST       CPUs for the checkpoint client's threads (copying\n"
+          "                         saves out, checksums, sending), e.g. 1 or 2-7: keep\n"
+          "                         them off the training cores (default: anywhere the\n"
+          "                         trainer may run)\n"
           "  --staging-mb M         host memory for staged saves (default: two whole\n"
           "                         FULL saves); a save that does not fit waits for\n"
           "                         the wire, counted as stall\n"
@@ -283,7 +287,7 @@ static const char *const VALUE_FLAGS[] = {
     "--emb-optimizer", "--shard-scheme", "--device", "--steps", "--epochs", "--batch",
     "--lr", "--emb-lr", "--emb-dim", "--table-rows", "--tables", "--shards", "--seed",
     "--eval-every", "--eval-max", "--log-every", "--shuffle-window", "--holdout", "--ssu-rate", "--staging-mb",
-    "--ckpt", "--job", "--policy", "--ckpt-interval-steps", "--fraction", "--full-every",
+    "--ckpt", "--ckpt-cpus", "--job", "--policy", "--ckpt-interval-steps", "--fraction", "--full-every",
     "--recovery", "--restart-s", "--target-pls", "--ckpt-timeout-s", "--crash-at-step",
     "--mtbf-steps", "--failures", "--failure-dist", "--weibull-shape", "--failure-seed",
     NULL};
@@ -298,6 +302,10 @@ static int set_ckpt_flag(options *o, const char *flag, const char *v)
     if (strcmp(flag, "--ckpt") == 0) {
         c->target = strcmp(v, "none") == 0 ? NULL : v;
         return 0;
+    }
+    if (strcmp(flag, "--ckpt-cpus") == 0) { /* the CPUs themselves: cpr_client_open */
+        c->ckpt_cpus = v;
+        return dlrm_flag_cpu_list(flag, v);
     }
     if (strcmp(flag, "--job") == 0) {
         c->job = v;

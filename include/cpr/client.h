@@ -87,6 +87,16 @@ typedef struct cpr_client_options {
                                  sending and, for local://, storing. Size
                                  staging_bytes for a whole save */
     cpr_store_options store;  /* local:// only: options of the store */
+    const char *thread_cpus;  /* the CPUs the client's own threads (each part's
+                                 sender: copying out deferred rows,
+                                 checksums, sending) run on, as a list such as
+                                 "1" or "2-7,12" (borrowed for the call);
+                                 NULL or "": where the caller's threads may.
+                                 Keeps checkpoint work off a trainer's
+                                 training cores. A list naming no CPU of this
+                                 machine is CPR_INVALID_ARGUMENT; a CPU the
+                                 process may not use leaves a thread where it
+                                 was */
 } cpr_client_options;
 
 /*

@@ -11,7 +11,9 @@
  * whose ids do not ascend is refused; a fill that fails fails the part, and
  * nothing of it becomes visible.
  */
+#define _GNU_SOURCE /* pthread_getaffinity_np */
 #include <pthread.h>
+#include <sched.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -234,6 +236,67 @@ static void deferred_errors(cpr_client *c, cpr_emb *t, uint64_t ckpt)
     free(all);
 }
 
+/* The sender runs on the CPUs of cpr_client_options.thread_cpus: the fill
+ * (called on the sender) reads its own thread's CPU set. */
+typedef struct where {
+    cpu_set_t cpus;
+    int seen;
+} where;
+
+static cpr_status note_cpus(void *ctx, size_t first, size_t k, float *values, float *state)
+{
+    where *w = ctx;
+    memset(values, 0, k * DIM * sizeof *values);
+    memset(state, 0, k * sizeof *state);
+    (void)first;
+    w->seen = pthread_getaffinity_np(pthread_self(), sizeof w->cpus, &w->cpus) == 0;
+    return CPR_OK;
+}
+
+static void sender_cpus(const char *target, void *unused)
+{
+    (void)unused;
+    cpu_set_t mine;
+    assert_int_equal(0, sched_getaffinity(0, sizeof mine, &mine));
+    int last = -1;
+    for (int cpu = 0; cpu < CPU_SETSIZE; cpu++)
+        if (CPU_ISSET(cpu, &mine))
+            last = cpu;
+    char list[16];
+    snprintf(list, sizeof list, "%d", last);
+    cpr_client_options o = {.thread_cpus = list};
+    cpr_client *c;
+    assert_status(CPR_OK, cpr_client_open(target, &o, &c));
+    cpr_table_schema schema = {0, ROWS, DIM, 1};
+    cpr_part_spec spec = {.id = {"pinned", 0, 1}, .kind = CPR_KIND_FULL, .step = 1,
+                          .num_shards = 1, .tables = &schema, .n_tables = 1};
+    cpr_part *p = NULL;
+    where w = {.seen = 0};
+    uint64_t ids[4] = {1, 2, 3, 4};
+    assert_status(CPR_OK, cpr_client_begin(c, &spec, &p));
+    cpr_deferred_rows d = {.table = 0, .n = 4, .ids = ids, .fill = note_cpus, .ctx = &w};
+    assert_status(CPR_OK, cpr_part_put_deferred(p, &d));
+    assert_status(CPR_OK, cpr_part_commit(&p));
+    assert_true(w.seen);
+    assert_int_equal(1, CPU_COUNT(&w.cpus));
+    assert_true(CPU_ISSET(last, &w.cpus));
+    cpr_client_close(c);
+    /* A list that names no CPU of this machine, or is not a list, is refused. */
+    const char *bad[] = {"100000", "1-", "x", "2-1", "1,", NULL};
+    for (size_t i = 0; bad[i]; i++) {
+        o.thread_cpus = bad[i];
+        c = NULL;
+        assert_status(CPR_INVALID_ARGUMENT, cpr_client_open(target, &o, &c));
+        assert_null(c);
+    }
+}
+
+static void test_sender_cpus(void **state)
+{
+    (void)state;
+    ch_each_transport(sender_cpus, NULL);
+}
+
 static void snapshots(const char *target, int defer)
 {
     cpr_client_options o = {.defer_send = defer};
@@ -273,6 +336,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_snapshot),
+        cmocka_unit_test(test_sender_cpus),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
