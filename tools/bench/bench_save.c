@@ -25,6 +25,12 @@
  *
  * The store is local:// in a fresh temporary directory (--target for
  * another): the stall does not depend on the transport, only on staging.
+ * With --device cuda the table lives on GPU 0 and the save is the
+ * trainer's for a CUDA table: select and begin on the device, then
+ * cpr_emb_gather (device gather, copy to host through pinned memory) and
+ * cpr_part_put_rows, all in the stall; the baseline is a device-to-pinned-
+ * host copy of the same bytes at the bandwidth cpr_cuda_copy_bandwidth
+ * measures in the same run. Without a device it fails with CPR_CUDA.
  * SSU samples at the rate the reference trainer sets (examples/dlrm:
  * each save is offered about twice its budget, docs/model.md): with the
  * table's default 1% a save found a few hundred rows, which measured the
@@ -37,6 +43,7 @@
 
 #include "bench.h"
 #include "cpr/client.h"
+#include "cpr/cuda.h"
 #include "cpr/data.h"
 #include "cpr/embedding.h"
 #include "cpr_cli.h"
@@ -51,6 +58,8 @@ typedef struct save_opts {
     double zipf, fraction;
     const char *target;
     int json;
+    int cuda;                 /* --device cuda */
+    double d2h_gb_s;          /* CUDA: device-to-pinned-host copy, measured */
 } save_opts;
 
 typedef struct policy_result {
@@ -67,7 +76,8 @@ static const cpr_policy policies[N_POLICIES] = {CPR_POLICY_FULL, CPR_POLICY_DELT
 static void save_usage(FILE *out)
 {
     fputs("usage: cpr-bench save [--rows N] [--dim D] [--fraction F] [--rounds R]\n"
-          "                      [--bags B] [--zipf S] [--target T] [--json]\n"
+          "                      [--bags B] [--zipf S] [--target T] [--device cpu|cuda]\n"
+          "                      [--json]\n"
           "  --rows N      rows of the CPU table (default 10000000)\n"
           "  --dim D       floats per row (default 64); row-wise Adagrad state\n"
           "  --fraction F  budget of MFU, SSU and TOPK_NORM saves (default 0.05)\n"
@@ -75,6 +85,8 @@ static void save_usage(FILE *out)
           "  --bags B      bags of 4 Zipf indices per training batch (default 8192)\n"
           "  --zipf S      exponent of the access distribution (default 1.05)\n"
           "  --target T    where the saves go (default: local:// in a temp dir)\n"
+          "  --device D    cpu (default) or cuda: the table on GPU 0, the stall beside\n"
+          "                a device-to-pinned-host copy of the same bytes\n"
           "  --json        one JSON object on stdout\n"
           "Exit 0 done, 1 failure, 2 usage.\n",
           out);
@@ -102,8 +114,14 @@ static int parse_save_args(int argc, char **argv, save_opts *o)
                                            : bench_flag_value(argc, argv, &i, "--zipf", &missing);
         const char *target = frac || zipf || missing
                                  ? NULL : bench_flag_value(argc, argv, &i, "--target", &missing);
+        const char *dev = frac || zipf || target || missing
+                              ? NULL : bench_flag_value(argc, argv, &i, "--device", &missing);
         if (missing)
             return -1;
+        if (dev && strcmp(dev, "cpu") != 0 && strcmp(dev, "cuda") != 0) {
+            fprintf(stderr, "cpr-bench save: --device: '%s' is not cpu or cuda\n", dev);
+            return -1;
+        }
         cpr_status st = CPR_OK;
         if (frac)
             st = cpri_cli_double("--fraction", frac, 0.0, 0, 1.0, 1, &o->fraction);
@@ -111,6 +129,8 @@ static int parse_save_args(int argc, char **argv, save_opts *o)
             st = cpri_cli_double("--zipf", zipf, 0.0, 0, 5.0, 1, &o->zipf);
         else if (target)
             o->target = target;
+        else if (dev)
+            o->cuda = strcmp(dev, "cuda") == 0;
         else {
             fprintf(stderr, "cpr-bench save: unknown argument '%s'\n", argv[i]);
             return -1;
@@ -131,6 +151,8 @@ typedef struct trainer {
     int64_t *indices, *offsets;
     float *grad, *out;
     uint64_t bags;
+    int cuda;
+    void *dev[4];             /* CUDA: device indices, offsets, grad, out */
 } trainer;
 
 static cpr_status trainer_open(const save_opts *o, trainer *t)
@@ -138,8 +160,10 @@ static cpr_status trainer_open(const save_opts *o, trainer *t)
     memset(t, 0, sizeof *t);
     cpr_emb_config cfg = {.rows = o->rows, .dim = (uint32_t)o->dim,
                           .optimizer = CPR_OPT_ROWWISE_ADAGRAD, .seed = 7,
-                          .num_shards = 1, .track = CPR_TRACK_ALL};
+                          .num_shards = 1, .track = CPR_TRACK_ALL,
+                          .device = o->cuda ? CPR_DEVICE_CUDA : CPR_DEVICE_CPU};
     t->bags = o->bags;
+    t->cuda = o->cuda;
     cpr_status st = cpr_emb_create(&cfg, &t->table);
     if (st == CPR_OK)
         st = cpr_zipf_create(o->zipf, o->rows, 11, &t->zipf);
@@ -153,6 +177,15 @@ static cpr_status trainer_open(const save_opts *o, trainer *t)
         t->offsets[b] = (int64_t)(b * 4);
     for (uint64_t i = 0; st == CPR_OK && i < t->bags * o->dim; i++)
         t->grad[i] = (float)((int64_t)(i * 2654435761u % 2001) - 1000) * 1e-4f;
+    /* A CUDA table trains on device arrays; offsets and gradients are fixed. */
+    size_t bytes[4] = {t->bags * 4 * sizeof *t->indices, t->bags * sizeof *t->offsets,
+                       t->bags * o->dim * sizeof *t->grad, t->bags * o->dim * sizeof *t->out};
+    for (int i = 0; st == CPR_OK && o->cuda && i < 4; i++)
+        st = cpr_cuda_alloc(0, bytes[i], &t->dev[i]);
+    if (st == CPR_OK && o->cuda)
+        st = cpr_cuda_copy_to_device(t->dev[1], t->offsets, bytes[1]);
+    if (st == CPR_OK && o->cuda)
+        st = cpr_cuda_copy_to_device(t->dev[2], t->grad, bytes[2]);
     return st;
 }
 
@@ -164,6 +197,8 @@ static void trainer_close(trainer *t)
     free(t->offsets);
     free(t->grad);
     free(t->out);
+    for (int i = 0; i < 4; i++)
+        cpr_cuda_free(t->dev[i]);
 }
 
 /* Train `batches` batches of Zipf-distributed rows (spread over the table
@@ -174,11 +209,17 @@ static cpr_status train(trainer *t, uint64_t batches, uint64_t rows)
     for (uint64_t b = 0; st == CPR_OK && b < batches; b++) {
         for (uint64_t i = 0; i < t->bags * 4; i++)
             t->indices[i] = (int64_t)((cpr_zipf_next(t->zipf) * 0x9e3779b97f4a7c15ull) % rows);
-        st = cpr_emb_forward(t->table, t->indices, t->bags * 4, t->offsets, t->bags,
-                             CPR_POOL_SUM, t->out);
+        const int64_t *idx = t->indices, *off = t->offsets;
+        const float *grad = t->grad;
+        float *out = t->out;
+        if (t->cuda) {
+            st = cpr_cuda_copy_to_device(t->dev[0], t->indices, t->bags * 4 * sizeof *idx);
+            idx = t->dev[0], off = t->dev[1], grad = t->dev[2], out = t->dev[3];
+        }
         if (st == CPR_OK)
-            st = cpr_emb_backward(t->table, t->indices, t->bags * 4, t->offsets, t->bags,
-                                  CPR_POOL_SUM, t->grad);
+            st = cpr_emb_forward(t->table, idx, t->bags * 4, off, t->bags, CPR_POOL_SUM, out);
+        if (st == CPR_OK)
+            st = cpr_emb_backward(t->table, idx, t->bags * 4, off, t->bags, CPR_POOL_SUM, grad);
     }
     return st;
 }
@@ -191,6 +232,7 @@ typedef struct saver {
     uint64_t next_ckpt;
     char *src, *dst;      /* the memcpy baseline's buffers, faulted in */
     size_t cap;
+    float *values, *state; /* CUDA: the gather's host buffers, a whole table's */
 } saver;
 
 typedef struct fill_ctx {
@@ -229,17 +271,26 @@ static cpr_status save_once(const save_opts *o, trainer *t, saver *s, cpr_policy
         st = cpr_client_begin_async(s->client, &spec, &part); /* Begin: the sender */
     double t2 = cpri_now_s();
     fill_ctx fill = {t->table, save};
-    if (st == CPR_OK) {
+    if (st == CPR_OK && !o->cuda) {
         cpr_deferred_rows d = {.table = 0, .n = n, .ids = cpr_emb_save_ids(save),
                                .fill = fill_rows, .ctx = &fill};
         st = cpr_part_put_deferred(part, &d);
+    } else if (st == CPR_OK) { /* device rows: gathered to the host in the stall */
+        st = cpr_emb_gather(t->table, save, s->values, s->state);
+        cpr_row_batch b = {.table = 0, .n = n, .ids = cpr_emb_save_ids(save),
+                           .values = s->values, .values_count = n * o->dim,
+                           .state = s->state, .state_count = n};
+        if (st == CPR_OK)
+            st = cpr_part_put_rows(part, &b);
     }
     double t3 = cpri_now_s();
-    /* The baseline, right after: the same bytes, memcpy between warm buffers. */
+    /* The baseline, right after: the same bytes, memcpy between warm buffers
+     * (CUDA: a device-to-pinned-host copy at the bandwidth measured). */
     size_t bytes = n * (8 + 4 * (o->dim + 1));
     double m0 = cpri_now_s();
-    memcpy(s->dst, s->src, bytes);
-    double m1 = cpri_now_s();
+    if (!o->cuda)
+        memcpy(s->dst, s->src, bytes);
+    double m1 = o->cuda ? m0 + (double)bytes / (o->d2h_gb_s * 1e9) : cpri_now_s();
     double c0 = cpri_now_s();
     if (st == CPR_OK)
         st = cpr_part_commit(&part);
@@ -285,6 +336,9 @@ static int print_json(const save_opts *o, const policy_result *res, double total
     bad |= cpri_json_add_number(root, "rows", (double)o->rows);
     bad |= cpri_json_add_number(root, "dim", (double)o->dim);
     bad |= cpri_json_add_number(root, "state_dim", 1);
+    bad |= cpri_json_add_string(root, "device", o->cuda ? "cuda" : "cpu");
+    if (o->cuda)
+        bad |= cpri_json_add_number(root, "d2h_gb_s", bench_r3(o->d2h_gb_s));
     bad |= cpri_json_add_number(root, "fraction", o->fraction);
     bad |= cpri_json_add_number(root, "rounds", (double)o->rounds);
     double worst = 0;
@@ -362,13 +416,19 @@ int bench_save_main(int argc, char **argv)
                                 .store = {.no_fold = 1}};
     s.cap = full_bytes;
     s.ids = malloc(o.rows * sizeof *s.ids);
-    s.src = malloc(s.cap);
-    s.dst = malloc(s.cap);
-    cpr_status st = s.ids && s.src && s.dst ? CPR_OK
-                                            : cpr_fail(CPR_NO_MEMORY, "out of memory");
-    if (st == CPR_OK) {
+    s.src = o.cuda ? NULL : malloc(s.cap);
+    s.dst = o.cuda ? NULL : malloc(s.cap);
+    s.values = o.cuda ? malloc(o.rows * o.dim * sizeof *s.values) : NULL;
+    s.state = o.cuda ? malloc(o.rows * sizeof *s.state) : NULL;
+    cpr_status st = s.ids && (o.cuda ? s.values && s.state : s.src && s.dst)
+                        ? CPR_OK : cpr_fail(CPR_NO_MEMORY, "out of memory");
+    if (st == CPR_OK && o.cuda) /* the device-to-pinned-host limit of this GPU */
+        st = cpr_cuda_copy_bandwidth(0, 256u << 20, &(double){0}, &o.d2h_gb_s);
+    if (st == CPR_OK && !o.cuda) {
         memset(s.src, 1, s.cap);
         memset(s.dst, 2, s.cap); /* fault the baseline's pages in before timing */
+    }
+    if (st == CPR_OK) {
         st = trainer_open(&o, &t);
         trained = 1;
     }
@@ -411,6 +471,8 @@ int bench_save_main(int argc, char **argv)
     free(s.ids);
     free(s.src);
     free(s.dst);
+    free(s.values);
+    free(s.state);
     if (made_dir && bench_remove_tree(dir) != CPR_OK)
         fprintf(stderr, "cpr-bench save: could not remove %s\n", dir);
     return rc;

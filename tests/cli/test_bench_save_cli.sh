@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
+# cpr-bench save on a small table (not a timing test: it checks what the
+# benchmark reports, not how fast): --help exits 0, usage errors exit 2, the
+# JSON has every policy with a stall, its memcpy baseline and their ratio,
+# within its budget, and --device cuda without a device fails
+# with CPR_CUDA (exit 1); with one, it reports the device-to-host baseline.
+# Usage: test_bench_save_cli.sh CPR_BENCH_BINARY
+set -euo pipefail
+
+tool=$1
+work=$(mktemp -d "${TMPDIR:-/tmp}/cpr-bench-save.XXXXXX")
+trap 'rm -rf "$work"' EXIT
+fail() { echo "test_bench_save_cli: $*" >&2; exit 1; }
+
+"$tool" save --help > "$work/help" || fail "--help exited $?"
+grep -q -- "--device" "$work/help" || fail "--help does not name --device"
+for bad in "--device tpu" "--rows 10" "--fraction 0" "--bogus"; do
+    rc=0
+    # shellcheck disable=SC2086
+    "$tool" save $bad > /dev/null 2> "$work/err" || rc=$?
+    [[ $rc == 2 ]] || fail "save $bad exited $rc, not 2"
+done
+
+"$tool" save --rows 20000 --bags 512 --rounds 1 --json > "$work/save.json" 2> "$work/progress"
+python3 - "$work/save.json" <<'PY' || fail "save --json: $(cat "$work/save.json")"
+import json, sys
+r = json.load(open(sys.argv[1]))
+assert r["bench"] == "save" and r["device"] == "cpu" and r["rows"] == 20000, r
+pols = r["policies"]
+assert set(pols) == {"full", "delta", "mfu", "ssu", "topk-norm"}, pols.keys()
+for name, p in pols.items():
+    assert p["rows"] > 0 and p["bytes"] == p["rows"] * (8 + 4 * 65), (name, p)
+    assert p["stall_ms"] > 0 and p["memcpy_ms"] > 0, (name, p)
+    # the ratio is of the unrounded times; the printed ones are rounded to 1 us
+    lo = (p["stall_ms"] - 0.0005) / (p["memcpy_ms"] + 0.0005)
+    hi = (p["stall_ms"] + 0.0005) / max(p["memcpy_ms"] - 0.0005, 1e-9)
+    assert lo - 0.001 <= p["stall_ratio"] <= hi + 0.001, (name, p)
+    assert p["background_ms"] > 0, (name, p)
+assert pols["full"]["rows"] == 20000, pols["full"]
+# the budget is 5%: MFU, SSU and TOPK_NORM save at most 1,000 rows
+for name in ("mfu", "ssu", "topk-norm"):
+    assert pols[name]["rows"] <= 1000, (name, pols[name])
+assert r["worst_stall_ratio"] == max(p["stall_ratio"] for p in pols.values()), r
+PY
+
+rc=0
+"$tool" save --rows 20000 --bags 512 --rounds 1 --device cuda --json > "$work/cuda.json" \
+    2> "$work/cuda.err" || rc=$?
+if [[ $rc == 0 ]]; then
+    python3 -c 'import json,sys; r=json.load(open(sys.argv[1])); assert r["device"]=="cuda" and r["d2h_gb_s"]>0, r' \
+        "$work/cuda.json" || fail "--device cuda: $(cat "$work/cuda.json")"
+else
+    [[ $rc == 1 ]] || fail "--device cuda without a device exited $rc, not 1"
+    grep -q CPR_CUDA "$work/cuda.err" || fail "--device cuda: $(cat "$work/cuda.err")"
+fi
+echo "test_bench_save_cli: ok"
