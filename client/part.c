@@ -248,7 +248,8 @@ static cpr_status send_item(cpr_part *p, item *it)
         if (it->fill) { /* the caller's snapshot, copied out now (cpr_part_put_deferred) */
             cpr_block_layout l;
             cpr_block_layout_of((uint32_t)it->n, it->dim, it->state_dim, 0, &l);
-            st = it->fill(it->fill_ctx, it->fill_first, it->n, (float *)(it->data + l.values),
+            st = it->fill(it->fill_ctx, it->fill_first, it->n, it->dim, it->state_dim,
+                          (float *)(it->data + l.values),
                           it->state_dim ? (float *)(it->data + l.state) : NULL);
             if (st)
                 return cpr_fail(st, "filling rows [%zu, %zu) of table %u: %s", it->fill_first,

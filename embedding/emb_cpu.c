@@ -21,9 +21,11 @@
  * training goes on. Those guards run before anything changes, so a failed
  * call still leaves the table unchanged.
  */
-#define _DEFAULT_SOURCE /* madvise */
+#define _GNU_SOURCE /* madvise, sched_getaffinity */
 #include <math.h>
 #include <pthread.h>
+#include <sched.h>
+#include <stdio.h>
 #include <sys/mman.h>
 #include <unistd.h>
 #include <stdlib.h>
@@ -732,7 +734,8 @@ cpr_status cpri_emb_cpu_save_begin(cpr_emb *t, cpr_emb_save *save)
             BIT_CLR(b->dirty, row);
         }
     }
-    if (save->policy == CPR_POLICY_FULL && b->touched.listed) /* every count is 0 now (T2) */
+    if (save->policy == CPR_POLICY_FULL && b->touched.listed &&
+        save->n == cpri_emb_geom_shard_rows(t, save->shard)) /* every count goes to 0 (T2) */
         cpri_emb_touched_clear_shard(&b->touched, save->shard);
     if (p->sampled) /* held rows keep their place in the sample until commit */
         cpri_emb_ssu_hold(&b->ssu, save->shard, save->ids, save->n, p->sampled);
@@ -756,6 +759,7 @@ typedef struct gather_job {
     float *values, *state;
     int release;
     cpr_status st;
+    char msg[256];          /* st's message: cpr_errmsg() is per thread */
 } gather_job;
 
 /* Rows of the save as they were at its begin (S1): from the table, or from
@@ -770,6 +774,8 @@ static void *gather_range(void *arg)
     g->st = cpri_emb_snap_copy(&g->p->snap, &src, g->first, g->n, g->values, g->state,
                                g->release, &moved);
     add_moved(g->p, moved);
+    if (g->st)
+        snprintf(g->msg, sizeof g->msg, "%s", cpr_errmsg());
     return NULL;
 }
 
@@ -792,10 +798,14 @@ cpr_status cpri_emb_cpu_copy(cpr_emb *t, const cpr_emb_save *save, size_t first,
     gather_job jobs[GATHER_THREADS_MAX];
     pthread_t threads[GATHER_THREADS_MAX];
     pending *p = save->backend;
-    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    cpu_set_t allowed; /* the CPUs this thread may use (a pinned sender: maybe one) */
+    long cpus = sched_getaffinity(0, sizeof allowed, &allowed) == 0 ? CPU_COUNT(&allowed)
+                                                                  : sysconf(_SC_NPROCESSORS_ONLN);
     size_t n_jobs = k / GATHER_ROWS_PER_THREAD + 1;
     if (!p)
         return cpr_fail(CPR_FAILED_PRECONDITION, "copy of a save whose table is gone");
+    if (k == 0)
+        return CPR_OK;
     if (n_jobs > (size_t)(cpus > 0 ? cpus : 1))
         n_jobs = (size_t)(cpus > 0 ? cpus : 1);
     if (n_jobs > GATHER_THREADS_MAX)
@@ -806,7 +816,7 @@ cpr_status cpri_emb_cpu_copy(cpr_emb *t, const cpr_emb_save *save, size_t first,
         size_t hi = lo + per < k ? lo + per : k;
         jobs[j] = (gather_job){CPU(t), p, save->ids, first + lo, hi - lo, t->cfg.dim,
                                t->state_dim, values + lo * t->cfg.dim,
-                               state ? state + lo * t->state_dim : NULL, release, CPR_OK};
+                               state ? state + lo * t->state_dim : NULL, release, CPR_OK, ""};
     }
     /* Job 0 runs here; a thread that cannot start is done here too. */
     for (size_t j = 1; j < n_jobs; j++) {
@@ -821,7 +831,7 @@ cpr_status cpri_emb_cpu_copy(cpr_emb *t, const cpr_emb_save *save, size_t first,
         pthread_join(threads[j], NULL);
     for (size_t j = 0; j < n_jobs; j++)
         if (jobs[j].st)
-            return jobs[j].st;
+            return cpr_fail(jobs[j].st, "%s", jobs[j].msg);
     return CPR_OK;
 }
 
@@ -839,8 +849,8 @@ static void restore_pending(cpr_emb *t, const cpr_emb_save *save, const pending 
             b->trk[row].norm += p->norm[i];
         if (p->cons && p->dirty[i])
             BIT_SET(b->dirty, row);
-        if (b->touched.listed) /* T1: the counts are back */
-            cpri_emb_touched_add(&b->touched, save->shard, row);
+        if (b->touched.listed && ((p->counts && p->counts[i]) || (p->norm && p->norm[i] != 0)))
+            cpri_emb_touched_add(&b->touched, save->shard, row); /* T1: the counts are back */
     }
     if (p->sampled)
         cpri_emb_ssu_end(&b->ssu, save->shard, save->ids, save->n, p->sampled, 0);
@@ -866,8 +876,10 @@ void cpri_emb_cpu_save_end(cpr_emb *t, cpr_emb_save *save, int committed)
     pending *p = save->backend;
     if (!p)
         return; /* the table was destroyed first */
-    cpri_emb_snap_src src = snap_src(t, p);
-    add_moved(p, cpri_emb_snap_move_all(&p->snap, &src)); /* S5: all of them in the save */
+    /* S5: every open save of the shard has moved its rows' trackers (this
+     * one's into it; another's before an abort below writes rows they share,
+     * which that save's copier might otherwise be moving meanwhile). */
+    move_open(t, save->shard);
     for (pending **pp = &b->open; *pp; pp = &(*pp)->next) {
         if (*pp == p) {
             *pp = p->next;
@@ -916,6 +928,33 @@ static void clear_trackers(cpr_emb *t, uint64_t row)
         BIT_CLR(b->dirty, row);
 }
 
+/* The row now equals a stored copy: the open saves holding it (their
+ * guards moved its trackers into them) drop its pending values, so that an
+ * abort does not give the row back counts, norm or dirt it no longer has. */
+static void drop_pending(cpr_emb *t, uint64_t row)
+{
+    cpu_table *b = CPU(t);
+    if (!b->snap_open || !BIT_GET(b->cow, row))
+        return;
+    uint32_t shard = cpri_emb_geom_shard_of(t, row);
+    shard_ctr *sc = &b->shards[shard];
+    for (pending *p = b->open; p; p = p->next) {
+        size_t i = p->save->shard == shard && !p->wiped ? save_index(p->save, row)
+                                                         : p->save->n;
+        if (i == p->save->n)
+            continue;
+        if (p->counts && p->counts[i]) { /* unsaved counts live + pending */
+            __atomic_fetch_sub(&p->count_sum, p->counts[i], __ATOMIC_RELAXED);
+            sc->unsaved -= p->counts[i] < sc->unsaved ? p->counts[i] : sc->unsaved;
+            p->counts[i] = 0;
+        }
+        if (p->norm)
+            p->norm[i] = 0;
+        if (p->cons)
+            p->dirty[i] = 0;
+    }
+}
+
 cpr_status cpri_emb_cpu_apply(cpr_emb *t, const uint64_t *ids, size_t n, const float *values,
                              const float *state)
 {
@@ -931,6 +970,7 @@ cpr_status cpri_emb_cpu_apply(cpr_emb *t, const uint64_t *ids, size_t n, const f
         if (sd)
             memcpy(b->state + ids[i] * sd, state + i * sd, sd * sizeof(float));
         clear_trackers(t, ids[i]);
+        drop_pending(t, ids[i]);
     }
     if (b->ssu.member) {
         cpri_emb_ssu_forget(&b->ssu, t, ids, n);

@@ -125,15 +125,21 @@ cpr_status cpri_emb_snap_keep(cpri_emb_snap *s, const cpri_emb_snap_src *src, si
     uint64_t row = src->ids[i];
     const float *values = src->weights + row * s->dim;
     const float *state = s->state_dim ? src->state + row * s->state_dim : NULL;
-    size_t c = s->kept / SNAP_CHUNK_ROWS; /* kept < n here: c < n_chunks */
-    size_t floats = (size_t)s->dim + s->state_dim;
-    if (!s->chunks[c]) { /* before the lock: a failure leaves everything as it was */
+    size_t floats = (size_t)s->dim + s->state_dim, run = i / SNAP_RUN_ROWS;
+    run_lock(s, run);
+    for (;;) {
+        int need = !(s->flags[i] & (SNAP_KEPT | SNAP_RELEASED));
+        size_t c = s->kept / SNAP_CHUNK_ROWS; /* kept < n while a row needs keeping */
+        if (!need || s->chunks[c])
+            break;
+        /* A chunk for the kept rows, allocated outside the lock; a failure
+         * leaves everything as it was. Only this thread adds kept rows (S4). */
+        run_unlock(s, run);
         s->chunks[c] = malloc(SNAP_CHUNK_ROWS * floats * sizeof(float));
         if (!s->chunks[c])
             return cpr_fail(CPR_NO_MEMORY, "out of memory keeping a row of an open save");
+        run_lock(s, run);
     }
-    size_t run = i / SNAP_RUN_ROWS;
-    run_lock(s, run);
     *moved_count = move_once(s, src, i);
     if (!(s->flags[i] & (SNAP_KEPT | SNAP_RELEASED))) {
         uint32_t slot = (uint32_t)s->kept++;

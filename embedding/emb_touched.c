@@ -50,20 +50,32 @@ void cpri_emb_touched_release(cpri_emb_touched *s)
     memset(s, 0, sizeof *s);
 }
 
+static void compact(cpri_emb_touched *s, cpri_emb_touched_list *l);
+
 void cpri_emb_touched_append(cpri_emb_touched *s, uint32_t shard, uint64_t row)
 {
     cpri_emb_touched_list *l = &s->lists[shard];
     if (l->lost)
         return; /* selection reads every row until it rebuilds the list (T1) */
     if (l->len == l->cap) {
-        size_t cap = l->cap ? 2 * l->cap : LIST_MIN_CAP;
-        uint64_t *grown = realloc(l->ids, cap * sizeof *grown);
-        if (!grown) {
-            l->lost = 1;
-            return;
+        /* Stale entries first: policies that never select (DELTA, SSU) would
+         * otherwise grow the list by every save's rows (T2). Then grow unless
+         * that freed half: at least cap/2 appends between two compactions,
+         * so appending stays O(1) amortized. */
+        if (l->len)
+            compact(s, l);
+        if (l->cap == 0 || l->len > l->cap / 2) {
+            size_t cap = l->cap ? 2 * l->cap : LIST_MIN_CAP;
+            uint64_t *grown = realloc(l->ids, cap * sizeof *grown);
+            if (!grown && l->len == l->cap) {
+                l->lost = 1;
+                return;
+            }
+            if (grown) {
+                l->ids = grown;
+                l->cap = cap;
+            }
         }
-        l->ids = grown;
-        l->cap = cap;
     }
     l->ids[l->len++] = row;
     BIT_SET(s->listed, row);
@@ -212,12 +224,14 @@ cpr_status cpri_emb_touched_topk(cpri_emb_touched *s, uint32_t shard, uint64_t s
      * pass): the caller reads every row, and the list stays as it is (never
      * above the shard's rows: one entry a row). Small shards' trackers are
      * few, and the list wins even when it holds all of them (make demo). */
-    if (l->lost || (shard_rows >= DENSE_MIN_ROWS && l->len > shard_rows / 2))
+    if (l->lost)
         return CPR_OK;
     compact(s, l);
+    if (shard_rows >= DENSE_MIN_ROWS && l->len > shard_rows / 2)
+        return CPR_OK;
     if (reserve_scratch(s, l->len) != CPR_OK)
         return CPR_OK; /* the caller reads every row instead */
-    uint32_t *cand_keys = s->scratch_keys, *sel_keys = s->scratch_keys + s->scratch_cap;
+    uint32_t *cand_keys = s->scratch_keys;
     uint64_t *cand_ids = s->scratch_ids, max_id = 0;
     uint32_t small[SMALL_KEYS] = {0}; /* keys below SMALL_KEYS - 1, the rest in the last */
     size_t cand = 0, out = 0;
@@ -239,6 +253,7 @@ cpr_status cpri_emb_touched_topk(cpri_emb_touched *s, uint32_t shard, uint64_t s
     } else if (k > 0) {
         uint32_t kth = kth_small(small, k);
         if (kth == SMALL_KEYS - 1) { /* among the large keys: select exactly */
+            uint32_t *sel_keys = s->scratch_keys + s->scratch_cap; /* cand > 0: allocated */
             memcpy(sel_keys, cand_keys, cand * sizeof *sel_keys);
             kth = kth_largest(sel_keys, cand, k);
         }

@@ -13,10 +13,11 @@
  *      every row, and rebuilds the list. A listed row has at least one entry.
  *  T2. Whoever sets a row's trackers back to zero (a save's begin, a
  *      restore, a wipe) unlists it (cpri_emb_touched_unlist); its entry
- *      stays until selection compacts the list, reading only the bitmap: it
- *      drops entries of unlisted rows and all but the first entry of rows
- *      listed again meanwhile. A list never holds more than the rows touched
- *      since the last compaction, each at most twice.
+ *      stays until the list is compacted, reading only the bitmap: entries
+ *      of unlisted rows and all but the first entry of rows listed again
+ *      meanwhile go. Selection compacts, and so does an append that finds
+ *      the list full (before it grows it), so a list holds at most twice
+ *      the rows listed since its last compaction.
  * Not thread-safe: the training thread only, like the trackers themselves.
  */
 #ifndef CPR_EMB_TOUCHED_H

@@ -322,9 +322,14 @@ static cpr_kind shard_kind(const dlrm_ckpt *ck, uint32_t s, const cpr_estimate *
 }
 
 /* The part's sender, for a block of a CPU table's rows (ckpt_fill). */
-static cpr_status fill_rows(void *ctx, size_t first, size_t k, float *values, float *state)
+static cpr_status fill_rows(void *ctx, size_t first, size_t k, uint32_t dim, uint32_t state_dim,
+                            float *values, float *state)
 {
     const ckpt_fill *f = ctx;
+    if (dim != cpr_emb_dim(f->table) || state_dim != cpr_emb_state_dim(f->table))
+        return cpr_fail(CPR_INVALID_ARGUMENT, "the part's schema has rows of %u + %u floats, "
+                        "the table %u + %u", dim, state_dim, cpr_emb_dim(f->table),
+                        cpr_emb_state_dim(f->table));
     return cpr_emb_save_copy(f->table, f->save, first, k, values, state);
 }
 

@@ -199,16 +199,18 @@ CPR_API cpr_status cpr_part_put_gather(cpr_part *part, const cpr_gather *gather)
  * and their room in staging is taken now, as a put takes it (this blocks
  * while staging is full). For each row block the sender calls
  * fill(ctx, first, k, values, state) for rows [first, first + k) of this
- * put; it writes k x dim values and k x state_dim state floats (state NULL
- * when state_dim is 0) and returns CPR_OK, or a status (message through
- * cpr_fail) that fails the part. fill and ctx must stay valid until the part
+ * put; it writes k x dim values and k x state_dim state floats, dim and
+ * state_dim being the table's in the part's schema (state NULL when
+ * state_dim is 0; a fill whose rows have another shape must refuse them),
+ * and returns CPR_OK, or a status (message through cpr_fail) that fails the
+ * part. fill and ctx must stay valid until the part
  * is committed or aborted; an aborted part may never call fill. With
  * defer_send the fills run once the part is committed (or staging is full).
  * Errors: as cpr_part_put_rows, and CPR_INVALID_ARGUMENT for ids that do not
  * ascend or a missing fill.
  */
-typedef cpr_status (*cpr_fill_fn)(void *ctx, size_t first, size_t k, float *values,
-                                  float *state);
+typedef cpr_status (*cpr_fill_fn)(void *ctx, size_t first, size_t k, uint32_t dim,
+                                  uint32_t state_dim, float *values, float *state);
 typedef struct cpr_deferred_rows {
     uint32_t table;
     size_t n;

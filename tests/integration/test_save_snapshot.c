@@ -136,9 +136,12 @@ typedef struct fill_ctx {
     int fail_at;              /* > 0: the fill of the block holding this row fails */
 } fill_ctx;
 
-static cpr_status fill_rows(void *ctx, size_t first, size_t k, float *values, float *state)
+static cpr_status fill_rows(void *ctx, size_t first, size_t k, uint32_t dim, uint32_t state_dim,
+                            float *values, float *state)
 {
     const fill_ctx *f = ctx;
+    if (dim != DIM || state_dim != 1) /* the schema's, handed over by the sender */
+        return cpr_fail(CPR_INTERNAL, "fill got rows of %u + %u floats", dim, state_dim);
     if (f->fail_at > 0 && (size_t)f->fail_at >= first && (size_t)f->fail_at < first + k)
         return cpr_fail(CPR_CORRUPT, "the test's fill refuses row %d", f->fail_at);
     return cpr_emb_save_copy(f->t, f->save, first, k, values, state);
@@ -243,8 +246,10 @@ typedef struct where {
     int seen;
 } where;
 
-static cpr_status note_cpus(void *ctx, size_t first, size_t k, float *values, float *state)
+static cpr_status note_cpus(void *ctx, size_t first, size_t k, uint32_t dim, uint32_t state_dim,
+                            float *values, float *state)
 {
+    (void)dim, (void)state_dim;
     where *w = ctx;
     memset(values, 0, k * DIM * sizeof *values);
     memset(state, 0, k * sizeof *state);

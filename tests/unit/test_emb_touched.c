@@ -137,11 +137,33 @@ static void test_lost_list_rebuilds(void **unused)
     cpr_emb_destroy(f.t);
 }
 
+/* Saves that never select (DELTA, SSU) unlist rows and training lists
+ * them again: appends compact a full list, so it stays about the size of
+ * what is listed (T2). */
+static void test_list_stays_bounded(void **unused)
+{
+    (void)unused;
+    static fixture f;
+    cpr_emb_config cfg = {.rows = ROWS, .dim = 4, .num_shards = 1};
+    assert_status(CPR_OK, cpr_emb_create(&cfg, &f.t));
+    assert_status(CPR_OK, cpri_emb_touched_init(&f.touched, 1, ROWS, 1));
+    for (int round = 0; round < 200; round++)
+        for (uint64_t row = 0; row < 300; row++) { /* the same 300 rows, saved and retouched */
+            cpri_emb_touched_unlist(&f.touched, row);
+            cpri_emb_touched_add(&f.touched, 0, row);
+        }
+    assert_true(f.touched.lists[0].len <= 2 * 1024); /* not 60,000 entries */
+    assert_true(f.touched.lists[0].cap <= 2 * 1024);
+    cpri_emb_touched_release(&f.touched);
+    cpr_emb_destroy(f.t);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_same_as_every_row),
         cmocka_unit_test(test_lost_list_rebuilds),
+        cmocka_unit_test(test_list_stays_bounded),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

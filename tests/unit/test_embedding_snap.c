@@ -255,12 +255,54 @@ static void test_copy_rules(void **unused)
     cpr_emb_destroy(t);
 }
 
+/* A row restored (apply) while a save holding it is open equals a stored
+ * copy: aborting the save must not give it back its counts, and a FULL save
+ * of part of a shard leaves the other rows' trackers selectable. */
+static void test_apply_and_partial_full(void **unused)
+{
+    (void)unused;
+    snap_case c = {CPR_OPT_ROWWISE_ADAGRAD, CPR_SHARD_RANGE, 1};
+    tl_rng r = {21};
+    cpr_emb *t = make(&c);
+    train(t, &r, 6);
+    size_t n = 0;
+    uint64_t *ids = tl_select(t, 0, CPR_POLICY_MFU, (cpr_budget){.fraction = 0.05}, &n);
+    assert_true(n >= 2);
+    cpr_emb_save *save = NULL;
+    assert_status(CPR_OK, cpr_emb_save_begin(t, 0, CPR_POLICY_MFU, ids, n, &save));
+    float v[DIM] = {0}, st[1] = {0};
+    assert_status(CPR_OK, cpr_emb_apply(t, &ids[0], 1, v, st));
+    cpr_emb_save_abort(t, save);
+    size_t m = 0;
+    uint64_t *after = tl_select(t, 0, CPR_POLICY_MFU, (cpr_budget){.fraction = 1.0}, &m);
+    for (size_t i = 0; i < m; i++)
+        assert_true(after[i] != ids[0]); /* no count came back */
+    int found = 0;
+    for (size_t i = 0; i < m; i++)
+        found |= after[i] == ids[1]; /* the other rows' did */
+    assert_true(found);
+    free(after);
+    /* A FULL save of two rows: every other touched row stays selectable. */
+    uint64_t two[2] = {ids[0] < ids[1] ? ids[0] : ids[1], ids[0] < ids[1] ? ids[1] : ids[0]};
+    size_t before_n = 0;
+    uint64_t *before = tl_select(t, 0, CPR_POLICY_MFU, (cpr_budget){.fraction = 1.0}, &before_n);
+    assert_status(CPR_OK, cpr_emb_save_begin(t, 0, CPR_POLICY_FULL, two, 2, &save));
+    assert_status(CPR_OK, cpr_emb_save_commit(t, save));
+    uint64_t *rest = tl_select(t, 0, CPR_POLICY_MFU, (cpr_budget){.fraction = 1.0}, &m);
+    assert_int_equal(m, before_n - 1); /* ids[1] saved; ids[0] had no count already */
+    free(rest);
+    free(before);
+    free(ids);
+    cpr_emb_destroy(t);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_copy_after_changes),
         cmocka_unit_test(test_copy_while_training),
         cmocka_unit_test(test_copy_rules),
+        cmocka_unit_test(test_apply_and_partial_full),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

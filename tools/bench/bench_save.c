@@ -241,9 +241,12 @@ typedef struct fill_ctx {
 } fill_ctx;
 
 /* The part's sender copies the save's rows out of the snapshot. */
-static cpr_status fill_rows(void *ctx, size_t first, size_t k, float *values, float *state)
+static cpr_status fill_rows(void *ctx, size_t first, size_t k, uint32_t dim, uint32_t state_dim,
+                            float *values, float *state)
 {
     const fill_ctx *f = ctx;
+    if (dim != cpr_emb_dim(f->table) || state_dim != cpr_emb_state_dim(f->table))
+        return cpr_fail(CPR_INVALID_ARGUMENT, "schema and table rows differ");
     return cpr_emb_save_copy(f->table, f->save, first, k, values, state);
 }
 
