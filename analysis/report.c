@@ -123,7 +123,7 @@ static int ev_checkpoint(run_log *r, const cpri_json *ev, double t)
     if (cpri_json_get_bool(ev, "committed", &committed))
         return bad_field(r, "checkpoint", "committed", "a boolean");
     r->checkpoints++;
-    r->stall_s += v[4] / 1000.0;
+    r->stall_s += (v[4] + opt_number(ev, "settle_ms", 0.0)) / 1000.0; /* settle: newer logs */
     r->bytes_written += v[3];
     r->rows_saved += v[2];
     if (committed) {

@@ -498,9 +498,11 @@ static cpr_status start_save_held(dlrm_ckpt *ck, int hold)
 {
     cpr_estimate e;
     int have = 0;
+    /* The stall is everything a save costs between two steps, the estimator's
+     * decision and the trackers' report included. */
+    double t0 = dlrm_now_s();
     ck->interval_steps = next_interval(ck, &e, &have);
     report_tracked(ck);
-    double t0 = dlrm_now_s();
     ckpt_flight *fl = &ck->fl;
     fl->checkpoint = ck->next_id++;
     fl->step = dlrm_model_step(ck->model);
@@ -551,6 +553,7 @@ static cpr_status emit_checkpoint(dlrm_ckpt *ck, int committed, uint32_t shards_
                !cJSON_AddNumberToObject(ev, "rows", (double)fl->rows) ||
                !cJSON_AddNumberToObject(ev, "bytes", (double)fl->bytes) ||
                !cJSON_AddNumberToObject(ev, "stall_ms", fl->stall_s * 1e3) ||
+               !cJSON_AddNumberToObject(ev, "settle_ms", fl->settle_s * 1e3) ||
                !cJSON_AddNumberToObject(ev, "delayed_steps", (double)fl->delayed_steps) ||
                !cJSON_AddBoolToObject(ev, "within_budget", fl->bytes <= ck->staging_bytes) ||
                !cJSON_AddNumberToObject(ev, "duration_ms", duration_s * 1e3) ||
@@ -570,7 +573,7 @@ static cpr_status settle(dlrm_ckpt *ck)
     if (fl->active == 1)
         pthread_join(fl->thread, NULL);
     fl->active = 0;
-    double duration_s = dlrm_now_s() - fl->t_begin;
+    double settle_t0 = dlrm_now_s(), duration_s = settle_t0 - fl->t_begin;
     uint32_t ok = 0;
     for (uint32_t s = 0; s < ck->shards; s++) {
         int committed = fl->status[s] == CPR_OK;
@@ -587,14 +590,16 @@ static cpr_status settle(dlrm_ckpt *ck)
             ck->need_full[s] = 0;
     }
     int all = ok == ck->shards;
-    ck->st.save_s += fl->stall_s;
+    /* Ending the embedding saves is training-thread time the save costs too. */
+    fl->settle_s = dlrm_now_s() - settle_t0;
+    ck->st.save_s += fl->stall_s + fl->settle_s;
     ck->st.bytes_written += fl->bytes;
     if (all) {
         ck->st.saves_committed++;
         ck->st.last_committed = fl->checkpoint;
         ck->st.last_committed_step = fl->step;
         cpr_estimator_saved(ck->est, dlrm_ckpt_exec_steps(ck), fl->policy,
-                            fl->stall_s / dlrm_ckpt_step_s(ck), fl->bytes);
+                            (fl->stall_s + fl->settle_s) / dlrm_ckpt_step_s(ck), fl->bytes);
         /* Its background, in steps: how many steps ran while it was in flight,
          * and how many more those took than they would have without it. */
         double step_s = ck->idle_step_s > 0 ? ck->idle_step_s : dlrm_ckpt_step_s(ck);

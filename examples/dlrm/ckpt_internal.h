@@ -50,6 +50,7 @@ typedef struct ckpt_flight {
     uint64_t delayed_steps;   /* steps this save started after it was due: the
                                  previous save was still in flight */
     double stall_s, t_begin;
+    double settle_s;          /* ending its embedding saves, on the training thread */
     uint64_t steps_staged;    /* executed steps then */
 } ckpt_flight;
 

@@ -306,6 +306,15 @@ PY
 ! grep -q slowdown_frac "$work/report.json" || fail "slowdown_frac without a none run"
 [[ -s $work/rplots/loss_0.dat && -s $work/rplots/plots.gp ]] || fail "report plot data"
 
+# A checkpoint's settle_ms (ending its embedding saves) counts with its stall.
+cat > "$work/settle.jsonl" <<'EOF2'
+{"event":"checkpoint","t_s":10,"step":100,"checkpoint":1,"kind":"FULL","policy":"full","rows":10,"bytes":320,"stall_ms":100,"settle_ms":50,"duration_ms":300,"committed":true}
+{"event":"checkpoint","t_s":100,"step":1000,"checkpoint":2,"kind":"FULL","policy":"full","rows":10,"bytes":320,"stall_ms":100,"duration_ms":300,"committed":true}
+EOF2
+"$tool" report "$work/settle.jsonl" --json > "$work/settle.json" || fail "report of settle.jsonl"
+python3 -c 'import json,sys; r=json.load(open(sys.argv[1]))["runs"][0]; assert abs(r["save_frac"] - 0.25 / 99.75) < 1e-12, r' \
+    "$work/settle.json" || fail "report settle_ms: $(cat "$work/settle.json")"
+
 # A summary's background_s (steps slowed while saves streamed) is overhead too.
 cat > "$work/bg.jsonl" <<'EOF2'
 {"event":"summary","t_s":210,"strategy":"mfu","shards":2,"steps":3300,"wall_s":210,"compute_s":200,"save_s":2,"load_s":0,"lost_s":0,"restart_s":0,"background_s":8,"update_events":33000,"lost_events":0,"bytes_written":0,"failures":0}
