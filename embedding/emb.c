@@ -234,6 +234,28 @@ cpr_status cpr_emb_stats_get(const cpr_emb *t, uint32_t shard, cpr_emb_stats *ou
     return st ? st : DISPATCH(t, stats, t, shard, out);
 }
 
+cpr_status cpr_emb_events(const cpr_emb *t, uint32_t shard, uint64_t *update_events,
+                          uint64_t *unsaved_events)
+{
+    cpr_status st = t && update_events && unsaved_events
+                        ? check_shard(t, shard)
+                        : cpr_fail(CPR_INVALID_ARGUMENT, "cpr_emb_events: table and outputs "
+                                   "must not be NULL");
+    if (st)
+        return st;
+    if (t->cfg.device == CPR_DEVICE_CPU) {
+        cpri_emb_cpu_events(t, shard, update_events, unsaved_events);
+        return CPR_OK;
+    }
+    cpr_emb_stats s; /* a CUDA table keeps its counters on the device */
+    st = cpri_emb_cuda_stats(t, shard, &s);
+    if (st == CPR_OK) {
+        *update_events = s.update_events;
+        *unsaved_events = s.unsaved_events;
+    }
+    return st;
+}
+
 static cpr_status check_policy(const cpr_emb *t, cpr_policy policy)
 {
     static const unsigned needs[] = {0, CPR_TRACK_DIRTY, CPR_TRACK_COUNTS, CPR_TRACK_SSU,

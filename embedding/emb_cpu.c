@@ -531,6 +531,14 @@ cpr_status cpri_emb_cpu_backward(cpr_emb *t, const int64_t *indices, size_t n_in
 
 /* ---- stats and selection ------------------------------------------------------------ */
 
+void cpri_emb_cpu_events(const cpr_emb *t, uint32_t shard, uint64_t *update_events,
+                         uint64_t *unsaved_events)
+{
+    const cpu_table *b = CPU(t);
+    *update_events = b->shards[shard].events; /* live + pending: no move needed */
+    *unsaved_events = b->shards[shard].unsaved;
+}
+
 cpr_status cpri_emb_cpu_stats(const cpr_emb *t, uint32_t shard, cpr_emb_stats *out)
 {
     const cpu_table *b = CPU(t);

@@ -70,6 +70,9 @@ uint64_t cpri_emb_geom_row(const cpr_emb *t, uint32_t shard, uint64_t i);
     cpr_status prefix##wipe_shard(cpr_emb *t, uint32_t shard, uint64_t *lost_events);
 
 CPR_EMB_BACKEND(cpri_emb_cpu_)
+/* The CPU table's shard counters (cpr_emb_events). */
+void cpri_emb_cpu_events(const cpr_emb *t, uint32_t shard, uint64_t *update_events,
+                         uint64_t *unsaved_events);
 /* The CPU table's storage (cpr_emb_view). */
 void cpri_emb_cpu_view(const cpr_emb *t, cpr_emb_host_view *out);
 CPR_EMB_BACKEND(cpri_emb_cuda_)

@@ -464,10 +464,10 @@ static void report_tracked(dlrm_ckpt *ck)
     for (uint32_t t = 0; t < ck->tables; t++) {
         uint64_t table_events = 0;
         for (uint32_t s = 0; s < ck->shards; s++) {
-            cpr_emb_stats es;
-            if (cpr_emb_stats_get(dlrm_model_table(ck->model, t), s, &es) == CPR_OK) {
-                table_events += es.update_events;
-                unsaved += es.unsaved_events;
+            uint64_t ev = 0, un = 0; /* O(1): cpr_emb_stats_get reads every row */
+            if (cpr_emb_events(dlrm_model_table(ck->model, t), s, &ev, &un) == CPR_OK) {
+                table_events += ev;
+                unsaved += un;
             }
         }
         events += table_events;
@@ -729,9 +729,9 @@ static uint64_t total_update_events(dlrm_ckpt *ck)
     uint64_t events = 0;
     for (uint32_t t = 0; t < ck->tables; t++)
         for (uint32_t s = 0; s < ck->shards; s++) {
-            cpr_emb_stats es;
-            if (cpr_emb_stats_get(dlrm_model_table(ck->model, t), s, &es) == CPR_OK)
-                events += es.update_events;
+            uint64_t ev = 0, unsaved = 0;
+            if (cpr_emb_events(dlrm_model_table(ck->model, t), s, &ev, &unsaved) == CPR_OK)
+                events += ev;
         }
     return events;
 }

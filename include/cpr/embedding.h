@@ -150,6 +150,12 @@ typedef struct cpr_emb_stats {
 
 CPR_API cpr_status cpr_emb_stats_get(const cpr_emb *table, uint32_t shard, cpr_emb_stats *out);
 
+/* The shard's update_events and unsaved_events of cpr_emb_stats only, without
+ * the counts of dirty and touched rows (which read every row of the shard):
+ * what a trainer reports at every save. O(1) on a CPU table. */
+CPR_API cpr_status cpr_emb_events(const cpr_emb *table, uint32_t shard, uint64_t *update_events,
+                                  uint64_t *unsaved_events);
+
 /*
  * Change the probability that an access is sampled into the SSU sample, from
  * the next backward on (rate in [0, 1]; 0 samples nothing). A trainer that

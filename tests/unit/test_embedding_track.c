@@ -223,6 +223,10 @@ static void check_shard(const model *m, uint32_t shard, uint64_t open_saves)
     cpr_emb_stats st = tl_stats(m->t, shard);
     assert_int_equal(st.update_events, m->update_events[shard]);
     assert_int_equal(st.unsaved_events, sum + m->pending_events[shard]);
+    uint64_t events = 0, unsaved = 0; /* the O(1) read says the same */
+    assert_status(CPR_OK, cpr_emb_events(m->t, shard, &events, &unsaved));
+    assert_int_equal(events, st.update_events);
+    assert_int_equal(unsaved, st.unsaved_events);
     assert_int_equal(st.touched_rows, touched);
     assert_int_equal(st.dirty_rows, dirty);
     assert_int_equal(st.open_saves, open_saves);
