@@ -539,19 +539,6 @@ static cpr_status check_ids(const cpr_part *p, const rows_src *r, const schema *
     return CPR_OK;
 }
 
-/* One scattered row's floats: an inline loop for the short rows of
- * embeddings (a library memcpy call per row of 16 floats, and another for
- * its one state value, cost more than the copy), memcpy beyond. */
-static inline void copy_floats(float *restrict dst, const float *restrict src, size_t n)
-{
-    if (n > 64) {
-        memcpy(dst, src, n * sizeof *dst);
-        return;
-    }
-    for (size_t j = 0; j < n; j++)
-        dst[j] = src[j];
-}
-
 /* Rows [done, done + k) of r into a staged row block. */
 static cpr_status stage_block(cpr_part *p, const rows_src *r, const schema *t, size_t done,
                               size_t k)
@@ -603,9 +590,10 @@ static cpr_status stage_block(cpr_part *p, const rows_src *r, const schema *t, s
                 while (i + run < k && src_id(r, done + i + run) == src_id(r, done + i) + run)
                     run++;
             if (run == 1) {
-                copy_floats(values + i * t->dim, src_values(r, done + i), t->dim);
+                cpri_copy_floats(values + i * t->dim, src_values(r, done + i), t->dim);
                 if (t->state_dim)
-                    copy_floats(state + i * t->state_dim, src_state(r, done + i), t->state_dim);
+                    cpri_copy_floats(state + i * t->state_dim, src_state(r, done + i),
+                                     t->state_dim);
                 i++;
                 continue;
             }

@@ -68,6 +68,22 @@ CPR_INTERNAL_API int cpri_name_valid(const char *name);
 
 #ifdef __cplusplus
 }
+#else
+#include <string.h>
+
+/* One scattered row's floats: an inline loop for the short rows of
+ * embeddings (a library memcpy call per row of 16 floats, and another for
+ * its one state value, cost more than the copy), memcpy beyond. Used by the
+ * client's gathers and the embedding snapshot's copies. */
+static inline void cpri_copy_floats(float *restrict dst, const float *restrict src, size_t n)
+{
+    if (n > 64) {
+        memcpy(dst, src, n * sizeof *dst);
+        return;
+    }
+    for (size_t j = 0; j < n; j++)
+        dst[j] = src[j];
+}
 #endif
 
 #endif /* CPR_COMMON_H */

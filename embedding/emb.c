@@ -348,6 +348,7 @@ cpr_status cpr_emb_save_begin(cpr_emb *t, uint32_t shard, cpr_policy policy,
     }
     if (n)
         memcpy(save->ids, ids, n * sizeof *ids);
+    save->table = t;
     save->shard = shard;
     save->policy = policy;
     save->n = n;
@@ -393,6 +394,19 @@ cpr_status cpr_emb_view(const cpr_emb *t, cpr_emb_host_view *out)
                         "copy a save out with cpr_emb_gather");
     cpri_emb_cpu_view(t, out);
     return CPR_OK;
+}
+
+cpr_status cpr_emb_save_fill(void *ctx, size_t first, size_t k, uint32_t dim,
+                             uint32_t state_dim, float *values, float *state)
+{
+    cpr_emb_save *save = ctx;
+    if (!save)
+        return cpr_fail(CPR_INVALID_ARGUMENT, "cpr_emb_save_fill: the save is NULL");
+    cpr_emb *t = save->table;
+    if (dim != t->cfg.dim || state_dim != t->state_dim)
+        return cpr_fail(CPR_INVALID_ARGUMENT, "the part's schema has rows of %u + %u floats, "
+                        "the table %u + %u", dim, state_dim, t->cfg.dim, t->state_dim);
+    return cpr_emb_save_copy(t, save, first, k, values, state);
 }
 
 static void save_end(cpr_emb *t, cpr_emb_save *save, int committed)

@@ -133,9 +133,6 @@ static void prefetch_trackers(const cpu_table *b, uint64_t row)
     if (b->dirty)
         __builtin_prefetch(b->dirty + (row >> 6), 1);
 }
-#define BIT_GET(map, i) (((map)[(i) >> 6] >> ((i) & 63)) & 1u)
-#define BIT_SET(map, i) ((map)[(i) >> 6] |= 1ull << ((i) & 63))
-#define BIT_CLR(map, i) ((map)[(i) >> 6] &= ~(1ull << ((i) & 63)))
 
 static void *xcalloc(size_t n, size_t size, int *oom)
 {

@@ -37,10 +37,6 @@
  * synchronisation (also checked). */
 #define CHECK_LAUNCH() CHECK(cudaGetLastError())
 
-#define BIT_GET(map, i) (((map)[(i) >> 6] >> ((i) & 63)) & 1u)
-#define BIT_SET(map, i) ((map)[(i) >> 6] |= 1ull << ((i) & 63))
-#define BIT_CLR(map, i) ((map)[(i) >> 6] &= ~(1ull << ((i) & 63)))
-
 /* Host bytes staged through pinned memory per chunk of gather or apply. */
 #define EMB_STAGING_BYTES (32u << 20)
 /* Grid size for grid-stride kernels: enough blocks to fill any current GPU. */

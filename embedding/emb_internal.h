@@ -31,6 +31,7 @@ struct cpr_emb {
 };
 
 struct cpr_emb_save {
+    cpr_emb *table;            /* the table it saves (cpr_emb_save_fill) */
     uint32_t shard;
     cpr_policy policy;
     size_t n;
@@ -38,6 +39,12 @@ struct cpr_emb_save {
     size_t cap;                /* ids' capacity */
     void *backend;             /* pending tracker values; owned by the backend */
 };
+
+/* Bit i of a bitmap of 64-bit words (dirty, cow, the SSU sample, the
+ * touched lists; host memory). */
+#define BIT_GET(map, i) (((map)[(i) >> 6] >> ((i) & 63)) & 1u)
+#define BIT_SET(map, i) ((map)[(i) >> 6] |= 1ull << ((i) & 63))
+#define BIT_CLR(map, i) ((map)[(i) >> 6] &= ~(1ull << ((i) & 63)))
 
 /* Shard geometry (emb.c). */
 uint32_t cpri_emb_geom_shard_of(const cpr_emb *t, uint64_t row);

@@ -99,17 +99,6 @@ static float *kept_row(const cpri_emb_snap *s, uint32_t slot)
     return s->chunks[slot / SNAP_CHUNK_ROWS] + (size_t)(slot % SNAP_CHUNK_ROWS) * floats;
 }
 
-/* Short rows: an inline loop, no library call per row (client/part.c). */
-static void copy_floats(float *restrict dst, const float *restrict src, uint32_t n)
-{
-    if (n > 64) {
-        memcpy(dst, src, n * sizeof *dst);
-        return;
-    }
-    for (uint32_t j = 0; j < n; j++)
-        dst[j] = src[j];
-}
-
 /* Under row i's run lock: its trackers into the save, once (S5). */
 static uint64_t move_once(cpri_emb_snap *s, const cpri_emb_snap_src *src, size_t i)
 {
@@ -144,9 +133,9 @@ cpr_status cpri_emb_snap_keep(cpri_emb_snap *s, const cpri_emb_snap_src *src, si
     if (!(s->flags[i] & (SNAP_KEPT | SNAP_RELEASED))) {
         uint32_t slot = (uint32_t)s->kept++;
         float *dst = kept_row(s, slot);
-        copy_floats(dst, values, s->dim);
+        cpri_copy_floats(dst, values, s->dim);
         if (s->state_dim)
-            copy_floats(dst + s->dim, state, s->state_dim);
+            cpri_copy_floats(dst + s->dim, state, s->state_dim);
         s->slot[i] = slot;
         s->flags[i] |= SNAP_KEPT;
     }
@@ -200,13 +189,13 @@ cpr_status cpri_emb_snap_copy(cpri_emb_snap *s, const cpri_emb_snap_src *src, si
             moved += move_once(s, src, i);
             if (s->flags[i] & SNAP_KEPT) {
                 const float *kept = kept_row(s, s->slot[i]);
-                copy_floats(v, kept, dim);
+                cpri_copy_floats(v, kept, dim);
                 if (sd)
-                    copy_floats(sv, kept + dim, sd);
+                    cpri_copy_floats(sv, kept + dim, sd);
             } else {
-                copy_floats(v, src->weights + row * dim, dim);
+                cpri_copy_floats(v, src->weights + row * dim, dim);
                 if (sd)
-                    copy_floats(sv, src->state + row * sd, sd);
+                    cpri_copy_floats(sv, src->state + row * sd, sd);
             }
             if (release)
                 s->flags[i] |= SNAP_RELEASED;

@@ -7,9 +7,6 @@
 #include "emb_select.h"
 #include "emb_ssu.h"
 
-#define BIT_SET(map, i) ((map)[(i) >> 6] |= 1ull << ((i) & 63))
-#define BIT_CLR(map, i) ((map)[(i) >> 6] &= ~(1ull << ((i) & 63)))
-#define BIT_GET(map, i) (((map)[(i) >> 6] >> ((i) & 63)) & 1u)
 
 cpr_status cpri_emb_ssu_init(cpri_emb_ssu *s, int enabled, uint64_t rows, uint32_t n_shards,
                             uint64_t capacity)

@@ -1,10 +1,11 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Per-shard lists of touched rows and the top-k selection over them
- * (emb_touched.h has the invariants). Selection: drop rows whose trackers
- * went back to zero, find the k-th largest key by quickselect, take the
- * rows above it and the lowest-id rows equal to it, and sort the result by
- * id (cpri_emb_sort_ids): O(listed rows), never O(shard rows).
+ * (emb_touched.h has the invariants). Selection: compact the list (drop
+ * unlisted rows and repeated entries), find the k-th largest key (off an
+ * exact histogram of small keys, by quickselect above them), take the rows
+ * above it and the lowest-id rows equal to it, and sort the result by id
+ * (cpri_emb_sort_ids): O(listed rows), never O(shard rows).
  */
 #include <stdlib.h>
 #include <string.h>
@@ -17,10 +18,6 @@
 #define PREFETCH_AHEAD 32 /* a few bytes of work a row: DRAM latency needs many ahead */
 #define SMALL_KEYS 256u
 #define DENSE_MIN_ROWS (1u << 20)
-
-#define BIT_GET(map, i) (((map)[(i) >> 6] >> ((i) & 63)) & 1u)
-#define BIT_SET(map, i) ((map)[(i) >> 6] |= 1ull << ((i) & 63))
-#define BIT_CLR(map, i) ((map)[(i) >> 6] &= ~(1ull << ((i) & 63)))
 
 cpr_status cpri_emb_touched_init(cpri_emb_touched *s, int enabled, uint64_t rows,
                                  uint32_t n_shards)

@@ -160,10 +160,9 @@ static cpr_status alloc_tables(dlrm_ckpt *ck)
     ck->fl.status = calloc(ck->shards, sizeof *ck->fl.status);
     ck->fl.kinds = calloc(ck->shards, sizeof *ck->fl.kinds);
     ck->fl.saves = calloc((size_t)ck->shards * ck->tables, sizeof *ck->fl.saves);
-    ck->fl.fills = calloc((size_t)ck->shards * ck->tables, sizeof *ck->fl.fills);
     ck->table_events = calloc(ck->tables, sizeof *ck->table_events);
     if (!ck->schemas || !ck->need_full || !ck->fl.parts || !ck->fl.status || !ck->fl.kinds ||
-        !ck->fl.saves || !ck->fl.fills || !ck->table_events)
+        !ck->fl.saves || !ck->table_events)
         return cpr_fail(CPR_NO_MEMORY, "out of memory for the checkpointer");
     memset(ck->need_full, 1, ck->shards);
     uint64_t most = 0;
@@ -251,7 +250,6 @@ void dlrm_ckpt_destroy(dlrm_ckpt *ck)
     free(ck->fl.status);
     free(ck->fl.kinds);
     free(ck->fl.saves);
-    free(ck->fl.fills);
     free(ck->schemas);
     free(ck->need_full);
     free(ck->table_events);
@@ -321,18 +319,6 @@ static cpr_kind shard_kind(const dlrm_ckpt *ck, uint32_t s, const cpr_estimate *
     return CPR_KIND_FULL;
 }
 
-/* The part's sender, for a block of a CPU table's rows (ckpt_fill). */
-static cpr_status fill_rows(void *ctx, size_t first, size_t k, uint32_t dim, uint32_t state_dim,
-                            float *values, float *state)
-{
-    const ckpt_fill *f = ctx;
-    if (dim != cpr_emb_dim(f->table) || state_dim != cpr_emb_state_dim(f->table))
-        return cpr_fail(CPR_INVALID_ARGUMENT, "the part's schema has rows of %u + %u floats, "
-                        "the table %u + %u", dim, state_dim, cpr_emb_dim(f->table),
-                        cpr_emb_state_dim(f->table));
-    return cpr_emb_save_copy(f->table, f->save, first, k, values, state);
-}
-
 /* Select, begin and queue one table's rows of shard s (a CUDA table's are
  * gathered here; a CPU table's are copied out by the part's sender). */
 static cpr_status stage_table(dlrm_ckpt *ck, uint32_t s, uint32_t t, cpr_policy policy,
@@ -345,16 +331,14 @@ static cpr_status stage_table(dlrm_ckpt *ck, uint32_t s, uint32_t t, cpr_policy 
     cpr_status st = cpr_emb_select(e, s, policy, budget, ck->ids, ck->scratch_rows, &n);
     if (st || n == 0)
         return st;
-    size_t at = (size_t)s * ck->tables + t;
-    cpr_emb_save **save = &ck->fl.saves[at];
+    cpr_emb_save **save = &ck->fl.saves[(size_t)s * ck->tables + t];
     st = cpr_emb_save_begin(e, s, policy, ck->ids, n, save);
     if (st == CPR_OK && part && cpr_emb_device(e) == CPR_DEVICE_CPU) {
         /* A CPU table: the save is a copy-on-write snapshot. Only the ids
          * are queued now; the part's sender copies the rows, as they were
          * at this step, straight into its blocks while training goes on. */
-        ck->fl.fills[at] = (ckpt_fill){e, *save};
         cpr_deferred_rows d = {.table = t, .n = n, .ids = cpr_emb_save_ids(*save),
-                               .fill = fill_rows, .ctx = &ck->fl.fills[at]};
+                               .fill = cpr_emb_save_fill, .ctx = *save};
         st = cpr_part_put_deferred(part, &d);
         part = NULL; /* staged */
     } else if (st == CPR_OK) {

@@ -24,14 +24,6 @@
 
 #include "ckpt.h"
 
-/* A CPU table's rows in a part: the part's sender copies them out of the
- * save's snapshot (cpr_part_put_deferred, cpr_emb_save_copy); both live
- * until the flight settles, after its parts are committed or aborted. */
-typedef struct ckpt_fill {
-    cpr_emb *table;
-    cpr_emb_save *save;
-} ckpt_fill;
-
 typedef struct ckpt_flight {
     int active;
     pthread_t thread;
@@ -44,8 +36,9 @@ typedef struct ckpt_flight {
     cpr_part **parts;         /* per shard; NULL when begin or a put failed */
     cpr_status *status;       /* per shard: the part's outcome */
     cpr_kind *kinds;          /* per shard */
-    cpr_emb_save **saves;     /* shard-major: saves[s * tables + t] */
-    struct ckpt_fill *fills;  /* the same: what the part's sender copies from */
+    cpr_emb_save **saves;     /* shard-major: saves[s * tables + t]; a CPU table's is
+                                 what its part's sender copies from until the
+                                 flight settles (after its parts end) */
     uint64_t rows, bytes;
     uint64_t delayed_steps;   /* steps this save started after it was due: the
                                  previous save was still in flight */

@@ -238,6 +238,16 @@ CPR_API cpr_status cpr_emb_save_copy(cpr_emb *table, cpr_emb_save *save, size_t 
                                      size_t k, float *values, float *state);
 
 /*
+ * cpr_emb_save_copy in the shape of a cpr_part_put_deferred fill
+ * (cpr/client.h: `.fill = cpr_emb_save_fill, .ctx = save`): the save knows
+ * its table. dim and state_dim, the part schema's, must be the table's
+ * (CPR_INVALID_ARGUMENT, nothing copied). Keep the save open until the part
+ * is committed or aborted.
+ */
+CPR_API cpr_status cpr_emb_save_fill(void *save, size_t first, size_t k, uint32_t dim,
+                                     uint32_t state_dim, float *values, float *state);
+
+/*
  * A CPU table's rows in host memory, to copy them out without a buffer in
  * between (cpr_part_put_gather with the save's ids): row r's values are at
  * values + r * values_stride and its optimizer state at state +

@@ -144,7 +144,7 @@ static cpr_status fill_rows(void *ctx, size_t first, size_t k, uint32_t dim, uin
         return cpr_fail(CPR_INTERNAL, "fill got rows of %u + %u floats", dim, state_dim);
     if (f->fail_at > 0 && (size_t)f->fail_at >= first && (size_t)f->fail_at < first + k)
         return cpr_fail(CPR_CORRUPT, "the test's fill refuses row %d", f->fail_at);
-    return cpr_emb_save_copy(f->t, f->save, first, k, values, state);
+    return cpr_emb_save_fill(f->save, first, k, dim, state_dim, values, state);
 }
 
 typedef struct committer {

@@ -235,21 +235,6 @@ typedef struct saver {
     float *values, *state; /* CUDA: the gather's host buffers, a whole table's */
 } saver;
 
-typedef struct fill_ctx {
-    cpr_emb *table;
-    cpr_emb_save *save;
-} fill_ctx;
-
-/* The part's sender copies the save's rows out of the snapshot. */
-static cpr_status fill_rows(void *ctx, size_t first, size_t k, uint32_t dim, uint32_t state_dim,
-                            float *values, float *state)
-{
-    const fill_ctx *f = ctx;
-    if (dim != cpr_emb_dim(f->table) || state_dim != cpr_emb_state_dim(f->table))
-        return cpr_fail(CPR_INVALID_ARGUMENT, "schema and table rows differ");
-    return cpr_emb_save_copy(f->table, f->save, first, k, values, state);
-}
-
 /* One timed save of `policy`; the commit is waited for, untimed. */
 static cpr_status save_once(const save_opts *o, trainer *t, saver *s, cpr_policy policy,
                             policy_result *r, size_t k)
@@ -273,10 +258,9 @@ static cpr_status save_once(const save_opts *o, trainer *t, saver *s, cpr_policy
     if (st == CPR_OK)
         st = cpr_client_begin_async(s->client, &spec, &part); /* Begin: the sender */
     double t2 = cpri_now_s();
-    fill_ctx fill = {t->table, save};
     if (st == CPR_OK && !o->cuda) {
         cpr_deferred_rows d = {.table = 0, .n = n, .ids = cpr_emb_save_ids(save),
-                               .fill = fill_rows, .ctx = &fill};
+                               .fill = cpr_emb_save_fill, .ctx = save};
         st = cpr_part_put_deferred(part, &d);
     } else if (st == CPR_OK) { /* device rows: gathered to the host in the stall */
         st = cpr_emb_gather(t->table, save, s->values, s->state);
