@@ -1,0 +1,79 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Fixtures of the cpr package's tests: a real ckptd on 127.0.0.1 with a
+temporary store (one per test session), and unique job names."""
+import itertools
+import os
+import re
+import select
+import signal
+import subprocess
+import time
+
+import pytest
+
+STARTUP_TIMEOUT_S = 30.0
+
+
+def _read_line(fd, deadline):
+    data = b""
+    while not data.endswith(b"\n"):
+        left = deadline - time.monotonic()
+        if left <= 0 or not select.select([fd], [], [], left)[0]:
+            raise RuntimeError("ckptd printed no address line within %.0f s" % STARTUP_TIMEOUT_S)
+        chunk = os.read(fd, 256)
+        if not chunk:
+            break
+        data += chunk
+    return data.decode(errors="replace")
+
+
+class Daemon:
+    """A ckptd process serving a temporary directory on 127.0.0.1."""
+
+    def __init__(self, binary, data_dir, log_path):
+        self.log = open(log_path, "ab")
+        self.proc = subprocess.Popen(
+            [binary, "--listen", "127.0.0.1:0", "--data-dir", str(data_dir),
+             "--gc-interval-s", "0", "--log-level", "warn"],
+            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=self.log)
+        line = _read_line(self.proc.stdout.fileno(), time.monotonic() + STARTUP_TIMEOUT_S)
+        prefix = "ckptd listening on "
+        if not line.startswith(prefix):
+            self.proc.kill()
+            raise RuntimeError("unexpected first line from ckptd: %r" % line)
+        self.address = line[len(prefix):].strip()
+        self.target = "grpc://" + self.address
+
+    def stop(self):
+        self.proc.send_signal(signal.SIGTERM)
+        status = self.proc.wait(timeout=30)
+        self.proc.stdout.close()
+        self.log.close()
+        return status
+
+
+@pytest.fixture(scope="session")
+def ckptd(tmp_path_factory):
+    binary = os.environ.get("CPR_CKPTD")
+    if not binary:
+        pytest.skip("CPR_CKPTD (the ckptd binary) is not set; run through ctest")
+    d = tmp_path_factory.mktemp("ckptd")
+    daemon = Daemon(binary, d / "store", d / "ckptd.log")
+    yield daemon
+    assert daemon.stop() == 0, "ckptd did not stop cleanly on SIGTERM"
+
+
+_jobs = itertools.count()
+
+
+@pytest.fixture
+def job(request):
+    """A job name no other test uses."""
+    return "py-%s-%d" % (re.sub(r"[^A-Za-z0-9._-]", "-", request.node.name)[:80], next(_jobs))
+
+
+@pytest.fixture
+def client(ckptd):
+    import cpr
+    with cpr.Client(ckptd.target) as c:
+        yield c

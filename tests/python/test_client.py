@@ -1,0 +1,373 @@
+# SPDX-License-Identifier: Apache-2.0
+"""cpr.Client, cpr.Part and restores against a real ckptd (and local://):
+byte-exact round trips for every query shape, errors and bad input, the GIL."""
+import threading
+import time
+
+import numpy as np
+import pytest
+
+import cpr
+
+T0, T0_ROWS, T0_DIM, T0_SDIM = 0, 1000, 8, 1
+T1, T1_ROWS, T1_DIM = 1, 300, 4
+SHARDS = 2
+SCHEMA = [(T0, T0_ROWS, T0_DIM, T0_SDIM), (T1, T1_ROWS, T1_DIM, 0)]
+
+
+def table0(version):
+    """Values and state of table 0 at a version: distinct bit patterns per row."""
+    rng = np.random.default_rng(100 + version)
+    return (rng.standard_normal((T0_ROWS, T0_DIM)).astype(np.float32),
+            rng.standard_normal((T0_ROWS, T0_SDIM)).astype(np.float32))
+
+
+def table1(version):
+    rng = np.random.default_rng(200 + version)
+    return rng.standard_normal((T1_ROWS, T1_DIM)).astype(np.float32)
+
+
+def same_bits(a, b):
+    a, b = np.asarray(a), np.asarray(b)
+    return a.shape == b.shape and np.array_equal(a.view(np.uint32), b.view(np.uint32))
+
+
+CHANGED = np.arange(3, T0_ROWS, 7, dtype=np.int64)  # rows checkpoint 2 rewrites
+
+
+def write_job(c, job):
+    """Checkpoint 1: FULL of both shards (rows by modulo). Checkpoint 2: a
+    PRIORITY part of shard 1 rewriting its CHANGED rows of table 0."""
+    v1, s1 = table0(1)
+    w1 = table1(1)
+    for shard in range(SHARDS):
+        ids0 = np.arange(shard, T0_ROWS, SHARDS, dtype=np.int64)
+        ids1 = np.arange(shard, T1_ROWS, SHARDS, dtype=np.uint64)
+        with c.begin(job, shard, 1, tables=SCHEMA, kind=cpr.Kind.FULL, step=10,
+                     num_shards=SHARDS) as p:
+            p.put_rows(T0, ids0, v1[ids0], s1[ids0])
+            p.put_rows(T1, ids1, w1[ids1.astype(np.int64)])
+            if shard == 0:
+                p.put_blob("dense", b"dense-state-1" * 1000)
+    v2, s2 = table0(2)
+    mine = CHANGED[CHANGED % SHARDS == 1]
+    with c.begin(job, 1, 2, tables=SCHEMA, kind="priority", step=20, num_shards=SHARDS) as p:
+        p.put_rows(T0, mine, v2[mine], s2[mine])
+    want_v, want_s = v1.copy(), s1.copy()
+    want_v[mine], want_s[mine] = v2[mine], s2[mine]
+    return (v1, s1, w1), (want_v, want_s), mine
+
+
+@pytest.fixture(params=["grpc", "local"])
+def any_client(request, ckptd, tmp_path):
+    target = ckptd.target if request.param == "grpc" else "local://" + str(tmp_path / "store")
+    with cpr.Client(target) as c:
+        yield c
+
+
+def check_rows(got, ids, values, state=None):
+    assert np.array_equal(np.asarray(got.ids), np.asarray(ids, dtype=np.uint64))
+    assert same_bits(got.values, values)
+    if state is None:
+        assert got.state is None
+    else:
+        assert same_bits(got.state, state)
+
+
+def test_round_trip_every_query_shape(any_client, job):
+    c = any_client
+    (v1, s1, w1), (v2, s2), mine = write_job(c, job)
+    parts = c.list(job)
+    assert [(p.checkpoint, p.shard, p.kind) for p in parts] == [
+        (1, 0, "FULL"), (1, 1, "FULL"), (2, 1, "PRIORITY")]
+    assert all(p.committed for p in parts)
+    assert c.latest_cut(job) == 1
+    assert job in c.list_jobs()
+
+    every = np.arange(T0_ROWS)
+    # The newest state: checkpoint 2 over checkpoint 1.
+    rows, res = c.restore(job)
+    assert res.as_of == 2 and res.rows == T0_ROWS + T1_ROWS
+    check_rows(rows[T0], every, v2, s2)
+    check_rows(rows[T1], np.arange(T1_ROWS), w1)
+    # As of checkpoint 1, and the consistent cut (also 1: PRIORITY is not consistent).
+    for kw in ({"as_of": 1}, {"consistent": True}):
+        rows, res = c.restore(job, **kw)
+        assert res.as_of == 1
+        check_rows(rows[T0], every, v1, s1)
+    # One table; row ranges; modulo; the node of one shard; small batches.
+    rows, _ = c.restore(job, tables=[T1])
+    assert list(rows) == [T1]
+    rows, _ = c.restore(job, tables=[T0], ranges=[(10, 20), (500, 510)])
+    sel = np.r_[10:20, 500:510]
+    check_rows(rows[T0], sel, v2[sel], s2[sel])
+    rows, _ = c.restore(job, tables=[T0], modulo=SHARDS, remainder=1)
+    sel = np.arange(1, T0_ROWS, SHARDS)
+    check_rows(rows[T0], sel, v2[sel], s2[sel])
+    rows, res = c.restore(job, tables=[T0], shards=[1], modulo=SHARDS, remainder=1, batch_rows=7)
+    check_rows(rows[T0], sel, v2[sel], s2[sel])
+    # Into the caller's arrays, in place, with the restored flags and a row base.
+    out_v = np.full((T0_ROWS - 100, T0_DIM), np.nan, np.float32)
+    out_s = np.full((T0_ROWS - 100, 1), np.nan, np.float32)
+    flags = np.zeros(T0_ROWS - 100, np.uint8)
+    res = c.restore_into(job, T0, out_v, out_s, row_base=100, restored=flags,
+                         ranges=[(100, T0_ROWS)])
+    assert res.rows == T0_ROWS - 100 and res.as_of == 2
+    assert same_bits(out_v, v2[100:]) and same_bits(out_s, s2[100:]) and flags.all()
+    # Blobs.
+    assert c.read_blob(job, 0, 1, "dense") == b"dense-state-1" * 1000
+    with pytest.raises(cpr.NotFoundError):
+        c.read_blob(job, 0, 1, "nope")
+
+
+def test_arrays_share_memory(client, job):
+    with client.begin(job, 0, 1, tables=[(0, 10, 3, 0)]) as p:
+        p.put_range(0, 0, np.ones((10, 3), np.float32))
+    rows, _ = client.restore(job)
+    a = rows[0].values
+    assert a.shape == (10, 3) and a.format == "f" and len(a) == 10
+    view = np.asarray(a)
+    view[0, 0] = 7.0
+    assert np.asarray(a)[0, 0] == 7.0  # the same memory, not a copy
+    assert memoryview(rows[0].ids).format == "Q"
+
+
+def test_torch_tensors_in_place(client, job):
+    torch = pytest.importorskip("torch")
+    g = torch.Generator().manual_seed(3)
+    weight = torch.randn(500, 16, generator=g)
+    state = torch.rand(500, generator=g)
+    weight.requires_grad_(True)  # a model's parameter: read through .detach()
+    ids = torch.arange(0, 500, 3)
+    with client.begin(job, 0, 1, tables=[(0, 500, 16, 1)]) as p:
+        p.put_gather(0, weight, state, ids=ids)
+    with client.begin(job, 0, 2, tables=[(0, 500, 16, 1)], kind="priority") as p:
+        sel = torch.tensor([4, 5, 6])
+        p.put_rows(0, sel, weight.detach()[sel] * 2, state[sel] * 2)
+    out = torch.zeros(500, 16)
+    out_s = torch.zeros(500)
+    res = client.restore_into(job, 0, out, out_s, as_of=1)
+    assert res.rows == len(ids)
+    assert torch.equal(out[ids], weight.detach()[ids])
+    assert torch.equal(out_s[ids], state[ids])
+    assert torch.count_nonzero(out[1]) == 0  # never saved: untouched
+    client.restore_into(job, 0, out, out_s)  # newest: rows 4..6 from checkpoint 2
+    assert torch.equal(out[4:7], weight.detach()[4:7] * 2)
+    assert torch.equal(out[3], weight.detach()[3])
+
+
+def test_put_gather_range_and_bounds(client, job):
+    table = np.arange(100 * 4, dtype=np.float32).reshape(100, 4)
+    with client.begin(job, 0, 1, tables=[(0, 200, 4, 0)]) as p:
+        with pytest.raises(cpr.InvalidArgumentError, match="outside"):
+            p.put_gather(0, table, ids=np.array([5, 150]), row_base=0)
+        with pytest.raises(cpr.InvalidArgumentError, match="outside"):
+            p.put_gather(0, table, first=90, n=20, row_base=0)
+        p.put_gather(0, table, first=100, row_base=100)  # rows 100..199 from table[0..99]
+    rows, _ = client.restore(job)
+    check_rows(rows[0], np.arange(100, 200), table)
+
+
+def test_bad_input_raises_and_changes_nothing(client, job):
+    good_v = np.ones((4, T0_DIM), np.float32)
+    good_s = np.zeros((4, 1), np.float32)
+    ids = np.array([1, 2, 3, 4])
+    p = client.begin(job, 0, 1, tables=SCHEMA[:1])
+    cases = [
+        (dict(ids=ids, values=good_v.astype(np.float64), state=good_s), "float32"),
+        (dict(ids=ids, values=np.ones((4, 2 * T0_DIM), np.float32)[:, ::2], state=good_s),
+         "C-contiguous"),
+        (dict(ids=ids.astype(np.int32), values=good_v, state=good_s), "int64"),
+        (dict(ids=ids, values=good_v[:3], state=good_s), None),  # 3 rows of values for 4 ids
+        (dict(ids=ids, values=good_v, state=None), None),  # state missing
+        (dict(ids=np.array([1, -2, 3, 4]), values=good_v, state=good_s), ">= 0"),
+        (dict(ids=np.array([1, 2, 3, T0_ROWS]), values=good_v, state=good_s), None),
+    ]
+    for kw, text in cases:
+        with pytest.raises(cpr.InvalidArgumentError, match=text) as e:
+            p.put_rows(T0, **kw)
+        assert e.value.status == cpr.Status.INVALID_ARGUMENT and str(e.value)
+    with pytest.raises(TypeError, match="expected an array"):
+        p.put_rows(T0, [1, 2, 3, 4], good_v, good_s)
+    with pytest.raises(cpr.InvalidArgumentError):
+        p.put_rows(99, ids, good_v, good_s)  # no such table in the part
+    p.put_rows(T0, np.array([7, 8]), good_v[:2] * 3, good_s[:2])
+    assert p.progress().rows_queued == 2 and p.progress().error is None
+    p.commit()
+    assert p.state == "committed"
+    # A part used after commit; a read-only array to restore into.
+    with pytest.raises(cpr.FailedPreconditionError, match="committed"):
+        p.put_rows(T0, ids, good_v, good_s)
+    with pytest.raises(cpr.FailedPreconditionError):
+        p.commit()
+    p.abort()  # nothing to do once ended
+    ro = np.zeros((T0_ROWS, T0_DIM), np.float32)
+    ro.setflags(write=False)
+    with pytest.raises(cpr.InvalidArgumentError, match="read-only"):
+        client.restore_into(job, T0, ro)
+    # Only the two good rows are stored.
+    rows, res = client.restore(job)
+    assert res.rows == 2
+    check_rows(rows[T0], [7, 8], good_v[:2] * 3, good_s[:2])
+    [info] = client.list(job)
+    assert info.rows == 2 and info.committed
+
+
+def test_part_context_aborts_on_exception(client, job):
+    with pytest.raises(RuntimeError):
+        with client.begin(job, 0, 1, tables=SCHEMA[:1]) as p:
+            p.put_rows(T0, np.array([1]), np.ones((1, T0_DIM), np.float32),
+                       np.ones((1, 1), np.float32))
+            raise RuntimeError("training failed mid-save")
+    assert p.state == "aborted"
+    with pytest.raises(cpr.NotFoundError):
+        client.list(job)
+    # The id is free again: nothing of the aborted part stayed behind.
+    with client.begin(job, 0, 1, tables=SCHEMA[:1]):
+        pass
+    assert [x.committed for x in client.list(job)] == [True]
+
+
+def test_closed_client(ckptd, job):
+    c = cpr.Client(ckptd.target)
+    p = c.begin(job, 0, 1, tables=SCHEMA[:1])
+    c.close()
+    assert c.closed and p.state == "aborted when its client closed"
+    with pytest.raises(cpr.FailedPreconditionError, match="closed"):
+        c.list(job)
+    with pytest.raises(cpr.FailedPreconditionError):
+        p.commit()
+    c.close()  # a second close does nothing
+    with cpr.Client(ckptd.target) as c2:
+        with pytest.raises(cpr.NotFoundError):
+            c2.list(job)  # the open part was aborted on the daemon
+
+
+def test_every_status_has_its_exception():
+    classes = [getattr(cpr, n) for n in dir(cpr)
+               if isinstance(getattr(cpr, n), type) and issubclass(getattr(cpr, n), cpr.Error)
+               and getattr(cpr, n) is not cpr.Error]
+    by_status = {cls.status: cls for cls in classes}
+    assert sorted(by_status) == [s.value for s in cpr.Status if s != cpr.Status.OK]
+    for st, cls in by_status.items():
+        assert cpr.status_name(st) == "CPR_" + cpr.Status(st).name
+    assert issubclass(cpr.InvalidArgumentError, ValueError)
+    assert issubclass(cpr.UnavailableError, ConnectionError)
+    assert issubclass(cpr.TimeoutError, TimeoutError)
+
+
+def test_statuses_from_real_calls(ckptd, client, job):
+    with pytest.raises(cpr.NotFoundError) as e:
+        client.restore(job)
+    assert e.value.status == cpr.Status.NOT_FOUND and e.value.status_name == "CPR_NOT_FOUND"
+    with pytest.raises(cpr.InvalidArgumentError, match="job"):
+        client.list("not a job name")
+    with pytest.raises(cpr.InvalidArgumentError, match="NUL"):
+        client.list("job\0suffix")
+    with client.begin(job, 0, 5, tables=SCHEMA[:1]):
+        pass
+    with pytest.raises((cpr.AlreadyExistsError, cpr.FailedPreconditionError)) as e:
+        client.begin(job, 0, 5, tables=SCHEMA[:1])  # ids only grow per shard
+    assert e.value.status in (cpr.Status.ALREADY_EXISTS, cpr.Status.FAILED_PRECONDITION)
+    with pytest.raises(cpr.InvalidArgumentError, match="kind"):
+        client.begin(job, 0, 6, tables=SCHEMA[:1], kind="sometimes")
+    with cpr.Client("grpc://127.0.0.1:1", retries=0, call_timeout_s=2) as dead:
+        with pytest.raises(cpr.UnavailableError) as e:
+            dead.list(job)
+        assert e.value.status == cpr.Status.UNAVAILABLE
+
+
+def test_gil_released_during_restore(ckptd, client, job):
+    rows, dim = 400_000, 32
+    values = np.random.default_rng(1).standard_normal((rows, dim)).astype(np.float32)
+    with client.begin(job, 0, 1, tables=[(0, rows, dim, 0)]) as p:
+        p.put_range(0, 0, values)
+    stop = threading.Event()
+    ticks = []
+
+    def spin():
+        while not stop.is_set():
+            ticks.append(time.monotonic())
+
+    t = threading.Thread(target=spin)
+    t.start()
+    try:
+        while not ticks:  # the spinner is running
+            time.sleep(0)
+        out = np.empty_like(values)
+        start = time.monotonic()
+        client.restore_into(job, 0, out)
+        end = time.monotonic()
+    finally:
+        stop.set()
+        t.join()
+    assert same_bits(out, values)
+    # Inside the call, away from its edges, the other thread kept running.
+    margin = (end - start) / 4
+    inside = [x for x in ticks if start + margin < x < end - margin]
+    assert inside, "no progress on another thread during a %.3f s restore" % (end - start)
+
+
+def test_recovery_record_and_plans(client, job):
+    write_job(client, job)
+    assert client.recovery_get(job) == (0, b"")
+    assert client.recovery_put(job, 0, b"plan-a") == 1
+    with pytest.raises(cpr.FailedPreconditionError):
+        client.recovery_put(job, 0, b"plan-b")
+    assert client.recovery_get(job) == (1, b"plan-a")
+
+    parts = client.list(job)
+    plan = cpr.plan_recovery(parts, SHARDS, failed=[1], mode="partial")
+    assert plan.action == "partial" and plan.problems == []
+    s0, s1 = plan.shards
+    assert (s0.source, s1.source, s1.as_of, s1.kind) == ("keep", "store", 2, "PRIORITY")
+    full = cpr.plan_recovery([tuple(p) for p in parts], SHARDS, mode="full")
+    assert full.action == "full" and full.cut == 1 and full.rewind_step == 10
+    again = cpr.Plan.decode(full.encode())
+    assert again.encode() == full.encode() and again.reason == full.reason
+    with pytest.raises(cpr.InvalidArgumentError):
+        cpr.Plan.decode(b"{not a plan")
+    with pytest.raises(cpr.InvalidArgumentError):
+        cpr.plan_recovery(parts, SHARDS, failed=[SHARDS], mode="partial")
+
+    other = job + "-rec"
+    write_job(client, other)
+    plan, gen, won = client.decide_and_record(other, SHARDS, failed=[0], mode="partial")
+    assert gen == 1 and won and plan.action == "partial"
+    plan2, gen2, won2 = client.decide_and_record(other, SHARDS, failed=[1], mode="full")
+    assert gen2 == 1 and not won2 and plan2.encode() == plan.encode()  # the recorded one
+    gen3, rec = client.read_recorded(other)
+    assert gen3 == 1 and rec.encode() == plan.encode()
+    assert client.read_recorded(job + "-none") == (0, None)
+
+
+def test_operations(client, job):
+    write_job(client, job)
+    st = client.stats()
+    assert st.jobs >= 1 and st.parts_committed >= 3 and isinstance(st.errors, dict)
+    rep = client.verify(job)
+    assert rep.problems == 0 and rep.rows_checked > 0 and rep.details == []
+    for ckpt in (3, 4):
+        for shard in range(SHARDS):
+            with client.begin(job, shard, ckpt, tables=SCHEMA, num_shards=SHARDS) as p:
+                p.put_range(T0, 0, np.zeros((1, T0_DIM), np.float32),
+                            np.zeros((1, 1), np.float32))
+    gc = client.gc(job, keep=1)
+    assert gc.floor == 4 and gc.parts_removed >= 3
+    assert [p.checkpoint for p in client.list(job)] == [4, 4]
+    with pytest.raises(cpr.FailedPreconditionError):
+        client.restore(job, as_of=1)  # below the retention floor
+    assert client.nodes == 1 and client.node_of(job, 0) == 0
+
+
+def test_abort_by_id(ckptd, client, job):
+    writer = cpr.Client(ckptd.target)
+    p = writer.begin(job, 0, 1, tables=SCHEMA[:1])
+    p.put_rows(T0, np.array([1]), np.ones((1, T0_DIM), np.float32), np.ones((1, 1), np.float32))
+    client.abort(job, 0, 1)  # a writer that died: free its id
+    with pytest.raises(cpr.Error):
+        p.commit()
+    writer.close()
+    with client.begin(job, 0, 1, tables=SCHEMA[:1]):
+        pass
+    assert [x.rows for x in client.list(job)] == [0]
