@@ -6,6 +6,7 @@
  * before a backend touches the table (emb_internal.h lists what backends may
  * therefore assume).
  */
+#include <float.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -127,7 +128,7 @@ static cpr_status fill_defaults(cpr_emb_config *c)
     return CPR_OK;
 }
 
-cpr_status cpr_emb_create(const cpr_emb_config *config, cpr_emb **out)
+static cpr_status create(const cpr_emb_config *config, int tracker_only, cpr_emb **out)
 {
     cpr_emb *t;
     cpr_status st;
@@ -137,11 +138,18 @@ cpr_status cpr_emb_create(const cpr_emb_config *config, cpr_emb **out)
     if (!t)
         return cpr_fail(CPR_NO_MEMORY, "out of memory creating a table");
     t->cfg = *config;
+    if (tracker_only) { /* validated as a table of 1 float a row, then rows go */
+        t->cfg.dim = 1;
+        t->cfg.optimizer = CPR_OPT_SGD;
+    }
     st = fill_defaults(&t->cfg);
     if (st) {
         free(t);
         return st;
     }
+    t->tracker_only = tracker_only;
+    if (tracker_only)
+        t->cfg.dim = 0;
     t->state_dim = t->cfg.optimizer == CPR_OPT_SGD ? 0
                    : t->cfg.optimizer == CPR_OPT_ROWWISE_ADAGRAD ? 1 : t->cfg.dim;
     t->range_rows = (t->cfg.rows + t->cfg.num_shards - 1) / t->cfg.num_shards;
@@ -152,6 +160,31 @@ cpr_status cpr_emb_create(const cpr_emb_config *config, cpr_emb **out)
         return st;
     }
     *out = t;
+    return CPR_OK;
+}
+
+cpr_status cpr_emb_create(const cpr_emb_config *config, cpr_emb **out)
+{
+    return create(config, 0, out);
+}
+
+cpr_status cpr_emb_create_tracker(const cpr_emb_config *config, cpr_emb **out)
+{
+    if (config && config->device != CPR_DEVICE_CPU)
+        return cpr_fail(CPR_INVALID_ARGUMENT, "a tracker lives in host memory whatever the "
+                        "table's device: give device CPR_DEVICE_CPU");
+    if (config && !(config->track & CPR_TRACK_ALL))
+        return cpr_fail(CPR_INVALID_ARGUMENT, "a tracker with no CPR_TRACK_ bits tracks "
+                        "nothing: set config.track");
+    return create(config, 1, out);
+}
+
+/* What needs a table's rows is refused on a tracker. */
+static cpr_status need_rows(const cpr_emb *t, const char *call)
+{
+    if (t && t->tracker_only)
+        return cpr_fail(CPR_FAILED_PRECONDITION, "%s: a tracker (cpr_emb_create_tracker) "
+                        "holds no rows; read them from your own table", call);
     return CPR_OK;
 }
 
@@ -202,7 +235,9 @@ static cpr_status check_batch(const cpr_emb *t, const int64_t *indices, size_t n
 cpr_status cpr_emb_forward(cpr_emb *t, const int64_t *indices, size_t n_indices,
                            const int64_t *offsets, size_t n_bags, cpr_pooling pooling, float *out)
 {
-    cpr_status st = check_batch(t, indices, n_indices, offsets, n_bags, pooling, out);
+    cpr_status st = need_rows(t, "cpr_emb_forward");
+    if (st == CPR_OK)
+        st = check_batch(t, indices, n_indices, offsets, n_bags, pooling, out);
     if (st)
         return st;
     return DISPATCH(t, forward, t, indices, n_indices, offsets, n_bags, pooling, out);
@@ -212,10 +247,49 @@ cpr_status cpr_emb_backward(cpr_emb *t, const int64_t *indices, size_t n_indices
                             const int64_t *offsets, size_t n_bags, cpr_pooling pooling,
                             const float *grad)
 {
-    cpr_status st = check_batch(t, indices, n_indices, offsets, n_bags, pooling, grad);
+    cpr_status st = need_rows(t, "cpr_emb_backward (a tracker's is cpr_emb_observe)");
+    if (st == CPR_OK)
+        st = check_batch(t, indices, n_indices, offsets, n_bags, pooling, grad);
     if (st)
         return st;
     return DISPATCH(t, backward, t, indices, n_indices, offsets, n_bags, pooling, grad);
+}
+
+cpr_status cpr_emb_observe(cpr_emb *t, const int64_t *indices, size_t n,
+                           const float *sq_change)
+{
+    if (!t || (n && !indices))
+        return cpr_fail(CPR_INVALID_ARGUMENT, "cpr_emb_observe needs a tracker and %zu "
+                        "indices", n);
+    if (!t->tracker_only)
+        return cpr_fail(CPR_FAILED_PRECONDITION, "cpr_emb_observe is for trackers "
+                        "(cpr_emb_create_tracker); a table tracks its own cpr_emb_backward");
+    if (n > ((size_t)1 << 40))
+        return cpr_fail(CPR_INVALID_ARGUMENT, "at most 2^40 indices a call (got %zu)", n);
+    for (size_t i = 0; i < n; i++) {
+        if (indices[i] < 0 || (uint64_t)indices[i] >= t->cfg.rows)
+            return cpr_fail(CPR_INVALID_ARGUMENT, "index %lld at position %zu is outside "
+                            "the table (%llu rows)", (long long)indices[i], i,
+                            (unsigned long long)t->cfg.rows);
+        if (sq_change && !(sq_change[i] >= 0 && sq_change[i] <= FLT_MAX))
+            return cpr_fail(CPR_INVALID_ARGUMENT, "sq_change[%zu] = %g: a squared update "
+                            "magnitude is finite and >= 0", i, (double)sq_change[i]);
+    }
+    return cpri_emb_cpu_observe(t, indices, n, sq_change);
+}
+
+cpr_status cpr_emb_restored(cpr_emb *t, const uint64_t *ids, size_t n)
+{
+    if (!t || (n && !ids))
+        return cpr_fail(CPR_INVALID_ARGUMENT, "cpr_emb_restored needs a tracker and %zu ids", n);
+    if (!t->tracker_only)
+        return cpr_fail(CPR_FAILED_PRECONDITION, "cpr_emb_restored is for trackers; a "
+                        "table's restored rows go through cpr_emb_apply");
+    for (size_t i = 0; i < n; i++)
+        if (ids[i] >= t->cfg.rows)
+            return cpr_fail(CPR_INVALID_ARGUMENT, "row %llu is outside the table (%llu rows)",
+                            (unsigned long long)ids[i], (unsigned long long)t->cfg.rows);
+    return cpri_emb_cpu_apply(t, ids, n, NULL, NULL);
 }
 
 /* ---- tracking and selection --------------------------------------------------- */
@@ -367,6 +441,8 @@ const uint64_t *cpr_emb_save_ids(const cpr_emb_save *save) { return save->ids; }
 
 cpr_status cpr_emb_gather(cpr_emb *t, const cpr_emb_save *save, float *values, float *state)
 {
+    if (need_rows(t, "cpr_emb_gather"))
+        return CPR_FAILED_PRECONDITION;
     if (!save || (save->n && (!values || (t->state_dim && !state))))
         return cpr_fail(CPR_INVALID_ARGUMENT, "gather needs a save and buffers for %zu rows "
                         "of values%s", save ? save->n : 0, t->state_dim ? " and state" : "");
@@ -376,6 +452,8 @@ cpr_status cpr_emb_gather(cpr_emb *t, const cpr_emb_save *save, float *values, f
 cpr_status cpr_emb_save_copy(cpr_emb *t, cpr_emb_save *save, size_t first, size_t k,
                              float *values, float *state)
 {
+    if (need_rows(t, "cpr_emb_save_copy"))
+        return CPR_FAILED_PRECONDITION;
     if (!t || !save || first > save->n || k > save->n - first)
         return cpr_fail(CPR_INVALID_ARGUMENT, "cpr_emb_save_copy: rows [%zu, %zu + %zu) are not "
                         "rows of a save of %zu", first, first, k, save ? save->n : 0);
@@ -389,6 +467,8 @@ cpr_status cpr_emb_view(const cpr_emb *t, cpr_emb_host_view *out)
 {
     if (!t || !out)
         return cpr_fail(CPR_INVALID_ARGUMENT, "cpr_emb_view: table and out must not be NULL");
+    if (need_rows(t, "cpr_emb_view"))
+        return CPR_FAILED_PRECONDITION;
     if (t->cfg.device == CPR_DEVICE_CUDA)
         return cpr_fail(CPR_FAILED_PRECONDITION, "a CUDA table's rows are in device memory: "
                         "copy a save out with cpr_emb_gather");
@@ -439,6 +519,8 @@ void cpr_emb_save_abort(cpr_emb *t, cpr_emb_save *save)
 cpr_status cpr_emb_apply(cpr_emb *t, const uint64_t *ids, size_t n, const float *values,
                          const float *state)
 {
+    if (need_rows(t, "cpr_emb_apply (a tracker's is cpr_emb_restored)"))
+        return CPR_FAILED_PRECONDITION;
     if (n && (!ids || !values || (t->state_dim && !state)))
         return cpr_fail(CPR_INVALID_ARGUMENT, "apply of %zu rows needs ids, values%s", n,
                         t->state_dim ? " and state" : "");

@@ -199,7 +199,7 @@ cpr_status cpri_emb_cpu_create(cpr_emb *t)
         cpri_emb_cpu_destroy(t);
         return st;
     }
-    for (uint64_t r = 0; r < c->rows; r++)
+    for (uint64_t r = 0; c->dim && r < c->rows; r++) /* dim 0: a tracker, no rows */
         for (uint32_t j = 0; j < c->dim; j++)
             b->weights[r * c->dim + j] = cpri_emb_init_value(c->seed, r, j, c->init_scale);
     return CPR_OK;
@@ -520,6 +520,33 @@ cpr_status cpri_emb_cpu_backward(cpr_emb *t, const int64_t *indices, size_t n_in
             sc->events += end - i;
             sc->unsaved += end - i;
         }
+        i = end;
+    }
+    b->calls++;
+    return CPR_OK;
+}
+
+/* A tracker's backward without the update: the caller's optimizer changed
+ * the rows; `sq_change` (per index, or NULL) says by how much. */
+cpr_status cpri_emb_cpu_observe(cpr_emb *t, const int64_t *indices, size_t n,
+                                const float *sq_change)
+{
+    cpu_table *b = CPU(t);
+    static const int64_t one_bag = 0;
+    size_t n_occ = 0;
+    cpr_status st = collect_occurrences(t, b, indices, n, &one_bag, 1, &n_occ);
+    if (st == CPR_OK)
+        st = guard_batch(t, b->occs, n_occ); /* S5: open saves move their trackers first */
+    if (st)
+        return st;
+    for (size_t i = 0; i < n_occ;) {
+        size_t end = i;
+        uint64_t row = b->occs[i].row;
+        double change = 0;
+        for (; end < n_occ && b->occs[end].row == row; end++)
+            if (sq_change)
+                change += sq_change[(size_t)b->occs[end].pos_hi << 32 | b->occs[end].pos_lo];
+        track_row(t, row, &b->occs[i], end - i, change);
         i = end;
     }
     b->calls++;
@@ -971,7 +998,8 @@ cpr_status cpri_emb_cpu_apply(cpr_emb *t, const uint64_t *ids, size_t n, const f
             return st;
     }
     for (size_t i = 0; i < n; i++) {
-        memcpy(b->weights + ids[i] * dim, values + i * dim, dim * sizeof(float));
+        if (dim) /* a tracker (cpr_emb_restored) has no rows, only trackers */
+            memcpy(b->weights + ids[i] * dim, values + i * dim, dim * sizeof(float));
         if (sd)
             memcpy(b->state + ids[i] * sd, state + i * sd, sd * sizeof(float));
         clear_trackers(t, ids[i]);
@@ -999,7 +1027,8 @@ cpr_status cpri_emb_cpu_wipe_shard(cpr_emb *t, uint32_t shard, uint64_t *lost_ev
                 return st;
         }
     for (uint64_t i = 0; i < n; i++, row += stride) {
-        memset(b->weights + row * dim, 0, dim * sizeof(float));
+        if (dim)
+            memset(b->weights + row * dim, 0, dim * sizeof(float));
         if (sd)
             memset(b->state + row * sd, 0, sd * sizeof(float));
         clear_trackers(t, row);

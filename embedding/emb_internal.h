@@ -28,6 +28,9 @@ struct cpr_emb {
     uint64_t *spare_ids;       /* an ended save's ids array, kept for the next (E1) */
     size_t spare_cap;
     uint64_t ssu_threshold;    /* cfg.ssu_rate * 2^64, saturated; read by every backward */
+    int tracker_only;          /* cpr_emb_create_tracker: no rows (cfg.dim 0, no state),
+                                  CPU only; the front end refuses what needs rows and
+                                  the backend sees cpr_emb_observe instead of backward */
 };
 
 struct cpr_emb_save {
@@ -80,6 +83,9 @@ CPR_EMB_BACKEND(cpri_emb_cpu_)
 /* The CPU table's shard counters (cpr_emb_events). */
 void cpri_emb_cpu_events(const cpr_emb *t, uint32_t shard, uint64_t *update_events,
                          uint64_t *unsaved_events);
+/* A tracker's update events (cpr_emb_observe; front end checked the indices). */
+cpr_status cpri_emb_cpu_observe(cpr_emb *t, const int64_t *indices, size_t n,
+                                const float *sq_change);
 /* The CPU table's storage (cpr_emb_view). */
 void cpri_emb_cpu_view(const cpr_emb *t, cpr_emb_host_view *out);
 CPR_EMB_BACKEND(cpri_emb_cuda_)

@@ -111,10 +111,16 @@ static uint64_t move_once(cpri_emb_snap *s, const cpri_emb_snap_src *src, size_t
 cpr_status cpri_emb_snap_keep(cpri_emb_snap *s, const cpri_emb_snap_src *src, size_t i,
                               uint64_t *moved_count)
 {
+    size_t floats = (size_t)s->dim + s->state_dim, run = i / SNAP_RUN_ROWS;
+    if (floats == 0) { /* a tracker (cpr_emb_create_tracker) holds no rows to keep */
+        run_lock(s, run);
+        *moved_count = move_once(s, src, i);
+        run_unlock(s, run);
+        return CPR_OK;
+    }
     uint64_t row = src->ids[i];
     const float *values = src->weights + row * s->dim;
     const float *state = s->state_dim ? src->state + row * s->state_dim : NULL;
-    size_t floats = (size_t)s->dim + s->state_dim, run = i / SNAP_RUN_ROWS;
     run_lock(s, run);
     for (;;) {
         int need = !(s->flags[i] & (SNAP_KEPT | SNAP_RELEASED));

@@ -279,6 +279,53 @@ CPR_API void cpr_emb_save_abort(cpr_emb *table, cpr_emb_save *save);
 CPR_API cpr_status cpr_emb_apply(cpr_emb *table, const uint64_t *ids, size_t n,
                          const float *values, const float *state);
 
+/* ---- trackers over tables the library does not own ---------------------------- */
+
+/*
+ * The trackers and the row selection of this module for a table someone
+ * else owns and trains (a PyTorch nn.Embedding, a table in a framework's
+ * memory): a tracker is a cpr_emb without rows. Create it with the table's
+ * geometry (rows, num_shards, scheme) and the trackers wanted (track, ssu_rate,
+ * ssu_capacity, seed; dim, optimizer, learning_rate and init_scale are
+ * ignored; device must be CPU), then:
+ *   cpr_emb_observe       after each update of the table: the indices it
+ *                         updated (and, for TOPK_NORM, how much);
+ *   cpr_emb_select, cpr_emb_save_begin   exactly as for a table;
+ *   the rows themselves   the caller copies them out of its own table
+ *                         before it next changes them (cpr_part_put_gather
+ *                         reads ids straight from a pointer and a row stride);
+ *   cpr_emb_save_commit / cpr_emb_save_abort, cpr_emb_stats_get,
+ *   cpr_emb_events, cpr_emb_set_ssu_rate, cpr_emb_wipe_shard  as for a table;
+ *   cpr_emb_restored      rows the caller wrote from a checkpoint.
+ * The same code tracks and selects as for the library's own CPU tables:
+ * observing the indices a backward updates gives the same MFU counts, dirty
+ * rows and SSU sample as that backward (tests/unit/test_emb_tracker.c).
+ * What needs rows (forward, backward, gather, save_copy, save_fill, view,
+ * apply) is CPR_FAILED_PRECONDITION; cpr_emb_dim is 0.
+ */
+CPR_API cpr_status cpr_emb_create_tracker(const cpr_emb_config *config, cpr_emb **out);
+
+/*
+ * The table updated the rows `indices` (n of them, each in [0, rows);
+ * repeats count as in cpr_emb_backward: an MFU count grows by the
+ * occurrences, a row is dirtied and may be sampled once per call).
+ * sq_change (n floats, or NULL) is each occurrence's squared update
+ * magnitude, summed per row into TOPK_NORM's accumulator (NULL adds 0).
+ * Checked before anything changes: CPR_INVALID_ARGUMENT for an index
+ * outside the table or a sq_change that is negative or not finite;
+ * CPR_FAILED_PRECONDITION on a table (its backward tracks itself).
+ */
+CPR_API cpr_status cpr_emb_observe(cpr_emb *tracker, const int64_t *indices, size_t n,
+                                   const float *sq_change);
+
+/*
+ * The rows ids[0..n) now equal their stored copies (the caller restored
+ * them): their trackers are cleared, as cpr_emb_apply clears a table's.
+ * CPR_INVALID_ARGUMENT for an id outside the table; CPR_FAILED_PRECONDITION
+ * on a table (use cpr_emb_apply).
+ */
+CPR_API cpr_status cpr_emb_restored(cpr_emb *tracker, const uint64_t *ids, size_t n);
+
 /*
  * Emulate the loss of a shard's node: its rows, optimizer state and trackers
  * are zeroed, and its open saves become inert (their commit or abort then
