@@ -44,6 +44,9 @@ from cpr._cpr import (  # noqa: F401  (re-exported)
     RestoreResult,
     Stats,
     TimeoutError,
+    Tracker,
+    TrackerSave,
+    TrackerStats,
     UnavailableError,
     VerifyReport,
     __version__,
@@ -94,6 +97,6 @@ __all__ = [
     "FailedPreconditionError", "GcReport", "InternalError", "InvalidArgumentError",
     "IOFailureError", "Kind", "NoMemoryError", "NotFoundError", "Part", "PartInfo", "Plan",
     "PlanShard", "Policy", "Progress", "ResourceExhaustedError", "RestoredTable",
-    "RestoreResult", "Stats", "Status", "TimeoutError", "UnavailableError", "VerifyReport",
+    "RestoreResult", "Stats", "Status", "TimeoutError", "Tracker", "TrackerSave", "TrackerStats", "UnavailableError", "VerifyReport",
     "plan_recovery", "status_name",
 ]

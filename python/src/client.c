@@ -417,17 +417,8 @@ fail:
 
 static PyObject *restore_result(const cpr_restore_result *r)
 {
-    PyObject *o = PyStructSequence_New(cprpy_RestoreResultType);
-    if (!o)
-        return NULL;
-    PyStructSequence_SetItem(o, 0, PyLong_FromUnsignedLongLong(r->as_of));
-    PyStructSequence_SetItem(o, 1, PyLong_FromUnsignedLongLong(r->rows));
-    PyStructSequence_SetItem(o, 2, PyLong_FromUnsignedLongLong(r->bytes));
-    if (PyErr_Occurred()) {
-        Py_DECREF(o);
-        return NULL;
-    }
-    return o;
+    const uint64_t v[] = {r->as_of, r->rows, r->bytes};
+    return cprpy_struct_u64(cprpy_RestoreResultType, v, 3, NULL);
 }
 
 /* Rows collected per table by restore()'s callback (GIL released). */
@@ -784,21 +775,9 @@ static PyObject *client_stats(cprpy_client *c, PyObject *unused)
     }
     if (!errors)
         return NULL;
-    PyObject *o = PyStructSequence_New(cprpy_StatsType);
-    if (!o) {
-        Py_DECREF(errors);
-        return NULL;
-    }
     const uint64_t v[] = {s.jobs,    s.parts_committed, s.parts_open, s.rows_in,
                           s.bytes_in, s.rows_out,       s.bytes_out,  s.store_bytes};
-    for (int i = 0; i < 8; i++)
-        PyStructSequence_SetItem(o, i, PyLong_FromUnsignedLongLong(v[i]));
-    PyStructSequence_SetItem(o, 8, errors);
-    if (PyErr_Occurred()) {
-        Py_DECREF(o);
-        return NULL;
-    }
-    return o;
+    return cprpy_struct_u64(cprpy_StatsType, v, 8, errors);
 }
 
 typedef struct {
@@ -868,20 +847,10 @@ static PyObject *client_verify(cprpy_client *c, PyObject *args, PyObject *kw)
     free(p.where);
     if (!details)
         return NULL;
-    report = PyStructSequence_New(cprpy_VerifyReportType);
-    if (!report) {
-        Py_DECREF(details);
+    const uint64_t v[] = {r.rows_checked, r.blobs_checked, r.bytes_checked, r.problems};
+    report = cprpy_struct_u64(cprpy_VerifyReportType, v, 4, details);
+    if (!report)
         return NULL;
-    }
-    PyStructSequence_SetItem(report, 0, PyLong_FromUnsignedLongLong(r.rows_checked));
-    PyStructSequence_SetItem(report, 1, PyLong_FromUnsignedLongLong(r.blobs_checked));
-    PyStructSequence_SetItem(report, 2, PyLong_FromUnsignedLongLong(r.bytes_checked));
-    PyStructSequence_SetItem(report, 3, PyLong_FromUnsignedLongLong(r.problems));
-    PyStructSequence_SetItem(report, 4, details);
-    if (PyErr_Occurred()) {
-        Py_DECREF(report);
-        return NULL;
-    }
     if (st == CPR_OK)
         return report;
     /* The exception carries the report: CorruptError lists what was found. */
@@ -917,18 +886,9 @@ static PyObject *client_gc(cprpy_client *c, PyObject *args, PyObject *kw)
     cprpy_client_leave(c);
     if (st != CPR_OK)
         return cprpy_raise_status(st);
-    PyObject *o = PyStructSequence_New(cprpy_GcReportType);
-    if (!o)
-        return NULL;
     const uint64_t v[] = {r.floor,       r.parts_removed, r.versions_removed, r.uncommitted_removed,
                           r.bytes_before, r.bytes_after};
-    for (int i = 0; i < 6; i++)
-        PyStructSequence_SetItem(o, i, PyLong_FromUnsignedLongLong(v[i]));
-    if (PyErr_Occurred()) {
-        Py_DECREF(o);
-        return NULL;
-    }
-    return o;
+    return cprpy_struct_u64(cprpy_GcReportType, v, 6, NULL);
 }
 
 static PyObject *client_node_of(cprpy_client *c, PyObject *args)

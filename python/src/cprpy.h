@@ -87,6 +87,9 @@ extern PyTypeObject *cprpy_PartInfoType, *cprpy_RestoreResultType, *cprpy_GcRepo
     *cprpy_VerifyReportType, *cprpy_StatsType, *cprpy_ProgressType, *cprpy_PlanShardType,
     *cprpy_RestoredTableType, *cprpy_TrackerStatsType;
 PyObject *cprpy_part_info(const cpr_part_info *p);
+/* A struct sequence whose first n fields are v[0..n) and, when `last` is not
+ * NULL, field n is `last` (a reference it takes, also on failure). */
+PyObject *cprpy_struct_u64(PyTypeObject *type, const uint64_t *v, int n, PyObject *last);
 /* A cpr_part_info from a PartInfo or any 10-sequence in its order. */
 int cprpy_part_info_from(PyObject *o, cpr_part_info *out);
 

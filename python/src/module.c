@@ -560,6 +560,24 @@ static PyTypeObject *new_struct(PyObject *m, const char *name, const char *doc,
     return t;
 }
 
+PyObject *cprpy_struct_u64(PyTypeObject *type, const uint64_t *v, int n, PyObject *last)
+{
+    PyObject *o = PyStructSequence_New(type);
+    if (!o) {
+        Py_XDECREF(last);
+        return NULL;
+    }
+    for (int i = 0; i < n; i++)
+        PyStructSequence_SetItem(o, i, PyLong_FromUnsignedLongLong(v[i]));
+    if (last)
+        PyStructSequence_SetItem(o, n, last);
+    if (PyErr_Occurred()) {
+        Py_DECREF(o);
+        return NULL;
+    }
+    return o;
+}
+
 PyObject *cprpy_part_info(const cpr_part_info *p)
 {
     PyObject *o = PyStructSequence_New(cprpy_PartInfoType);
@@ -689,7 +707,8 @@ PyMODINIT_FUNC PyInit__cpr(void)
                                               "A tracker's counters for one shard.",
                                               tracker_stats_fields)))
         goto fail;
-    if (cprpy_client_ready(m) < 0 || cprpy_part_ready(m) < 0 || cprpy_plan_ready(m) < 0)
+    if (cprpy_client_ready(m) < 0 || cprpy_part_ready(m) < 0 || cprpy_plan_ready(m) < 0 ||
+        cprpy_tracker_ready(m) < 0)
         goto fail;
     if (PyModule_AddStringConstant(m, "__version__", CPR_VERSION) < 0)
         goto fail;

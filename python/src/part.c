@@ -310,21 +310,10 @@ static PyObject *part_progress(cprpy_part *p, PyObject *unused)
     cpr_part_progress pr;
     cpr_part_progress_get(part, &pr); /* never blocks */
     leave(p);
-    PyObject *o = PyStructSequence_New(cprpy_ProgressType);
-    if (!o)
-        return NULL;
-    PyStructSequence_SetItem(o, 0, PyLong_FromUnsignedLongLong(pr.rows_queued));
-    PyStructSequence_SetItem(o, 1, PyLong_FromUnsignedLongLong(pr.bytes_queued));
-    PyStructSequence_SetItem(o, 2, PyLong_FromUnsignedLongLong(pr.rows_sent));
-    PyStructSequence_SetItem(o, 3, PyLong_FromUnsignedLongLong(pr.bytes_sent));
-    PyStructSequence_SetItem(o, 4, pr.error == CPR_OK
-                                       ? Py_NewRef(Py_None)
-                                       : PyUnicode_FromString(cpr_status_name(pr.error)));
-    if (PyErr_Occurred()) {
-        Py_DECREF(o);
-        return NULL;
-    }
-    return o;
+    const uint64_t v[] = {pr.rows_queued, pr.bytes_queued, pr.rows_sent, pr.bytes_sent};
+    return cprpy_struct_u64(cprpy_ProgressType, v, 4,
+                            pr.error == CPR_OK ? Py_NewRef(Py_None)
+                                               : PyUnicode_FromString(cpr_status_name(pr.error)));
 }
 
 static PyObject *part_enter_ctx(cprpy_part *p, PyObject *unused)

@@ -1,0 +1,87 @@
+# SPDX-License-Identifier: Apache-2.0
+"""cpr.Tracker: CPR's trackers over a table the library does not own."""
+import numpy as np
+import pytest
+
+import cpr
+
+
+def top_k(counts, rows_of_shard, k):
+    """Reference MFU selection: largest non-zero counts, ties toward lower ids,
+    returned ascending."""
+    cand = [r for r in rows_of_shard if counts[r] > 0]
+    cand.sort(key=lambda r: (-counts[r], r))
+    return sorted(cand[:k])
+
+
+@pytest.mark.parametrize("scheme", ["range", "modulo"])
+def test_mfu_counts_match_a_reference(scheme):
+    rows, shards = 2000, 4
+    t = cpr.Tracker(rows, num_shards=shards, scheme=scheme, track=("mfu", "delta"))
+    rng = np.random.default_rng(5)
+    counts = np.zeros(rows, np.int64)
+    for _ in range(50):
+        idx = rng.zipf(1.3, size=300) % rows
+        t.observe(idx)
+        np.add.at(counts, idx, 1)
+    for shard in range(shards):
+        mine = [r for r in range(rows) if t.shard_of(r) == shard]
+        assert len(mine) == t.shard_rows(shard)
+        for k in (1, 10, 100, 10_000):
+            got = list(np.asarray(t.select(shard, cpr.Policy.MFU, rows=k)))
+            assert got == top_k(counts, mine, k)
+        dirty = list(np.asarray(t.select(shard, "delta")))
+        assert dirty == [r for r in mine if counts[r] > 0]
+        st = t.stats(shard)
+        assert st.update_events == counts[mine].sum() == st.unsaved_events
+        assert st.touched_rows == st.dirty_rows == np.count_nonzero(counts[mine])
+
+
+def test_save_commit_abort_and_recovery_bookkeeping():
+    t = cpr.Tracker(100, track="all", ssu_rate=1.0)
+    t.observe(np.array([3, 3, 3, 4, 4, 9], dtype=np.int64), np.full(6, 0.5, np.float32))
+    assert list(np.asarray(t.select(0, "topk-norm", rows=1))) == [3]
+    save = t.begin(0, "mfu", t.select(0, "mfu", rows=2))
+    assert list(np.asarray(save.ids)) == [3, 4] and save.state == "open"
+    t.observe(np.array([9]))  # training goes on while the save is open
+    save.abort()  # the rows keep their counts
+    assert list(np.asarray(t.select(0, "mfu", rows=1))) == [3]
+    save = t.begin(0, "mfu", np.array([3, 4], dtype=np.uint64))
+    save.commit()
+    assert save.state == "committed"
+    with pytest.raises(cpr.FailedPreconditionError):
+        save.commit()
+    assert list(np.asarray(t.select(0, "mfu", rows=5))) == [9]
+    assert t.events(0) == (7, 2)  # rows 3 and 4 are saved; 9's two events are not
+    t.restored(np.array([9]))
+    assert t.events(0)[1] == 0
+    t.observe(np.array([1, 2]))
+    assert t.wipe_shard(0) == 2  # a lost shard's unsaved events: PLS
+    assert t.stats(0).touched_rows == 0
+
+
+def test_tracker_bad_input():
+    with pytest.raises(cpr.InvalidArgumentError, match="track"):
+        cpr.Tracker(10, track="sometimes")
+    with pytest.raises(cpr.InvalidArgumentError):
+        cpr.Tracker(10, num_shards=20)
+    t = cpr.Tracker(10)
+    with pytest.raises(cpr.InvalidArgumentError, match="outside"):
+        t.observe(np.array([1, 10]))
+    with pytest.raises(cpr.InvalidArgumentError, match=">= 0"):
+        t.observe(np.array([1, 2]), np.array([1.0, -1.0], np.float32))
+    with pytest.raises(cpr.InvalidArgumentError, match="one value per index"):
+        t.observe(np.array([1, 2]), np.array([1.0], np.float32))
+    with pytest.raises(cpr.InvalidArgumentError, match="dtype"):
+        t.observe(np.array([1.0, 2.0]))
+    with pytest.raises(cpr.InvalidArgumentError, match="policy"):
+        t.select(0, "most-loved", rows=1)
+    assert t.stats(0).update_events == 0  # nothing changed
+
+
+def test_torch_indices():
+    torch = pytest.importorskip("torch")
+    t = cpr.Tracker(50, track="mfu")
+    idx = torch.tensor([[1, 2], [2, 2]])
+    t.observe(idx.reshape(-1))
+    assert list(np.asarray(t.select(0, "mfu", rows=1))) == [2]
