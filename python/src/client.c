@@ -970,8 +970,8 @@ static PyMethodDef client_methods[] = {
      "expected + 1; FailedPreconditionError if another writer won."},
     {"decide_and_record", KW cprpy_client_decide_and_record, METH_VARARGS | METH_KEYWORDS,
      "decide_and_record(job, num_shards, failed=(), mode='partial', *, expected_generation=0, "
-     "dense_replica=False, dense_shard=0, restart_if_unsaved=False) -> (Plan, generation, won)"
-     "\n\nPlan from the job's parts and record the plan, so that every process acts on the "
+     "dense_replica=False, dense_shard=0, restart_if_unsaved=False, abandoned=(0, 0)) -> "
+     "(Plan, generation, won)\n\nPlan from the job's parts and record the plan, so that every process acts on the "
      "same one; won is False when another process recorded first (its plan is returned)."},
     {"read_recorded", KW cprpy_client_read_recorded, METH_VARARGS | METH_KEYWORDS,
      "read_recorded(job) -> (generation, Plan or None): the job's recorded plan."},

@@ -253,20 +253,24 @@ done:
 PyObject *cprpy_client_decide_and_record(cprpy_client *c, PyObject *args, PyObject *kw)
 {
     static char *kwlist[] = {"job", "num_shards", "failed", "mode", "expected_generation",
-                             "dense_replica", "dense_shard", "restart_if_unsaved", NULL};
+                             "dense_replica", "dense_shard", "restart_if_unsaved", "abandoned",
+                             NULL};
     PyObject *job, *failed = Py_None, *mode = NULL;
     const char *j;
     unsigned int num_shards, dense_shard = 0;
-    unsigned long long expected = 0;
+    unsigned long long expected = 0, ab_after = 0, ab_through = 0;
     int dense_replica = 0, restart = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "UI|OO$KpIp", kwlist, &job, &num_shards, &failed,
-                                     &mode, &expected, &dense_replica, &dense_shard, &restart))
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "UI|OO$KpIp(KK)", kwlist, &job, &num_shards,
+                                     &failed, &mode, &expected, &dense_replica, &dense_shard,
+                                     &restart, &ab_after, &ab_through))
         return NULL;
     if (cprpy_job(job, &j) < 0)
         return NULL;
     request_args a;
     if (parse_request(&a, num_shards, failed, mode, dense_replica, dense_shard, restart) < 0)
         return NULL;
+    a.r.abandoned_after = ab_after;
+    a.r.abandoned_through = ab_through;
     cpr_client *cl = cprpy_client_enter(c);
     if (!cl) {
         free(a.failed);

@@ -1,0 +1,420 @@
+# SPDX-License-Identifier: Apache-2.0
+"""CPR for PyTorch recommendation models: partial recovery and prioritized saves.
+
+A ``Checkpointer`` holds a model's embedding tables (``nn.Embedding``,
+``nn.EmbeddingBag`` or weight tensors; their rows split into shards by
+ranges or modulo, as the nodes of a sharded job own them), their optimizer
+state, and the dense state (any objects with ``state_dict`` /
+``load_state_dict``). It tracks which rows training updates (forward hooks
+on the tables record the indices; ``step()`` after ``optimizer.step()``
+hands them to CPR's trackers), saves with a policy, and recovers a failed
+shard in place (partial recovery) or everything at the consistent cut
+(full recovery), following the plan recorded for the job so that every
+process acts on the same one::
+
+    ckpt = cpr.torch.Checkpointer(cpr.Client(target), "dlrm", model.embeddings,
+                                  optimizer=emb_opt, dense={"mlp": model.mlp},
+                                  num_shards=8, policy="mfu")
+    for step, batch in enumerate(loader):
+        loss = model(batch); loss.backward(); opt.step(); emb_opt.step()
+        ckpt.step()
+        if step % 500 == 0:
+            ckpt.async_save(step)          # returns a Future; the stall is the copy
+    ...
+    ckpt.recover([failed_shard])           # partial: only that shard's rows
+
+Saves copy the chosen rows into the client's staging on the calling thread
+(the stall: a gather of those rows, bounded by the client's staging_bytes)
+and stream and commit them in the background. One save is in flight at a
+time: a save asked for while the previous one streams waits for it first.
+See docs/python.md.
+"""
+import concurrent.futures
+import io
+import threading
+import time
+
+import numpy as np
+import torch
+
+import cpr
+
+DENSE_BLOB = "dense"
+
+_KIND = {
+    cpr.Policy.FULL: cpr.Kind.FULL,
+    cpr.Policy.DELTA: cpr.Kind.DELTA,
+    cpr.Policy.MFU: cpr.Kind.PRIORITY,
+    cpr.Policy.SSU: cpr.Kind.PRIORITY,
+    cpr.Policy.TOPK_NORM: cpr.Kind.PRIORITY,
+}
+
+
+def _policy(p):
+    if isinstance(p, str):
+        return cpr.Policy[p.upper().replace("-", "_")]
+    return cpr.Policy(p)
+
+
+def _weight(t):
+    """The weight tensor of a table module, or the tensor itself."""
+    w = getattr(t, "weight", t)
+    if not isinstance(w, torch.Tensor) or w.dim() != 2:
+        raise cpr.InvalidArgumentError("a table is an nn.Embedding, nn.EmbeddingBag or a 2-D "
+                                       "tensor, not %s" % type(t).__name__)
+    if w.device.type != "cpu" or w.dtype != torch.float32 or not w.is_contiguous():
+        raise cpr.InvalidArgumentError("table weights must be contiguous float32 CPU tensors "
+                                       "(got %s %s)" % (w.dtype, w.device))
+    return w
+
+
+def _array(t):
+    """A zero-copy NumPy view of a CPU tensor (parameters included)."""
+    return t.detach().numpy()
+
+
+class SaveResult:
+    """What a committed save wrote."""
+
+    def __init__(self, checkpoint, step, policy, rows, bytes_, stall_s, seconds):
+        self.checkpoint, self.step, self.policy = checkpoint, step, policy
+        self.rows, self.bytes, self.stall_s, self.seconds = rows, bytes_, stall_s, seconds
+
+    def __repr__(self):
+        return ("SaveResult(checkpoint=%d, step=%d, policy=%s, rows=%d, bytes=%d, "
+                "stall_s=%.4f, seconds=%.4f)" % (self.checkpoint, self.step, self.policy.name,
+                                                 self.rows, self.bytes, self.stall_s,
+                                                 self.seconds))
+
+
+class RecoveryResult:
+    """What a recovery did: the plan acted on and the rows written."""
+
+    def __init__(self, plan, generation, rows, lost_events, rewind_step, dense):
+        self.plan, self.generation, self.rows = plan, generation, rows
+        self.lost_events, self.rewind_step, self.dense = lost_events, rewind_step, dense
+
+    def __repr__(self):
+        return ("RecoveryResult(action=%s, rows=%d, lost_events=%d, rewind_step=%d, dense=%s)"
+                % (self.plan.action, self.rows, self.lost_events, self.rewind_step, self.dense))
+
+
+class Checkpointer:
+    """Checkpoints and recovers a PyTorch recommendation model with CPR.
+
+    client      a ``cpr.Client``.
+    job         the job's name in storage.
+    tables      embedding tables: a list or dict of ``nn.Embedding`` /
+                ``nn.EmbeddingBag`` modules or 2-D float32 CPU weight tensors.
+                Table ids in the checkpoints are their positions.
+    optimizer   a ``torch.optim.Adagrad`` over the tables (its per-element
+                ``sum`` is saved with the rows), or None; ``states`` instead
+                gives each table's state tensor (rows, k) or (rows,) directly
+                (row-wise Adagrad).
+    dense       objects with ``state_dict()`` / ``load_state_dict()`` (the
+                MLPs and their optimizer): a dict name -> object. Saved as one
+                blob with shard ``dense_shard``'s parts.
+    num_shards, scheme   how rows split into shards ("range" or "modulo").
+    policy      "full", "delta", "mfu", "ssu" or "topk-norm": what a save
+                takes; ``budget`` the fraction of each shard's rows a
+                prioritized save takes.
+    shards      the shards this process owns and saves (default: all).
+    ssu_rate    the probability an access joins the SSU sample.
+    hooks       install forward pre-hooks on table modules that record the
+                indices of training batches (False: call ``observe``).
+    """
+
+    def __init__(self, client, job, tables, *, optimizer=None, states=None, dense=None,
+                 num_shards=1, scheme="range", policy="mfu", budget=0.125, shards=None,
+                 ssu_rate=0.01, dense_shard=0, hooks=True, seed=0):
+        self.client, self.job = client, job
+        self.names = list(tables) if isinstance(tables, dict) else list(range(len(tables)))
+        mods = list(tables.values()) if isinstance(tables, dict) else list(tables)
+        self.modules = mods
+        self.weights = [_weight(t) for t in mods]
+        self.states = [self._state_of(w, optimizer, states, name)
+                       for w, name in zip(self.weights, self.names)]
+        self.dense = dict(dense or {})
+        self.num_shards, self.scheme = int(num_shards), scheme
+        self.policy, self.budget = _policy(policy), float(budget)
+        self.shards = list(range(self.num_shards)) if shards is None else sorted(shards)
+        self.dense_shard = int(dense_shard)
+        self._norm = self.policy == cpr.Policy.TOPK_NORM
+        self.trackers = [cpr.Tracker(w.shape[0], num_shards=self.num_shards, scheme=scheme,
+                                     track="all", ssu_rate=ssu_rate, seed=seed + i)
+                         for i, w in enumerate(self.weights)]
+        self.schema = [(i, w.shape[0], w.shape[1], 0 if s is None else s.shape[1])
+                       for i, (w, s) in enumerate(zip(self.weights, self.states))]
+        self._pending = [[] for _ in self.weights]   # indices seen since the last step()
+        self._before = [[] for _ in self.weights]    # TOPK_NORM: rows before the update
+        self._hooks = []
+        if hooks:
+            for i, m in enumerate(mods):
+                if isinstance(m, torch.nn.Module):
+                    self._hooks.append(m.register_forward_pre_hook(self._hook(i)))
+        self._inflight = None
+        self._lock = threading.Lock()
+        self._pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="cpr-save")
+        self.generation = 0
+        self.abandoned = (0, 0)  # ids written after the cut a full recovery rewound to
+        self.next_checkpoint = self._first_free_checkpoint()
+
+    # ---- set-up ----------------------------------------------------------------
+
+    @staticmethod
+    def _state_of(weight, optimizer, states, name):
+        if states is not None and name in states:
+            s = states[name]
+        elif optimizer is not None:
+            if not isinstance(optimizer, torch.optim.Adagrad):
+                raise cpr.InvalidArgumentError(
+                    "optimizer: only torch.optim.Adagrad's state is known (its 'sum'); give "
+                    "the state tensors in states= for %s" % type(optimizer).__name__)
+            s = optimizer.state[weight]["sum"]
+        else:
+            return None
+        if s.device.type != "cpu" or s.dtype != torch.float32 or not s.is_contiguous():
+            raise cpr.InvalidArgumentError("optimizer state of table %r must be a contiguous "
+                                           "float32 CPU tensor" % (name,))
+        s = s.reshape(weight.shape[0], -1)
+        return s
+
+    def _first_free_checkpoint(self):
+        try:
+            parts = self.client.list(self.job)
+        except cpr.NotFoundError:
+            return 1
+        return max(p.checkpoint for p in parts) + 1
+
+    def _hook(self, i):
+        def record(module, args):
+            if module.training and args:
+                self._record(i, args[0])
+        return record
+
+    def _record(self, i, indices):
+        idx = indices.detach().reshape(-1)
+        if idx.dtype != torch.int64:
+            idx = idx.to(torch.int64)
+        self._pending[i].append(idx)
+        if self._norm:
+            uniq = torch.unique(idx)
+            self._before[i].append((uniq, self.weights[i].detach()[uniq].clone()))
+
+    def close(self):
+        """Wait for the save in flight and remove the hooks."""
+        self.wait()
+        for h in self._hooks:
+            h.remove()
+        self._hooks = []
+        self._pool.shutdown(wait=True)
+
+    # ---- tracking --------------------------------------------------------------
+
+    def observe(self, table, indices):
+        """Record that a training batch used `indices` of table `table` (what
+        the hooks do; call it yourself for tables given as tensors)."""
+        self._record(self.names.index(table) if table in self.names else int(table),
+                     torch.as_tensor(indices))
+
+    def step(self):
+        """After the optimizer's step: the rows the batches since the last
+        call used were updated; tell the trackers (and, for TOPK_NORM, by how
+        much)."""
+        for i, tracker in enumerate(self.trackers):
+            if not self._pending[i]:
+                continue
+            idx = torch.cat(self._pending[i]) if len(self._pending[i]) > 1 else self._pending[i][0]
+            sq = None
+            if self._norm and self._before[i]:
+                sq = self._sq_change(i, idx)
+            tracker.observe(idx, sq)
+            self._pending[i], self._before[i] = [], []
+
+    def _sq_change(self, i, idx):
+        """TOPK_NORM: each updated row's squared change (now against its copy
+        from the forward, taken before the optimizer step), on the row's
+        first occurrence in idx; 0 on the others."""
+        rows = torch.cat([u for u, _ in self._before[i]])
+        before = torch.cat([b for _, b in self._before[i]])
+        change = (self.weights[i].detach()[rows] - before).pow(2).sum(1)
+        uniq, inv = torch.unique(rows, return_inverse=True)
+        per_row = torch.zeros(len(uniq)).scatter_(0, inv, change)  # copies agree
+        seen, pos = torch.unique(idx, return_inverse=True)
+        first = torch.full((len(seen),), len(idx), dtype=torch.int64)
+        first.scatter_reduce_(0, pos, torch.arange(len(idx)), reduce="amin")
+        sq = torch.zeros(len(idx), dtype=torch.float32)
+        sq[first] = per_row[torch.searchsorted(uniq, seen)].to(torch.float32)
+        return sq
+
+    def stats(self):
+        """Per table, per shard: the trackers' counters (cpr.TrackerStats)."""
+        return [[t.stats(s) for s in range(self.num_shards)] for t in self.trackers]
+
+    def unsaved_fraction(self):
+        """Unsaved update events over all update events of this process's
+        shards: what a failure of all of them would lose (PLS's numerator)."""
+        up = uns = 0
+        for t in self.trackers:
+            for s in self.shards:
+                a, b = t.events(s)
+                up, uns = up + a, uns + b
+        return uns / up if up else 0.0
+
+    # ---- saving ----------------------------------------------------------------
+
+    def _budget(self, policy):
+        return {} if policy in (cpr.Policy.FULL, cpr.Policy.DELTA) else {"fraction": self.budget}
+
+    def _dense_bytes(self):
+        if not self.dense:
+            return None
+        buf = io.BytesIO()
+        torch.save({k: v.state_dict() for k, v in self.dense.items()}, buf)
+        return buf.getvalue()
+
+    def async_save(self, step, policy=None):
+        """Save the rows `policy` (default: the checkpointer's) chooses from
+        each of this process's shards, with the dense state. Returns a
+        concurrent.futures.Future of a SaveResult, done once every shard's
+        part committed (its exception: the cpr.Error that failed it). The
+        caller's stall is selection and the copy of the chosen rows."""
+        policy = self.policy if policy is None else _policy(policy)
+        self.wait()  # one save in flight: the previous one lands first
+        t0 = time.perf_counter()
+        ckpt, step = self.next_checkpoint, int(step)
+        self.next_checkpoint += 1
+        kind = _KIND[policy]
+        parts, tsaves, rows, nbytes = [], [], 0, 0
+        try:
+            for shard in self.shards:
+                part = self.client.begin(self.job, shard, ckpt, tables=self.schema, kind=kind,
+                                         step=step, num_shards=self.num_shards, wait=False)
+                parts.append(part)
+                for i, (tracker, w, s) in enumerate(zip(self.trackers, self.weights,
+                                                         self.states)):
+                    ids = tracker.select(shard, policy, **self._budget(policy))
+                    tsaves.append(tracker.begin(shard, policy, ids))
+                    if len(ids):
+                        part.put_gather(i, _array(w), None if s is None else _array(s), ids=ids)
+                    rows += len(ids)
+                    nbytes += len(ids) * (8 + 4 * self.schema[i][2] + 4 * self.schema[i][3])
+                if shard == self.dense_shard:
+                    blob = self._dense_bytes()
+                    if blob is not None:
+                        part.put_blob(DENSE_BLOB, blob)
+                        nbytes += len(blob)
+        except BaseException:
+            for p in parts:
+                p.abort()
+            for ts in tsaves:
+                ts.abort()
+            raise
+        stall = time.perf_counter() - t0
+
+        def land():
+            try:
+                for p in parts:
+                    p.commit()
+            except BaseException:
+                for p in parts:
+                    p.abort()
+                for ts in tsaves:
+                    ts.abort()
+                raise
+            for ts in tsaves:
+                ts.commit()
+            return SaveResult(ckpt, step, policy, rows, nbytes, stall, time.perf_counter() - t0)
+
+        with self._lock:
+            self._inflight = self._pool.submit(land)
+            return self._inflight
+
+    def save(self, step, policy=None):
+        """async_save and wait: the SaveResult once committed."""
+        return self.async_save(step, policy).result()
+
+    def wait(self):
+        """Wait for the save in flight (its error, if it failed, is raised)."""
+        with self._lock:
+            f, self._inflight = self._inflight, None
+        if f is not None:
+            f.result()
+
+    # ---- failures and recovery -------------------------------------------------
+
+    def _shard_rows(self, shard, n):
+        """Row ids of `shard` in a table of n rows."""
+        if self.scheme == "modulo":
+            return np.arange(shard, n, self.num_shards)
+        per = -(-n // self.num_shards)
+        return np.arange(shard * per, min(n, (shard + 1) * per))
+
+    def simulate_failure(self, shard):
+        """Emulate the loss of `shard`'s node: its rows and optimizer state
+        are zeroed in every table and its trackers cleared. Returns the update
+        events that had not been saved (what a partial recovery loses)."""
+        lost = 0
+        with torch.no_grad():
+            for w, s, t in zip(self.weights, self.states, self.trackers):
+                rows = torch.from_numpy(self._shard_rows(shard, w.shape[0]))
+                w[rows] = 0
+                if s is not None:
+                    s[rows] = 0
+                lost += t.wipe_shard(shard)
+        return lost
+
+    def recover(self, failed, mode="partial", *, dense_replica=None, lost_events=0):
+        """Recover from the failure of shards `failed`: decide and record the
+        plan (or act on the one another process recorded), then restore.
+        partial: each failed shard's rows as of its newest committed part,
+        in place; the other rows stay as they are. full: every shard at the
+        latest consistent cut, and the dense state from its blob; training
+        rewinds to RecoveryResult.rewind_step. dense_replica: the dense state
+        survives on other processes (default: True for partial)."""
+        failed = sorted(int(s) for s in failed)
+        if dense_replica is None:
+            dense_replica = mode == "partial"
+        self.wait()
+        plan, gen, _won = self.client.decide_and_record(
+            self.job, self.num_shards, failed, mode, expected_generation=self.generation,
+            dense_replica=dense_replica, dense_shard=self.dense_shard, abandoned=self.abandoned)
+        self.generation = gen
+        return self._execute(plan, gen, lost_events)
+
+    def _execute(self, plan, gen, lost_events):
+        rows = 0
+        dense = "keep"
+        for entry in plan.shards:
+            if entry.source != "store":
+                continue
+            for i, (w, s, t) in enumerate(zip(self.weights, self.states, self.trackers)):
+                n = w.shape[0]
+                flags = np.zeros(n, np.uint8)
+                q = {"as_of": entry.as_of, "shards": [entry.shard]}
+                if self.scheme == "modulo":
+                    q.update(modulo=self.num_shards, remainder=entry.shard)
+                else:
+                    ids = self._shard_rows(entry.shard, n)
+                    q["ranges"] = [(int(ids[0]), int(ids[-1]) + 1)] if len(ids) else []
+                if plan.action == "full":
+                    t.wipe_shard(entry.shard)  # the rewound rows' trackers start over
+                with torch.no_grad():
+                    res = self.client.restore_into(self.job, i, _array(w),
+                                                   None if s is None else _array(s),
+                                                   restored=flags, **q)
+                got = np.flatnonzero(flags)
+                t.restored(got)
+                rows += res.rows
+            if entry.dense == "blob" and self.dense and dense == "keep":
+                blob = self.client.read_blob(self.job, entry.dense_shard,
+                                             entry.dense_checkpoint, DENSE_BLOB)
+                state = torch.load(io.BytesIO(blob))
+                for k, obj in self.dense.items():
+                    obj.load_state_dict(state[k])
+                dense = "blob"
+        if plan.action == "full":
+            # Parts after the cut belong to the timeline training left: later
+            # plans ignore them; new ids stay above them (ids only grow).
+            self.abandoned = (plan.cut, self.next_checkpoint - 1)
+        return RecoveryResult(plan, gen, rows, lost_events, plan.rewind_step, dense)

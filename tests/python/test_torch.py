@@ -1,0 +1,229 @@
+# SPDX-License-Identifier: Apache-2.0
+"""cpr.torch against a real ckptd: tracked counts equal a reference from the
+index tensors; partial recovery restores exactly the failed shard's newest
+committed rows and leaves every other row alone; full recovery restores the
+cut (rows, optimizer state, dense state) and rewinds; training continues;
+a save is a snapshot of the rows at the call."""
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+import cpr  # noqa: E402
+import cpr.torch  # noqa: E402
+
+ROWS = (200, 300, 120)
+DIM = 8
+SHARDS = 4
+
+
+class Model(torch.nn.Module):
+    def __init__(self, seed):
+        super().__init__()
+        torch.manual_seed(seed)
+        self.emb = torch.nn.ModuleList(
+            [torch.nn.EmbeddingBag(n, DIM, mode="sum", sparse=True) for n in ROWS])
+        self.mlp = torch.nn.Linear(DIM * len(ROWS), 1)
+
+    def forward(self, idx):
+        return self.mlp(torch.cat([e(i) for e, i in zip(self.emb, idx)], 1)).squeeze(1)
+
+
+class Trainer:
+    def __init__(self, client, job, policy="mfu", scheme="range", seed=1):
+        self.model = Model(seed)
+        self.emb_opt = torch.optim.Adagrad(list(self.model.emb.parameters()), lr=0.1)
+        self.mlp_opt = torch.optim.SGD(self.model.mlp.parameters(), lr=0.05)
+        self.rng = np.random.default_rng(seed)
+        self.indices = [[] for _ in ROWS]  # every index tensor training used
+        self.ckpt = cpr.torch.Checkpointer(
+            client, job, list(self.model.emb), optimizer=self.emb_opt,
+            dense={"mlp": self.model.mlp, "mlp_opt": self.mlp_opt}, num_shards=SHARDS,
+            scheme=scheme, policy=policy, budget=0.25)
+
+    def step(self, batch=16, bag=3):
+        idx = [torch.from_numpy(self.rng.zipf(1.5, size=(batch, bag)) % n) for n in ROWS]
+        for t, i in enumerate(idx):
+            self.indices[t].append(i.reshape(-1).numpy())
+        y = torch.from_numpy(self.rng.random(batch).astype(np.float32))
+        loss = torch.nn.functional.mse_loss(self.model(idx), y)
+        self.emb_opt.zero_grad()
+        self.mlp_opt.zero_grad()
+        loss.backward()
+        self.emb_opt.step()
+        self.mlp_opt.step()
+        self.ckpt.step()
+        return float(loss)
+
+    def snapshot(self):
+        """Every table's rows and Adagrad state, and the MLP, copied."""
+        return ([e.weight.detach().clone() for e in self.model.emb],
+                [self.emb_opt.state[e.weight]["sum"].clone() for e in self.model.emb],
+                {k: v.clone() for k, v in self.model.mlp.state_dict().items()})
+
+
+class SpyTracker:
+    """A tracker that remembers the rows each save began with."""
+
+    def __init__(self, tracker):
+        self.tracker, self.begun = tracker, []
+
+    def __getattr__(self, name):
+        return getattr(self.tracker, name)
+
+    def begin(self, shard, policy, ids):
+        self.begun.append((shard, cpr.torch._policy(policy), set(np.asarray(ids).tolist())))
+        return self.tracker.begin(shard, policy, ids)
+
+
+def shard_rows(n, shard, scheme="range"):
+    if scheme == "modulo":
+        return torch.arange(shard, n, SHARDS)
+    per = -(-n // SHARDS)
+    return torch.arange(shard * per, min(n, (shard + 1) * per))
+
+
+def test_mfu_counts_equal_a_reference(client, job):
+    tr = Trainer(client, job)
+    for _ in range(30):
+        tr.step()
+    for t, (n, tracker) in enumerate(zip(ROWS, tr.ckpt.trackers)):
+        counts = np.bincount(np.concatenate(tr.indices[t]), minlength=n)
+        for shard in range(SHARDS):
+            mine = shard_rows(n, shard).numpy()
+            want = sorted(sorted((r for r in mine if counts[r]), key=lambda r: (-counts[r], r))[:7])
+            assert list(np.asarray(tracker.select(shard, "mfu", rows=7))) == want
+            st = tracker.stats(shard)
+            assert st.update_events == counts[mine].sum()
+            assert st.touched_rows == np.count_nonzero(counts[mine])
+    tr.ckpt.close()
+
+
+@pytest.mark.parametrize("scheme", ["range", "modulo"])
+def test_partial_recovery_restores_exactly_the_failed_shard(client, job, scheme):
+    tr = Trainer(client, job, scheme=scheme)
+    tr.ckpt.trackers = [SpyTracker(t) for t in tr.ckpt.trackers]
+    for _ in range(10):
+        tr.step()
+    full = tr.ckpt.save(10, "full")
+    assert full.rows == sum(ROWS)
+    w_full, s_full, _ = tr.snapshot()
+    for _ in range(10):
+        tr.step()
+    mfu = tr.ckpt.async_save(20).result()  # a PRIORITY part of the top rows
+    w_mfu, s_mfu, _ = tr.snapshot()
+    for p in client.list(job):
+        assert p.committed
+    failed = 2
+    in_mfu = [set().union(*[ids for shard, pol, ids in t.begun
+                            if shard == failed and pol == cpr.Policy.MFU])
+              for t in tr.ckpt.trackers]
+    assert any(in_mfu)  # the MFU part holds rows of the failed shard
+    for _ in range(5):
+        tr.step()  # unsaved updates: what the failure loses
+    w_now, s_now, mlp_now = tr.snapshot()
+    parts = {(p.checkpoint, p.shard): p for p in client.list(job)}
+    assert parts[(mfu.checkpoint, failed)].kind == "PRIORITY"
+    lost = tr.ckpt.simulate_failure(failed)
+    assert lost > 0
+    res = tr.ckpt.recover([failed])
+    assert res.plan.action == "partial" and res.dense == "keep"
+    [entry] = [e for e in res.plan.shards if e.source == "store"]
+    assert entry.shard == failed and entry.as_of == mfu.checkpoint
+    for t, n in enumerate(ROWS):
+        w = tr.model.emb[t].weight.detach()
+        s = tr.emb_opt.state[tr.model.emb[t].weight]["sum"]
+        mine = shard_rows(n, failed, scheme)
+        others = torch.tensor(sorted(set(range(n)) - set(mine.tolist())), dtype=torch.int64)
+        # Survivors are untouched: exactly their pre-failure values.
+        assert torch.equal(w[others], w_now[t][others])
+        assert torch.equal(s[others], s_now[t][others])
+        # The failed shard: each row's newest committed version, bit for bit.
+        for r in mine.tolist():
+            src_w, src_s = (w_mfu, s_mfu) if r in in_mfu[t] else (w_full, s_full)
+            assert torch.equal(w[r], src_w[t][r]), (t, r)
+            assert torch.equal(s[r], src_s[t][r]), (t, r)
+    for k, v in tr.model.mlp.state_dict().items():  # the dense replica survives
+        assert torch.equal(v, mlp_now[k])
+    # Training goes on, and the next save lands.
+    for _ in range(5):
+        assert np.isfinite(tr.step())
+    assert tr.ckpt.save(30).checkpoint == mfu.checkpoint + 1
+    tr.ckpt.close()
+
+
+def test_full_recovery_restores_the_cut_and_rewinds(client, job):
+    tr = Trainer(client, job, policy="ssu")
+    for _ in range(8):
+        tr.step()
+    cut = tr.ckpt.save(8, "full")
+    w_cut, s_cut, mlp_cut = tr.snapshot()
+    for _ in range(8):
+        tr.step()
+    abandoned = tr.ckpt.save(16)  # PRIORITY: not consistent, after the cut
+    for _ in range(4):
+        tr.step()
+    tr.ckpt.simulate_failure(1)
+    res = tr.ckpt.recover([1], mode="full")
+    assert res.plan.action == "full" and res.plan.cut == cut.checkpoint
+    assert res.rewind_step == 8 and res.dense == "blob"
+    for t in range(len(ROWS)):
+        assert torch.equal(tr.model.emb[t].weight.detach(), w_cut[t])
+        assert torch.equal(tr.emb_opt.state[tr.model.emb[t].weight]["sum"], s_cut[t])
+    for k, v in tr.model.mlp.state_dict().items():
+        assert torch.equal(v, mlp_cut[k])
+    # Training continues from the cut; a later partial recovery ignores the
+    # abandoned part (written after the cut, on the timeline left behind).
+    for _ in range(3):
+        tr.step()
+    w_after, s_after, _ = tr.snapshot()
+    tr.ckpt.simulate_failure(3)
+    res = tr.ckpt.recover([3])
+    [entry] = [e for e in res.plan.shards if e.source == "store"]
+    assert entry.as_of == cut.checkpoint and entry.as_of < abandoned.checkpoint
+    for t, n in enumerate(ROWS):
+        rows = shard_rows(n, 3)
+        assert torch.equal(tr.model.emb[t].weight.detach()[rows], w_cut[t][rows])
+    tr.ckpt.close()
+
+
+def test_topk_norm_ranks_by_update_magnitude(client, job):
+    tr = Trainer(client, job, policy="topk-norm")
+    before = [e.weight.detach().clone() for e in tr.model.emb]
+    tr.step(batch=64)  # one step: a row's tracked norm is its squared change
+    for t, (n, tracker) in enumerate(zip(ROWS, tr.ckpt.trackers)):
+        change = (tr.model.emb[t].weight.detach() - before[t]).pow(2).sum(1)
+        mine = shard_rows(n, 0)
+        order = sorted((r for r in mine.tolist() if change[r] > 0), key=lambda r: -change[r])
+        picked = list(np.asarray(tracker.select(0, "topk-norm", rows=5)))
+        assert picked == sorted(order[:5])
+    res = tr.ckpt.save(1)
+    assert res.policy == cpr.Policy.TOPK_NORM and res.rows > 0
+    tr.ckpt.close()
+
+
+def test_async_save_is_a_snapshot(client, job):
+    tr = Trainer(client, job)
+    for _ in range(5):
+        tr.step()
+    w0, s0, _ = tr.snapshot()
+    fut = tr.ckpt.async_save(5, "full")
+    with torch.no_grad():  # training changes every row while the save streams
+        for e in tr.model.emb:
+            e.weight.add_(1.0)
+    result = fut.result()
+    assert result.rows == sum(ROWS) and result.stall_s <= result.seconds
+    for t, n in enumerate(ROWS):
+        out = np.empty((n, DIM), np.float32)
+        st = np.empty((n, DIM), np.float32)
+        client.restore_into(job, t, out, st, as_of=result.checkpoint)
+        assert np.array_equal(out.view(np.uint32), w0[t].numpy().view(np.uint32))
+        assert np.array_equal(st.view(np.uint32), s0[t].numpy().view(np.uint32))
+    tr.ckpt.close()
+
+
+def test_bad_tables_are_refused(client, job):
+    with pytest.raises(cpr.InvalidArgumentError, match="float32"):
+        cpr.torch.Checkpointer(client, job, [torch.zeros(4, 4, dtype=torch.float64)])
+    with pytest.raises(cpr.InvalidArgumentError, match="Adagrad"):
+        w = torch.nn.Embedding(4, 4)
+        cpr.torch.Checkpointer(client, job, [w], optimizer=torch.optim.SGD(w.parameters(), 0.1))
