@@ -18,6 +18,7 @@ PACKAGES=(
   libgrpc-dev                        # ckptd and the client: gRPC C core
   python3-grpcio python3-grpc-tools  # test_python_client: the wire contract from Python
   python3-dev                        # the cpr Python package (python/), for /usr/bin/python3
+  python3-pip python3-setuptools python3-wheel  # pip install ./python, offline
   python3-numpy python3-pytest       # its tests
   python3-torch                      # cpr.torch and examples/torch_dlrm
   gnuplot-nox                        # cpr-analyze --plot-dir (run as a program; optional at runtime)

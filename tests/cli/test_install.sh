@@ -8,11 +8,13 @@
 # and each run against the installed ckptd (and pkg-config's over local://,
 # which loads the installed libcpr-store.so.0). Nothing from the source or
 # build tree is on any include or library path of those builds.
-# Usage: test_install.sh BUILD_DIR SOURCE_DIR [EXTRA_CFLAGS (sanitizers)]
+# Usage: test_install.sh BUILD_DIR SOURCE_DIR [EXTRA_CFLAGS (sanitizers)] [python]
+# ("python": the build has the Python package, so pip install ./python too)
 set -euo pipefail
 build=$1
 src=$2
 extra=${3:-}
+with_python=${4:-}
 work=$(mktemp -d "${TMPDIR:-/tmp}/install-test.XXXXXX")
 prefix=$work/prefix
 
@@ -69,4 +71,33 @@ libs=$(ldd "$work/qs-pc")
 if grep -qiE 'rocksdb|uring' <<< "$libs"; then
     fail "a gRPC program built with pkg-config cpr loads the store's libraries"
 fi
-echo "test_install: ok ($n programs against the installed ckptd, one over local://)"
+
+# 3. The Python package: `pip install ./python` against the installed libcpr
+# (offline, Debian's setuptools), into a directory of its own, then a round
+# trip through the installed ckptd. Only where the build has the package
+# (never under the sanitizers: an ASan libcpr cannot load into python).
+py=""
+if [[ $with_python == python ]]; then
+    cp -r "$src/python" "$work/pysrc" # pip writes build files beside setup.py
+    /usr/bin/python3 -m pip install --no-build-isolation --no-deps --no-index --quiet \
+        --target "$work/site" "$work/pysrc" > "$work/pip.log" 2>&1 ||
+        fail "pip install of python/ failed: $(tail -20 "$work/pip.log")"
+    start_daemon py
+    out=$(cd "$work" && PYTHONPATH=$work/site /usr/bin/python3 - "grpc://${daemon_addr[py]}" <<'PY' 2>&1
+import sys
+import numpy as np
+import cpr
+assert cpr.__file__.startswith(sys.path[1]) or "site" in cpr.__file__, cpr.__file__
+with cpr.Client(sys.argv[1]) as c:
+    with c.begin("installed", 0, 1, tables=[(0, 10, 2, 0)]) as p:
+        p.put_range(0, 0, np.arange(20, dtype=np.float32).reshape(10, 2))
+    rows, res = c.restore("installed")
+    assert np.asarray(rows[0].values)[9, 1] == 19.0
+    print("python ok as of", res.as_of, cpr.__file__)
+PY
+) || fail "the pip-installed package: $out"
+    [[ $out == *"python ok as of 1"*"/site/cpr/"* ]] || fail "the pip-installed package: '$out'"
+    stop_daemon py
+    py=", the pip-installed Python package"
+fi
+echo "test_install: ok ($n programs against the installed ckptd, one over local://$py)"

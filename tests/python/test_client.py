@@ -371,3 +371,26 @@ def test_abort_by_id(ckptd, client, job):
     with client.begin(job, 0, 1, tables=SCHEMA[:1]):
         pass
     assert [x.rows for x in client.list(job)] == [0]
+
+
+def test_type_stubs_cover_the_module():
+    """cpr/_cpr.pyi declares every public name of the extension, and every
+    method of its classes."""
+    import ast
+    import os
+    import cpr._cpr as core
+    stub = os.path.join(os.path.dirname(cpr.__file__), "_cpr.pyi")
+    tree = ast.parse(open(stub).read())
+    declared = {}
+    for node in tree.body:
+        if isinstance(node, ast.ClassDef):
+            declared[node.name] = {n.name for n in node.body if isinstance(n, ast.FunctionDef)} | {
+                n.target.id for n in node.body if isinstance(n, ast.AnnAssign)}
+        elif isinstance(node, ast.FunctionDef):
+            declared[node.name] = set()
+    public = {n for n in dir(core) if not n.startswith("_")}
+    assert public - set(declared) == set()
+    for name in ("Client", "Part", "Tracker", "TrackerSave", "Plan", "Array"):
+        cls = getattr(core, name)
+        members = {m for m in dir(cls) if not m.startswith("_")}
+        assert members - declared[name] == set(), name
