@@ -50,7 +50,9 @@ from cpr._cpr import (  # noqa: F401  (re-exported)
     UnavailableError,
     VerifyReport,
     __version__,
+    failure_schedule,
     plan_recovery,
+    read_criteo,
     status_name,
 )
 
@@ -98,5 +100,5 @@ __all__ = [
     "IOFailureError", "Kind", "NoMemoryError", "NotFoundError", "Part", "PartInfo", "Plan",
     "PlanShard", "Policy", "Progress", "ResourceExhaustedError", "RestoredTable",
     "RestoreResult", "Stats", "Status", "TimeoutError", "Tracker", "TrackerSave", "TrackerStats", "UnavailableError", "VerifyReport",
-    "plan_recovery", "status_name",
+    "failure_schedule", "plan_recovery", "read_criteo", "status_name",
 ]

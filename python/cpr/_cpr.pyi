@@ -34,7 +34,7 @@ class InternalError(Error): ...
 class Array:
     """Rows the library allocated; shares its memory by the buffer protocol."""
     shape: Tuple[int, ...]
-    format: str  # 'f' (float32) or 'Q' (uint64)
+    format: str  # 'f' (float32), 'Q' (uint64) or 'q' (int64)
     def __len__(self) -> int: ...
 
 class PartInfo(NamedTuple):
@@ -214,3 +214,7 @@ def plan_recovery(parts: Sequence[Union[PartInfo, Sequence[Any]]], num_shards: i
                   failed: Sequence[int] = ..., mode: ModeLike = ..., *,
                   dense_replica: bool = ..., dense_shard: int = ...,
                   restart_if_unsaved: bool = ..., abandoned: Tuple[int, int] = ...) -> Plan: ...
+def read_criteo(path: str, rows_per_table: int = ..., *, max_lines: int = ...,
+                skip_malformed: bool = ...) -> Tuple[Array, Array, Array]: ...
+def failure_schedule(mean_steps: float, horizon_steps: int, num_shards: int, *, seed: int = ...,
+                     law: str = ..., shape: float = ...) -> List[Tuple[int, int]]: ...

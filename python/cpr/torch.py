@@ -196,6 +196,7 @@ class Checkpointer:
         idx = indices.detach().reshape(-1)
         if idx.dtype != torch.int64:
             idx = idx.to(torch.int64)
+        idx = idx.contiguous()  # a column of a batch is strided: copied once here
         self._pending[i].append(idx)
         if self._norm:
             uniq = torch.unique(idx)
@@ -221,6 +222,7 @@ class Checkpointer:
         """After the optimizer's step: the rows the batches since the last
         call used were updated; tell the trackers (and, for TOPK_NORM, by how
         much)."""
+        self._settle(block=False)
         for i, tracker in enumerate(self.trackers):
             if not self._pending[i]:
                 continue
@@ -240,11 +242,10 @@ class Checkpointer:
         change = (self.weights[i].detach()[rows] - before).pow(2).sum(1)
         uniq, inv = torch.unique(rows, return_inverse=True)
         per_row = torch.zeros(len(uniq)).scatter_(0, inv, change)  # copies agree
-        seen, pos = torch.unique(idx, return_inverse=True)
-        first = torch.full((len(seen),), len(idx), dtype=torch.int64)
-        first.scatter_reduce_(0, pos, torch.arange(len(idx)), reduce="amin")
+        seen, first = np.unique(idx.numpy(), return_index=True)
         sq = torch.zeros(len(idx), dtype=torch.float32)
-        sq[first] = per_row[torch.searchsorted(uniq, seen)].to(torch.float32)
+        sq[torch.from_numpy(first)] = per_row[
+            torch.searchsorted(uniq, torch.from_numpy(seen))].to(torch.float32)
         return sq
 
     def stats(self):
@@ -312,23 +313,19 @@ class Checkpointer:
             raise
         stall = time.perf_counter() - t0
 
-        def land():
+        def land():  # the background: streams, then commits, every shard's part
             try:
                 for p in parts:
                     p.commit()
             except BaseException:
                 for p in parts:
                     p.abort()
-                for ts in tsaves:
-                    ts.abort()
                 raise
-            for ts in tsaves:
-                ts.commit()
             return SaveResult(ckpt, step, policy, rows, nbytes, stall, time.perf_counter() - t0)
 
         with self._lock:
-            self._inflight = self._pool.submit(land)
-            return self._inflight
+            self._inflight = (self._pool.submit(land), tsaves)
+            return self._inflight[0]
 
     def save(self, step, policy=None):
         """async_save and wait: the SaveResult once committed."""
@@ -336,10 +333,25 @@ class Checkpointer:
 
     def wait(self):
         """Wait for the save in flight (its error, if it failed, is raised)."""
+        self._settle(block=True)
+
+    def _settle(self, block):
+        """On the training thread (the trackers are used by one thread): once
+        the save in flight landed, its tracker saves commit (the rows are
+        saved) or abort (their tracker values return)."""
         with self._lock:
-            f, self._inflight = self._inflight, None
-        if f is not None:
-            f.result()
+            if self._inflight is None or not (block or self._inflight[0].done()):
+                return
+            fut, tsaves = self._inflight
+            self._inflight = None
+        try:
+            fut.result()
+        except BaseException:
+            for ts in tsaves:
+                ts.abort()
+            raise
+        for ts in tsaves:
+            ts.commit()
 
     # ---- failures and recovery -------------------------------------------------
 
@@ -415,6 +427,12 @@ class Checkpointer:
                 dense = "blob"
         if plan.action == "full":
             # Parts after the cut belong to the timeline training left: later
-            # plans ignore them; new ids stay above them (ids only grow).
-            self.abandoned = (plan.cut, self.next_checkpoint - 1)
+            # plans ignore them, and new ids stay above them (ids only grow).
+            # Their row versions would still show through a later restore "as
+            # of" a newer id wherever no save since rewrote the row, so a
+            # FULL save of the restored state starts the new timeline at once
+            # (in the background; a later recovery waits for it to land).
+            if self.next_checkpoint - 1 > plan.cut:
+                self.abandoned = (plan.cut, self.next_checkpoint - 1)
+            self.async_save(plan.rewind_step, cpr.Policy.FULL)
         return RecoveryResult(plan, gen, rows, lost_events, plan.rewind_step, dense)

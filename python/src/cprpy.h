@@ -8,6 +8,7 @@
  *   part.c    cpr.Part
  *   plan.c    cpr.Plan, plan_recovery, the recovery record
  *   tracker.c cpr.Tracker (trackers over tables the library does not own)
+ *   data.c    read_criteo, failure_schedule
  *
  * Rules every entry point follows:
  *   - Row data crosses by the buffer protocol: C-contiguous float32 values,
@@ -128,6 +129,10 @@ PyObject *cprpy_plan_wrap(cpr_recovery_plan *plan);
 PyObject *cprpy_plan_recovery(PyObject *self, PyObject *args, PyObject *kw);
 PyObject *cprpy_client_decide_and_record(cprpy_client *c, PyObject *args, PyObject *kw);
 PyObject *cprpy_client_read_recorded(cprpy_client *c, PyObject *args, PyObject *kw);
+
+/* data.c */
+PyObject *cprpy_read_criteo(PyObject *self, PyObject *args, PyObject *kw);
+PyObject *cprpy_failure_schedule(PyObject *self, PyObject *args, PyObject *kw);
 
 int cprpy_client_ready(PyObject *m);
 int cprpy_part_ready(PyObject *m);

@@ -345,7 +345,7 @@ static PySequenceMethods array_as_sequence = {.sq_length = (lenfunc)array_len};
 static PyGetSetDef array_getset[] = {
     {"shape", (getter)array_get_shape, NULL, "Shape: (n,) or (n, cols).", NULL},
     {"format", (getter)array_get_format, NULL,
-     "Struct format of an element: 'f' (float32) or 'Q' (uint64).", NULL},
+     "Struct format of an element: 'f' (float32), 'Q' (uint64) or 'q' (int64).", NULL},
     {NULL, NULL, NULL, NULL, NULL},
 };
 
@@ -372,7 +372,7 @@ PyObject *cprpy_array_new(void *data, char format, size_t n, size_t cols)
     a->data = data;
     a->format[0] = format;
     a->format[1] = 0;
-    a->itemsize = format == 'f' ? 4 : 8;
+    a->itemsize = format == 'f' ? 4 : 8; /* 'f', or 'Q' / 'q' */
     a->ndim = cols ? 2 : 1;
     a->shape[0] = (Py_ssize_t)n;
     a->shape[1] = (Py_ssize_t)cols;
@@ -667,6 +667,19 @@ static PyMethodDef module_methods[] = {
      "dense_shard=0, restart_if_unsaved=False, abandoned=(0, 0)) -> Plan\n\n"
      "Plan a recovery from a job's parts (Client.list), purely: which shards restore, as of "
      "which checkpoint, where the dense state comes from. See cpr/recovery.h."},
+    {"read_criteo", (PyCFunction)(void (*)(void))cprpy_read_criteo, METH_VARARGS | METH_KEYWORDS,
+     "read_criteo(path, rows_per_table=0, *, max_lines=0, skip_malformed=True) -> "
+     "(labels, dense, sparse)\n\n"
+     "Criteo lines (TSV, or CSV with its header) parsed and hashed as cpr-dlrm does "
+     "(docs/data.md): labels float32 (n,), dense float32 (n, 13) = log(1 + max(x, 0)), "
+     "sparse int64 (n, 26) row indices into tables of rows_per_table rows (0: the "
+     "library's default). max_lines 0 reads the whole file."},
+    {"failure_schedule", (PyCFunction)(void (*)(void))cprpy_failure_schedule,
+     METH_VARARGS | METH_KEYWORDS,
+     "failure_schedule(mean_steps, horizon_steps, num_shards, *, seed=0, law='exponential', "
+     "shape=0) -> list[(step, shard)]\n\n"
+     "The seeded failure schedule the trainers and the test harness replay (cpr/failure.h): "
+     "shard `shard` fails once `step` steps have run."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -147,7 +147,7 @@ def test_partial_recovery_restores_exactly_the_failed_shard(client, job, scheme)
     # Training goes on, and the next save lands.
     for _ in range(5):
         assert np.isfinite(tr.step())
-    assert tr.ckpt.save(30).checkpoint == mfu.checkpoint + 1
+    assert tr.ckpt.save(30).checkpoint == mfu.checkpoint + 1  # ids go on
     tr.ckpt.close()
 
 
@@ -159,7 +159,7 @@ def test_full_recovery_restores_the_cut_and_rewinds(client, job):
     w_cut, s_cut, mlp_cut = tr.snapshot()
     for _ in range(8):
         tr.step()
-    abandoned = tr.ckpt.save(16)  # PRIORITY: not consistent, after the cut
+    abandoned = tr.ckpt.save(16, "mfu")  # PRIORITY: not consistent, after the cut
     for _ in range(4):
         tr.step()
     tr.ckpt.simulate_failure(1)
@@ -171,18 +171,27 @@ def test_full_recovery_restores_the_cut_and_rewinds(client, job):
         assert torch.equal(tr.emb_opt.state[tr.model.emb[t].weight]["sum"], s_cut[t])
     for k, v in tr.model.mlp.state_dict().items():
         assert torch.equal(v, mlp_cut[k])
-    # Training continues from the cut; a later partial recovery ignores the
-    # abandoned part (written after the cut, on the timeline left behind).
+    # Training goes on from the cut. A later partial recovery restores each
+    # row's newest version on the new timeline: from a save made since, or
+    # from the cut; never from the part written after the cut and left
+    # behind, although its id is lower than the new ones.
+    tr.ckpt.wait()  # the FULL save that starts the new timeline
+    tr.ckpt.trackers = [SpyTracker(t) for t in tr.ckpt.trackers]
     for _ in range(3):
         tr.step()
-    w_after, s_after, _ = tr.snapshot()
+    later = tr.ckpt.save(11)
+    w_later, _, _ = tr.snapshot()
+    assert later.checkpoint > abandoned.checkpoint
+    tr.step()
     tr.ckpt.simulate_failure(3)
     res = tr.ckpt.recover([3])
     [entry] = [e for e in res.plan.shards if e.source == "store"]
-    assert entry.as_of == cut.checkpoint and entry.as_of < abandoned.checkpoint
+    assert entry.as_of == later.checkpoint
     for t, n in enumerate(ROWS):
-        rows = shard_rows(n, 3)
-        assert torch.equal(tr.model.emb[t].weight.detach()[rows], w_cut[t][rows])
+        fresh = set().union(*[ids for shard, _, ids in tr.ckpt.trackers[t].begun if shard == 3])
+        w = tr.model.emb[t].weight.detach()
+        for r in shard_rows(n, 3).tolist():
+            assert torch.equal(w[r], (w_later if r in fresh else w_cut)[t][r]), (t, r)
     tr.ckpt.close()
 
 
