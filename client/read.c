@@ -140,7 +140,7 @@ static cpr_status into_table(void *ctx, const cpr_row_batch *b)
         return cpr_fail(CPR_INVALID_ARGUMENT, "table %u has dim %zu and state_dim %zu in "
                         "storage, the buffer dim %u and state_dim %u", in->table, dim, sdim,
                         in->dim, in->state_dim);
-    for (size_t i = 0; i < b->n; i++) {
+    for (size_t i = 0, k; i < b->n; i += k) {
         uint64_t row = b->ids[i];
         if (row < in->row_base || row - in->row_base >= in->n_rows)
             return cpr_fail(CPR_INVALID_ARGUMENT, "restored row %llu of table %u is outside "
@@ -149,11 +149,15 @@ static cpr_status into_table(void *ctx, const cpr_row_batch *b)
                             (unsigned long long)in->row_base,
                             (unsigned long long)(in->row_base + in->n_rows));
         uint64_t at = row - in->row_base;
-        memcpy(in->values + at * in->dim, b->values + i * dim, dim * sizeof(float));
+        /* A run of consecutive ids (a FULL part's rows, a range) inside the
+         * buffer is one copy: rows are contiguous on both sides. */
+        for (k = 1; i + k < b->n && b->ids[i + k] == row + k && at + k < in->n_rows; k++)
+            ;
+        memcpy(in->values + at * in->dim, b->values + i * dim, k * dim * sizeof(float));
         if (in->state && sdim)
-            memcpy(in->state + at * sdim, b->state + i * sdim, sdim * sizeof(float));
+            memcpy(in->state + at * sdim, b->state + i * sdim, k * sdim * sizeof(float));
         if (in->restored)
-            in->restored[at] = 1;
+            memset(in->restored + at, 1, k);
     }
     return CPR_OK;
 }

@@ -31,6 +31,7 @@ See docs/python.md.
 """
 import concurrent.futures
 import io
+import os
 import threading
 import time
 
@@ -122,11 +123,15 @@ class Checkpointer:
     ssu_rate    the probability an access joins the SSU sample.
     hooks       install forward pre-hooks on table modules that record the
                 indices of training batches (False: call ``observe``).
+    restore_threads  restores run at once (default: the CPUs, at most 8).
+
+    Open the client with ``defer_send=True``: a save's copy then runs alone on
+    the training thread, and its streaming starts as soon as the copy is done.
     """
 
     def __init__(self, client, job, tables, *, optimizer=None, states=None, dense=None,
                  num_shards=1, scheme="range", policy="mfu", budget=0.125, shards=None,
-                 ssu_rate=0.01, dense_shard=0, hooks=True, seed=0):
+                 ssu_rate=0.01, dense_shard=0, hooks=True, seed=0, restore_threads=None):
         self.client, self.job = client, job
         self.names = list(tables) if isinstance(tables, dict) else list(range(len(tables)))
         mods = list(tables.values()) if isinstance(tables, dict) else list(tables)
@@ -139,6 +144,7 @@ class Checkpointer:
         self.policy, self.budget = _policy(policy), float(budget)
         self.shards = list(range(self.num_shards)) if shards is None else sorted(shards)
         self.dense_shard = int(dense_shard)
+        self.restore_threads = int(restore_threads or min(8, os.cpu_count() or 1))
         self._norm = self.policy == cpr.Policy.TOPK_NORM
         self.trackers = [cpr.Tracker(w.shape[0], num_shards=self.num_shards, scheme=scheme,
                                      track="all", ssu_rate=ssu_rate, seed=seed + i)
@@ -296,8 +302,12 @@ class Checkpointer:
                                                          self.states)):
                     ids = tracker.select(shard, policy, **self._budget(policy))
                     tsaves.append(tracker.begin(shard, policy, ids))
-                    if len(ids):
-                        part.put_gather(i, _array(w), None if s is None else _array(s), ids=ids)
+                    st = None if s is None else _array(s)
+                    if len(ids) and policy == cpr.Policy.FULL and self.scheme == "range":
+                        first = int(np.asarray(ids)[0])  # a range shard: one bulk copy
+                        part.put_gather(i, _array(w), st, first=first, n=len(ids))
+                    elif len(ids):
+                        part.put_gather(i, _array(w), st, ids=ids)
                     rows += len(ids)
                     nbytes += len(ids) * (8 + 4 * self.schema[i][2] + 4 * self.schema[i][3])
                 if shard == self.dense_shard:
@@ -376,6 +386,13 @@ class Checkpointer:
                 lost += t.wipe_shard(shard)
         return lost
 
+    def load(self):
+        """Resume a job (new processes, nothing live): every shard's rows and
+        optimizer state and the dense state as of the latest consistent cut;
+        RecoveryResult.rewind_step is the step to go on from. The decision is
+        recorded like any recovery's."""
+        return self.recover([], "full")
+
     def recover(self, failed, mode="partial", *, dense_replica=None, lost_events=0):
         """Recover from the failure of shards `failed`: decide and record the
         plan (or act on the one another process recorded), then restore.
@@ -395,44 +412,59 @@ class Checkpointer:
         return self._execute(plan, gen, lost_events)
 
     def _execute(self, plan, gen, lost_events):
-        rows = 0
-        dense = "keep"
+        # Every (shard, table) restore at once, on up to restore_threads
+        # threads (each releases the GIL; a node serves each stream on its
+        # own); the trackers are told afterwards, on this thread.
+        work = []
         for entry in plan.shards:
             if entry.source != "store":
                 continue
             for i, (w, s, t) in enumerate(zip(self.weights, self.states, self.trackers)):
                 n = w.shape[0]
-                flags = np.zeros(n, np.uint8)
                 q = {"as_of": entry.as_of, "shards": [entry.shard]}
+                vw, vs, base = _array(w), None if s is None else _array(s), 0
                 if self.scheme == "modulo":
                     q.update(modulo=self.num_shards, remainder=entry.shard)
-                else:
+                else:  # a range shard: restore into its window of the table
                     ids = self._shard_rows(entry.shard, n)
-                    q["ranges"] = [(int(ids[0]), int(ids[-1]) + 1)] if len(ids) else []
+                    if not len(ids):
+                        continue
+                    base, end = int(ids[0]), int(ids[-1]) + 1
+                    vw, vs = vw[base:end], None if vs is None else vs[base:end]
+                    q.update(ranges=[(base, end)], row_base=base)
                 if plan.action == "full":
                     t.wipe_shard(entry.shard)  # the rewound rows' trackers start over
-                with torch.no_grad():
-                    res = self.client.restore_into(self.job, i, _array(w),
-                                                   None if s is None else _array(s),
-                                                   restored=flags, **q)
-                got = np.flatnonzero(flags)
-                t.restored(got)
+                work.append((i, vw, vs, np.zeros(len(vw), np.uint8), base, q))
+
+        def restore(job):
+            i, vw, vs, flags, _, q = job
+            return self.client.restore_into(self.job, i, vw, vs, restored=flags, **q)
+
+        rows = 0
+        if work:
+            with concurrent.futures.ThreadPoolExecutor(
+                    min(len(work), self.restore_threads)) as pool:
+                results = list(pool.map(restore, work))
+            for (i, _, _, flags, base, _), res in zip(work, results):
+                self.trackers[i].restored(np.flatnonzero(flags) + base)
                 rows += res.rows
-            if entry.dense == "blob" and self.dense and dense == "keep":
+        dense = "keep"
+        for entry in plan.shards:
+            if entry.source == "store" and entry.dense == "blob" and self.dense:
                 blob = self.client.read_blob(self.job, entry.dense_shard,
                                              entry.dense_checkpoint, DENSE_BLOB)
                 state = torch.load(io.BytesIO(blob))
                 for k, obj in self.dense.items():
                     obj.load_state_dict(state[k])
                 dense = "blob"
-        if plan.action == "full":
+                break
+        if plan.action == "full" and self.next_checkpoint - 1 > plan.cut:
             # Parts after the cut belong to the timeline training left: later
             # plans ignore them, and new ids stay above them (ids only grow).
             # Their row versions would still show through a later restore "as
             # of" a newer id wherever no save since rewrote the row, so a
             # FULL save of the restored state starts the new timeline at once
             # (in the background; a later recovery waits for it to land).
-            if self.next_checkpoint - 1 > plan.cut:
-                self.abandoned = (plan.cut, self.next_checkpoint - 1)
+            self.abandoned = (plan.cut, self.next_checkpoint - 1)
             self.async_save(plan.rewind_step, cpr.Policy.FULL)
         return RecoveryResult(plan, gen, rows, lost_events, plan.rewind_step, dense)
