@@ -41,7 +41,7 @@ setup(
         Extension(
             "cpr._cpr",
             sources=["src/module.c", "src/client.c", "src/part.c", "src/plan.c",
-                     "src/tracker.c", "src/data.c"],
+                     "src/tracker.c", "src/data.c", "src/estimator.c"],
             include_dirs=[f[2:] for f in cflags if f.startswith("-I")],
             define_macros=[("CPR_VERSION", '"%s"' % version)],
             extra_compile_args=["-std=c11", "-D_POSIX_C_SOURCE=200809L"],

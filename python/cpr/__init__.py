@@ -27,6 +27,8 @@ from cpr._cpr import (  # noqa: F401  (re-exported)
     CorruptError,
     CudaError,
     Error,
+    Estimate,
+    Estimator,
     FailedPreconditionError,
     GcReport,
     InternalError,
@@ -95,7 +97,7 @@ class Status(_enum.IntEnum):
 
 
 __all__ = [
-    "AlreadyExistsError", "Array", "Client", "CorruptError", "CudaError", "Error",
+    "AlreadyExistsError", "Array", "Client", "CorruptError", "CudaError", "Error", "Estimate", "Estimator",
     "FailedPreconditionError", "GcReport", "InternalError", "InvalidArgumentError",
     "IOFailureError", "Kind", "NoMemoryError", "NotFoundError", "Part", "PartInfo", "Plan",
     "PlanShard", "Policy", "Progress", "ResourceExhaustedError", "RestoredTable",

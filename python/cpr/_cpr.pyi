@@ -110,6 +110,34 @@ class TrackerStats(NamedTuple):
     touched_rows: int
     open_saves: int
 
+class Estimate(NamedTuple):
+    mode: str
+    policy: int
+    interval_s: float
+    fraction: float
+    pls: float
+    mtbf_s: float
+    save_s: float
+    load_s: float
+    restart_s: float
+    full_overhead: float
+    partial_overhead: float
+    benefit: float
+    failures: int
+
+class Estimator:
+    def __init__(self, shards: int, job_s: float, target_pls: float, prior_mtbf_s: float,
+                 prior_save_s: float, prior_load_s: float, prior_restart_s: float, *,
+                 policy: PolicyLike = ..., fraction: float = ..., full_bytes: int = ...,
+                 time_unit: Optional[str] = ..., max_background_share: float = ...) -> None: ...
+    def saved(self, now_s: float, policy: PolicyLike, stall_s: float, bytes: int) -> None: ...
+    def background(self, policy: PolicyLike, background_s: float, cost_s: float) -> None: ...
+    def loaded(self, load_s: float, shards_loaded: int) -> None: ...
+    def restarted(self, restart_s: float) -> None: ...
+    def failed(self, now_s: float) -> None: ...
+    def tracked(self, now_s: float, update_events: int, unsaved_events: int) -> None: ...
+    def decide(self) -> Estimate: ...
+
 class Plan:
     action: str
     problems: List[str]

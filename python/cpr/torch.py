@@ -52,7 +52,11 @@ _KIND = {
 
 
 def _policy(p):
+    if p is None:
+        return None  # "auto": the estimator's choice, save by save
     if isinstance(p, str):
+        if p.lower() == "auto":
+            return None
         return cpr.Policy[p.upper().replace("-", "_")]
     return cpr.Policy(p)
 
@@ -118,7 +122,11 @@ class Checkpointer:
     num_shards, scheme   how rows split into shards ("range" or "modulo").
     policy      "full", "delta", "mfu", "ssu" or "topk-norm": what a save
                 takes; ``budget`` the fraction of each shard's rows a
-                prioritized save takes.
+                prioritized save takes. "auto": the ``estimator``'s choice
+                for every save (a ``cpr.Estimator``, which the checkpointer
+                feeds with its saves, failures and loads); ``due()`` then
+                says when the next save is due, and ``recover`` picks
+                partial or full recovery.
     shards      the shards this process owns and saves (default: all).
     ssu_rate    the probability an access joins the SSU sample.
     hooks       install forward pre-hooks on table modules that record the
@@ -131,7 +139,8 @@ class Checkpointer:
 
     def __init__(self, client, job, tables, *, optimizer=None, states=None, dense=None,
                  num_shards=1, scheme="range", policy="mfu", budget=0.125, shards=None,
-                 ssu_rate=0.01, dense_shard=0, hooks=True, seed=0, restore_threads=None):
+                 ssu_rate=0.01, dense_shard=0, hooks=True, seed=0, restore_threads=None,
+                 estimator=None):
         self.client, self.job = client, job
         self.names = list(tables) if isinstance(tables, dict) else list(range(len(tables)))
         mods = list(tables.values()) if isinstance(tables, dict) else list(tables)
@@ -142,10 +151,16 @@ class Checkpointer:
         self.dense = dict(dense or {})
         self.num_shards, self.scheme = int(num_shards), scheme
         self.policy, self.budget = _policy(policy), float(budget)
+        self.estimator = estimator
+        if self.policy is None and estimator is None:
+            raise cpr.InvalidArgumentError("policy 'auto' needs estimator=cpr.Estimator(...)")
+        self._t0 = time.monotonic()
+        self._last_save = None
         self.shards = list(range(self.num_shards)) if shards is None else sorted(shards)
         self.dense_shard = int(dense_shard)
         self.restore_threads = int(restore_threads or min(8, os.cpu_count() or 1))
-        self._norm = self.policy == cpr.Policy.TOPK_NORM
+        self._norm = self.policy == cpr.Policy.TOPK_NORM or (
+            self.policy is None and estimator.decide().policy == cpr.Policy.TOPK_NORM)
         self.trackers = [cpr.Tracker(w.shape[0], num_shards=self.num_shards, scheme=scheme,
                                      track="all", ssu_rate=ssu_rate, seed=seed + i)
                          for i, w in enumerate(self.weights)]
@@ -270,8 +285,30 @@ class Checkpointer:
 
     # ---- saving ----------------------------------------------------------------
 
-    def _budget(self, policy):
-        return {} if policy in (cpr.Policy.FULL, cpr.Policy.DELTA) else {"fraction": self.budget}
+    def _budget(self, policy, budget):
+        return {} if policy in (cpr.Policy.FULL, cpr.Policy.DELTA) else {"fraction": budget}
+
+    def now(self):
+        """Seconds since the checkpointer was made: the estimator's clock."""
+        return time.monotonic() - self._t0
+
+    def _track(self):
+        if self.estimator is not None:
+            up = uns = 0
+            for t in self.trackers:
+                for s in self.shards:
+                    a, b = t.events(s)
+                    up, uns = up + a, uns + b
+            self.estimator.tracked(self.now(), up, uns)
+
+    def due(self):
+        """policy "auto": whether the estimator's interval has passed since
+        the last save began (True before the first)."""
+        if self.estimator is None:
+            raise cpr.FailedPreconditionError("due() answers for policy 'auto' only")
+        if self._last_save is None:
+            return True
+        return self.now() - self._last_save >= self.estimator.decide().interval_s
 
     def _dense_bytes(self):
         if not self.dense:
@@ -288,6 +325,12 @@ class Checkpointer:
         caller's stall is selection and the copy of the chosen rows."""
         policy = self.policy if policy is None else _policy(policy)
         self.wait()  # one save in flight: the previous one lands first
+        budget = self.budget
+        if policy is None:  # auto: the estimator's policy and budget
+            self._track()
+            d = self.estimator.decide()
+            policy, budget = cpr.Policy(d.policy), d.fraction
+        self._last_save = self.now()
         t0 = time.perf_counter()
         ckpt, step = self.next_checkpoint, int(step)
         self.next_checkpoint += 1
@@ -300,7 +343,7 @@ class Checkpointer:
                 parts.append(part)
                 for i, (tracker, w, s) in enumerate(zip(self.trackers, self.weights,
                                                          self.states)):
-                    ids = tracker.select(shard, policy, **self._budget(policy))
+                    ids = tracker.select(shard, policy, **self._budget(policy, budget))
                     tsaves.append(tracker.begin(shard, policy, ids))
                     st = None if s is None else _array(s)
                     if len(ids) and policy == cpr.Policy.FULL and self.scheme == "range":
@@ -355,13 +398,17 @@ class Checkpointer:
             fut, tsaves = self._inflight
             self._inflight = None
         try:
-            fut.result()
+            res = fut.result()
         except BaseException:
             for ts in tsaves:
                 ts.abort()
             raise
         for ts in tsaves:
             ts.commit()
+        if self.estimator is not None:
+            self._track()
+            self.estimator.saved(self.now(), res.policy, res.stall_s, res.bytes)
+            self.estimator.background(res.policy, max(0.0, res.seconds - res.stall_s), 0.0)
 
     # ---- failures and recovery -------------------------------------------------
 
@@ -393,15 +440,21 @@ class Checkpointer:
         recorded like any recovery's."""
         return self.recover([], "full")
 
-    def recover(self, failed, mode="partial", *, dense_replica=None, lost_events=0):
+    def recover(self, failed, mode=None, *, dense_replica=None, lost_events=0):
         """Recover from the failure of shards `failed`: decide and record the
         plan (or act on the one another process recorded), then restore.
         partial: each failed shard's rows as of its newest committed part,
         in place; the other rows stay as they are. full: every shard at the
         latest consistent cut, and the dense state from its blob; training
-        rewinds to RecoveryResult.rewind_step. dense_replica: the dense state
+        rewinds to RecoveryResult.rewind_step. mode None: the estimator's
+        choice, or partial without one. dense_replica: the dense state
         survives on other processes (default: True for partial)."""
         failed = sorted(int(s) for s in failed)
+        if self.estimator is not None and failed:
+            self._track()
+            self.estimator.failed(self.now())
+        if mode is None:
+            mode = self.estimator.decide().mode if self.estimator is not None else "partial"
         if dense_replica is None:
             dense_replica = mode == "partial"
         self.wait()
@@ -409,7 +462,12 @@ class Checkpointer:
             self.job, self.num_shards, failed, mode, expected_generation=self.generation,
             dense_replica=dense_replica, dense_shard=self.dense_shard, abandoned=self.abandoned)
         self.generation = gen
-        return self._execute(plan, gen, lost_events)
+        t0 = time.perf_counter()
+        result = self._execute(plan, gen, lost_events)
+        stored = sum(e.source == "store" for e in plan.shards)
+        if self.estimator is not None and stored:
+            self.estimator.loaded(time.perf_counter() - t0, stored)
+        return result
 
     def _execute(self, plan, gen, lost_events):
         # Every (shard, table) restore at once, on up to restore_threads

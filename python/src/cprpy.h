@@ -9,6 +9,7 @@
  *   plan.c    cpr.Plan, plan_recovery, the recovery record
  *   tracker.c cpr.Tracker (trackers over tables the library does not own)
  *   data.c    read_criteo, failure_schedule
+ *   estimator.c cpr.Estimator (the online benefit estimator)
  *
  * Rules every entry point follows:
  *   - Row data crosses by the buffer protocol: C-contiguous float32 values,
@@ -138,5 +139,6 @@ int cprpy_client_ready(PyObject *m);
 int cprpy_part_ready(PyObject *m);
 int cprpy_plan_ready(PyObject *m);
 int cprpy_tracker_ready(PyObject *m);
+int cprpy_estimator_ready(PyObject *m);
 
 #endif /* CPRPY_H */

@@ -721,7 +721,7 @@ PyMODINIT_FUNC PyInit__cpr(void)
                                               tracker_stats_fields)))
         goto fail;
     if (cprpy_client_ready(m) < 0 || cprpy_part_ready(m) < 0 || cprpy_plan_ready(m) < 0 ||
-        cprpy_tracker_ready(m) < 0)
+        cprpy_tracker_ready(m) < 0 || cprpy_estimator_ready(m) < 0)
         goto fail;
     if (PyModule_AddStringConstant(m, "__version__", CPR_VERSION) < 0)
         goto fail;

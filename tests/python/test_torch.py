@@ -236,3 +236,32 @@ def test_bad_tables_are_refused(client, job):
     with pytest.raises(cpr.InvalidArgumentError, match="Adagrad"):
         w = torch.nn.Embedding(4, 4)
         cpr.torch.Checkpointer(client, job, [w], optimizer=torch.optim.SGD(w.parameters(), 0.1))
+
+
+def test_auto_policy_follows_the_estimator(client, job):
+    # Failures every 60 s, saves of 1 s, restarts of 30 s: partial recovery
+    # with MFU saves wins (docs/model.md), at short intervals.
+    est = cpr.Estimator(SHARDS, 3600.0, 0.02, 60.0, 1.0, 2.0, 30.0, policy="mfu")
+    model = Model(3)
+    opt = torch.optim.Adagrad(list(model.emb.parameters()), lr=0.1)
+    ckpt = cpr.torch.Checkpointer(client, job, list(model.emb), optimizer=opt,
+                                  num_shards=SHARDS, policy="auto", estimator=est)
+    assert est.decide().mode == "partial" and ckpt.due()
+    rng = np.random.default_rng(3)
+    for _ in range(5):
+        idx = [torch.from_numpy(rng.integers(0, n, (8, 2))) for n in ROWS]
+        model(idx).sum().backward()
+        opt.step()
+        ckpt.step()
+    res = ckpt.save(5)
+    assert res.policy == cpr.Policy.MFU and 0 < res.rows < sum(ROWS)
+    assert not ckpt.due()  # the interval starts with the save
+    parts = client.list(job)
+    assert {p.kind for p in parts} == {"PRIORITY"}
+    ckpt.simulate_failure(1)
+    rec = ckpt.recover([1])  # mode from the estimator
+    assert rec.plan.action == "partial"
+    assert est.decide().failures == 1
+    with pytest.raises(cpr.InvalidArgumentError, match="estimator"):
+        cpr.torch.Checkpointer(client, job, list(model.emb), policy="auto")
+    ckpt.close()
