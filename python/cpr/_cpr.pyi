@@ -126,6 +126,7 @@ class Estimate(NamedTuple):
     failures: int
 
 class Estimator:
+    policy: int
     def __init__(self, shards: int, job_s: float, target_pls: float, prior_mtbf_s: float,
                  prior_save_s: float, prior_load_s: float, prior_restart_s: float, *,
                  policy: PolicyLike = ..., fraction: float = ..., full_bytes: int = ...,

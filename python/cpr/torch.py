@@ -160,7 +160,7 @@ class Checkpointer:
         self.dense_shard = int(dense_shard)
         self.restore_threads = int(restore_threads or min(8, os.cpu_count() or 1))
         self._norm = self.policy == cpr.Policy.TOPK_NORM or (
-            self.policy is None and estimator.decide().policy == cpr.Policy.TOPK_NORM)
+            self.policy is None and estimator.policy == cpr.Policy.TOPK_NORM)
         self.trackers = [cpr.Tracker(w.shape[0], num_shards=self.num_shards, scheme=scheme,
                                      track="all", ssu_rate=ssu_rate, seed=seed + i)
                          for i, w in enumerate(self.weights)]
@@ -176,7 +176,10 @@ class Checkpointer:
         self._inflight = None
         self._lock = threading.Lock()
         self._pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="cpr-save")
-        self.generation = 0
+        # The recovery record's generation this process has acted on: a new
+        # process starts from the current one, so that it never acts on a
+        # plan recorded before it began (load() and recover() record anew).
+        self.generation = client.recovery_get(job)[0]
         self.abandoned = (0, 0)  # ids written after the cut a full recovery rewound to
         self.next_checkpoint = self._first_free_checkpoint()
 
@@ -401,10 +404,10 @@ class Checkpointer:
             res = fut.result()
         except BaseException:
             for ts in tsaves:
-                ts.abort()
+                ts.abort()  # aborting an ended save does nothing; this never raises
             raise
         for ts in tsaves:
-            ts.commit()
+            ts.commit()  # commits only drop pending values: no error to expect
         if self.estimator is not None:
             self._track()
             self.estimator.saved(self.now(), res.policy, res.stall_s, res.bytes)
@@ -450,6 +453,15 @@ class Checkpointer:
         choice, or partial without one. dense_replica: the dense state
         survives on other processes (default: True for partial)."""
         failed = sorted(int(s) for s in failed)
+        # The save in flight may have failed with the node: its rows go back
+        # to the trackers (its parts were aborted) and recovery goes on.
+        try:
+            self.wait()
+        except cpr.Error:
+            pass
+        # Batches recorded before the failure were of rows now restored.
+        self._pending = [[] for _ in self.weights]
+        self._before = [[] for _ in self.weights]
         if self.estimator is not None and failed:
             self._track()
             self.estimator.failed(self.now())
@@ -457,7 +469,6 @@ class Checkpointer:
             mode = self.estimator.decide().mode if self.estimator is not None else "partial"
         if dense_replica is None:
             dense_replica = mode == "partial"
-        self.wait()
         plan, gen, _won = self.client.decide_and_record(
             self.job, self.num_shards, failed, mode, expected_generation=self.generation,
             dense_replica=dense_replica, dense_shard=self.dense_shard, abandoned=self.abandoned)
@@ -467,6 +478,15 @@ class Checkpointer:
         stored = sum(e.source == "store" for e in plan.shards)
         if self.estimator is not None and stored:
             self.estimator.loaded(time.perf_counter() - t0, stored)
+        if plan.action == "full" and self.next_checkpoint - 1 > plan.cut:
+            # Parts after the cut belong to the timeline training left: later
+            # plans ignore them, and new ids stay above them (ids only grow).
+            # Their row versions would still show through a later restore "as
+            # of" a newer id wherever no save since rewrote the row, so a
+            # FULL save of the restored state starts the new timeline at once
+            # (in the background; a later recovery waits for it to land).
+            self.abandoned = (plan.cut, self.next_checkpoint - 1)
+            self.async_save(plan.rewind_step, cpr.Policy.FULL)
         return result
 
     def _execute(self, plan, gen, lost_events):
@@ -516,13 +536,4 @@ class Checkpointer:
                     obj.load_state_dict(state[k])
                 dense = "blob"
                 break
-        if plan.action == "full" and self.next_checkpoint - 1 > plan.cut:
-            # Parts after the cut belong to the timeline training left: later
-            # plans ignore them, and new ids stay above them (ids only grow).
-            # Their row versions would still show through a later restore "as
-            # of" a newer id wherever no save since rewrote the row, so a
-            # FULL save of the restored state starts the new timeline at once
-            # (in the background; a later recovery waits for it to land).
-            self.abandoned = (plan.cut, self.next_checkpoint - 1)
-            self.async_save(plan.rewind_step, cpr.Policy.FULL)
         return RecoveryResult(plan, gen, rows, lost_events, plan.rewind_step, dense)

@@ -44,11 +44,11 @@ static int client_init(cprpy_client *c, PyObject *args, PyObject *kw)
     int defer = 0, no_sync = 0, no_fold = 0;
     const char *cpus = NULL;
     unsigned int retain = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "s|$nnddOdpzIpp", kwlist, &target,
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "s|$nnddOdpzO&pp", kwlist, &target,
                                      (Py_ssize_t *)&o.staging_bytes,
                                      (Py_ssize_t *)&o.message_bytes, &o.call_timeout_s,
                                      &o.stream_timeout_s, &retries, &o.backoff_s, &defer, &cpus,
-                                     &retain, &no_sync, &no_fold))
+                                     cprpy_u32, &retain, &no_sync, &no_fold))
         return -1;
     if ((Py_ssize_t)o.staging_bytes < 0 || (Py_ssize_t)o.message_bytes < 0) {
         cprpy_raise(CPR_INVALID_ARGUMENT, "staging_bytes and message_bytes must be >= 0");
@@ -184,7 +184,8 @@ static int parse_tables(PyObject *o, cpr_table_schema **out, size_t *n)
         unsigned int table, dim, sdim;
         unsigned long long rows;
         PyObject *tup = PySequence_Tuple(PySequence_Fast_GET_ITEM(seq, i));
-        if (!tup || !PyArg_ParseTuple(tup, "IKII", &table, &rows, &dim, &sdim)) {
+        if (!tup || !PyArg_ParseTuple(tup, "O&O&O&O&", cprpy_u32, &table, cprpy_u64, &rows,
+                                      cprpy_u32, &dim, cprpy_u32, &sdim)) {
             Py_XDECREF(tup);
             PyErr_Clear();
             free(t);
@@ -216,8 +217,9 @@ static PyObject *client_begin(cprpy_client *c, PyObject *args, PyObject *kw)
     unsigned int shard, num_shards = 1;
     unsigned long long ckpt, step = 0, base = 0;
     int wait = 1;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "UIK|$OOKIKp", kwlist, &job, &shard, &ckpt,
-                                     &tables, &kind, &step, &num_shards, &base, &wait))
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "UO&O&|$OOO&O&O&p", kwlist, &job, cprpy_u32, &shard,
+                                     cprpy_u64, &ckpt, &tables, &kind, cprpy_u64, &step, cprpy_u32,
+                                     &num_shards, cprpy_u64, &base, &wait))
         return NULL;
     cpr_part_spec spec;
     memset(&spec, 0, sizeof spec);
@@ -393,7 +395,7 @@ static int parse_query(query_args *a, PyObject *job, unsigned long long as_of, i
         for (Py_ssize_t i = 0; i < n; i++) {
             unsigned long long b, e;
             PyObject *tup = PySequence_Tuple(PySequence_Fast_GET_ITEM(seq, i));
-            if (!tup || !PyArg_ParseTuple(tup, "KK", &b, &e)) {
+            if (!tup || !PyArg_ParseTuple(tup, "O&O&", cprpy_u64, &b, cprpy_u64, &e)) {
                 Py_XDECREF(tup);
                 PyErr_Clear();
                 Py_DECREF(seq);
@@ -512,9 +514,9 @@ static PyObject *client_restore(cprpy_client *c, PyObject *args, PyObject *kw)
     unsigned long long as_of = 0, modulo = 0, remainder = 0;
     int consistent = 0;
     Py_ssize_t batch_rows = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "U|$KpOOKKOn", kwlist, &job, &as_of,
-                                     &consistent, &tables, &ranges, &modulo, &remainder,
-                                     &shards, &batch_rows))
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "U|$O&pOOO&O&On", kwlist, &job, cprpy_u64, &as_of,
+                                     &consistent, &tables, &ranges, cprpy_u64, &modulo, cprpy_u64,
+                                     &remainder, &shards, &batch_rows))
         return NULL;
     query_args a;
     if (parse_query(&a, job, as_of, consistent, tables, ranges, modulo, remainder, shards,
@@ -579,9 +581,10 @@ static PyObject *client_restore_into(cprpy_client *c, PyObject *args, PyObject *
     unsigned long long row_base = 0, as_of = 0, modulo = 0, remainder = 0;
     int consistent = 0;
     Py_ssize_t batch_rows = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "UIO|O$KOKpOKKOn", kwlist, &job, &table, &values,
-                                     &state, &row_base, &restored, &as_of, &consistent, &ranges,
-                                     &modulo, &remainder, &shards, &batch_rows))
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "UO&O|O$O&OO&pOO&O&On", kwlist, &job, cprpy_u32,
+                                     &table, &values, &state, cprpy_u64, &row_base, &restored,
+                                     cprpy_u64, &as_of, &consistent, &ranges, cprpy_u64, &modulo,
+                                     cprpy_u64, &remainder, &shards, &batch_rows))
         return NULL;
     cprpy_buffer vb, sb = {0}, rb = {0};
     if (cprpy_buffer_get(values, CPRPY_F32, 1, "values", &vb) < 0)
@@ -653,7 +656,8 @@ static PyObject *client_read_blob(cprpy_client *c, PyObject *args)
     unsigned long long ckpt;
     const char *name;
     cpr_part_id id;
-    if (!PyArg_ParseTuple(args, "UIKs", &job, &shard, &ckpt, &name) || cprpy_job(job, &id.job) < 0)
+    if (!PyArg_ParseTuple(args, "UO&O&s", &job, cprpy_u32, &shard, cprpy_u64, &ckpt, &name) ||
+        cprpy_job(job, &id.job) < 0)
         return NULL;
     id.shard = shard;
     id.checkpoint = ckpt;
@@ -680,7 +684,8 @@ static PyObject *client_abort(cprpy_client *c, PyObject *args)
     const char *j;
     unsigned int shard;
     unsigned long long ckpt;
-    if (!PyArg_ParseTuple(args, "UIK", &job, &shard, &ckpt) || cprpy_job(job, &j) < 0)
+    if (!PyArg_ParseTuple(args, "UO&O&", &job, cprpy_u32, &shard, cprpy_u64, &ckpt) ||
+        cprpy_job(job, &j) < 0)
         return NULL;
     cpr_client *cl = cprpy_client_enter(c);
     if (!cl)
@@ -725,7 +730,7 @@ static PyObject *client_recovery_put(cprpy_client *c, PyObject *args)
     const char *j;
     unsigned long long expected;
     Py_buffer plan;
-    if (!PyArg_ParseTuple(args, "UKy*", &job, &expected, &plan))
+    if (!PyArg_ParseTuple(args, "UO&y*", &job, cprpy_u64, &expected, &plan))
         return NULL;
     if (cprpy_job(job, &j) < 0) {
         PyBuffer_Release(&plan);
@@ -834,7 +839,8 @@ static PyObject *client_verify(cprpy_client *c, PyObject *args, PyObject *kw)
     snprintf(msg, sizeof msg, "%s", cpr_errmsg());
     PyObject *report = NULL, *details = PyList_New(0);
     for (size_t i = 0; details && i < p.n; i++) {
-        PyObject *t = Py_BuildValue("(ss)", p.what[i] ? p.what[i] : "", p.where[i] ? p.where[i] : "");
+        PyObject *t =
+            Py_BuildValue("(ss)", p.what[i] ? p.what[i] : "", p.where[i] ? p.where[i] : "");
         if (!t || PyList_Append(details, t) < 0)
             Py_CLEAR(details);
         Py_XDECREF(t);
@@ -871,7 +877,7 @@ static PyObject *client_gc(cprpy_client *c, PyObject *args, PyObject *kw)
     PyObject *job = Py_None;
     const char *j = NULL;
     unsigned int keep = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "|O$I", kwlist, &job, &keep))
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "|O$O&", kwlist, &job, cprpy_u32, &keep))
         return NULL;
     if (job != Py_None && cprpy_job(job, &j) < 0)
         return NULL;
@@ -896,7 +902,7 @@ static PyObject *client_node_of(cprpy_client *c, PyObject *args)
     PyObject *job;
     const char *j;
     unsigned int shard;
-    if (!PyArg_ParseTuple(args, "UI", &job, &shard) || cprpy_job(job, &j) < 0)
+    if (!PyArg_ParseTuple(args, "UO&", &job, cprpy_u32, &shard) || cprpy_job(job, &j) < 0)
         return NULL;
     if (!cprpy_client_enter(c))
         return NULL;
@@ -971,7 +977,8 @@ static PyMethodDef client_methods[] = {
     {"decide_and_record", KW cprpy_client_decide_and_record, METH_VARARGS | METH_KEYWORDS,
      "decide_and_record(job, num_shards, failed=(), mode='partial', *, expected_generation=0, "
      "dense_replica=False, dense_shard=0, restart_if_unsaved=False, abandoned=(0, 0)) -> "
-     "(Plan, generation, won)\n\nPlan from the job's parts and record the plan, so that every process acts on the "
+     "(Plan, generation, won)\n\nPlan from the job's parts and record the plan, so that every "
+     "process acts on the "
      "same one; won is False when another process recorded first (its plan is returned)."},
     {"read_recorded", KW cprpy_client_read_recorded, METH_VARARGS | METH_KEYWORDS,
      "read_recorded(job) -> (generation, Plan or None): the job's recorded plan."},

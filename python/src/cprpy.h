@@ -81,6 +81,10 @@ int cprpy_parse_mode(PyObject *o, cpr_recovery_mode *out);
 /* A sequence of non-negative ints into a malloc'd uint32/uint64 array
  * (*out NULL and *n 0 for None or empty). -1 on error. */
 int cprpy_u32_list(PyObject *o, const char *what, uint32_t **out, size_t *n);
+/* "O&" converters: an int in [0, 2^64) into an unsigned long long, an int
+ * in [0, 2^32) into an unsigned int; InvalidArgumentError otherwise. */
+int cprpy_u64(PyObject *o, void *out);
+int cprpy_u32(PyObject *o, void *out);
 /* A job name: str without NUL (the C API checks the rest). */
 int cprpy_job(PyObject *o, const char **out);
 

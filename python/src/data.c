@@ -44,7 +44,8 @@ PyObject *cprpy_read_criteo(PyObject *self, PyObject *args, PyObject *kw)
     const char *path;
     unsigned long long rows = 0, max_lines = 0;
     int skip = 1;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "s|K$Kp", kwlist, &path, &rows, &max_lines, &skip))
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "s|O&$O&p", kwlist, &path, cprpy_u64, &rows,
+                                     cprpy_u64, &max_lines, &skip))
         return NULL;
     cpr_criteo_options o = {.rows_per_table = rows, .skip_malformed = skip};
     cpr_criteo_reader *r = NULL;
@@ -98,11 +99,14 @@ PyObject *cprpy_failure_schedule(PyObject *self, PyObject *args, PyObject *kw)
     unsigned long long horizon, seed = 0;
     unsigned int shards;
     const char *law = "exponential";
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "dKI|$Ksd", kwlist, &mean, &horizon, &shards,
-                                     &seed, &law, &shape))
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "dO&O&|$O&sd", kwlist, &mean, cprpy_u64, &horizon,
+                                     cprpy_u32, &shards, cprpy_u64, &seed, &law, &shape))
         return NULL;
-    cpr_failure_config c = {.seed = seed, .shape = shape, .mean_steps = mean,
-                            .horizon_steps = horizon, .num_shards = shards};
+    cpr_failure_config c = {.seed = seed,
+                            .shape = shape,
+                            .mean_steps = mean,
+                            .horizon_steps = horizon,
+                            .num_shards = shards};
     cpr_status st = cpr_failure_law_parse(law, &c.distribution);
     cpr_failure *f = NULL;
     size_t n = 0;

@@ -11,6 +11,7 @@
 typedef struct {
     PyObject_HEAD
     cpr_estimator *est;
+    int policy; /* the config's: what partial recovery saves with */
 } cprpy_estimator;
 
 static PyStructSequence_Field estimate_fields[] = {
@@ -38,10 +39,10 @@ static int est_init(cprpy_estimator *e, PyObject *args, PyObject *kw)
     memset(&c, 0, sizeof c);
     PyObject *policy = NULL;
     unsigned long long full_bytes = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "Idddddd|$OdKzd", kwlist, &c.shards, &c.job_s,
-                                     &c.target_pls, &c.prior_mtbf_s, &c.prior_save_s,
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O&dddddd|$OdO&zd", kwlist, cprpy_u32, &c.shards,
+                                     &c.job_s, &c.target_pls, &c.prior_mtbf_s, &c.prior_save_s,
                                      &c.prior_load_s, &c.prior_restart_s, &policy, &c.fraction,
-                                     &full_bytes, &c.time_unit, &c.max_background_share))
+                                     cprpy_u64, &full_bytes, &c.time_unit, &c.max_background_share))
         return -1;
     if (policy && cprpy_parse_policy(policy, &c.policy) < 0)
         return -1;
@@ -55,6 +56,7 @@ static int est_init(cprpy_estimator *e, PyObject *args, PyObject *kw)
         cprpy_raise_status(st);
         return -1;
     }
+    e->policy = (int)c.policy;
     return 0;
 }
 
@@ -84,7 +86,7 @@ static PyObject *est_saved(cprpy_estimator *e, PyObject *args)
     unsigned long long bytes;
     cpr_policy p;
     EST(e);
-    if (!PyArg_ParseTuple(args, "dOdK", &now, &policy, &stall, &bytes) ||
+    if (!PyArg_ParseTuple(args, "dOdO&", &now, &policy, &stall, cprpy_u64, &bytes) ||
         cprpy_parse_policy(policy, &p) < 0)
         return NULL;
     return done(cpr_estimator_saved(e->est, now, p, stall, bytes));
@@ -106,7 +108,7 @@ static PyObject *est_loaded(cprpy_estimator *e, PyObject *args)
     double s;
     unsigned int n;
     EST(e);
-    if (!PyArg_ParseTuple(args, "dI", &s, &n))
+    if (!PyArg_ParseTuple(args, "dO&", &s, cprpy_u32, &n))
         return NULL;
     return done(cpr_estimator_loaded(e->est, s, n));
 }
@@ -134,7 +136,7 @@ static PyObject *est_tracked(cprpy_estimator *e, PyObject *args)
     double now;
     unsigned long long up, unsaved;
     EST(e);
-    if (!PyArg_ParseTuple(args, "dKK", &now, &up, &unsaved))
+    if (!PyArg_ParseTuple(args, "dO&O&", &now, cprpy_u64, &up, cprpy_u64, &unsaved))
         return NULL;
     return done(cpr_estimator_tracked(e->est, now, up, unsaved));
 }
@@ -183,6 +185,12 @@ static PyMethodDef est_methods[] = {
     {NULL, NULL, 0, NULL},
 };
 
+static PyMemberDef est_members[] = {
+    {"policy", T_INT, offsetof(cprpy_estimator, policy), READONLY,
+     "The policy partial recovery saves with (the configuration's; cpr.Policy)."},
+    {NULL, 0, 0, 0, NULL},
+};
+
 PyTypeObject cprpy_EstimatorType = {
     PyVarObject_HEAD_INIT(NULL, 0).tp_name = "cpr.Estimator",
     .tp_basicsize = sizeof(cprpy_estimator),
@@ -195,6 +203,7 @@ PyTypeObject cprpy_EstimatorType = {
               "decide() chooses partial or full recovery, the policy and the interval of the "
               "next save. policy is the one partial recovery saves with.",
     .tp_methods = est_methods,
+    .tp_members = est_members,
     .tp_init = (initproc)est_init,
     .tp_new = PyType_GenericNew,
 };

@@ -7,6 +7,7 @@
  */
 #include "cprpy.h"
 
+#include <limits.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -62,10 +63,11 @@ static PyObject *raise_msg(cpr_status st, const char *msg)
     if (!exc)
         return NULL;
     PyObject *code = PyLong_FromLong((long)st);
-    int bad = !code || PyObject_SetAttrString(exc, "status", code) < 0 ||
-              PyObject_SetAttrString(exc, "status_name",
-                                     PyUnicode_FromString(cpr_status_name(st))) < 0;
+    PyObject *name = PyUnicode_FromString(cpr_status_name(st));
+    int bad = !code || !name || PyObject_SetAttrString(exc, "status", code) < 0 ||
+              PyObject_SetAttrString(exc, "status_name", name) < 0;
     Py_XDECREF(code);
+    Py_XDECREF(name);
     if (bad) {
         Py_DECREF(exc);
         return NULL;
@@ -77,8 +79,11 @@ static PyObject *raise_msg(cpr_status st, const char *msg)
 
 PyObject *cprpy_raise_status(cpr_status st)
 {
-    const char *m = cpr_errmsg();
-    return raise_msg(st, m && *m ? m : cpr_status_name(st));
+    /* A copy: making the exception may run a dealloc that calls CPR (a
+     * garbage-collected Part aborting), which would overwrite cpr_errmsg(). */
+    char m[1024];
+    snprintf(m, sizeof m, "%s", *cpr_errmsg() ? cpr_errmsg() : cpr_status_name(st));
+    return raise_msg(st, m);
 }
 
 PyObject *cprpy_raise(cpr_status st, const char *fmt, ...)
@@ -480,6 +485,45 @@ int cprpy_u32_list(PyObject *o, const char *what, uint32_t **out, size_t *n)
     *out = v;
     *n = (size_t)len;
     return 0;
+}
+
+/* "O&" converters for unsigned arguments: PyArg's "K" and "I" wrap -1 into
+ * 2^64 - 1 silently, and a checkpoint id of 2^64 - 1 would end a shard's
+ * ids for ever (ids only grow). */
+static int conv_unsigned(PyObject *o, unsigned long long max, unsigned long long *v)
+{
+    if (!PyLong_Check(o)) {
+        PyErr_Format(PyExc_TypeError, "expected an int, got %s", Py_TYPE(o)->tp_name);
+        return 0;
+    }
+    *v = PyLong_AsUnsignedLongLong(o);
+    if ((*v == (unsigned long long)-1 && PyErr_Occurred()) || *v > max) {
+        PyErr_Clear();
+        PyObject *r = PyObject_Repr(o);
+        cprpy_raise(CPR_INVALID_ARGUMENT, "%s is not an int in [0, %llu]",
+                    r ? PyUnicode_AsUTF8(r) : "?", max);
+        Py_XDECREF(r);
+        return 0;
+    }
+    return 1;
+}
+
+int cprpy_u64(PyObject *o, void *out)
+{
+    unsigned long long v;
+    if (!conv_unsigned(o, ULLONG_MAX, &v))
+        return 0;
+    *(unsigned long long *)out = v;
+    return 1;
+}
+
+int cprpy_u32(PyObject *o, void *out)
+{
+    unsigned long long v;
+    if (!conv_unsigned(o, UINT_MAX, &v))
+        return 0;
+    *(unsigned int *)out = (unsigned int)v;
+    return 1;
 }
 
 int cprpy_job(PyObject *o, const char **out)

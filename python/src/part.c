@@ -117,7 +117,8 @@ static PyObject *part_put_rows(cprpy_part *p, PyObject *args, PyObject *kw)
     static char *kwlist[] = {"table", "ids", "values", "state", NULL};
     unsigned int table;
     PyObject *ids, *values, *state = Py_None;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "IOO|O", kwlist, &table, &ids, &values, &state))
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O&OO|O", kwlist, cprpy_u32, &table, &ids, &values,
+                                     &state))
         return NULL;
     cprpy_buffer ib, vb = {0}, sb = {0};
     if (cprpy_buffer_get(ids, CPRPY_ID, 0, "ids", &ib) < 0)
@@ -143,7 +144,8 @@ static PyObject *part_put_range(cprpy_part *p, PyObject *args, PyObject *kw)
     unsigned int table;
     unsigned long long first;
     PyObject *values, *state = Py_None;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "IKO|O", kwlist, &table, &first, &values, &state))
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O&O&O|O", kwlist, cprpy_u32, &table, cprpy_u64,
+                                     &first, &values, &state))
         return NULL;
     cprpy_buffer vb, sb = {0};
     if (cprpy_buffer_get(values, CPRPY_F32, 0, "values", &vb) < 0)
@@ -177,8 +179,8 @@ static PyObject *part_put_gather(cprpy_part *p, PyObject *args, PyObject *kw)
     unsigned int table;
     PyObject *values, *state = Py_None, *ids = Py_None, *n_obj = Py_None;
     unsigned long long first = 0, row_base = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "IO|O$OKOK", kwlist, &table, &values, &state,
-                                     &ids, &first, &n_obj, &row_base))
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O&O|O$OO&OO&", kwlist, cprpy_u32, &table, &values,
+                                     &state, &ids, cprpy_u64, &first, &n_obj, cprpy_u64, &row_base))
         return NULL;
     cprpy_buffer vb, sb = {0}, ib = {0};
     if (cprpy_buffer_get(values, CPRPY_F32, 0, "values", &vb) < 0)
@@ -198,7 +200,7 @@ static PyObject *part_put_gather(cprpy_part *p, PyObject *args, PyObject *kw)
     }
     cpr_gather g = {.table = table, .row_base = row_base, .values = vb.view.buf,
                     .values_stride = vb.cols, .state = sb.held ? sb.view.buf : NULL,
-                    .state_stride = sb.held ? (sb.cols ? sb.cols : 1) : 0};
+                    .state_stride = sb.held ? (sb.ndim == 1 ? 1 : sb.cols) : 0};
     uint64_t end = row_base + vb.rows; /* rows the arrays hold: [row_base, end) */
     if (ids != Py_None) {
         if (n_obj != Py_None || first) {

@@ -214,9 +214,10 @@ PyObject *cprpy_plan_recovery(PyObject *self, PyObject *args, PyObject *kw)
     unsigned int num_shards, dense_shard = 0;
     int dense_replica = 0, restart = 0;
     unsigned long long ab_after = 0, ab_through = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "OI|OO$pIp(KK)", kwlist, &parts, &num_shards,
-                                     &failed, &mode, &dense_replica, &dense_shard, &restart,
-                                     &ab_after, &ab_through))
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OO&|OO$pO&p(O&O&)", kwlist, &parts, cprpy_u32,
+                                     &num_shards, &failed, &mode, &dense_replica, cprpy_u32,
+                                     &dense_shard, &restart, cprpy_u64, &ab_after, cprpy_u64,
+                                     &ab_through))
         return NULL;
     PyObject *seq = PySequence_Fast(parts, "parts: expected a sequence of cpr.PartInfo");
     if (!seq)
@@ -260,9 +261,10 @@ PyObject *cprpy_client_decide_and_record(cprpy_client *c, PyObject *args, PyObje
     unsigned int num_shards, dense_shard = 0;
     unsigned long long expected = 0, ab_after = 0, ab_through = 0;
     int dense_replica = 0, restart = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "UI|OO$KpIp(KK)", kwlist, &job, &num_shards,
-                                     &failed, &mode, &expected, &dense_replica, &dense_shard,
-                                     &restart, &ab_after, &ab_through))
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "UO&|OO$O&pO&p(O&O&)", kwlist, &job, cprpy_u32,
+                                     &num_shards, &failed, &mode, cprpy_u64, &expected,
+                                     &dense_replica, cprpy_u32, &dense_shard, &restart, cprpy_u64,
+                                     &ab_after, cprpy_u64, &ab_through))
         return NULL;
     if (cprpy_job(job, &j) < 0)
         return NULL;

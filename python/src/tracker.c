@@ -9,6 +9,10 @@
  *       the GIL held): the C tracker is used by one thread at a time.
  *   K2  A TrackerSave keeps its Tracker alive (strong reference), so its C
  *       save never outlives the tracker; `save` is NULL once it ended.
+ *   K3  A TrackerSave dropped while open aborts its save; if another thread
+ *       is inside the tracker then, the save waits on `orphans` and the
+ *       call in flight aborts it as it leaves (an open FULL/DELTA save left
+ *       behind would refuse every later one of its shard).
  */
 #include "cprpy.h"
 
@@ -21,6 +25,8 @@ typedef struct {
     PyObject_HEAD
     cpr_emb *t;
     int busy;
+    cpr_emb_save **orphans; /* saves dropped open while busy: aborted at leave() (K3) */
+    size_t n_orphans, cap_orphans;
 } cprpy_tracker;
 
 typedef struct {
@@ -42,7 +48,13 @@ static cpr_emb *enter(cprpy_tracker *k)
     return k->t;
 }
 
-static void leave(cprpy_tracker *k) { k->busy = 0; }
+static void leave(cprpy_tracker *k)
+{
+    for (size_t i = 0; i < k->n_orphans; i++) /* K3 */
+        cpr_emb_save_abort(k->t, k->orphans[i]);
+    k->n_orphans = 0;
+    k->busy = 0;
+}
 
 static int parse_track(PyObject *o, unsigned *out)
 {
@@ -86,11 +98,16 @@ static int tracker_init(cprpy_tracker *k, PyObject *args, PyObject *kw)
     const char *scheme = "range";
     PyObject *track = NULL;
     double rate = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "K|$IsOdKK", kwlist, &rows, &shards, &scheme,
-                                     &track, &rate, &cap, &seed))
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O&|$O&sOdO&O&", kwlist, cprpy_u64, &rows, cprpy_u32,
+                                     &shards, &scheme, &track, &rate, cprpy_u64, &cap, cprpy_u64,
+                                     &seed))
         return -1;
-    cpr_emb_config c = {.rows = rows, .num_shards = shards, .ssu_rate = rate,
-                        .ssu_capacity = cap, .seed = seed, .track = CPR_TRACK_ALL};
+    cpr_emb_config c = {.rows = rows,
+                        .num_shards = shards,
+                        .ssu_rate = rate,
+                        .ssu_capacity = cap,
+                        .seed = seed,
+                        .track = CPR_TRACK_ALL};
     if (strcmp(scheme, "range") == 0)
         c.scheme = CPR_SHARD_RANGE;
     else if (strcmp(scheme, "modulo") == 0)
@@ -115,6 +132,7 @@ static int tracker_init(cprpy_tracker *k, PyObject *args, PyObject *kw)
 
 static void tracker_dealloc(cprpy_tracker *k)
 {
+    free(k->orphans);
     cpr_emb_destroy(k->t); /* saves hold a reference: none is open here (K2) */
     Py_TYPE(k)->tp_free((PyObject *)k);
 }
@@ -181,8 +199,8 @@ static PyObject *tracker_select(cprpy_tracker *k, PyObject *args, PyObject *kw)
     PyObject *policy;
     double fraction = 0;
     unsigned long long rows = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "IO|$dK", kwlist, &shard, &policy, &fraction,
-                                     &rows))
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O&O|$dO&", kwlist, cprpy_u32, &shard, &policy,
+                                     &fraction, cprpy_u64, &rows))
         return NULL;
     cpr_policy p;
     if (cprpy_parse_policy(policy, &p) < 0)
@@ -215,7 +233,7 @@ static PyObject *tracker_begin(cprpy_tracker *k, PyObject *args, PyObject *kw)
     static char *kwlist[] = {"shard", "policy", "ids", NULL};
     unsigned int shard;
     PyObject *policy, *ids;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "IOO", kwlist, &shard, &policy, &ids))
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O&OO", kwlist, cprpy_u32, &shard, &policy, &ids))
         return NULL;
     cpr_policy p;
     if (cprpy_parse_policy(policy, &p) < 0)
@@ -262,7 +280,7 @@ static PyObject *stats_tuple(const cpr_emb_stats *s)
 static PyObject *tracker_stats(cprpy_tracker *k, PyObject *args)
 {
     unsigned int shard;
-    if (!PyArg_ParseTuple(args, "I", &shard))
+    if (!PyArg_ParseTuple(args, "O&", cprpy_u32, &shard))
         return NULL;
     cpr_emb *t = ready(k);
     if (!t)
@@ -279,7 +297,7 @@ static PyObject *tracker_stats(cprpy_tracker *k, PyObject *args)
 static PyObject *tracker_events(cprpy_tracker *k, PyObject *args)
 {
     unsigned int shard;
-    if (!PyArg_ParseTuple(args, "I", &shard))
+    if (!PyArg_ParseTuple(args, "O&", cprpy_u32, &shard))
         return NULL;
     cpr_emb *t = ready(k);
     if (!t)
@@ -310,7 +328,7 @@ static PyObject *tracker_set_ssu_rate(cprpy_tracker *k, PyObject *args)
 static PyObject *tracker_wipe_shard(cprpy_tracker *k, PyObject *args)
 {
     unsigned int shard;
-    if (!PyArg_ParseTuple(args, "I", &shard))
+    if (!PyArg_ParseTuple(args, "O&", cprpy_u32, &shard))
         return NULL;
     cpr_emb *t = ready(k);
     if (!t)
@@ -351,7 +369,7 @@ static PyObject *tracker_restored(cprpy_tracker *k, PyObject *args)
 static PyObject *tracker_shard_of(cprpy_tracker *k, PyObject *args)
 {
     unsigned long long row;
-    if (!PyArg_ParseTuple(args, "K", &row) || !k->t)
+    if (!PyArg_ParseTuple(args, "O&", cprpy_u64, &row) || !k->t)
         return k->t ? NULL : cprpy_raise(CPR_FAILED_PRECONDITION, "not initialised");
     if (row >= cpr_emb_rows(k->t))
         return cprpy_raise(CPR_INVALID_ARGUMENT, "row %llu is outside the table", row);
@@ -361,7 +379,7 @@ static PyObject *tracker_shard_of(cprpy_tracker *k, PyObject *args)
 static PyObject *tracker_shard_rows(cprpy_tracker *k, PyObject *args)
 {
     unsigned int shard;
-    if (!PyArg_ParseTuple(args, "I", &shard) || !k->t)
+    if (!PyArg_ParseTuple(args, "O&", cprpy_u32, &shard) || !k->t)
         return k->t ? NULL : cprpy_raise(CPR_FAILED_PRECONDITION, "not initialised");
     return PyLong_FromUnsignedLongLong(cpr_emb_shard_rows(k->t, shard));
 }
@@ -489,9 +507,22 @@ static PyObject *tsave_get_state(cprpy_tsave *s, void *u)
 
 static void tsave_dealloc(cprpy_tsave *s)
 {
-    if (s->save && !s->tracker->busy)
-        cpr_emb_save_abort(s->tracker->t, s->save);
-    /* (busy: another thread is inside the tracker; the save then ends with it) */
+    cprpy_tracker *k = s->tracker;
+    if (s->save && !k->busy) {
+        cpr_emb_save_abort(k->t, s->save);
+    } else if (s->save) { /* K3: the call in flight aborts it as it leaves */
+        if (k->n_orphans == k->cap_orphans) {
+            size_t cap = k->cap_orphans ? 2 * k->cap_orphans : 8;
+            cpr_emb_save **o = realloc(k->orphans, cap * sizeof *o);
+            if (o) {
+                k->orphans = o;
+                k->cap_orphans = cap;
+            }
+        }
+        if (k->n_orphans < k->cap_orphans)
+            k->orphans[k->n_orphans++] = s->save;
+        /* else: no memory; the save stays open until the tracker goes */
+    }
     Py_XDECREF(s->tracker);
     PyObject_Free(s);
 }

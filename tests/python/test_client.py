@@ -394,3 +394,22 @@ def test_type_stubs_cover_the_module():
         cls = getattr(core, name)
         members = {m for m in dir(cls) if not m.startswith("_")}
         assert members - declared[name] == set(), name
+
+
+def test_negative_and_oversized_ints_are_refused(client, job):
+    with pytest.raises(cpr.InvalidArgumentError, match="-1"):
+        client.begin(job, 0, -1, tables=SCHEMA[:1])  # would end the shard's ids for ever
+    with pytest.raises(cpr.InvalidArgumentError):
+        client.begin(job, 2 ** 32, 1, tables=SCHEMA[:1])
+    with pytest.raises(cpr.InvalidArgumentError):
+        client.restore(job, as_of=-3)
+    with pytest.raises(cpr.InvalidArgumentError):
+        cpr.Tracker(-5)
+    with pytest.raises(TypeError):
+        client.begin(job, "0", 1, tables=SCHEMA[:1])
+    with pytest.raises(cpr.NotFoundError):
+        client.list(job)  # nothing was begun
+    with client.begin(job, 0, 1, tables=[(0, 10, 2, 1)]) as p:
+        with pytest.raises(cpr.InvalidArgumentError):
+            p.put_gather(0, np.ones((10, 2), np.float32), np.ones((10, 0), np.float32),
+                         first=0, n=2)  # a state array with no column

@@ -265,3 +265,26 @@ def test_auto_policy_follows_the_estimator(client, job):
     with pytest.raises(cpr.InvalidArgumentError, match="estimator"):
         cpr.torch.Checkpointer(client, job, list(model.emb), policy="auto")
     ckpt.close()
+
+
+def test_a_new_process_loads_the_cut_not_an_old_plan(client, job):
+    tr = Trainer(client, job)
+    for _ in range(6):
+        tr.step()
+    tr.ckpt.save(6, "full")
+    w_cut, s_cut, mlp_cut = tr.snapshot()
+    tr.step()
+    tr.ckpt.simulate_failure(2)
+    assert tr.ckpt.recover([2]).plan.action == "partial"  # recorded: generation 1
+    tr.ckpt.close()
+    # The job restarts: new processes, fresh tables. load() must restore every
+    # shard at the cut, not act on the partial plan recorded before.
+    fresh = Trainer(client, job, seed=9)
+    res = fresh.ckpt.load()
+    assert res.plan.action == "full" and res.generation == 2 and res.rewind_step == 6
+    for t in range(len(ROWS)):
+        assert torch.equal(fresh.model.emb[t].weight.detach(), w_cut[t])
+        assert torch.equal(fresh.emb_opt.state[fresh.model.emb[t].weight]["sum"], s_cut[t])
+    for k, v in fresh.model.mlp.state_dict().items():
+        assert torch.equal(v, mlp_cut[k])
+    fresh.ckpt.close()
