@@ -15,7 +15,9 @@ A 2 M x 64 float32 table with row-wise Adagrad state (one float a row):
                   place (zeroed first), the store's pages evicted first;
   cpr partial     the failure of one shard of --shards: that shard's rows
                   restored (recover), the store's pages evicted first.
-Ratios: stall_over_torch_save (goal <= 0.2), restore_speedup =
+Each round measures all of them in turn, so that they see the same state of the
+disk (this VM's drifts); medians over the rounds are reported. Ratios:
+stall_over_torch_save (goal <= 0.2), restore_speedup =
 torch.load / cpr restore (goal >= 1), partial_speedup = torch.load / cpr
 partial (goal >= 5), and each time against the raw disk's.
 
@@ -107,7 +109,7 @@ def main(argv):
     p.add_argument("--rows", type=int, default=2_000_000)
     p.add_argument("--dim", type=int, default=64)
     p.add_argument("--shards", type=int, default=8)
-    p.add_argument("--repeat", type=int, default=3, help="rounds; medians are reported")
+    p.add_argument("--repeat", type=int, default=5, help="rounds; medians are reported")
     p.add_argument("--json", action="store_true")
     a = p.parse_args(argv)
     if a.rows < a.shards or a.dim < 1 or a.repeat < 1:
@@ -125,7 +127,15 @@ def main(argv):
         r = {k: [] for k in ("raw_write_s", "raw_read_s", "memcpy_s", "torch_save_s",
                              "torch_load_s", "cpr_stall_s", "cpr_save_s", "cpr_restore_s",
                              "cpr_partial_s")}
-        for rnd in range(a.repeat):  # first the machine and torch, on a quiet disk
+        # Each round measures the disk, torch and CPR one after the other, so
+        # that all three see the same state of this VM's disk (its speed
+        # drifts by 2x over minutes). ckptd runs no retention or folding here.
+        proc, addr = start_ckptd(a.ckptd, os.path.join(work, "store"), log)
+        # Staging holds a whole save, and sending waits for the copy to end
+        # (defer_send): the stall is the copy alone (docs/python.md).
+        client = cpr.Client("grpc://" + addr, staging_bytes=nbytes + (64 << 20),
+                            defer_send=True)
+        for rnd in range(a.repeat):
             w_s, r_s = raw_disk(os.path.join(work, "raw"), nbytes)
             r["raw_write_s"].append(w_s)
             r["raw_read_s"].append(r_s)
@@ -150,14 +160,6 @@ def main(argv):
             del loaded
             os.unlink(path)
 
-        # ckptd starts only now: its background work (folding, retention)
-        # never overlaps the torch measurements.
-        proc, addr = start_ckptd(a.ckptd, os.path.join(work, "store"), log)
-        # Staging holds a whole save, and sending waits for the copy to end
-        # (defer_send): the stall is the copy alone (docs/python.md).
-        client = cpr.Client("grpc://" + addr, staging_bytes=nbytes + (64 << 20),
-                            defer_send=True)
-        for rnd in range(a.repeat):
             job = "bench-%d" % rnd
             ck = cpr.torch.Checkpointer(client, job, [weight], states={0: state},
                                         num_shards=a.shards, policy="full", hooks=False)

@@ -131,7 +131,8 @@ class Checkpointer:
     ssu_rate    the probability an access joins the SSU sample.
     hooks       install forward pre-hooks on table modules that record the
                 indices of training batches (False: call ``observe``).
-    restore_threads  restores run at once (default: the CPUs, at most 8).
+    restore_threads  restores run at once (default: one per storage node, at
+                most the CPUs and 8).
 
     Open the client with ``defer_send=True``: a save's copy then runs alone on
     the training thread, and its streaming starts as soon as the copy is done.
@@ -158,7 +159,10 @@ class Checkpointer:
         self._last_save = None
         self.shards = list(range(self.num_shards)) if shards is None else sorted(shards)
         self.dense_shard = int(dense_shard)
-        self.restore_threads = int(restore_threads or min(8, os.cpu_count() or 1))
+        # One stream per storage node: streams to one node share its disk and,
+        # here, its cores (measured: 2 streams to one node on 2 cores were
+        # 8-25% slower than one; docs/performance.md).
+        self.restore_threads = int(restore_threads or min(8, client.nodes, os.cpu_count() or 1))
         self._norm = self.policy == cpr.Policy.TOPK_NORM or (
             self.policy is None and estimator.policy == cpr.Policy.TOPK_NORM)
         self.trackers = [cpr.Tracker(w.shape[0], num_shards=self.num_shards, scheme=scheme,
