@@ -86,4 +86,8 @@ static inline void cpri_copy_floats(float *restrict dst, const float *restrict s
 }
 #endif
 
+/* Tests: 1 makes the row codecs (common/codec.c) use their portable code
+ * only, 0 lets them choose their kernels again. */
+void cpri_codec_portable(int on);
+
 #endif /* CPR_COMMON_H */

@@ -12,6 +12,7 @@ PACKAGES=(
   librocksdb-dev                     # store: rows and metadata (C API)
   liburing-dev                       # store: blob I/O
   libisal-dev                        # CRC32C (ISA-L crc32_iscsi)
+  libfp16-dev                        # row codecs: portable IEEE half conversion
   libcjson-dev                       # --json output of the tools
   libcmocka-dev                      # unit-test harness
   protobuf-c-compiler libprotobuf-c-dev  # ckptd wire contract (proto/)

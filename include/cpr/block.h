@@ -38,10 +38,15 @@ extern "C" {
 #define CPR_BLOCK_HEADER_BYTES 64u
 #define CPR_BLOCK_MAX_BYTES (64u << 20) /* largest block a reader accepts */
 
-/* Codecs of the values (state is always f32). Only f32 exists today; the
- * field leaves room for others without a new format version. */
+/* Codecs of the values (state is always f32): cpr/codec.h encodes and
+ * decodes rows. Blocks carry f32 only for now (a reader refuses any other
+ * codec); the field leaves room for the others without a new format version. */
 typedef enum cpr_codec {
-    CPR_CODEC_F32 = 0
+    CPR_CODEC_F32 = 0,   /* exact */
+    CPR_CODEC_BF16 = 1,  /* bfloat16, round to nearest even */
+    CPR_CODEC_F16 = 2,   /* IEEE half, round to nearest even */
+    CPR_CODEC_INT8 = 3,  /* row-wise asymmetric: f32 scale and bias, u8 per value */
+    CPR_CODEC_INT4 = 4   /* row-wise asymmetric: f32 scale and bias, 4 bits per value */
 } cpr_codec;
 
 /* Header flags. */

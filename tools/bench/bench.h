@@ -235,4 +235,9 @@ int bench_embedding_main(int argc, char **argv);
  * arguments; returns the exit code. */
 int bench_save_main(int argc, char **argv);
 
+/* ---- bench_quant.c: cpr-bench quant ---------------------------------------- */
+
+/* Run `cpr-bench quant` (the row codecs against memcpy); returns the exit code. */
+int bench_quant_main(int argc, char **argv);
+
 #endif /* CPR_BENCH_H */

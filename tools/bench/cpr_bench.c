@@ -46,6 +46,9 @@ static void usage(FILE *out)
           "  save        the training stall of one save per policy (select, begin,\n"
           "              gather into staging) against a memcpy of the same bytes\n"
           "              (cpr-bench save --help)\n"
+          "  quant       the row codecs (f32, bf16, f16, int8, int4): encode and decode\n"
+          "              throughput against memcpy, bytes per row, error\n"
+          "              (cpr-bench quant --help)\n"
           "\n"
           "cpr-bench store [--rows N] [--dim D] [--state-dim S] [--dir PATH]\n"
           "                [--batch-rows B] [--rounds R] [--keep] [--json]\n"
@@ -871,6 +874,8 @@ int main(int argc, char **argv)
         return bench_embedding_main(argc - 2, argv + 2);
     if (strcmp(cmd, "save") == 0)
         return bench_save_main(argc - 2, argv + 2);
+    if (strcmp(cmd, "quant") == 0)
+        return bench_quant_main(argc - 2, argv + 2);
     fprintf(stderr, "cpr-bench: unknown command '%s' (see cpr-bench --help)\n", cmd);
     return EXIT_USAGE;
 }
