@@ -18,6 +18,7 @@
 
 #include "client_internal.h"
 #include "cpr/block.h"
+#include "cpr/codec.h"
 #include "cpr/crc32c.h"
 #include "channel.h"
 #include "cpr_common.h"
@@ -329,6 +330,8 @@ typedef struct rows_in {
     int fn_failed;            /* the caller's callback stopped the restore */
     unsigned char *scratch;   /* an aligned home for a block that arrived misaligned */
     size_t scratch_cap;
+    float *decoded;           /* a quantized block's values as f32 */
+    size_t decoded_cap;       /* floats */
 } rows_in;
 
 static cpr_status count_rows(rows_in *in, const cpr_row_batch *b)
@@ -370,7 +373,23 @@ static cpr_status remote_block(rows_in *in, const void *block, size_t len)
         return cpr_fail(st, "%s: a restored row block failed its check in transit: %s",
                         in->node->name, why);
     }
-    cpr_row_batch b = {v.h.table, v.h.n, v.ids, v.values, (size_t)v.h.n * v.h.dim, v.state,
+    const float *values = v.values;
+    if (!values) { /* a block of another codec: the caller gets f32 (cpr/codec.h) */
+        size_t need = (size_t)v.h.n * v.h.dim;
+        if (need > in->decoded_cap) {
+            float *grown = realloc(in->decoded, need * sizeof *grown);
+            if (!grown)
+                return cpr_fail(CPR_NO_MEMORY, "out of memory decoding a %s block",
+                                cpr_codec_name((cpr_codec)v.h.codec));
+            in->decoded = grown;
+            in->decoded_cap = need;
+        }
+        st = cpr_block_values(&v, 0, v.h.n, in->decoded);
+        if (st)
+            return st;
+        values = in->decoded;
+    }
+    cpr_row_batch b = {v.h.table, v.h.n, v.ids, values, (size_t)v.h.n * v.h.dim, v.state,
                        (size_t)v.h.n * v.h.state_dim, 0, 0};
     b.crc32c = cpr_crc32c_rows(b.ids, b.n, b.values, b.values_count, b.state, b.state_count);
     return count_rows(in, &b);
@@ -406,7 +425,7 @@ static cpr_status remote_rows(void *ctx, const uint8_t *msg, size_t len)
 cpr_status cpri_node_restore(cpri_node *n, const cpr_restore_query *q, double timeout_s,
                             cpr_row_fn fn, void *ctx, uint64_t *rows, uint64_t *bytes)
 {
-    rows_in in = {n, fn, ctx, 0, 0, 0, NULL, 0};
+    rows_in in = {n, fn, ctx, 0, 0, 0, NULL, 0, NULL, 0};
     cpr_status st;
     if (n->store) {
         st = n->api->restore(n->store, q, local_rows, &in, NULL);
@@ -421,6 +440,7 @@ cpr_status cpri_node_restore(cpri_node *n, const cpr_restore_query *q, double ti
                                        remote_rows, &in);
         free(req);
         free(in.scratch);
+        free(in.decoded);
     }
     *rows = in.rows;
     *bytes = in.bytes;

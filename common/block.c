@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "cpr/block.h"
+#include "cpr/codec.h"
 #include "cpr/crc32c.h"
 #include "cpr_common.h"
 
@@ -34,27 +35,40 @@ static uint64_t get64(const unsigned char *p, size_t off)
     return v;
 }
 
-void cpr_block_layout_of(uint32_t n, uint32_t dim, uint32_t state_dim, uint32_t flags,
-                         cpr_block_layout *out)
+void cpr_block_layout_codec(uint32_t n, uint32_t dim, uint32_t state_dim, uint32_t flags,
+                            cpr_codec codec, cpr_block_layout *out)
 {
-    size_t rows = n;
+    size_t rows = n, values = rows * cpr_codec_row_bytes(codec, dim);
     out->ids = CPR_BLOCK_HEADER_BYTES;
     out->versions = out->ids + rows * 8;
     out->values = out->versions + ((flags & CPR_BLOCK_VERSIONS) ? rows * 8 : 0);
-    out->state = out->values + rows * dim * 4;
+    out->state = out->values + ((values + 3) & ~(size_t)3); /* the state stays aligned */
     out->bytes = out->state + rows * state_dim * 4;
+}
+
+void cpr_block_layout_of(uint32_t n, uint32_t dim, uint32_t state_dim, uint32_t flags,
+                         cpr_block_layout *out)
+{
+    cpr_block_layout_codec(n, dim, state_dim, flags, CPR_CODEC_F32, out);
+}
+
+size_t cpr_block_size_codec(uint32_t n, uint32_t dim, uint32_t state_dim, uint32_t flags,
+                            cpr_codec codec)
+{
+    cpr_block_layout l;
+    size_t row = cpr_codec_row_bytes(codec, dim);
+    /* n < 2^32 and dims <= 2^16 + 2^16: the products fit in 64 bits; the
+     * limit check keeps every later size computation small. */
+    uint64_t per_row = ((flags & CPR_BLOCK_VERSIONS) ? 16 : 8) + row + 4 * (uint64_t)state_dim;
+    if (!row || (uint64_t)n * per_row > CPR_BLOCK_MAX_BYTES - CPR_BLOCK_HEADER_BYTES - 4)
+        return 0;
+    cpr_block_layout_codec(n, dim, state_dim, flags, codec, &l);
+    return l.bytes <= CPR_BLOCK_MAX_BYTES ? l.bytes : 0;
 }
 
 size_t cpr_block_size(uint32_t n, uint32_t dim, uint32_t state_dim, uint32_t flags)
 {
-    cpr_block_layout l;
-    /* n < 2^32 and dims <= 2^16 + 2^16: the products fit in 64 bits; the
-     * limit check keeps every later size computation small. */
-    uint64_t per_row = ((flags & CPR_BLOCK_VERSIONS) ? 16 : 8) + 4 * ((uint64_t)dim + state_dim);
-    if ((uint64_t)n * per_row > CPR_BLOCK_MAX_BYTES - CPR_BLOCK_HEADER_BYTES)
-        return 0;
-    cpr_block_layout_of(n, dim, state_dim, flags, &l);
-    return l.bytes <= CPR_BLOCK_MAX_BYTES ? l.bytes : 0;
+    return cpr_block_size_codec(n, dim, state_dim, flags, CPR_CODEC_F32);
 }
 
 /* CRC of header (crc field as zero) || payload. */
@@ -66,7 +80,8 @@ static uint32_t block_crc(const unsigned char *b, size_t len)
     return cpr_crc32c(crc, b + OFF_CRC + 4, len - OFF_CRC - 4);
 }
 
-static cpr_status check_shape(uint32_t n, uint32_t dim, uint32_t state_dim, uint32_t flags)
+static cpr_status check_shape(uint32_t n, uint32_t dim, uint32_t state_dim, uint32_t flags,
+                              cpr_codec codec)
 {
     if (n == 0)
         return cpr_fail(CPR_INVALID_ARGUMENT, "a block holds at least one row");
@@ -75,22 +90,26 @@ static cpr_status check_shape(uint32_t n, uint32_t dim, uint32_t state_dim, uint
                         "state_dim %u (0-%u)", dim, MAX_DIM, state_dim, MAX_DIM);
     if (flags & ~CPR_BLOCK_VERSIONS)
         return cpr_fail(CPR_INVALID_ARGUMENT, "unknown block flags %#x", flags);
-    if (cpr_block_size(n, dim, state_dim, flags) == 0)
+    if (!cpr_codec_row_bytes(codec, dim))
+        return cpr_fail(CPR_INVALID_ARGUMENT, "unknown block codec %d", (int)codec);
+    if (cpr_block_size_codec(n, dim, state_dim, flags, codec) == 0)
         return cpr_fail(CPR_INVALID_ARGUMENT, "a block of %u rows of dim %u + %u is over "
                         "the %u MiB limit; use smaller blocks", n, dim, state_dim,
                         CPR_BLOCK_MAX_BYTES >> 20);
     return CPR_OK;
 }
 
-cpr_status cpr_block_seal(void *buf, uint32_t table, uint32_t n, uint32_t dim,
-                          uint32_t state_dim, uint32_t flags)
+cpr_status cpr_block_seal_codec(void *buf, uint32_t table, uint32_t n, uint32_t dim,
+                                uint32_t state_dim, uint32_t flags, cpr_codec codec)
 {
     unsigned char *b = buf;
     cpr_block_layout l;
-    cpr_status st = check_shape(n, dim, state_dim, flags);
+    cpr_status st = check_shape(n, dim, state_dim, flags, codec);
     if (st)
         return st;
-    cpr_block_layout_of(n, dim, state_dim, flags, &l);
+    cpr_block_layout_codec(n, dim, state_dim, flags, codec, &l);
+    size_t values = (size_t)n * cpr_codec_row_bytes(codec, dim);
+    memset(b + l.values + values, 0, l.state - l.values - values); /* the padding */
     const unsigned char *ids = b + l.ids;
     uint64_t prev = get64(ids, 0);
     for (uint32_t i = 1; i < n; i++) {
@@ -102,7 +121,7 @@ cpr_status cpr_block_seal(void *buf, uint32_t table, uint32_t n, uint32_t dim,
         prev = id;
     }
     cpr_block_header h = {
-        .format = CPR_BLOCK_FORMAT, .codec = CPR_CODEC_F32, .flags = flags,
+        .format = CPR_BLOCK_FORMAT, .codec = (uint16_t)codec, .flags = flags,
         .table = table, .n = n, .dim = dim, .state_dim = state_dim,
         .first_row = get64(ids, 0), .last_row = prev, .bytes = l.bytes,
     };
@@ -110,6 +129,12 @@ cpr_status cpr_block_seal(void *buf, uint32_t table, uint32_t n, uint32_t dim,
     h.crc32c = block_crc(b, l.bytes);
     memcpy(b + OFF_CRC, &h.crc32c, 4);
     return CPR_OK;
+}
+
+cpr_status cpr_block_seal(void *buf, uint32_t table, uint32_t n, uint32_t dim,
+                          uint32_t state_dim, uint32_t flags)
+{
+    return cpr_block_seal_codec(buf, table, n, dim, state_dim, flags, CPR_CODEC_F32);
 }
 
 void cpr_block_header_write(void *hdr, const cpr_block_header *h)
@@ -147,9 +172,9 @@ cpr_status cpr_block_header_parse(const void *buf, size_t len, cpr_block_header 
     if (h.format != CPR_BLOCK_FORMAT)
         return cpr_fail(CPR_CORRUPT, "row block format %u; this build reads format %u",
                         h.format, CPR_BLOCK_FORMAT);
-    if (h.codec != CPR_CODEC_F32)
+    if (h.codec > CPR_CODEC_INT4)
         return cpr_fail(CPR_CORRUPT, "row block codec %u is unknown to this build "
-                        "(it reads 0, f32)", h.codec);
+                        "(it reads 0-4: f32, bf16, f16, int8, int4)", h.codec);
     h.flags = get32(b, 8);
     h.table = get32(b, 12);
     h.n = get32(b, 16);
@@ -159,13 +184,14 @@ cpr_status cpr_block_header_parse(const void *buf, size_t len, cpr_block_header 
     h.first_row = get64(b, 32);
     h.last_row = get64(b, 40);
     h.bytes = get64(b, 48);
-    if (check_shape(h.n, h.dim, h.state_dim, h.flags) != CPR_OK)
+    if (check_shape(h.n, h.dim, h.state_dim, h.flags, (cpr_codec)h.codec) != CPR_OK)
         return cpr_fail(CPR_CORRUPT, "row block header is malformed: %u rows, dim %u, "
                         "state_dim %u, flags %#x", h.n, h.dim, h.state_dim, h.flags);
-    if (h.bytes != cpr_block_size(h.n, h.dim, h.state_dim, h.flags))
+    size_t want = cpr_block_size_codec(h.n, h.dim, h.state_dim, h.flags, (cpr_codec)h.codec);
+    if (h.bytes != want)
         return cpr_fail(CPR_CORRUPT, "row block header says %llu bytes; %u rows of dim "
-                        "%u + %u take %zu", (unsigned long long)h.bytes, h.n, h.dim,
-                        h.state_dim, cpr_block_size(h.n, h.dim, h.state_dim, h.flags));
+                        "%u + %u in %s take %zu", (unsigned long long)h.bytes, h.n, h.dim,
+                        h.state_dim, cpr_codec_name((cpr_codec)h.codec), want);
     if (h.first_row > h.last_row || (h.n == 1 && h.first_row != h.last_row) ||
         (h.n > 1 && h.last_row - h.first_row < (uint64_t)h.n - 1))
         return cpr_fail(CPR_CORRUPT, "row block header: rows %llu..%llu cannot hold %u "
@@ -192,11 +218,13 @@ cpr_status cpr_block_open(const void *buf, size_t len, cpr_block_view *out)
                         "checksum (stored %08x, data %08x)", v.h.table,
                         (unsigned long long)v.h.first_row, (unsigned long long)v.h.last_row,
                         v.h.crc32c, crc);
-    cpr_block_layout_of(v.h.n, v.h.dim, v.h.state_dim, v.h.flags, &l);
+    cpr_block_layout_codec(v.h.n, v.h.dim, v.h.state_dim, v.h.flags, (cpr_codec)v.h.codec, &l);
     v.ids = (const uint64_t *)(const void *)(b + l.ids);
     v.versions = (v.h.flags & CPR_BLOCK_VERSIONS) ? (const uint64_t *)(const void *)(b + l.versions)
                                                   : NULL;
-    v.values = (const float *)(const void *)(b + l.values);
+    v.encoded = b + l.values;
+    v.row_bytes = cpr_codec_row_bytes((cpr_codec)v.h.codec, v.h.dim);
+    v.values = v.h.codec == CPR_CODEC_F32 ? (const float *)(const void *)(b + l.values) : NULL;
     v.state = v.h.state_dim ? (const float *)(const void *)(b + l.state) : NULL;
     if (get64(b + l.ids, 0) != v.h.first_row ||
         get64(b + l.ids, ((size_t)v.h.n - 1) * 8) != v.h.last_row)
@@ -207,4 +235,14 @@ cpr_status cpr_block_open(const void *buf, size_t len, cpr_block_view *out)
                             "row %u", v.h.table, i);
     *out = v;
     return CPR_OK;
+}
+
+cpr_status cpr_block_values(const cpr_block_view *v, uint32_t first, uint32_t k, float *out)
+{
+    if (!v || first > v->h.n || k > v->h.n - first || (k && !out))
+        return cpr_fail(CPR_INVALID_ARGUMENT, "cpr_block_values: rows [%u, %u + %u) are not "
+                        "rows of a block of %u", first, first, k, v ? v->h.n : 0);
+    return cpr_codec_decode((cpr_codec)v->h.codec,
+                            (const unsigned char *)v->encoded + (size_t)first * v->row_bytes, k,
+                            v->h.dim, out);
 }

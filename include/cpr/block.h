@@ -39,8 +39,8 @@ extern "C" {
 #define CPR_BLOCK_MAX_BYTES (64u << 20) /* largest block a reader accepts */
 
 /* Codecs of the values (state is always f32): cpr/codec.h encodes and
- * decodes rows. Blocks carry f32 only for now (a reader refuses any other
- * codec); the field leaves room for the others without a new format version. */
+ * decodes rows. A block may carry any of them (cpr_block_seal_codec); the
+ * store takes f32 blocks only for now (issue #12 is under way). */
 typedef enum cpr_codec {
     CPR_CODEC_F32 = 0,   /* exact */
     CPR_CODEC_BF16 = 1,  /* bfloat16, round to nearest even */
@@ -72,8 +72,10 @@ typedef struct cpr_block_view {
     cpr_block_header h;
     const uint64_t *ids;
     const uint64_t *versions; /* NULL unless CPR_BLOCK_VERSIONS */
-    const float *values;
+    const float *values;      /* f32 blocks; NULL for another codec (encoded) */
     const float *state;       /* NULL when state_dim is 0 */
+    const void *encoded;      /* the values as stored: n rows of row_bytes */
+    size_t row_bytes;         /* cpr_codec_row_bytes(h.codec, h.dim) */
 } cpr_block_view;
 
 /* Bytes of a block of n rows (0 if it would exceed CPR_BLOCK_MAX_BYTES). */
@@ -97,6 +99,30 @@ CPR_API void cpr_block_layout_of(uint32_t n, uint32_t dim, uint32_t state_dim, u
                          cpr_block_layout *out);
 
 /*
+ * The same for values in `codec` (cpr/codec.h): the values section holds n
+ * encoded rows of cpr_codec_row_bytes(codec, dim) bytes, padded with zeros
+ * to a multiple of 4 so that the f32 state stays aligned (f32 blocks have no
+ * padding: these are cpr_block_layout_of, cpr_block_size and cpr_block_seal
+ * for CPR_CODEC_F32). cpr_block_size_codec is 0 for an unknown codec or a
+ * block over CPR_BLOCK_MAX_BYTES. cpr_block_seal_codec also refuses an
+ * unknown codec (CPR_INVALID_ARGUMENT); it writes the padding itself.
+ */
+CPR_API void cpr_block_layout_codec(uint32_t n, uint32_t dim, uint32_t state_dim, uint32_t flags,
+                                    cpr_codec codec, cpr_block_layout *out);
+CPR_API size_t cpr_block_size_codec(uint32_t n, uint32_t dim, uint32_t state_dim, uint32_t flags,
+                                    cpr_codec codec);
+CPR_API cpr_status cpr_block_seal_codec(void *buf, uint32_t table, uint32_t n, uint32_t dim,
+                                        uint32_t state_dim, uint32_t flags, cpr_codec codec);
+
+/*
+ * Rows [first, first + k) of an opened block's values as f32 (decoded when
+ * the block is not f32) into out (k x dim floats). CPR_INVALID_ARGUMENT for
+ * rows outside the block.
+ */
+CPR_API cpr_status cpr_block_values(const cpr_block_view *v, uint32_t first, uint32_t k,
+                                    float *out);
+
+/*
  * Write `h` as a 64-byte header into hdr (all fields as given, crc32c
  * included). For writers that stream the payload: write the header with
  * crc32c 0, take CRC32C of those 64 bytes, extend it over ids, versions,
@@ -107,9 +133,9 @@ CPR_API void cpr_block_header_write(void *hdr, const cpr_block_header *h);
 
 /*
  * Decode only the header of `buf` (at least CPR_BLOCK_HEADER_BYTES) and check
- * what can be checked without the payload: magic, format, codec, flags,
- * shape, and that `bytes` matches the shape. No CRC check. CPR_CORRUPT with
- * a message naming the field on failure.
+ * what can be checked without the payload: magic, format, a known codec,
+ * flags, shape, and that `bytes` matches the shape. No CRC check. CPR_CORRUPT
+ * with a message naming the field on failure.
  */
 CPR_API cpr_status cpr_block_header_parse(const void *buf, size_t len, cpr_block_header *out);
 
