@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "cpr/block.h"
+#include "cpr/codec.h"
 #include "cpr/crc32c.h"
 #include "cpr_common.h"
 #include "server.h"  /* rpc/: the call machinery */
@@ -353,7 +354,8 @@ static cpr_status apply_rows(cpri_server *srv, const uint8_t *msg, size_t len, t
         touch_part(t, &r.id);
     if (st == CPR_OK && r.block && cpr_block_header_parse(r.block, r.block_len, &h) == CPR_OK) {
         *rows += h.n;
-        *bytes += (uint64_t)h.n * (8 + ((uint64_t)h.dim + h.state_dim) * 4);
+        *bytes += (uint64_t)h.n * (8 + cpr_codec_row_bytes((cpr_codec)h.codec, h.dim) +
+                                   (uint64_t)h.state_dim * 4);
     } else if (st == CPR_OK) {
         *rows += r.batch.n;
         *bytes += r.batch.n * 8 + (r.batch.values_count + r.batch.state_count) * 4;

@@ -305,9 +305,6 @@ cpr_status cpri_block_open_ref(const void *data, const cpri_block_ref *ref, cpr_
     cpr_status st = cpr_block_open(data, ref->len, v);
     if (st)
         return st;
-    if (v->h.codec != CPR_CODEC_F32) /* put_block takes none: not a block it wrote */
-        return cpr_fail(CPR_CORRUPT, "a stored block has codec %u; this store writes f32 only",
-                        v->h.codec);
     if (v->h.table != ref->table || v->h.n != ref->n || v->h.first_row != ref->first ||
         v->h.last_row != ref->last || v->h.crc32c != ref->crc)
         return cpr_fail(CPR_CORRUPT, "the block is not the one the catalog records (table "

@@ -20,6 +20,10 @@
  * is alone is copied as a run, and a whole stored block that the query
  * selects entirely is handed on unchanged (pass-through).
  *
+ * Blocks of another codec than f32 (cpr/codec.h) are decoded as their rows
+ * are copied into a batch; a block handed on whole stays encoded (the row
+ * API decodes it at the end: block_to_batch).
+ *
  * Invariants
  *  M1. A cursor is loaded before the merge emits any row >= its first row
  *      (candidates are loaded while their first row <= the heap's least
@@ -443,8 +447,14 @@ static cpr_status out_copy(out_batch *o, const cursor *c, uint32_t i, uint32_t j
                     o->versions[o->n + k] = c->cand->checkpoint;
             }
         }
-        memcpy(o->values + o->n * t->dim, c->v.values + (size_t)i * t->dim,
-               take * t->dim * 4);
+        if (c->v.values) {
+            memcpy(o->values + o->n * t->dim, c->v.values + (size_t)i * t->dim,
+                   take * t->dim * 4);
+        } else { /* a quantized block (cpr/codec.h): merged rows come out as f32 */
+            st = cpr_block_values(&c->v, i, (uint32_t)take, o->values + o->n * t->dim);
+            if (st)
+                return st;
+        }
         if (t->state_dim)
             memcpy(o->state + o->n * t->state_dim, c->v.state + (size_t)i * t->state_dim,
                    take * t->state_dim * 4);
@@ -818,6 +828,8 @@ static cpr_status restore(cpr_store *store, const cpr_restore_query *q,
 typedef struct row_ctx {
     cpr_row_fn fn;
     void *ctx;
+    float *decoded;           /* a quantized stored block's values as f32 */
+    size_t decoded_cap;       /* floats */
 } row_ctx;
 
 static cpr_status rows_to_batch(void *ctx, const cpri_merge_rows *r)
@@ -837,9 +849,26 @@ static cpr_status block_to_batch(void *ctx, const void *block, size_t len,
 {
     (void)block;
     (void)len;
+    row_ctx *rc = ctx;
+    const float *values = v->values;
+    if (!values) { /* the row API delivers f32: decode the stored block */
+        size_t need = (size_t)v->h.n * v->h.dim;
+        if (need > rc->decoded_cap) {
+            float *grown = realloc(rc->decoded, need * sizeof *grown);
+            if (!grown)
+                return cpr_fail(CPR_NO_MEMORY, "out of memory decoding a block of %u rows",
+                                v->h.n);
+            rc->decoded = grown;
+            rc->decoded_cap = need;
+        }
+        cpr_status st = cpr_block_values(v, 0, v->h.n, rc->decoded);
+        if (st)
+            return st;
+        values = rc->decoded;
+    }
     cpri_merge_rows r = {
         .table = v->h.table, .dim = v->h.dim, .state_dim = v->h.state_dim, .n = v->h.n,
-        .ids = v->ids, .values = v->values, .state = v->state,
+        .ids = v->ids, .values = values, .state = v->state,
     };
     return rows_to_batch(ctx, &r);
 }
@@ -847,9 +876,11 @@ static cpr_status block_to_batch(void *ctx, const void *block, size_t len,
 cpr_status cpr_store_restore(cpr_store *store, const cpr_restore_query *q, cpr_row_fn fn,
                              void *ctx, cpr_restore_result *result)
 {
-    row_ctx rc = {fn, ctx};
+    row_ctx rc = {fn, ctx, NULL, 0};
     cpri_merge_sink sink = {.rows = rows_to_batch, .block = block_to_batch, .ctx = &rc};
-    return restore(store, q, &sink, fn != NULL, result);
+    cpr_status st = restore(store, q, &sink, fn != NULL, result);
+    free(rc.decoded);
+    return st;
 }
 
 /* Block API: stored blocks unchanged, merged rows sealed into new blocks. */

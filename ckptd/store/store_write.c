@@ -38,7 +38,6 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "cpr/codec.h"
 #include "cpr/crc32c.h"
 #include "restore.h"
 #include "store_internal.h"
@@ -621,10 +620,6 @@ static cpr_status validate_block(const open_part *part, const void *block, size_
     cpr_status st = cpr_block_open(block, len, v);
     if (st)
         return st; /* CPR_CORRUPT, with what failed */
-    if (v->h.codec != CPR_CODEC_F32)
-        return cpr_fail(CPR_INVALID_ARGUMENT, "a %s block: this store keeps f32 rows only "
-                        "for now (quantized blocks: issue #12); decode it first",
-                        cpr_codec_name((cpr_codec)v->h.codec));
     const cpr_table_schema *t = cpri_meta_table(&part->meta, v->h.table);
     if (!t)
         return cpr_fail(CPR_INVALID_ARGUMENT, "table %u is not in the part's schema; "
@@ -676,8 +671,8 @@ cpr_status cpr_store_put_block(cpr_store *store, const cpr_part_id *id, const vo
     }
     if (st == CPR_OK) {
         part->out_of_order += backwards;
-        count_in(store, part, v.h.n,
-                 (uint64_t)v.h.n * (8 + ((uint64_t)v.h.dim + v.h.state_dim) * 4));
+        count_in(store, part, v.h.n, /* payload as stored: encoded values */
+                 (uint64_t)v.h.n * (8 + v.row_bytes + (uint64_t)v.h.state_dim * 4));
     }
     unlock_part(store, part);
     return cpri_store_count(store, st);

@@ -9,6 +9,7 @@
  * client process killed mid-stream.
  */
 #define _GNU_SOURCE
+#include <math.h>
 #include <pthread.h>
 #include <setjmp.h>
 #include <signal.h>
@@ -25,7 +26,10 @@
 #include <cmocka.h>
 
 #include "ckptd_harness.h"
+#include "cpr/block.h"
 #include "cpr/client.h"
+#include "cpr/codec.h"
+#include "cpr/store.h"
 #include "testutil.h"
 
 static const cpr_table_schema tables[2] = {{1, 4000, 8, 1}, {2, 4000, 3, 0}};
@@ -937,6 +941,98 @@ static void test_deferred_send(void **state)
     on_both_transports(deferred_send);
 }
 
+
+/* A quantized block stored by the store comes back through ckptd as it is on
+ * disk, and the client decodes it: the caller gets f32 rows within half a
+ * step, state exact, from cpr_client_restore and cpr_client_restore_table. */
+typedef struct qrows {
+    uint64_t n;
+    float values[64 * 8];
+    float state[64];
+    uint64_t ids[64];
+} qrows;
+
+static cpr_status keep_qrows(void *ctx, const cpr_row_batch *b)
+{
+    qrows *q = ctx;
+    for (size_t i = 0; i < b->n && q->n < 64; i++, q->n++) {
+        q->ids[q->n] = b->ids[i];
+        memcpy(q->values + q->n * 8, b->values + i * 8, 8 * sizeof(float));
+        q->state[q->n] = b->state[i];
+    }
+    return CPR_OK;
+}
+
+static void test_grpc_decodes_quantized_blocks(void **state)
+{
+    (void)state;
+    enum { N = 40, DIM = 8 };
+    static const cpr_table_schema t = {.table = 2, .rows = 1000, .dim = DIM, .state_dim = 1};
+    char *dir = tu_mkdtemp("cpr-quant");
+    cpr_store *store = NULL;
+    assert_int_equal(cpr_store_open(dir, NULL, &store), CPR_OK);
+    cpr_part_spec spec = tu_part("q", 0, 1, 1, CPR_KIND_FULL, &t, 1);
+    assert_int_equal(cpr_store_begin(store, &spec), CPR_OK);
+    cpr_block_layout l;
+    size_t len = cpr_block_size_codec(N, DIM, 1, 0, CPR_CODEC_INT8);
+    unsigned char *b = NULL;
+    assert_int_equal(posix_memalign((void **)&b, 64, len), 0);
+    cpr_block_layout_codec(N, DIM, 1, 0, CPR_CODEC_INT8, &l);
+    float rows[N * DIM];
+    for (uint32_t i = 0; i < N; i++) {
+        uint64_t id = 5 * (uint64_t)i;
+        float st = tu_state(t.table, id, 1, 0);
+        memcpy(b + l.ids + i * 8, &id, 8);
+        memcpy(b + l.state + i * 4, &st, 4);
+        for (uint32_t j = 0; j < DIM; j++)
+            rows[i * DIM + j] = tu_value(t.table, id, 1, j);
+    }
+    assert_int_equal(cpr_codec_encode(CPR_CODEC_INT8, 0, rows, N, DIM, b + l.values), CPR_OK);
+    assert_int_equal(cpr_block_seal_codec(b, t.table, N, DIM, 1, 0, CPR_CODEC_INT8), CPR_OK);
+    cpr_part_id id = {"q", 0, 1};
+    assert_int_equal(cpr_store_put_block(store, &id, b, len), CPR_OK);
+    assert_int_equal(cpr_store_commit(store, &id, N), CPR_OK);
+    cpr_store_close(store);
+
+    ch_daemon d;
+    ch_start(&d, dir);
+    char target[300];
+    snprintf(target, sizeof target, "grpc://%s", d.addr);
+    cpr_client *c = NULL;
+    assert_int_equal(cpr_client_open(target, NULL, &c), CPR_OK);
+    qrows *got = calloc(1, sizeof *got);
+    cpr_restore_query q = {.job = "q"};
+    cpr_restore_result res;
+    assert_int_equal(cpr_client_restore(c, &q, NULL, 0, keep_qrows, got, &res), CPR_OK);
+    assert_int_equal(got->n, N);
+    cpr_restore_into in = {.table = t.table, .row_base = 0, .n_rows = N * 5, .dim = DIM,
+                           .state_dim = 1};
+    float *vals = calloc((size_t)N * 5 * DIM, sizeof *vals), *sts = calloc(N * 5, sizeof *sts);
+    in.values = vals;
+    in.state = sts;
+    assert_int_equal(cpr_client_restore_table(c, &q, NULL, 0, &in, &res), CPR_OK);
+    for (uint32_t i = 0; i < N; i++) {
+        float step;
+        memcpy(&step, b + l.values + i * cpr_codec_row_bytes(CPR_CODEC_INT8, DIM), 4);
+        assert_int_equal(got->ids[i], 5 * (uint64_t)i);
+        assert_true(got->state[i] == tu_state(t.table, got->ids[i], 1, 0));
+        assert_true(sts[i * 5] == got->state[i]);
+        for (uint32_t j = 0; j < DIM; j++) {
+            float want = rows[i * DIM + j];
+            assert_true(fabsf(got->values[i * DIM + j] - want) <= 0.5f * step * (1 + 1e-5f) + 1e-3f);
+            assert_memory_equal(&vals[(size_t)i * 5 * DIM + j], &got->values[i * DIM + j], 4);
+        }
+    }
+    free(vals);
+    free(sts);
+    free(got);
+    free(b);
+    cpr_client_close(c);
+    ch_stop(&d);
+    tu_rmtree(dir);
+    free(dir);
+}
+
 int main(int argc, char **argv)
 {
     if (argc == 3 && strcmp(argv[1], "--vanishing-writer") == 0)
@@ -952,6 +1048,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_deferred_send),
         cmocka_unit_test(test_backpressure),
         cmocka_unit_test(test_grpc_round_trip),
+        cmocka_unit_test(test_grpc_decodes_quantized_blocks),
         cmocka_unit_test(test_concurrent_shards),
         cmocka_unit_test(test_two_daemons),
         cmocka_unit_test(test_daemon_killed_mid_part),
