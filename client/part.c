@@ -45,6 +45,7 @@
 
 #include "client_internal.h"
 #include "cpr/block.h"
+#include "cpr/codec.h"
 #include "cpr/crc32c.h"
 #include "cpr_common.h"
 
@@ -133,6 +134,9 @@ struct cpr_part {
     char errmsg[1024];
     cpr_part_progress progress;
     cpr_part *next_open;     /* client->parts, under client->mu */
+    cpr_codec codec;         /* the part's row values on the wire (spec->codec) */
+    unsigned char *enc;      /* the sender's encoded block (sender thread only) */
+    size_t enc_cap;
 };
 
 /* ---- staging (P1) ------------------------------------------------------------------ */
@@ -238,6 +242,41 @@ static void set_error(cpr_part *p, cpr_status st)
     pthread_mutex_unlock(&p->mu);
 }
 
+/* A staged f32 block sent in the part's codec: ids and state copied, values
+ * encoded, into the sender's own buffer (an encoded block may be larger than
+ * the f32 one for rows of 1 or 2 values), then sealed. */
+static cpr_status send_encoded(cpr_part *p, item *it)
+{
+    cpr_block_layout src, dst;
+    uint32_t n = (uint32_t)it->n;
+    size_t len = cpr_block_size_codec(n, it->dim, it->state_dim, 0, p->codec);
+    if (!len)
+        return cpr_fail(CPR_INVALID_ARGUMENT, "a %s block of %u rows of table %u is too large",
+                        cpr_codec_name(p->codec), n, it->table);
+    if (len > p->enc_cap) {
+        free(p->enc);
+        p->enc = NULL;
+        p->enc_cap = 0;
+        if (posix_memalign((void **)&p->enc, 64, len))
+            return cpr_fail(CPR_NO_MEMORY, "out of memory encoding a %zu-byte block", len);
+        p->enc_cap = len;
+    }
+    cpr_block_layout_of(n, it->dim, it->state_dim, 0, &src);
+    cpr_block_layout_codec(n, it->dim, it->state_dim, 0, p->codec, &dst);
+    memcpy(p->enc + dst.ids, it->data + src.ids, (size_t)n * 8);
+    cpr_status st = cpr_codec_encode(p->codec, 0, (const float *)(it->data + src.values), n,
+                                     it->dim, p->enc + dst.values);
+    if (st) {
+        char why[512];
+        snprintf(why, sizeof why, "%s", cpr_errmsg());
+        return cpr_fail(st, "table %u, rows %llu..: %s", it->table,
+                        (unsigned long long)*(const uint64_t *)(it->data + src.ids), why);
+    }
+    memcpy(p->enc + dst.state, it->data + src.state, (size_t)n * it->state_dim * 4);
+    st = cpr_block_seal_codec(p->enc, it->table, n, it->dim, it->state_dim, 0, p->codec);
+    return st ? st : cpri_node_writer_block(p->writer, p->enc, len);
+}
+
 static cpr_status send_item(cpr_part *p, item *it)
 {
     if (it->is_blob)
@@ -255,6 +294,8 @@ static cpr_status send_item(cpr_part *p, item *it)
                 return cpr_fail(st, "filling rows [%zu, %zu) of table %u: %s", it->fill_first,
                                 it->fill_first + it->n, it->table, cpr_errmsg());
         }
+        if (p->codec != CPR_CODEC_F32)
+            return send_encoded(p, it);
         st = cpr_block_seal(it->data, it->table, (uint32_t)it->n, it->dim, it->state_dim, 0);
         return st ? st : cpri_node_writer_block(p->writer, it->data, it->len);
     }
@@ -349,6 +390,7 @@ static cpr_status begin_once(void *ctx)
 
 static void part_free(cpr_part *p)
 {
+    free(p->enc);
     free(p->deferred_tables);
     for (size_t i = 0; i < p->n_blobs; i++)
         free(p->blob_names[i]);
@@ -365,6 +407,7 @@ static cpr_status part_new(cpr_client *c, const cpr_part_spec *spec, cpr_part **
     if (!p)
         return cpr_fail(CPR_NO_MEMORY, "out of memory beginning a part");
     p->client = c;
+    p->codec = (cpr_codec)spec->codec;
     p->hold = c->opts.defer_send;
     p->node = c->nodes[cpr_client_node_of(c, spec->id.job, spec->id.shard)];
     snprintf(p->job, sizeof p->job, "%s", spec->id.job);
@@ -392,6 +435,9 @@ static cpr_status check_spec(cpr_client *c, const cpr_part_spec *spec, cpr_part 
     if (!cpri_name_valid(spec->id.job))
         return cpr_fail(CPR_INVALID_ARGUMENT, "job name '%.64s' is not 1-%d characters of "
                         "[A-Za-z0-9._-]", spec->id.job, CPR_NAME_MAX);
+    if (spec->codec > CPR_CODEC_INT4)
+        return cpr_fail(CPR_INVALID_ARGUMENT, "codec %u: give 0-4 (f32, bf16, f16, int8, "
+                        "int4; cpr/codec.h)", spec->codec);
     return CPR_OK;
 }
 

@@ -83,6 +83,13 @@ typedef struct cpr_part_spec {
                                to; 0 = the shard's newest committed one */
     const cpr_table_schema *tables; /* borrowed for the call */
     size_t n_tables;        /* >= 1 unless the part carries only blobs */
+    uint32_t codec;         /* the client's encoding of this part's row values
+                               (cpr_codec of cpr/block.h and cpr/codec.h; 0:
+                               f32, exact): the client encodes each row block
+                               it sends, so the bytes on the wire and on disk
+                               shrink; restores decode to f32. The optimizer
+                               state stays f32. The store keeps blocks as they
+                               come and ignores this field */
 } cpr_part_spec;
 
 /*

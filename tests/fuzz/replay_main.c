@@ -76,7 +76,7 @@ static size_t make_seed(unsigned kind, uint8_t *out, size_t cap)
     static const uint64_t ids[3] = {1, 2, 99};
     static const float vals[12] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12}, st[3] = {1, 2, 3};
     cpr_part_id id = {"job", 1, 5};
-    cpr_part_spec spec = {id, CPR_KIND_FULL, 3, 2, 0, t, 2};
+    cpr_part_spec spec = {id, CPR_KIND_FULL, 3, 2, 0, t, 2, 0};
     cpr_row_batch b = {1, 3, ids, vals, 12, st, 3, 0xdeadbeef, 0};
     cpr_row_range range = {2, 90};
     uint32_t tables[1] = {1};

@@ -21,6 +21,7 @@
 #include <unistd.h>
 
 #include "bench.h"
+#include "cpr/block.h"
 #include "cpr/client.h"
 #include "cpr_common.h"
 #include "launch.h"
@@ -99,7 +100,7 @@ static cpr_status write_part(shard *s, uint64_t ckpt, cpr_kind kind, uint64_t fi
 {
     cpr_table_schema table = {0, s->opts->rows, s->opts->dim, s->opts->state_dim};
     cpr_part_spec spec = {{BENCH_JOB, s->index, ckpt}, kind, ckpt * 1000, s->count, 0,
-                          &table, 1};
+                          &table, 1, CPR_CODEC_F32};
     cpr_part *part;
     cpr_status st = cpr_client_begin(s->client, &spec, &part);
     if (st)
