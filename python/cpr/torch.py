@@ -133,6 +133,9 @@ class Checkpointer:
                 indices of training batches (False: call ``observe``).
     restore_threads  restores run at once (default: one per storage node, at
                 most the CPUs and 8).
+    codec       the encoding of DELTA and prioritized parts' rows: "bf16",
+                "f16", "int8" or "int4" (cpr/codec.h; None: f32). FULL parts,
+                the base every restore starts from, stay exact.
 
     Open the client with ``defer_send=True``: a save's copy then runs alone on
     the training thread, and its streaming starts as soon as the copy is done.
@@ -141,7 +144,7 @@ class Checkpointer:
     def __init__(self, client, job, tables, *, optimizer=None, states=None, dense=None,
                  num_shards=1, scheme="range", policy="mfu", budget=0.125, shards=None,
                  ssu_rate=0.01, dense_shard=0, hooks=True, seed=0, restore_threads=None,
-                 estimator=None):
+                 estimator=None, codec=None):
         self.client, self.job = client, job
         self.names = list(tables) if isinstance(tables, dict) else list(range(len(tables)))
         mods = list(tables.values()) if isinstance(tables, dict) else list(tables)
@@ -153,6 +156,7 @@ class Checkpointer:
         self.num_shards, self.scheme = int(num_shards), scheme
         self.policy, self.budget = _policy(policy), float(budget)
         self.estimator = estimator
+        self.codec = codec  # prioritized and DELTA parts; FULL parts stay exact
         if self.policy is None and estimator is None:
             raise cpr.InvalidArgumentError("policy 'auto' needs estimator=cpr.Estimator(...)")
         self._t0 = time.monotonic()
@@ -346,7 +350,8 @@ class Checkpointer:
         try:
             for shard in self.shards:
                 part = self.client.begin(self.job, shard, ckpt, tables=self.schema, kind=kind,
-                                         step=step, num_shards=self.num_shards, wait=False)
+                                         step=step, num_shards=self.num_shards, wait=False,
+                                         codec=None if kind == cpr.Kind.FULL else self.codec)
                 parts.append(part)
                 for i, (tracker, w, s) in enumerate(zip(self.trackers, self.weights,
                                                          self.states)):

@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cpr/codec.h"
 #include "cpr/types.h"
 
 cpr_client *cprpy_client_enter(cprpy_client *c)
@@ -212,14 +213,14 @@ PyObject *cprpy_part_new(cprpy_client *c, cpr_part *part, PyObject *job, uint32_
 static PyObject *client_begin(cprpy_client *c, PyObject *args, PyObject *kw)
 {
     static char *kwlist[] = {"job", "shard", "checkpoint", "tables", "kind", "step",
-                             "num_shards", "base", "wait", NULL};
-    PyObject *job, *tables = Py_None, *kind = NULL;
+                             "num_shards", "base", "wait", "codec", NULL};
+    PyObject *job, *tables = Py_None, *kind = NULL, *codec = NULL;
     unsigned int shard, num_shards = 1;
     unsigned long long ckpt, step = 0, base = 0;
     int wait = 1;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "UO&O&|$OOO&O&O&p", kwlist, &job, cprpy_u32, &shard,
-                                     cprpy_u64, &ckpt, &tables, &kind, cprpy_u64, &step, cprpy_u32,
-                                     &num_shards, cprpy_u64, &base, &wait))
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "UO&O&|$OOO&O&O&pO", kwlist, &job, cprpy_u32,
+                                     &shard, cprpy_u64, &ckpt, &tables, &kind, cprpy_u64, &step,
+                                     cprpy_u32, &num_shards, cprpy_u64, &base, &wait, &codec))
         return NULL;
     cpr_part_spec spec;
     memset(&spec, 0, sizeof spec);
@@ -228,6 +229,19 @@ static PyObject *client_begin(cprpy_client *c, PyObject *args, PyObject *kw)
     spec.kind = CPR_KIND_FULL;
     if (kind && cprpy_parse_kind(kind, &spec.kind) < 0)
         return NULL;
+    if (codec && codec != Py_None) {
+        cpr_codec cd = CPR_CODEC_F32;
+        if (PyUnicode_Check(codec)) {
+            cpr_status cst = cpr_codec_parse(PyUnicode_AsUTF8(codec), &cd);
+            if (cst != CPR_OK)
+                return cprpy_raise_status(cst);
+        } else if (!cprpy_u32(codec, &spec.codec)) {
+            return NULL;
+        } else {
+            cd = (cpr_codec)spec.codec;
+        }
+        spec.codec = (uint32_t)cd;
+    }
     cpr_table_schema *t;
     size_t nt;
     if (parse_tables(tables, &t, &nt) < 0)
@@ -942,10 +956,12 @@ static PyMethodDef client_methods[] = {
     {"__exit__", (PyCFunction)client_exit_ctx, METH_VARARGS, NULL},
     {"begin", KW client_begin, METH_VARARGS | METH_KEYWORDS,
      "begin(job, shard, checkpoint, *, tables, kind='full', step=0, num_shards=1, base=0, "
-     "wait=True) -> Part\n\n"
+     "wait=True, codec=None) -> Part\n\n"
      "Open a part. tables: (table, rows, dim, state_dim) tuples. kind: 'full', 'delta' or "
      "'priority' (or cpr.Kind). wait=False sends Begin from the part's own thread (errors "
-     "then surface at a put or at commit)."},
+     "then surface at a put or at commit). codec: 'f32' (default), 'bf16', 'f16', 'int8' or "
+     "'int4': the encoding of the part's row values on the wire and on disk (restores "
+     "decode to float32)."},
     {"list", (PyCFunction)client_list, METH_VARARGS,
      "list(job) -> list[PartInfo]: the job's parts on every node, by (checkpoint, shard)."},
     {"list_jobs", (PyCFunction)client_list_jobs, METH_NOARGS,

@@ -413,3 +413,24 @@ def test_negative_and_oversized_ints_are_refused(client, job):
         with pytest.raises(cpr.InvalidArgumentError):
             p.put_gather(0, np.ones((10, 2), np.float32), np.ones((10, 0), np.float32),
                          first=0, n=2)  # a state array with no column
+
+
+@pytest.mark.parametrize("codec", ["bf16", "f16", "int8", "int4"])
+def test_part_codecs(any_client, job, codec):
+    rng = np.random.default_rng(4)
+    values = rng.standard_normal((500, 32)).astype(np.float32)
+    state = rng.random((500, 1)).astype(np.float32)
+    with any_client.begin(job, 0, 1, tables=[(0, 500, 32, 1)], codec=codec) as p:
+        p.put_range(0, 0, values, state)
+    [info] = any_client.list(job)
+    row = {"bf16": 64, "f16": 64, "int8": 40, "int4": 24}[codec]
+    assert info.bytes == 500 * (8 + row + 4)  # the encoded bytes are what is stored
+    out, out_s = np.empty_like(values), np.empty_like(state)
+    any_client.restore_into(job, 0, out, out_s)
+    assert np.array_equal(out_s, state)  # state stays f32
+    step = (values.max(1) - values.min(1))[:, None] / (255 if codec == "int8" else 15)
+    bound = {"bf16": np.abs(values) / 256, "f16": np.abs(values) / 2048 + 1e-7,
+             "int8": 0.5 * step * 1.0001 + 1e-6, "int4": 0.5 * step * 1.0001 + 1e-6}[codec]
+    assert (np.abs(out - values) <= bound).all()
+    with pytest.raises(cpr.InvalidArgumentError, match="codec"):
+        any_client.begin(job, 0, 2, tables=[(0, 500, 32, 1)], codec="int3")

@@ -288,3 +288,34 @@ def test_a_new_process_loads_the_cut_not_an_old_plan(client, job):
     for k, v in fresh.model.mlp.state_dict().items():
         assert torch.equal(v, mlp_cut[k])
     fresh.ckpt.close()
+
+
+def test_prioritized_saves_in_int8(client, job):
+    tr = Trainer(client, job)
+    tr.ckpt.codec = "int8"
+    tr.ckpt.trackers = [SpyTracker(t) for t in tr.ckpt.trackers]
+    for _ in range(5):
+        tr.step()
+    full = tr.ckpt.save(5, "full")  # exact
+    w_full, _, _ = tr.snapshot()
+    for _ in range(5):
+        tr.step()
+    mfu = tr.ckpt.save(10)  # int8
+    w_mfu, s_mfu, _ = tr.snapshot()
+    parts = {(p.checkpoint, p.shard): p for p in client.list(job)}
+    assert parts[(mfu.checkpoint, 1)].bytes < parts[(full.checkpoint, 1)].bytes
+    tr.ckpt.simulate_failure(1)
+    tr.ckpt.recover([1])
+    for t, n in enumerate(ROWS):
+        saved = set().union(*[ids for shard, pol, ids in tr.ckpt.trackers[t].begun
+                              if shard == 1 and pol == cpr.Policy.MFU])
+        w = tr.model.emb[t].weight.detach()
+        s = tr.emb_opt.state[tr.model.emb[t].weight]["sum"]
+        for r in shard_rows(n, 1).tolist():
+            if r in saved:  # int8: within half a step of its row; state exact
+                step = float(w_mfu[t][r].max() - w_mfu[t][r].min()) / 255
+                assert float((w[r] - w_mfu[t][r]).abs().max()) <= 0.5 * step * 1.0001 + 1e-6
+                assert torch.equal(s[r], s_mfu[t][r])
+            else:  # from the exact FULL part
+                assert torch.equal(w[r], w_full[t][r])
+    tr.ckpt.close()
