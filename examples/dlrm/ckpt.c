@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cpr/codec.h"
 #include "ckpt_internal.h"
 #include "util.h"
 
@@ -351,8 +352,10 @@ static cpr_status stage_table(dlrm_ckpt *ck, uint32_t s, uint32_t t, cpr_policy 
                            .state_count = n * sc->state_dim};
         st = cpr_part_put_rows(part, &b);
     }
+    /* What goes on the wire and to disk: the values in the part's codec. */
+    cpr_codec codec = ck->fl.kinds[s] == CPR_KIND_FULL ? CPR_CODEC_F32 : (cpr_codec)ck->o.codec;
     ck->fl.rows += n;
-    ck->fl.bytes += n * (8 + 4 * (uint64_t)(sc->dim + sc->state_dim));
+    ck->fl.bytes += n * (8 + cpr_codec_row_bytes(codec, sc->dim) + 4 * (uint64_t)sc->state_dim);
     return st;
 }
 
@@ -389,7 +392,8 @@ static void stage_shard(dlrm_ckpt *ck, uint32_t s, const cpr_estimate *e, int ha
     }
     cpr_part_spec spec = {.id = {ck->o.job, s, ck->fl.checkpoint}, .kind = kind,
                           .step = ck->fl.step, .num_shards = ck->shards,
-                          .tables = ck->schemas, .n_tables = ck->tables};
+                          .tables = ck->schemas, .n_tables = ck->tables,
+                          .codec = kind == CPR_KIND_FULL ? 0 : ck->o.codec};
     cpr_part *part = NULL;
     /* The Begin goes out from the part's sender, off this thread (P6): the
      * rows are staged while it is in flight. */
