@@ -754,8 +754,13 @@ static void on_summary(void *ctx, dlrm_trainer *trainer, cJSON *ev)
      * allocation shortens the summary rather than failing the run. */
     for (size_t i = 0; names[i]; i++)
         cJSON_AddNumberToObject(ev, names[i], values[i]);
-    cJSON_AddStringToObject(ev, "strategy",
-                            ck->client ? dlrm_ckpt_policy_name(ck->o.policy) : "none");
+    char strategy[64]; /* the policy, and the codec when it is not f32: "mfu-int8" */
+    snprintf(strategy, sizeof strategy, "%s%s%s",
+             ck->client ? dlrm_ckpt_policy_name(ck->o.policy) : "none",
+             ck->client && ck->o.codec ? "-" : "",
+             ck->client && ck->o.codec ? cpr_codec_name((cpr_codec)ck->o.codec) : "");
+    cJSON_AddStringToObject(ev, "strategy", strategy);
+    cJSON_AddStringToObject(ev, "codec", cpr_codec_name((cpr_codec)ck->o.codec));
     cJSON_AddStringToObject(ev, "recovery", recovery);
 }
 
