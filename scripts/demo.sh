@@ -5,7 +5,7 @@
 # dataset (or uses DATA=/path/to/train.txt), and trains the reference DLRM
 # eight times on one seeded failure schedule: no failures (the baseline), full
 # recovery, partial recovery (vanilla CPR), CPR-MFU, CPR-SSU and TOPK_NORM, and
-# CPR-MFU and CPR-SSU once more with their prioritized parts in int8.
+# CPR-MFU and CPR-SSU once more with every part's rows in int8.
 # Each run writes a JSON event log; cpr-analyze turns them into the table,
 # var/report/summary.json and plots. Sized for a few minutes on 2 cores.
 #
@@ -34,7 +34,7 @@ mtbf_h=${DEMO_MTBF_H:-7.9}
 restart_min=${DEMO_RESTART_MIN:-5}
 failures=${DEMO_FAILURES:-$(awk -v j="$job_h" -v m="$mtbf_h" 'BEGIN { printf "%.4f", j / m }')}
 var=${DEMO_VAR:-var}
-# mfu-int8 and ssu-int8: the same policies with prioritized parts in int8 (issue #12).
+# mfu-int8 and ssu-int8: the same policies with every part's rows in int8 (issue #12).
 strategies=(none full partial mfu ssu topk-norm mfu-int8 ssu-int8)
 
 say() { printf 'demo: %s\n' "$*" >&2; }
@@ -117,8 +117,8 @@ for s in "${strategies[@]}"; do
     case "$s" in
     none) args=() ;;
     *-int8) args=(--ckpt "grpc://$addr" --job "demo-$s" --policy "${s%-int8}"
-                  --ckpt-codec int8 --failures "$failures" --restart-s "$restart_s"
-                  "${ckpt_cpus[@]}") ;;
+                  --ckpt-codec int8 --ckpt-codec-full int8 --failures "$failures"
+                  --restart-s "$restart_s" "${ckpt_cpus[@]}") ;;
     *) args=(--ckpt "grpc://$addr" --job "demo-$s" --policy "$s" --failures "$failures"
              --restart-s "$restart_s" "${ckpt_cpus[@]}") ;;
     esac

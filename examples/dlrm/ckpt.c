@@ -353,7 +353,8 @@ static cpr_status stage_table(dlrm_ckpt *ck, uint32_t s, uint32_t t, cpr_policy 
         st = cpr_part_put_rows(part, &b);
     }
     /* What goes on the wire and to disk: the values in the part's codec. */
-    cpr_codec codec = ck->fl.kinds[s] == CPR_KIND_FULL ? CPR_CODEC_F32 : (cpr_codec)ck->o.codec;
+    cpr_codec codec = (cpr_codec)(ck->fl.kinds[s] == CPR_KIND_FULL ? ck->o.full_codec
+                                                                   : ck->o.codec);
     ck->fl.rows += n;
     ck->fl.bytes += n * (8 + cpr_codec_row_bytes(codec, sc->dim) + 4 * (uint64_t)sc->state_dim);
     return st;
@@ -393,7 +394,7 @@ static void stage_shard(dlrm_ckpt *ck, uint32_t s, const cpr_estimate *e, int ha
     cpr_part_spec spec = {.id = {ck->o.job, s, ck->fl.checkpoint}, .kind = kind,
                           .step = ck->fl.step, .num_shards = ck->shards,
                           .tables = ck->schemas, .n_tables = ck->tables,
-                          .codec = kind == CPR_KIND_FULL ? 0 : ck->o.codec};
+                          .codec = kind == CPR_KIND_FULL ? ck->o.full_codec : ck->o.codec};
     cpr_part *part = NULL;
     /* The Begin goes out from the part's sender, off this thread (P6): the
      * rows are staged while it is in flight. */
@@ -761,6 +762,7 @@ static void on_summary(void *ctx, dlrm_trainer *trainer, cJSON *ev)
              ck->client && ck->o.codec ? cpr_codec_name((cpr_codec)ck->o.codec) : "");
     cJSON_AddStringToObject(ev, "strategy", strategy);
     cJSON_AddStringToObject(ev, "codec", cpr_codec_name((cpr_codec)ck->o.codec));
+    cJSON_AddStringToObject(ev, "full_codec", cpr_codec_name((cpr_codec)ck->o.full_codec));
     cJSON_AddStringToObject(ev, "recovery", recovery);
 }
 

@@ -64,7 +64,8 @@ typedef struct dlrm_ckpt_options {
     const char *ckpt_cpus;        /* CPUs for the client's threads (cpr_client_options
                                      .thread_cpus); NULL: where the trainer runs */
     uint32_t codec;               /* cpr_codec of PRIORITY and DELTA parts' rows
-                                     (cpr/codec.h); FULL parts stay f32 */
+                                     (cpr/codec.h) */
+    uint32_t full_codec;          /* cpr_codec of FULL parts' rows (default f32) */
     int ssu_rate_auto;            /* 1: set each table's SSU rate at every save
                                      from its accesses (see ssu_rate_for) */
     uint64_t interval_steps;      /* base (full-size) interval; 0: derived */

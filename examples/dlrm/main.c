@@ -87,8 +87,8 @@ static void usage(FILE *out)
           "                         points; the wait counts as stall)\n"
           "  --resume               continue the job from its latest consistent cut\n"
           "  --ckpt-codec C         encoding of PRIORITY and DELTA parts' rows: f32\n"
-          "                         (default), bf16, f16, int8 or int4 (FULL parts\n"
-          "                         stay f32)\n"
+          "                         (default), bf16, f16, int8 or int4\n"
+          "  --ckpt-codec-full C    the same for FULL parts (default f32: exact)\n"
           "  --ckpt-cpus LIST       CPUs for the checkpoint client's threads (copying\n"
           "                         saves out, checksums, sending), e.g. 1 or 2-7: keep\n"
           "                         them off the training cores (default: anywhere the\n"
@@ -290,7 +290,7 @@ static const char *const VALUE_FLAGS[] = {
     "--emb-optimizer", "--shard-scheme", "--device", "--steps", "--epochs", "--batch",
     "--lr", "--emb-lr", "--emb-dim", "--table-rows", "--tables", "--shards", "--seed",
     "--eval-every", "--eval-max", "--log-every", "--shuffle-window", "--holdout", "--ssu-rate", "--staging-mb",
-    "--ckpt", "--ckpt-cpus", "--ckpt-codec", "--job", "--policy", "--ckpt-interval-steps", "--fraction", "--full-every",
+    "--ckpt", "--ckpt-cpus", "--ckpt-codec", "--ckpt-codec-full", "--job", "--policy", "--ckpt-interval-steps", "--fraction", "--full-every",
     "--recovery", "--restart-s", "--target-pls", "--ckpt-timeout-s", "--crash-at-step",
     "--mtbf-steps", "--failures", "--failure-dist", "--weibull-shape", "--failure-seed",
     NULL};
@@ -310,10 +310,11 @@ static int set_ckpt_flag(options *o, const char *flag, const char *v)
         c->ckpt_cpus = v;
         return dlrm_flag_cpu_list(flag, v);
     }
-    if (strcmp(flag, "--ckpt-codec") == 0) {
+    if (strcmp(flag, "--ckpt-codec") == 0 || strcmp(flag, "--ckpt-codec-full") == 0) {
         static const char *const codecs[] = {"f32", "bf16", "f16", "int8", "int4", NULL};
         i = parse_choice(flag, v, codecs); /* in cpr_codec order */
-        c->codec = i < 0 ? 0 : (uint32_t)i;
+        *(strcmp(flag, "--ckpt-codec") == 0 ? &c->codec : &c->full_codec) =
+            i < 0 ? 0 : (uint32_t)i;
         return i < 0 ? -1 : 0;
     }
     if (strcmp(flag, "--job") == 0) {
