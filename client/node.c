@@ -373,22 +373,10 @@ static cpr_status remote_block(rows_in *in, const void *block, size_t len)
         return cpr_fail(st, "%s: a restored row block failed its check in transit: %s",
                         in->node->name, why);
     }
-    const float *values = v.values;
-    if (!values) { /* a block of another codec: the caller gets f32 (cpr/codec.h) */
-        size_t need = (size_t)v.h.n * v.h.dim;
-        if (need > in->decoded_cap) {
-            float *grown = realloc(in->decoded, need * sizeof *grown);
-            if (!grown)
-                return cpr_fail(CPR_NO_MEMORY, "out of memory decoding a %s block",
-                                cpr_codec_name((cpr_codec)v.h.codec));
-            in->decoded = grown;
-            in->decoded_cap = need;
-        }
-        st = cpr_block_values(&v, 0, v.h.n, in->decoded);
-        if (st)
-            return st;
-        values = in->decoded;
-    }
+    const float *values = NULL; /* another codec: the caller gets f32 (cpr/codec.h) */
+    st = cpri_block_f32(&v, &in->decoded, &in->decoded_cap, &values);
+    if (st)
+        return st;
     cpr_row_batch b = {v.h.table, v.h.n, v.ids, values, (size_t)v.h.n * v.h.dim, v.state,
                        (size_t)v.h.n * v.h.state_dim, 0, 0};
     b.crc32c = cpr_crc32c_rows(b.ids, b.n, b.values, b.values_count, b.state, b.state_count);

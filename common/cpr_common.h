@@ -90,4 +90,32 @@ static inline void cpri_copy_floats(float *restrict dst, const float *restrict s
  * only, 0 lets them choose their kernels again. */
 void cpri_codec_portable(int on);
 
+#ifndef __cplusplus
+#include <stdlib.h>
+
+#include "cpr/block.h"
+
+/* The f32 values of an opened row block: the block's own when it is f32,
+ * else decoded (cpr_block_values) into *buf, grown as needed (*cap floats;
+ * the caller frees *buf). *values gets them. */
+static inline cpr_status cpri_block_f32(const cpr_block_view *v, float **buf, size_t *cap,
+                                        const float **values)
+{
+    if (v->values) {
+        *values = v->values;
+        return CPR_OK;
+    }
+    size_t need = (size_t)v->h.n * v->h.dim;
+    if (need > *cap) {
+        float *grown = (float *)realloc(*buf, need * sizeof *grown);
+        if (!grown)
+            return cpr_fail(CPR_NO_MEMORY, "out of memory decoding a block of %u rows", v->h.n);
+        *buf = grown;
+        *cap = need;
+    }
+    *values = *buf;
+    return cpr_block_values(v, 0, v->h.n, *buf);
+}
+#endif
+
 #endif /* CPR_COMMON_H */

@@ -850,22 +850,10 @@ static cpr_status block_to_batch(void *ctx, const void *block, size_t len,
     (void)block;
     (void)len;
     row_ctx *rc = ctx;
-    const float *values = v->values;
-    if (!values) { /* the row API delivers f32: decode the stored block */
-        size_t need = (size_t)v->h.n * v->h.dim;
-        if (need > rc->decoded_cap) {
-            float *grown = realloc(rc->decoded, need * sizeof *grown);
-            if (!grown)
-                return cpr_fail(CPR_NO_MEMORY, "out of memory decoding a block of %u rows",
-                                v->h.n);
-            rc->decoded = grown;
-            rc->decoded_cap = need;
-        }
-        cpr_status st = cpr_block_values(v, 0, v->h.n, rc->decoded);
-        if (st)
-            return st;
-        values = rc->decoded;
-    }
+    const float *values = NULL; /* the row API delivers f32: other codecs decode */
+    cpr_status st = cpri_block_f32(v, &rc->decoded, &rc->decoded_cap, &values);
+    if (st)
+        return st;
     cpri_merge_rows r = {
         .table = v->h.table, .dim = v->h.dim, .state_dim = v->h.state_dim, .n = v->h.n,
         .ids = v->ids, .values = values, .state = v->state,

@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "ckpt.h"
+#include "cpr/codec.h"
 #include "cpr/cuda.h"
 #include "cpr/failure.h"
 #include "dlrm.h"
@@ -311,11 +312,13 @@ static int set_ckpt_flag(options *o, const char *flag, const char *v)
         return dlrm_flag_cpu_list(flag, v);
     }
     if (strcmp(flag, "--ckpt-codec") == 0 || strcmp(flag, "--ckpt-codec-full") == 0) {
-        static const char *const codecs[] = {"f32", "bf16", "f16", "int8", "int4", NULL};
-        i = parse_choice(flag, v, codecs); /* in cpr_codec order */
-        *(strcmp(flag, "--ckpt-codec") == 0 ? &c->codec : &c->full_codec) =
-            i < 0 ? 0 : (uint32_t)i;
-        return i < 0 ? -1 : 0;
+        cpr_codec codec;
+        if (cpr_codec_parse(v, &codec) != CPR_OK) {
+            fprintf(stderr, "cpr-dlrm: %s: %s\n", flag, cpr_errmsg());
+            return -1;
+        }
+        *(strcmp(flag, "--ckpt-codec") == 0 ? &c->codec : &c->full_codec) = (uint32_t)codec;
+        return 0;
     }
     if (strcmp(flag, "--job") == 0) {
         c->job = v;

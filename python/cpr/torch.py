@@ -284,16 +284,6 @@ class Checkpointer:
         """Per table, per shard: the trackers' counters (cpr.TrackerStats)."""
         return [[t.stats(s) for s in range(self.num_shards)] for t in self.trackers]
 
-    def unsaved_fraction(self):
-        """Unsaved update events over all update events of this process's
-        shards: what a failure of all of them would lose (PLS's numerator)."""
-        up = uns = 0
-        for t in self.trackers:
-            for s in self.shards:
-                a, b = t.events(s)
-                up, uns = up + a, uns + b
-        return uns / up if up else 0.0
-
     # ---- saving ----------------------------------------------------------------
 
     def _budget(self, policy, budget):

@@ -18,7 +18,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cpr/codec.h"
 #include "cpr/types.h"
 
 cpr_client *cprpy_client_enter(cprpy_client *c)
@@ -230,16 +229,9 @@ static PyObject *client_begin(cprpy_client *c, PyObject *args, PyObject *kw)
     if (kind && cprpy_parse_kind(kind, &spec.kind) < 0)
         return NULL;
     if (codec && codec != Py_None) {
-        cpr_codec cd = CPR_CODEC_F32;
-        if (PyUnicode_Check(codec)) {
-            cpr_status cst = cpr_codec_parse(PyUnicode_AsUTF8(codec), &cd);
-            if (cst != CPR_OK)
-                return cprpy_raise_status(cst);
-        } else if (!cprpy_u32(codec, &spec.codec)) {
+        cpr_codec cd;
+        if (cprpy_parse_codec(codec, &cd) < 0)
             return NULL;
-        } else {
-            cd = (cpr_codec)spec.codec;
-        }
         spec.codec = (uint32_t)cd;
     }
     cpr_table_schema *t;

@@ -36,6 +36,7 @@
 #include <stdint.h>
 
 #include "cpr/client.h"
+#include "cpr/codec.h"
 #include "cpr/recovery.h"
 
 /* ---- errors (module.c) ---- */
@@ -74,10 +75,12 @@ int cprpy_ids_check(const cprpy_buffer *b, const char *what);
  * format "f" or "Q", shape (n) when cols is 0, else (n, cols). */
 PyObject *cprpy_array_new(void *data, char format, size_t n, size_t cols);
 
-/* Argument helpers: an enum given as int or as its name (case-insensitive). */
+/* Argument helpers: an enum given as int or as its name (case-insensitive;
+ * the library's names: cpr_kind_name, cpr_policy_name, ...). */
 int cprpy_parse_kind(PyObject *o, cpr_kind *out);
 int cprpy_parse_policy(PyObject *o, cpr_policy *out);
 int cprpy_parse_mode(PyObject *o, cpr_recovery_mode *out);
+int cprpy_parse_codec(PyObject *o, cpr_codec *out);
 /* A sequence of non-negative ints into a malloc'd uint32/uint64 array
  * (*out NULL and *n 0 for None or empty). -1 on error. */
 int cprpy_u32_list(PyObject *o, const char *what, uint32_t **out, size_t *n);

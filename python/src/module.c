@@ -14,6 +14,7 @@
 #include <string.h>
 #include <strings.h>
 
+#include "cpr/codec.h"
 #include "cpr/types.h"
 
 /* ---- exceptions ---------------------------------------------------------- */
@@ -389,33 +390,34 @@ PyObject *cprpy_array_new(void *data, char format, size_t n, size_t cols)
 
 /* ---- argument helpers -------------------------------------------------------------- */
 
-static int parse_enum(PyObject *o, const char *what, const char *const *names, int count,
+/* An enum given as its number or as its name (case-insensitive); the names
+ * are the library's own (name(i), NULL for a number that is not a value). */
+static int parse_enum(PyObject *o, const char *what, const char *(*name)(int), int count,
                       int *out)
 {
     if (PyLong_Check(o)) {
         long v = PyLong_AsLong(o);
         if (v == -1 && PyErr_Occurred())
             return -1;
-        for (int i = 0; i < count; i++)
-            if (names[i] && v == i) {
-                *out = i;
-                return 0;
-            }
+        if (v >= 0 && v < count && name((int)v)) {
+            *out = (int)v;
+            return 0;
+        }
     } else if (PyUnicode_Check(o)) {
         const char *s = PyUnicode_AsUTF8(o);
         if (!s)
             return -1;
         for (int i = 0; i < count; i++)
-            if (names[i] && strcasecmp(s, names[i]) == 0) {
+            if (name(i) && strcasecmp(s, name(i)) == 0) {
                 *out = i;
                 return 0;
             }
     }
     char list[256] = "";
     for (int i = 0; i < count; i++)
-        if (names[i]) {
+        if (name(i)) {
             strncat(list, list[0] ? ", " : "", sizeof list - strlen(list) - 1);
-            strncat(list, names[i], sizeof list - strlen(list) - 1);
+            strncat(list, name(i), sizeof list - strlen(list) - 1);
         }
     PyObject *r = PyObject_Repr(o);
     cprpy_raise(CPR_INVALID_ARGUMENT, "%s: %s is not one of %s", what,
@@ -424,11 +426,19 @@ static int parse_enum(PyObject *o, const char *what, const char *const *names, i
     return -1;
 }
 
+static const char *kind_name(int i)
+{
+    return i >= CPR_KIND_FULL && i <= CPR_KIND_PRIORITY ? cpr_kind_name((cpr_kind)i) : NULL;
+}
+
+static const char *policy_name(int i) { return cpr_policy_name((cpr_policy)i); }
+static const char *mode_name(int i) { return cpr_recovery_mode_name((cpr_recovery_mode)i); }
+static const char *codec_name(int i) { return cpr_codec_name((cpr_codec)i); }
+
 int cprpy_parse_kind(PyObject *o, cpr_kind *out)
 {
-    static const char *const names[] = {NULL, "full", "delta", "priority"};
     int v;
-    if (parse_enum(o, "kind", names, 4, &v) < 0)
+    if (parse_enum(o, "kind", kind_name, CPR_KIND_PRIORITY + 1, &v) < 0)
         return -1;
     *out = (cpr_kind)v;
     return 0;
@@ -436,9 +446,8 @@ int cprpy_parse_kind(PyObject *o, cpr_kind *out)
 
 int cprpy_parse_policy(PyObject *o, cpr_policy *out)
 {
-    static const char *const names[] = {"full", "delta", "mfu", "ssu", "topk-norm"};
     int v;
-    if (parse_enum(o, "policy", names, 5, &v) < 0)
+    if (parse_enum(o, "policy", policy_name, CPR_POLICY_TOPK_NORM + 1, &v) < 0)
         return -1;
     *out = (cpr_policy)v;
     return 0;
@@ -446,11 +455,19 @@ int cprpy_parse_policy(PyObject *o, cpr_policy *out)
 
 int cprpy_parse_mode(PyObject *o, cpr_recovery_mode *out)
 {
-    static const char *const names[] = {"full", "partial"};
     int v;
-    if (parse_enum(o, "mode", names, 2, &v) < 0)
+    if (parse_enum(o, "mode", mode_name, CPR_RECOVERY_PARTIAL + 1, &v) < 0)
         return -1;
     *out = (cpr_recovery_mode)v;
+    return 0;
+}
+
+int cprpy_parse_codec(PyObject *o, cpr_codec *out)
+{
+    int v;
+    if (parse_enum(o, "codec", codec_name, CPR_CODEC_INT4 + 1, &v) < 0)
+        return -1;
+    *out = (cpr_codec)v;
     return 0;
 }
 

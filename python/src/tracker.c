@@ -144,6 +144,14 @@ static cpr_emb *ready(cprpy_tracker *k)
     return enter(k);
 }
 
+/* Methods whose one argument is a shard: parse it and enter (K1). */
+static cpr_emb *ready_with_shard(cprpy_tracker *k, PyObject *args, unsigned int *shard)
+{
+    if (!PyArg_ParseTuple(args, "O&", cprpy_u32, shard))
+        return NULL;
+    return ready(k);
+}
+
 static PyObject *tracker_observe(cprpy_tracker *k, PyObject *args, PyObject *kw)
 {
     static char *kwlist[] = {"indices", "sq_change", NULL};
@@ -280,9 +288,7 @@ static PyObject *stats_tuple(const cpr_emb_stats *s)
 static PyObject *tracker_stats(cprpy_tracker *k, PyObject *args)
 {
     unsigned int shard;
-    if (!PyArg_ParseTuple(args, "O&", cprpy_u32, &shard))
-        return NULL;
-    cpr_emb *t = ready(k);
+    cpr_emb *t = ready_with_shard(k, args, &shard);
     if (!t)
         return NULL;
     cpr_emb_stats s;
@@ -297,9 +303,7 @@ static PyObject *tracker_stats(cprpy_tracker *k, PyObject *args)
 static PyObject *tracker_events(cprpy_tracker *k, PyObject *args)
 {
     unsigned int shard;
-    if (!PyArg_ParseTuple(args, "O&", cprpy_u32, &shard))
-        return NULL;
-    cpr_emb *t = ready(k);
+    cpr_emb *t = ready_with_shard(k, args, &shard);
     if (!t)
         return NULL;
     uint64_t up = 0, unsaved = 0;
@@ -328,9 +332,7 @@ static PyObject *tracker_set_ssu_rate(cprpy_tracker *k, PyObject *args)
 static PyObject *tracker_wipe_shard(cprpy_tracker *k, PyObject *args)
 {
     unsigned int shard;
-    if (!PyArg_ParseTuple(args, "O&", cprpy_u32, &shard))
-        return NULL;
-    cpr_emb *t = ready(k);
+    cpr_emb *t = ready_with_shard(k, args, &shard);
     if (!t)
         return NULL;
     uint64_t lost = 0;
