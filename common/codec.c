@@ -21,6 +21,7 @@
 
 #include <fp16.h>
 #include <math.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "cpr_common.h"
@@ -55,6 +56,26 @@ cpr_status cpr_codec_parse(const char *name, cpr_codec *out)
         }
     return cpr_fail(CPR_INVALID_ARGUMENT, "codec '%s': give f32, bf16, f16, int8 or int4",
                     name ? name : "(null)");
+}
+
+const char *cpr_codecs_name(uint32_t codecs, char *buf, size_t len)
+{
+    size_t at = 0;
+    if (!buf || !len)
+        return buf;
+    buf[0] = '\0';
+    for (int c = CPR_CODEC_F32; c <= CPR_CODEC_INT4; c++)
+        if (codecs & (1u << c)) {
+            int k = snprintf(buf + at, len - at, "%s%s", at ? "+" : "", cpr_codec_name((cpr_codec)c));
+            at = k < 0 || (size_t)k >= len - at ? len - 1 : at + (size_t)k;
+        }
+    if (codecs >> (CPR_CODEC_INT4 + 1)) {
+        int k = snprintf(buf + at, len - at, "%sunknown", at ? "+" : "");
+        at = k < 0 || (size_t)k >= len - at ? len - 1 : at + (size_t)k;
+    }
+    if (!at)
+        snprintf(buf, len, "-");
+    return buf;
 }
 
 size_t cpr_codec_row_bytes(cpr_codec codec, uint32_t dim)

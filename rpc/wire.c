@@ -676,6 +676,7 @@ cpr_status cpri_wire_list_response_encode(const cpr_part_info *parts, size_t n,
         infos[i].consistent = parts[i].consistent != 0;
         infos[i].num_shards = parts[i].num_shards;
         infos[i].base_checkpoint = parts[i].base;
+        infos[i].codecs = parts[i].codecs;
         ptrs[i] = &infos[i];
     }
     m.n_parts = n;
@@ -703,7 +704,7 @@ cpr_status cpri_wire_list_response_decode(const void *buf, size_t len, cpr_part_
         const Cpr__V1__PartInfo *p = m->parts[i];
         out[i] = (cpr_part_info){p->shard, p->checkpoint, (cpr_kind)p->kind, p->step,
                                  p->num_shards, p->base_checkpoint, p->rows, p->bytes, p->committed,
-                                 p->consistent};
+                                 p->consistent, p->codecs};
     }
     *parts = out;
     *n = m->n_parts;

@@ -21,6 +21,9 @@
  *      that its average write rate stays under cpr_store_options.fold_mb_s
  *      (one fold itself runs at the disk's speed; the pause holds no lock),
  *      so training on the same host keeps the CPU and the disk.
+ *  D5. A fold never re-encodes: each row keeps the codec its part stored it
+ *      in (cpr/codec.h), copied as stored; output blocks break where the
+ *      codec changes.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -56,7 +59,8 @@ static cpr_status fold_rows(void *ctx, const cpri_merge_rows *r)
         st = cpri_meta_add_block(o->m, &ref);
     if (st == CPR_OK) {
         o->m->rows += r->n;
-        o->m->bytes += r->n * (8 + ((uint64_t)r->dim + r->state_dim) * 4);
+        o->m->bytes += r->n * (8 + r->row_bytes + (uint64_t)r->state_dim * 4);
+        o->m->codecs |= 1u << r->codec;
     }
     return st;
 }
@@ -180,7 +184,7 @@ cpr_status cpri_fold_shard(cpr_store *store, const char *job_name, uint32_t shar
     cpri_seg_fold_name(name, job_name, shard, at, m.seg_token);
     st = store->segs->ops->create(store->segs, name, &w);
     fold_out o = {store, w, &m};
-    cpri_merge_sink sink = {.rows = fold_rows, .ctx = &o, .want_versions = 1};
+    cpri_merge_sink sink = {.rows = fold_rows, .ctx = &o, .want_versions = 1, .keep_codec = 1};
     if (st == CPR_OK)
         st = cpri_merge_run(store, &p, &sink, &res);
     if (st == CPR_OK) {

@@ -17,7 +17,8 @@
 #include "cpr_common.h"
 #include "meta.h"
 
-#define META_VERSION 2 /* 1: store format 1 (rows in RocksDB) */
+#define META_VERSION 3 /* 2: without codecs; 1: store format 1 (rows in RocksDB) */
+#define META_VERSION_MIN 2
 #define BLOCK_REF_BYTES 40
 
 typedef struct wbuf {
@@ -60,6 +61,7 @@ cpr_status cpri_meta_encode(const cpri_part_meta *m, unsigned char **buf, size_t
     PUT(&b, m->rows);
     PUT(&b, m->bytes);
     PUT(&b, m->committed_unix_ms);
+    PUT(&b, m->codecs);
     PUT(&b, (uint32_t)m->n_tables);
     for (size_t i = 0; i < m->n_tables; i++) {
         PUT(&b, m->tables[i].table);
@@ -188,7 +190,8 @@ static cpr_status decode_body(rbuf *r, cpri_part_meta *m)
     uint32_t n_tables;
     GET(r, version);
     GET(r, kind);
-    if (r->bad || version != META_VERSION || kind < CPR_KIND_FULL || kind > CPR_KIND_PRIORITY)
+    if (r->bad || version < META_VERSION_MIN || version > META_VERSION || kind < CPR_KIND_FULL ||
+        kind > CPR_KIND_PRIORITY)
         return CPR_CORRUPT;
     m->kind = (cpr_kind)kind;
     GET(r, m->shard);
@@ -199,6 +202,8 @@ static cpr_status decode_body(rbuf *r, cpri_part_meta *m)
     GET(r, m->rows);
     GET(r, m->bytes);
     GET(r, m->committed_unix_ms);
+    if (version >= 3)
+        GET(r, m->codecs);
     GET(r, n_tables);
     if (r->bad || n_tables > (r->len - r->off) / 20)
         return CPR_CORRUPT;

@@ -44,6 +44,8 @@ typedef struct cpri_part_meta {
     uint64_t rows;
     uint64_t bytes;
     int64_t committed_unix_ms;
+    uint32_t codecs;          /* bit 1 << c for each codec c its blocks use
+                                 (0: none, or a record of version 2) */
     cpr_table_schema *tables; /* owned */
     size_t n_tables;
     cpri_blob_meta *blobs;     /* owned */

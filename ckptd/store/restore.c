@@ -38,6 +38,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cpr/codec.h"
 #include "cpr/crc32c.h"
 #include "restore.h"
 #include "store_internal.h"
@@ -411,6 +412,9 @@ typedef struct out_batch {
     size_t n, cap;
     uint64_t *ids, *versions;
     float *values, *state;
+    cpr_codec codec;           /* of the rows held (f32 unless sink->keep_codec) */
+    unsigned char *enc;        /* keep_codec: the rows as stored, when not f32 */
+    size_t enc_row_cap;        /* bytes a row of enc may take */
     cpr_restore_result *res;
 } out_batch;
 
@@ -421,7 +425,10 @@ static cpr_status out_flush(out_batch *o)
     cpri_merge_rows rows = {
         .table = o->t->table, .dim = o->t->dim, .state_dim = o->t->state_dim, .n = o->n,
         .ids = o->ids, .versions = o->sink->want_versions ? o->versions : NULL,
-        .values = o->values, .state = o->t->state_dim ? o->state : NULL,
+        .values = o->codec == CPR_CODEC_F32 ? o->values : NULL,
+        .state = o->t->state_dim ? o->state : NULL, .codec = o->codec,
+        .encoded = o->codec == CPR_CODEC_F32 ? NULL : o->enc,
+        .row_bytes = cpr_codec_row_bytes(o->codec, o->t->dim),
     };
     o->res->rows += o->n;
     o->res->bytes += o->n * (8 + ((uint64_t)o->t->dim + o->t->state_dim) * 4);
@@ -434,6 +441,14 @@ static cpr_status out_copy(out_batch *o, const cursor *c, uint32_t i, uint32_t j
 {
     const cpr_table_schema *t = o->t;
     cpr_status st = CPR_OK;
+    cpr_codec codec = o->sink->keep_codec ? (cpr_codec)c->v.h.codec : CPR_CODEC_F32;
+    if (codec != o->codec) { /* a batch holds rows of one codec */
+        st = out_flush(o);
+        if (st == CPR_OK && codec != CPR_CODEC_F32 && c->v.row_bytes > o->enc_row_cap)
+            st = cpr_fail(CPR_INTERNAL, "encoded rows of %zu bytes over the batch's %zu",
+                          c->v.row_bytes, o->enc_row_cap);
+        o->codec = codec;
+    }
     while (st == CPR_OK && i < j) {
         size_t take = o->cap - o->n;
         if (take > j - i)
@@ -447,7 +462,11 @@ static cpr_status out_copy(out_batch *o, const cursor *c, uint32_t i, uint32_t j
                     o->versions[o->n + k] = c->cand->checkpoint;
             }
         }
-        if (c->v.values) {
+        if (codec != CPR_CODEC_F32) { /* kept as stored */
+            memcpy(o->enc + o->n * c->v.row_bytes,
+                   (const unsigned char *)c->v.encoded + (size_t)i * c->v.row_bytes,
+                   take * c->v.row_bytes);
+        } else if (c->v.values) {
             memcpy(o->values + o->n * t->dim, c->v.values + (size_t)i * t->dim,
                    take * t->dim * 4);
         } else { /* a quantized block (cpr/codec.h): merged rows come out as f32 */
@@ -680,14 +699,26 @@ static cpr_status out_reserve(out_batch *o, const cpr_table_schema *t, size_t ca
     free(o->versions);
     free(o->values);
     free(o->state);
+    free(o->enc);
     o->t = t;
     o->n = 0;
     o->cap = cap;
+    o->codec = CPR_CODEC_F32;
+    o->enc = NULL;
+    o->enc_row_cap = 0;
     o->ids = malloc(cap * 8);
     o->versions = malloc(cap * 8);
     o->values = malloc(cap * t->dim * 4);
     o->state = malloc(cap * ((size_t)t->state_dim + 1) * 4);
-    if (!o->ids || !o->versions || !o->values || !o->state)
+    if (o->sink->keep_codec) { /* the widest encoded row of any codec */
+        for (int c = CPR_CODEC_F32; c <= CPR_CODEC_INT4; c++) {
+            size_t rb = cpr_codec_row_bytes((cpr_codec)c, t->dim);
+            o->enc_row_cap = rb > o->enc_row_cap ? rb : o->enc_row_cap;
+        }
+        o->enc = malloc(cap * o->enc_row_cap);
+    }
+    if (!o->ids || !o->versions || !o->values || !o->state ||
+        (o->sink->keep_codec && !o->enc))
         return cpr_fail(CPR_NO_MEMORY, "out of memory for restore batches");
     return CPR_OK;
 }
@@ -723,6 +754,7 @@ cpr_status cpri_merge_run(cpr_store *store, const cpri_merge_plan *p, const cpri
     free(m.out.versions);
     free(m.out.values);
     free(m.out.state);
+    free(m.out.enc);
     free(ext);
     return st;
 }

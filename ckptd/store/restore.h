@@ -42,7 +42,10 @@ typedef struct cpri_merge_rows {
     size_t n;
     const uint64_t *ids;
     const uint64_t *versions;       /* only when the sink wants them */
-    const float *values, *state;
+    const float *values, *state;    /* values: NULL when codec is not f32 */
+    cpr_codec codec;                /* f32 unless the sink keeps codecs */
+    const void *encoded;            /* codec != f32: n rows of row_bytes, as stored */
+    size_t row_bytes;
 } cpri_merge_rows;
 
 typedef struct cpri_merge_sink {
@@ -51,6 +54,10 @@ typedef struct cpri_merge_sink {
     cpr_status (*block)(void *ctx, const void *block, size_t len, const cpr_block_view *v);
     void *ctx;
     int want_versions;
+    /* Rows of a block in another codec than f32 reach `rows` as they were
+     * stored (codec, encoded), never decoded; a batch holds rows of one
+     * codec (folds: a row keeps the codec it was saved in). 0: f32 always. */
+    int keep_codec;
 } cpri_merge_sink;
 
 /* Shard `shard`'s sources as of `as_of`: *fold (or NULL) and the first

@@ -719,6 +719,7 @@ static void fill_info(cpr_part_info *info, const cpri_part_meta *m, int committe
     info->bytes = m->bytes;
     info->committed = committed;
     info->consistent = committed && m->consistent;
+    info->codecs = m->codecs;
 }
 
 /* Under store->mu: parts List shows (C5: none below the floor). */

@@ -405,25 +405,32 @@ static cpr_status index_block(open_part *part, const cpri_block_ref *ref)
 cpr_status cpri_seg_write_block(cpr_store *store, cpri_obj_writer *w, const cpri_merge_rows *r,
                                cpri_block_ref *ref)
 {
+    static const unsigned char zeros[4];
     const cpri_backend_ops *ops = store->segs->ops;
     unsigned char hdr[CPR_BLOCK_HEADER_BYTES];
     size_t n = r->n;
     uint32_t flags = r->versions ? CPR_BLOCK_VERSIONS : 0;
+    cpr_block_layout lay;
+    cpr_block_layout_codec((uint32_t)n, r->dim, r->state_dim, flags, r->codec, &lay);
     cpr_block_header h = {
-        .format = CPR_BLOCK_FORMAT, .codec = CPR_CODEC_F32, .flags = flags,
+        .format = CPR_BLOCK_FORMAT, .codec = r->codec, .flags = flags,
         .table = r->table, .n = (uint32_t)n, .dim = r->dim, .state_dim = r->state_dim,
         .first_row = r->ids[0], .last_row = r->ids[n - 1],
-        .bytes = cpr_block_size((uint32_t)n, r->dim, r->state_dim, flags),
+        .bytes = cpr_block_size_codec((uint32_t)n, r->dim, r->state_dim, flags, r->codec),
     };
     if (h.bytes == 0)
         return cpr_fail(CPR_INTERNAL, "block of %zu rows is over the size limit", n);
-    size_t vbytes = n * r->dim * 4, sbytes = n * r->state_dim * 4;
+    /* values as stored: f32, or encoded rows padded to 4 bytes (block.h) */
+    const void *values = r->codec == CPR_CODEC_F32 ? (const void *)r->values : r->encoded;
+    size_t vbytes = r->codec == CPR_CODEC_F32 ? n * r->dim * 4 : n * r->row_bytes;
+    size_t pad = lay.state - lay.values - vbytes, sbytes = n * r->state_dim * 4;
     cpr_block_header_write(hdr, &h);
     uint32_t crc = cpr_crc32c(0, hdr, sizeof hdr);
     crc = cpr_crc32c(crc, r->ids, n * 8);
     if (r->versions)
         crc = cpr_crc32c(crc, r->versions, n * 8);
-    crc = cpr_crc32c(crc, r->values, vbytes);
+    crc = cpr_crc32c(crc, values, vbytes);
+    crc = cpr_crc32c(crc, zeros, pad);
     if (sbytes)
         crc = cpr_crc32c(crc, r->state, sbytes);
     h.crc32c = crc;
@@ -436,7 +443,9 @@ cpr_status cpri_seg_write_block(cpr_store *store, cpri_obj_writer *w, const cpri
     if (st == CPR_OK && r->versions)
         st = ops->append(w, r->versions, n * 8);
     if (st == CPR_OK)
-        st = ops->append(w, r->values, vbytes);
+        st = ops->append(w, values, vbytes);
+    if (st == CPR_OK && pad)
+        st = ops->append(w, zeros, pad);
     if (st == CPR_OK && sbytes)
         st = ops->append(w, r->state, sbytes);
     if (st == CPR_OK)
@@ -454,6 +463,7 @@ static cpr_status emit_block(cpr_store *store, open_part *part, uint32_t table, 
     cpr_status st = ensure_segment(store, part);
     if (st == CPR_OK)
         st = cpri_seg_write_block(store, part->seg, &r, &ref);
+    part->meta.codecs |= 1u << CPR_CODEC_F32;
     return st ? st : index_block(part, &ref);
 }
 
@@ -671,6 +681,7 @@ cpr_status cpr_store_put_block(cpr_store *store, const cpr_part_id *id, const vo
     }
     if (st == CPR_OK) {
         part->out_of_order += backwards;
+        part->meta.codecs |= 1u << v.h.codec;
         count_in(store, part, v.h.n, /* payload as stored: encoded values */
                  (uint64_t)v.h.n * (8 + v.row_bytes + (uint64_t)v.h.state_dim * 4));
     }

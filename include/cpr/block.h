@@ -41,7 +41,7 @@ extern "C" {
 /* Codecs of the values (state is always f32): cpr/codec.h encodes and
  * decodes rows. A block may carry any of them (cpr_block_seal_codec); the
  * store keeps a block as it came and decodes rows to f32 where it merges
- * them or delivers them as rows (a fold writes f32). */
+ * them or delivers them as rows (a fold keeps each row's codec). */
 typedef enum cpr_codec {
     CPR_CODEC_F32 = 0,   /* exact */
     CPR_CODEC_BF16 = 1,  /* bfloat16, round to nearest even */

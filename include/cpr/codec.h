@@ -49,6 +49,10 @@ CPR_API const char *cpr_codec_name(cpr_codec codec);
 /* The codec named `name` into *out; CPR_INVALID_ARGUMENT (the names in the
  * message) otherwise. */
 CPR_API cpr_status cpr_codec_parse(const char *name, cpr_codec *out);
+/* A set of codecs (bit 1 << c for each codec c: cpr_part_info.codecs) as
+ * their names joined by '+', e.g. "f32+int8", or "-" for none, into buf
+ * (len bytes; truncated to fit). Returns buf. */
+CPR_API const char *cpr_codecs_name(uint32_t codecs, char *buf, size_t len);
 
 /* Bytes of one encoded row of `dim` values (0 for an unknown codec or dim 0). */
 CPR_API size_t cpr_codec_row_bytes(cpr_codec codec, uint32_t dim);

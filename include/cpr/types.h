@@ -123,6 +123,8 @@ typedef struct cpr_part_info {
     uint64_t bytes;         /* payload bytes: ids, values, state, blobs */
     int committed;          /* 0: open, being written */
     int consistent;         /* committed FULL, or DELTA with a complete chain */
+    uint32_t codecs;        /* bit 1 << c for each cpr_codec c its row blocks use
+                               (cpr_codecs_name); 0: no rows, or not recorded */
 } cpr_part_info;
 
 /* Free an array of names from cpr_store_list_jobs or cpr_client_list_jobs:

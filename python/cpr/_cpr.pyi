@@ -48,6 +48,7 @@ class PartInfo(NamedTuple):
     bytes: int
     committed: bool
     consistent: bool
+    codecs: Tuple[str, ...]
 
 class RestoreResult(NamedTuple):
     as_of: int

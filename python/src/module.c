@@ -572,6 +572,7 @@ static PyStructSequence_Field part_info_fields[] = {
     {"step", NULL}, {"num_shards", NULL}, {"base", "DELTA base, 0 otherwise"},
     {"rows", NULL}, {"bytes", "payload bytes: ids, values, state, blobs"},
     {"committed", NULL}, {"consistent", "committed FULL, or DELTA with a complete chain"},
+    {"codecs", "the codecs its row blocks use, e.g. ('int8',); () for none"},
     {NULL, NULL}};
 static PyStructSequence_Field restore_result_fields[] = {
     {"as_of", "the checkpoint id the state is as of"}, {"rows", NULL},
@@ -654,6 +655,19 @@ PyObject *cprpy_part_info(const cpr_part_info *p)
     PyStructSequence_SetItem(o, 7, PyLong_FromUnsignedLongLong(p->bytes));
     PyStructSequence_SetItem(o, 8, PyBool_FromLong(p->committed));
     PyStructSequence_SetItem(o, 9, PyBool_FromLong(p->consistent));
+    PyObject *names = PyList_New(0), *codecs = NULL;
+    for (int c = CPR_CODEC_F32; c <= CPR_CODEC_INT4 && names; c++) {
+        if (!(p->codecs & (1u << c)))
+            continue;
+        PyObject *name = PyUnicode_FromString(cpr_codec_name((cpr_codec)c));
+        if (!name || PyList_Append(names, name) < 0)
+            Py_CLEAR(names);
+        Py_XDECREF(name);
+    }
+    if (names)
+        codecs = PyList_AsTuple(names);
+    Py_XDECREF(names);
+    PyStructSequence_SetItem(o, 10, codecs);
     if (PyErr_Occurred()) {
         Py_DECREF(o);
         return NULL;
@@ -666,9 +680,9 @@ int cprpy_part_info_from(PyObject *o, cpr_part_info *out)
     PyObject *seq = PySequence_Fast(o, "a part: expected a cpr.PartInfo or a 10-sequence");
     if (!seq)
         return -1;
-    int rc = -1;
-    if (PySequence_Fast_GET_SIZE(seq) != 10) {
-        cprpy_raise(CPR_INVALID_ARGUMENT, "a part: expected 10 fields (cpr.PartInfo), got %zd",
+    int rc = -1; /* the 11th field, codecs, does not matter to a plan */
+    if (PySequence_Fast_GET_SIZE(seq) != 10 && PySequence_Fast_GET_SIZE(seq) != 11) {
+        cprpy_raise(CPR_INVALID_ARGUMENT, "a part: expected 10 or 11 fields (cpr.PartInfo), got %zd",
                     PySequence_Fast_GET_SIZE(seq));
         goto out;
     }

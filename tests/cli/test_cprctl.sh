@@ -113,6 +113,7 @@ check_inspect() {
     ok inspect demo 2 --json
     json_true 'd["consistent_cut"] and d["num_shards"] == 2 and d["missing_shards"] == []'
     json_true 'd["rows"] == 200 and len(d["parts"]) == 2 and d["inconsistent_count"] == 0'
+    json_true 'all(p["codecs"] == ["f32"] for p in d["parts"])'
     ok inspect demo 3 --json
     json_true 'not d["consistent_cut"] and d["missing_shards"] == [1] and d["missing_count"] == 1'
     json_true 'd["rows"] == 750 and [p["shard"] for p in d["parts"]] == [0]'
@@ -121,6 +122,8 @@ check_inspect() {
     grep -q '^missing shards: *1 (1 of 2)$' "$work/out" || fail "inspect 3: $(cat "$work/out")"
     ok inspect demo 1
     grep -q '^consistent cut: *yes$' "$work/out" || fail "inspect 1: $(cat "$work/out")"
+    grep -q '^SHARD  KIND .* BYTES  CODEC ' "$work/out" || fail "inspect 1: no CODEC column"
+    grep -q ' f32  *yes ' "$work/out" || fail "inspect 1: no f32 part"
     expect_rc 1 --server "$server" inspect demo 99
     grep -q 'no part at checkpoint 99' "$work/err" || fail "inspect 99: $(cat "$work/err")"
     expect_rc 1 --server "$server" inspect demo 99 --json

@@ -1067,6 +1067,7 @@ static void codec_parts(const char *target, void *ctx)
         size_t n = 0;
         assert_int_equal(cpr_client_list(c, job, &info, &n), CPR_OK);
         bytes[k] = info[0].bytes;
+        assert_int_equal(info[0].codecs, 1u << codecs[k]); /* List says the codec */
         free(info);
         static float out[N * DIM], outs[N];
         cpr_restore_into in = {.table = t.table, .n_rows = N, .dim = DIM, .state_dim = 1,

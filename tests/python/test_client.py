@@ -425,6 +425,7 @@ def test_part_codecs(any_client, job, codec):
     [info] = any_client.list(job)
     row = {"bf16": 64, "f16": 64, "int8": 40, "int4": 24}[codec]
     assert info.bytes == 500 * (8 + row + 4)  # the encoded bytes are what is stored
+    assert info.codecs == (codec,)  # List says how the rows are stored
     out, out_s = np.empty_like(values), np.empty_like(state)
     any_client.restore_into(job, 0, out, out_s)
     assert np.array_equal(out_s, state)  # state stays f32

@@ -370,6 +370,19 @@ static void test_codec_blocks(void **state)
     free(b);
 }
 
+/* Two restores returned the same rows, byte for byte; both are freed. */
+static void assert_same_rows(tu_rows *before, tu_rows *after)
+{
+    assert_int_equal(before->n, after->n);
+    for (size_t i = 0; i < before->n; i++) {
+        assert_int_equal(before->rows[i].id, after->rows[i].id);
+        assert_memory_equal(before->rows[i].values, after->rows[i].values,
+                            (g_table.dim + g_table.state_dim) * sizeof(float));
+    }
+    tu_rows_free(before);
+    tu_rows_free(after);
+}
+
 /* The store keeps quantized blocks as they came: a restore merges an int8
  * part with a later f32 one, decoding the int8 rows (within half a step,
  * state exact); the block API hands the int8 block back unchanged; the
@@ -396,6 +409,8 @@ static void test_store_keeps_codec_blocks(void **state)
     assert_int_equal(cpr_store_list(f->store, "blk", &parts, &n), CPR_OK);
     assert_int_equal(n, 2);
     assert_int_equal(parts[0].bytes, 9 * (8 + 8 + 8 + 2 * 4)); /* id, int8 row, state */
+    assert_int_equal(parts[0].codecs, 1u << CPR_CODEC_INT8);
+    assert_int_equal(parts[1].codecs, 1u << CPR_CODEC_F32);
     free(parts);
 
     cpr_restore_query q = {.job = "blk"};
@@ -430,21 +445,48 @@ static void test_store_keeps_codec_blocks(void **state)
     cpr_verify_report rep;
     assert_int_equal(cpr_store_verify(f->store, "blk", NULL, NULL, &rep), CPR_OK);
     assert_int_equal(rep.problems, 0);
-    /* Folding merges the chain (into f32 rows); restores return the same. */
+    /* Folding merges the chain without re-encoding (fold.c D5): the fold at
+     * 2 holds part 1's seven other rows as int8 blocks with versions, and
+     * restores return the same bytes as before. */
     tu_rows before = {0}, after = {0};
     assert_int_equal(tu_restore(f->store, &q, &before, NULL), CPR_OK);
     uint64_t folded = 0;
     assert_int_equal(cpr_store_fold(f->store, "blk", 1, &folded), CPR_OK);
     assert_int_equal(folded, 1);
+    cpr_verify_report rep2;
+    assert_int_equal(cpr_store_verify(f->store, "blk", NULL, NULL, &rep2), CPR_OK);
+    assert_int_equal(rep2.problems, 0);
+    assert_int_equal(rep2.bytes_checked - rep.bytes_checked,
+                     cpr_block_size_codec(7, g_table.dim, g_table.state_dim, CPR_BLOCK_VERSIONS,
+                                          CPR_CODEC_INT8));
     assert_int_equal(tu_restore(f->store, &q, &after, NULL), CPR_OK);
-    assert_int_equal(before.n, after.n);
-    for (size_t i = 0; i < before.n; i++) {
-        assert_int_equal(before.rows[i].id, after.rows[i].id);
-        assert_memory_equal(before.rows[i].values, after.rows[i].values,
-                            (g_table.dim + g_table.state_dim) * sizeof(float));
-    }
-    tu_rows_free(&before);
-    tu_rows_free(&after);
+    assert_same_rows(&before, &after);
+    /* A part at 3 (row 100, f32) and a fold at 3: part 1's int8 rows and
+     * part 2's f32 rows interleave (10 | 13, 16 | 19..34), so the fold's
+     * blocks break where the codec changes; it replaces the fold at 2. */
+    cpr_part_id id3 = {"blk", 0, 3};
+    begin(f->store, 3, CPR_KIND_PRIORITY);
+    size_t len3;
+    unsigned char *third = make_block(100, 1, 1, 3, &len3);
+    assert_int_equal(cpr_store_put_block(f->store, &id3, third, len3), CPR_OK);
+    assert_int_equal(cpr_store_commit(f->store, &id3, 1), CPR_OK);
+    cpr_restore_query q3 = {.job = "blk", .as_of = 3};
+    assert_int_equal(tu_restore(f->store, &q3, &before, NULL), CPR_OK);
+    assert_int_equal(cpr_store_fold(f->store, "blk", 1, &folded), CPR_OK);
+    assert_int_equal(folded, 1);
+    cpr_verify_report rep3;
+    assert_int_equal(cpr_store_verify(f->store, "blk", NULL, NULL, &rep3), CPR_OK);
+    assert_int_equal(rep3.problems, 0);
+    size_t fold3 = cpr_block_size_codec(1, g_table.dim, g_table.state_dim, CPR_BLOCK_VERSIONS,
+                                        CPR_CODEC_INT8) +
+                   cpr_block_size(2, g_table.dim, g_table.state_dim, CPR_BLOCK_VERSIONS) +
+                   cpr_block_size_codec(6, g_table.dim, g_table.state_dim, CPR_BLOCK_VERSIONS,
+                                        CPR_CODEC_INT8);
+    assert_int_equal(rep3.bytes_checked, rep.bytes_checked + len3 + fold3);
+    assert_int_equal(tu_restore(f->store, &q3, &after, NULL), CPR_OK);
+    assert_int_equal(before.n, 10);
+    assert_same_rows(&before, &after);
+    free(third);
     free(later);
     free(b);
 }

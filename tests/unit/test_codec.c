@@ -163,6 +163,13 @@ static void test_row_bytes_and_names(void **state)
     }
     cpr_codec out;
     assert_status(CPR_INVALID_ARGUMENT, cpr_codec_parse("int3", &out));
+    char names[32], tiny[6];
+    assert_string_equal(cpr_codecs_name(0, names, sizeof names), "-");
+    assert_string_equal(cpr_codecs_name(1u << CPR_CODEC_INT8, names, sizeof names), "int8");
+    assert_string_equal(cpr_codecs_name((1u << CPR_CODEC_F32) | (1u << CPR_CODEC_INT4), names,
+                                        sizeof names), "f32+int4");
+    assert_string_equal(cpr_codecs_name(1u << 9, names, sizeof names), "unknown");
+    assert_string_equal(cpr_codecs_name(0x1f, tiny, sizeof tiny), "f32+b"); /* truncated */
     float x[4] = {1, 2, 3, 4};
     uint8_t buf[64];
     assert_status(CPR_INVALID_ARGUMENT, cpr_codec_encode(CPR_CODEC_F16, CPR_CODEC_GREEDY, x, 1,

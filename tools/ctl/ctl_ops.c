@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cpr/codec.h"
 #include "cpr_common.h"
 #include "ctl.h"
 
@@ -56,6 +57,11 @@ static cpri_json *part_json(ctl_json *j, const cpr_part_info *p)
     ctl_jbool(j, o, "committed", p->committed);
     ctl_jbool(j, o, "consistent", p->consistent);
     ctl_jnum(j, o, "base", (double)p->base);
+    cpri_json *codecs = ctl_jarray(j); /* each codec its row blocks use */
+    for (int c = CPR_CODEC_F32; c <= CPR_CODEC_INT4 && codecs; c++)
+        if (p->codecs & (1u << c))
+            ctl_jchild(j, codecs, NULL, cpri_json_string(cpr_codec_name((cpr_codec)c)));
+    ctl_jchild(j, o, "codecs", codecs);
     return o;
 }
 
@@ -68,6 +74,7 @@ static void parts_header(ctl_table *t, int with_checkpoint)
     ctl_table_cell(t, "STEP");
     ctl_table_cell(t, "ROWS");
     ctl_table_cell(t, "BYTES");
+    ctl_table_cell(t, "CODEC");
     ctl_table_cell(t, "COMMITTED");
     ctl_table_cell(t, "CONSISTENT");
     ctl_table_cell(t, "BASE");
@@ -82,6 +89,8 @@ static void part_row(ctl_table *t, const cpr_part_info *p, int with_checkpoint)
     ctl_table_cell(t, "%llu", (unsigned long long)p->step);
     ctl_table_cell(t, "%llu", (unsigned long long)p->rows);
     ctl_table_cell(t, "%llu", (unsigned long long)p->bytes);
+    char codecs[64];
+    ctl_table_cell(t, "%s", cpr_codecs_name(p->codecs, codecs, sizeof codecs));
     ctl_table_cell(t, "%s", ctl_yes_no(p->committed));
     ctl_table_cell(t, "%s", ctl_yes_no(p->consistent));
     if (p->base)
@@ -94,7 +103,7 @@ static void part_row(ctl_table *t, const cpr_part_info *p, int with_checkpoint)
 static int print_parts(const cpr_part_info *parts, size_t n, int with_checkpoint)
 {
     ctl_table t;
-    ctl_table_init(&t, with_checkpoint ? 9 : 8);
+    ctl_table_init(&t, with_checkpoint ? 10 : 9);
     parts_header(&t, with_checkpoint);
     for (size_t i = 0; i < n; i++)
         part_row(&t, &parts[i], with_checkpoint);
