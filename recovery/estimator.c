@@ -74,6 +74,29 @@ static int prioritized(cpr_policy policy)
            policy == CPR_POLICY_TOPK_NORM;
 }
 
+/*
+ * The codec of prioritized parts (docs/model.md, "The codec"): every restore
+ * of a row from a quantized block adds that codec's rounding error, and the
+ * errors of R restores add up like a random walk (RMS grows as sqrt(R)), so
+ * a codec with RMS error e_c is worth as many restores as int4 for
+ * R4 (e_int4 / e_c)^2. The ratios: int8 (255 / 15)^2, exact for uniform
+ * rounding; bf16 from cpr-bench quant's RMS errors on its rows (0.00647
+ * against 0.0000822: 6200, taken as 6000). The most compact codec whose
+ * budget covers the expected restores wins; f32 past bf16's.
+ */
+static const struct { cpr_codec codec; double restores_per_int4; } CODEC_BUDGETS[] = {
+    {CPR_CODEC_INT4, 1.0}, {CPR_CODEC_INT8, 289.0}, {CPR_CODEC_BF16, 6000.0}};
+
+static cpr_codec choose_codec(const cpr_estimator_config *c, double restores)
+{
+    if (!c->choose_codec)
+        return CPR_CODEC_F32;
+    for (size_t i = 0; i < sizeof CODEC_BUDGETS / sizeof CODEC_BUDGETS[0]; i++)
+        if (restores <= c->int4_max_restores * CODEC_BUDGETS[i].restores_per_int4)
+            return CODEC_BUDGETS[i].codec;
+    return CPR_CODEC_F32;
+}
+
 /* ---- configuration --------------------------------------------------------- */
 
 static cpr_status check_positive(const char *field, double v)
@@ -102,6 +125,8 @@ static void fill_defaults(cpr_estimator_config *c)
         c->time_unit = "s";
     if (c->max_background_share == 0.0)
         c->max_background_share = CPR_DEFAULT_BACKGROUND_SHARE;
+    if (c->int4_max_restores == 0.0)
+        c->int4_max_restores = CPR_INT4_MAX_RESTORES;
 }
 
 static cpr_status check_config(const cpr_estimator_config *c)
@@ -110,7 +135,7 @@ static cpr_status check_config(const cpr_estimator_config *c)
         {"job_s", c->job_s}, {"prior_mtbf_s", c->prior_mtbf_s},
         {"prior_save_s", c->prior_save_s}, {"prior_load_s", c->prior_load_s},
         {"prior_restart_s", c->prior_restart_s}, {"prior_failures", c->prior_failures},
-        {"prior_loss_ratio", c->prior_loss_ratio},
+        {"prior_loss_ratio", c->prior_loss_ratio}, {"int4_max_restores", c->int4_max_restores},
     };
     for (size_t i = 0; i < sizeof positive / sizeof positive[0]; i++) {
         cpr_status st = check_positive(positive[i].field, positive[i].value);
@@ -131,6 +156,9 @@ static cpr_status check_config(const cpr_estimator_config *c)
         return cpr_fail(CPR_INVALID_ARGUMENT, "fraction: %g is not in (0, 1]", c->fraction);
     if (!(c->smoothing > 0.0 && c->smoothing <= 1.0))
         return cpr_fail(CPR_INVALID_ARGUMENT, "smoothing: %g is not in (0, 1]", c->smoothing);
+    if (c->choose_codec != 0 && c->choose_codec != 1)
+        return cpr_fail(CPR_INVALID_ARGUMENT, "choose_codec: %d is neither 0 nor 1",
+                        c->choose_codec);
     if (!(c->max_background_share > 0.0 && c->max_background_share <= 1.0))
         return cpr_fail(CPR_INVALID_ARGUMENT, "max_background_share: %g is not in (0, 1]",
                         c->max_background_share);
@@ -405,6 +433,12 @@ cpr_status cpr_estimator_decide(const cpr_estimator *est, cpr_estimate *out)
     r.interval_s = r.base_interval_s * r.fraction;
     r.background_s = ewma_get(&est->bg_time[r.policy], 0.0, 1);
     r.background_cost_s = ewma_get(&est->bg_cost[r.policy], 0.0, 1);
+    /* Partial recovery restores the failed shard (1 of N) from the policy's
+     * parts; full recovery and FULL parts stay exact. */
+    if (r.mode == CPR_RECOVERY_PARTIAL && prioritized(r.policy)) {
+        r.quantized_restores = c->job_s / r.mtbf_s / c->shards;
+        r.codec = choose_codec(c, r.quantized_restores);
+    }
     *out = r;
     return CPR_OK;
 }

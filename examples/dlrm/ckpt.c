@@ -102,7 +102,8 @@ static cpr_status make_estimator(dlrm_ckpt *ck)
         .policy = prioritized(o->policy) ? priority_policy(o->policy)
                   : o->policy == DLRM_CKPT_AUTO ? CPR_POLICY_MFU : CPR_POLICY_FULL,
         .fraction = prioritized(o->policy) || o->policy == DLRM_CKPT_AUTO ? o->fraction : 1.0,
-        .time_unit = "steps"}; /* the trainer's clock is executed steps */
+        .time_unit = "steps", /* the trainer's clock is executed steps */
+        .choose_codec = o->codec_auto};
     return cpr_estimator_create(&c, &ck->est);
 }
 
@@ -353,8 +354,8 @@ static cpr_status stage_table(dlrm_ckpt *ck, uint32_t s, uint32_t t, cpr_policy 
         st = cpr_part_put_rows(part, &b);
     }
     /* What goes on the wire and to disk: the values in the part's codec. */
-    cpr_codec codec = (cpr_codec)(ck->fl.kinds[s] == CPR_KIND_FULL ? ck->o.full_codec
-                                                                   : ck->o.codec);
+    cpr_codec codec = ck->fl.kinds[s] == CPR_KIND_FULL ? (cpr_codec)ck->o.full_codec
+                                                       : ck->fl.codec;
     ck->fl.rows += n;
     ck->fl.bytes += n * (8 + cpr_codec_row_bytes(codec, sc->dim) + 4 * (uint64_t)sc->state_dim);
     return st;
@@ -390,11 +391,12 @@ static void stage_shard(dlrm_ckpt *ck, uint32_t s, const cpr_estimate *e, int ha
     if (s == 0) {
         ck->fl.kind = kind;
         ck->fl.policy = policy;
+        ck->fl.codec = ck->o.codec_auto && have ? e->codec : (cpr_codec)ck->o.codec;
     }
     cpr_part_spec spec = {.id = {ck->o.job, s, ck->fl.checkpoint}, .kind = kind,
                           .step = ck->fl.step, .num_shards = ck->shards,
                           .tables = ck->schemas, .n_tables = ck->tables,
-                          .codec = kind == CPR_KIND_FULL ? ck->o.full_codec : ck->o.codec};
+                          .codec = kind == CPR_KIND_FULL ? ck->o.full_codec : ck->fl.codec};
     cpr_part *part = NULL;
     /* The Begin goes out from the part's sender, off this thread (P6): the
      * rows are staged while it is in flight. */
@@ -539,6 +541,9 @@ static cpr_status emit_checkpoint(dlrm_ckpt *ck, int committed, uint32_t shards_
     if (ev && (!cJSON_AddNumberToObject(ev, "checkpoint", (double)fl->checkpoint) ||
                !cJSON_AddStringToObject(ev, "kind", cpr_kind_name(fl->kind)) ||
                !cJSON_AddStringToObject(ev, "policy", cpr_policy_name(fl->policy)) ||
+               !cJSON_AddStringToObject(ev, "codec", cpr_codec_name(fl->kind == CPR_KIND_FULL
+                                                                        ? (cpr_codec)ck->o.full_codec
+                                                                        : fl->codec)) ||
                !cJSON_AddNumberToObject(ev, "rows", (double)fl->rows) ||
                !cJSON_AddNumberToObject(ev, "bytes", (double)fl->bytes) ||
                !cJSON_AddNumberToObject(ev, "stall_ms", fl->stall_s * 1e3) ||
@@ -755,13 +760,15 @@ static void on_summary(void *ctx, dlrm_trainer *trainer, cJSON *ev)
      * allocation shortens the summary rather than failing the run. */
     for (size_t i = 0; names[i]; i++)
         cJSON_AddNumberToObject(ev, names[i], values[i]);
-    char strategy[64]; /* the policy, and the codec when it is not f32: "mfu-int8" */
+    /* the policy, and the codec when it is not f32: "mfu-int8", "mfu-auto" */
+    const char *codec = ck->o.codec_auto ? "auto" : cpr_codec_name((cpr_codec)ck->o.codec);
+    int plain = !ck->o.codec_auto && !ck->o.codec;
+    char strategy[64];
     snprintf(strategy, sizeof strategy, "%s%s%s",
              ck->client ? dlrm_ckpt_policy_name(ck->o.policy) : "none",
-             ck->client && ck->o.codec ? "-" : "",
-             ck->client && ck->o.codec ? cpr_codec_name((cpr_codec)ck->o.codec) : "");
+             ck->client && !plain ? "-" : "", ck->client && !plain ? codec : "");
     cJSON_AddStringToObject(ev, "strategy", strategy);
-    cJSON_AddStringToObject(ev, "codec", cpr_codec_name((cpr_codec)ck->o.codec));
+    cJSON_AddStringToObject(ev, "codec", codec);
     cJSON_AddStringToObject(ev, "full_codec", cpr_codec_name((cpr_codec)ck->o.full_codec));
     cJSON_AddStringToObject(ev, "recovery", recovery);
 }

@@ -66,6 +66,8 @@ typedef struct dlrm_ckpt_options {
     uint32_t codec;               /* cpr_codec of PRIORITY and DELTA parts' rows
                                      (cpr/codec.h) */
     uint32_t full_codec;          /* cpr_codec of FULL parts' rows (default f32) */
+    int codec_auto;               /* --ckpt-codec auto: the estimator chooses `codec`
+                                     at each save (docs/model.md, "The codec") */
     int ssu_rate_auto;            /* 1: set each table's SSU rate at every save
                                      from its accesses (see ssu_rate_for) */
     uint64_t interval_steps;      /* base (full-size) interval; 0: derived */

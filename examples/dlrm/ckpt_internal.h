@@ -36,6 +36,7 @@ typedef struct ckpt_flight {
     cpr_part **parts;         /* per shard; NULL when begin or a put failed */
     cpr_status *status;       /* per shard: the part's outcome */
     cpr_kind *kinds;          /* per shard */
+    cpr_codec codec;          /* of its PRIORITY and DELTA parts' rows */
     cpr_emb_save **saves;     /* shard-major: saves[s * tables + t]; a CPU table's is
                                  what its part's sender copies from until the
                                  flight settles (after its parts end) */

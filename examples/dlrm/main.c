@@ -88,8 +88,10 @@ static void usage(FILE *out)
           "                         points; the wait counts as stall)\n"
           "  --resume               continue the job from its latest consistent cut\n"
           "  --ckpt-codec C         encoding of PRIORITY and DELTA parts' rows: f32\n"
-          "                         (default), bf16, f16, int8 or int4\n"
-          "  --ckpt-codec-full C    the same for FULL parts (default f32: exact)\n"
+          "                         (default), bf16, f16, int8 or int4; auto: the\n"
+          "                         estimator's choice at each save, from the\n"
+          "                         restores a row is expected to see\n"
+          "  --ckpt-codec-full C    the same for FULL parts (default f32: exact; not auto)\n"
           "  --ckpt-cpus LIST       CPUs for the checkpoint client's threads (copying\n"
           "                         saves out, checksums, sending), e.g. 1 or 2-7: keep\n"
           "                         them off the training cores (default: anywhere the\n"
@@ -313,6 +315,10 @@ static int set_ckpt_flag(options *o, const char *flag, const char *v)
     }
     if (strcmp(flag, "--ckpt-codec") == 0 || strcmp(flag, "--ckpt-codec-full") == 0) {
         cpr_codec codec;
+        if (strcmp(flag, "--ckpt-codec") == 0 && strcmp(v, "auto") == 0) {
+            c->codec_auto = 1; /* the estimator's choice (docs/model.md) */
+            return 0;
+        }
         if (cpr_codec_parse(v, &codec) != CPR_OK) {
             fprintf(stderr, "cpr-dlrm: %s: %s\n", flag, cpr_errmsg());
             return -1;

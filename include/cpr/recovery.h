@@ -43,6 +43,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "cpr/block.h"
 #include "cpr/export.h"
 #include "cpr/client.h"
 #include "cpr/embedding.h"
@@ -202,7 +203,18 @@ typedef struct cpr_estimator_config {
                                    (0, 1] [0.25]: the interval of a save is at
                                    least its measured background time over it
                                    (docs/model.md, "The background of a save") */
+    int choose_codec;           /* 1: choose the codec of prioritized parts by the
+                                   expected restores of a row from them (below);
+                                   0: f32 always [0] */
+    double int4_max_restores;   /* R4: the quantized restores per row int4 is
+                                   trusted with, > 0 [CPR_INT4_MAX_RESTORES];
+                                   int8, bf16 and f16 get R4 times their squared
+                                   step ratio (docs/model.md, "The codec") */
 } cpr_estimator_config;
+
+/* The default int4_max_restores: the most restores of every row from int4
+ * blocks at which no measured run lost over 0.001 of AUC (docs/model.md). */
+#define CPR_INT4_MAX_RESTORES 10.0
 
 /* Create an estimator; *out owns it. CPR_INVALID_ARGUMENT names a bad
  * field; CPR_NO_MEMORY. */
@@ -273,6 +285,11 @@ typedef struct cpr_estimate {
                                   (0 until measured) */
     double background_cost_s;  /* the training time that background costs per save,
                                   counted in partial.background_s (full's likewise) */
+    cpr_codec codec;           /* rows of the next save's non-FULL parts (f32 unless
+                                  config.choose_codec; FULL parts stay f32) */
+    double quantized_restores; /* restores of a row expected from those parts over
+                                  the job: (job_s / mtbf_s) / N under partial
+                                  recovery, 0 otherwise */
 } cpr_estimate;
 
 /*

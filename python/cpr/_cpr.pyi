@@ -125,13 +125,16 @@ class Estimate(NamedTuple):
     partial_overhead: float
     benefit: float
     failures: int
+    codec: str
+    quantized_restores: float
 
 class Estimator:
     policy: int
     def __init__(self, shards: int, job_s: float, target_pls: float, prior_mtbf_s: float,
                  prior_save_s: float, prior_load_s: float, prior_restart_s: float, *,
                  policy: PolicyLike = ..., fraction: float = ..., full_bytes: int = ...,
-                 time_unit: Optional[str] = ..., max_background_share: float = ...) -> None: ...
+                 time_unit: Optional[str] = ..., max_background_share: float = ...,
+                 choose_codec: bool = ..., int4_max_restores: float = ...) -> None: ...
     def saved(self, now_s: float, policy: PolicyLike, stall_s: float, bytes: int) -> None: ...
     def background(self, policy: PolicyLike, background_s: float, cost_s: float) -> None: ...
     def loaded(self, load_s: float, shards_loaded: int) -> None: ...

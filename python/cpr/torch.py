@@ -134,8 +134,10 @@ class Checkpointer:
     restore_threads  restores run at once (default: one per storage node, at
                 most the CPUs and 8).
     codec       the encoding of DELTA and prioritized parts' rows: "bf16",
-                "f16", "int8" or "int4" (cpr/codec.h; None: f32). FULL parts,
-                the base every restore starts from, stay exact.
+                "f16", "int8" or "int4" (cpr/codec.h; None: f32), or "auto":
+                the estimator's choice at each save (its choose_codec must be
+                set; docs/model.md, "The codec"). FULL parts, the base every
+                restore starts from, stay exact.
 
     Open the client with ``defer_send=True``: a save's copy then runs alone on
     the training thread, and its streaming starts as soon as the copy is done.
@@ -159,6 +161,9 @@ class Checkpointer:
         self.codec = codec  # prioritized and DELTA parts; FULL parts stay exact
         if self.policy is None and estimator is None:
             raise cpr.InvalidArgumentError("policy 'auto' needs estimator=cpr.Estimator(...)")
+        if codec == "auto" and estimator is None:
+            raise cpr.InvalidArgumentError(
+                "codec 'auto' needs estimator=cpr.Estimator(..., choose_codec=True)")
         self._t0 = time.monotonic()
         self._last_save = None
         self.shards = list(range(self.num_shards)) if shards is None else sorted(shards)
@@ -326,11 +331,14 @@ class Checkpointer:
         caller's stall is selection and the copy of the chosen rows."""
         policy = self.policy if policy is None else _policy(policy)
         self.wait()  # one save in flight: the previous one lands first
-        budget = self.budget
-        if policy is None:  # auto: the estimator's policy and budget
+        budget, codec = self.budget, self.codec
+        if policy is None or codec == "auto":  # the estimator's choices
             self._track()
             d = self.estimator.decide()
-            policy, budget = cpr.Policy(d.policy), d.fraction
+            if policy is None:
+                policy, budget = cpr.Policy(d.policy), d.fraction
+            if codec == "auto":
+                codec = None if d.codec == "f32" else d.codec
         self._last_save = self.now()
         t0 = time.perf_counter()
         ckpt, step = self.next_checkpoint, int(step)
@@ -341,7 +349,7 @@ class Checkpointer:
             for shard in self.shards:
                 part = self.client.begin(self.job, shard, ckpt, tables=self.schema, kind=kind,
                                          step=step, num_shards=self.num_shards, wait=False,
-                                         codec=None if kind == cpr.Kind.FULL else self.codec)
+                                         codec=None if kind == cpr.Kind.FULL else codec)
                 parts.append(part)
                 for i, (tracker, w, s) in enumerate(zip(self.trackers, self.weights,
                                                          self.states)):

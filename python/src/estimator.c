@@ -25,24 +25,28 @@ static PyStructSequence_Field estimate_fields[] = {
     {"partial_overhead", "expected overhead fraction of partial recovery with the policy"},
     {"benefit", "full_overhead - partial_overhead"},
     {"failures", "failures seen"},
+    {"codec", "codec of the next save's PRIORITY/DELTA rows ('f32' unless choose_codec)"},
+    {"quantized_restores", "restores of a row expected from those parts over the job"},
     {NULL, NULL}};
 static PyStructSequence_Desc estimate_desc = {
-    "cpr.Estimate", "The estimator's decision and the numbers behind it.", estimate_fields, 13};
+    "cpr.Estimate", "The estimator's decision and the numbers behind it.", estimate_fields, 15};
 static PyTypeObject *EstimateType;
 
 static int est_init(cprpy_estimator *e, PyObject *args, PyObject *kw)
 {
     static char *kwlist[] = {"shards", "job_s", "target_pls", "prior_mtbf_s", "prior_save_s",
                              "prior_load_s", "prior_restart_s", "policy", "fraction",
-                             "full_bytes", "time_unit", "max_background_share", NULL};
+                             "full_bytes", "time_unit", "max_background_share", "choose_codec",
+                             "int4_max_restores", NULL};
     cpr_estimator_config c;
     memset(&c, 0, sizeof c);
     PyObject *policy = NULL;
     unsigned long long full_bytes = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "O&dddddd|$OdO&zd", kwlist, cprpy_u32, &c.shards,
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O&dddddd|$OdO&zdpd", kwlist, cprpy_u32, &c.shards,
                                      &c.job_s, &c.target_pls, &c.prior_mtbf_s, &c.prior_save_s,
                                      &c.prior_load_s, &c.prior_restart_s, &policy, &c.fraction,
-                                     cprpy_u64, &full_bytes, &c.time_unit, &c.max_background_share))
+                                     cprpy_u64, &full_bytes, &c.time_unit, &c.max_background_share,
+                                     &c.choose_codec, &c.int4_max_restores))
         return -1;
     if (policy && cprpy_parse_policy(policy, &c.policy) < 0)
         return -1;
@@ -160,6 +164,8 @@ static PyObject *est_decide(cprpy_estimator *e, PyObject *unused)
     for (int i = 0; i < 10; i++)
         PyStructSequence_SetItem(o, 2 + i, PyFloat_FromDouble(d[i]));
     PyStructSequence_SetItem(o, 12, PyLong_FromUnsignedLongLong(x.failures));
+    PyStructSequence_SetItem(o, 13, PyUnicode_FromString(cpr_codec_name(x.codec)));
+    PyStructSequence_SetItem(o, 14, PyFloat_FromDouble(x.quantized_restores));
     if (PyErr_Occurred()) {
         Py_DECREF(o);
         return NULL;
@@ -198,10 +204,13 @@ PyTypeObject cprpy_EstimatorType = {
     .tp_flags = Py_TPFLAGS_DEFAULT,
     .tp_doc = "Estimator(shards, job_s, target_pls, prior_mtbf_s, prior_save_s, prior_load_s, "
               "prior_restart_s, *, policy='full', fraction=0.125, full_bytes=0, "
-              "time_unit='s', max_background_share=0.25)\n\n"
+              "time_unit='s', max_background_share=0.25, choose_codec=False, "
+              "int4_max_restores=10)\n\n"
               "CPR's online benefit estimator (docs/model.md): feed it measurements, and "
               "decide() chooses partial or full recovery, the policy and the interval of the "
-              "next save. policy is the one partial recovery saves with.",
+              "next save. policy is the one partial recovery saves with. choose_codec: "
+              "decide() also chooses the codec of prioritized parts from the restores a row "
+              "is expected to see (docs/model.md, \"The codec\").",
     .tp_methods = est_methods,
     .tp_members = est_members,
     .tp_init = (initproc)est_init,

@@ -59,6 +59,23 @@ assert summary["event"] == "summary" and summary["epochs"] == 2, summary
 assert summary["steps"] == 12 and summary["samples"] == 192, summary
 PY
 
+# --ckpt-codec auto: the estimator picks the codec of each MFU save (4
+# failures over the run, 2 shards: a row is restored about twice from them,
+# within int4's budget, docs/model.md); FULL parts stay f32.
+"$dlrm" --data "$work/gen.tsv" "${small[@]}" --steps 80 --shards 2 --track all \
+    --ckpt "local://$work/store" --policy mfu --ckpt-codec auto --failures 4 --failure-seed 2 \
+    --quiet --json-log "$work/auto.jsonl" 2> "$work/err" || fail "the auto-codec run failed: $(cat "$work/err")"
+python3 - "$work/auto.jsonl" <<'PY' || fail "bad auto-codec log: $(cat "$work/auto.jsonl")"
+import json, sys
+events = [json.loads(line) for line in open(sys.argv[1])]
+saves = [(e["kind"], e["codec"]) for e in events if e["event"] == "checkpoint"]
+assert ("PRIORITY", "int4") in saves, saves
+assert all(c == "f32" for k, c in saves if k == "FULL"), saves
+assert all(c == "int4" for k, c in saves if k == "PRIORITY"), saves
+summary = events[-1]
+assert summary["codec"] == "auto" and summary["strategy"] == "mfu-auto", summary
+PY
+
 # Exit codes.
 "$dlrm" --help > "$work/help" || fail "--help failed"
 grep -q "usage: cpr-dlrm" "$work/help" || fail "--help did not print the usage"
@@ -82,6 +99,7 @@ expect_rc 2 --data "$work/gen.tsv" --steps
 expect_rc 1 --data "$work/missing.tsv" "${small[@]}" --steps 1
 expect_rc 2 --data "$work/gen.tsv" --policy bogus
 expect_rc 2 --data "$work/gen.tsv" --recovery sometimes
+expect_rc 2 --data "$work/gen.tsv" --ckpt-codec-full auto
 expect_rc 2 --data "$work/gen.tsv" --fraction 0
 expect_rc 2 --data "$work/gen.tsv" --resume
 expect_rc 2 --data "$work/gen.tsv" --mtbf-steps 10 --failures 2

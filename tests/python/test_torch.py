@@ -290,6 +290,33 @@ def test_a_new_process_loads_the_cut_not_an_old_plan(client, job):
     fresh.ckpt.close()
 
 
+@pytest.mark.parametrize("r4,codec", [(None, "int8"), (20.0, "int4"), (0.003, "bf16")])
+def test_auto_codec_follows_the_estimator(client, job, r4, codec):
+    # 3600 s at an MTBF of 60 s: 60 failures, each restoring 1 shard of
+    # SHARDS (4), so a row is restored 15 times from MFU parts: past int4's
+    # default budget (10) and within int8's (289 x 10); int4 within a budget
+    # of 20; bf16 (6000 x 0.003 = 18) but not int8 at 0.003 (docs/model.md).
+    kw = {} if r4 is None else {"int4_max_restores": r4}
+    est = cpr.Estimator(SHARDS, 3600.0, 0.02, 60.0, 1.0, 2.0, 30.0, policy="mfu",
+                        choose_codec=True, **kw)
+    d = est.decide()
+    assert d.mode == "partial" and d.codec == codec
+    assert d.quantized_restores == pytest.approx(60.0 / SHARDS)
+    model = Model(3)
+    opt = torch.optim.Adagrad(list(model.emb.parameters()), lr=0.1)
+    ckpt = cpr.torch.Checkpointer(client, job, list(model.emb), optimizer=opt,
+                                  num_shards=SHARDS, policy="auto", estimator=est, codec="auto")
+    idx = [torch.arange(min(n, 16)).reshape(8, -1) for n in ROWS]
+    model(idx).sum().backward()
+    opt.step()
+    ckpt.step()
+    ckpt.save(1)
+    assert {p.codecs for p in client.list(job) if p.rows} == {(codec,)}
+    ckpt.close()
+    with pytest.raises(cpr.InvalidArgumentError, match="choose_codec"):
+        cpr.torch.Checkpointer(client, job, list(model.emb), optimizer=opt, codec="auto")
+
+
 def test_prioritized_saves_in_int8(client, job):
     tr = Trainer(client, job)
     tr.ckpt.codec = "int8"

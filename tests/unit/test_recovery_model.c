@@ -17,6 +17,7 @@
 #include <string.h>
 #include <cmocka.h>
 
+#include "cpr/codec.h"
 #include "cpr/recovery.h"
 #include "testutil.h"
 
@@ -431,6 +432,57 @@ static void test_estimator_bounds(void **state)
     cpr_estimator_destroy(e);
 }
 
+/* The codec rule (docs/model.md, "The codec"): R = (job / MTBF) / N
+ * restores of a row from prioritized parts; the most compact codec whose
+ * budget (int4: R4, int8: 289 R4, bf16: 6000 R4) covers R. */
+static void test_estimator_codec_rule(void **state)
+{
+    (void)state;
+    cpr_estimator_config c = est_config();
+    c.policy = CPR_POLICY_MFU;
+    cpr_estimator *e = NULL;
+    cpr_estimate r;
+    assert_status(CPR_OK, cpr_estimator_create(&c, &e)); /* choose_codec 0: f32 */
+    assert_status(CPR_OK, cpr_estimator_decide(e, &r));
+    assert_int_equal(CPR_RECOVERY_PARTIAL, r.mode);
+    assert_close(180000.0 / 3600.0 / 8.0, r.quantized_restores, 1e-12); /* 6.25 */
+    assert_int_equal(CPR_CODEC_F32, r.codec);
+    cpr_estimator_destroy(e);
+    const struct { double r4; cpr_codec want; } cases[] = {
+        {0.0, CPR_CODEC_INT4},       /* the default R4 = 10 covers 6.25 */
+        {6.25, CPR_CODEC_INT4},      /* at the budget */
+        {6.0, CPR_CODEC_INT8},       /* 6.25 > 6, <= 289 x 6 */
+        {6.25 / 289.0 * 0.99, CPR_CODEC_BF16},
+        {6.25 / 6000.0 * 0.99, CPR_CODEC_F32}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        c.choose_codec = 1;
+        c.int4_max_restores = cases[i].r4;
+        assert_status(CPR_OK, cpr_estimator_create(&c, &e));
+        assert_status(CPR_OK, cpr_estimator_decide(e, &r));
+        assert_int_equal(cases[i].want, r.codec);
+        /* Twice the failures: twice the restores, a codec as safe or safer. */
+        assert_status(CPR_OK, cpr_estimator_failed(e, 1800));
+        cpr_estimate more;
+        assert_status(CPR_OK, cpr_estimator_decide(e, &more));
+        assert_true(more.quantized_restores > r.quantized_restores);
+        assert_true(cpr_codec_row_bytes(more.codec, 64) >= cpr_codec_row_bytes(r.codec, 64));
+        cpr_estimator_destroy(e);
+    }
+    /* Vanilla CPR saves FULL parts: exact, nothing to choose. */
+    c.policy = CPR_POLICY_FULL, c.int4_max_restores = 0;
+    assert_status(CPR_OK, cpr_estimator_create(&c, &e));
+    assert_status(CPR_OK, cpr_estimator_decide(e, &r));
+    assert_int_equal(CPR_CODEC_F32, r.codec);
+    assert_close(0.0, r.quantized_restores, 0);
+    cpr_estimator_destroy(e);
+    c = est_config(), c.choose_codec = 2;
+    assert_status(CPR_INVALID_ARGUMENT, cpr_estimator_create(&c, &e));
+    assert_non_null(strstr(cpr_errmsg(), "choose_codec"));
+    c = est_config(), c.int4_max_restores = -1;
+    assert_status(CPR_INVALID_ARGUMENT, cpr_estimator_create(&c, &e));
+    assert_non_null(strstr(cpr_errmsg(), "int4_max_restores"));
+}
+
 static void test_estimator_rejects_bad_input(void **state)
 {
     (void)state;
@@ -570,6 +622,7 @@ int main(void)
         cmocka_unit_test(test_estimator_vanilla_loss_ratio_is_one),
         cmocka_unit_test(test_estimator_prioritized_loses_less_longer_interval),
         cmocka_unit_test(test_estimator_bounds),
+        cmocka_unit_test(test_estimator_codec_rule),
         cmocka_unit_test(test_estimator_rejects_bad_input),
         cmocka_unit_test(test_estimator_partial_loads_scale),
         cmocka_unit_test(test_estimator_background_floor),
