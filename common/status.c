@@ -16,15 +16,15 @@ static const char *const status_names[CPR_STATUS_COUNT_] = {
     "CPR_OK", "CPR_INVALID_ARGUMENT", "CPR_NOT_FOUND", "CPR_ALREADY_EXISTS",
     "CPR_FAILED_PRECONDITION", "CPR_CORRUPT", "CPR_IO", "CPR_UNAVAILABLE",
     "CPR_TIMEOUT", "CPR_NO_MEMORY", "CPR_RESOURCE_EXHAUSTED", "CPR_CUDA",
-    "CPR_INTERNAL",
+    "CPR_INTERNAL", "CPR_UNAUTHENTICATED", "CPR_PERMISSION_DENIED",
 };
 
 /* gRPC numbering: OK 0, DEADLINE_EXCEEDED 4, NOT_FOUND 5, ALREADY_EXISTS 6,
  * RESOURCE_EXHAUSTED 8, FAILED_PRECONDITION 9, INTERNAL 13, UNAVAILABLE 14,
- * DATA_LOSS 15, INVALID_ARGUMENT 3. */
+ * DATA_LOSS 15, INVALID_ARGUMENT 3, PERMISSION_DENIED 7, UNAUTHENTICATED 16. */
 static const int status_grpc[CPR_STATUS_COUNT_] = {
     0, 3, 5, 6, 9, 15, 14 /* CPR_IO: the disk failed; retry elsewhere or later */,
-    14, 4, 8, 8, 13, 13,
+    14, 4, 8, 8, 13, 13, 16, 7,
 };
 
 const char *cpr_status_name(cpr_status st)
@@ -50,11 +50,13 @@ cpr_status cpr_status_from_grpc(int code)
     case 4: return CPR_TIMEOUT;              /* DEADLINE_EXCEEDED */
     case 5: return CPR_NOT_FOUND;
     case 6: return CPR_ALREADY_EXISTS;
+    case 7: return CPR_PERMISSION_DENIED;
     case 8: return CPR_RESOURCE_EXHAUSTED;
     case 9: return CPR_FAILED_PRECONDITION;
     case 10: return CPR_UNAVAILABLE;         /* ABORTED: retry */
     case 14: return CPR_UNAVAILABLE;
     case 15: return CPR_CORRUPT;             /* DATA_LOSS */
+    case 16: return CPR_UNAUTHENTICATED;
     default: return CPR_INTERNAL;
     }
 }

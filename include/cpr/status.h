@@ -31,7 +31,10 @@ typedef enum cpr_status {
     CPR_RESOURCE_EXHAUSTED = 10,/* too large, disk full, limit reached */
     CPR_CUDA = 11,              /* a CUDA runtime call failed */
     CPR_INTERNAL = 12,          /* a broken invariant inside CPR (a bug) */
-    CPR_STATUS_COUNT_ = 13      /* not a status; number of codes so far */
+    CPR_UNAUTHENTICATED = 13,   /* no credentials, or ones the daemon does not know */
+    CPR_PERMISSION_DENIED = 14, /* the credentials lack the right, or the part
+                                   belongs to another writer */
+    CPR_STATUS_COUNT_ = 15      /* not a status; number of codes so far */
 } cpr_status;
 
 /* Short stable name of a code, e.g. "CPR_NOT_FOUND". Never NULL. */

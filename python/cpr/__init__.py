@@ -37,6 +37,7 @@ from cpr._cpr import (  # noqa: F401  (re-exported)
     NoMemoryError,
     NotFoundError,
     Part,
+    PermissionDeniedError,
     PartInfo,
     Plan,
     PlanShard,
@@ -49,6 +50,7 @@ from cpr._cpr import (  # noqa: F401  (re-exported)
     Tracker,
     TrackerSave,
     TrackerStats,
+    UnauthenticatedError,
     UnavailableError,
     VerifyReport,
     __version__,
@@ -94,13 +96,17 @@ class Status(_enum.IntEnum):
     RESOURCE_EXHAUSTED = 10
     CUDA = 11
     INTERNAL = 12
+    UNAUTHENTICATED = 13
+    PERMISSION_DENIED = 14
 
 
 __all__ = [
     "AlreadyExistsError", "Array", "Client", "CorruptError", "CudaError", "Error", "Estimate", "Estimator",
     "FailedPreconditionError", "GcReport", "InternalError", "InvalidArgumentError",
-    "IOFailureError", "Kind", "NoMemoryError", "NotFoundError", "Part", "PartInfo", "Plan",
+    "IOFailureError", "Kind", "NoMemoryError", "NotFoundError", "Part", "PartInfo",
+    "PermissionDeniedError", "Plan",
     "PlanShard", "Policy", "Progress", "ResourceExhaustedError", "RestoredTable",
-    "RestoreResult", "Stats", "Status", "TimeoutError", "Tracker", "TrackerSave", "TrackerStats", "UnavailableError", "VerifyReport",
+    "RestoreResult", "Stats", "Status", "TimeoutError", "Tracker", "TrackerSave", "TrackerStats", "UnauthenticatedError", "UnavailableError",
+    "VerifyReport",
     "failure_schedule", "plan_recovery", "read_criteo", "status_name",
 ]

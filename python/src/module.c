@@ -48,6 +48,10 @@ static const struct {
      "Too large, disk full or a limit reached."},
     {CPR_CUDA, "CudaError", NULL, "A CUDA runtime call failed."},
     {CPR_INTERNAL, "InternalError", NULL, "A broken invariant inside CPR (a bug: report it)."},
+    {CPR_UNAUTHENTICATED, "UnauthenticatedError", &PyExc_PermissionError,
+     "No credentials, or a token or certificate the daemon does not know."},
+    {CPR_PERMISSION_DENIED, "PermissionDeniedError", &PyExc_PermissionError,
+     "The credentials lack the right for this job, or the part belongs to another writer."},
 };
 
 PyObject *cprpy_error_class(cpr_status st)
