@@ -9,6 +9,10 @@
  * idle, bad message) aborts the parts it wrote to: nothing half-written
  * stays open or becomes visible. One stream may write to at most 64 parts
  * (a 65th is refused with RESOURCE_EXHAUSTED before anything is written).
+ *
+ * Parts belong to their writers (leases.h): Begin answers with a lease that
+ * every later put, commit and abort of the part must present; a request
+ * without it is refused before the store sees it.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,6 +22,7 @@
 #include "cpr/codec.h"
 #include "cpr/crc32c.h"
 #include "cpr_common.h"
+#include "leases.h"
 #include "server.h"  /* rpc/: the call machinery */
 #include "service.h"
 #include "wire.h"
@@ -27,6 +32,7 @@
 struct cpri_server {
     cpr_store *store;
     cpri_rpc_server *rpc;
+    cpri_leases *leases;
 };
 
 /* ---- unary methods ----------------------------------------------------------------- */
@@ -38,12 +44,30 @@ static void h_begin(cpri_rpc_call *c, void *app)
     size_t req_len;
     cpri_rpc_request(c, &req, &req_len);
     cpri_wire_begin b;
+    uint64_t lease = 0;
+    uint8_t *resp = NULL;
+    size_t len = 0;
     cpr_status st = cpri_wire_begin_decode(req, req_len, &b);
     if (st == CPR_OK) {
         st = cpr_store_begin(srv->store, &b.spec);
+        int begun = st == CPR_OK;
+        if (st == CPR_OK)
+            st = cpri_leases_grant(srv->leases, &b.spec.id, &lease);
+        if (st == CPR_OK)
+            st = cpri_wire_begin_response_encode(lease, &resp, &len);
+        if (st && lease) /* begun, but its writer cannot be told its lease */
+            cpri_leases_drop(srv->leases, &b.spec.id, lease);
+        if (st && begun) {
+            char why[512];
+            snprintf(why, sizeof why, "%s", cpr_errmsg());
+            cpr_store_abort(srv->store, &b.spec.id); /* nothing may stay open unleased */
+            cpr_fail(st, "%s", why);
+        }
         cpri_wire_begin_release(&b);
     }
-    cpri_rpc_finish(c, st, st ? NULL : calloc(1, 1), 0); /* BeginResponse is empty */
+    int cancelled = cpri_rpc_finish(c, st, resp, len);
+    if (cancelled && st == CPR_OK) /* nobody learnt the lease: the idle reaper ends it */
+        cpri_log(CPR_LOG_INFO, "Begin: the client cancelled after its part was begun");
 }
 
 /* Commit and Abort: decode a part id, act on it, answer with an empty message. */
@@ -56,8 +80,21 @@ static void part_call(cpri_rpc_call *c, cpri_server *srv,
     cpri_wire_part p;
     cpr_status st = decode(req, req_len, &p);
     if (st == CPR_OK) {
-        st = commit ? cpr_store_commit(srv->store, &p.id, p.rows)
-                    : cpr_store_abort(srv->store, &p.id);
+        /* An Abort without a lease is an override (BeginResponse in the
+         * .proto); everything else presents the writer's lease. */
+        int override = !commit && p.lease == 0;
+        uint64_t lease = p.lease;
+        if (!override) {
+            st = cpri_leases_check(srv->leases, &p.id, p.lease, commit ? "commit" : "abort");
+        } else if ((lease = cpri_leases_get(srv->leases, &p.id)) != 0) {
+            cpri_log(CPR_LOG_INFO, "abort of %s/%u/%llu by id, without its writer's lease",
+                    p.id.job, p.id.shard, (unsigned long long)p.id.checkpoint);
+        }
+        if (st == CPR_OK)
+            st = commit ? cpr_store_commit(srv->store, &p.id, p.rows)
+                        : cpr_store_abort(srv->store, &p.id);
+        if (lease && (st == CPR_OK || (!commit && st == CPR_NOT_FOUND)))
+            cpri_leases_drop(srv->leases, &p.id, lease); /* L1: the part is gone */
         cpri_wire_part_release(&p);
     }
     cpri_rpc_finish(c, st, st ? NULL : calloc(1, 1), 0); /* Commit/AbortResponse are empty */
@@ -289,6 +326,7 @@ static void h_health(cpri_rpc_call *c, void *app)
 typedef struct touched {
     char jobs[MAX_TOUCHED_PARTS][CPR_NAME_MAX + 1];
     cpr_part_id ids[MAX_TOUCHED_PARTS];
+    uint64_t leases[MAX_TOUCHED_PARTS]; /* each part's, as its messages presented */
     size_t n;
 } touched;
 
@@ -315,7 +353,7 @@ static cpr_status may_touch(const touched *t, const cpr_part_id *id)
 }
 
 /* After writing (may_touch said yes, so there is room). */
-static void touch_part(touched *t, const cpr_part_id *id)
+static void touch_part(touched *t, const cpr_part_id *id, uint64_t lease)
 {
     if (touched_before(t, id))
         return;
@@ -323,15 +361,21 @@ static void touch_part(touched *t, const cpr_part_id *id)
         BUG("a stream wrote to a part may_touch refused");
     snprintf(t->jobs[t->n], sizeof t->jobs[0], "%s", id->job);
     t->ids[t->n] = (cpr_part_id){t->jobs[t->n], id->shard, id->checkpoint};
+    t->leases[t->n] = lease;
     t->n++;
 }
 
 static void abort_touched(cpri_server *srv, const touched *t)
 {
     for (size_t i = 0; i < t->n; i++)
-        if (cpr_store_abort(srv->store, &t->ids[i]) == CPR_OK)
+        /* Only the part this stream wrote to: if the reaper ended it and a
+         * writer began the id again, the lease tells them apart. */
+        if (cpri_leases_get(srv->leases, &t->ids[i]) == t->leases[i] &&
+            cpr_store_abort(srv->store, &t->ids[i]) == CPR_OK) {
+            cpri_leases_drop(srv->leases, &t->ids[i], t->leases[i]); /* L1 */
             cpri_log(CPR_LOG_INFO, "aborted part %s/%u/%llu after its stream broke",
                     t->jobs[i], t->ids[i].shard, (unsigned long long)t->ids[i].checkpoint);
+        }
 }
 
 typedef cpr_status (*apply_fn)(cpri_server *srv, const uint8_t *msg, size_t len, touched *t,
@@ -344,14 +388,16 @@ static cpr_status apply_rows(cpri_server *srv, const uint8_t *msg, size_t len, t
     cpr_status st = cpri_wire_rows_decode(msg, len, &r);
     if (st)
         return st;
-    st = may_touch(t, &r.id);
+    st = cpri_leases_check(srv->leases, &r.id, r.lease, "put_rows");
+    if (st == CPR_OK)
+        st = may_touch(t, &r.id);
     cpr_block_header h = {0};
     if (st == CPR_OK && r.block) /* stored as it came: the client's encoding */
         st = cpr_store_put_block(srv->store, &r.id, r.block, r.block_len);
     else if (st == CPR_OK)
         st = cpr_store_put_rows(srv->store, &r.id, &r.batch);
     if (st == CPR_OK || st == CPR_IO) /* refused batches leave the part as it was */
-        touch_part(t, &r.id);
+        touch_part(t, &r.id, r.lease);
     if (st == CPR_OK && r.block && cpr_block_header_parse(r.block, r.block_len, &h) == CPR_OK) {
         *rows += h.n;
         *bytes += (uint64_t)h.n * (8 + cpr_codec_row_bytes((cpr_codec)h.codec, h.dim) +
@@ -372,12 +418,14 @@ static cpr_status apply_chunk(cpri_server *srv, const uint8_t *msg, size_t len, 
     cpr_status st = cpri_wire_chunk_decode(msg, len, &ch);
     if (st)
         return st;
-    st = may_touch(t, &ch.id);
+    st = cpri_leases_check(srv->leases, &ch.id, ch.lease, "put_blob");
+    if (st == CPR_OK)
+        st = may_touch(t, &ch.id);
     if (st == CPR_OK)
         st = cpr_store_put_blob(srv->store, &ch.id, ch.name, ch.offset, ch.data, ch.len,
                                 ch.crc32c);
     if (st == CPR_OK || st == CPR_IO) /* refused chunks leave the part as it was */
-        touch_part(t, &ch.id);
+        touch_part(t, &ch.id, ch.lease);
     if (st == CPR_OK)
         *bytes += ch.len;
     cpri_wire_chunk_release(&ch);
@@ -442,7 +490,7 @@ static cpr_status send_rows(void *ctx, const cpr_row_batch *b)
     size_t len;
     uint32_t dim = b->n ? (uint32_t)(b->values_count / b->n) : 0;
     uint32_t sdim = b->n ? (uint32_t)(b->state_count / b->n) : 0;
-    cpr_status st = cpri_wire_rows_encode(&id, b, dim, sdim, &buf, &len);
+    cpr_status st = cpri_wire_rows_encode(&id, 0, b, dim, sdim, &buf, &len);
     return st == CPR_OK ? cpri_rpc_send(o->c, buf, len, "restore") : st;
 }
 
@@ -453,7 +501,7 @@ static cpr_status send_block(void *ctx, const void *block, size_t block_len)
     cpr_part_id id = {o->job, 0, 0};
     uint8_t *buf;
     size_t len;
-    cpr_status st = cpri_wire_block_encode(&id, block, block_len, &buf, &len);
+    cpr_status st = cpri_wire_block_encode(&id, 0, block, block_len, &buf, &len);
     return st == CPR_OK ? cpri_rpc_send(o->c, buf, len, "restore") : st;
 }
 
@@ -493,7 +541,7 @@ static cpr_status send_chunk(void *ctx, uint64_t offset, const void *data, size_
     blob_out *o = ctx;
     uint8_t *buf;
     size_t n;
-    cpr_status st = cpri_wire_chunk_encode(o->id, o->name, offset, o->size, data, len,
+    cpr_status st = cpri_wire_chunk_encode(o->id, 0, o->name, offset, o->size, data, len,
                                           cpr_crc32c(0, data, len), &buf, &n);
     return st == CPR_OK ? cpri_rpc_send(o->c, buf, n, "blob read") : st;
 }
@@ -543,9 +591,12 @@ cpr_status cpri_server_start(cpr_store *store, const cpri_server_options *opts,
     if (!srv)
         return cpr_fail(CPR_NO_MEMORY, "out of memory starting the server");
     srv->store = store;
-    cpr_status st = cpri_rpc_server_start(methods, sizeof methods / sizeof methods[0], srv, opts,
-                                         &srv->rpc, port);
+    cpr_status st = cpri_leases_create(store, &srv->leases);
+    if (st == CPR_OK)
+        st = cpri_rpc_server_start(methods, sizeof methods / sizeof methods[0], srv, opts,
+                                   &srv->rpc, port);
     if (st) {
+        cpri_leases_destroy(srv->leases);
         free(srv);
         return st;
     }
@@ -558,5 +609,6 @@ void cpri_server_stop(cpri_server *srv)
     if (!srv)
         return;
     cpri_rpc_server_stop(srv->rpc);
+    cpri_leases_destroy(srv->leases);
     free(srv);
 }

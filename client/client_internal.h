@@ -35,16 +35,23 @@ const char *cpri_node_name(const cpri_node *node);
 
 /* wait_ready: a grpc Begin waits (up to timeout_s) for the channel to
  * connect instead of failing fast; the async Begin of a part's sender. */
+/* *lease gets the writer's lease ckptd granted (0 on local://, where the
+ * store is this process's own); commit, abort and the writer present it. */
 cpr_status cpri_node_begin(cpri_node *node, const cpr_part_spec *spec, double timeout_s,
-                           int wait_ready);
-cpr_status cpri_node_commit(cpri_node *node, const cpr_part_id *id, uint64_t rows,
+                           int wait_ready, uint64_t *lease);
+cpr_status cpri_node_commit(cpri_node *node, const cpr_part_id *id, uint64_t lease, uint64_t rows,
                            double timeout_s);
-cpr_status cpri_node_abort(cpri_node *node, const cpr_part_id *id, double timeout_s);
+/* lease 0: abort by id (an override ckptd allows only to admins when it
+ * checks rights). */
+cpr_status cpri_node_abort(cpri_node *node, const cpr_part_id *id, uint64_t lease,
+                          double timeout_s);
 
 /* The data path of one part: streams opened on first use, finished by
  * cpri_node_writer_close (which frees the writer whatever it returns). */
 cpr_status cpri_node_writer_open(cpri_node *node, const cpr_part_id *id, double timeout_s,
                                 cpri_node_writer **out);
+/* The part's lease, presented by every later message (set once Begin answered). */
+void cpri_node_writer_set_lease(cpri_node_writer *w, uint64_t lease);
 cpr_status cpri_node_writer_rows(cpri_node_writer *w, const cpr_row_batch *batch);
 /* One sealed row block, sent (or stored) unchanged. */
 cpr_status cpri_node_writer_block(cpri_node_writer *w, const void *block, size_t len);

@@ -13,6 +13,7 @@
 #include <dlfcn.h>
 #include <pthread.h>
 #include <stdio.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -112,6 +113,7 @@ static cpr_status local(const cpri_node *n, cpr_status st)
 struct cpri_node_writer {
     cpri_node *node;
     cpr_part_id id;
+    _Atomic uint64_t lease; /* set by the sender once Begin answered */
     char job[CPR_NAME_MAX + 1];
     double timeout_s;
     cpri_rpc_stream *rows;  /* opened on first use */
@@ -192,34 +194,46 @@ static cpr_status unary(cpri_node *n, const char *method, cpr_status enc, uint8_
 }
 
 cpr_status cpri_node_begin(cpri_node *n, const cpr_part_spec *spec, double timeout_s,
-                           int wait_ready)
+                           int wait_ready, uint64_t *lease)
 {
+    *lease = 0;
     if (n->store)
         return local(n, n->api->begin(n->store, spec));
-    uint8_t *req = NULL;
-    size_t len = 0;
+    uint8_t *req = NULL, *resp = NULL;
+    size_t len = 0, resp_len = 0;
     cpr_status enc = cpri_wire_begin_encode(spec, &req, &len);
-    return unary_call(n, SVC "Begin", enc, req, len, timeout_s, wait_ready, NULL, NULL);
+    cpr_status st = unary_call(n, SVC "Begin", enc, req, len, timeout_s, wait_ready, &resp,
+                               &resp_len);
+    if (st == CPR_OK)
+        st = cpri_wire_begin_response_decode(resp, resp_len, lease);
+    free(resp);
+    return st;
 }
 
-cpr_status cpri_node_commit(cpri_node *n, const cpr_part_id *id, uint64_t rows, double timeout_s)
+cpr_status cpri_node_commit(cpri_node *n, const cpr_part_id *id, uint64_t lease, uint64_t rows,
+                            double timeout_s)
 {
     if (n->store)
         return local(n, n->api->commit(n->store, id, rows));
     uint8_t *req = NULL;
     size_t len = 0;
-    cpr_status enc = cpri_wire_commit_encode(id, rows, &req, &len);
+    cpr_status enc = cpri_wire_commit_encode(id, lease, rows, &req, &len);
     return unary(n, SVC "Commit", enc, req, len, timeout_s, NULL, NULL);
 }
 
-cpr_status cpri_node_abort(cpri_node *n, const cpr_part_id *id, double timeout_s)
+cpr_status cpri_node_abort(cpri_node *n, const cpr_part_id *id, uint64_t lease, double timeout_s)
 {
     if (n->store)
         return local(n, n->api->abort(n->store, id));
     uint8_t *req = NULL;
     size_t len = 0;
-    cpr_status enc = cpri_wire_abort_encode(id, &req, &len);
+    cpr_status enc = cpri_wire_abort_encode(id, lease, &req, &len);
     return unary(n, SVC "Abort", enc, req, len, timeout_s, NULL, NULL);
+}
+
+void cpri_node_writer_set_lease(cpri_node_writer *w, uint64_t lease)
+{
+    atomic_store(&w->lease, lease);
 }
 
 /* ---- the data path of a part ------------------------------------------------------ */
@@ -264,7 +278,7 @@ cpr_status cpri_node_writer_rows(cpri_node_writer *w, const cpr_row_batch *b)
         return local(w->node, w->node->api->put_rows(w->node->store, &w->id, b));
     uint8_t *msg = NULL;
     size_t len = 0;
-    cpr_status st = cpri_wire_rows_encode(&w->id, b, 0, 0, &msg, &len);
+    cpr_status st = cpri_wire_rows_encode(&w->id, atomic_load(&w->lease), b, 0, 0, &msg, &len);
     return st ? st : send_on(w, &w->rows, SVC "PutRows", msg, len);
 }
 
@@ -274,7 +288,7 @@ cpr_status cpri_node_writer_block(cpri_node_writer *w, const void *block, size_t
         return local(w->node, w->node->api->put_block(w->node->store, &w->id, block, len));
     uint8_t *msg = NULL;
     size_t n = 0;
-    cpr_status st = cpri_wire_block_encode(&w->id, block, len, &msg, &n);
+    cpr_status st = cpri_wire_block_encode(&w->id, atomic_load(&w->lease), block, len, &msg, &n);
     return st ? st : send_on(w, &w->rows, SVC "PutRows", msg, n);
 }
 
@@ -286,7 +300,8 @@ cpr_status cpri_node_writer_blob(cpri_node_writer *w, const char *name, uint64_t
                                                     len, crc32c));
     uint8_t *msg = NULL;
     size_t n = 0;
-    cpr_status st = cpri_wire_chunk_encode(&w->id, name, offset, 0, data, len, crc32c, &msg, &n);
+    cpr_status st = cpri_wire_chunk_encode(&w->id, atomic_load(&w->lease), name, offset, 0, data,
+                                           len, crc32c, &msg, &n);
     return st ? st : send_on(w, &w->blobs, SVC "PutBlob", msg, n);
 }
 

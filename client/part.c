@@ -125,6 +125,7 @@ struct cpr_part {
     int hold;                /* defer_send: the sender waits for commit (or room) */
     int stopped;             /* the sender is joined and the writer closed */
     int begun;               /* the node has begun the part (P6) */
+    uint64_t lease;          /* the writer lease the node granted at Begin (0: none) */
     cpr_part_spec deferred;  /* cpr_client_begin_async: the Begin the sender sends */
     cpr_table_schema *deferred_tables;
     int orphaned;            /* aborted by id (cpr_client_abort): the node's part of
@@ -313,6 +314,7 @@ typedef struct begin_try {
     cpri_node *node;
     const cpr_part_spec *spec;
     int wait_ready; /* sent by the sender: wait for the channel (P6) */
+    uint64_t lease; /* the writer's lease the node answered with */
 } begin_try;
 
 static cpr_status begin_once(void *ctx);
@@ -322,12 +324,15 @@ static void *sender_main(void *arg)
     cpr_part *p = arg;
     cpri_client_pin_thread(p->client); /* off the training cores, if asked */
     if (!p->begun) { /* cpr_client_begin_async: Begin here, off the caller's thread (P6) */
-        begin_try b = {p->client, p->node, &p->deferred, 1};
+        begin_try b = {p->client, p->node, &p->deferred, 1, 0};
         cpr_status st = cpri_client_retry(p->client, begin_once, &b);
-        if (st)
+        if (st) {
             set_error(p, st);
-        else
+        } else {
+            p->lease = b.lease;
+            cpri_node_writer_set_lease(p->writer, b.lease);
             p->begun = 1;
+        }
     }
     for (;;) {
         pthread_mutex_lock(&p->mu);
@@ -385,7 +390,8 @@ static cpr_status queue_item(cpr_part *p, item *it)
 static cpr_status begin_once(void *ctx)
 {
     begin_try *b = ctx;
-    return cpri_node_begin(b->node, b->spec, b->client->opts.call_timeout_s, b->wait_ready);
+    return cpri_node_begin(b->node, b->spec, b->client->opts.call_timeout_s, b->wait_ready,
+                           &b->lease);
 }
 
 static void part_free(cpr_part *p)
@@ -447,6 +453,8 @@ static cpr_status start_part(cpr_client *c, cpr_part *p, cpr_part **out)
 {
     cpr_status st = cpri_node_writer_open(p->node, &p->id, c->opts.stream_timeout_s,
                                           &p->writer);
+    if (st == CPR_OK)
+        cpri_node_writer_set_lease(p->writer, p->lease); /* 0 until an async Begin answers */
     if (st == CPR_OK && pthread_create(&p->sender, NULL, sender_main, p) != 0) {
         cpri_node_writer_close(p->writer);
         st = cpr_fail(CPR_RESOURCE_EXHAUSTED, "cannot start the part's sender thread");
@@ -455,7 +463,7 @@ static cpr_status start_part(cpr_client *c, cpr_part *p, cpr_part **out)
         char why[1024];
         snprintf(why, sizeof why, "%s", cpr_errmsg());
         if (p->begun)
-            cpri_node_abort(p->node, &p->id, c->opts.call_timeout_s);
+            cpri_node_abort(p->node, &p->id, p->lease, c->opts.call_timeout_s);
         part_free(p);
         return cpr_fail(st, "%s", why);
     }
@@ -475,12 +483,13 @@ cpr_status cpr_client_begin(cpr_client *c, const cpr_part_spec *spec, cpr_part *
         st = part_new(c, spec, &p);
     if (st)
         return st;
-    begin_try b = {c, p->node, spec, 0};
+    begin_try b = {c, p->node, spec, 0, 0};
     st = cpri_client_retry(c, begin_once, &b);
     if (st) {
         part_free(p);
         return st;
     }
+    p->lease = b.lease;
     p->begun = 1;
     return start_part(c, p, out);
 }
@@ -925,7 +934,8 @@ cpr_status cpr_part_commit(cpr_part **handle)
     cpr_status st = finish_sender(p, 0);
     if (st == CPR_OK) {
         sent = 1;
-        st = cpri_node_commit(p->node, &p->id, p->progress.rows_sent, c->opts.stream_timeout_s);
+        st = cpri_node_commit(p->node, &p->id, p->lease, p->progress.rows_sent,
+                              c->opts.stream_timeout_s);
         if (st == CPR_UNAVAILABLE || st == CPR_TIMEOUT) {
             snprintf(why, sizeof why, "%s", cpr_errmsg());
             state = committed_on_node(p);
@@ -936,7 +946,8 @@ cpr_status cpr_part_commit(cpr_part **handle)
     if (st) {
         if (!why[0])
             snprintf(why, sizeof why, "%s", cpr_errmsg());
-        cpr_status ab = p->begun ? cpri_node_abort(p->node, &p->id, c->opts.call_timeout_s)
+        cpr_status ab = p->begun ? cpri_node_abort(p->node, &p->id, p->lease,
+                                                   c->opts.call_timeout_s)
                                  : CPR_NOT_FOUND; /* P6: not ours to abort */
         if (ab == CPR_FAILED_PRECONDITION) /* committed, or being committed */
             state = committed_on_node(p);
@@ -964,7 +975,8 @@ static cpr_status part_abort(cpr_part *p)
         return CPR_OK;
     }
     finish_sender(p, 1);
-    cpr_status st = p->begun ? cpri_node_abort(p->node, &p->id, p->client->opts.call_timeout_s)
+    cpr_status st = p->begun ? cpri_node_abort(p->node, &p->id, p->lease,
+                                               p->client->opts.call_timeout_s)
                              : CPR_OK; /* P6: the node never began it */
     if (st == CPR_NOT_FOUND)
         st = CPR_OK; /* already gone (e.g. reaped by the daemon): nothing is left */
@@ -990,7 +1002,7 @@ typedef struct abort_try {
 static cpr_status abort_once(void *ctx)
 {
     abort_try *a = ctx;
-    return cpri_node_abort(a->node, &a->id, a->client->opts.call_timeout_s);
+    return cpri_node_abort(a->node, &a->id, 0, a->client->opts.call_timeout_s); /* by id */
 }
 
 cpr_status cpr_client_abort(cpr_client *c, const char *job, uint32_t shard, uint64_t checkpoint)

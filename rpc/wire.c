@@ -116,12 +116,13 @@ static cpr_status decode_part(const ProtobufCMessageDescriptor *desc, const void
     if (st == CPR_OK)
         *out = (cpri_wire_part){{get_string(m, "job"), (uint32_t)get_u64(m, "shard"),
                                 get_u64(m, "checkpoint")},
-                               get_u64(m, "rows"), get_string(m, "name"), m};
+                               get_u64(m, "lease"), get_u64(m, "rows"), get_string(m, "name"), m};
     return st;
 }
 
 static cpr_status encode_part(const ProtobufCMessageDescriptor *desc, const cpr_part_id *id,
-                              uint64_t rows, const char *name, uint8_t **buf, size_t *len)
+                              uint64_t lease, uint64_t rows, const char *name, uint8_t **buf,
+                              size_t *len)
 {
     _Alignas(16) unsigned char mem[256];
     if (desc->sizeof_message > sizeof mem)
@@ -131,6 +132,7 @@ static cpr_status encode_part(const ProtobufCMessageDescriptor *desc, const cpr_
     set_string(m, "job", id->job);
     set_u64(m, "shard", id->shard);
     set_u64(m, "checkpoint", id->checkpoint);
+    set_u64(m, "lease", lease);
     set_u64(m, "rows", rows);
     set_string(m, "name", name);
     return pack(m, buf, len);
@@ -334,7 +336,7 @@ cpr_status cpri_wire_rows_decode(const void *buf, size_t len, cpri_wire_rows *ou
             return malformed("RowBatch", len);
         int is_len = bytes != NULL;
         if ((f == 1 || f == 5 || f == 6 || f == 7 || f == 11) != is_len &&
-            f <= 11)
+            f <= 12)
             return malformed("RowBatch", len); /* a known field of the wrong type */
         switch (f) {
         case 1: job = bytes; job_len = blen; break;
@@ -348,6 +350,7 @@ cpr_status cpri_wire_rows_decode(const void *buf, size_t len, cpri_wire_rows *ou
         case 9: r.dim = (uint32_t)v; break;
         case 10: r.state_dim = (uint32_t)v; break;
         case 11: r.block = bytes; r.block_len = blen; break;
+        case 12: r.lease = v; break;
         default: break; /* unknown: skipped */
         }
     }
@@ -386,13 +389,14 @@ void cpri_wire_rows_release(cpri_wire_rows *r)
     memset(r, 0, sizeof *r);
 }
 
-cpr_status cpri_wire_rows_encode(const cpr_part_id *id, const cpr_row_batch *b, uint32_t dim,
-                                uint32_t state_dim, uint8_t **buf, size_t *len)
+cpr_status cpri_wire_rows_encode(const cpr_part_id *id, uint64_t lease, const cpr_row_batch *b,
+                                uint32_t dim, uint32_t state_dim, uint8_t **buf, size_t *len)
 {
     Cpr__V1__RowBatch m = CPR__V1__ROW_BATCH__INIT;
     m.job = (char *)id->job;
     m.shard = id->shard;
     m.checkpoint = id->checkpoint;
+    m.lease = lease;
     m.table = b->table;
     m.ids = (ProtobufCBinaryData){b->n * 8, (uint8_t *)b->ids};
     m.values = (ProtobufCBinaryData){b->values_count * 4, (uint8_t *)b->values};
@@ -403,13 +407,14 @@ cpr_status cpri_wire_rows_encode(const cpr_part_id *id, const cpr_row_batch *b, 
     return pack(&m.base, buf, len);
 }
 
-cpr_status cpri_wire_block_encode(const cpr_part_id *id, const void *block, size_t block_len,
-                                 uint8_t **buf, size_t *len)
+cpr_status cpri_wire_block_encode(const cpr_part_id *id, uint64_t lease, const void *block,
+                                 size_t block_len, uint8_t **buf, size_t *len)
 {
     Cpr__V1__RowBatch m = CPR__V1__ROW_BATCH__INIT;
     m.job = (char *)id->job;
     m.shard = id->shard;
     m.checkpoint = id->checkpoint;
+    m.lease = lease;
     m.block = (ProtobufCBinaryData){block_len, (uint8_t *)block};
     return pack(&m.base, buf, len);
 }
@@ -422,7 +427,7 @@ cpr_status cpri_wire_chunk_decode(const void *buf, size_t len, cpri_wire_chunk *
     if (!m)
         return malformed("BlobChunk", len);
     *out = (cpri_wire_chunk){
-        .id = {str(m->job), m->shard, m->checkpoint}, .name = str(m->name),
+        .id = {str(m->job), m->shard, m->checkpoint}, .lease = m->lease, .name = str(m->name),
         .offset = m->offset, .size = m->size, .data = m->data.data, .len = m->data.len,
         .crc32c = m->crc32c, .msg = m,
     };
@@ -436,14 +441,15 @@ void cpri_wire_chunk_release(cpri_wire_chunk *c)
     memset(c, 0, sizeof *c);
 }
 
-cpr_status cpri_wire_chunk_encode(const cpr_part_id *id, const char *name, uint64_t offset,
-                                 uint64_t size, const void *data, size_t data_len,
-                                 uint32_t crc32c, uint8_t **buf, size_t *len)
+cpr_status cpri_wire_chunk_encode(const cpr_part_id *id, uint64_t lease, const char *name,
+                                 uint64_t offset, uint64_t size, const void *data,
+                                 size_t data_len, uint32_t crc32c, uint8_t **buf, size_t *len)
 {
     Cpr__V1__BlobChunk m = CPR__V1__BLOB_CHUNK__INIT;
     m.job = (char *)id->job;
     m.shard = id->shard;
     m.checkpoint = id->checkpoint;
+    m.lease = lease;
     m.name = (char *)name;
     m.offset = offset;
     m.size = size;
@@ -476,21 +482,39 @@ void cpri_wire_part_release(cpri_wire_part *p)
     memset(p, 0, sizeof *p);
 }
 
-cpr_status cpri_wire_commit_encode(const cpr_part_id *id, uint64_t rows, uint8_t **buf,
-                                  size_t *len)
+cpr_status cpri_wire_commit_encode(const cpr_part_id *id, uint64_t lease, uint64_t rows,
+                                  uint8_t **buf, size_t *len)
 {
-    return encode_part(&cpr__v1__commit_request__descriptor, id, rows, NULL, buf, len);
+    return encode_part(&cpr__v1__commit_request__descriptor, id, lease, rows, NULL, buf, len);
 }
 
-cpr_status cpri_wire_abort_encode(const cpr_part_id *id, uint8_t **buf, size_t *len)
+cpr_status cpri_wire_abort_encode(const cpr_part_id *id, uint64_t lease, uint8_t **buf,
+                                 size_t *len)
 {
-    return encode_part(&cpr__v1__abort_request__descriptor, id, 0, NULL, buf, len);
+    return encode_part(&cpr__v1__abort_request__descriptor, id, lease, 0, NULL, buf, len);
+}
+
+cpr_status cpri_wire_begin_response_encode(uint64_t lease, uint8_t **buf, size_t *len)
+{
+    Cpr__V1__BeginResponse m = CPR__V1__BEGIN_RESPONSE__INIT;
+    m.lease = lease;
+    return pack(&m.base, buf, len);
+}
+
+cpr_status cpri_wire_begin_response_decode(const void *buf, size_t len, uint64_t *lease)
+{
+    Cpr__V1__BeginResponse *m = cpr__v1__begin_response__unpack(NULL, len, buf);
+    if (!m)
+        return malformed("BeginResponse", len);
+    *lease = m->lease;
+    cpr__v1__begin_response__free_unpacked(m, NULL);
+    return CPR_OK;
 }
 
 cpr_status cpri_wire_getblob_encode(const cpr_part_id *id, const char *name, uint8_t **buf,
                                    size_t *len)
 {
-    return encode_part(&cpr__v1__get_blob_request__descriptor, id, 0, name, buf, len);
+    return encode_part(&cpr__v1__get_blob_request__descriptor, id, 0, 0, name, buf, len);
 }
 
 /* ---- restore and list ------------------------------------------------------------------ */

@@ -34,6 +34,7 @@ typedef struct cpri_wire_begin {
  * copied (id.job points into it). */
 typedef struct cpri_wire_rows {
     cpr_part_id id;               /* id.job points into `job` */
+    uint64_t lease;               /* the writer's lease (0 if absent) */
     cpr_row_batch batch;          /* arrays point into the message (or copies) */
     uint32_t dim, state_dim;      /* as sent (set in Restore responses) */
     const void *block;            /* RowBatch.block: a row block (NULL if absent) */
@@ -44,6 +45,7 @@ typedef struct cpri_wire_rows {
 
 typedef struct cpri_wire_chunk {
     cpr_part_id id;
+    uint64_t lease;
     const char *name;
     uint64_t offset, size;
     const void *data;
@@ -55,6 +57,7 @@ typedef struct cpri_wire_chunk {
 /* Commit (rows set), Abort and GetBlob (name set) carry a part id. */
 typedef struct cpri_wire_part {
     cpr_part_id id;
+    uint64_t lease;               /* Commit, Abort (0 if absent) */
     uint64_t rows;
     const char *name;
     void *msg;
@@ -124,21 +127,25 @@ void cpri_wire_recovery_release(cpri_wire_recovery *m);
 /* ---- encoders (requests: the client library; responses: ckptd) ------------- */
 
 cpr_status cpri_wire_begin_encode(const cpr_part_spec *spec, uint8_t **buf, size_t *len);
-/* dim/state_dim are written as given (0 in requests). */
-cpr_status cpri_wire_rows_encode(const cpr_part_id *id, const cpr_row_batch *batch,
+/* Requests of a part carry its writer's lease (0: none; responses). dim and
+ * state_dim are written as given (0 in requests). */
+cpr_status cpri_wire_rows_encode(const cpr_part_id *id, uint64_t lease, const cpr_row_batch *batch,
                                 uint32_t dim, uint32_t state_dim, uint8_t **buf, size_t *len);
 /* A RowBatch carrying one row block (bytes copied once, into the message). */
-cpr_status cpri_wire_block_encode(const cpr_part_id *id, const void *block, size_t block_len,
+cpr_status cpri_wire_block_encode(const cpr_part_id *id, uint64_t lease, const void *block,
+                                 size_t block_len,
                                  uint8_t **buf, size_t *len);
 /* RestoreRequest; `blocks` asks for answers as row blocks. */
 cpr_status cpri_wire_restore_encode_blocks(const cpr_restore_query *q, int blocks, uint8_t **buf,
                                           size_t *len);
-cpr_status cpri_wire_chunk_encode(const cpr_part_id *id, const char *name, uint64_t offset,
+cpr_status cpri_wire_chunk_encode(const cpr_part_id *id, uint64_t lease, const char *name,
+                                 uint64_t offset,
                                  uint64_t size, const void *data, size_t data_len,
                                  uint32_t crc32c, uint8_t **buf, size_t *len);
-cpr_status cpri_wire_commit_encode(const cpr_part_id *id, uint64_t rows, uint8_t **buf,
-                                  size_t *len);
-cpr_status cpri_wire_abort_encode(const cpr_part_id *id, uint8_t **buf, size_t *len);
+cpr_status cpri_wire_commit_encode(const cpr_part_id *id, uint64_t lease, uint64_t rows,
+                                  uint8_t **buf, size_t *len);
+cpr_status cpri_wire_abort_encode(const cpr_part_id *id, uint64_t lease, uint8_t **buf,
+                                 size_t *len);
 cpr_status cpri_wire_getblob_encode(const cpr_part_id *id, const char *name, uint8_t **buf,
                                    size_t *len);
 cpr_status cpri_wire_restore_encode(const cpr_restore_query *q, uint8_t **buf, size_t *len);
@@ -157,6 +164,8 @@ cpr_status cpri_wire_put_recovery_encode(const char *job, uint64_t expected, con
 
 cpr_status cpri_wire_put_response_encode(uint64_t rows, uint64_t bytes, uint8_t **buf,
                                         size_t *len);
+cpr_status cpri_wire_begin_response_encode(uint64_t lease, uint8_t **buf, size_t *len);
+cpr_status cpri_wire_begin_response_decode(const void *buf, size_t len, uint64_t *lease);
 cpr_status cpri_wire_list_response_encode(const cpr_part_info *parts, size_t n,
                                          uint64_t latest_consistent, uint8_t **buf,
                                          size_t *len);

@@ -155,7 +155,8 @@ static void test_client_vanishes(void **unused)
                       state);
         uint8_t *buf;
         size_t len;
-        if (cpri_wire_rows_encode(&id, &b, 0, 0, &buf, &len) || cpri_rpc_stream_send(s, buf, len))
+        if (cpri_wire_rows_encode(&id, ch_lease_of(&id), &b, 0, 0, &buf, &len) ||
+            cpri_rpc_stream_send(s, buf, len))
             _exit(1);
         /* Wait (bounded) until the daemon has applied the batch, so the test
          * is about a stream that wrote something and then lost its client. */

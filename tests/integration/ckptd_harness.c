@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* Helpers for tests that drive a real ckptd (see ckptd_harness.h). */
 #define _GNU_SOURCE
+#include <pthread.h>
 #include <setjmp.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -90,15 +91,62 @@ cpr_status ch_begin(cpri_rpc *rpc, const char *job, uint64_t ckpt)
     return ch_begin_part(rpc, job, 0, 1, ckpt, CPR_KIND_FULL);
 }
 
-cpr_status ch_begin_part(cpri_rpc *rpc, const char *job, uint32_t shard, uint32_t num_shards,
-                         uint64_t ckpt, cpr_kind kind)
+/* The leases of the parts the harness began, newest last (a ring). */
+static struct {
+    char job[CPR_NAME_MAX + 1];
+    uint32_t shard;
+    uint64_t ckpt, lease;
+} leases[256];
+static unsigned n_leases;
+static pthread_mutex_t leases_mu = PTHREAD_MUTEX_INITIALIZER;
+
+uint64_t ch_lease_of(const cpr_part_id *id)
+{
+    uint64_t lease = 0;
+    pthread_mutex_lock(&leases_mu);
+    for (unsigned i = 0; i < 256 && i < n_leases; i++) {
+        unsigned k = (n_leases - 1 - i) % 256; /* newest first */
+        if (leases[k].shard == id->shard && leases[k].ckpt == id->checkpoint &&
+            strcmp(leases[k].job, id->job) == 0) {
+            lease = leases[k].lease;
+            break;
+        }
+    }
+    pthread_mutex_unlock(&leases_mu);
+    return lease;
+}
+
+cpr_status ch_begin_leased(cpri_rpc *rpc, const char *job, uint32_t shard, uint32_t num_shards,
+                           uint64_t ckpt, cpr_kind kind, uint64_t *lease)
 {
     cpr_part_spec spec = {.id = {job, shard, ckpt}, .kind = kind, .num_shards = num_shards,
                           .tables = &ch_table, .n_tables = 1};
-    uint8_t *buf;
-    size_t len;
+    uint8_t *buf, *resp = NULL;
+    size_t len, n = 0;
     assert_int_equal(cpri_wire_begin_encode(&spec, &buf, &len), CPR_OK);
-    return ch_unary(rpc, CH_SVC "Begin", buf, len);
+    cpr_status st = cpri_rpc_unary(rpc, CH_SVC "Begin", buf, len, CH_TIMEOUT_S, &resp, &n);
+    free(buf);
+    *lease = 0;
+    if (st == CPR_OK) {
+        assert_int_equal(cpri_wire_begin_response_decode(resp, n, lease), CPR_OK);
+        assert_true(*lease != 0);
+        pthread_mutex_lock(&leases_mu);
+        unsigned k = n_leases++ % 256;
+        snprintf(leases[k].job, sizeof leases[k].job, "%s", job);
+        leases[k].shard = shard;
+        leases[k].ckpt = ckpt;
+        leases[k].lease = *lease;
+        pthread_mutex_unlock(&leases_mu);
+    }
+    free(resp);
+    return st;
+}
+
+cpr_status ch_begin_part(cpri_rpc *rpc, const char *job, uint32_t shard, uint32_t num_shards,
+                         uint64_t ckpt, cpr_kind kind)
+{
+    uint64_t lease;
+    return ch_begin_leased(rpc, job, shard, num_shards, ckpt, kind, &lease);
 }
 
 cpr_status ch_put_rows(cpri_rpc *rpc, const cpr_part_id *id, uint64_t first, size_t n,
@@ -122,7 +170,8 @@ cpr_status ch_put_rows(cpri_rpc *rpc, const cpr_part_id *id, uint64_t first, siz
             b.crc32c ^= 1;
         uint8_t *buf;
         size_t len;
-        assert_int_equal(cpri_wire_rows_encode(id, &b, 0, 0, &buf, &len), CPR_OK);
+        assert_int_equal(cpri_wire_rows_encode(id, ch_lease_of(id), &b, 0, 0, &buf, &len),
+                         CPR_OK);
         st = cpri_rpc_stream_send(s, buf, len);
         free(buf);
         if (st == CPR_OK && after_batch)
@@ -132,11 +181,30 @@ cpr_status ch_put_rows(cpri_rpc *rpc, const cpr_part_id *id, uint64_t first, siz
     return end != CPR_OK ? end : st;
 }
 
+cpr_status ch_send_rows(cpri_rpc_stream *s, const cpr_part_id *id, uint64_t lease,
+                        uint64_t first, size_t n)
+{
+    uint64_t ids[100];
+    float values[800], state[100];
+    cpr_row_batch b;
+    uint8_t *buf;
+    size_t len;
+    assert_true(n <= 100);
+    for (size_t i = 0; i < n; i++)
+        ids[i] = first + i;
+    tu_fill_batch(&b, ch_table.table, ids, n, ch_table.dim, ch_table.state_dim,
+                  id->checkpoint, values, state);
+    assert_int_equal(cpri_wire_rows_encode(id, lease, &b, 0, 0, &buf, &len), CPR_OK);
+    cpr_status st = cpri_rpc_stream_send(s, buf, len);
+    free(buf);
+    return st;
+}
+
 cpr_status ch_commit(cpri_rpc *rpc, const cpr_part_id *id, uint64_t rows)
 {
     uint8_t *buf;
     size_t len;
-    assert_int_equal(cpri_wire_commit_encode(id, rows, &buf, &len), CPR_OK);
+    assert_int_equal(cpri_wire_commit_encode(id, ch_lease_of(id), rows, &buf, &len), CPR_OK);
     return ch_unary(rpc, CH_SVC "Commit", buf, len);
 }
 

@@ -49,6 +49,17 @@ cpr_status ch_begin_part(cpri_rpc *rpc, const char *job, uint32_t shard, uint32_
 cpr_status ch_put_rows(cpri_rpc *rpc, const cpr_part_id *id, uint64_t first, size_t n,
                        int corrupt_last, void (*after_batch)(void *ctx, size_t sent), void *ctx);
 cpr_status ch_commit(cpri_rpc *rpc, const cpr_part_id *id, uint64_t rows);
+/* One RowBatch of rows first..first+n-1 (n <= 100) for `id` presenting
+ * `lease`, sent on an open PutRows stream. */
+cpr_status ch_send_rows(cpri_rpc_stream *s, const cpr_part_id *id, uint64_t lease,
+                        uint64_t first, size_t n);
+/* The writer lease the daemon answered ch_begin/ch_begin_part of `id` with
+ * (0 if the harness began no such part); ch_put_rows and ch_commit present
+ * it. The harness remembers the last 256 parts it began. */
+uint64_t ch_lease_of(const cpr_part_id *id);
+/* Begin as ch_begin_part and hand back the lease (the harness keeps it too). */
+cpr_status ch_begin_leased(cpri_rpc *rpc, const char *job, uint32_t shard, uint32_t num_shards,
+                           uint64_t ckpt, cpr_kind kind, uint64_t *lease);
 /* Restore `job` as of `as_of` (0: newest); *rows gets the count; returns
  * non-OK or sets *bad if any row is not exactly as written at `valued_at`. */
 cpr_status ch_restore(cpri_rpc *rpc, const char *job, uint64_t as_of, uint64_t valued_at,

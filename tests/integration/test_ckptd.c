@@ -34,7 +34,7 @@ static cpr_status put_blob(cpri_rpc *rpc, const cpr_part_id *id, const uint8_t *
         size_t k = n - off < 65536 ? n - off : 65536;
         uint8_t *buf;
         size_t len;
-        assert_int_equal(cpri_wire_chunk_encode(id, "dense", off, 0, data + off, k,
+        assert_int_equal(cpri_wire_chunk_encode(id, ch_lease_of(id), "dense", off, 0, data + off, k,
                                                cpr_crc32c(0, data + off, k), &buf, &len),
                          CPR_OK);
         st = cpri_rpc_stream_send(s, buf, len);

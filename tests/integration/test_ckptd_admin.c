@@ -135,7 +135,7 @@ static void put_blobs(cpri_rpc *rpc, const cpr_part_id *id, size_t n_blobs, size
             size_t k = bytes - off < 65536 ? bytes - off : 65536;
             uint8_t *buf;
             size_t len;
-            assert_status(CPR_OK, cpri_wire_chunk_encode(id, name, off, 0, data + off, k,
+            assert_status(CPR_OK, cpri_wire_chunk_encode(id, ch_lease_of(id), name, off, 0, data + off, k,
                                                         cpr_crc32c(0, data + off, k), &buf,
                                                         &len));
             assert_status(CPR_OK, cpri_rpc_stream_send(s, buf, len));
@@ -167,7 +167,7 @@ static void test_list_jobs_and_stats(void **unused)
     cpr_part_id alpha = {"alpha", 0, 1};
     uint8_t *buf;
     size_t len;
-    assert_status(CPR_OK, cpri_wire_abort_encode(&alpha, &buf, &len));
+    assert_status(CPR_OK, cpri_wire_abort_encode(&alpha, 0, &buf, &len));
     assert_status(CPR_OK, ch_unary(rpc, CH_SVC "Abort", buf, len));
     assert_jobs(rpc, (const char *const[]){"beta", "gamma"}, 2); /* no part left */
 

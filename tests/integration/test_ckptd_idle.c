@@ -30,20 +30,7 @@
 static cpr_status send_rows(cpri_rpc_stream *s, const cpr_part_id *id, uint64_t first,
                             size_t n)
 {
-    uint64_t ids[100];
-    float values[800], state[100];
-    cpr_row_batch b;
-    uint8_t *buf;
-    size_t len;
-    assert_true(n <= 100);
-    for (size_t i = 0; i < n; i++)
-        ids[i] = first + i;
-    tu_fill_batch(&b, ch_table.table, ids, n, ch_table.dim, ch_table.state_dim,
-                  id->checkpoint, values, state);
-    assert_status(CPR_OK, cpri_wire_rows_encode(id, &b, 0, 0, &buf, &len));
-    cpr_status st = cpri_rpc_stream_send(s, buf, len);
-    free(buf);
-    return st;
+    return ch_send_rows(s, id, ch_lease_of(id), first, n);
 }
 
 /* A client dies after Begin, before any stream: the part is aborted. */

@@ -160,7 +160,10 @@ def row_values(row_id):
     return values, state
 
 
-def make_batches(pb, checkpoint, id_groups, corrupt_last=False):
+LEASES = {}  # checkpoint -> the writer lease Begin answered with
+
+
+def make_batches(pb, checkpoint, id_groups, corrupt_last=False, lease=None):
     batches = []
     for i, ids in enumerate(id_groups):
         ids_b = struct.pack("<%dQ" % len(ids), *ids)
@@ -175,16 +178,19 @@ def make_batches(pb, checkpoint, id_groups, corrupt_last=False):
         if corrupt_last and i == len(id_groups) - 1:
             crc ^= 1
         batches.append(pb.RowBatch(job=JOB, shard=0, checkpoint=checkpoint, table=TABLE,
-                                   ids=ids_b, values=values_b, state=state_b, crc32c=crc))
+                                   ids=ids_b, values=values_b, state=state_b, crc32c=crc,
+                                   lease=LEASES.get(checkpoint, 0) if lease is None else lease))
     return batches
 
 
 def begin(pb, stub, checkpoint):
-    stub.Begin(pb.BeginRequest(job=JOB, shard=0, checkpoint=checkpoint, kind=pb.FULL, step=10,
-                               num_shards=1,
-                               tables=[pb.TableSchema(table=TABLE, rows=TABLE_ROWS, dim=DIM,
-                                                      state_dim=STATE_DIM)]),
-               timeout=RPC_TIMEOUT_S)
+    resp = stub.Begin(pb.BeginRequest(job=JOB, shard=0, checkpoint=checkpoint, kind=pb.FULL,
+                                      step=10, num_shards=1,
+                                      tables=[pb.TableSchema(table=TABLE, rows=TABLE_ROWS,
+                                                             dim=DIM, state_dim=STATE_DIM)]),
+                      timeout=RPC_TIMEOUT_S)
+    check(resp.lease != 0, "BeginResponse carries no writer lease")
+    LEASES[checkpoint] = resp.lease
 
 
 def put_rows(pb, stub, id_groups):
@@ -249,7 +255,7 @@ def blob_round_trip(pb, stub):
     blob = blob_bytes()
     chunks = [pb.BlobChunk(job=JOB, shard=0, checkpoint=1, name=BLOB_NAME, offset=off,
                            data=blob[off:off + BLOB_CHUNK_BYTES],
-                           crc32c=crc32c(blob[off:off + BLOB_CHUNK_BYTES]))
+                           crc32c=crc32c(blob[off:off + BLOB_CHUNK_BYTES]), lease=LEASES[1])
               for off in range(0, BLOB_BYTES, BLOB_CHUNK_BYTES)]
     check(len(chunks) >= 3, "the blob should span several chunks")
     resp = stub.PutBlob(iter(chunks), timeout=RPC_TIMEOUT_S)
@@ -283,12 +289,21 @@ def provoke_errors(grpc, pb, stub, rows):
                 lambda: stub.Commit(pb.CommitRequest(job=JOB, shard=0, checkpoint=1, rows=rows),
                                     timeout=RPC_TIMEOUT_S))
     begin(pb, stub, 2)
+    # Parts belong to their writer: rows or a commit without the lease (or
+    # with another) are refused and change nothing.
+    for lease in (0, LEASES[2] ^ 1):
+        expect_code(grpc, grpc.StatusCode.PERMISSION_DENIED, "PutRows without the lease",
+                    lambda: stub.PutRows(iter(make_batches(pb, 2, [[1, 2]], lease=lease)),
+                                         timeout=RPC_TIMEOUT_S))
+        expect_code(grpc, grpc.StatusCode.PERMISSION_DENIED, "Commit without the lease",
+                    lambda: stub.Commit(pb.CommitRequest(job=JOB, shard=0, checkpoint=2, rows=0,
+                                                         lease=lease), timeout=RPC_TIMEOUT_S))
     bad = make_batches(pb, 2, [[1, 2, 3], [4, 5, 6]], corrupt_last=True)
     expect_code(grpc, grpc.StatusCode.DATA_LOSS, "PutRows with a wrong crc32c",
                 lambda: stub.PutRows(iter(bad), timeout=RPC_TIMEOUT_S))
     expect_code(grpc, grpc.StatusCode.FAILED_PRECONDITION, "Commit of the aborted part 2",
-                lambda: stub.Commit(pb.CommitRequest(job=JOB, shard=0, checkpoint=2, rows=6),
-                                    timeout=RPC_TIMEOUT_S))
+                lambda: stub.Commit(pb.CommitRequest(job=JOB, shard=0, checkpoint=2, rows=6,
+                                                     lease=LEASES[2]), timeout=RPC_TIMEOUT_S))
 
 
 def check_operations(grpc, pb, stub, rows):
@@ -355,8 +370,8 @@ def exercise(grpc, pb, pb_grpc, addr):
         begin(pb, stub, 1)
         put_rows(pb, stub, groups)
         blob = blob_round_trip(pb, stub)
-        stub.Commit(pb.CommitRequest(job=JOB, shard=0, checkpoint=1, rows=len(sent_ids)),
-                    timeout=RPC_TIMEOUT_S)
+        stub.Commit(pb.CommitRequest(job=JOB, shard=0, checkpoint=1, rows=len(sent_ids),
+                                     lease=LEASES[1]), timeout=RPC_TIMEOUT_S)
         check_list(pb, stub, len(sent_ids))
         check_restore(pb, stub, sent_ids)
         check_blob(pb, stub, blob)

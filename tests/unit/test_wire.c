@@ -64,7 +64,7 @@ static void test_rows_roundtrip_and_lengths(void **unused)
     uint8_t *buf;
     size_t len;
     cpri_wire_rows r;
-    assert_int_equal(cpri_wire_rows_encode(&id, &batch, 4, 1, &buf, &len), CPR_OK);
+    assert_int_equal(cpri_wire_rows_encode(&id, 0, &batch, 4, 1, &buf, &len), CPR_OK);
     assert_int_equal(cpri_wire_rows_decode(buf, len, &r), CPR_OK);
     assert_int_equal(r.batch.n, 3);
     assert_int_equal(r.batch.values_count, 12);
@@ -83,7 +83,7 @@ static void test_rows_roundtrip_and_lengths(void **unused)
     bad.values_count = 0;
     bad.state_count = 0;
     bad.ids = NULL;
-    assert_int_equal(cpri_wire_rows_encode(&id, &bad, 0, 0, &buf, &len), CPR_OK);
+    assert_int_equal(cpri_wire_rows_encode(&id, 0, &bad, 0, 0, &buf, &len), CPR_OK);
     free(buf);
     uint8_t odd_ids[] = {0x0a, 0x01, 'j', 0x2a, 0x05, 1, 2, 3, 4, 5}; /* job, ids: 5 bytes */
     assert_int_equal(cpri_wire_rows_decode(odd_ids, sizeof odd_ids, &r), CPR_INVALID_ARGUMENT);
@@ -130,7 +130,7 @@ static void test_small_messages_roundtrip(void **unused)
     size_t len;
     cpri_wire_part p;
     cpri_wire_chunk c;
-    assert_int_equal(cpri_wire_commit_encode(&id, 4242, &buf, &len), CPR_OK);
+    assert_int_equal(cpri_wire_commit_encode(&id, 0, 4242, &buf, &len), CPR_OK);
     assert_int_equal(cpri_wire_commit_decode(buf, len, &p), CPR_OK);
     assert_string_equal(p.id.job, "jj");
     assert_int_equal(p.id.shard, 7);
@@ -143,7 +143,7 @@ static void test_small_messages_roundtrip(void **unused)
     assert_string_equal(p.name, "dense");
     cpri_wire_part_release(&p);
     free(buf);
-    assert_int_equal(cpri_wire_chunk_encode(&id, "dense", 100, 105, blob, 5,
+    assert_int_equal(cpri_wire_chunk_encode(&id, 0, "dense", 100, 105, blob, 5,
                                            cpr_crc32c(0, blob, 5), &buf, &len), CPR_OK);
     assert_int_equal(cpri_wire_chunk_decode(buf, len, &c), CPR_OK);
     assert_int_equal(c.offset, 100);
@@ -454,7 +454,7 @@ static cpr_status encode_response(void *ctx, const cpr_row_batch *b)
     if (s->n == 64)
         return CPR_RESOURCE_EXHAUSTED;
     size_t slot = s->n++;
-    return cpri_wire_rows_encode(&id, b, dim, (uint32_t)(b->state_count / b->n),
+    return cpri_wire_rows_encode(&id, 0, b, dim, (uint32_t)(b->state_count / b->n),
                                 &s->bufs[slot], &s->lens[slot]) == CPR_OK ? CPR_OK : CPR_INTERNAL;
 }
 
@@ -470,7 +470,7 @@ static void send_rows(cpr_store *store, const cpr_part_id *id, uint32_t table, u
     for (size_t i = 0; i < n; i++)
         ids[i] = first + i;
     tu_fill_batch(&batch, table, ids, n, dim, sdim, id->checkpoint, values, state);
-    assert_int_equal(cpri_wire_rows_encode(id, &batch, 0, 0, &buf, &len), CPR_OK);
+    assert_int_equal(cpri_wire_rows_encode(id, 0, &batch, 0, 0, &buf, &len), CPR_OK);
     assert_int_equal(cpri_wire_rows_decode(buf, len, &r), CPR_OK);
     assert_int_equal(cpr_store_put_rows(store, &r.id, &r.batch), CPR_OK);
     cpri_wire_rows_release(&r);
@@ -498,7 +498,7 @@ static void test_end_to_end_through_store(void **unused)
     send_rows(store, &spec.id, 3, 4, 1, 100, 60);
     send_rows(store, &spec.id, 9, 2, 0, 0, 50);
     cpri_wire_part p;
-    assert_int_equal(cpri_wire_commit_encode(&spec.id, 210, &buf, &len), CPR_OK);
+    assert_int_equal(cpri_wire_commit_encode(&spec.id, 0, 210, &buf, &len), CPR_OK);
     assert_int_equal(cpri_wire_commit_decode(buf, len, &p), CPR_OK);
     assert_int_equal(cpr_store_commit(store, &p.id, p.rows), CPR_OK);
     cpri_wire_part_release(&p);
