@@ -13,6 +13,10 @@
  * Parts belong to their writers (leases.h): Begin answers with a lease that
  * every later put, commit and abort of the part must present; a request
  * without it is refused before the store sees it.
+ *
+ * With --auth-file (auth.h) every call but Health is identified when it
+ * starts and each request is checked for its right on its job after it is
+ * decoded and before the store sees it: a refused call changes nothing.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,6 +25,7 @@
 #include "cpr/block.h"
 #include "cpr/codec.h"
 #include "cpr/crc32c.h"
+#include "auth.h"
 #include "cpr_common.h"
 #include "leases.h"
 #include "server.h"  /* rpc/: the call machinery */
@@ -33,7 +38,42 @@ struct cpri_server {
     cpr_store *store;
     cpri_rpc_server *rpc;
     cpri_leases *leases;
+    cpri_auth *auth; /* borrowed; NULL: every call is allowed (auth.h, A4) */
 };
+
+/* ---- who a call is --------------------------------------------------------------- */
+
+#define MAX_AUTHORIZATION 4200 /* "Bearer " and a token of at most 4096 */
+#define MAX_SUBJECT 1100
+
+/* The call's principal (auth.h, A1); *p stays NULL without an auth file. */
+static cpr_status identify(cpri_rpc_call *c, cpri_server *srv, cpri_principal **p)
+{
+    *p = NULL;
+    if (!srv->auth)
+        return CPR_OK;
+    char *authz = malloc(MAX_AUTHORIZATION), subject[MAX_SUBJECT];
+    if (!authz)
+        return cpr_fail(CPR_NO_MEMORY, "out of memory");
+    long a = cpri_rpc_call_header(c, "authorization", authz, MAX_AUTHORIZATION);
+    long s = cpri_rpc_call_peer_subject(c, subject, sizeof subject);
+    cpr_status st = cpri_auth_identify(srv->auth, a >= 0 ? authz : NULL, s >= 0 ? subject : NULL,
+                                       p);
+    free(authz);
+    return st;
+}
+
+/* Identify the call and check one right on `job` (NULL: store-wide). */
+static cpr_status allow(cpri_rpc_call *c, cpri_server *srv, const char *job, unsigned right,
+                        const char *op)
+{
+    cpri_principal *p;
+    cpr_status st = identify(c, srv, &p);
+    if (st == CPR_OK)
+        st = cpri_principal_check(p, job, right, op);
+    cpri_principal_free(p);
+    return st;
+}
 
 /* ---- unary methods ----------------------------------------------------------------- */
 
@@ -49,7 +89,9 @@ static void h_begin(cpri_rpc_call *c, void *app)
     size_t len = 0;
     cpr_status st = cpri_wire_begin_decode(req, req_len, &b);
     if (st == CPR_OK) {
-        st = cpr_store_begin(srv->store, &b.spec);
+        st = allow(c, srv, b.spec.id.job, CPRI_RIGHT_WRITE, "Begin");
+        if (st == CPR_OK)
+            st = cpr_store_begin(srv->store, &b.spec);
         int begun = st == CPR_OK;
         if (st == CPR_OK)
             st = cpri_leases_grant(srv->leases, &b.spec.id, &lease);
@@ -84,7 +126,12 @@ static void part_call(cpri_rpc_call *c, cpri_server *srv,
          * .proto); everything else presents the writer's lease. */
         int override = !commit && p.lease == 0;
         uint64_t lease = p.lease;
-        if (!override) {
+        st = allow(c, srv, p.id.job, override ? CPRI_RIGHT_ADMIN : CPRI_RIGHT_WRITE,
+                   commit ? "Commit" : override ? "Abort by id (without the writer's lease)"
+                                                : "Abort");
+        if (st) {
+            lease = 0;
+        } else if (!override) {
             st = cpri_leases_check(srv->leases, &p.id, p.lease, commit ? "commit" : "abort");
         } else if ((lease = cpri_leases_get(srv->leases, &p.id)) != 0) {
             cpri_log(CPR_LOG_INFO, "abort of %s/%u/%llu by id, without its writer's lease",
@@ -116,7 +163,9 @@ static void h_list(cpri_rpc_call *c, void *app)
     uint8_t *resp = NULL;
     cpr_status st = cpri_wire_list_decode(req, req_len, &l);
     if (st == CPR_OK) {
-        st = cpr_store_list(srv->store, l.job, &parts, &n);
+        st = allow(c, srv, l.job, CPRI_RIGHT_READ, "List");
+        if (st == CPR_OK)
+            st = cpr_store_list(srv->store, l.job, &parts, &n);
         if (st == CPR_OK && cpr_store_latest_cut(srv->store, l.job, &cut) != CPR_OK)
             cut = 0; /* no consistent cut yet: reported as 0 */
         if (st == CPR_OK)
@@ -136,9 +185,22 @@ static void h_list_jobs(cpri_rpc_call *c, void *app)
     char **jobs = NULL;
     size_t n = 0, len = 0;
     uint8_t *resp = NULL;
+    cpri_principal *who = NULL;
     cpr_status st = cpri_wire_list_jobs_decode(req, req_len);
     if (st == CPR_OK)
+        st = identify(c, srv, &who);
+    if (st == CPR_OK)
         st = cpr_store_list_jobs(srv->store, &jobs, &n);
+    size_t shown = 0; /* only the jobs the caller may read */
+    for (size_t i = 0; st == CPR_OK && i < n; i++) {
+        if (cpri_principal_may(who, jobs[i], CPRI_RIGHT_READ))
+            jobs[shown++] = jobs[i];
+        else
+            free(jobs[i]);
+    }
+    if (st == CPR_OK)
+        n = shown;
+    cpri_principal_free(who);
     if (st == CPR_OK)
         st = cpri_wire_list_jobs_response_encode(jobs, n, &resp, &len);
     cpr_names_free(jobs, n);
@@ -189,7 +251,9 @@ static void h_verify(cpri_rpc_call *c, void *app)
     cpr_status st = found ? cpri_wire_verify_decode(req, req_len, &v)
                           : cpr_fail(CPR_NO_MEMORY, "out of memory for verify");
     if (st == CPR_OK) {
-        st = cpr_store_verify(srv->store, v.job, keep_problem, found, &rep);
+        st = allow(c, srv, v.job, CPRI_RIGHT_ADMIN, "Verify");
+        if (st == CPR_OK)
+            st = cpr_store_verify(srv->store, v.job, keep_problem, found, &rep);
         if (st == CPR_CORRUPT && rep.problems > 0) {
             cpri_log(CPR_LOG_WARN, "verify of %s: %llu problems", v.job ? v.job : "every job",
                     (unsigned long long)rep.problems);
@@ -227,7 +291,9 @@ static void h_gc(cpri_rpc_call *c, void *app)
     size_t len = 0;
     cpr_status st = cpri_wire_gc_decode(req, req_len, &g);
     if (st == CPR_OK) {
-        st = run_gc(srv->store, &g, &rep);
+        st = allow(c, srv, g.job, g.job ? CPRI_RIGHT_WRITE : CPRI_RIGHT_ADMIN, "Gc");
+        if (st == CPR_OK)
+            st = run_gc(srv->store, &g, &rep);
         if (st == CPR_OK)
             cpri_log(CPR_LOG_INFO, "gc of %s: floor %llu, %llu parts and %llu leftovers removed, "
                     "%llu row versions dropped meanwhile", g.job ? g.job : "every job",
@@ -256,8 +322,10 @@ static void h_get_recovery(cpri_rpc_call *c, void *app)
     uint8_t *resp = NULL;
     cpr_status st = cpri_wire_get_recovery_decode(req, req_len, &g);
     if (st == CPR_OK) {
-        st = cpr_store_recovery_get(srv->store, g.job, &generation, &plan, &plan_len,
-                                          &written_ms);
+        st = allow(c, srv, g.job, CPRI_RIGHT_READ, "GetRecovery");
+        if (st == CPR_OK)
+            st = cpr_store_recovery_get(srv->store, g.job, &generation, &plan, &plan_len,
+                                        &written_ms);
         if (st == CPR_OK)
             st = cpri_wire_recovery_record_encode(g.job, generation, plan, plan_len, written_ms,
                                                  &resp, &len);
@@ -281,8 +349,10 @@ static void h_put_recovery(cpri_rpc_call *c, void *app)
     uint8_t *resp = NULL;
     cpr_status st = cpri_wire_put_recovery_decode(req, req_len, &p);
     if (st == CPR_OK) {
-        st = cpr_store_recovery_put(srv->store, p.job, p.generation, p.plan, p.len,
-                                          &generation, &written_ms);
+        st = allow(c, srv, p.job, CPRI_RIGHT_WRITE, "PutRecovery");
+        if (st == CPR_OK)
+            st = cpr_store_recovery_put(srv->store, p.job, p.generation, p.plan, p.len,
+                                        &generation, &written_ms);
         if (st == CPR_OK) {
             cpri_log(CPR_LOG_INFO, "recovery record of %s: generation %llu (%zu-byte plan)",
                     p.job, (unsigned long long)generation, p.len);
@@ -301,7 +371,9 @@ static void h_stats(cpri_rpc_call *c, void *app)
     cpr_store_stats stats;
     uint8_t *resp = NULL;
     size_t len = 0;
-    cpr_status st = cpr_store_stats_get(srv->store, &stats);
+    cpr_status st = allow(c, srv, NULL, CPRI_RIGHT_ADMIN, "Stats");
+    if (st == CPR_OK)
+        st = cpr_store_stats_get(srv->store, &stats);
     if (st == CPR_OK)
         st = cpri_wire_stats_response_encode(&stats, &resp, &len);
     cpri_rpc_finish(c, st, resp, len);
@@ -378,17 +450,19 @@ static void abort_touched(cpri_server *srv, const touched *t)
         }
 }
 
-typedef cpr_status (*apply_fn)(cpri_server *srv, const uint8_t *msg, size_t len, touched *t,
-                               uint64_t *rows, uint64_t *bytes);
+typedef cpr_status (*apply_fn)(cpri_server *srv, const cpri_principal *who, const uint8_t *msg,
+                               size_t len, touched *t, uint64_t *rows, uint64_t *bytes);
 
-static cpr_status apply_rows(cpri_server *srv, const uint8_t *msg, size_t len, touched *t,
-                             uint64_t *rows, uint64_t *bytes)
+static cpr_status apply_rows(cpri_server *srv, const cpri_principal *who, const uint8_t *msg,
+                             size_t len, touched *t, uint64_t *rows, uint64_t *bytes)
 {
     cpri_wire_rows r;
     cpr_status st = cpri_wire_rows_decode(msg, len, &r);
     if (st)
         return st;
-    st = cpri_leases_check(srv->leases, &r.id, r.lease, "put_rows");
+    st = cpri_principal_check(who, r.id.job, CPRI_RIGHT_WRITE, "PutRows");
+    if (st == CPR_OK)
+        st = cpri_leases_check(srv->leases, &r.id, r.lease, "put_rows");
     if (st == CPR_OK)
         st = may_touch(t, &r.id);
     cpr_block_header h = {0};
@@ -410,15 +484,17 @@ static cpr_status apply_rows(cpri_server *srv, const uint8_t *msg, size_t len, t
     return st;
 }
 
-static cpr_status apply_chunk(cpri_server *srv, const uint8_t *msg, size_t len, touched *t,
-                              uint64_t *rows, uint64_t *bytes)
+static cpr_status apply_chunk(cpri_server *srv, const cpri_principal *who, const uint8_t *msg,
+                              size_t len, touched *t, uint64_t *rows, uint64_t *bytes)
 {
     cpri_wire_chunk ch;
     (void)rows;
     cpr_status st = cpri_wire_chunk_decode(msg, len, &ch);
     if (st)
         return st;
-    st = cpri_leases_check(srv->leases, &ch.id, ch.lease, "put_blob");
+    st = cpri_principal_check(who, ch.id.job, CPRI_RIGHT_WRITE, "PutBlob");
+    if (st == CPR_OK)
+        st = cpri_leases_check(srv->leases, &ch.id, ch.lease, "put_blob");
     if (st == CPR_OK)
         st = may_touch(t, &ch.id);
     if (st == CPR_OK)
@@ -440,14 +516,18 @@ static void client_stream(cpri_rpc_call *c, cpri_server *srv, apply_fn apply)
     uint8_t *resp = NULL;
     size_t len = 0;
     cpri_rpc_recv_result got = CPR_RPC_MESSAGE;
+    cpri_principal *who = NULL;
     cpr_status st = t ? CPR_OK : cpr_fail(CPR_NO_MEMORY, "out of memory");
+    if (st == CPR_OK)
+        st = identify(c, srv, &who); /* once, before any message (auth.h, A1) */
     while (st == CPR_OK && got == CPR_RPC_MESSAGE) {
         const uint8_t *msg;
         size_t msg_len;
         got = cpri_rpc_recv(c, &msg, &msg_len);
         if (got == CPR_RPC_MESSAGE)
-            st = apply(srv, msg, msg_len, t, &rows, &bytes);
+            st = apply(srv, who, msg, msg_len, t, &rows, &bytes);
     }
+    cpri_principal_free(who);
     if (got == CPR_RPC_IDLE)
         st = cpr_fail(CPR_TIMEOUT, "no message for %g s: cancelled the stream",
                       cpri_rpc_idle_timeout_s(c));
@@ -515,9 +595,11 @@ static void h_restore(cpri_rpc_call *c, void *app)
     cpr_status st = cpri_wire_restore_decode(req, req_len, &q);
     if (st == CPR_OK) {
         restore_out o = {c, q.query.job};
-        st = cpri_rpc_start(c);
+        st = allow(c, srv, q.query.job, CPRI_RIGHT_READ, "Restore");
+        if (st == CPR_OK)
+            st = cpri_rpc_start(c);
         if (st)
-            ; /* the client went away */
+            ; /* refused, or the client went away */
         else if (q.blocks)
             st = cpr_store_restore_blocks(srv->store, &q.query, send_block, &o, NULL);
         else
@@ -556,7 +638,9 @@ static void h_get_blob(cpri_rpc_call *c, void *app)
     cpr_status st = cpri_wire_getblob_decode(req, req_len, &p);
     if (st == CPR_OK) {
         blob_out o = {c, &p.id, p.name, 0};
-        st = cpri_rpc_start(c);
+        st = allow(c, srv, p.id.job, CPRI_RIGHT_READ, "GetBlob");
+        if (st == CPR_OK)
+            st = cpri_rpc_start(c);
         if (st == CPR_OK)
             st = cpr_store_read_blob(srv->store, &p.id, p.name, &o.size, send_chunk, &o);
         cpri_wire_part_release(&p);
@@ -584,13 +668,14 @@ static const cpri_rpc_method methods[] = {
     {"/cpr.v1.Checkpoint/PutRecovery", CPR_RPC_UNARY, h_put_recovery},
 };
 
-cpr_status cpri_server_start(cpr_store *store, const cpri_server_options *opts,
+cpr_status cpri_server_start(cpr_store *store, cpri_auth *auth, const cpri_server_options *opts,
                             cpri_server **out, int *port)
 {
     cpri_server *srv = calloc(1, sizeof *srv);
     if (!srv)
         return cpr_fail(CPR_NO_MEMORY, "out of memory starting the server");
     srv->store = store;
+    srv->auth = auth;
     cpr_status st = cpri_leases_create(store, &srv->leases);
     if (st == CPR_OK)
         st = cpri_rpc_server_start(methods, sizeof methods / sizeof methods[0], srv, opts,

@@ -4,8 +4,9 @@
  * (flags, or a config file with the same keys), opens the store, serves it
  * over gRPC, prints the bound address on one line ("ckptd listening on
  * HOST:PORT") so scripts and tests can read it, reaps parts left idle by
- * vanished clients (reaper.c), and on SIGTERM or SIGINT stops accepting,
- * aborts what is in flight and closes the store.
+ * vanished clients (reaper.c), reloads its --auth-file on SIGHUP, and on
+ * SIGTERM or SIGINT stops accepting, aborts what is in flight and closes the
+ * store.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -16,6 +17,7 @@
 #include <string.h>
 #include <sys/resource.h>
 
+#include "auth.h"
 #include "cpr/store.h"
 #include "cpr_cli.h"
 #include "cpr_common.h"
@@ -24,10 +26,13 @@
 
 #define EXIT_USAGE 2
 #define MAX_IDLE_PART_TIMEOUT_S (7.0 * 24 * 3600)
+#define MAX_PEM_BYTES (1 << 20)
 
 typedef struct settings {
     char listen[256];
     char data_dir[4096];
+    char tls_cert[4096], tls_key[4096], tls_client_ca[4096], auth_file[4096];
+    int allow_plaintext;
     uint64_t threads, retain, max_message_mb;
     double idle_part_timeout_s, gc_interval_s;
     int log_level;
@@ -38,6 +43,8 @@ static void usage(FILE *out)
     fputs("usage: ckptd --data-dir DIR [--listen ADDR] [--config FILE] [--threads N]\n"
           "             [--retain K] [--gc-interval-s S] [--max-message-mb M]\n"
           "             [--idle-part-timeout-s S] [--log-level L]\n"
+          "             [--tls-cert FILE --tls-key FILE [--tls-client-ca FILE]]\n"
+          "             [--auth-file FILE] [--allow-plaintext yes]\n"
           "       ckptd --version | --help\n"
           "\n"
           "  --listen ADDR        HOST:PORT to serve (default 127.0.0.1:7717; port 0 picks a\n"
@@ -60,8 +67,20 @@ static void usage(FILE *out)
           "                       cancel a stream on which no message moved for S seconds\n"
           "                       (default 600; up to 604800)\n"
           "  --log-level L        error, warn, info or debug (default info)\n"
+          "  --tls-cert FILE      serve TLS only, with this PEM certificate (chain) ...\n"
+          "  --tls-key FILE       ... and its PEM private key\n"
+          "  --tls-client-ca FILE mutual TLS: every client must present a certificate\n"
+          "                       this PEM CA signed\n"
+          "  --auth-file FILE     per-job authorization: lines `TOKEN JOB-PATTERN RIGHTS`\n"
+          "                       (or `subject:SUBJECT ...` for mutual TLS); RIGHTS a comma\n"
+          "                       list of read, write, admin; reloaded on SIGHUP\n"
+          "                       (docs/operations.md). Without it every caller may do all\n"
+          "  --allow-plaintext yes  serve plaintext on an address other than loopback\n"
+          "                       (refused otherwise: tokens and rows would cross the\n"
+          "                       network in clear; give --tls-cert instead)\n"
           "\n"
           "SIGTERM or SIGINT: stop accepting, abort parts in flight, close the store.\n"
+          "SIGHUP: read --auth-file again (a bad file keeps the rules in force).\n"
           "Exit status: 0 after a clean stop, 1 failure, 2 bad command line or config.\n",
           out);
 }
@@ -80,6 +99,19 @@ static int set(settings *s, const char *key, const char *value)
         snprintf(s->listen, sizeof s->listen, "%s", value);
     else if (strcmp(key, "data-dir") == 0)
         snprintf(s->data_dir, sizeof s->data_dir, "%s", value);
+    else if (strcmp(key, "tls-cert") == 0)
+        snprintf(s->tls_cert, sizeof s->tls_cert, "%s", value);
+    else if (strcmp(key, "tls-key") == 0)
+        snprintf(s->tls_key, sizeof s->tls_key, "%s", value);
+    else if (strcmp(key, "tls-client-ca") == 0)
+        snprintf(s->tls_client_ca, sizeof s->tls_client_ca, "%s", value);
+    else if (strcmp(key, "auth-file") == 0)
+        snprintf(s->auth_file, sizeof s->auth_file, "%s", value);
+    else if (strcmp(key, "allow-plaintext") == 0) {
+        if (strcmp(value, "yes") != 0 && strcmp(value, "no") != 0)
+            return fail_usage("--allow-plaintext: use yes or no");
+        s->allow_plaintext = strcmp(value, "yes") == 0;
+    }
     else if (strcmp(key, "threads") == 0)
         st = cpri_cli_u64("--threads", value, 1, 100000, &s->threads);
     else if (strcmp(key, "retain") == 0)
@@ -143,12 +175,49 @@ static int read_config(settings *s, const char *path)
     return rc;
 }
 
+/* 127.0.0.0/8, ::1, localhost, or a unix socket: plaintext stays on the host. */
+static int loopback(const char *listen)
+{
+    if (strncmp(listen, "unix:", 5) == 0)
+        return 1;
+    char host[256];
+    snprintf(host, sizeof host, "%s", listen);
+    char *colon = strrchr(host, ':');
+    if (colon)
+        *colon = '\0';
+    return strncmp(host, "127.", 4) == 0 || strcmp(host, "localhost") == 0 ||
+           strcmp(host, "[::1]") == 0 || strcmp(host, "::1") == 0 ||
+           strcmp(host, "ipv4:127.0.0.1") == 0;
+}
+
+/* A PEM file read whole (at most 1 MiB); NULL with a message on failure. */
+static char *read_pem(const char *flag, const char *path)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        fprintf(stderr, "ckptd: %s %s: %s\n", flag, path, strerror(errno));
+        return NULL;
+    }
+    char *buf = malloc(MAX_PEM_BYTES + 1);
+    size_t n = buf ? fread(buf, 1, MAX_PEM_BYTES + 1, f) : 0;
+    int bad = !buf || ferror(f) || n == 0 || n > MAX_PEM_BYTES || !strstr(buf, "-----BEGIN ");
+    fclose(f);
+    if (bad) {
+        fprintf(stderr, "ckptd: %s %s: not a PEM file of at most 1 MiB\n", flag, path);
+        free(buf);
+        return NULL;
+    }
+    buf[n] = '\0';
+    return buf;
+}
+
 /* Flags first find --config (applied before the other flags, which win). */
 static int parse_args(int argc, char **argv, settings *s)
 {
     static const char *const keys[] = {"listen", "data-dir", "threads", "retain", "gc-interval-s",
                                        "max-message-mb", "idle-part-timeout-s",
-                                       "log-level"};
+                                       "log-level", "tls-cert", "tls-key", "tls-client-ca",
+                                       "auth-file", "allow-plaintext"};
     for (int i = 1; i < argc; i++) {
         int missing = 0;
         const char *cfg = cpri_cli_value(argc, argv, &i, "--config", &missing);
@@ -181,6 +250,13 @@ static int parse_args(int argc, char **argv, settings *s)
     }
     if (s->data_dir[0] == '\0')
         return fail_usage("--data-dir is required");
+    if (!s->tls_cert[0] != !s->tls_key[0])
+        return fail_usage("--tls-cert and --tls-key go together: give both");
+    if (s->tls_client_ca[0] && !s->tls_cert[0])
+        return fail_usage("--tls-client-ca needs --tls-cert and --tls-key (mutual TLS is TLS)");
+    if (!s->tls_cert[0] && !s->allow_plaintext && !loopback(s->listen))
+        return fail_usage("--listen on an address other than loopback or a unix socket "
+                          "needs TLS (--tls-cert, --tls-key), or --allow-plaintext yes");
     return 0;
 }
 
@@ -220,6 +296,7 @@ int main(int argc, char **argv)
     sigemptyset(&stop);
     sigaddset(&stop, SIGTERM);
     sigaddset(&stop, SIGINT);
+    sigaddset(&stop, SIGHUP);
     pthread_sigmask(SIG_BLOCK, &stop, NULL);
     signal(SIGPIPE, SIG_IGN);
 
@@ -233,15 +310,36 @@ int main(int argc, char **argv)
                               .max_calls = (unsigned)s.threads,
                               .idle_timeout_s = s.idle_part_timeout_s};
     int port = 0, sig = 0;
-    cpr_status st = cpr_store_open(s.data_dir, &so, &store);
+    char *pem[3] = {NULL, NULL, NULL};
+    if (s.tls_cert[0] && (!(pem[0] = read_pem("--tls-cert", s.tls_cert)) ||
+                          !(pem[1] = read_pem("--tls-key", s.tls_key)) ||
+                          (s.tls_client_ca[0] &&
+                           !(pem[2] = read_pem("--tls-client-ca", s.tls_client_ca))))) {
+        for (int i = 0; i < 3; i++)
+            free(pem[i]);
+        return 1;
+    }
+    srv.tls_cert_pem = pem[0];
+    srv.tls_key_pem = pem[1];
+    srv.tls_client_ca_pem = pem[2];
+    cpri_auth *auth = NULL;
+    cpr_status st = s.auth_file[0] ? cpri_auth_load(s.auth_file, &auth) : CPR_OK;
+    if (st == CPR_OK)
+        st = cpr_store_open(s.data_dir, &so, &store);
     if (st == CPR_OK)
         st = cpri_reaper_start(store, s.idle_part_timeout_s, s.gc_interval_s, &reaper);
     if (st == CPR_OK)
-        st = cpri_server_start(store, &srv, &server, &port);
+        st = cpri_server_start(store, auth, &srv, &server, &port);
+    for (int i = 0; i < 3; i++) { /* gRPC keeps its own copies */
+        if (pem[i])
+            memset(pem[i], 0, strlen(pem[i])); /* the key, above all */
+        free(pem[i]);
+    }
     if (st) {
         fprintf(stderr, "ckptd: %s: %s\n", cpr_status_name(st), cpr_errmsg());
         cpri_reaper_stop(reaper);
         cpr_store_close(store);
+        cpri_auth_destroy(auth);
         return 1;
     }
     char bound[300];
@@ -257,12 +355,26 @@ int main(int argc, char **argv)
     }
     printf("ckptd listening on %s\n", bound);
     fflush(stdout);
-    cpri_log(CPR_LOG_INFO, "serving %s on %s", s.data_dir, bound);
-    sigwait(&stop, &sig);
+    cpri_log(CPR_LOG_INFO, "serving %s on %s (%s%s)", s.data_dir, bound,
+             !s.tls_cert[0] ? "plaintext" : s.tls_client_ca[0] ? "mutual TLS" : "TLS",
+             auth ? ", authorization by --auth-file" : ", no authorization");
+    for (;;) {
+        sigwait(&stop, &sig);
+        if (sig != SIGHUP)
+            break;
+        size_t rules = 0;
+        if (!auth)
+            cpri_log(CPR_LOG_INFO, "SIGHUP: no --auth-file to reload");
+        else if (cpri_auth_reload(auth, &rules) == CPR_OK)
+            cpri_log(CPR_LOG_INFO, "SIGHUP: reloaded %s: %zu rules", s.auth_file, rules);
+        else
+            cpri_log(CPR_LOG_ERROR, "SIGHUP: %s; the rules in force stay", cpr_errmsg());
+    }
     cpri_log(CPR_LOG_INFO, "signal %d: stopping", sig);
     cpri_server_stop(server);
     cpri_reaper_stop(reaper);
     cpr_store_close(store);
+    cpri_auth_destroy(auth);
     cpri_log(CPR_LOG_INFO, "stopped cleanly");
     return 0;
 }

@@ -9,15 +9,16 @@
 
 #include <stddef.h>
 
+#include "auth.h"
 #include "cpr/store.h"
 #include "server.h" /* rpc/: the options are the call machinery's */
 
 typedef struct cpri_server cpri_server;
 typedef cpri_rpc_server_options cpri_server_options;
 
-/* Start serving `store` (borrowed: it must outlive the server). *port gets
- * the bound port. */
-cpr_status cpri_server_start(cpr_store *store, const cpri_server_options *opts,
+/* Start serving `store` under the rules of `auth` (NULL: none; both
+ * borrowed: they must outlive the server). *port gets the bound port. */
+cpr_status cpri_server_start(cpr_store *store, cpri_auth *auth, const cpri_server_options *opts,
                             cpri_server **out, int *port);
 
 /* Stop accepting, cancel calls in flight (their parts are aborted: nothing

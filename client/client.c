@@ -13,6 +13,7 @@
  */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -20,12 +21,15 @@
 #include <sched.h>
 #include <unistd.h>
 
+#include "channel.h" /* rpc/: the channels' credentials */
 #include "client_internal.h"
 #include "cpr_common.h"
 #include "cpr/rng.h"
 
 #define LOCAL_PREFIX "local://"
 #define GRPC_PREFIX "grpc://"
+#define GRPCS_PREFIX "grpcs://"
+#define MAX_PEM_BYTES (1u << 20)
 #define UNIX_PREFIX "unix:"
 #define MAX_NODES 256
 #define MAX_MESSAGE_BYTES ((size_t)16 << 20)
@@ -73,8 +77,70 @@ static cpr_status add_node(cpr_client *c, cpri_node *n)
     return CPR_OK;
 }
 
+/* The credentials of a client's channels (cpr_client_options, else the
+ * environment), PEM files read into memory. */
+typedef struct creds {
+    cpri_rpc_options o;
+    char *pem[3]; /* ca, cert, key */
+} creds;
+
+static cpr_status read_pem(const char *what, const char *path, char **out)
+{
+    FILE *f = fopen(path, "rb");
+    char *buf = f ? malloc(MAX_PEM_BYTES + 1) : NULL;
+    size_t n = buf ? fread(buf, 1, MAX_PEM_BYTES + 1, f) : 0;
+    int err = f ? ferror(f) : errno;
+    if (f)
+        fclose(f);
+    if (!f || !buf || err || n == 0 || n > MAX_PEM_BYTES) {
+        free(buf);
+        return cpr_fail(CPR_INVALID_ARGUMENT, "%s '%.200s': %s", what, path,
+                        !f ? strerror(err) : !buf ? "out of memory"
+                        : n == 0 ? "empty (give a PEM file)" : "over 1 MiB (give a PEM file)");
+    }
+    buf[n] = '\0';
+    *out = buf;
+    return CPR_OK;
+}
+
+static const char *opt_or_env(const char *v, const char *env)
+{
+    const char *e = v ? v : getenv(env);
+    return e && *e ? e : NULL;
+}
+
+static cpr_status load_creds(const cpr_client_options *opts, int tls, creds *cr)
+{
+    memset(cr, 0, sizeof *cr);
+    cr->o.tls = tls;
+    cr->o.token = opt_or_env(opts->token, "CPR_TOKEN");
+    if (!tls)
+        return CPR_OK;
+    const char *what[3] = {"tls_ca_file ($CPR_TLS_CA)", "tls_cert_file ($CPR_TLS_CERT)",
+                           "tls_key_file ($CPR_TLS_KEY)"};
+    const char *path[3] = {opt_or_env(opts->tls_ca_file, "CPR_TLS_CA"),
+                           opt_or_env(opts->tls_cert_file, "CPR_TLS_CERT"),
+                           opt_or_env(opts->tls_key_file, "CPR_TLS_KEY")};
+    for (int i = 0; i < 3; i++) {
+        cpr_status st = path[i] ? read_pem(what[i], path[i], &cr->pem[i]) : CPR_OK;
+        if (st)
+            return st;
+    }
+    cr->o.tls_ca_pem = cr->pem[0];
+    cr->o.tls_cert_pem = cr->pem[1];
+    cr->o.tls_key_pem = cr->pem[2];
+    return CPR_OK;
+}
+
+static void free_creds(creds *cr)
+{
+    for (int i = 0; i < 3; i++)
+        free(cr->pem[i]);
+}
+
 /* "host:port,host:port": each non-empty, with a port, no duplicates. */
-static cpr_status open_grpc_nodes(cpr_client *c, const char *list)
+static cpr_status open_grpc_nodes(cpr_client *c, const char *list,
+                                  const cpri_rpc_options *cred)
 {
     cpr_status st = CPR_OK;
     const char *p = list;
@@ -96,7 +162,7 @@ static cpr_status open_grpc_nodes(cpr_client *c, const char *list)
             return cpr_fail(CPR_INVALID_ARGUMENT, "target grpc://%s: more than %d nodes", list,
                             MAX_NODES);
         cpri_node *n;
-        st = cpri_node_open_grpc(host_port, &n);
+        st = cpri_node_open_grpc(host_port, cred, &n);
         if (st == CPR_OK)
             st = add_node(c, n);
         if (!p[len])
@@ -147,10 +213,19 @@ void cpri_client_pin_thread(const cpr_client *c)
 }
 
 /* The nodes of `target` (see cpr/client.h). */
-static cpr_status open_target(cpr_client *c, const char *target)
+static cpr_status open_target(cpr_client *c, const char *target, const cpr_client_options *opts)
 {
     cpr_status st;
-    if (strncmp(target, LOCAL_PREFIX, strlen(LOCAL_PREFIX)) == 0 &&
+    int tls = strncmp(target, GRPCS_PREFIX, strlen(GRPCS_PREFIX)) == 0;
+    creds cr;
+    st = load_creds(opts, tls, &cr);
+    if (st) {
+        free_creds(&cr);
+        return st;
+    }
+    if (tls) {
+        st = open_grpc_nodes(c, target + strlen(GRPCS_PREFIX), &cr.o);
+    } else if (strncmp(target, LOCAL_PREFIX, strlen(LOCAL_PREFIX)) == 0 &&
         target[strlen(LOCAL_PREFIX)] == '/') {
         cpri_node *n;
         c->local = 1;
@@ -158,21 +233,22 @@ static cpr_status open_target(cpr_client *c, const char *target)
         if (st == CPR_OK)
             st = add_node(c, n);
     } else if (strncmp(target, GRPC_PREFIX, strlen(GRPC_PREFIX)) == 0) {
-        st = open_grpc_nodes(c, target + strlen(GRPC_PREFIX));
+        st = open_grpc_nodes(c, target + strlen(GRPC_PREFIX), &cr.o);
     } else if (!strstr(target, "://") && strncmp(target, UNIX_PREFIX, strlen(UNIX_PREFIX)) &&
                strchr(target, ':')) {
-        st = open_grpc_nodes(c, target); /* host:port[,...]: grpc:// is the default scheme */
+        st = open_grpc_nodes(c, target, &cr.o); /* host:port[,...]: grpc:// is the default */
     } else if (strncmp(target, UNIX_PREFIX, strlen(UNIX_PREFIX)) == 0 &&
                target[strlen(UNIX_PREFIX)] == '/' && !strchr(target, ',')) {
         cpri_node *n; /* gRPC reads "unix:/path" itself */
-        st = cpri_node_open_grpc(target, &n);
+        st = cpri_node_open_grpc(target, &cr.o, &n);
         if (st == CPR_OK)
             st = add_node(c, n);
     } else {
         st = cpr_fail(CPR_INVALID_ARGUMENT, "target '%.200s' is none of "
-                      "[grpc://]host:port[,host:port...], unix:/absolute/socket/path and "
-                      "local:///absolute/path", target);
+                      "[grpc://]host:port[,host:port...], grpcs://host:port[,...] (TLS), "
+                      "unix:/absolute/socket/path and local:///absolute/path", target);
     }
+    free_creds(&cr);
     return st;
 }
 
@@ -194,7 +270,9 @@ cpr_status cpr_client_open(const char *target, const cpr_client_options *opts,
                                         : CPR_OK;
     c->opts.thread_cpus = NULL; /* borrowed for the call only */
     if (st == CPR_OK)
-        st = open_target(c, target);
+        st = open_target(c, target, &c->opts);
+    /* Borrowed for the call only (read by open_target). */
+    c->opts.token = c->opts.tls_ca_file = c->opts.tls_cert_file = c->opts.tls_key_file = NULL;
     if (st) {
         cpr_client_close(c);
         return st;

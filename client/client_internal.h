@@ -26,10 +26,12 @@
 
 typedef struct cpri_node cpri_node;
 typedef struct cpri_node_writer cpri_node_writer;
+typedef struct cpri_rpc_options cpri_rpc_options; /* rpc/channel.h */
 
 /* "local:///path" (store options from opts) or "host:port". */
 cpr_status cpri_node_open_local(const char *dir, const cpr_store_options *opts, cpri_node **out);
-cpr_status cpri_node_open_grpc(const char *host_port, cpri_node **out);
+cpr_status cpri_node_open_grpc(const char *host_port, const cpri_rpc_options *creds,
+                               cpri_node **out);
 void cpri_node_close(cpri_node *node);
 const char *cpri_node_name(const cpri_node *node);
 

@@ -137,13 +137,14 @@ cpr_status cpri_node_open_local(const char *dir, const cpr_store_options *opts, 
     return CPR_OK;
 }
 
-cpr_status cpri_node_open_grpc(const char *host_port, cpri_node **out)
+cpr_status cpri_node_open_grpc(const char *host_port, const cpri_rpc_options *creds,
+                               cpri_node **out)
 {
     cpri_node *n = calloc(1, sizeof *n);
     if (!n)
         return cpr_fail(CPR_NO_MEMORY, "out of memory opening a client");
     snprintf(n->name, sizeof n->name, "%s", host_port);
-    cpr_status st = cpri_rpc_open(host_port, &n->rpc);
+    cpr_status st = cpri_rpc_open_with(host_port, creds, &n->rpc);
     if (st) {
         free(n);
         return st;

@@ -23,6 +23,7 @@ PACKAGES=(
   python3-numpy python3-pytest       # its tests
   python3-torch                      # cpr.torch and examples/torch_dlrm
   gnuplot-nox                        # cpr-analyze --plot-dir (run as a program; optional at runtime)
+  openssl                            # tests: certificates for TLS and mutual TLS, made at test time
 )
 
 missing=()

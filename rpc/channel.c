@@ -28,7 +28,19 @@
 struct cpri_rpc {
     grpc_channel *channel;
     char target[256];
+    grpc_metadata auth;  /* "authorization: Bearer TOKEN", when has_auth */
+    int has_auth;
 };
+
+/* Every call's initial metadata: the token, if any. */
+static void set_initial(const cpri_rpc *r, grpc_op *op)
+{
+    op->op = GRPC_OP_SEND_INITIAL_METADATA;
+    if (r->has_auth) {
+        op->data.send_initial_metadata.count = 1;
+        op->data.send_initial_metadata.metadata = (grpc_metadata *)&r->auth;
+    }
+}
 
 struct cpri_rpc_stream {
     cpri_rpc *rpc;
@@ -39,6 +51,28 @@ struct cpri_rpc_stream {
 
 cpr_status cpri_rpc_open(const char *host_port, cpri_rpc **out)
 {
+    return cpri_rpc_open_with(host_port, NULL, out);
+}
+
+/* Plaintext, or TLS with the given roots (and client pair for mutual TLS). */
+static grpc_channel_credentials *credentials(const cpri_rpc_options *o)
+{
+    if (!o || !o->tls)
+        return grpc_insecure_credentials_create();
+    grpc_ssl_pem_key_cert_pair pair = {o->tls_key_pem, o->tls_cert_pem};
+    return grpc_ssl_credentials_create(o->tls_ca_pem,
+                                       o->tls_cert_pem && o->tls_key_pem ? &pair : NULL, NULL,
+                                       NULL);
+}
+
+cpr_status cpri_rpc_open_with(const char *host_port, const cpri_rpc_options *o, cpri_rpc **out)
+{
+    if (o && !o->tls_cert_pem != !o->tls_key_pem)
+        return cpr_fail(CPR_INVALID_ARGUMENT, "a client certificate needs its key, and a key "
+                        "its certificate: give both or neither");
+    if (o && o->token && (!*o->token || strpbrk(o->token, " \t\r\n")))
+        return cpr_fail(CPR_INVALID_ARGUMENT, "the token must be non-empty and hold no "
+                        "whitespace");
     cpri_rpc *r = calloc(1, sizeof *r);
     if (!r)
         return cpr_fail(CPR_NO_MEMORY, "out of memory opening a channel");
@@ -62,13 +96,30 @@ cpr_status cpri_rpc_open(const char *host_port, cpri_rpc **out)
         {GRPC_ARG_INTEGER, GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, {.integer = RECONNECT_MAX_MS}},
     };
     grpc_channel_args args = {sizeof arg / sizeof arg[0], arg};
-    grpc_channel_credentials *creds = grpc_insecure_credentials_create();
-    r->channel = grpc_channel_create(host_port, creds, &args);
-    grpc_channel_credentials_release(creds);
+    grpc_channel_credentials *creds = credentials(o);
+    r->channel = creds ? grpc_channel_create(host_port, creds, &args) : NULL;
+    if (creds)
+        grpc_channel_credentials_release(creds);
     if (!r->channel) {
         free(r);
         grpc_shutdown();
-        return cpr_fail(CPR_INVALID_ARGUMENT, "cannot create a channel to '%s'", host_port);
+        return cpr_fail(CPR_INVALID_ARGUMENT, "cannot create a %schannel to '%s'%s",
+                        o && o->tls ? "TLS " : "", host_port,
+                        o && o->tls ? " (check the CA, certificate and key files)" : "");
+    }
+    if (o && o->token) {
+        char *value = malloc(strlen(o->token) + sizeof "Bearer ");
+        if (!value) {
+            grpc_channel_destroy(r->channel);
+            free(r);
+            grpc_shutdown();
+            return cpr_fail(CPR_NO_MEMORY, "out of memory opening a channel");
+        }
+        sprintf(value, "Bearer %s", o->token);
+        r->auth.key = grpc_slice_from_static_string("authorization");
+        r->auth.value = grpc_slice_from_copied_string(value);
+        r->has_auth = 1;
+        free(value);
     }
     *out = r;
     return CPR_OK;
@@ -79,6 +130,8 @@ void cpri_rpc_close(cpri_rpc *r)
     if (!r)
         return;
     grpc_channel_destroy(r->channel);
+    if (r->has_auth)
+        grpc_slice_unref(r->auth.value);
     free(r);
     grpc_shutdown();
 }
@@ -223,7 +276,7 @@ static cpr_status unary(cpri_rpc *r, const char *method, const uint8_t *req, siz
     grpc_call *call = new_call(r, method, timeout_s, cq);
     grpc_op ops[3];
     memset(ops, 0, sizeof ops);
-    ops[0].op = GRPC_OP_SEND_INITIAL_METADATA;
+    set_initial(r, &ops[0]);
     ops[0].flags = flags;
     ops[1].op = GRPC_OP_SEND_MESSAGE;
     ops[1].data.send_message.send_message = buffer_of(req, len);
@@ -260,7 +313,7 @@ cpr_status cpri_rpc_stream_open(cpri_rpc *r, const char *method, double timeout_
     s->call = new_call(r, method, timeout_s, s->cq);
     grpc_op op;
     memset(&op, 0, sizeof op);
-    op.op = GRPC_OP_SEND_INITIAL_METADATA;
+    set_initial(r, &op);
     if (!run_batch(s->call, s->cq, &op, 1)) {
         /* The call ended before it began (no connection, deadline, the
          * server refused it): its status says why. */
@@ -328,7 +381,7 @@ cpr_status cpri_rpc_server_stream(cpri_rpc *r, const char *method, const uint8_t
     cpr_status st = CPR_OK;
     grpc_metadata_array_init(&initial);
     memset(ops, 0, sizeof ops);
-    ops[0].op = GRPC_OP_SEND_INITIAL_METADATA;
+    set_initial(r, &ops[0]);
     ops[1].op = GRPC_OP_SEND_MESSAGE;
     ops[1].data.send_message.send_message = buffer_of(req, len);
     ops[2].op = GRPC_OP_SEND_CLOSE_FROM_CLIENT;

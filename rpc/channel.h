@@ -24,6 +24,18 @@ typedef struct cpri_rpc_stream cpri_rpc_stream;
 
 /* A channel to "host:port". Connecting is lazy: errors show on the first call. */
 cpr_status cpri_rpc_open(const char *host_port, cpri_rpc **out);
+
+/* Credentials of a channel; strings are copied. */
+typedef struct cpri_rpc_options {
+    const char *token;       /* "authorization: Bearer TOKEN" on every call; NULL: none */
+    int tls;                 /* 1: TLS */
+    const char *tls_ca_pem;  /* roots for the server's certificate; NULL: gRPC's default */
+    const char *tls_cert_pem;/* the client's certificate chain and key (mutual TLS); */
+    const char *tls_key_pem; /* both or neither */
+} cpri_rpc_options;
+
+/* cpri_rpc_open with credentials (o NULL: none, plaintext). */
+cpr_status cpri_rpc_open_with(const char *host_port, const cpri_rpc_options *o, cpri_rpc **out);
 void cpri_rpc_close(cpri_rpc *rpc);
 
 /* method: "/cpr.v1.Checkpoint/Begin" etc. *resp is malloc'd (caller frees).

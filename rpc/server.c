@@ -208,6 +208,46 @@ double cpri_rpc_idle_timeout_s(const cpri_rpc_call *c)
     return c->srv->idle_timeout_s;
 }
 
+static long copy_out(const char *v, size_t n, char *buf, size_t cap)
+{
+    if (n >= cap || memchr(v, '\0', n))
+        return -1;
+    memcpy(buf, v, n);
+    buf[n] = '\0';
+    return (long)n;
+}
+
+long cpri_rpc_call_header(const cpri_rpc_call *c, const char *key, char *buf, size_t cap)
+{
+    size_t klen = strlen(key);
+    for (size_t i = 0; i < c->md.count; i++) {
+        const grpc_slice *k = &c->md.metadata[i].key, *v = &c->md.metadata[i].value;
+        if (GRPC_SLICE_LENGTH(*k) == klen && memcmp(GRPC_SLICE_START_PTR(*k), key, klen) == 0)
+            return copy_out((const char *)GRPC_SLICE_START_PTR(*v), GRPC_SLICE_LENGTH(*v), buf,
+                            cap);
+    }
+    return -1;
+}
+
+long cpri_rpc_call_peer_subject(cpri_rpc_call *c, char *buf, size_t cap)
+{
+    long n = -1;
+    grpc_auth_context *ctx = grpc_call_auth_context(c->call);
+    if (!ctx)
+        return -1;
+    /* Only a verified peer has an identity: with a client CA, TLS refuses
+     * any certificate it did not verify before a call exists. */
+    if (grpc_auth_context_peer_is_authenticated(ctx)) {
+        grpc_auth_property_iterator it =
+            grpc_auth_context_find_properties_by_name(ctx, GRPC_X509_SUBJECT_PROPERTY_NAME);
+        const grpc_auth_property *p = grpc_auth_property_iterator_next(&it);
+        if (p)
+            n = copy_out(p->value, p->value_length, buf, cap);
+    }
+    grpc_auth_context_release(ctx);
+    return n;
+}
+
 void cpri_rpc_request(cpri_rpc_call *c, const uint8_t **msg, size_t *len)
 {
     if (!c->have_request) {
@@ -408,6 +448,19 @@ static void *acceptor_main(void *arg)
     }
 }
 
+/* Plaintext, TLS, or mutual TLS (server.h). NULL if the PEM is refused. */
+static grpc_server_credentials *server_credentials(const cpri_rpc_server_options *o)
+{
+    if (!o->tls_cert_pem)
+        return grpc_insecure_server_credentials_create();
+    grpc_ssl_pem_key_cert_pair pair = {o->tls_key_pem, o->tls_cert_pem};
+    return grpc_ssl_server_credentials_create_ex(
+        o->tls_client_ca_pem, &pair, 1,
+        o->tls_client_ca_pem ? GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY
+                             : GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE,
+        NULL);
+}
+
 cpr_status cpri_rpc_server_start(const cpri_rpc_method *methods, size_t n_methods, void *app,
                                 const cpri_rpc_server_options *opts, cpri_rpc_server **out,
                                 int *port)
@@ -455,12 +508,24 @@ cpr_status cpri_rpc_server_start(const cpri_rpc_method *methods, size_t n_method
             srv->server, methods[i].path, NULL,
             methods[i].kind == CPR_RPC_CLIENT_STREAM ? GRPC_SRM_PAYLOAD_NONE
                                                  : GRPC_SRM_PAYLOAD_READ_INITIAL_BYTE_BUFFER, 0);
-    grpc_server_credentials *creds = grpc_insecure_server_credentials_create();
-    int bound = grpc_server_add_http2_port(srv->server, opts->listen, creds);
-    grpc_server_credentials_release(creds);
+    grpc_server_credentials *creds = server_credentials(opts);
+    int bound = creds ? grpc_server_add_http2_port(srv->server, opts->listen, creds) : 0;
+    if (creds)
+        grpc_server_credentials_release(creds);
+    if (!creds) {
+        grpc_server_destroy(srv->server);
+        srv->server = NULL;
+        cpri_rpc_server_stop(srv);
+        return cpr_fail(CPR_INVALID_ARGUMENT, "the TLS certificate, key or client CA is not "
+                        "usable PEM (check the --tls-* files)");
+    }
     if (bound <= 0) {
-        cpr_status st = cpr_fail(CPR_UNAVAILABLE, "cannot listen on %s: the address is "
-                                 "invalid or in use", opts->listen);
+        cpr_status st = opts->tls_cert_pem
+            ? cpr_fail(CPR_UNAVAILABLE, "cannot listen on %s with TLS: the address is "
+                       "invalid or in use, or the certificate and key are not a pair (the "
+                       "lines above say which)", opts->listen)
+            : cpr_fail(CPR_UNAVAILABLE, "cannot listen on %s: the address is invalid or in "
+                       "use", opts->listen);
         grpc_server_destroy(srv->server);
         srv->server = NULL;
         cpri_rpc_server_stop(srv);

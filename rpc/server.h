@@ -52,6 +52,11 @@ typedef struct cpri_rpc_server_options {
     unsigned max_calls;          /* concurrent calls (default 1024) */
     double idle_timeout_s;       /* a stream that neither receives nor sends a message for
                                     this long is cancelled (default 600) */
+    /* TLS (all PEM text, borrowed for the start only): with a certificate
+     * and its key the port speaks TLS only; with client_ca as well, every
+     * client must present a certificate that CA signed (mutual TLS).
+     * NULL: plaintext. */
+    const char *tls_cert_pem, *tls_key_pem, *tls_client_ca_pem;
 } cpri_rpc_server_options;
 
 /* Serve `methods` (at most 32; borrowed, as `app`, until stop). *port gets
@@ -69,6 +74,16 @@ void cpri_rpc_server_stop(cpri_rpc_server *server);
 
 /* The method's path, for logs. */
 const char *cpri_rpc_call_method(const cpri_rpc_call *call);
+
+/* The value of request metadata `key` (lowercase, e.g. "authorization"),
+ * NUL-terminated into buf: its length, or -1 if the call has no such entry,
+ * or one longer than cap - 1 or holding a NUL (never truncated). */
+long cpri_rpc_call_header(const cpri_rpc_call *call, const char *key, char *buf, size_t cap);
+
+/* The subject of the client certificate that TLS verified (RFC 2253, e.g.
+ * "CN=trainer-1,O=CPR"), into buf: its length, or -1 if the call is not over
+ * mutual TLS (or the subject does not fit). */
+long cpri_rpc_call_peer_subject(cpri_rpc_call *call, char *buf, size_t cap);
 
 /* The request of a unary or server-streaming call (empty if none); valid
  * until cpri_rpc_finish. */

@@ -97,6 +97,17 @@ typedef struct cpr_client_options {
                                  machine is CPR_INVALID_ARGUMENT; a CPU the
                                  process may not use leaves a thread where it
                                  was */
+    /* Credentials (issue #11; docs/architecture.md, "Trust"). Each NULL
+     * field falls back to its environment variable. Strings are borrowed for
+     * cpr_client_open; files are read there. */
+    const char *token;        /* sent as "authorization: Bearer TOKEN" on every
+                                 call to a ckptd run with --auth-file [$CPR_TOKEN] */
+    const char *tls_ca_file;  /* grpcs://: PEM roots that sign the daemon's
+                                 certificate [$CPR_TLS_CA; unset: the system's] */
+    const char *tls_cert_file;/* grpcs:// to a daemon that asks for client
+                                 certificates (mutual TLS): this client's PEM
+                                 certificate and key [$CPR_TLS_CERT, $CPR_TLS_KEY] */
+    const char *tls_key_file;
 } cpr_client_options;
 
 /*

@@ -36,7 +36,8 @@ static int client_init(cprpy_client *c, PyObject *args, PyObject *kw)
 {
     static char *kwlist[] = {"target",  "staging_bytes", "message_bytes", "call_timeout_s",
                              "stream_timeout_s", "retries", "backoff_s", "defer_send",
-                             "thread_cpus", "retain_cuts", "no_sync", "no_fold", NULL};
+                             "thread_cpus", "retain_cuts", "no_sync", "no_fold", "token",
+                             "tls_ca_file", "tls_cert_file", "tls_key_file", NULL};
     const char *target;
     cpr_client_options o;
     memset(&o, 0, sizeof o);
@@ -44,11 +45,12 @@ static int client_init(cprpy_client *c, PyObject *args, PyObject *kw)
     int defer = 0, no_sync = 0, no_fold = 0;
     const char *cpus = NULL;
     unsigned int retain = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "s|$nnddOdpzO&pp", kwlist, &target,
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "s|$nnddOdpzO&ppzzzz", kwlist, &target,
                                      (Py_ssize_t *)&o.staging_bytes,
                                      (Py_ssize_t *)&o.message_bytes, &o.call_timeout_s,
                                      &o.stream_timeout_s, &retries, &o.backoff_s, &defer, &cpus,
-                                     cprpy_u32, &retain, &no_sync, &no_fold))
+                                     cprpy_u32, &retain, &no_sync, &no_fold, &o.token,
+                                     &o.tls_ca_file, &o.tls_cert_file, &o.tls_key_file))
         return -1;
     if ((Py_ssize_t)o.staging_bytes < 0 || (Py_ssize_t)o.message_bytes < 0) {
         cprpy_raise(CPR_INVALID_ARGUMENT, "staging_bytes and message_bytes must be >= 0");
@@ -1016,9 +1018,13 @@ PyTypeObject cprpy_ClientType = {
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE,
     .tp_doc = "Client(target, *, staging_bytes=0, message_bytes=0, call_timeout_s=0, "
               "stream_timeout_s=0, retries=None, backoff_s=0, defer_send=False, "
-              "thread_cpus=None, retain_cuts=0, no_sync=False, no_fold=False)\n\n"
+              "thread_cpus=None, retain_cuts=0, no_sync=False, no_fold=False, token=None, "
+              "tls_ca_file=None, tls_cert_file=None, tls_key_file=None)\n\n"
               "A CPR client. target: 'grpc://host:port[,host:port...]' (or 'host:port'), "
-              "'unix:/path', or 'local:///dir' (the store in-process). Zero options take "
+              "'grpcs://host:port[,...]' (TLS), 'unix:/path', or 'local:///dir' (the store "
+              "in-process). token: the bearer token of a ckptd with --auth-file; tls_*: PEM "
+              "files for grpcs:// (None: $CPR_TOKEN, $CPR_TLS_CA, $CPR_TLS_CERT, "
+              "$CPR_TLS_KEY). Zero options take "
               "the library's defaults (docs/client.md); retries=0 never retries. "
               "Thread-safe; a context manager (closes on exit).",
     .tp_methods = client_methods,

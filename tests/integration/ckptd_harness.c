@@ -200,6 +200,23 @@ cpr_status ch_send_rows(cpri_rpc_stream *s, const cpr_part_id *id, uint64_t leas
     return st;
 }
 
+cpr_status ch_put_blob(cpri_rpc *rpc, const cpr_part_id *id, uint64_t lease, const void *data,
+                       size_t len)
+{
+    uint8_t *buf;
+    size_t n;
+    cpri_rpc_stream *s;
+    cpr_status st = cpri_rpc_stream_open(rpc, CH_SVC "PutBlob", CH_TIMEOUT_S, &s);
+    if (st)
+        return st;
+    assert_int_equal(cpri_wire_chunk_encode(id, lease, "dense", 0, len, data, len,
+                                            cpr_crc32c(0, data, len), &buf, &n), CPR_OK);
+    st = cpri_rpc_stream_send(s, buf, n);
+    free(buf);
+    cpr_status end = cpri_rpc_stream_finish(s, NULL, NULL);
+    return end != CPR_OK ? end : st;
+}
+
 cpr_status ch_commit(cpri_rpc *rpc, const cpr_part_id *id, uint64_t rows)
 {
     uint8_t *buf;

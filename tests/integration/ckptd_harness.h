@@ -53,6 +53,10 @@ cpr_status ch_commit(cpri_rpc *rpc, const cpr_part_id *id, uint64_t rows);
  * `lease`, sent on an open PutRows stream. */
 cpr_status ch_send_rows(cpri_rpc_stream *s, const cpr_part_id *id, uint64_t lease,
                         uint64_t first, size_t n);
+/* A PutBlob stream of one chunk: blob "dense" of `id` holding data[0..len),
+ * presenting `lease`. The first failure. */
+cpr_status ch_put_blob(cpri_rpc *rpc, const cpr_part_id *id, uint64_t lease, const void *data,
+                       size_t len);
 /* The writer lease the daemon answered ch_begin/ch_begin_part of `id` with
  * (0 if the harness began no such part); ch_put_rows and ch_commit present
  * it. The harness remembers the last 256 parts it began. */

@@ -38,16 +38,7 @@ static cpr_status put_with(cpri_rpc *rpc, const cpr_part_id *id, uint64_t lease,
 static cpr_status blob_with(cpri_rpc *rpc, const cpr_part_id *id, uint64_t lease)
 {
     static const char data[] = "not yours";
-    uint8_t *buf;
-    size_t len;
-    cpri_rpc_stream *s;
-    assert_status(CPR_OK, cpri_rpc_stream_open(rpc, CH_SVC "PutBlob", CH_TIMEOUT_S, &s));
-    assert_status(CPR_OK, cpri_wire_chunk_encode(id, lease, "dense", 0, 0, data, sizeof data,
-                                                 cpr_crc32c(0, data, sizeof data), &buf, &len));
-    cpr_status st = cpri_rpc_stream_send(s, buf, len);
-    free(buf);
-    cpr_status end = cpri_rpc_stream_finish(s, NULL, NULL);
-    return end != CPR_OK ? end : st;
+    return ch_put_blob(rpc, id, lease, data, sizeof data);
 }
 
 static cpr_status unary_with(cpri_rpc *rpc, const cpr_part_id *id, uint64_t lease, int commit,

@@ -112,7 +112,8 @@ static const command COMMANDS[] = {
 
 static void usage(FILE *out)
 {
-    fputs("usage: cprctl [--server TARGET] [--timeout S] [--json] COMMAND [ARGS]\n"
+    fputs("usage: cprctl [--server TARGET] [--timeout S] [--json] [--token T]\n"
+          "              [--tls-ca FILE [--tls-cert FILE --tls-key FILE]] COMMAND [ARGS]\n"
           "\n"
           "The operators' tool for CPR checkpoint storage: what is stored, is it\n"
           "intact, reclaim space, dump a table.\n"
@@ -121,8 +122,16 @@ static void usage(FILE *out)
           "                   list of every node the job was written to), HOST:PORT\n"
           "                   [,...] (the same), unix:/PATH (a ckptd's socket), or\n"
           "                   local:///ABS/PATH (the store in-process, when no\n"
-          "                   daemon has it open): the client library's targets.\n"
+          "                   daemon has it open), or grpcs://HOST:PORT[,...] (ckptd\n"
+          "                   daemons serving TLS): the client library's targets.\n"
           "                   Default: $CPR_SERVER.\n"
+          "  --token T        the bearer token a ckptd with --auth-file knows\n"
+          "                   (default: $CPR_TOKEN, which ps does not show: prefer it)\n"
+          "  --tls-ca FILE    grpcs://: PEM roots of the daemons' certificates\n"
+          "                   (default: $CPR_TLS_CA, else the system's)\n"
+          "  --tls-cert FILE, --tls-key FILE\n"
+          "                   grpcs:// with mutual TLS: this client's PEM certificate\n"
+          "                   and key (default: $CPR_TLS_CERT, $CPR_TLS_KEY)\n"
           "  --timeout S      deadline of each short call in seconds (default 30)\n"
           "  --json           print exactly one JSON object on stdout\n"
           "  -h, --help       print this help (cprctl COMMAND --help: that command's)\n"
@@ -327,7 +336,8 @@ static void saw(parsed *p, unsigned opt, const char *name)
 static int parse_valued(int argc, char **argv, int *i, ctl *c, parsed *p)
 {
     static const char *const names[] = {"--server", "--timeout", "--keep", "--as-of",
-                                        "--format"};
+                                        "--format", "--token", "--tls-ca", "--tls-cert",
+                                        "--tls-key"};
     for (size_t f = 0; f < sizeof names / sizeof names[0]; f++) {
         int missing = 0;
         const char *v = cpri_cli_value(argc, argv, i, names[f], &missing);
@@ -352,6 +362,18 @@ static int parse_valued(int argc, char **argv, int *i, ctl *c, parsed *p)
         case 3:
             saw(p, OPT_AS_OF, names[f]);
             return cli_error(cpri_cli_u64(names[f], v, 1, UINT64_MAX, &c->as_of)) ? -1 : 1;
+        case 5:
+            c->token = v;
+            return 1;
+        case 6:
+            c->tls_ca = v;
+            return 1;
+        case 7:
+            c->tls_cert = v;
+            return 1;
+        case 8:
+            c->tls_key = v;
+            return 1;
         default:
             saw(p, OPT_FORMAT, names[f]);
             if (strcmp(v, "csv") != 0 && strcmp(v, "f32") != 0)
@@ -510,6 +532,10 @@ int main(int argc, char **argv)
     cpr_client_options opts;
     memset(&opts, 0, sizeof opts);
     opts.call_timeout_s = c.timeout_s;
+    opts.token = c.token;
+    opts.tls_ca_file = c.tls_ca;
+    opts.tls_cert_file = c.tls_cert;
+    opts.tls_key_file = c.tls_key;
     cpr_status st = cpr_client_open(c.target, &opts, &c.client);
     int rc = 0;
     if (st == CPR_INVALID_ARGUMENT) /* the target itself is malformed */

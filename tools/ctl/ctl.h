@@ -32,6 +32,8 @@ typedef struct ctl {
     const char *server;           /* as given (flag or CPR_SERVER) */
     char *target;                 /* what cpr_client_open gets (malloc'd) */
     double timeout_s;             /* 0: the library's default */
+    const char *token;            /* --token; NULL: $CPR_TOKEN (the library reads it) */
+    const char *tls_ca, *tls_cert, *tls_key; /* --tls-*; NULL: $CPR_TLS_* */
     int json, quiet;
     uint32_t keep;                /* gc --keep; 0: the storage's default */
     uint64_t as_of;               /* export --as-of; 0: newest */
