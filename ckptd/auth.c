@@ -107,21 +107,24 @@ static int valid_pattern(const char *pat)
 
 static cpr_status parse_rights(const char *text, unsigned *out)
 {
+    static const struct {
+        const char *name;
+        unsigned rights;
+    } names[] = {{"read", CPRI_RIGHT_READ},
+                 {"write", CPRI_RIGHT_READ | CPRI_RIGHT_WRITE},
+                 {"admin", CPRI_RIGHT_READ | CPRI_RIGHT_WRITE | CPRI_RIGHT_ADMIN}};
     unsigned r = 0;
-    char buf[64];
-    if (strlen(text) >= sizeof buf)
-        return CPR_INVALID_ARGUMENT;
-    snprintf(buf, sizeof buf, "%s", text);
-    for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok;
-         tok = strtok_r(NULL, ",", &save)) {
-        if (strcmp(tok, "read") == 0)
-            r |= CPRI_RIGHT_READ;
-        else if (strcmp(tok, "write") == 0)
-            r |= CPRI_RIGHT_READ | CPRI_RIGHT_WRITE;
-        else if (strcmp(tok, "admin") == 0)
-            r |= CPRI_RIGHT_READ | CPRI_RIGHT_WRITE | CPRI_RIGHT_ADMIN;
-        else
-            return CPR_INVALID_ARGUMENT;
+    for (const char *p = text; *p;) {
+        size_t len = strcspn(p, ","), i;
+        for (i = 0; i < sizeof names / sizeof names[0]; i++)
+            if (strlen(names[i].name) == len && strncmp(p, names[i].name, len) == 0)
+                break;
+        if (i == sizeof names / sizeof names[0])
+            return CPR_INVALID_ARGUMENT; /* unknown, or empty between commas */
+        r |= names[i].rights;
+        p += len;
+        if (*p == ',' && !*++p)
+            return CPR_INVALID_ARGUMENT; /* a trailing comma */
     }
     *out = r;
     return r ? CPR_OK : CPR_INVALID_ARGUMENT;

@@ -668,8 +668,13 @@ static const cpri_rpc_method methods[] = {
     {"/cpr.v1.Checkpoint/PutRecovery", CPR_RPC_UNARY, h_put_recovery},
 };
 
-cpr_status cpri_server_start(cpr_store *store, cpri_auth *auth, const cpri_server_options *opts,
-                            cpri_server **out, int *port)
+const cpri_rpc_method *cpri_service_methods(size_t *n)
+{
+    *n = sizeof methods / sizeof methods[0];
+    return methods;
+}
+
+cpr_status cpri_service_create(cpr_store *store, cpri_auth *auth, cpri_server **out)
 {
     cpri_server *srv = calloc(1, sizeof *srv);
     if (!srv)
@@ -677,12 +682,32 @@ cpr_status cpri_server_start(cpr_store *store, cpri_auth *auth, const cpri_serve
     srv->store = store;
     srv->auth = auth;
     cpr_status st = cpri_leases_create(store, &srv->leases);
+    if (st) {
+        free(srv);
+        return st;
+    }
+    *out = srv;
+    return CPR_OK;
+}
+
+void cpri_service_destroy(cpri_server *srv)
+{
+    if (!srv)
+        return;
+    cpri_leases_destroy(srv->leases);
+    free(srv);
+}
+
+cpr_status cpri_server_start(cpr_store *store, cpri_auth *auth, const cpri_server_options *opts,
+                            cpri_server **out, int *port)
+{
+    cpri_server *srv;
+    cpr_status st = cpri_service_create(store, auth, &srv);
     if (st == CPR_OK)
         st = cpri_rpc_server_start(methods, sizeof methods / sizeof methods[0], srv, opts,
                                    &srv->rpc, port);
     if (st) {
-        cpri_leases_destroy(srv->leases);
-        free(srv);
+        cpri_service_destroy(srv);
         return st;
     }
     *out = srv;
@@ -694,6 +719,6 @@ void cpri_server_stop(cpri_server *srv)
     if (!srv)
         return;
     cpri_rpc_server_stop(srv->rpc);
-    cpri_leases_destroy(srv->leases);
-    free(srv);
+    srv->rpc = NULL;
+    cpri_service_destroy(srv);
 }

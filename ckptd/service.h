@@ -21,6 +21,14 @@ typedef cpri_rpc_server_options cpri_server_options;
 cpr_status cpri_server_start(cpr_store *store, cpri_auth *auth, const cpri_server_options *opts,
                             cpri_server **out, int *port);
 
+/* The service without a transport: its methods (static, n of them) and
+ * the app they take (cpri_service_create), for cpri_rpc_server_start or for
+ * a harness that calls the handlers itself (tests/fuzz/fuzz_handlers.c,
+ * over its own implementation of server.h's handler interface). */
+const cpri_rpc_method *cpri_service_methods(size_t *n);
+cpr_status cpri_service_create(cpr_store *store, cpri_auth *auth, cpri_server **out);
+void cpri_service_destroy(cpri_server *srv); /* NULL is a no-op */
+
 /* Stop accepting, cancel calls in flight (their parts are aborted: nothing
  * committed is affected), wait for every handler, free. NULL is a no-op. */
 void cpri_server_stop(cpri_server *server);

@@ -108,14 +108,15 @@ cpr_status cpri_rpc_open_with(const char *host_port, const cpri_rpc_options *o, 
                         o && o->tls ? " (check the CA, certificate and key files)" : "");
     }
     if (o && o->token) {
-        char *value = malloc(strlen(o->token) + sizeof "Bearer ");
+        size_t cap = strlen(o->token) + sizeof "Bearer ";
+        char *value = malloc(cap);
         if (!value) {
             grpc_channel_destroy(r->channel);
             free(r);
             grpc_shutdown();
             return cpr_fail(CPR_NO_MEMORY, "out of memory opening a channel");
         }
-        sprintf(value, "Bearer %s", o->token);
+        snprintf(value, cap, "Bearer %s", o->token);
         r->auth.key = grpc_slice_from_static_string("authorization");
         r->auth.value = grpc_slice_from_copied_string(value);
         r->has_auth = 1;
