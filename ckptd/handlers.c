@@ -379,15 +379,18 @@ static void h_stats(cpri_rpc_call *c, void *app)
     cpri_rpc_finish(c, st, resp, len);
 }
 
-/* grpc.health.v1.HealthCheckResponse{status: SERVING}: field 1, varint 1. */
+/* grpc.health.v1.HealthCheckResponse{status}: field 1, varint; SERVING (1)
+ * while the store can commit, NOT_SERVING (2) while it cannot (a full disk,
+ * cpr_store_health), so that probes and load balancers see it. */
 static void h_health(cpri_rpc_call *c, void *app)
 {
-    (void)app;
+    cpri_server *srv = app;
     uint8_t *resp = malloc(2);
     cpr_status st = resp ? CPR_OK : cpr_fail(CPR_NO_MEMORY, "out of memory");
     if (resp) {
+        int serving = cpr_store_health(srv->store) == CPR_OK;
         resp[0] = 0x08;
-        resp[1] = 0x01;
+        resp[1] = serving ? 0x01 : 0x02;
     }
     cpri_rpc_finish(c, st, resp, 2);
 }

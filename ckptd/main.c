@@ -33,7 +33,7 @@ typedef struct settings {
     char data_dir[4096];
     char tls_cert[4096], tls_key[4096], tls_client_ca[4096], auth_file[4096];
     int allow_plaintext;
-    uint64_t threads, retain, max_message_mb;
+    uint64_t threads, retain, max_message_mb, min_free_mb, max_memory_mb;
     double idle_part_timeout_s, gc_interval_s;
     int log_level;
 } settings;
@@ -42,7 +42,7 @@ static void usage(FILE *out)
 {
     fputs("usage: ckptd --data-dir DIR [--listen ADDR] [--config FILE] [--threads N]\n"
           "             [--retain K] [--gc-interval-s S] [--max-message-mb M]\n"
-          "             [--idle-part-timeout-s S] [--log-level L]\n"
+          "             [--idle-part-timeout-s S] [--log-level L] [--min-free-mb M]\n"
           "             [--tls-cert FILE --tls-key FILE [--tls-client-ca FILE]]\n"
           "             [--auth-file FILE] [--allow-plaintext yes]\n"
           "       ckptd --version | --help\n"
@@ -67,6 +67,11 @@ static void usage(FILE *out)
           "                       cancel a stream on which no message moved for S seconds\n"
           "                       (default 600; up to 604800)\n"
           "  --log-level L        error, warn, info or debug (default info)\n"
+          "  --min-free-mb M      refuse new parts (RESOURCE_EXHAUSTED) while the data\n"
+          "                       directory's file system has less free space (default\n"
+          "                       256; rows, blobs and commits stop at lower, fixed\n"
+          "                       floors so that the catalog never meets a full disk;\n"
+          "                       Health says NOT_SERVING while commits cannot be made)\n"
           "  --tls-cert FILE      serve TLS only, with this PEM certificate (chain) ...\n"
           "  --tls-key FILE       ... and its PEM private key\n"
           "  --tls-client-ca FILE mutual TLS: every client must present a certificate\n"
@@ -119,6 +124,10 @@ static int set(settings *s, const char *key, const char *value)
     else if (strcmp(key, "gc-interval-s") == 0)
         st = cpri_cli_double("--gc-interval-s", value, 0, 1, MAX_IDLE_PART_TIMEOUT_S, 1,
                             &s->gc_interval_s);
+    else if (strcmp(key, "max-memory-mb") == 0)
+        st = cpri_cli_u64("--max-memory-mb", value, 0, UINT64_C(1) << 30, &s->max_memory_mb);
+    else if (strcmp(key, "min-free-mb") == 0)
+        st = cpri_cli_u64("--min-free-mb", value, 0, UINT64_C(1) << 40, &s->min_free_mb);
     else if (strcmp(key, "max-message-mb") == 0)
         st = cpri_cli_u64("--max-message-mb", value, 1, 2047, &s->max_message_mb);
     else if (strcmp(key, "idle-part-timeout-s") == 0)
@@ -217,7 +226,8 @@ static int parse_args(int argc, char **argv, settings *s)
     static const char *const keys[] = {"listen", "data-dir", "threads", "retain", "gc-interval-s",
                                        "max-message-mb", "idle-part-timeout-s",
                                        "log-level", "tls-cert", "tls-key", "tls-client-ca",
-                                       "auth-file", "allow-plaintext"};
+                                       "auth-file", "allow-plaintext", "min-free-mb",
+                                       "max-memory-mb"};
     for (int i = 1; i < argc; i++) {
         int missing = 0;
         const char *cfg = cpri_cli_value(argc, argv, &i, "--config", &missing);
@@ -276,6 +286,7 @@ int main(int argc, char **argv)
     }
     settings s = {.listen = "127.0.0.1:7717", .threads = 1024, .retain = 2,
                   .max_message_mb = 64, .idle_part_timeout_s = 600, .gc_interval_s = 30,
+                  .min_free_mb = 256,
                   .log_level = CPR_LOG_INFO};
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
@@ -304,11 +315,13 @@ int main(int argc, char **argv)
     cpri_server *server = NULL;
     cpri_reaper *reaper = NULL;
     /* retain_cuts is also what Gc with keep 0 keeps (cpr_store_gc). */
-    cpr_store_options so = {.retain_cuts = (uint32_t)s.retain};
+    cpr_store_options so = {.retain_cuts = (uint32_t)s.retain,
+                            .min_free_bytes = s.min_free_mb << 20};
     cpri_server_options srv = {.listen = s.listen,
                               .max_message_bytes = (size_t)s.max_message_mb << 20,
                               .max_calls = (unsigned)s.threads,
-                              .idle_timeout_s = s.idle_part_timeout_s};
+                              .idle_timeout_s = s.idle_part_timeout_s,
+                              .max_memory_bytes = (size_t)s.max_memory_mb << 20};
     int port = 0, sig = 0;
     char *pem[3] = {NULL, NULL, NULL};
     if (s.tls_cert[0] && (!(pem[0] = read_pem("--tls-cert", s.tls_cert)) ||

@@ -77,6 +77,7 @@ struct cpri_rpc_server {
     double idle_timeout_s;
     int stopping;
     int shutdown_tag;
+    grpc_resource_quota *quota; /* NULL: none */
 };
 
 static int finish_code(cpri_rpc_call *c, grpc_status_code code, cpr_status st, const char *msg,
@@ -499,7 +500,23 @@ cpr_status cpri_rpc_server_start(const cpri_rpc_method *methods, size_t n_method
          * by BDP probing, keeps a 1 MiB-message stream mostly waiting). */
         {GRPC_ARG_INTEGER, GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES, {.integer = STREAM_WINDOW_BYTES}},
     };
-    grpc_channel_args args = {sizeof arg / sizeof arg[0], arg};
+    grpc_arg bounds[] = {
+        {GRPC_ARG_INTEGER, GRPC_ARG_MAX_CONCURRENT_STREAMS,
+         {.integer = opts->max_streams ? (int)opts->max_streams : 100}},
+        {GRPC_ARG_POINTER, GRPC_ARG_RESOURCE_QUOTA, {.pointer = {NULL, NULL}}},
+    };
+    grpc_arg all[sizeof arg / sizeof arg[0] + 2];
+    size_t n_all = sizeof arg / sizeof arg[0];
+    memcpy(all, arg, sizeof arg);
+    all[n_all++] = bounds[0];
+    if (opts->max_memory_bytes) {
+        srv->quota = grpc_resource_quota_create("ckptd");
+        grpc_resource_quota_resize(srv->quota, opts->max_memory_bytes);
+        bounds[1].value.pointer.p = srv->quota;
+        bounds[1].value.pointer.vtable = grpc_resource_quota_arg_vtable();
+        all[n_all++] = bounds[1];
+    }
+    grpc_channel_args args = {n_all, all};
     srv->server = grpc_server_create(&args, NULL);
     srv->cq = grpc_completion_queue_create_for_next(NULL);
     grpc_server_register_completion_queue(srv->server, srv->cq, NULL);
@@ -574,6 +591,8 @@ void cpri_rpc_server_stop(cpri_rpc_server *srv)
         grpc_server_destroy(srv->server);
     if (srv->cq)
         grpc_completion_queue_destroy(srv->cq);
+    if (srv->quota)
+        grpc_resource_quota_unref(srv->quota);
     pthread_mutex_destroy(&srv->mu);
     pthread_cond_destroy(&srv->idle);
     free(srv);

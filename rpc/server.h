@@ -52,6 +52,10 @@ typedef struct cpri_rpc_server_options {
     unsigned max_calls;          /* concurrent calls (default 1024) */
     double idle_timeout_s;       /* a stream that neither receives nor sends a message for
                                     this long is cancelled (default 600) */
+    size_t max_memory_bytes;     /* gRPC's resource quota: the memory its buffers of
+                                    requests and answers may hold (0: unbounded) */
+    unsigned max_streams;        /* concurrent calls on one connection
+                                    (GRPC_ARG_MAX_CONCURRENT_STREAMS; 0: 100) */
     /* TLS (all PEM text, borrowed for the start only): with a certificate
      * and its key the port speaks TLS only; with client_ca as well, every
      * client must present a certificate that CA signed (mutual TLS).

@@ -94,9 +94,9 @@ static cpr_status reap_one(cpri_bfile_writer *w)
     w->in_flight--;
     if (res < 0)
         return io_error("write", w->path, -res);
-    if ((size_t)res != b->fill) /* short O_DIRECT writes do not happen on ext4/xfs */
-        return cpr_fail(CPR_IO, "short write to %s (%d of %zu bytes)", w->path,
-                        res, b->fill);
+    if ((size_t)res != b->fill) /* on ext4, xfs and tmpfs: the disk filled mid-write */
+        return cpr_fail(CPR_RESOURCE_EXHAUSTED, "short write to %s (%d of %zu bytes): the "
+                        "file system is full", w->path, res, b->fill);
     b->fill = 0;
     return CPR_OK;
 }

@@ -102,7 +102,6 @@ static cpr_status publish_fold(cpr_store *store, const char *job_name, cpri_part
 {
     unsigned char key[CPR_META_KEY_LEN], *rec = NULL;
     size_t rec_len = 0;
-    char *err = NULL;
     pthread_mutex_lock(&store->mu);
     cpri_job *job = cpri_catalog_find(&store->catalog, job_name);
     cpr_status st = job ? cpri_meta_encode(m, &rec, &rec_len)
@@ -119,9 +118,7 @@ static cpr_status publish_fold(cpr_store *store, const char *job_name, cpri_part
             rocksdb_writebatch_delete(wb, (const char *)key, sizeof key);
         }
         *attempted = 1; /* from here the record may be durable: keep its segment */
-        rocksdb_write(store->db, store->sync_write, wb, &err);
-        if (err)
-            st = cpri_rocks_error(err, "publishing a fold");
+        st = cpri_catalog_write(store, wb, "publishing a fold");
     }
     if (st == CPR_OK) {
         for (size_t i = job->n_folds; replace && i-- > 0;) {
@@ -174,6 +171,8 @@ cpr_status cpri_fold_shard(cpr_store *store, const char *job_name, uint32_t shar
         }
     }
     pthread_mutex_unlock(&store->mu);
+    if (st == CPR_OK && needed) /* a fold writes a segment and a record */
+        st = cpri_space_check(store, CPRI_SPACE_DATA, "folding");
     if (st || !needed)
         goto out;
     m.shard = shard;
@@ -202,6 +201,8 @@ cpr_status cpri_fold_shard(cpr_store *store, const char *job_name, uint32_t shar
         if (attempted)
             name[0] = '\0'; /* a record may name it: only the sweep at open decides */
         if (st == CPR_OK) {
+            atomic_fetch_add(&store->folds, 1);
+            atomic_fetch_add(&store->fold_bytes, seg_bytes);
             if (bytes)
                 *bytes = seg_bytes;
             if (rows_out)

@@ -42,6 +42,49 @@ cpr_status cpri_rocks_error(char *err, const char *what)
     return st;
 }
 
+/* F1: the first failure stops every later write (see space.c). */
+static cpr_status catalog_failed(cpr_store *store, char *err, const char *what)
+{
+    cpr_status st = cpri_rocks_error(err, what);
+    if (!atomic_load(&store->catalog_broken)) {
+        snprintf(store->catalog_error, sizeof store->catalog_error, "%s", cpr_errmsg());
+        atomic_store(&store->catalog_broken, 1);
+        cpri_log(CPR_LOG_ERROR, "store %s: the catalog refused a write (%s); it takes no more "
+                 "until the store is opened again", store->dir, store->catalog_error);
+    }
+    return st;
+}
+
+static cpr_status catalog_usable(cpr_store *store, const char *what)
+{
+    if (!atomic_load(&store->catalog_broken))
+        return CPR_OK;
+    return cpr_fail(CPR_UNAVAILABLE, "%s: an earlier catalog write failed (%s); restart ckptd "
+                    "(or reopen the store) once the cause is fixed: nothing committed is lost",
+                    what, store->catalog_error);
+}
+
+cpr_status cpri_catalog_write(cpr_store *store, rocksdb_writebatch_t *wb, const char *what)
+{
+    char *err = NULL;
+    cpr_status st = catalog_usable(store, what);
+    if (st)
+        return st;
+    rocksdb_write(store->db, store->sync_write, wb, &err);
+    return err ? catalog_failed(store, err, what) : CPR_OK;
+}
+
+cpr_status cpri_catalog_put(cpr_store *store, const void *key, size_t klen, const void *val,
+                            size_t vlen, const char *what)
+{
+    char *err = NULL;
+    cpr_status st = catalog_usable(store, what);
+    if (st)
+        return st;
+    rocksdb_put(store->db, store->sync_write, key, klen, val, vlen, &err);
+    return err ? catalog_failed(store, err, what) : CPR_OK;
+}
+
 cpr_status cpri_check_job_name(const char *job)
 {
     if (!cpri_name_valid(job))
@@ -320,6 +363,10 @@ static void setup_rocks_options(cpr_store *store)
     rocksdb_options_set_create_if_missing(store->db_opts, 1);
     rocksdb_options_set_info_log_level(store->db_opts, 2 /* WARN */);
     rocksdb_options_set_keep_log_file_num(store->db_opts, 4);
+    /* Memtables of 8 MiB: a flush needs that much free space, which the
+     * catalog's headroom keeps (space.c, F1). */
+    rocksdb_options_set_write_buffer_size(store->db_opts, 8 << 20);
+    rocksdb_options_set_max_write_buffer_number(store->db_opts, 2);
     /* A torn last record (a crash inside a write nobody was told of) is
      * dropped; a damaged record anywhere else fails the open, loudly. */
     rocksdb_options_set_wal_recovery_mode(store->db_opts, 0 /* kTolerateCorruptedTailRecords */);
@@ -437,6 +484,7 @@ cpr_status cpr_store_open(const char *dir, const cpr_store_options *opts,
     if (swept)
         cpri_log(CPR_LOG_INFO, "store %s: removed %llu leftovers of interrupted writes",
                 dir, (unsigned long long)swept);
+    cpri_ballast_restore(store);
     if (!store->opts.no_fold)
         st = cpri_fold_start(store);
 out:
@@ -867,7 +915,13 @@ cpr_status cpr_store_stats_get(cpr_store *store, cpr_store_stats *out)
     s.bytes_out = atomic_load(&store->bytes_out);
     for (int i = 0; i < CPR_STATUS_COUNT_; i++)
         s.errors[i] = atomic_load(&store->errors[i]);
-    s.store_bytes = cpri_tree_bytes(store->dir);
+    s.store_bytes = cpri_store_bytes(store);
+    s.free_bytes = cpri_space_free_bytes(store);
+    s.gc_runs = atomic_load(&store->gc_runs);
+    s.gc_parts_removed = atomic_load(&store->gc_parts_removed);
+    s.gc_bytes_freed = atomic_load(&store->gc_bytes_freed);
+    s.folds = atomic_load(&store->folds);
+    s.fold_bytes = atomic_load(&store->fold_bytes);
     *out = s;
     return CPR_OK;
 }

@@ -39,12 +39,10 @@
 static cpr_status write_floor(cpr_store *store, uint32_t job_id, uint64_t floor)
 {
     unsigned char key[CPR_FLOOR_KEY_LEN], val[8];
-    char *err = NULL;
     cpri_key_floor(key, job_id);
     cpri_put_be64(val, floor);
-    rocksdb_put(store->db, store->sync_write, (const char *)key, sizeof key,
-                (const char *)val, sizeof val, &err);
-    return err ? cpri_rocks_error(err, "recording the retention floor") : CPR_OK;
+    return cpri_catalog_put(store, key, sizeof key, val, sizeof val,
+                            "recording the retention floor");
 }
 
 /* What a run asks for: keep `keep` cuts, or (floor > 0) exactly that floor. */
@@ -138,7 +136,7 @@ typedef struct doomed_part {
 static cpr_status drop_below(cpr_store *store, const char *job_name, cpr_gc_report *rep)
 {
     unsigned char key[CPR_META_KEY_LEN];
-    char *err = NULL, name[CPR_SEG_NAME_MAX];
+    char name[CPR_SEG_NAME_MAX];
     doomed_part *blob_dirs = NULL;
     size_t n_dirs = 0;
     rocksdb_writebatch_t *wb = rocksdb_writebatch_create();
@@ -155,11 +153,8 @@ static cpr_status drop_below(cpr_store *store, const char *job_name, cpr_gc_repo
             cpri_key_part_record(key, 'B', job->id, job->folds[i].shard, job->folds[i].checkpoint);
             rocksdb_writebatch_delete(wb, (const char *)key, sizeof key);
         }
-    if (rocksdb_writebatch_count(wb)) {
-        rocksdb_write(store->db, store->sync_write, wb, &err);
-        if (err)
-            st = cpri_rocks_error(err, "deleting reclaimed part records");
-    }
+    if (rocksdb_writebatch_count(wb))
+        st = cpri_catalog_write(store, wb, "deleting reclaimed part records");
     if (st == CPR_OK && job) {
         size_t n = 0;
         while (n < job->n_parts && job->parts[n].checkpoint < floor)
@@ -236,8 +231,10 @@ static cpr_status gc_run(cpr_store *store, const char *job_name, const gc_goal *
                          cpr_gc_report *report)
 {
     cpr_gc_report rep = {0};
-    cpr_status st = CPR_OK;
-    rep.bytes_before = cpri_tree_bytes(store->dir);
+    cpr_status st = cpri_space_check_gc(store); /* F1, F2 */
+    if (st)
+        return cpri_store_count(store, st);
+    rep.bytes_before = cpri_store_bytes(store);
     pthread_mutex_lock(&store->fold_mu); /* D3: no fold runs while GC sweeps */
     pthread_mutex_lock(&store->mu);
     rep.uncommitted_removed = cpri_store_sweep(store);
@@ -255,7 +252,12 @@ static cpr_status gc_run(cpr_store *store, const char *job_name, const gc_goal *
         st = gc_one(store, only ? job_name : names[i], goal, &rep);
     pthread_mutex_unlock(&store->fold_mu);
     free(names);
-    rep.bytes_after = cpri_tree_bytes(store->dir);
+    rep.bytes_after = cpri_store_bytes(store);
+    atomic_fetch_add(&store->gc_runs, 1);
+    atomic_fetch_add(&store->gc_parts_removed, rep.parts_removed);
+    if (rep.bytes_before > rep.bytes_after)
+        atomic_fetch_add(&store->gc_bytes_freed, rep.bytes_before - rep.bytes_after);
+    cpri_ballast_restore(store); /* F2 */
     if (st == CPR_OK && report)
         *report = rep;
     return cpri_store_count(store, st);

@@ -156,8 +156,37 @@ struct cpr_store {
     _Atomic uint64_t staging_seq;/* makes every begin's staging directory unique */
     _Atomic uint64_t token_seq;  /* segment tokens: unique, never 0 */
     _Atomic uint64_t rows_in, bytes_in, rows_out, bytes_out;
+    _Atomic int catalog_broken;  /* a catalog write failed: no more (space.c F1) */
+    char catalog_error[512];     /* why, written once before catalog_broken is set */
+    _Atomic uint64_t gc_runs, gc_parts_removed, gc_bytes_freed, folds, fold_bytes;
     _Atomic uint64_t errors[CPR_STATUS_COUNT_];
 };
+
+/* ---- free space (space.c: tiers F1-F4) ----------------------------------------- */
+
+typedef enum cpri_space_need {
+    CPRI_SPACE_BEGIN,   /* a new part */
+    CPRI_SPACE_DATA,    /* rows, blobs, fold segments */
+    CPRI_SPACE_CATALOG, /* a catalog write that is no deletion */
+    CPRI_SPACE_GC       /* retention's deletes */
+} cpri_space_need;
+
+uint64_t cpri_space_free_bytes(const cpr_store *store);
+/* CPR_OK, or CPR_RESOURCE_EXHAUSTED naming `op`, the free and needed bytes. */
+cpr_status cpri_space_check(const cpr_store *store, cpri_space_need need, const char *op);
+/* The GC tier, releasing the ballast if that makes the room (F2). */
+cpr_status cpri_space_check_gc(cpr_store *store);
+/* Put the ballast back if it is gone and there is room (F2). */
+void cpri_ballast_restore(cpr_store *store);
+/* The store's bytes on disk, the ballast not counted. */
+uint64_t cpri_store_bytes(const cpr_store *store);
+
+/* The only ways to write the catalog: one synced batch, or one key. After a
+ * failure the catalog takes no more writes (F1: a RocksDB write after a
+ * failed WAL append may abort the process) and cpr_store_health says so. */
+cpr_status cpri_catalog_write(cpr_store *store, rocksdb_writebatch_t *wb, const char *what);
+cpr_status cpri_catalog_put(cpr_store *store, const void *key, size_t klen, const void *val,
+                            size_t vlen, const char *what);
 
 /* Count a failed call in stats; returns st. */
 cpr_status cpri_store_count(cpr_store *store, cpr_status st);

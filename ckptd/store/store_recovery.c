@@ -99,11 +99,12 @@ static cpr_status write_record(cpr_store *store, const char *job, const record *
     if (len)
         memcpy(val + HEADER_BYTES, plan, len);
     cpri_put_be32(val + 17, record_crc(val, val + HEADER_BYTES, len));
-    char *err = NULL;
-    rocksdb_put(store->db, store->sync_write, (const char *)key, klen, (const char *)val,
-                HEADER_BYTES + len, &err);
+    cpr_status st = cpri_space_check(store, CPRI_SPACE_CATALOG, "writing a recovery record");
+    if (st == CPR_OK)
+        st = cpri_catalog_put(store, key, klen, val, HEADER_BYTES + len,
+                              "writing a recovery record");
     free(val);
-    return err ? cpri_rocks_error(err, "writing a recovery record") : CPR_OK;
+    return st;
 }
 
 cpr_status cpr_store_recovery_get(cpr_store *store, const char *job, uint64_t *generation,

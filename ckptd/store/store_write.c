@@ -199,6 +199,8 @@ cpr_status cpr_store_begin(cpr_store *store, const cpr_part_spec *spec)
     open_part *part = NULL;
     cpri_job *job;
     cpr_status st = validate_spec(spec);
+    if (st == CPR_OK) /* F3: refused before anything exists */
+        st = cpri_space_check(store, CPRI_SPACE_BEGIN, "begin");
     if (st == CPR_OK)
         st = new_open_part(store, spec, &part);
     if (st)
@@ -571,6 +573,19 @@ static void count_in(cpr_store *store, open_part *part, uint64_t rows, uint64_t 
     atomic_fetch_add(&store->bytes_in, bytes);
 }
 
+static void unlock_part(cpr_store *store, open_part *part);
+
+/* lock_open_part for a write of rows or blobs: refused (the part unchanged,
+ * space.c F3) while the file system is below the data tier. */
+static cpr_status lock_for_put(cpr_store *store, const cpr_part_id *id, const char *op,
+                               open_part **out)
+{
+    cpr_status st = lock_open_part(store, id, op, out);
+    if (st == CPR_OK && (st = cpri_space_check(store, CPRI_SPACE_DATA, op)) != CPR_OK)
+        unlock_part(store, *out);
+    return st;
+}
+
 /* A range batch (ids NULL) as the ids it stands for; its CRC covers them. */
 static cpr_status put_range(cpr_store *store, const cpr_part_id *id, const cpr_row_batch *batch)
 {
@@ -599,7 +614,7 @@ cpr_status cpr_store_put_rows(cpr_store *store, const cpr_part_id *id,
     const cpr_table_schema *schema = NULL;
     id_index *order = NULL;
     int backwards = 0;
-    cpr_status st = lock_open_part(store, id, "put_rows", &part);
+    cpr_status st = lock_for_put(store, id, "put_rows", &part);
     if (st)
         return cpri_store_count(store, st);
     st = validate_batch(part, batch, &schema);
@@ -656,7 +671,7 @@ cpr_status cpr_store_put_block(cpr_store *store, const cpr_part_id *id, const vo
     int backwards = 0;
     if (!block)
         return cpri_store_count(store, cpr_fail(CPR_INVALID_ARGUMENT, "put_block needs a block"));
-    cpr_status st = lock_open_part(store, id, "put_block", &part);
+    cpr_status st = lock_for_put(store, id, "put_block", &part);
     if (st)
         return cpri_store_count(store, st);
     st = validate_block(part, block, len, &v);
@@ -766,7 +781,7 @@ cpr_status cpr_store_put_blob(cpr_store *store, const cpr_part_id *id, const cha
         return cpri_store_count(store, cpr_fail(CPR_CORRUPT, "blob %s chunk at offset "
                                "%llu: checksum mismatch; the chunk was damaged in "
                                "transit", name, (unsigned long long)offset));
-    st = lock_open_part(store, id, "put_blob", &part);
+    st = lock_for_put(store, id, "put_blob", &part);
     if (st)
         return cpri_store_count(store, st);
     st = blob_writer(part, name, offset, &blob);
@@ -815,7 +830,6 @@ static cpr_status write_record(cpr_store *store, open_part *part)
 {
     unsigned char jkey[130], mkey[CPR_META_KEY_LEN], jval[4], *rec = NULL;
     size_t jlen = cpri_key_job(jkey, part->job_name), rec_len = 0;
-    char *err = NULL;
     struct timespec now;
     clock_gettime(CLOCK_REALTIME, &now);
     part->meta.committed_unix_ms = (int64_t)now.tv_sec * 1000 + now.tv_nsec / 1000000;
@@ -827,10 +841,10 @@ static cpr_status write_record(cpr_store *store, open_part *part)
     rocksdb_writebatch_t *wb = rocksdb_writebatch_create();
     rocksdb_writebatch_put(wb, (const char *)jkey, jlen, (const char *)jval, 4);
     rocksdb_writebatch_put(wb, (const char *)mkey, sizeof mkey, (const char *)rec, rec_len);
-    rocksdb_write(store->db, store->sync_write, wb, &err);
+    st = cpri_catalog_write(store, wb, "committing (writing the part record)");
     rocksdb_writebatch_destroy(wb);
     free(rec);
-    return err ? cpri_rocks_error(err, "committing (writing the part record)") : CPR_OK;
+    return st;
 }
 
 /* Under store->mu: may this part still commit? */
@@ -954,6 +968,8 @@ static cpr_status commit_locked(cpr_store *store, open_part *part)
     cpri_job *job = cpri_catalog_find_id(&store->catalog, part->job_id);
     st = job ? check_commit(job, &part->meta) : cpr_fail(CPR_INTERNAL, "job vanished");
     pthread_mutex_unlock(&store->mu);
+    if (st == CPR_OK) /* F3: a full disk leaves the part open */
+        st = cpri_space_check(store, CPRI_SPACE_CATALOG, "commit");
     if (st) /* nothing changed yet: the part stays open */
         return st;
     part->state = PART_COMMITTING;

@@ -287,6 +287,16 @@ CPR_API cpr_status cpr_store_verify(cpr_store *store, const char *job,
 
 CPR_API cpr_status cpr_store_stats_get(cpr_store *store, cpr_store_stats *out);
 
+/*
+ * Can the store commit now? CPR_OK, or CPR_RESOURCE_EXHAUSTED while its file
+ * system lacks the catalog's headroom (a commit would be refused; it can
+ * again once space is freed, by retention or anyone), or CPR_UNAVAILABLE
+ * after a catalog write failed (nothing committed is lost; the store takes
+ * writes again once opened anew). The message says which. ckptd's Health
+ * answers NOT_SERVING while this is not CPR_OK. Thread-safe.
+ */
+CPR_API cpr_status cpr_store_health(cpr_store *store);
+
 #ifdef __cplusplus
 }
 #endif

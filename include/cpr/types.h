@@ -65,6 +65,11 @@ typedef struct cpr_store_options {
                                folds when asked) */
     uint32_t fold_mb_s;     /* background folding's write rate limit in MB/s
                                (0: 256) */
+    uint64_t min_free_bytes;/* new parts are refused (CPR_RESOURCE_EXHAUSTED)
+                               while the store's file system has less free
+                               space than this, or than the catalog's own
+                               headroom if that is more (0: the headroom
+                               only; docs/store.md, "Free space") */
 } cpr_store_options;
 
 /* Identifies a part. `job` is borrowed for the duration of the call. */
@@ -213,6 +218,13 @@ typedef struct cpr_store_stats {
     uint64_t store_bytes;    /* size on disk: segments, catalog and blobs */
     uint64_t errors[CPR_STATS_ERRORS]; /* failed calls, indexed by cpr_status
                                           (slots past the last status are 0) */
+    uint64_t free_bytes;     /* free space on the store's file system, for
+                                this user (statvfs f_bavail) */
+    uint64_t gc_runs;        /* retention runs since open */
+    uint64_t gc_parts_removed;
+    uint64_t gc_bytes_freed; /* store bytes retention freed since open */
+    uint64_t folds;          /* folds written since open */
+    uint64_t fold_bytes;     /* bytes of the segments they wrote */
 } cpr_store_stats;
 
 /* ---- policies: which rows a save takes ---------------------------------------- */
