@@ -29,6 +29,9 @@ static cpr_status malformed(const char *what, size_t len)
                     "message of that type", what, len);
 }
 
+static cpr_status strings_clean(const ProtobufCMessageDescriptor *desc, const void *buf,
+                                size_t len, int depth);
+
 /* protobuf-c gives "" for absent strings; keep the store's messages precise. */
 static const char *str(const char *s)
 {
@@ -48,6 +51,10 @@ static const char *str(const char *s)
 static cpr_status unpack(const ProtobufCMessageDescriptor *desc, const void *buf, size_t len,
                          ProtobufCMessage **out)
 {
+    *out = NULL;
+    cpr_status st = strings_clean(desc, buf, len, 0);
+    if (st)
+        return st;
     *out = protobuf_c_message_unpack(desc, NULL, len, buf);
     return *out ? CPR_OK : malformed(desc->short_name, len);
 }
@@ -170,6 +177,8 @@ static cpr_status encode_job(const ProtobufCMessageDescriptor *desc, const char 
 
 cpr_status cpri_wire_begin_decode(const void *buf, size_t len, cpri_wire_begin *out)
 {
+    if (strings_clean(&cpr__v1__begin_request__descriptor, buf, len, 0) != CPR_OK)
+        return CPR_INVALID_ARGUMENT;
     Cpr__V1__BeginRequest *m = cpr__v1__begin_request__unpack(NULL, len, buf);
     if (!m)
         return malformed("BeginRequest", len);
@@ -320,6 +329,34 @@ static int pb_field(pb_reader *r, uint32_t *field, uint64_t *v, const uint8_t **
     }
 }
 
+/* protobuf-c hands string fields over as C strings: an embedded NUL would
+ * silently cut "job\0other" to "job". So every request's strings are
+ * checked on the wire first, nested messages included (to a depth of 8). */
+static cpr_status strings_clean(const ProtobufCMessageDescriptor *desc, const void *buf,
+                                size_t len, int depth)
+{
+    pb_reader rd = {buf, (const uint8_t *)buf + len};
+    while (rd.p < rd.end) {
+        uint32_t num;
+        uint64_t v = 0;
+        const uint8_t *bytes = NULL;
+        size_t blen = 0;
+        if (pb_field(&rd, &num, &v, &bytes, &blen))
+            return CPR_OK; /* malformed: unpack says so */
+        const ProtobufCFieldDescriptor *f =
+            bytes ? protobuf_c_message_descriptor_get_field(desc, num) : NULL;
+        if (f && f->type == PROTOBUF_C_TYPE_STRING && memchr(bytes, 0, blen))
+            return cpr_fail(CPR_INVALID_ARGUMENT, "%s.%s holds a NUL byte: names are text "
+                            "without NULs", desc->short_name, f->name);
+        if (f && f->type == PROTOBUF_C_TYPE_MESSAGE && depth < 8) {
+            cpr_status st = strings_clean(f->descriptor, bytes, blen, depth + 1);
+            if (st)
+                return st;
+        }
+    }
+    return CPR_OK;
+}
+
 cpr_status cpri_wire_rows_decode(const void *buf, size_t len, cpri_wire_rows *out)
 {
     pb_reader rd = {buf, (const uint8_t *)buf + len};
@@ -423,6 +460,8 @@ cpr_status cpri_wire_block_encode(const cpr_part_id *id, uint64_t lease, const v
 
 cpr_status cpri_wire_chunk_decode(const void *buf, size_t len, cpri_wire_chunk *out)
 {
+    if (strings_clean(&cpr__v1__blob_chunk__descriptor, buf, len, 0) != CPR_OK)
+        return CPR_INVALID_ARGUMENT;
     Cpr__V1__BlobChunk *m = cpr__v1__blob_chunk__unpack(NULL, len, buf);
     if (!m)
         return malformed("BlobChunk", len);
@@ -521,6 +560,8 @@ cpr_status cpri_wire_getblob_encode(const cpr_part_id *id, const char *name, uin
 
 cpr_status cpri_wire_restore_decode(const void *buf, size_t len, cpri_wire_restore *out)
 {
+    if (strings_clean(&cpr__v1__restore_request__descriptor, buf, len, 0) != CPR_OK)
+        return CPR_INVALID_ARGUMENT;
     Cpr__V1__RestoreRequest *m = cpr__v1__restore_request__unpack(NULL, len, buf);
     if (!m)
         return malformed("RestoreRequest", len);
@@ -643,6 +684,8 @@ cpr_status cpri_wire_verify_encode(const char *job, uint8_t **buf, size_t *len)
 
 cpr_status cpri_wire_gc_decode(const void *buf, size_t len, cpri_wire_gc *out)
 {
+    if (strings_clean(&cpr__v1__gc_request__descriptor, buf, len, 0) != CPR_OK)
+        return CPR_INVALID_ARGUMENT;
     Cpr__V1__GcRequest *m = cpr__v1__gc_request__unpack(NULL, len, buf);
     if (!m)
         return malformed("GcRequest", len);
@@ -938,6 +981,8 @@ cpr_status cpri_wire_get_recovery_encode(const char *job, uint8_t **buf, size_t 
 
 cpr_status cpri_wire_put_recovery_decode(const void *buf, size_t len, cpri_wire_recovery *out)
 {
+    if (strings_clean(&cpr__v1__put_recovery_request__descriptor, buf, len, 0) != CPR_OK)
+        return CPR_INVALID_ARGUMENT;
     Cpr__V1__PutRecoveryRequest *m = cpr__v1__put_recovery_request__unpack(NULL, len, buf);
     if (!m)
         return malformed("PutRecoveryRequest", len);

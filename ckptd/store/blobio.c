@@ -92,6 +92,10 @@ static cpr_status reap_one(cpri_bfile_writer *w)
     io_uring_cqe_seen(&w->ring, cqe);
     b->in_flight = 0;
     w->in_flight--;
+    if (b != &w->bufs[w->cur]) { /* written: a writer between writes holds one buffer */
+        free(b->data);
+        b->data = NULL;
+    }
     if (res < 0)
         return io_error("write", w->path, -res);
     if ((size_t)res != b->fill) /* on ext4, xfs and tmpfs: the disk filled mid-write */
@@ -114,6 +118,21 @@ static cpr_status write_sync(cpri_bfile_writer *w, iobuf *b, size_t len)
         done += (size_t)n;
     }
     b->fill = 0;
+    return CPR_OK;
+}
+
+/* Buffers are allocated when filling starts and freed once written (but
+ * the one being filled): an idle writer holds one, a streaming one up to
+ * CPR_BFILE_DEPTH (the store counts a blob writer as its one buffer, store.c O1). */
+static cpr_status ensure_buf(cpri_bfile_writer *w, iobuf *b)
+{
+    b->fill = 0;
+    if (b->data)
+        return CPR_OK;
+    if (posix_memalign((void **)&b->data, CPR_ALIGN, CPR_BLOB_BLOCK)) {
+        b->data = NULL;
+        return cpr_fail(CPR_NO_MEMORY, "out of memory for I/O buffers of %s", w->path);
+    }
     return CPR_OK;
 }
 
@@ -142,6 +161,8 @@ static cpr_status submit_current(cpri_bfile_writer *w, size_t len)
     /* The next buffer may still be in flight: wait for it. */
     while (st == CPR_OK && w->bufs[w->cur].in_flight)
         st = reap_one(w);
+    if (st == CPR_OK)
+        st = ensure_buf(w, &w->bufs[w->cur]);
     return st;
 }
 
@@ -173,12 +194,9 @@ cpr_status cpri_bfile_create(const char *path, int direct, int want_crcs,
         st = cpr_fail(CPR_NO_MEMORY, "out of memory opening %s", path);
         goto out;
     }
-    for (int i = 0; i < CPR_BFILE_DEPTH; i++) {
-        if (posix_memalign((void **)&w->bufs[i].data, CPR_ALIGN, CPR_BLOB_BLOCK)) {
-            st = cpr_fail(CPR_NO_MEMORY, "out of memory for I/O buffers of %s", path);
-            goto out;
-        }
-    }
+    st = ensure_buf(w, &w->bufs[0]); /* the others when needed */
+    if (st)
+        goto out;
     w->fd = open_maybe_direct(path, O_WRONLY | O_CREAT | O_TRUNC, direct, &w->direct);
     if (w->fd < 0) {
         st = io_error("create", path, errno);

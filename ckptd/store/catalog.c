@@ -21,22 +21,100 @@ void cpri_catalog_release(cpri_catalog *cat)
         free(job);
     }
     free(cat->jobs);
+    free(cat->by_name);
+    free(cat->by_id);
     memset(cat, 0, sizeof *cat);
+}
+
+/* ---- the index (C7) ------------------------------------------------------------- */
+
+static size_t hash_name(const char *name)
+{
+    uint64_t h = 1469598103934665603ull; /* FNV-1a */
+    for (const unsigned char *p = (const unsigned char *)name; *p; p++)
+        h = (h ^ *p) * 1099511628211ull;
+    return (size_t)(h ^ (h >> 29));
+}
+
+static size_t hash_id(uint32_t id)
+{
+    uint64_t h = (uint64_t)id * 0x9e3779b97f4a7c15ull;
+    return (size_t)(h >> 20);
+}
+
+static size_t job_hash(const cpri_catalog *cat, const cpri_job *job, int by_name)
+{
+    return (by_name ? hash_name(job->name) : hash_id(job->id)) & (cat->index_cap - 1);
+}
+
+static void index_put(cpri_catalog *cat, uint32_t *slots, size_t i, int by_name)
+{
+    size_t at = job_hash(cat, cat->jobs[i], by_name);
+    while (slots[at])
+        at = (at + 1) & (cat->index_cap - 1);
+    slots[at] = (uint32_t)(i + 1);
+}
+
+/* Remove jobs[i]'s entry (backward-shift deletion keeps probes unbroken). */
+static void index_remove(cpri_catalog *cat, uint32_t *slots, size_t i, int by_name)
+{
+    size_t mask = cat->index_cap - 1, at = job_hash(cat, cat->jobs[i], by_name);
+    while (slots[at] != i + 1)
+        at = (at + 1) & mask;
+    for (size_t next = (at + 1) & mask; slots[next]; next = (next + 1) & mask) {
+        size_t home = job_hash(cat, cat->jobs[slots[next] - 1], by_name);
+        /* Move the entry back if its home is not in (at, next]. */
+        if (((next - home) & mask) >= ((next - at) & mask)) {
+            slots[at] = slots[next];
+            at = next;
+        }
+    }
+    slots[at] = 0;
+}
+
+/* Room for one more job in the index, rebuilt at twice the size if needed. */
+static cpr_status index_reserve(cpri_catalog *cat)
+{
+    if (2 * (cat->n_jobs + 1) <= cat->index_cap)
+        return CPR_OK;
+    size_t cap = cat->index_cap ? 2 * cat->index_cap : 16;
+    uint32_t *names = calloc(cap, sizeof *names), *ids = calloc(cap, sizeof *ids);
+    if (!names || !ids) {
+        free(names);
+        free(ids);
+        return cpr_fail(CPR_NO_MEMORY, "out of memory indexing jobs");
+    }
+    free(cat->by_name);
+    free(cat->by_id);
+    cat->by_name = names;
+    cat->by_id = ids;
+    cat->index_cap = cap;
+    for (size_t i = 0; i < cat->n_jobs; i++) {
+        index_put(cat, cat->by_name, i, 1);
+        index_put(cat, cat->by_id, i, 0);
+    }
+    return CPR_OK;
 }
 
 cpri_job *cpri_catalog_find(const cpri_catalog *cat, const char *name)
 {
-    for (size_t i = 0; i < cat->n_jobs; i++)
-        if (strcmp(cat->jobs[i]->name, name) == 0)
-            return cat->jobs[i];
+    if (!cat->index_cap)
+        return NULL;
+    size_t mask = cat->index_cap - 1;
+    for (size_t at = hash_name(name) & mask; cat->by_name[at]; at = (at + 1) & mask)
+        if (strcmp(cat->jobs[cat->by_name[at] - 1]->name, name) == 0)
+            return cat->jobs[cat->by_name[at] - 1];
     return NULL;
 }
 
 cpri_job *cpri_catalog_find_id(const cpri_catalog *cat, uint32_t id)
 {
-    for (size_t i = 0; i < cat->n_jobs; i++)
-        if (cat->jobs[i]->id == id)
-            return cat->jobs[i];
+    if (!cat->index_cap)
+        return NULL;
+    size_t mask = cat->index_cap - 1;
+    for (size_t at = hash_id(id) & mask; cat->by_id[at]; at = (at + 1) & mask)
+        if (cat->jobs[cat->by_id[at] - 1]->id == id)
+            return cat->jobs[cat->by_id[at] - 1];
     return NULL;
 }
 
@@ -44,6 +122,9 @@ cpr_status cpri_catalog_add_job(cpri_catalog *cat, const char *name, uint32_t id
                                cpri_job **out)
 {
     cpri_job *job;
+    cpr_status st = index_reserve(cat);
+    if (st)
+        return st;
     if (cat->n_jobs == cat->cap_jobs) {
         size_t cap = cat->cap_jobs ? cat->cap_jobs * 2 : 8;
         cpri_job **grown = realloc(cat->jobs, cap * sizeof *grown);
@@ -62,15 +143,20 @@ cpr_status cpri_catalog_add_job(cpri_catalog *cat, const char *name, uint32_t id
     if (id >= cat->next_job_id)
         cat->next_job_id = id + 1;
     cat->jobs[cat->n_jobs++] = job;
+    index_put(cat, cat->by_name, cat->n_jobs - 1, 1);
+    index_put(cat, cat->by_id, cat->n_jobs - 1, 0);
     *out = job;
     return CPR_OK;
 }
 
 void cpri_catalog_drop_last(cpri_catalog *cat)
 {
-    cpri_job *job = cat->jobs[--cat->n_jobs];
+    cpri_job *job = cat->jobs[cat->n_jobs - 1];
     if (job->n_parts)
         BUG("dropping a job that has parts");
+    index_remove(cat, cat->by_name, cat->n_jobs - 1, 1);
+    index_remove(cat, cat->by_id, cat->n_jobs - 1, 0);
+    cat->n_jobs--;
     free(job->parts);
     free(job->tables);
     free(job);

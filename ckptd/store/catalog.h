@@ -40,12 +40,20 @@ typedef struct cpri_job {
     size_t n_tables;
     cpri_part_meta *folds;        /* C6; checkpoint = X */
     size_t n_folds, cap_folds;
+    uint32_t open_parts;         /* in the store's open list (store.c, O1) */
+    uint32_t open_blobs;         /* blob files being written by its open parts (O1) */
 } cpri_job;
 
+/* C7. by_name and by_id index jobs[] (slot value i + 1; 0: empty) by
+ *     open addressing with linear probing, at most half full: finding a
+ *     job costs a hash, not a scan (a lookup runs under the store's lock
+ *     for every call). */
 typedef struct cpri_catalog {
     cpri_job **jobs;
     size_t n_jobs, cap_jobs;
     uint32_t next_job_id;
+    uint32_t *by_name, *by_id;   /* C7; index_cap slots each */
+    size_t index_cap;            /* a power of two, >= 2 * n_jobs */
 } cpri_catalog;
 
 void cpri_catalog_release(cpri_catalog *cat);

@@ -86,6 +86,35 @@ static cpr_status normalise_ranges(const cpr_row_range *in, size_t n_in, cpr_row
     return CPR_OK;
 }
 
+static int u32_cmp(const void *a, const void *b)
+{
+    uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* Sorted, unique copy of the query's tables, made before the store's lock
+ * is taken: a query naming a table a million times costs its own thread a
+ * sort, and the planning under the lock one lookup per distinct table. */
+static cpr_status normalise_tables(const uint32_t *in, size_t n_in, uint32_t **out, size_t *n)
+{
+    *out = NULL;
+    *n = 0;
+    if (n_in == 0)
+        return CPR_OK;
+    uint32_t *ts = malloc(n_in * sizeof *ts);
+    if (!ts)
+        return cpr_fail(CPR_NO_MEMORY, "out of memory for %zu tables", n_in);
+    memcpy(ts, in, n_in * sizeof *ts);
+    qsort(ts, n_in, sizeof *ts, u32_cmp);
+    size_t uniq = 0;
+    for (size_t i = 0; i < n_in; i++)
+        if (uniq == 0 || ts[uniq - 1] != ts[i])
+            ts[uniq++] = ts[i];
+    *out = ts;
+    *n = uniq;
+    return CPR_OK;
+}
+
 /* Index of the first range with end > row (n if none). */
 static size_t range_at(const cpr_row_range *rs, size_t n, uint64_t row)
 {
@@ -830,15 +859,20 @@ static cpr_status restore(cpr_store *store, const cpr_restore_query *q,
     cpri_merge_plan p = {0};
     cpr_restore_result res = {0};
     int reading = 0;
+    cpr_restore_query uq = q ? *q : (cpr_restore_query){0}; /* its tables unique */
+    uint32_t *tables = NULL;
     cpr_status st = check_query(q, have_fn);
     if (st == CPR_OK)
         st = normalise_ranges(q->ranges, q->n_ranges, &p.ranges, &p.n_ranges);
+    if (st == CPR_OK)
+        st = normalise_tables(q->tables, q->n_tables, &tables, &uq.n_tables);
+    uq.tables = tables;
     if (st == CPR_OK) {
         p.modulo = q->modulo;
         p.remainder = q->remainder;
         p.batch_rows = q->batch_rows;
         pthread_mutex_lock(&store->mu);
-        st = plan(store, q, &p);
+        st = plan(store, &uq, &p);
         reading = st == CPR_OK;
         pthread_mutex_unlock(&store->mu);
     }
@@ -853,6 +887,7 @@ static cpr_status restore(cpr_store *store, const cpr_restore_query *q,
         *result = res;
     }
     cpri_merge_plan_release(&p);
+    free(tables);
     return cpri_store_count(store, st);
 }
 

@@ -196,8 +196,59 @@ void cpri_open_part_put(cpr_store *store, open_part *part)
         cpri_open_part_free(store, part);
 }
 
+cpr_status cpri_buffers_admit_locked(const cpr_store *store, uint32_t parts, uint32_t blobs)
+{
+    uint64_t limit = store->opts.max_buffer_bytes;
+    uint64_t want = (uint64_t)(store->n_open_parts + parts) * PART_BUFFER_BYTES +
+                    (uint64_t)(store->n_open_blobs + blobs) * BLOB_BUFFER_BYTES;
+    if (!limit || want <= limit)
+        return CPR_OK;
+    return cpr_fail(CPR_RESOURCE_EXHAUSTED, "the write buffers of %u open parts and %u open "
+                    "blobs take the store's memory for them (%llu MiB; ckptd --max-memory-mb): "
+                    "retry when parts commit", store->n_open_parts, store->n_open_blobs,
+                    (unsigned long long)(limit >> 20));
+}
+
+cpr_status cpri_open_blob_admit(cpr_store *store, uint32_t job_id)
+{
+    cpr_status st = CPR_OK;
+    pthread_mutex_lock(&store->mu);
+    cpri_job *job = cpri_catalog_find_id(&store->catalog, job_id);
+    if (store->n_open_blobs >= store->opts.max_open_blobs)
+        st = cpr_fail(CPR_RESOURCE_EXHAUSTED, "the store has %u blobs being written, its "
+                      "maximum (ckptd --max-open-blobs): commit or abort parts first",
+                      store->n_open_blobs);
+    else if (job && job->open_blobs >= store->opts.max_open_blobs_per_job)
+        st = cpr_fail(CPR_RESOURCE_EXHAUSTED, "job %s has %u blobs being written, its maximum "
+                      "(ckptd --max-open-blobs-per-job): commit or abort parts first",
+                      job->name, job->open_blobs);
+    if (st == CPR_OK)
+        st = cpri_buffers_admit_locked(store, 0, 1);
+    if (st == CPR_OK) {
+        store->n_open_blobs++;
+        if (job)
+            job->open_blobs++;
+    }
+    pthread_mutex_unlock(&store->mu);
+    return st;
+}
+
+/* O1: the blobs of a part being freed are no longer open. */
+void cpri_store_release_blobs(cpr_store *store, open_part *part)
+{
+    if (!part->n_blobs)
+        return;
+    pthread_mutex_lock(&store->mu);
+    cpri_job *job = cpri_catalog_find_id(&store->catalog, part->job_id);
+    store->n_open_blobs -= (uint32_t)part->n_blobs;
+    if (job)
+        job->open_blobs -= (uint32_t)part->n_blobs;
+    pthread_mutex_unlock(&store->mu);
+}
+
 void cpri_open_part_free(cpr_store *store, open_part *part)
 {
+    cpri_store_release_blobs(store, part);
     if (part->seg)
         store->segs->ops->discard(part->seg);
     else if (part->seg_name[0]) /* finished but never committed */
@@ -460,6 +511,14 @@ cpr_status cpr_store_open(const char *dir, const cpr_store_options *opts,
         store->opts = *opts;
     if (store->opts.retain_cuts == 0)
         store->opts.retain_cuts = 2;
+    if (store->opts.max_open_parts == 0)
+        store->opts.max_open_parts = 4096;
+    if (store->opts.max_open_parts_per_job == 0)
+        store->opts.max_open_parts_per_job = 1024;
+    if (store->opts.max_open_blobs == 0)
+        store->opts.max_open_blobs = 4096;
+    if (store->opts.max_open_blobs_per_job == 0)
+        store->opts.max_open_blobs_per_job = 1024;
     st = make_dirs(store, dir);
     if (st)
         goto out;

@@ -145,6 +145,7 @@ struct cpr_store {
     pthread_mutex_t mu;          /* catalog, open_parts, job commit order, doomed */
     cpri_catalog catalog;
     open_part *open_parts;
+    uint32_t n_open_parts, n_open_blobs; /* O1: counted under mu, capped by opts */
     damaged_part *damaged;       /* records that failed to decode at open */
     size_t n_damaged;
     unsigned readers;            /* restores and folds reading segments (S7) */
@@ -222,6 +223,23 @@ void cpri_store_reader_leave(cpr_store *store);
  * Caller holds store->mu. */
 void cpri_store_doom_locked(cpr_store *store, const char *name);
 
+/* O1. n_open_parts (and a job's open_parts) count the parts in the open
+ *     list: incremented by begin, decremented when a part leaves the list.
+ *     n_open_blobs (and a job's open_blobs) count open_blob entries of
+ *     parts, incremented when a blob's first chunk creates its file and
+ *     decremented when the part is freed. All under store->mu; begin and a
+ *     new blob are refused (CPR_RESOURCE_EXHAUSTED) past the caps, so the
+ *     store's threads, rings and descriptors stay bounded, and past
+ *     max_buffer_bytes, counting PART_BUFFER_BYTES a part and
+ *     BLOB_BUFFER_BYTES a blob (their writers' I/O buffers and block
+ *     builder), so their memory does too. */
+#define PART_BUFFER_BYTES ((uint64_t)12 << 20)
+#define BLOB_BUFFER_BYTES ((uint64_t)1 << 20)
+/* CPR_OK, or CPR_RESOURCE_EXHAUSTED if `parts` more open parts and `blobs`
+ * more open blobs would exceed max_buffer_bytes. Under store->mu. */
+cpr_status cpri_buffers_admit_locked(const cpr_store *store, uint32_t parts, uint32_t blobs);
+cpr_status cpri_open_blob_admit(cpr_store *store, uint32_t job_id);
+void cpri_store_release_blobs(cpr_store *store, open_part *part);
 /* Look up an open part by id and take a reference (store->mu taken inside). */
 open_part *cpri_open_part_get(cpr_store *store, const cpr_part_id *id);
 void cpri_open_part_put(cpr_store *store, open_part *part);

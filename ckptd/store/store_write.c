@@ -210,6 +210,15 @@ cpr_status cpr_store_begin(cpr_store *store, const cpr_part_spec *spec)
     int new_job = !job;
     if (new_job)
         st = cpri_catalog_add_job(&store->catalog, spec->id.job, 0, &job);
+    if (st == CPR_OK && store->n_open_parts >= store->opts.max_open_parts)
+        st = cpr_fail(CPR_RESOURCE_EXHAUSTED, "the store has %u open parts, its maximum (ckptd "
+                      "--max-open-parts): commit or abort parts first", store->n_open_parts);
+    else if (st == CPR_OK && job->open_parts >= store->opts.max_open_parts_per_job)
+        st = cpr_fail(CPR_RESOURCE_EXHAUSTED, "job %s has %u open parts, its maximum (ckptd "
+                      "--max-open-parts-per-job): commit or abort parts first", job->name,
+                      job->open_parts);
+    if (st == CPR_OK)
+        st = cpri_buffers_admit_locked(store, 1, 0);
     if (st == CPR_OK)
         st = check_begin(store, job, spec, &part->meta.base);
     if (st == CPR_OK) {
@@ -222,6 +231,8 @@ cpr_status cpr_store_begin(cpr_store *store, const cpr_part_spec *spec)
         part->refs = 1; /* the open-parts table's reference */
         part->next = store->open_parts;
         store->open_parts = part;
+        store->n_open_parts++; /* O1 */
+        job->open_parts++;
     } else if (new_job && job) {
         /* a refused begin leaves no trace: bad requests cannot grow memory */
         cpri_catalog_drop_last(&store->catalog);
@@ -720,7 +731,7 @@ static cpr_status finish_rows(cpr_store *store, open_part *part)
 
 /* ---- put_blob ------------------------------------------------------------ */
 
-static cpr_status blob_writer(open_part *part, const char *name, uint64_t offset,
+static cpr_status blob_writer(cpr_store *store, open_part *part, const char *name, uint64_t offset,
                               open_blob **out)
 {
     for (size_t i = 0; i < part->n_blobs; i++) {
@@ -744,20 +755,25 @@ static cpr_status blob_writer(open_part *part, const char *name, uint64_t offset
     if (!grown)
         return cpr_fail(CPR_NO_MEMORY, "out of memory adding blob %s", name);
     part->blobs = grown;
+    cpr_status st = cpri_open_blob_admit(store, part->job_id); /* O1 */
+    if (st)
+        return st;
     char *dir = cpri_path_join(part->dir, "blobs");
     char path[4400];
-    if (!dir)
-        return cpr_fail(CPR_NO_MEMORY, "out of memory adding blob %s", name);
-    snprintf(path, sizeof path, "%s/b_%s", dir, name);
-    cpr_status st = cpri_mkdirs(dir) == 0 ? CPR_OK
-                                         : cpr_fail(CPR_IO, "cannot create %s: %s", dir,
-                                                    strerror(errno));
+    if (dir)
+        snprintf(path, sizeof path, "%s/b_%s", dir, name);
+    st = !dir ? cpr_fail(CPR_NO_MEMORY, "out of memory adding blob %s", name)
+         : cpri_mkdirs(dir) == 0 ? CPR_OK
+                                 : cpr_fail(CPR_IO, "cannot create %s: %s", dir, strerror(errno));
     free(dir);
     open_blob *b = &part->blobs[part->n_blobs];
     if (st == CPR_OK)
         st = cpri_bfile_create(path, 1, 1, &b->writer);
-    if (st)
+    if (st) {
+        open_part one = {.job_id = part->job_id, .n_blobs = 1}; /* give the slot back */
+        cpri_store_release_blobs(store, &one);
         return st;
+    }
     snprintf(b->name, sizeof b->name, "%s", name);
     part->n_blobs++;
     *out = b;
@@ -784,7 +800,7 @@ cpr_status cpr_store_put_blob(cpr_store *store, const cpr_part_id *id, const cha
     st = lock_for_put(store, id, "put_blob", &part);
     if (st)
         return cpri_store_count(store, st);
-    st = blob_writer(part, name, offset, &blob);
+    st = blob_writer(store, part, name, offset, &blob);
     if (st == CPR_OK) {
         st = cpri_bfile_append(blob->writer, data, len);
         if (st)
@@ -902,6 +918,10 @@ static int unlink_open_part_locked(cpr_store *store, open_part *part)
             *pp = part->next;
             part->removed = 1;
             part->refs--; /* the table's own reference */
+            cpri_job *job = cpri_catalog_find_id(&store->catalog, part->job_id);
+            store->n_open_parts--; /* O1 */
+            if (job)
+                job->open_parts--;
             return 1;
         }
     }

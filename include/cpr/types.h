@@ -70,6 +70,19 @@ typedef struct cpr_store_options {
                                space than this, or than the catalog's own
                                headroom if that is more (0: the headroom
                                only; docs/store.md, "Free space") */
+    uint32_t max_open_parts;         /* parts begun and not yet committed or
+                                        aborted, in all (0: 4096) ... */
+    uint32_t max_open_parts_per_job; /* ... and per job (0: 1024); a Begin past
+                                        either is CPR_RESOURCE_EXHAUSTED */
+    uint32_t max_open_blobs;         /* blobs being written, in all (0: 4096) */
+    uint32_t max_open_blobs_per_job; /* ... and per job (0: 1024) */
+    uint64_t max_buffer_bytes;       /* memory for the write buffers of open parts
+                                        and blobs (12 MiB a part: its writes in
+                                        flight and block builder; 1 MiB a blob,
+                                        what it holds between writes); a Begin
+                                        or a new blob that would
+                                        exceed it is CPR_RESOURCE_EXHAUSTED
+                                        (0: unbounded but for the caps above) */
 } cpr_store_options;
 
 /* Identifies a part. `job` is borrowed for the duration of the call. */

@@ -542,6 +542,46 @@ static void test_end_to_end_through_store(void **unused)
     free(dir);
 }
 
+/* A job (or blob) name with an embedded NUL is refused by every request
+ * decoder, not cut short at the NUL into another job's name (issue #11). */
+static void test_nul_in_names_refused(void **unused)
+{
+    (void)unused;
+    static const uint8_t job_ab_nul_cd[] = {0x0a, 0x05, 'a', 'b', 0x00, 'c', 'd'};
+    const size_t n = sizeof job_ab_nul_cd;
+    cpri_wire_begin b;
+    cpri_wire_rows r;
+    cpri_wire_chunk ch;
+    cpri_wire_part pt;
+    cpri_wire_restore q;
+    cpri_wire_list l;
+    cpri_wire_gc g;
+    cpri_wire_recovery rec;
+#define REFUSED(call)                                                   \
+    do {                                                                \
+        assert_int_equal((call), CPR_INVALID_ARGUMENT);                 \
+        assert_non_null(strstr(cpr_errmsg(), "NUL"));                   \
+    } while (0)
+    REFUSED(cpri_wire_begin_decode(job_ab_nul_cd, n, &b));
+    REFUSED(cpri_wire_rows_decode(job_ab_nul_cd, n, &r));
+    REFUSED(cpri_wire_chunk_decode(job_ab_nul_cd, n, &ch));
+    REFUSED(cpri_wire_commit_decode(job_ab_nul_cd, n, &pt));
+    REFUSED(cpri_wire_abort_decode(job_ab_nul_cd, n, &pt));
+    REFUSED(cpri_wire_getblob_decode(job_ab_nul_cd, n, &pt));
+    REFUSED(cpri_wire_restore_decode(job_ab_nul_cd, n, &q));
+    REFUSED(cpri_wire_list_decode(job_ab_nul_cd, n, &l));
+    REFUSED(cpri_wire_verify_decode(job_ab_nul_cd, n, &l));
+    REFUSED(cpri_wire_gc_decode(job_ab_nul_cd, n, &g));
+    REFUSED(cpri_wire_get_recovery_decode(job_ab_nul_cd, n, &l));
+    REFUSED(cpri_wire_put_recovery_decode(job_ab_nul_cd, n, &rec));
+#undef REFUSED
+    /* The same name without the NUL decodes. */
+    static const uint8_t job_abcd[] = {0x0a, 0x04, 'a', 'b', 'c', 'd'};
+    assert_int_equal(cpri_wire_list_decode(job_abcd, sizeof job_abcd, &l), CPR_OK);
+    assert_string_equal(l.job, "abcd");
+    cpri_wire_list_release(&l);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -555,6 +595,7 @@ int main(void)
         cmocka_unit_test(test_stats_roundtrip),
         cmocka_unit_test(test_admin_malformed),
         cmocka_unit_test(test_recovery_roundtrip),
+        cmocka_unit_test(test_nul_in_names_refused),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
