@@ -531,7 +531,9 @@ static void client_stream(cpri_rpc_call *c, cpri_server *srv, apply_fn apply)
             st = apply(srv, who, msg, msg_len, t, &rows, &bytes);
     }
     cpri_principal_free(who);
-    if (got == CPR_RPC_IDLE)
+    if (got == CPR_RPC_EXHAUSTED)
+        st = cpr_fail(CPR_RESOURCE_EXHAUSTED, "%s", cpr_errmsg());
+    else if (got == CPR_RPC_IDLE)
         st = cpr_fail(CPR_TIMEOUT, "no message for %g s: cancelled the stream",
                       cpri_rpc_idle_timeout_s(c));
     else if (got == CPR_RPC_BROKEN && st == CPR_OK)

@@ -50,9 +50,15 @@ cpr_status cpri_ckptd_spawn(const char *ckptd, const char *dir, const char *list
     close(fds[1]);
     FILE *from = fdopen(fds[0], "r");
     char line[400] = "";
-    /* The daemon prints its address once it serves; EOF means it died. */
-    int ok = from && fgets(line, sizeof line, from) &&
-             sscanf(line, "ckptd listening on %255s", out->addr) == 1;
+    /* The daemon prints its address once it serves (its metrics' first, if
+     * any); EOF means it died. */
+    int ok = 0;
+    out->metrics_addr[0] = '\0';
+    while (!ok && from && fgets(line, sizeof line, from))
+        if (sscanf(line, "ckptd listening on %255s", out->addr) == 1)
+            ok = 1;
+        else
+            sscanf(line, "ckptd metrics on %255s", out->metrics_addr);
     if (from)
         fclose(from);
     else

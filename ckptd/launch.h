@@ -15,6 +15,7 @@
 typedef struct cpri_ckptd_proc {
     pid_t pid;
     char addr[256];       /* host:port, or unix:/path: what it printed */
+    char metrics_addr[256]; /* host:port of --metrics-listen, if given ("" if not) */
 } cpri_ckptd_proc;
 
 /*

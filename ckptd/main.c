@@ -23,6 +23,7 @@
 #include "cpr_common.h"
 #include "reaper.h"
 #include "service.h"
+#include "telemetry.h"
 
 #define EXIT_USAGE 2
 #define MAX_IDLE_PART_TIMEOUT_S (7.0 * 24 * 3600)
@@ -32,8 +33,10 @@ typedef struct settings {
     char listen[256];
     char data_dir[4096];
     char tls_cert[4096], tls_key[4096], tls_client_ca[4096], auth_file[4096];
+    char metrics_listen[256];
     int allow_plaintext;
     uint64_t threads, retain, max_message_mb, min_free_mb, max_memory_mb;
+    uint64_t max_open_parts, max_open_parts_per_job, max_open_blobs, max_open_blobs_per_job;
     double idle_part_timeout_s, gc_interval_s;
     int log_level;
 } settings;
@@ -45,6 +48,9 @@ static void usage(FILE *out)
           "             [--idle-part-timeout-s S] [--log-level L] [--min-free-mb M]\n"
           "             [--tls-cert FILE --tls-key FILE [--tls-client-ca FILE]]\n"
           "             [--auth-file FILE] [--allow-plaintext yes]\n"
+          "             [--metrics-listen ADDR] [--max-memory-mb M]\n"
+          "             [--max-open-parts N] [--max-open-parts-per-job N]\n"
+          "             [--max-open-blobs N] [--max-open-blobs-per-job N]\n"
           "       ckptd --version | --help\n"
           "\n"
           "  --listen ADDR        HOST:PORT to serve (default 127.0.0.1:7717; port 0 picks a\n"
@@ -60,7 +66,8 @@ static void usage(FILE *out)
           "  --gc-interval-s S    run retention (keep --retain cuts of every job) every S\n"
           "                       seconds when something was written (default 30; 0: only\n"
           "                       when a client calls Gc)\n"
-          "  --max-message-mb M   largest request message (default 64)\n"
+          "  --max-message-mb M   largest request message (default 20; the client library\n"
+          "                       sends at most 16 MiB of rows a message)\n"
           "  --idle-part-timeout-s S\n"
           "                       abort a part no Begin, PutRows, PutBlob or Commit has\n"
           "                       touched for S seconds (its client is presumed gone), and\n"
@@ -80,6 +87,25 @@ static void usage(FILE *out)
           "                       (or `subject:SUBJECT ...` for mutual TLS); RIGHTS a comma\n"
           "                       list of read, write, admin; reloaded on SIGHUP\n"
           "                       (docs/operations.md). Without it every caller may do all\n"
+          "  --metrics-listen ADDR  serve Prometheus metrics (GET /metrics) and a health\n"
+          "                       probe (GET /healthz: 200, or 503 while the store cannot\n"
+          "                       commit) over HTTP on HOST:PORT (port 0 picks one; the\n"
+          "                       bound address is printed before the gRPC one); off by\n"
+          "                       default. The metrics hold no job names or data\n"
+          "  --max-memory-mb M    memory for messages and write buffers (default 4096;\n"
+          "                       0: unbounded). 40% is for request messages: each\n"
+          "                       receiving call reserves twice --max-message-mb and waits\n"
+          "                       for room (RESOURCE_EXHAUSTED after\n"
+          "                       --idle-part-timeout-s); 40% for the write buffers of\n"
+          "                       open parts (12 MiB each) and blobs (1 MiB): a\n"
+          "                       Begin or blob past it is RESOURCE_EXHAUSTED at once;\n"
+          "                       the rest is for gRPC's stream windows and the heap\n"
+          "  --max-open-parts N   parts begun and not committed or aborted, in all\n"
+          "                       (default 4096) ...\n"
+          "  --max-open-parts-per-job N  ... and per job (default 1024); a Begin past\n"
+          "                       either is RESOURCE_EXHAUSTED\n"
+          "  --max-open-blobs N   blobs being written, in all (default 4096) ...\n"
+          "  --max-open-blobs-per-job N  ... and per job (default 1024)\n"
           "  --allow-plaintext yes  serve plaintext on an address other than loopback\n"
           "                       (refused otherwise: tokens and rows would cross the\n"
           "                       network in clear; give --tls-cert instead)\n"
@@ -110,6 +136,8 @@ static int set(settings *s, const char *key, const char *value)
         snprintf(s->tls_key, sizeof s->tls_key, "%s", value);
     else if (strcmp(key, "tls-client-ca") == 0)
         snprintf(s->tls_client_ca, sizeof s->tls_client_ca, "%s", value);
+    else if (strcmp(key, "metrics-listen") == 0)
+        snprintf(s->metrics_listen, sizeof s->metrics_listen, "%s", value);
     else if (strcmp(key, "auth-file") == 0)
         snprintf(s->auth_file, sizeof s->auth_file, "%s", value);
     else if (strcmp(key, "allow-plaintext") == 0) {
@@ -124,6 +152,16 @@ static int set(settings *s, const char *key, const char *value)
     else if (strcmp(key, "gc-interval-s") == 0)
         st = cpri_cli_double("--gc-interval-s", value, 0, 1, MAX_IDLE_PART_TIMEOUT_S, 1,
                             &s->gc_interval_s);
+    else if (strcmp(key, "max-open-parts") == 0)
+        st = cpri_cli_u64("--max-open-parts", value, 1, UINT32_MAX, &s->max_open_parts);
+    else if (strcmp(key, "max-open-parts-per-job") == 0)
+        st = cpri_cli_u64("--max-open-parts-per-job", value, 1, UINT32_MAX,
+                          &s->max_open_parts_per_job);
+    else if (strcmp(key, "max-open-blobs") == 0)
+        st = cpri_cli_u64("--max-open-blobs", value, 1, UINT32_MAX, &s->max_open_blobs);
+    else if (strcmp(key, "max-open-blobs-per-job") == 0)
+        st = cpri_cli_u64("--max-open-blobs-per-job", value, 1, UINT32_MAX,
+                          &s->max_open_blobs_per_job);
     else if (strcmp(key, "max-memory-mb") == 0)
         st = cpri_cli_u64("--max-memory-mb", value, 0, UINT64_C(1) << 30, &s->max_memory_mb);
     else if (strcmp(key, "min-free-mb") == 0)
@@ -227,7 +265,9 @@ static int parse_args(int argc, char **argv, settings *s)
                                        "max-message-mb", "idle-part-timeout-s",
                                        "log-level", "tls-cert", "tls-key", "tls-client-ca",
                                        "auth-file", "allow-plaintext", "min-free-mb",
-                                       "max-memory-mb"};
+                                       "max-memory-mb", "metrics-listen", "max-open-parts",
+                                       "max-open-parts-per-job", "max-open-blobs",
+                                       "max-open-blobs-per-job"};
     for (int i = 1; i < argc; i++) {
         int missing = 0;
         const char *cfg = cpri_cli_value(argc, argv, &i, "--config", &missing);
@@ -277,6 +317,10 @@ int main(int argc, char **argv)
      * fault per 4 KiB every time; kept on the heap they are reused. */
     mallopt(M_MMAP_THRESHOLD, 64 << 20);
     mallopt(M_TRIM_THRESHOLD, 256 << 20);
+    /* Hundreds of handler threads would each get an arena of their own and
+     * keep what they freed: two arenas keep the heap near what is in use
+     * (--max-memory-mb accounts for buffers, not for fragmentation). */
+    mallopt(M_ARENA_MAX, 2);
     /* A restore holds one descriptor per segment it reads (docs/store.md):
      * the soft limit (often 1024) goes up to the hard one. */
     struct rlimit nofile;
@@ -285,8 +329,10 @@ int main(int argc, char **argv)
         setrlimit(RLIMIT_NOFILE, &nofile);
     }
     settings s = {.listen = "127.0.0.1:7717", .threads = 1024, .retain = 2,
-                  .max_message_mb = 64, .idle_part_timeout_s = 600, .gc_interval_s = 30,
-                  .min_free_mb = 256,
+                  .max_message_mb = 20, .idle_part_timeout_s = 600, .gc_interval_s = 30,
+                  .min_free_mb = 256, .max_memory_mb = 4096, .max_open_parts = 4096,
+                  .max_open_parts_per_job = 1024, .max_open_blobs = 4096,
+                  .max_open_blobs_per_job = 1024,
                   .log_level = CPR_LOG_INFO};
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
@@ -301,6 +347,14 @@ int main(int argc, char **argv)
     if (parse_args(argc, argv, &s) != 0)
         return EXIT_USAGE;
     cpri_log_threshold = s.log_level;
+    /* An open part holds a segment file and its io_uring ring, an open blob
+     * the same: say so now if the caps cannot be met, not at the 1000th part. */
+    uint64_t fds_needed = 2 * (s.max_open_parts + s.max_open_blobs) + 1024;
+    if (getrlimit(RLIMIT_NOFILE, &nofile) == 0 && nofile.rlim_cur < fds_needed)
+        cpri_log(CPR_LOG_WARN, "open files are limited to %llu, and --max-open-parts and "
+                 "--max-open-blobs may need %llu: raise the limit (LimitNOFILE=, ulimit -n) "
+                 "or lower the caps", (unsigned long long)nofile.rlim_cur,
+                 (unsigned long long)fds_needed);
 
     /* Block the stop signals in every thread; this one waits for them. */
     sigset_t stop;
@@ -316,12 +370,17 @@ int main(int argc, char **argv)
     cpri_reaper *reaper = NULL;
     /* retain_cuts is also what Gc with keep 0 keeps (cpr_store_gc). */
     cpr_store_options so = {.retain_cuts = (uint32_t)s.retain,
-                            .min_free_bytes = s.min_free_mb << 20};
+                            .min_free_bytes = s.min_free_mb << 20,
+                            .max_open_parts = (uint32_t)s.max_open_parts,
+                            .max_open_parts_per_job = (uint32_t)s.max_open_parts_per_job,
+                            .max_open_blobs = (uint32_t)s.max_open_blobs,
+                            .max_open_blobs_per_job = (uint32_t)s.max_open_blobs_per_job,
+                            .max_buffer_bytes = (s.max_memory_mb << 20) / 5 * 2};
     cpri_server_options srv = {.listen = s.listen,
                               .max_message_bytes = (size_t)s.max_message_mb << 20,
                               .max_calls = (unsigned)s.threads,
                               .idle_timeout_s = s.idle_part_timeout_s,
-                              .max_memory_bytes = (size_t)s.max_memory_mb << 20};
+                              .max_memory_bytes = ((size_t)s.max_memory_mb << 20) / 5 * 2};
     int port = 0, sig = 0;
     char *pem[3] = {NULL, NULL, NULL};
     if (s.tls_cert[0] && (!(pem[0] = read_pem("--tls-cert", s.tls_cert)) ||
@@ -341,6 +400,16 @@ int main(int argc, char **argv)
         st = cpr_store_open(s.data_dir, &so, &store);
     if (st == CPR_OK)
         st = cpri_reaper_start(store, s.idle_part_timeout_s, s.gc_interval_s, &reaper);
+    cpri_telemetry *telemetry = NULL;
+    int metrics_port = 0;
+    if (st == CPR_OK && s.metrics_listen[0]) {
+        size_t n_methods = 0;
+        const cpri_rpc_method *methods = cpri_service_methods(&n_methods);
+        st = cpri_telemetry_start(store, methods, n_methods, s.metrics_listen, &telemetry,
+                                  &metrics_port);
+        srv.observe = cpri_telemetry_on_call;
+        srv.observe_ctx = telemetry;
+    }
     if (st == CPR_OK)
         st = cpri_server_start(store, auth, &srv, &server, &port);
     for (int i = 0; i < 3; i++) { /* gRPC keeps its own copies */
@@ -350,6 +419,7 @@ int main(int argc, char **argv)
     }
     if (st) {
         fprintf(stderr, "ckptd: %s: %s\n", cpr_status_name(st), cpr_errmsg());
+        cpri_telemetry_stop(telemetry);
         cpri_reaper_stop(reaper);
         cpr_store_close(store);
         cpri_auth_destroy(auth);
@@ -366,6 +436,14 @@ int main(int argc, char **argv)
             *colon = '\0';
         snprintf(bound, sizeof bound, "%s:%d", host, port);
     }
+    if (telemetry) {
+        char host[256];
+        snprintf(host, sizeof host, "%s", s.metrics_listen);
+        char *colon = strrchr(host, ':');
+        if (colon)
+            *colon = '\0';
+        printf("ckptd metrics on %s:%d\n", host, metrics_port);
+    }
     printf("ckptd listening on %s\n", bound);
     fflush(stdout);
     cpri_log(CPR_LOG_INFO, "serving %s on %s (%s%s)", s.data_dir, bound,
@@ -378,13 +456,17 @@ int main(int argc, char **argv)
         size_t rules = 0;
         if (!auth)
             cpri_log(CPR_LOG_INFO, "SIGHUP: no --auth-file to reload");
-        else if (cpri_auth_reload(auth, &rules) == CPR_OK)
+        else if (cpri_auth_reload(auth, &rules) == CPR_OK) {
             cpri_log(CPR_LOG_INFO, "SIGHUP: reloaded %s: %zu rules", s.auth_file, rules);
-        else
+            cpri_telemetry_reloaded(telemetry, 1);
+        } else {
             cpri_log(CPR_LOG_ERROR, "SIGHUP: %s; the rules in force stay", cpr_errmsg());
+            cpri_telemetry_reloaded(telemetry, 0);
+        }
     }
     cpri_log(CPR_LOG_INFO, "signal %d: stopping", sig);
     cpri_server_stop(server);
+    cpri_telemetry_stop(telemetry);
     cpri_reaper_stop(reaper);
     cpr_store_close(store);
     cpri_auth_destroy(auth);

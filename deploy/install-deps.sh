@@ -17,10 +17,14 @@ PACKAGES=(
   libcmocka-dev                      # unit-test harness
   protobuf-c-compiler libprotobuf-c-dev  # ckptd wire contract (proto/)
   libgrpc-dev                        # ckptd and the client: gRPC C core
+  libmicrohttpd-dev                  # ckptd --metrics-listen: the Prometheus endpoint (ckptd/metrics.c)
+  prometheus                         # tests: its promtool checks ckptd's exposition (test_metrics);
+                                     # (on a systemd host the package also enables a server on :9090)
   python3-grpcio python3-grpc-tools  # test_python_client: the wire contract from Python
   python3-dev                        # the cpr Python package (python/), for /usr/bin/python3
   python3-pip python3-setuptools python3-wheel  # pip install ./python, offline
   python3-numpy python3-pytest       # its tests
+  python3-yaml                       # test_deploy: parses deploy/k8s/ckptd.yaml
   python3-torch                      # cpr.torch and examples/torch_dlrm
   gnuplot-nox                        # cpr-analyze --plot-dir (run as a program; optional at runtime)
   openssl                            # tests: certificates for TLS and mutual TLS, made at test time

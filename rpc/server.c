@@ -13,10 +13,20 @@
  *  V1. A cpri_rpc_call belongs to the acceptor until its request completes,
  *      then to exactly one handler thread, which frees it.
  *  V2. At most one batch per call is outstanding, so the next event on
- *      cpri_rpc_call.cq is the completion of the batch just started. A batch
- *      that moves a stream's message is waited for at most idle_timeout_s;
- *      then the call is cancelled and the wait goes on until the batch
- *      completes (failed), so V2 still holds for the final batch.
+ *      cpri_rpc_call.cq is the completion of the batch just started. Every
+ *      batch (a stream's message, a unary answer, the final status) is
+ *      waited for at most idle_timeout_s; then the call is cancelled and the
+ *      wait goes on until the batch completes (failed), so V2 still holds
+ *      for the final batch, and no client can hold a handler for longer.
+ *  V4. With max_memory_bytes, `budget` bounds the message bytes handlers
+ *      hold: before a stream's RECV_MESSAGE is started, the call reserves
+ *      twice the largest message (gRPC's copy and ours both exist while the
+ *      message is made contiguous), and gives back all but the message's
+ *      size once it is; a unary request is charged its size before it is
+ *      copied. The message is given back at the next receive or when the
+ *      call ends. A reservation waits at most idle_timeout_s for others to
+ *      give back, then the call fails with RESOURCE_EXHAUSTED. Without a
+ *      pending receive gRPC holds at most a stream's window of it.
  *  V3. `active` counts handler threads. Stop cancels every call, joins the
  *      acceptor (which returns at the shutdown notification, so no handler
  *      starts after it), then waits for `active` to reach zero: no handler
@@ -60,6 +70,10 @@ struct cpri_rpc_call {
     int sent_initial;
     int generic;               /* an unregistered method: answered UNIMPLEMENTED */
     grpc_call_details details; /* generic calls only */
+    gpr_timespec started;      /* dispatched (for the observer) */
+    size_t held;               /* bytes of the budget this call holds (V4) */
+    uint64_t bytes_in, bytes_out;
+    cpr_status final;          /* as finished */
 };
 
 struct cpri_rpc_server {
@@ -78,6 +92,11 @@ struct cpri_rpc_server {
     int stopping;
     int shutdown_tag;
     grpc_resource_quota *quota; /* NULL: none */
+    cpri_rpc_call_observer observe;
+    void *observe_ctx;
+    size_t max_message;        /* the largest request message */
+    size_t budget, budget_used; /* V4; budget 0: none. Under mu */
+    pthread_cond_t budget_freed;
 };
 
 static int finish_code(cpri_rpc_call *c, grpc_status_code code, cpr_status st, const char *msg,
@@ -103,8 +122,8 @@ static const cpri_rpc_method generic_method = {"(unregistered method)", CPR_RPC_
 
 typedef enum batch_result { BATCH_OK, BATCH_FAILED, BATCH_IDLE } batch_result;
 
-/* Which way a stream's batch moves a message: how long it may wait. */
-typedef enum stream_dir { NOT_STREAMING, RECEIVING, SENDING } stream_dir;
+/* Which way a batch moves a message: what the client hears if it stalls. */
+typedef enum stream_dir { RECEIVING, SENDING } stream_dir;
 
 /* What a client hears when ckptd gives up on a quiet stream. */
 static void idle_reason(const cpri_rpc_call *c, stream_dir dir, char *why, size_t cap)
@@ -118,17 +137,15 @@ static void idle_reason(const cpri_rpc_call *c, stream_dir dir, char *why, size_
                  "(--idle-part-timeout-s): the call was cancelled", c->srv->idle_timeout_s);
 }
 
-/* Start one batch and wait for it (V2). A stream's batch is waited for at
- * most idle_timeout_s; then the call is cancelled, with the reason, and the
+/* Start one batch and wait for it (V2). Every batch is waited for at most
+ * idle_timeout_s; then the call is cancelled, with the reason, and the
  * result is BATCH_IDLE. */
 static batch_result run_batch_for(cpri_rpc_call *c, grpc_op *ops, size_t n, stream_dir dir)
 {
     gpr_timespec forever = gpr_inf_future(GPR_CLOCK_MONOTONIC);
-    gpr_timespec until = forever;
-    if (dir != NOT_STREAMING)
-        until = gpr_time_add(gpr_now(GPR_CLOCK_MONOTONIC),
-                             gpr_time_from_millis((int64_t)(c->srv->idle_timeout_s * 1000),
-                                                  GPR_TIMESPAN));
+    gpr_timespec until = gpr_time_add(gpr_now(GPR_CLOCK_MONOTONIC),
+                                      gpr_time_from_millis((int64_t)(c->srv->idle_timeout_s *
+                                                                     1000), GPR_TIMESPAN));
     if (grpc_call_start_batch(c->call, ops, n, c, NULL) != GRPC_CALL_OK)
         return BATCH_FAILED;
     grpc_event ev = grpc_completion_queue_next(c->cq, until, NULL);
@@ -141,9 +158,11 @@ static batch_result run_batch_for(cpri_rpc_call *c, grpc_op *ops, size_t n, stre
     return BATCH_IDLE;
 }
 
+/* Every batch that sends is bounded too (the final status and a unary
+ * answer included): a client that never reads cannot hold a handler. */
 static int run_batch(cpri_rpc_call *c, grpc_op *ops, size_t n)
 {
-    return run_batch_for(c, ops, n, NOT_STREAMING) == BATCH_OK;
+    return run_batch_for(c, ops, n, SENDING) == BATCH_OK;
 }
 
 static grpc_byte_buffer *to_buffer(uint8_t *bytes, size_t len)
@@ -171,7 +190,9 @@ static int finish_code(cpri_rpc_call *c, grpc_status_code code, cpr_status st, c
     memset(ops, 0, sizeof ops);
     if (!c->sent_initial)
         ops[n++].op = GRPC_OP_SEND_INITIAL_METADATA;
+    c->final = st;
     if (resp && code == GRPC_STATUS_OK) {
+        c->bytes_out += resp_len;
         ops[n].op = GRPC_OP_SEND_MESSAGE;
         ops[n++].data.send_message.send_message = to_buffer(resp, resp_len);
         resp = NULL;
@@ -195,6 +216,49 @@ static int finish_code(cpri_rpc_call *c, grpc_status_code code, cpr_status st, c
     grpc_slice_unref(details);
     free(resp);
     return cancelled;
+}
+
+/* ---- the message budget (V4) ------------------------------------------------------- */
+
+/* Take n bytes, waiting at most idle_timeout_s. n above the whole budget
+ * takes the whole budget. */
+static cpr_status budget_take(cpri_rpc_call *c, size_t n)
+{
+    cpri_rpc_server *srv = c->srv;
+    if (!srv->budget)
+        return CPR_OK;
+    if (n > srv->budget)
+        n = srv->budget;
+    struct timespec until;
+    clock_gettime(CLOCK_MONOTONIC, &until);
+    until.tv_sec += (time_t)srv->idle_timeout_s;
+    int rc = 0;
+    pthread_mutex_lock(&srv->mu);
+    while (srv->budget - srv->budget_used < n && rc == 0 && !srv->stopping)
+        rc = pthread_cond_timedwait(&srv->budget_freed, &srv->mu, &until);
+    int ok = srv->budget - srv->budget_used >= n && !srv->stopping;
+    if (ok)
+        srv->budget_used += n;
+    pthread_mutex_unlock(&srv->mu);
+    if (!ok)
+        return cpr_fail(CPR_RESOURCE_EXHAUSTED, "ckptd's memory for messages (--max-memory-mb) "
+                        "stayed taken by other calls for %g s; retry later",
+                        srv->idle_timeout_s);
+    c->held += n;
+    return CPR_OK;
+}
+
+/* Give back all but `keep` of what the call holds. */
+static void budget_keep(cpri_rpc_call *c, size_t keep)
+{
+    cpri_rpc_server *srv = c->srv;
+    if (!srv->budget || c->held <= keep)
+        return;
+    pthread_mutex_lock(&srv->mu);
+    srv->budget_used -= c->held - keep;
+    pthread_cond_broadcast(&srv->budget_freed);
+    pthread_mutex_unlock(&srv->mu);
+    c->held = keep;
 }
 
 /* ---- the handler's interface (server.h) --------------------------------------------- */
@@ -254,11 +318,13 @@ void cpri_rpc_request(cpri_rpc_call *c, const uint8_t **msg, size_t *len)
     if (!c->have_request) {
         grpc_byte_buffer_reader reader;
         c->request = grpc_empty_slice();
+        /* Charged in handler_main, before the handler runs (V4). */
         if (c->payload && grpc_byte_buffer_reader_init(&reader, c->payload)) {
             c->request = grpc_byte_buffer_reader_readall(&reader);
             grpc_byte_buffer_reader_destroy(&reader);
         }
         c->have_request = 1;
+        c->bytes_in += GRPC_SLICE_LENGTH(c->request);
     }
     *msg = GRPC_SLICE_START_PTR(c->request);
     *len = GRPC_SLICE_LENGTH(c->request);
@@ -281,6 +347,8 @@ cpr_status cpri_rpc_send(cpri_rpc_call *c, uint8_t *bytes, size_t len, const cha
     op.data.send_message.send_message = to_buffer(bytes, len);
     batch_result r = run_batch_for(c, &op, 1, SENDING);
     grpc_byte_buffer_destroy(op.data.send_message.send_message);
+    if (r == BATCH_OK)
+        c->bytes_out += len;
     if (r == BATCH_IDLE)
         return cpr_fail(CPR_TIMEOUT, "the client read nothing for %g s during the %s; "
                         "the call was cancelled", c->srv->idle_timeout_s, during);
@@ -291,8 +359,10 @@ cpr_status cpri_rpc_send(cpri_rpc_call *c, uint8_t *bytes, size_t len, const cha
 
 static void drop_received(cpri_rpc_call *c)
 {
-    if (c->have_received)
+    if (c->have_received) {
         grpc_slice_unref(c->received);
+        budget_keep(c, c->have_request ? GRPC_SLICE_LENGTH(c->request) : 0);
+    }
     c->have_received = 0;
 }
 
@@ -303,17 +373,23 @@ cpri_rpc_recv_result cpri_rpc_recv(cpri_rpc_call *c, const uint8_t **msg, size_t
     drop_received(c);
     if (!c->sent_initial && cpri_rpc_start(c) != CPR_OK)
         return CPR_RPC_BROKEN;
+    if (budget_take(c, 2 * c->srv->max_message) != CPR_OK)
+        return CPR_RPC_EXHAUSTED;
     memset(&op, 0, sizeof op);
     op.op = GRPC_OP_RECV_MESSAGE;
     op.data.recv_message.recv_message = &bb;
     batch_result r = run_batch_for(c, &op, 1, RECEIVING);
+    size_t before = c->held - 2 * c->srv->max_message * (c->srv->budget != 0);
     if (r != BATCH_OK) {
         if (bb) /* arrived as the call was cancelled */
             grpc_byte_buffer_destroy(bb);
+        budget_keep(c, before);
         return r == BATCH_IDLE ? CPR_RPC_IDLE : CPR_RPC_BROKEN;
     }
-    if (!bb)
+    if (!bb) {
+        budget_keep(c, before);
         return CPR_RPC_END;
+    }
     grpc_byte_buffer_reader reader;
     grpc_byte_buffer_reader_init(&reader, bb);
     c->received = grpc_byte_buffer_reader_readall(&reader);
@@ -322,6 +398,8 @@ cpri_rpc_recv_result cpri_rpc_recv(cpri_rpc_call *c, const uint8_t **msg, size_t
     grpc_byte_buffer_destroy(bb);
     *msg = GRPC_SLICE_START_PTR(c->received);
     *len = GRPC_SLICE_LENGTH(c->received);
+    c->bytes_in += *len;
+    budget_keep(c, before + *len); /* gRPC's copy is gone (V4) */
     return CPR_RPC_MESSAGE;
 }
 
@@ -337,6 +415,8 @@ int cpri_rpc_finish(cpri_rpc_call *c, cpr_status st, uint8_t *resp, size_t resp_
 
 static void free_call(cpri_rpc_call *c)
 {
+    if (c->srv)
+        budget_keep(c, 0);
     if (c->call)
         grpc_call_unref(c->call);
     grpc_metadata_array_destroy(&c->md);
@@ -364,11 +444,21 @@ static void *handler_main(void *arg)
     pthread_mutex_lock(&srv->mu);
     int over = srv->active > srv->max_calls;
     pthread_mutex_unlock(&srv->mu);
-    if (over)
-        cpri_rpc_finish(c, cpr_fail(CPR_UNAVAILABLE, "ckptd is serving its maximum of %u calls; "
-                           "retry later", srv->max_calls), NULL, 0);
+    c->started = gpr_now(GPR_CLOCK_MONOTONIC);
+    cpr_status admitted = over ? cpr_fail(CPR_UNAVAILABLE, "ckptd is serving its maximum of %u "
+                                          "calls; retry later", srv->max_calls)
+                               : CPR_OK;
+    if (admitted == CPR_OK && c->payload) /* the request and its copy (V4) */
+        admitted = budget_take(c, 2 * grpc_byte_buffer_length(c->payload));
+    if (admitted)
+        cpri_rpc_finish(c, admitted, NULL, 0);
     else
         c->m->fn(c, srv->app);
+    if (srv->observe) {
+        gpr_timespec took = gpr_time_sub(gpr_now(GPR_CLOCK_MONOTONIC), c->started);
+        srv->observe(srv->observe_ctx, c->generic ? srv->n_methods : c->method_index, c->final,
+                     c->bytes_in, c->bytes_out, gpr_timespec_to_micros(took) / 1e6);
+    }
     free_call(c);
     pthread_mutex_lock(&srv->mu);
     if (--srv->active == 0)
@@ -477,6 +567,17 @@ cpr_status cpri_rpc_server_start(const cpri_rpc_method *methods, size_t n_method
     srv->n_methods = n_methods;
     srv->app = app;
     srv->max_calls = opts->max_calls ? opts->max_calls : 1024;
+    srv->observe = opts->observe;
+    srv->observe_ctx = opts->observe_ctx;
+    srv->max_message = opts->max_message_bytes ? opts->max_message_bytes : 64u << 20;
+    srv->budget = opts->max_memory_bytes;
+    if (srv->budget && srv->budget < 2 * srv->max_message)
+        srv->budget = 2 * srv->max_message; /* room for one message at least */
+    pthread_condattr_t monotonic; /* budget_take waits against CLOCK_MONOTONIC */
+    pthread_condattr_init(&monotonic);
+    pthread_condattr_setclock(&monotonic, CLOCK_MONOTONIC);
+    pthread_cond_init(&srv->budget_freed, &monotonic);
+    pthread_condattr_destroy(&monotonic);
     srv->idle_timeout_s = opts->idle_timeout_s > 0 ? opts->idle_timeout_s
                                                    : DEFAULT_IDLE_TIMEOUT_S;
     pthread_mutex_init(&srv->mu, NULL);
@@ -511,7 +612,9 @@ cpr_status cpri_rpc_server_start(const cpri_rpc_method *methods, size_t n_method
     all[n_all++] = bounds[0];
     if (opts->max_memory_bytes) {
         srv->quota = grpc_resource_quota_create("ckptd");
-        grpc_resource_quota_resize(srv->quota, opts->max_memory_bytes);
+        /* A backstop above ours (V4): under its pressure gRPC resets streams
+         * (ENHANCE_YOUR_CALM) rather than making them wait. */
+        grpc_resource_quota_resize(srv->quota, 2 * opts->max_memory_bytes);
         bounds[1].value.pointer.p = srv->quota;
         bounds[1].value.pointer.vtable = grpc_resource_quota_arg_vtable();
         all[n_all++] = bounds[1];
@@ -563,6 +666,7 @@ void cpri_rpc_server_stop(cpri_rpc_server *srv)
         return;
     pthread_mutex_lock(&srv->mu);
     srv->stopping = 1;
+    pthread_cond_broadcast(&srv->budget_freed); /* reservations give up (V4) */
     pthread_mutex_unlock(&srv->mu);
     if (srv->server) {
         grpc_server_shutdown_and_notify(srv->server, srv->cq, &srv->shutdown_tag);
@@ -595,6 +699,7 @@ void cpri_rpc_server_stop(cpri_rpc_server *srv)
         grpc_resource_quota_unref(srv->quota);
     pthread_mutex_destroy(&srv->mu);
     pthread_cond_destroy(&srv->idle);
+    pthread_cond_destroy(&srv->budget_freed);
     free(srv);
     grpc_shutdown();
 }

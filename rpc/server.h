@@ -9,7 +9,8 @@
  * arriving call is served by its own handler thread, synchronously (start a
  * batch, pluck its completion from a queue owned by that call), so a slow or
  * stalled client holds up nobody but itself, and not for ever: a stream on
- * which no message moves for idle_timeout_s is cancelled, and HTTP/2
+ * which no message moves for idle_timeout_s is cancelled (so is a call whose
+ * client does not read its answer or status for that long), and HTTP/2
  * keepalive pings (every 30 s, 10 s to answer) drop connections to vanished
  * hosts. A call to a method the service does not have is answered
  * UNIMPLEMENTED at once. Over max_calls concurrent calls, the next is
@@ -46,14 +47,22 @@ typedef struct cpri_rpc_method {
     cpri_rpc_handler fn;
 } cpri_rpc_method;
 
+/* What one finished call was, for metrics: the index of its method in the
+ * table given to cpri_rpc_server_start (n_methods: a method the service does
+ * not have), its status, the bytes of the messages it received and sent
+ * (requests and answers, without framing), and its seconds from dispatch to
+ * the end of its final batch. Runs on the call's handler thread. */
+typedef void (*cpri_rpc_call_observer)(void *ctx, size_t method_index, cpr_status st,
+                                       uint64_t bytes_in, uint64_t bytes_out, double seconds);
+
 typedef struct cpri_rpc_server_options {
     const char *listen;          /* host:port (port 0 picks a free one) or unix:/path */
     size_t max_message_bytes;    /* largest request accepted (default 64 MiB) */
     unsigned max_calls;          /* concurrent calls (default 1024) */
     double idle_timeout_s;       /* a stream that neither receives nor sends a message for
                                     this long is cancelled (default 600) */
-    size_t max_memory_bytes;     /* gRPC's resource quota: the memory its buffers of
-                                    requests and answers may hold (0: unbounded) */
+    size_t max_memory_bytes;     /* the message bytes handlers may hold at once (V4 in
+                                    server.c), also gRPC's resource quota (0: unbounded) */
     unsigned max_streams;        /* concurrent calls on one connection
                                     (GRPC_ARG_MAX_CONCURRENT_STREAMS; 0: 100) */
     /* TLS (all PEM text, borrowed for the start only): with a certificate
@@ -61,6 +70,8 @@ typedef struct cpri_rpc_server_options {
      * client must present a certificate that CA signed (mutual TLS).
      * NULL: plaintext. */
     const char *tls_cert_pem, *tls_key_pem, *tls_client_ca_pem;
+    cpri_rpc_call_observer observe; /* may be NULL; with observe_ctx, borrowed until stop */
+    void *observe_ctx;
 } cpri_rpc_server_options;
 
 /* Serve `methods` (at most 32; borrowed, as `app`, until stop). *port gets
@@ -107,7 +118,9 @@ typedef enum cpri_rpc_recv_result {
     CPR_RPC_MESSAGE,   /* *msg and *len hold the next message */
     CPR_RPC_END,       /* the client half-closed: no more messages */
     CPR_RPC_BROKEN,    /* the stream broke (client gone, cancelled, deadline) */
-    CPR_RPC_IDLE       /* nothing arrived for idle_timeout_s: the call is cancelled */
+    CPR_RPC_IDLE,      /* nothing arrived for idle_timeout_s: the call is cancelled */
+    CPR_RPC_EXHAUSTED  /* no room in max_memory_bytes for idle_timeout_s: cpr_errmsg() says
+                          so; the call may end with CPR_RESOURCE_EXHAUSTED */
 } cpri_rpc_recv_result;
 
 /* The next message of a client stream, valid until the next receive or the

@@ -10,7 +10,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -331,4 +334,52 @@ int ch_wait_no_open_parts(cpri_rpc *rpc, const char *job, double seconds)
 {
     open_parts_query q = {rpc, job};
     return ch_poll(no_open_parts, &q, seconds);
+}
+
+cpr_status ch_http_get(const char *addr, const char *path, int *code, char **body)
+{
+    char host[64];
+    int port = 0;
+    const char *colon = strrchr(addr, ':');
+    assert_non_null(colon);
+    snprintf(host, sizeof host, "%.*s", (int)(colon - addr), addr);
+    port = (int)strtol(colon + 1, NULL, 10);
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    assert_int_equal(inet_pton(AF_INET, host, &sa.sin_addr), 1);
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    assert_true(fd >= 0);
+    if (connect(fd, (struct sockaddr *)&sa, sizeof sa) != 0) {
+        close(fd);
+        return cpr_fail(CPR_UNAVAILABLE, "cannot connect to %s", addr);
+    }
+    char req[512];
+    int n = snprintf(req, sizeof req, "GET %s HTTP/1.0\r\nHost: %s\r\n\r\n", path, addr);
+    assert_int_equal(send(fd, req, (size_t)n, 0), n);
+    size_t cap = 1 << 16, len = 0;
+    char *buf = malloc(cap + 1);
+    for (ssize_t got; (got = recv(fd, buf + len, cap - len, 0)) > 0;) {
+        len += (size_t)got;
+        if (len == cap) {
+            cap *= 2;
+            buf = realloc(buf, cap + 1);
+            assert_non_null(buf);
+        }
+    }
+    close(fd);
+    buf[len] = '\0';
+    assert_int_equal(sscanf(buf, "HTTP/1.%*d %d", code), 1);
+    const char *start = strstr(buf, "\r\n\r\n");
+    assert_non_null(start);
+    *body = strdup(start + 4);
+    free(buf);
+    return CPR_OK;
+}
+
+double ch_metric(const char *exposition, const char *series)
+{
+    size_t n = strlen(series);
+    for (const char *line = exposition; line && *line; line = strchr(line, '\n') ? strchr(line, '\n') + 1 : NULL)
+        if (strncmp(line, series, n) == 0 && line[n] == ' ')
+            return strtod(line + n + 1, NULL);
+    return -1;
 }

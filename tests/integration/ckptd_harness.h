@@ -72,6 +72,16 @@ cpr_status ch_restore(cpri_rpc *rpc, const char *job, uint64_t as_of, uint64_t v
 cpr_status ch_list(cpri_rpc *rpc, const char *job, size_t *n, uint64_t ckpt, int *has_ckpt,
                    size_t *open_parts);
 
+/* GET `path` from an HTTP server at "host:port" (IPv4): *code gets the
+ * status, *body the body (malloc'd, NUL-terminated). CPR_UNAVAILABLE if it
+ * cannot connect. */
+cpr_status ch_http_get(const char *addr, const char *path, int *code, char **body);
+
+/* The value of the sample `series` (the exact text before the value, e.g.
+ * `cpr_ckptd_calls_total{method="Commit",status="CPR_OK"}`) in a metrics
+ * exposition; -1 if it is not there. */
+double ch_metric(const char *exposition, const char *series);
+
 /* Poll cond(ctx) until it returns non-zero, for at most `seconds` (a short
  * pause between polls). 1 if it did, 0 at the deadline. */
 int ch_poll(int (*cond)(void *ctx), void *ctx, double seconds);

@@ -5,7 +5,8 @@
  * (committed data untouched, a late Commit refused); a client that holds a
  * PutRows stream open and sends nothing loses the call (its handler thread
  * is freed: with --threads 1 the daemon serves others again) and its part;
- * so does a client that stops reading a Restore (the call, that is); a
+ * so does a client that stops reading a Restore (the call, that is), and one
+ * that never reads a unary answer (a 1 MiB recovery record); a
  * stream that writes to a 65th part is refused with RESOURCE_EXHAUSTED and
  * leaves nothing half-written; a stream to a daemon that is not there fails
  * with gRPC's UNAVAILABLE and reason, not a generic message.
@@ -21,6 +22,8 @@
 #include <string.h>
 
 #include <cmocka.h>
+#include <grpc/grpc.h>
+#include <grpc/grpc_security.h>
 
 #include "ckptd_harness.h"
 #include "testutil.h"
@@ -210,6 +213,91 @@ static void test_stalled_restore_cancelled(void **unused)
     free(dir);
 }
 
+/* A unary call whose answer is never read: the call sends its request,
+ * never half-closes and asks for nothing back (gRPC's C core lets a client
+ * do that), on a connection whose window does not grow. */
+typedef struct unread_call {
+    grpc_channel *ch;
+    grpc_completion_queue *cq;
+    grpc_call *call;
+} unread_call;
+
+static void start_unread(unread_call *u, const char *addr, const char *method,
+                         const uint8_t *req, size_t len)
+{
+    grpc_init();
+    grpc_channel_credentials *creds = grpc_insecure_credentials_create();
+    /* A window that does not grow: the answer cannot be sent unread. */
+    grpc_arg arg[] = {{GRPC_ARG_INTEGER, GRPC_ARG_HTTP2_BDP_PROBE, {.integer = 0}},
+                      {GRPC_ARG_INTEGER, GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES,
+                       {.integer = 1}}};
+    grpc_channel_args args = {2, arg};
+    u->ch = grpc_channel_create(addr, creds, &args);
+    grpc_channel_credentials_release(creds);
+    u->cq = grpc_completion_queue_create_for_next(NULL);
+    grpc_slice m = grpc_slice_from_static_string(method);
+    u->call = grpc_channel_create_call(u->ch, NULL, GRPC_PROPAGATE_DEFAULTS, u->cq, m, NULL,
+                                       gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
+    grpc_slice_unref(m);
+    grpc_slice body = grpc_slice_from_copied_buffer((const char *)req, len);
+    grpc_byte_buffer *bb = grpc_raw_byte_buffer_create(&body, 1);
+    grpc_slice_unref(body);
+    grpc_op ops[2];
+    memset(ops, 0, sizeof ops);
+    ops[0].op = GRPC_OP_SEND_INITIAL_METADATA;
+    ops[1].op = GRPC_OP_SEND_MESSAGE;
+    ops[1].data.send_message.send_message = bb;
+    assert_int_equal(grpc_call_start_batch(u->call, ops, 2, u, NULL), GRPC_CALL_OK);
+    grpc_event ev = grpc_completion_queue_next(u->cq, gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
+    assert_int_equal(ev.type, GRPC_OP_COMPLETE);
+    grpc_byte_buffer_destroy(bb);
+}
+
+static void end_unread(unread_call *u)
+{
+    grpc_call_cancel(u->call, NULL);
+    grpc_call_unref(u->call);
+    grpc_completion_queue_shutdown(u->cq);
+    while (grpc_completion_queue_next(u->cq, gpr_inf_future(GPR_CLOCK_REALTIME), NULL).type !=
+           GRPC_QUEUE_SHUTDOWN) {
+    }
+    grpc_completion_queue_destroy(u->cq);
+    grpc_channel_destroy(u->ch);
+    grpc_shutdown();
+}
+
+/* A client that never reads a unary answer (1 MiB, far over the 64 KiB
+ * HTTP/2 window it opened) nor ends its side of the call holds the daemon's
+ * only call slot for the idle timeout, not for ever. */
+static void test_unread_unary_answer_cancelled(void **unused)
+{
+    (void)unused;
+    char *dir = tu_mkdtemp("cpr-idle-unary");
+    const char *const args[] = {"--idle-part-timeout-s", "1", "--threads", "1", NULL};
+    ch_daemon d;
+    cpri_rpc *rpc;
+    ch_start_args(&d, dir, args);
+    assert_status(CPR_OK, cpri_rpc_open(d.addr, &rpc));
+    size_t plan_len = 1 << 20;
+    uint8_t *plan = malloc(plan_len), *buf;
+    size_t len;
+    memset(plan, 'p', plan_len);
+    assert_status(CPR_OK, cpri_wire_put_recovery_encode("job", 0, plan, plan_len, &buf, &len));
+    assert_status(CPR_OK, ch_unary(rpc, CH_SVC "PutRecovery", buf, len));
+    free(plan);
+    assert_status(CPR_OK, cpri_wire_get_recovery_encode("job", &buf, &len));
+    unread_call u;
+    start_unread(&u, d.addr, CH_SVC "GetRecovery", buf, len);
+    free(buf);
+    /* Its handler holds the slot until the daemon gives up on the answer. */
+    assert_true(ch_poll(serving, rpc, QUIET_LIMIT_S));
+    end_unread(&u);
+    cpri_rpc_close(rpc);
+    ch_stop(&d);
+    tu_rmtree(dir);
+    free(dir);
+}
+
 #define WIDE_PARTS 65 /* one more than a stream may write to */
 
 static void test_stream_part_limit(void **unused)
@@ -285,6 +373,7 @@ int main(void)
         cmocka_unit_test(test_idle_part_reaped),
         cmocka_unit_test(test_stalled_stream_cancelled),
         cmocka_unit_test(test_stalled_restore_cancelled),
+        cmocka_unit_test(test_unread_unary_answer_cancelled),
         cmocka_unit_test(test_stream_part_limit),
         cmocka_unit_test(test_stream_open_reports_status),
     };
