@@ -653,6 +653,12 @@ static uint64_t sweep_root(cpr_store *store, const char *root, int is_staging)
         }
         if (parts)
             closedir(parts);
+        /* A staging job directory left empty (its parts aborted or
+         * committed) goes too: Begin creates parts in it under store->mu,
+         * which the sweep holds. (Not in blobs/: a commit makes its job
+         * directory there under commit_mu, outside store->mu.) */
+        if (is_staging && job_dir)
+            rmdir(job_dir);
         free(job_dir);
     }
     closedir(jobs);

@@ -28,6 +28,7 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
+#include "cpr/crc32c.h"
 #include "cpr/rng.h"
 #include "cpr/store.h"
 #include "testutil.h"
@@ -695,10 +696,47 @@ static void test_gc_during_restore(void **state)
     free(dir);
 }
 
+static size_t entries(const char *path)
+{
+    size_t n = 0;
+    DIR *d = opendir(path);
+    for (struct dirent *e; d && (e = readdir(d)) != NULL;)
+        n += e->d_name[0] != '.';
+    if (d)
+        closedir(d);
+    return n;
+}
+
+/* An aborted part leaves no directory behind once retention has run: not
+ * its own, and not its job's under staging/ (issue #11). */
+static void test_gc_sweeps_empty_staging(void **state)
+{
+    (void)state;
+    char *dir = tu_mkdtemp("cpr-retention-staging");
+    char staging[4200];
+    snprintf(staging, sizeof staging, "%s/staging", dir);
+    cpr_store *store = NULL;
+    assert_status(CPR_OK, cpr_store_open(dir, &g_no_fold, &store));
+    cpr_table_schema t = {.table = 0, .rows = 100, .dim = 4};
+    cpr_part_spec spec = tu_part("gone", 0, 1, 1, CPR_KIND_FULL, &t, 1);
+    static const char data[] = "dense";
+    assert_status(CPR_OK, cpr_store_begin(store, &spec));
+    assert_status(CPR_OK, cpr_store_put_blob(store, &spec.id, "dense", 0, data, sizeof data,
+                                             cpr_crc32c(0, data, sizeof data)));
+    assert_status(CPR_OK, cpr_store_abort(store, &spec.id));
+    cpr_gc_report rep;
+    assert_status(CPR_OK, cpr_store_gc(store, NULL, 0, &rep));
+    assert_int_equal(entries(staging), 0);
+    cpr_store_close(store);
+    tu_rmtree(dir);
+    free(dir);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_gc_reclaims_crash_leftover),
+        cmocka_unit_test(test_gc_sweeps_empty_staging),
         cmocka_unit_test(test_gc_keep_two_then_one),
         cmocka_unit_test(test_gc_fewer_cuts_than_keep),
         cmocka_unit_test(test_gc_default_keep),
