@@ -138,8 +138,10 @@ static void part_call(cpri_rpc_call *c, cpri_server *srv,
                     p.id.job, p.id.shard, (unsigned long long)p.id.checkpoint);
         }
         if (st == CPR_OK)
-            st = commit ? cpr_store_commit(srv->store, &p.id, p.rows)
-                        : cpr_store_abort(srv->store, &p.id);
+            st = !commit       ? cpr_store_abort(srv->store, &p.id)
+                 : p.check_blobs ? cpr_store_commit_blobs(srv->store, &p.id, p.rows, p.blobs,
+                                                          p.blob_bytes)
+                                 : cpr_store_commit(srv->store, &p.id, p.rows);
         if (lease && (st == CPR_OK || (!commit && st == CPR_NOT_FOUND)))
             cpri_leases_drop(srv->leases, &p.id, lease); /* L1: the part is gone */
         cpri_wire_part_release(&p);

@@ -41,7 +41,10 @@ const char *cpri_node_name(const cpri_node *node);
  * store is this process's own); commit, abort and the writer present it. */
 cpr_status cpri_node_begin(cpri_node *node, const cpr_part_spec *spec, double timeout_s,
                            int wait_ready, uint64_t *lease);
+/* Commit naming what the writer sent: rows, and its blobs' count and bytes
+ * (the node refuses a part that holds anything else). */
 cpr_status cpri_node_commit(cpri_node *node, const cpr_part_id *id, uint64_t lease, uint64_t rows,
+                            uint64_t blobs, uint64_t blob_bytes,
                            double timeout_s);
 /* lease 0: abort by id (an override ckptd allows only to admins when it
  * checks rights). */

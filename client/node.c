@@ -212,13 +212,14 @@ cpr_status cpri_node_begin(cpri_node *n, const cpr_part_spec *spec, double timeo
 }
 
 cpr_status cpri_node_commit(cpri_node *n, const cpr_part_id *id, uint64_t lease, uint64_t rows,
-                            double timeout_s)
+                            uint64_t blobs, uint64_t blob_bytes, double timeout_s)
 {
     if (n->store)
-        return local(n, n->api->commit(n->store, id, rows));
+        return local(n, n->api->commit_blobs(n->store, id, rows, blobs, blob_bytes));
     uint8_t *req = NULL;
     size_t len = 0;
-    cpr_status enc = cpri_wire_commit_encode(id, lease, rows, &req, &len);
+    cpr_status enc = cpri_wire_commit_encode_blobs(id, lease, rows, blobs, blob_bytes, &req,
+                                                   &len);
     return unary(n, SVC "Commit", enc, req, len, timeout_s, NULL, NULL);
 }
 

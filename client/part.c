@@ -116,6 +116,7 @@ struct cpr_part {
     size_t n_tables;
     char **blob_names;
     size_t n_blobs;
+    uint64_t blob_bytes;     /* of the blobs put whole; the commit names both */
     cpri_node_writer *writer;
     pthread_t sender;
     pthread_mutex_t mu;
@@ -828,6 +829,8 @@ cpr_status cpr_part_put_blob(cpr_part *p, const char *name, const void *data, si
     }
     if (st && queued)
         set_error(p, st); /* part of the blob is queued: the part is incomplete */
+    if (st == CPR_OK)
+        p->blob_bytes += len;
     return st;
 }
 
@@ -934,7 +937,8 @@ cpr_status cpr_part_commit(cpr_part **handle)
     cpr_status st = finish_sender(p, 0);
     if (st == CPR_OK) {
         sent = 1;
-        st = cpri_node_commit(p->node, &p->id, p->lease, p->progress.rows_sent,
+        st = cpri_node_commit(p->node, &p->id, p->lease, p->progress.rows_sent, p->n_blobs,
+                              p->blob_bytes,
                               c->opts.stream_timeout_s);
         if (st == CPR_UNAVAILABLE || st == CPR_TIMEOUT) {
             snprintf(why, sizeof why, "%s", cpr_errmsg());

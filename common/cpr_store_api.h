@@ -16,7 +16,7 @@
 
 #include "cpr/store.h"
 
-#define CPR_STORE_API_ABI 1u
+#define CPR_STORE_API_ABI 2u
 
 typedef struct cpri_store_api {
     uint32_t abi;   /* CPR_STORE_API_ABI of the store that filled it */
@@ -48,6 +48,8 @@ typedef struct cpri_store_api {
                                const void *plan, size_t len, uint64_t *generation,
                                uint64_t *written_unix_ms);
     const char *(*errmsg)(void);
+    cpr_status (*commit_blobs)(cpr_store *store, const cpr_part_id *id, uint64_t rows_sent,
+                               uint64_t blobs, uint64_t blob_bytes); /* ABI 2 */
 } cpri_store_api;
 
 /* Defined (and exported) by the store library. */

@@ -121,9 +121,10 @@ static cpr_status decode_part(const ProtobufCMessageDescriptor *desc, const void
     ProtobufCMessage *m;
     cpr_status st = unpack(desc, buf, len, &m);
     if (st == CPR_OK)
-        *out = (cpri_wire_part){{get_string(m, "job"), (uint32_t)get_u64(m, "shard"),
-                                get_u64(m, "checkpoint")},
-                               get_u64(m, "lease"), get_u64(m, "rows"), get_string(m, "name"), m};
+        *out = (cpri_wire_part){.id = {get_string(m, "job"), (uint32_t)get_u64(m, "shard"),
+                                       get_u64(m, "checkpoint")},
+                                .lease = get_u64(m, "lease"), .rows = get_u64(m, "rows"),
+                                .name = get_string(m, "name"), .msg = m};
     return st;
 }
 
@@ -501,7 +502,14 @@ cpr_status cpri_wire_chunk_encode(const cpr_part_id *id, uint64_t lease, const c
 
 cpr_status cpri_wire_commit_decode(const void *buf, size_t len, cpri_wire_part *out)
 {
-    return decode_part(&cpr__v1__commit_request__descriptor, buf, len, out);
+    cpr_status st = decode_part(&cpr__v1__commit_request__descriptor, buf, len, out);
+    if (st == CPR_OK) {
+        const Cpr__V1__CommitRequest *m = out->msg;
+        out->blobs = m->blobs;
+        out->blob_bytes = m->blob_bytes;
+        out->check_blobs = m->check_blobs;
+    }
+    return st;
 }
 
 cpr_status cpri_wire_abort_decode(const void *buf, size_t len, cpri_wire_part *out)
@@ -519,6 +527,22 @@ void cpri_wire_part_release(cpri_wire_part *p)
     if (p->msg) /* every part request is a plain message: the generic free fits */
         protobuf_c_message_free_unpacked(p->msg, NULL);
     memset(p, 0, sizeof *p);
+}
+
+cpr_status cpri_wire_commit_encode_blobs(const cpr_part_id *id, uint64_t lease, uint64_t rows,
+                                        uint64_t blobs, uint64_t blob_bytes, uint8_t **buf,
+                                        size_t *len)
+{
+    Cpr__V1__CommitRequest m = CPR__V1__COMMIT_REQUEST__INIT;
+    m.job = (char *)id->job;
+    m.shard = id->shard;
+    m.checkpoint = id->checkpoint;
+    m.rows = rows;
+    m.lease = lease;
+    m.blobs = blobs;
+    m.blob_bytes = blob_bytes;
+    m.check_blobs = 1;
+    return pack(&m.base, buf, len);
 }
 
 cpr_status cpri_wire_commit_encode(const cpr_part_id *id, uint64_t lease, uint64_t rows,

@@ -59,6 +59,8 @@ typedef struct cpri_wire_part {
     cpr_part_id id;
     uint64_t lease;               /* Commit, Abort (0 if absent) */
     uint64_t rows;
+    uint64_t blobs, blob_bytes;   /* Commit, when check_blobs */
+    int check_blobs;
     const char *name;
     void *msg;
 } cpri_wire_part;
@@ -142,6 +144,10 @@ cpr_status cpri_wire_chunk_encode(const cpr_part_id *id, uint64_t lease, const c
                                  uint64_t offset,
                                  uint64_t size, const void *data, size_t data_len,
                                  uint32_t crc32c, uint8_t **buf, size_t *len);
+/* A Commit that also names the blobs sent (count and total bytes). */
+cpr_status cpri_wire_commit_encode_blobs(const cpr_part_id *id, uint64_t lease, uint64_t rows,
+                                        uint64_t blobs, uint64_t blob_bytes, uint8_t **buf,
+                                        size_t *len);
 cpr_status cpri_wire_commit_encode(const cpr_part_id *id, uint64_t lease, uint64_t rows,
                                   uint8_t **buf, size_t *len);
 cpr_status cpri_wire_abort_encode(const cpr_part_id *id, uint64_t lease, uint8_t **buf,

@@ -19,6 +19,7 @@ static const cpri_store_api api = {
     .put_block = cpr_store_put_block,
     .put_blob = cpr_store_put_blob,
     .commit = cpr_store_commit,
+    .commit_blobs = cpr_store_commit_blobs,
     .abort = cpr_store_abort,
     .list = cpr_store_list,
     .list_jobs = cpr_store_list_jobs,

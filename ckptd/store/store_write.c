@@ -1004,13 +1004,32 @@ static cpr_status commit_locked(cpr_store *store, open_part *part)
     return st;
 }
 
-cpr_status cpr_store_commit(cpr_store *store, const cpr_part_id *id, uint64_t rows_sent)
+/* The blobs a part holds: count and bytes written (part locked). */
+static void blobs_held(const open_part *part, uint64_t *blobs, uint64_t *bytes)
+{
+    *blobs = part->n_blobs;
+    *bytes = 0;
+    for (size_t i = 0; i < part->n_blobs; i++)
+        *bytes += cpri_bfile_written(part->blobs[i].writer);
+}
+
+static cpr_status commit_checked(cpr_store *store, const cpr_part_id *id, uint64_t rows_sent,
+                                 int check_blobs, uint64_t blobs_sent, uint64_t blob_bytes_sent)
 {
     open_part *part = NULL;
+    uint64_t blobs = 0, blob_bytes = 0;
     cpr_status st = lock_open_part(store, id, "commit", &part);
     if (st)
         return cpri_store_count(store, st);
-    if (rows_sent != part->meta.rows)
+    if (check_blobs)
+        blobs_held(part, &blobs, &blob_bytes);
+    if (check_blobs && (blobs != blobs_sent || blob_bytes != blob_bytes_sent))
+        st = cpr_fail(CPR_INVALID_ARGUMENT, "commit of %s/%u/%llu: the writer sent %llu blobs "
+                      "of %llu bytes but the store holds %llu of %llu bytes; resend or abort",
+                      id->job, id->shard, (unsigned long long)id->checkpoint,
+                      (unsigned long long)blobs_sent, (unsigned long long)blob_bytes_sent,
+                      (unsigned long long)blobs, (unsigned long long)blob_bytes);
+    else if (rows_sent != part->meta.rows)
         st = cpr_fail(CPR_INVALID_ARGUMENT, "commit of %s/%u/%llu: the client sent %llu "
                       "rows but the store received %llu; resend the missing rows or "
                       "abort", id->job, id->shard, (unsigned long long)id->checkpoint,
@@ -1020,6 +1039,17 @@ cpr_status cpr_store_commit(cpr_store *store, const cpr_part_id *id, uint64_t ro
     pthread_mutex_unlock(&part->mu);
     cpri_open_part_put(store, part);
     return cpri_store_count(store, st);
+}
+
+cpr_status cpr_store_commit(cpr_store *store, const cpr_part_id *id, uint64_t rows_sent)
+{
+    return commit_checked(store, id, rows_sent, 0, 0, 0);
+}
+
+cpr_status cpr_store_commit_blobs(cpr_store *store, const cpr_part_id *id, uint64_t rows_sent,
+                                  uint64_t blobs, uint64_t blob_bytes)
+{
+    return commit_checked(store, id, rows_sent, 1, blobs, blob_bytes);
 }
 
 /* ---- abort ---------------------------------------------------------------- */

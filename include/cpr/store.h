@@ -112,6 +112,13 @@ CPR_API cpr_status cpr_store_put_blob(cpr_store *store, const cpr_part_id *id,
 CPR_API cpr_status cpr_store_commit(cpr_store *store, const cpr_part_id *id,
                             uint64_t rows_sent);
 
+/* cpr_store_commit that also checks the blobs: the part must hold exactly
+ * `blobs` blobs of `blob_bytes` bytes in all, what the writer sent; a
+ * mismatch fails with CPR_INVALID_ARGUMENT naming both, and the part stays
+ * open. */
+CPR_API cpr_status cpr_store_commit_blobs(cpr_store *store, const cpr_part_id *id,
+                                  uint64_t rows_sent, uint64_t blobs, uint64_t blob_bytes);
+
 /* Drop an open part and everything written to it. CPR_FAILED_PRECONDITION
  * if it is committed, CPR_NOT_FOUND if it was never begun. */
 CPR_API cpr_status cpr_store_abort(cpr_store *store, const cpr_part_id *id);

@@ -185,10 +185,46 @@ static void test_library_commit_is_the_writers(void **unused)
     free(dir);
 }
 
+/* A commit names the blobs its writer sent: a part holding other blobs (a
+ * chunk lost, or never sent) is refused and stays open; the right count and
+ * bytes commit it (issue #11). */
+static void test_commit_checks_blobs(void **unused)
+{
+    (void)unused;
+    char *dir = tu_mkdtemp("cpr-commit-blobs");
+    ch_daemon d;
+    cpri_rpc *rpc;
+    ch_start(&d, dir);
+    assert_status(CPR_OK, cpri_rpc_open(d.addr, &rpc));
+    cpr_part_id id = {"blobs", 0, 1};
+    uint64_t lease = 0;
+    static const char data[] = "0123456789";
+    assert_status(CPR_OK, ch_begin_leased(rpc, "blobs", 0, 1, 1, CPR_KIND_FULL, &lease));
+    assert_status(CPR_OK, ch_put_blob(rpc, &id, lease, data, sizeof data));
+    static const uint64_t wrong[][2] = {{1, sizeof data + 5}, {2, sizeof data}, {0, 0}};
+    uint8_t *buf;
+    size_t len;
+    for (size_t i = 0; i < sizeof wrong / sizeof wrong[0]; i++) {
+        assert_status(CPR_OK, cpri_wire_commit_encode_blobs(&id, lease, 0, wrong[i][0],
+                                                            wrong[i][1], &buf, &len));
+        assert_status(CPR_INVALID_ARGUMENT, ch_unary(rpc, CH_SVC "Commit", buf, len));
+        assert_non_null(strstr(cpr_errmsg(), "blobs"));
+        assert_int_equal(open_rows(rpc, "blobs"), 0); /* still open */
+    }
+    assert_status(CPR_OK, cpri_wire_commit_encode_blobs(&id, lease, 0, 1, sizeof data, &buf,
+                                                        &len));
+    assert_status(CPR_OK, ch_unary(rpc, CH_SVC "Commit", buf, len));
+    cpri_rpc_close(rpc);
+    ch_stop(&d);
+    tu_rmtree(dir);
+    free(dir);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_foreign_requests_change_nothing),
+        cmocka_unit_test(test_commit_checks_blobs),
         cmocka_unit_test(test_library_commit_is_the_writers),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
