@@ -27,6 +27,7 @@
 #include "cpr_common.h"
 
 #if defined(__x86_64__) && defined(__GNUC__)
+#include <cpuid.h>
 #include <immintrin.h>
 #define CODEC_X86 1
 #endif
@@ -463,8 +464,12 @@ static int kernels(void)
     int k = __atomic_load_n(&use_kernels, __ATOMIC_RELAXED);
     if (k < 0) {
 #ifdef CODEC_X86
+        /* F16C from CPUID leaf 1 (ECX bit 29): clang before 15 knows no
+         * "f16c" for __builtin_cpu_supports. */
+        unsigned eax, ebx, ecx, edx;
+        int f16c = __get_cpuid(1, &eax, &ebx, &ecx, &edx) && (ecx & bit_F16C) != 0;
         __builtin_cpu_init();
-        k = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c");
+        k = __builtin_cpu_supports("avx2") && f16c;
 #else
         k = 0;
 #endif

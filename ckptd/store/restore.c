@@ -337,7 +337,7 @@ cpr_status cpri_merge_plan_build(cpri_merge_plan *p, const cpri_job *job, uint64
             st = plan_shard(p, job, shards[i], as_of);
         free(shards);
     }
-    if (st == CPR_OK)
+    if (st == CPR_OK && p->n_cands) /* none: cands may be NULL, no qsort of it */
         qsort(p->cands, p->n_cands, sizeof *p->cands, cand_cmp);
     return st;
 }

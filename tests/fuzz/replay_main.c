@@ -6,27 +6,17 @@
  * random bytes; seeded), and every file of the corpus directory given on the
  * command line (reproducers of crashes found by libFuzzer go there).
  * Exits 0 when every input was handled; a crash is the failure.
+ * `--write-seeds DIR` writes the valid seeds into DIR instead, as the seed
+ * corpus of a libFuzzer run (tests/fuzz/README.md).
  */
-#include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "replay_util.h"
 #include "wire.h"
 
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
-
 #define MUTATIONS 4000
-
-static uint64_t rng = 0x5eed5eed5eedULL;
-
-static uint64_t next(void)
-{
-    rng ^= rng << 13;
-    rng ^= rng >> 7;
-    rng ^= rng << 17;
-    return rng;
-}
 
 #define SEED_KINDS 19u /* as FUZZ_KINDS in fuzz_wire.c */
 
@@ -103,60 +93,27 @@ static size_t make_seed(unsigned kind, uint8_t *out, size_t cap)
     return len + 1;
 }
 
-static size_t mutate(uint8_t *buf, size_t len, size_t cap)
+static int write_seeds(const char *dir)
 {
-    switch (next() % 4) {
-    case 0: /* flip a few bits */
-        for (int i = 0; i < 1 + (int)(next() % 4) && len > 1; i++)
-            buf[1 + next() % (len - 1)] ^= (uint8_t)(1u << (next() % 8));
-        return len;
-    case 1: /* truncate */
-        return len > 1 ? 1 + next() % (len - 1) : len;
-    case 2: /* insert random bytes */
-        if (len < cap - 8) {
-            size_t at = 1 + next() % len, k = 1 + next() % 8;
-            memmove(buf + at + k, buf + at, len - at);
-            for (size_t i = 0; i < k; i++)
-                buf[at + i] = (uint8_t)next();
-            return len + k;
+    uint8_t seed[4096];
+    for (unsigned kind = 0; kind < SEED_KINDS; kind++) {
+        char name[32];
+        size_t len = make_seed(kind, seed, sizeof seed);
+        snprintf(name, sizeof name, "seed-%02u", kind);
+        if (len == 0 || replay_write(dir, name, seed, len) != 0) {
+            fprintf(stderr, "replay: cannot write seed %u into %s\n", kind, dir);
+            return 1;
         }
-        return len;
-    default: /* overwrite a byte with a varint-ish extreme */
-        if (len > 1)
-            buf[1 + next() % (len - 1)] = (uint8_t)(next() % 2 ? 0xff : 0x80);
-        return len;
     }
-}
-
-static int replay_dir(const char *path)
-{
-    DIR *d = opendir(path);
-    struct dirent *e;
-    int files = 0;
-    if (!d)
-        return 0;
-    while ((e = readdir(d)) != NULL) {
-        char file[4096];
-        if (e->d_name[0] == '.' || strcmp(e->d_name, "README.md") == 0)
-            continue;
-        snprintf(file, sizeof file, "%s/%s", path, e->d_name);
-        FILE *f = fopen(file, "rb");
-        if (!f)
-            continue;
-        static uint8_t data[1 << 20];
-        size_t n = fread(data, 1, sizeof data, f);
-        fclose(f);
-        LLVMFuzzerTestOneInput(data, n);
-        files++;
-    }
-    closedir(d);
-    return files;
+    return 0;
 }
 
 int main(int argc, char **argv)
 {
     uint8_t seed[4096], buf[4096 + 64];
     size_t inputs = 0;
+    if (argc == 3 && strcmp(argv[1], "--write-seeds") == 0)
+        return write_seeds(argv[2]);
     for (unsigned kind = 0; kind < SEED_KINDS; kind++) {
         size_t len = make_seed(kind, seed, sizeof seed);
         if (len == 0) {
@@ -168,14 +125,14 @@ int main(int argc, char **argv)
             memcpy(buf, seed, len);
             size_t n = len;
             for (int k = 0; k < 1 + m % 3; k++)
-                n = mutate(buf, n, sizeof buf);
+                n = replay_mutate(buf, n, sizeof buf, 1);
             LLVMFuzzerTestOneInput(buf, n);
         }
         for (int m = 0; m < 200; m++, inputs++) { /* pure noise, typed */
-            size_t n = 1 + next() % 256;
+            size_t n = 1 + replay_next() % 256;
             buf[0] = (uint8_t)kind;
             for (size_t i = 1; i < n; i++)
-                buf[i] = (uint8_t)next();
+                buf[i] = (uint8_t)replay_next();
             LLVMFuzzerTestOneInput(buf, n);
         }
     }
