@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * io_uring implementation of blobio.h; the only user of liburing. Each writer
- * owns a small ring and CPR_BFILE_DEPTH aligned buffers: the caller fills one
- * buffer while earlier ones are written, so copying overlaps the disk. With
+ * has up to CPR_BFILE_DEPTH aligned buffers, written through rings the
+ * process shares (R1-R4 below): the caller fills one buffer while earlier
+ * ones are written, so copying overlaps the disk. With
  * O_DIRECT the tail is written padded to the alignment and the file is then
  * truncated to its exact length. If io_uring is unavailable (old kernel,
  * seccomp) we fall back to pwrite/pread so the store still works.
@@ -12,6 +13,8 @@
 #include <fcntl.h>
 #include <liburing.h>
 #include <malloc.h>
+#include <pthread.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -23,18 +26,25 @@
 #define CPR_BFILE_DEPTH 8
 #define CPR_ALIGN 4096
 
+struct cpri_bfile_writer;
+
 typedef struct iobuf {
     unsigned char *data;
     size_t fill;
-    int in_flight;
+    int in_flight;            /* submitted, not yet completed (R2) */
+    int done;                 /* completed, result not yet looked at (R2) */
+    int res;                  /* the completion's result */
+    struct cpri_bfile_writer *owner;
 } iobuf;
 
 struct cpri_bfile_writer {
     char *path;
     int fd;
     int direct;
-    int have_ring;
-    struct io_uring ring;
+    int have_ring;            /* writes go through a shared ring (else pwrite) */
+    struct write_ring *ring;
+    pthread_mutex_t mu;       /* in_flight, done, res of the buffers (R2) */
+    pthread_cond_t completed;
     iobuf bufs[CPR_BFILE_DEPTH];
     unsigned cur;             /* buffer being filled */
     unsigned in_flight;
@@ -45,6 +55,121 @@ struct cpri_bfile_writer {
     int want_crcs;
     cpr_status sticky;        /* first I/O error: every later call fails */
 };
+
+/* ---- the shared write rings -------------------------------------------------------
+ * Writers own no ring: they submit to one of WRITE_RINGS rings of the
+ * process, each drained by one completion thread that hands every completion
+ * to its writer. So writes cost WRITE_RINGS threads and ring descriptors,
+ * whatever the number of open parts and blobs (issue #11); a writer holds
+ * only its file.
+ *
+ * Invariants
+ *  R1. A ring's submission queue is used under its mutex only.
+ *  R2. A buffer is in flight from its submission until its ring's thread
+ *      records the result under the writer's mutex (done = 1) and signals;
+ *      only the writer's own thread then reads the result and clears done.
+ *  R3. A writer is freed only once none of its buffers is in flight: no
+ *      completion can name it afterwards.
+ *  R4. A forked child sees no rings (pthread_atfork): it makes its own.
+ */
+#define WRITE_RINGS 2
+#define WRITE_RING_ENTRIES 256
+#define WRITE_RING_IN_FLIGHT (2 * WRITE_RING_ENTRIES) /* the completion queue's size ... */
+
+typedef struct write_ring {
+    struct io_uring ring;
+    pthread_mutex_t mu;        /* R1 */
+    pthread_cond_t room;       /* ... so no completion overflows: a submit waits */
+    unsigned in_flight;        /* under mu */
+    pthread_t thread;
+} write_ring;
+
+static pthread_mutex_t rings_mu = PTHREAD_MUTEX_INITIALIZER;
+static write_ring rings[WRITE_RINGS];
+static int rings_state;        /* 0 not tried, 1 up, -1 unavailable (pwrite) */
+static unsigned rings_next;
+static int atfork_set;
+
+/* R4: fork holds rings_mu, so the child gets it unlocked and no rings. */
+static void rings_prepare(void) { pthread_mutex_lock(&rings_mu); }
+static void rings_parent(void) { pthread_mutex_unlock(&rings_mu); }
+static void rings_child(void)
+{
+    rings_state = 0; /* the parent's rings and threads are not the child's */
+    pthread_mutex_unlock(&rings_mu);
+}
+
+/* io_uring_wait_cqe, retried when a signal interrupts the wait. */
+static int wait_cqe(struct io_uring *ring, struct io_uring_cqe **cqe)
+{
+    int rc;
+    do {
+        rc = io_uring_wait_cqe(ring, cqe);
+    } while (rc == -EINTR);
+    return rc;
+}
+
+static void *ring_main(void *arg)
+{
+    write_ring *r = arg;
+    for (;;) {
+        struct io_uring_cqe *cqe;
+        if (wait_cqe(&r->ring, &cqe) < 0) {
+            struct timespec pause = {0, 1000000L}; /* not expected: do not spin */
+            nanosleep(&pause, NULL);
+            continue;
+        }
+        iobuf *b = io_uring_cqe_get_data(cqe);
+        int res = cqe->res;
+        io_uring_cqe_seen(&r->ring, cqe);
+        pthread_mutex_lock(&r->mu);
+        r->in_flight--;
+        pthread_cond_signal(&r->room);
+        pthread_mutex_unlock(&r->mu);
+        if (!b)
+            continue;
+        cpri_bfile_writer *w = b->owner;
+        pthread_mutex_lock(&w->mu); /* R2 */
+        b->res = res;
+        b->done = 1;
+        b->in_flight = 0;
+        w->in_flight--;
+        pthread_cond_broadcast(&w->completed);
+        pthread_mutex_unlock(&w->mu);
+    }
+    return NULL;
+}
+
+/* A ring for a new writer, or NULL (io_uring refused: pwrite instead). */
+static write_ring *ring_for_writer(void)
+{
+    pthread_mutex_lock(&rings_mu);
+    if (!atfork_set)
+        atfork_set = pthread_atfork(rings_prepare, rings_parent, rings_child) == 0;
+    for (int i = 0; rings_state == 0 && i < WRITE_RINGS; i++) {
+        pthread_mutex_init(&rings[i].mu, NULL);
+        pthread_cond_init(&rings[i].room, NULL);
+        rings[i].in_flight = 0;
+        int ok = io_uring_queue_init(WRITE_RING_ENTRIES, &rings[i].ring, 0) == 0;
+        sigset_t all, old;
+        sigfillset(&all); /* the threads take no signal */
+        pthread_sigmask(SIG_SETMASK, &all, &old);
+        if (ok && pthread_create(&rings[i].thread, NULL, ring_main, &rings[i]) != 0) {
+            io_uring_queue_exit(&rings[i].ring);
+            ok = 0;
+        }
+        pthread_sigmask(SIG_SETMASK, &old, NULL);
+        if (ok)
+            pthread_detach(rings[i].thread);
+        if (!ok) /* the rings made so far stay, unused: io_uring is off */
+            rings_state = -1;
+        else if (i == WRITE_RINGS - 1)
+            rings_state = 1;
+    }
+    write_ring *r = rings_state == 1 ? &rings[rings_next++ % WRITE_RINGS] : NULL;
+    pthread_mutex_unlock(&rings_mu);
+    return r;
+}
 
 static int open_maybe_direct(const char *path, int flags, int direct, int *got_direct)
 {
@@ -70,39 +195,48 @@ static cpr_status io_error(const char *what, const char *path, int err)
     return cpr_fail(CPR_IO, "%s %s: %s", what, path, strerror(err));
 }
 
-/* io_uring_wait_cqe, retried when a signal interrupts the wait. */
-static int wait_cqe(struct io_uring *ring, struct io_uring_cqe **cqe)
+/* The result of completed buffer b (writer's thread, R2): an error, or
+ * CPR_OK with b ready to fill again (or freed, if it is not the current). */
+static cpr_status take_result(cpri_bfile_writer *w, iobuf *b, int res)
 {
-    int rc;
-    do {
-        rc = io_uring_wait_cqe(ring, cqe);
-    } while (rc == -EINTR);
-    return rc;
-}
-
-/* Wait for one completion and check it wrote everything it was asked to. */
-static cpr_status reap_one(cpri_bfile_writer *w)
-{
-    struct io_uring_cqe *cqe;
-    int rc = wait_cqe(&w->ring, &cqe);
-    if (rc < 0)
-        return io_error("io_uring wait on", w->path, -rc);
-    iobuf *b = io_uring_cqe_get_data(cqe);
-    int res = cqe->res;
-    io_uring_cqe_seen(&w->ring, cqe);
-    b->in_flight = 0;
-    w->in_flight--;
+    size_t fill = b->fill;
     if (b != &w->bufs[w->cur]) { /* written: a writer between writes holds one buffer */
         free(b->data);
         b->data = NULL;
     }
+    b->fill = 0;
     if (res < 0)
         return io_error("write", w->path, -res);
-    if ((size_t)res != b->fill) /* on ext4, xfs and tmpfs: the disk filled mid-write */
+    if ((size_t)res != fill) /* on ext4, xfs and tmpfs: the disk filled mid-write */
         return cpr_fail(CPR_RESOURCE_EXHAUSTED, "short write to %s (%d of %zu bytes): the "
-                        "file system is full", w->path, res, b->fill);
-    b->fill = 0;
+                        "file system is full", w->path, res, fill);
     return CPR_OK;
+}
+
+/* Wait until `b` (NULL: every buffer) is not in flight, then look at every
+ * completion that came meanwhile; the first error is returned. */
+static cpr_status wait_writes(cpri_bfile_writer *w, const iobuf *b)
+{
+    int res[CPR_BFILE_DEPTH];
+    int done[CPR_BFILE_DEPTH] = {0};
+    pthread_mutex_lock(&w->mu);
+    while (b ? b->in_flight : w->in_flight > 0)
+        pthread_cond_wait(&w->completed, &w->mu);
+    for (int i = 0; i < CPR_BFILE_DEPTH; i++)
+        if (w->bufs[i].done) {
+            done[i] = 1;
+            res[i] = w->bufs[i].res;
+            w->bufs[i].done = 0;
+        }
+    pthread_mutex_unlock(&w->mu);
+    cpr_status st = CPR_OK;
+    for (int i = 0; i < CPR_BFILE_DEPTH; i++)
+        if (done[i]) {
+            cpr_status one = take_result(w, &w->bufs[i], res[i]);
+            if (st == CPR_OK)
+                st = one;
+        }
+    return st;
 }
 
 static cpr_status write_sync(cpri_bfile_writer *w, iobuf *b, size_t len)
@@ -144,23 +278,38 @@ static cpr_status submit_current(cpri_bfile_writer *w, size_t len)
     if (!w->have_ring) {
         st = write_sync(w, b, len);
     } else {
-        struct io_uring_sqe *sqe = io_uring_get_sqe(&w->ring);
-        if (!sqe)
-            BUG("io_uring queue full although depth is bounded");
         b->fill = len;
-        io_uring_prep_write(sqe, w->fd, b->data, (unsigned)len, w->submitted_bytes);
-        io_uring_sqe_set_data(sqe, b);
-        int rc = io_uring_submit(&w->ring);
-        if (rc < 0)
-            return io_error("io_uring submit for", w->path, -rc);
+        b->owner = w;
+        pthread_mutex_lock(&w->mu); /* before the submit: the completion may come at once */
         b->in_flight = 1;
         w->in_flight++;
+        pthread_mutex_unlock(&w->mu);
+        pthread_mutex_lock(&w->ring->mu); /* R1 */
+        while (w->ring->in_flight >= WRITE_RING_IN_FLIGHT)
+            pthread_cond_wait(&w->ring->room, &w->ring->mu);
+        struct io_uring_sqe *sqe = io_uring_get_sqe(&w->ring->ring);
+        int rc = -EBUSY;
+        if (sqe) { /* every entry is submitted at once: the queue is never full */
+            io_uring_prep_write(sqe, w->fd, b->data, (unsigned)len, w->submitted_bytes);
+            io_uring_sqe_set_data(sqe, b);
+            rc = io_uring_submit(&w->ring->ring);
+        }
+        if (rc >= 0)
+            w->ring->in_flight++;
+        pthread_mutex_unlock(&w->ring->mu);
+        if (rc < 0) {
+            pthread_mutex_lock(&w->mu);
+            b->in_flight = 0;
+            w->in_flight--;
+            pthread_mutex_unlock(&w->mu);
+            return io_error("io_uring submit for", w->path, -rc);
+        }
     }
     w->submitted_bytes += len;
     w->cur = (w->cur + 1) % CPR_BFILE_DEPTH;
     /* The next buffer may still be in flight: wait for it. */
-    while (st == CPR_OK && w->bufs[w->cur].in_flight)
-        st = reap_one(w);
+    if (st == CPR_OK && w->have_ring)
+        st = wait_writes(w, &w->bufs[w->cur]);
     if (st == CPR_OK)
         st = ensure_buf(w, &w->bufs[w->cur]);
     return st;
@@ -189,6 +338,8 @@ cpr_status cpri_bfile_create(const char *path, int direct, int want_crcs,
         return cpr_fail(CPR_NO_MEMORY, "out of memory opening %s", path);
     w->fd = -1;
     w->want_crcs = want_crcs;
+    pthread_mutex_init(&w->mu, NULL);
+    pthread_cond_init(&w->completed, NULL);
     w->path = strdup(path);
     if (!w->path) {
         st = cpr_fail(CPR_NO_MEMORY, "out of memory opening %s", path);
@@ -202,7 +353,8 @@ cpr_status cpri_bfile_create(const char *path, int direct, int want_crcs,
         st = io_error("create", path, errno);
         goto out;
     }
-    w->have_ring = io_uring_queue_init(CPR_BFILE_DEPTH, &w->ring, 0) == 0;
+    w->ring = ring_for_writer();
+    w->have_ring = w->ring != NULL;
 out:
     if (st) {
         cpri_bfile_discard(w);
@@ -244,17 +396,16 @@ uint64_t cpri_bfile_written(const cpri_bfile_writer *w)
 
 static void writer_free(cpri_bfile_writer *w, int unlink_file)
 {
-    if (w->have_ring) {
-        while (w->in_flight > 0 && reap_one(w) == CPR_OK) {
-        }
-        io_uring_queue_exit(&w->ring);
-    }
+    if (w->have_ring)
+        wait_writes(w, NULL); /* R3; errors are moot here */
     if (w->fd >= 0)
         close(w->fd);
     if (unlink_file && w->path)
         unlink(w->path);
     for (int i = 0; i < CPR_BFILE_DEPTH; i++)
         free(w->bufs[i].data);
+    pthread_mutex_destroy(&w->mu);
+    pthread_cond_destroy(&w->completed);
     free(w->crcs);
     free(w->path);
     free(w);
@@ -283,8 +434,8 @@ cpr_status cpri_bfile_finish(cpri_bfile_writer *w, int no_sync, uint64_t *size,
         if (st == CPR_OK)
             st = submit_current(w, len);
     }
-    while (st == CPR_OK && w->have_ring && w->in_flight > 0)
-        st = reap_one(w);
+    if (st == CPR_OK && w->have_ring)
+        st = wait_writes(w, NULL);
     if (st == CPR_OK && ftruncate(w->fd, (off_t)w->written) != 0)
         st = io_error("truncate", w->path, errno);
     if (st == CPR_OK && !no_sync && fdatasync(w->fd) != 0)
