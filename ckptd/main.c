@@ -37,6 +37,7 @@ typedef struct settings {
     int allow_plaintext;
     uint64_t threads, retain, max_message_mb, min_free_mb, max_memory_mb;
     uint64_t max_open_parts, max_open_parts_per_job, max_open_blobs, max_open_blobs_per_job;
+    uint64_t max_streams;
     double idle_part_timeout_s, gc_interval_s;
     int log_level;
 } settings;
@@ -51,6 +52,7 @@ static void usage(FILE *out)
           "             [--metrics-listen ADDR] [--max-memory-mb M]\n"
           "             [--max-open-parts N] [--max-open-parts-per-job N]\n"
           "             [--max-open-blobs N] [--max-open-blobs-per-job N]\n"
+          "             [--max-streams-per-connection N]\n"
           "       ckptd --version | --help\n"
           "\n"
           "  --listen ADDR        HOST:PORT to serve (default 127.0.0.1:7717; port 0 picks a\n"
@@ -106,6 +108,10 @@ static void usage(FILE *out)
           "                       either is RESOURCE_EXHAUSTED\n"
           "  --max-open-blobs N   blobs being written, in all (default 4096) ...\n"
           "  --max-open-blobs-per-job N  ... and per job (default 1024)\n"
+          "  --max-streams-per-connection N\n"
+          "                       calls one client connection may have open at once\n"
+          "                       (HTTP/2 MAX_CONCURRENT_STREAMS, default 100); more wait\n"
+          "                       in the client\n"
           "  --allow-plaintext yes  serve plaintext on an address other than loopback\n"
           "                       (refused otherwise: tokens and rows would cross the\n"
           "                       network in clear; give --tls-cert instead)\n"
@@ -152,6 +158,8 @@ static int set(settings *s, const char *key, const char *value)
     else if (strcmp(key, "gc-interval-s") == 0)
         st = cpri_cli_double("--gc-interval-s", value, 0, 1, MAX_IDLE_PART_TIMEOUT_S, 1,
                             &s->gc_interval_s);
+    else if (strcmp(key, "max-streams-per-connection") == 0)
+        st = cpri_cli_u64("--max-streams-per-connection", value, 1, 100000, &s->max_streams);
     else if (strcmp(key, "max-open-parts") == 0)
         st = cpri_cli_u64("--max-open-parts", value, 1, UINT32_MAX, &s->max_open_parts);
     else if (strcmp(key, "max-open-parts-per-job") == 0)
@@ -267,7 +275,7 @@ static int parse_args(int argc, char **argv, settings *s)
                                        "auth-file", "allow-plaintext", "min-free-mb",
                                        "max-memory-mb", "metrics-listen", "max-open-parts",
                                        "max-open-parts-per-job", "max-open-blobs",
-                                       "max-open-blobs-per-job"};
+                                       "max-open-blobs-per-job", "max-streams-per-connection"};
     for (int i = 1; i < argc; i++) {
         int missing = 0;
         const char *cfg = cpri_cli_value(argc, argv, &i, "--config", &missing);
@@ -332,7 +340,7 @@ int main(int argc, char **argv)
                   .max_message_mb = 20, .idle_part_timeout_s = 600, .gc_interval_s = 30,
                   .min_free_mb = 256, .max_memory_mb = 4096, .max_open_parts = 4096,
                   .max_open_parts_per_job = 1024, .max_open_blobs = 4096,
-                  .max_open_blobs_per_job = 1024,
+                  .max_open_blobs_per_job = 1024, .max_streams = 100,
                   .log_level = CPR_LOG_INFO};
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
@@ -380,7 +388,8 @@ int main(int argc, char **argv)
                               .max_message_bytes = (size_t)s.max_message_mb << 20,
                               .max_calls = (unsigned)s.threads,
                               .idle_timeout_s = s.idle_part_timeout_s,
-                              .max_memory_bytes = ((size_t)s.max_memory_mb << 20) / 5 * 2};
+                              .max_memory_bytes = ((size_t)s.max_memory_mb << 20) / 5 * 2,
+                              .max_streams = (unsigned)s.max_streams};
     int port = 0, sig = 0;
     char *pem[3] = {NULL, NULL, NULL};
     if (s.tls_cert[0] && (!(pem[0] = read_pem("--tls-cert", s.tls_cert)) ||

@@ -9,7 +9,8 @@
  *  - --max-open-parts(-per-job): a Begin past either cap is
  *    RESOURCE_EXHAUSTED and creates nothing; a commit makes room;
  *  - --max-open-blobs-per-job: a blob past the cap is RESOURCE_EXHAUSTED;
- *  - a restore naming one table 100,000 times answers its rows once.
+ *  - a restore naming one table 100,000 times answers its rows once;
+ *  - --max-streams-per-connection: a call past it waits, others are served.
  */
 #define _GNU_SOURCE
 #include <pthread.h>
@@ -257,12 +258,51 @@ static void test_repeated_tables(void **unused)
     free(dir);
 }
 
+/* --max-streams-per-connection: a connection at its limit makes its next
+ * call wait (here until its 1 s deadline), while other connections are
+ * served; the call goes through once a stream ends. */
+static void test_streams_per_connection(void **unused)
+{
+    (void)unused;
+    char *dir = tu_mkdtemp("cpr-limits-streams");
+    const char *const args[] = {"--max-streams-per-connection", "1", NULL};
+    ch_daemon d;
+    cpri_rpc *one, *other;
+    ch_start_args(&d, dir, args);
+    assert_status(CPR_OK, cpri_rpc_open(d.addr, &one));
+    assert_status(CPR_OK, cpri_rpc_open(d.addr, &other));
+    assert_status(CPR_OK, ch_begin(one, "s", 1)); /* the connection is up */
+    cpri_rpc_stream *s;
+    assert_status(CPR_OK, cpri_rpc_stream_open(one, CH_SVC "PutRows", CH_TIMEOUT_S, &s));
+    uint8_t *req, *resp = NULL;
+    size_t len, n = 0;
+    assert_status(CPR_OK, cpri_wire_list_encode("s", &req, &len));
+    assert_status(CPR_TIMEOUT, cpri_rpc_unary(one, CH_SVC "List", req, len, 1.0, &resp, &n));
+    free(resp);
+    resp = NULL;
+    assert_status(CPR_OK, cpri_rpc_unary(other, CH_SVC "List", req, len, CH_TIMEOUT_S, &resp,
+                                        &n));
+    free(resp);
+    resp = NULL;
+    cpri_rpc_stream_finish(s, NULL, NULL); /* its outcome is not the point */
+    assert_status(CPR_OK, cpri_rpc_unary(one, CH_SVC "List", req, len, CH_TIMEOUT_S, &resp,
+                                        &n));
+    free(resp);
+    free(req);
+    cpri_rpc_close(one);
+    cpri_rpc_close(other);
+    ch_stop(&d);
+    tu_rmtree(dir);
+    free(dir);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_memory_quota),
         cmocka_unit_test(test_open_part_caps),
         cmocka_unit_test(test_repeated_tables),
+        cmocka_unit_test(test_streams_per_connection),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
