@@ -27,7 +27,6 @@
 
 #define EXIT_USAGE 2
 #define MAX_IDLE_PART_TIMEOUT_S (7.0 * 24 * 3600)
-#define MAX_PEM_BYTES (1 << 20)
 
 typedef struct settings {
     char listen[256];
@@ -230,40 +229,25 @@ static int read_config(settings *s, const char *path)
     return rc;
 }
 
+/* "HOST:PORT" -> "HOST". */
+static void host_of(const char *addr, char *host, size_t cap)
+{
+    snprintf(host, cap, "%s", addr);
+    char *colon = strrchr(host, ':');
+    if (colon)
+        *colon = '\0';
+}
+
 /* 127.0.0.0/8, ::1, localhost, or a unix socket: plaintext stays on the host. */
 static int loopback(const char *listen)
 {
     if (strncmp(listen, "unix:", 5) == 0)
         return 1;
     char host[256];
-    snprintf(host, sizeof host, "%s", listen);
-    char *colon = strrchr(host, ':');
-    if (colon)
-        *colon = '\0';
+    host_of(listen, host, sizeof host);
     return strncmp(host, "127.", 4) == 0 || strcmp(host, "localhost") == 0 ||
            strcmp(host, "[::1]") == 0 || strcmp(host, "::1") == 0 ||
            strcmp(host, "ipv4:127.0.0.1") == 0;
-}
-
-/* A PEM file read whole (at most 1 MiB); NULL with a message on failure. */
-static char *read_pem(const char *flag, const char *path)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        fprintf(stderr, "ckptd: %s %s: %s\n", flag, path, strerror(errno));
-        return NULL;
-    }
-    char *buf = malloc(MAX_PEM_BYTES + 1);
-    size_t n = buf ? fread(buf, 1, MAX_PEM_BYTES + 1, f) : 0;
-    int bad = !buf || ferror(f) || n == 0 || n > MAX_PEM_BYTES || !strstr(buf, "-----BEGIN ");
-    fclose(f);
-    if (bad) {
-        fprintf(stderr, "ckptd: %s %s: not a PEM file of at most 1 MiB\n", flag, path);
-        free(buf);
-        return NULL;
-    }
-    buf[n] = '\0';
-    return buf;
 }
 
 /* Flags first find --config (applied before the other flags, which win). */
@@ -392,13 +376,15 @@ int main(int argc, char **argv)
                               .max_streams = (unsigned)s.max_streams};
     int port = 0, sig = 0;
     char *pem[3] = {NULL, NULL, NULL};
-    if (s.tls_cert[0] && (!(pem[0] = read_pem("--tls-cert", s.tls_cert)) ||
-                          !(pem[1] = read_pem("--tls-key", s.tls_key)) ||
-                          (s.tls_client_ca[0] &&
-                           !(pem[2] = read_pem("--tls-client-ca", s.tls_client_ca))))) {
-        for (int i = 0; i < 3; i++)
-            free(pem[i]);
-        return 1;
+    const char *pem_flag[3] = {"--tls-cert", "--tls-key", "--tls-client-ca"};
+    const char *pem_path[3] = {s.tls_cert, s.tls_key, s.tls_client_ca};
+    for (int i = 0; i < 3; i++) {
+        if (pem_path[i][0] && cpri_cli_read_pem(pem_flag[i], pem_path[i], &pem[i]) != CPR_OK) {
+            fprintf(stderr, "ckptd: %s\n", cpr_errmsg());
+            for (int j = 0; j < 3; j++)
+                free(pem[j]);
+            return 1;
+        }
     }
     srv.tls_cert_pem = pem[0];
     srv.tls_key_pem = pem[1];
@@ -439,18 +425,12 @@ int main(int argc, char **argv)
         snprintf(bound, sizeof bound, "%s", s.listen);
     } else {
         char host[256];
-        snprintf(host, sizeof host, "%s", s.listen);
-        char *colon = strrchr(host, ':');
-        if (colon)
-            *colon = '\0';
+        host_of(s.listen, host, sizeof host);
         snprintf(bound, sizeof bound, "%s:%d", host, port);
     }
     if (telemetry) {
         char host[256];
-        snprintf(host, sizeof host, "%s", s.metrics_listen);
-        char *colon = strrchr(host, ':');
-        if (colon)
-            *colon = '\0';
+        host_of(s.metrics_listen, host, sizeof host);
         printf("ckptd metrics on %s:%d\n", host, metrics_port);
     }
     printf("ckptd listening on %s\n", bound);

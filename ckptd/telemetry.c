@@ -10,7 +10,9 @@
 
 #define MAX_METHODS 33 /* the server's 32, and "unknown" */
 
-enum store_gauge { G_STORE_BYTES, G_FREE_BYTES, G_OPEN_PARTS, G_JOBS, G_PARTS, G_SERVING, N_GAUGES };
+enum store_gauge {
+    G_STORE_BYTES, G_FREE_BYTES, G_OPEN_PARTS, G_JOBS, G_PARTS, G_SERVING, N_GAUGES
+};
 enum store_counter {
     C_ROWS_IN, C_BYTES_IN, C_ROWS_OUT, C_BYTES_OUT, C_GC_RUNS, C_GC_PARTS, C_GC_BYTES, C_FOLDS,
     C_FOLD_BYTES, N_COUNTERS

@@ -23,13 +23,13 @@
 
 #include "channel.h" /* rpc/: the channels' credentials */
 #include "client_internal.h"
+#include "cpr_cli.h"
 #include "cpr_common.h"
 #include "cpr/rng.h"
 
 #define LOCAL_PREFIX "local://"
 #define GRPC_PREFIX "grpc://"
 #define GRPCS_PREFIX "grpcs://"
-#define MAX_PEM_BYTES (1u << 20)
 #define UNIX_PREFIX "unix:"
 #define MAX_NODES 256
 #define MAX_MESSAGE_BYTES ((size_t)16 << 20)
@@ -84,25 +84,6 @@ typedef struct creds {
     char *pem[3]; /* ca, cert, key */
 } creds;
 
-static cpr_status read_pem(const char *what, const char *path, char **out)
-{
-    FILE *f = fopen(path, "rb");
-    char *buf = f ? malloc(MAX_PEM_BYTES + 1) : NULL;
-    size_t n = buf ? fread(buf, 1, MAX_PEM_BYTES + 1, f) : 0;
-    int err = f ? ferror(f) : errno;
-    if (f)
-        fclose(f);
-    if (!f || !buf || err || n == 0 || n > MAX_PEM_BYTES) {
-        free(buf);
-        return cpr_fail(CPR_INVALID_ARGUMENT, "%s '%.200s': %s", what, path,
-                        !f ? strerror(err) : !buf ? "out of memory"
-                        : n == 0 ? "empty (give a PEM file)" : "over 1 MiB (give a PEM file)");
-    }
-    buf[n] = '\0';
-    *out = buf;
-    return CPR_OK;
-}
-
 static const char *opt_or_env(const char *v, const char *env)
 {
     const char *e = v ? v : getenv(env);
@@ -122,7 +103,7 @@ static cpr_status load_creds(const cpr_client_options *opts, int tls, creds *cr)
                            opt_or_env(opts->tls_cert_file, "CPR_TLS_CERT"),
                            opt_or_env(opts->tls_key_file, "CPR_TLS_KEY")};
     for (int i = 0; i < 3; i++) {
-        cpr_status st = path[i] ? read_pem(what[i], path[i], &cr->pem[i]) : CPR_OK;
+        cpr_status st = path[i] ? cpri_cli_read_pem(what[i], path[i], &cr->pem[i]) : CPR_OK;
         if (st)
             return st;
     }

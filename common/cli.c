@@ -2,6 +2,7 @@
 /* Command-line value parsing for the CPR tools (see cpr_cli.h). */
 #include <errno.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -57,4 +58,27 @@ const char *cpri_cli_value(int argc, char **argv, int *i, const char *flag, int 
         return NULL;
     }
     return argv[++*i];
+}
+
+#define MAX_PEM_BYTES (1u << 20)
+
+cpr_status cpri_cli_read_pem(const char *what, const char *path, char **out)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return cpr_fail(CPR_INVALID_ARGUMENT, "%s %.200s: %s", what, path, strerror(errno));
+    char *buf = malloc(MAX_PEM_BYTES + 1);
+    size_t n = buf ? fread(buf, 1, MAX_PEM_BYTES + 1, f) : 0;
+    int err = ferror(f);
+    fclose(f);
+    if (buf)
+        buf[n <= MAX_PEM_BYTES ? n : MAX_PEM_BYTES] = '\0';
+    if (!buf || err || n == 0 || n > MAX_PEM_BYTES || !strstr(buf, "-----BEGIN ")) {
+        free(buf);
+        return cpr_fail(CPR_INVALID_ARGUMENT, "%s %.200s: %s", what, path,
+                        !buf ? "out of memory" : err ? "read error"
+                                                     : "not a PEM file of at most 1 MiB");
+    }
+    *out = buf;
+    return CPR_OK;
 }

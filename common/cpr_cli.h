@@ -1,9 +1,10 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Strict command-line parsing shared by the CPR tools: whole numbers in a
- * range, finite numbers in a range, and `--flag V` / `--flag=V` values. On a
- * bad value they return CPR_INVALID_ARGUMENT with a message naming the flag
- * (cpr_errmsg()); the tool prints it and exits 2. No printing here.
+ * range, finite numbers in a range, `--flag V` / `--flag=V` values, and the
+ * PEM files TLS options name. On a bad value they return
+ * CPR_INVALID_ARGUMENT with a message naming the flag (cpr_errmsg()); the
+ * tool prints it and exits 2. No printing here.
  */
 #ifndef CPR_CLI_H
 #define CPR_CLI_H
@@ -25,5 +26,9 @@ cpr_status cpri_cli_double(const char *flag, const char *text, double lo, int lo
  * NULL if argv[*i] is another argument. *missing is set to 1, with a
  * message, when the flag is there but its value is not. */
 const char *cpri_cli_value(int argc, char **argv, int *i, const char *flag, int *missing);
+
+/* The PEM file `path` that option `what` names, read whole into *out
+ * (malloc'd, NUL-terminated; at most 1 MiB, holding "-----BEGIN "). */
+cpr_status cpri_cli_read_pem(const char *what, const char *path, char **out);
 
 #endif /* CPR_CLI_H */

@@ -373,13 +373,13 @@ cpri_rpc_recv_result cpri_rpc_recv(cpri_rpc_call *c, const uint8_t **msg, size_t
     drop_received(c);
     if (!c->sent_initial && cpri_rpc_start(c) != CPR_OK)
         return CPR_RPC_BROKEN;
+    size_t before = c->held; /* what the call holds besides this receive */
     if (budget_take(c, 2 * c->srv->max_message) != CPR_OK)
         return CPR_RPC_EXHAUSTED;
     memset(&op, 0, sizeof op);
     op.op = GRPC_OP_RECV_MESSAGE;
     op.data.recv_message.recv_message = &bb;
     batch_result r = run_batch_for(c, &op, 1, RECEIVING);
-    size_t before = c->held - 2 * c->srv->max_message * (c->srv->budget != 0);
     if (r != BATCH_OK) {
         if (bb) /* arrived as the call was cancelled */
             grpc_byte_buffer_destroy(bb);

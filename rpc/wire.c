@@ -178,11 +178,11 @@ static cpr_status encode_job(const ProtobufCMessageDescriptor *desc, const char 
 
 cpr_status cpri_wire_begin_decode(const void *buf, size_t len, cpri_wire_begin *out)
 {
-    if (strings_clean(&cpr__v1__begin_request__descriptor, buf, len, 0) != CPR_OK)
-        return CPR_INVALID_ARGUMENT;
-    Cpr__V1__BeginRequest *m = cpr__v1__begin_request__unpack(NULL, len, buf);
-    if (!m)
-        return malformed("BeginRequest", len);
+    Cpr__V1__BeginRequest *m;
+    cpr_status unpacked =
+        unpack(&cpr__v1__begin_request__descriptor, buf, len, (ProtobufCMessage **)&m);
+    if (unpacked)
+        return unpacked;
     cpri_wire_begin b = {.msg = m};
     b.tables = malloc((m->n_tables ? m->n_tables : 1) * sizeof *b.tables);
     if (!b.tables) {
@@ -461,11 +461,11 @@ cpr_status cpri_wire_block_encode(const cpr_part_id *id, uint64_t lease, const v
 
 cpr_status cpri_wire_chunk_decode(const void *buf, size_t len, cpri_wire_chunk *out)
 {
-    if (strings_clean(&cpr__v1__blob_chunk__descriptor, buf, len, 0) != CPR_OK)
-        return CPR_INVALID_ARGUMENT;
-    Cpr__V1__BlobChunk *m = cpr__v1__blob_chunk__unpack(NULL, len, buf);
-    if (!m)
-        return malformed("BlobChunk", len);
+    Cpr__V1__BlobChunk *m;
+    cpr_status unpacked =
+        unpack(&cpr__v1__blob_chunk__descriptor, buf, len, (ProtobufCMessage **)&m);
+    if (unpacked)
+        return unpacked;
     *out = (cpri_wire_chunk){
         .id = {str(m->job), m->shard, m->checkpoint}, .lease = m->lease, .name = str(m->name),
         .offset = m->offset, .size = m->size, .data = m->data.data, .len = m->data.len,
@@ -584,11 +584,11 @@ cpr_status cpri_wire_getblob_encode(const cpr_part_id *id, const char *name, uin
 
 cpr_status cpri_wire_restore_decode(const void *buf, size_t len, cpri_wire_restore *out)
 {
-    if (strings_clean(&cpr__v1__restore_request__descriptor, buf, len, 0) != CPR_OK)
-        return CPR_INVALID_ARGUMENT;
-    Cpr__V1__RestoreRequest *m = cpr__v1__restore_request__unpack(NULL, len, buf);
-    if (!m)
-        return malformed("RestoreRequest", len);
+    Cpr__V1__RestoreRequest *m;
+    cpr_status unpacked =
+        unpack(&cpr__v1__restore_request__descriptor, buf, len, (ProtobufCMessage **)&m);
+    if (unpacked)
+        return unpacked;
     cpri_wire_restore r = {.msg = m};
     r.ranges = malloc((m->n_ranges ? m->n_ranges : 1) * sizeof *r.ranges);
     if (!r.ranges) {
@@ -708,11 +708,11 @@ cpr_status cpri_wire_verify_encode(const char *job, uint8_t **buf, size_t *len)
 
 cpr_status cpri_wire_gc_decode(const void *buf, size_t len, cpri_wire_gc *out)
 {
-    if (strings_clean(&cpr__v1__gc_request__descriptor, buf, len, 0) != CPR_OK)
-        return CPR_INVALID_ARGUMENT;
-    Cpr__V1__GcRequest *m = cpr__v1__gc_request__unpack(NULL, len, buf);
-    if (!m)
-        return malformed("GcRequest", len);
+    Cpr__V1__GcRequest *m;
+    cpr_status unpacked =
+        unpack(&cpr__v1__gc_request__descriptor, buf, len, (ProtobufCMessage **)&m);
+    if (unpacked)
+        return unpacked;
     *out = (cpri_wire_gc){job_or_all(m->job), m->keep, m->floor, m};
     return CPR_OK;
 }
@@ -1005,11 +1005,11 @@ cpr_status cpri_wire_get_recovery_encode(const char *job, uint8_t **buf, size_t 
 
 cpr_status cpri_wire_put_recovery_decode(const void *buf, size_t len, cpri_wire_recovery *out)
 {
-    if (strings_clean(&cpr__v1__put_recovery_request__descriptor, buf, len, 0) != CPR_OK)
-        return CPR_INVALID_ARGUMENT;
-    Cpr__V1__PutRecoveryRequest *m = cpr__v1__put_recovery_request__unpack(NULL, len, buf);
-    if (!m)
-        return malformed("PutRecoveryRequest", len);
+    Cpr__V1__PutRecoveryRequest *m;
+    cpr_status unpacked =
+        unpack(&cpr__v1__put_recovery_request__descriptor, buf, len, (ProtobufCMessage **)&m);
+    if (unpacked)
+        return unpacked;
     *out = (cpri_wire_recovery){str(m->job), m->expected_generation,
                                m->plan.len ? m->plan.data : NULL, m->plan.len, 0, m};
     return CPR_OK;

@@ -44,6 +44,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "store_internal.h"
@@ -62,12 +63,22 @@ uint64_t cpri_space_free_bytes(const cpr_store *store)
     return (uint64_t)sv.f_bavail * (uint64_t)sv.f_frsize;
 }
 
-static uint64_t catalog_floor(const cpr_store *store)
+/* The catalog's size, walked at most once a second: the data tier is
+ * checked for every put, and the catalog grows by kilobytes a commit. */
+static uint64_t catalog_floor(cpr_store *store)
 {
-    return CATALOG_SLACK + cpri_tree_bytes(store->db_dir);
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    uint64_t now_ms = (uint64_t)now.tv_sec * 1000 + (uint64_t)now.tv_nsec / 1000000;
+    uint64_t at = atomic_load(&store->catalog_bytes_ms);
+    if (at == 0 || now_ms - at >= 1000) {
+        atomic_store(&store->catalog_bytes, cpri_tree_bytes(store->db_dir));
+        atomic_store(&store->catalog_bytes_ms, now_ms ? now_ms : 1);
+    }
+    return CATALOG_SLACK + atomic_load(&store->catalog_bytes);
 }
 
-static uint64_t floor_of(const cpr_store *store, cpri_space_need need)
+static uint64_t floor_of(cpr_store *store, cpri_space_need need)
 {
     uint64_t cat = catalog_floor(store);
     switch (need) {
@@ -87,7 +98,7 @@ static double mib(uint64_t bytes)
     return (double)bytes / (double)MIB;
 }
 
-cpr_status cpri_space_check(const cpr_store *store, cpri_space_need need, const char *op)
+cpr_status cpri_space_check(cpr_store *store, cpri_space_need need, const char *op)
 {
     uint64_t free_bytes = cpri_space_free_bytes(store);
     uint64_t want = floor_of(store, need);

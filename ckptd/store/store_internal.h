@@ -158,6 +158,8 @@ struct cpr_store {
     _Atomic uint64_t token_seq;  /* segment tokens: unique, never 0 */
     _Atomic uint64_t rows_in, bytes_in, rows_out, bytes_out;
     _Atomic int catalog_broken;  /* a catalog write failed: no more (space.c F1) */
+    _Atomic uint64_t catalog_bytes, catalog_bytes_ms; /* its size, measured at most once
+                                                     a second (space.c) */
     char catalog_error[512];     /* why, written once before catalog_broken is set */
     _Atomic uint64_t gc_runs, gc_parts_removed, gc_bytes_freed, folds, fold_bytes;
     _Atomic uint64_t errors[CPR_STATUS_COUNT_];
@@ -174,7 +176,7 @@ typedef enum cpri_space_need {
 
 uint64_t cpri_space_free_bytes(const cpr_store *store);
 /* CPR_OK, or CPR_RESOURCE_EXHAUSTED naming `op`, the free and needed bytes. */
-cpr_status cpri_space_check(const cpr_store *store, cpri_space_need need, const char *op);
+cpr_status cpri_space_check(cpr_store *store, cpri_space_need need, const char *op);
 /* The GC tier, releasing the ballast if that makes the room (F2). */
 cpr_status cpri_space_check_gc(cpr_store *store);
 /* Put the ballast back if it is gone and there is room (F2). */

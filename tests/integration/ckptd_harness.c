@@ -14,6 +14,7 @@
 #include <netinet/in.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -382,4 +383,13 @@ double ch_metric(const char *exposition, const char *series)
         if (strncmp(line, series, n) == 0 && line[n] == ' ')
             return strtod(line + n + 1, NULL);
     return -1;
+}
+
+void ch_write_private(const char *path, const char *text)
+{
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    assert_true(fputs(text, f) >= 0);
+    assert_int_equal(fclose(f), 0);
+    assert_int_equal(chmod(path, 0600), 0);
 }

@@ -72,6 +72,9 @@ cpr_status ch_restore(cpri_rpc *rpc, const char *job, uint64_t as_of, uint64_t v
 cpr_status ch_list(cpri_rpc *rpc, const char *job, size_t *n, uint64_t ckpt, int *has_ckpt,
                    size_t *open_parts);
 
+/* Write `text` to `path`, mode 0600 (an auth file: ckptd warns otherwise). */
+void ch_write_private(const char *path, const char *text);
+
 /* GET `path` from an HTTP server at "host:port" (IPv4): *code gets the
  * status, *body the body (malloc'd, NUL-terminated). CPR_UNAVAILABLE if it
  * cannot connect. */

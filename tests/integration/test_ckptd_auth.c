@@ -45,15 +45,6 @@ static const char *const caller_name[N_CALLERS] = {"no credentials", "unknown to
 static const char *const caller_token[N_CALLERS] = {NULL, TOK_UNKNOWN, TOK_READ, TOK_WRITE,
                                                     TOK_ADMIN, TOK_OTHER};
 
-static void write_file(const char *path, const char *text)
-{
-    FILE *f = fopen(path, "w");
-    assert_non_null(f);
-    assert_int_equal(fputs(text, f) >= 0, 1);
-    assert_int_equal(fclose(f), 0);
-    chmod(path, 0600);
-}
-
 static const char rules[] =
     "# test rules\n"
     TOK_READ "  jobA*  read\n"
@@ -83,7 +74,7 @@ static void world_up(world *w)
     memset(w, 0, sizeof *w);
     w->dir = tu_mkdtemp("cpr-auth");
     snprintf(w->auth, sizeof w->auth, "%s/auth", w->dir);
-    write_file(w->auth, rules);
+    ch_write_private(w->auth, rules);
     char data[4096];
     snprintf(data, sizeof data, "%s/data", w->dir);
     const char *const extra[] = {"--auth-file", w->auth, NULL};
@@ -512,7 +503,7 @@ static void test_sighup_reload(void **unused)
     assert_status(UA, ch_list(fresh, "jobA-1", &n, 1, &has, &open));
     assert_status(OK, ch_list(w.as[READ], "jobA-1", &n, 1, &has, &open));
 
-    write_file(w.auth, TOK_ADMIN " * admin\n"
+    ch_write_private(w.auth, TOK_ADMIN " * admin\n"
                        "fresh-0123456789abcdef jobA-1 read\n");
     assert_int_equal(kill(w.d.pid, SIGHUP), 0);
     reload_wait r = {fresh, OK};
@@ -585,7 +576,7 @@ static void test_bad_auth_file(void **unused)
         TOK_READ " jobA read extra\n",     /* four */
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-        write_file(auth, bad[i]);
+        ch_write_private(auth, bad[i]);
         const char *const extra[] = {"--auth-file", auth, NULL};
         cpri_ckptd_proc d;
         assert_status(CPR_UNAVAILABLE, cpri_ckptd_spawn(CKPTD_PATH_FOR_TEST, data, NULL, extra,

@@ -37,15 +37,6 @@ static char *scrape(const ch_daemon *d)
     return body;
 }
 
-static void write_rules(const char *path, const char *text)
-{
-    FILE *f = fopen(path, "w");
-    assert_non_null(f);
-    fputs(text, f);
-    fclose(f);
-    chmod(path, 0600);
-}
-
 typedef struct reload_wait {
     const ch_daemon *d;
     const char *series;
@@ -68,7 +59,7 @@ static void test_metrics(void **unused)
     char auth[4096], data[4096];
     snprintf(auth, sizeof auth, "%s/auth", dir);
     snprintf(data, sizeof data, "%s/data", dir);
-    write_rules(auth, TOKEN " * admin\n");
+    ch_write_private(auth, TOKEN " * admin\n");
     const char *const extra[] = {"--metrics-listen", "127.0.0.1:0", "--auth-file", auth, NULL};
     ch_daemon d;
     ch_start_args(&d, data, extra);
@@ -140,7 +131,7 @@ static void test_metrics(void **unused)
     free(body);
 
     /* A reload that fails is counted, and the rules in force stay. */
-    write_rules(auth, "short * admin\n");
+    ch_write_private(auth, "short * admin\n");
     assert_int_equal(kill(d.pid, SIGHUP), 0);
     reload_wait r = {&d, SERIES("auth_reloads_total", "result=\"failed\""), 1};
     assert_true(ch_poll(counted, &r, CH_TIMEOUT_S));

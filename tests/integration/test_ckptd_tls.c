@@ -122,11 +122,7 @@ static void tls_up(tls_daemon *t, int mutual, const char *auth_rules)
         extra[n++] = ca;
     }
     if (auth_rules) {
-        FILE *f = fopen(auth, "w");
-        assert_non_null(f);
-        fputs(auth_rules, f);
-        fclose(f);
-        chmod(auth, 0600);
+        ch_write_private(auth, auth_rules);
         extra[n++] = "--auth-file";
         extra[n++] = auth;
     }
