@@ -33,6 +33,7 @@ typedef struct settings {
     char data_dir[4096];
     char tls_cert[4096], tls_key[4096], tls_client_ca[4096], auth_file[4096];
     char metrics_listen[256];
+    char backend[16], rados_conf[4096], rados_pool[256], rados_namespace[256], rados_user[256];
     int allow_plaintext;
     uint64_t threads, retain, max_message_mb, min_free_mb, max_memory_mb;
     uint64_t max_open_parts, max_open_parts_per_job, max_open_blobs, max_open_blobs_per_job;
@@ -52,6 +53,8 @@ static void usage(FILE *out)
           "             [--max-open-parts N] [--max-open-parts-per-job N]\n"
           "             [--max-open-blobs N] [--max-open-blobs-per-job N]\n"
           "             [--max-streams-per-connection N]\n"
+          "             [--backend local|rados --rados-pool POOL [--rados-conf FILE]\n"
+          "              [--rados-namespace NS] [--rados-user USER]]\n"
           "       ckptd --version | --help\n"
           "\n"
           "  --listen ADDR        HOST:PORT to serve (default 127.0.0.1:7717; port 0 picks a\n"
@@ -111,6 +114,15 @@ static void usage(FILE *out)
           "                       calls one client connection may have open at once\n"
           "                       (HTTP/2 MAX_CONCURRENT_STREAMS, default 100); more wait\n"
           "                       in the client\n"
+          "  --backend B          where segments and the catalog live: local (default: the\n"
+          "                       data directory) or rados (a Ceph pool: a committed part\n"
+          "                       outlives this node; the data directory keeps a copy of\n"
+          "                       the catalog, rebuilt from the pool at start, and blobs)\n"
+          "  --rados-pool POOL    the pool (must exist) ...\n"
+          "  --rados-conf FILE    ... the cluster's ceph.conf (default: librados' search)\n"
+          "  --rados-namespace NS ... a namespace, so that stores can share a pool\n"
+          "  --rados-user USER    ... and the cephx user, without \"client.\" (default\n"
+          "                       admin; its keyring as ceph.conf names it)\n"
           "  --allow-plaintext yes  serve plaintext on an address other than loopback\n"
           "                       (refused otherwise: tokens and rows would cross the\n"
           "                       network in clear; give --tls-cert instead)\n"
@@ -141,6 +153,18 @@ static int set(settings *s, const char *key, const char *value)
         snprintf(s->tls_key, sizeof s->tls_key, "%s", value);
     else if (strcmp(key, "tls-client-ca") == 0)
         snprintf(s->tls_client_ca, sizeof s->tls_client_ca, "%s", value);
+    else if (strcmp(key, "backend") == 0) {
+        if (strcmp(value, "local") != 0 && strcmp(value, "rados") != 0)
+            return fail_usage("--backend: local or rados");
+        snprintf(s->backend, sizeof s->backend, "%s", value);
+    } else if (strcmp(key, "rados-conf") == 0)
+        snprintf(s->rados_conf, sizeof s->rados_conf, "%s", value);
+    else if (strcmp(key, "rados-pool") == 0)
+        snprintf(s->rados_pool, sizeof s->rados_pool, "%s", value);
+    else if (strcmp(key, "rados-namespace") == 0)
+        snprintf(s->rados_namespace, sizeof s->rados_namespace, "%s", value);
+    else if (strcmp(key, "rados-user") == 0)
+        snprintf(s->rados_user, sizeof s->rados_user, "%s", value);
     else if (strcmp(key, "metrics-listen") == 0)
         snprintf(s->metrics_listen, sizeof s->metrics_listen, "%s", value);
     else if (strcmp(key, "auth-file") == 0)
@@ -259,7 +283,9 @@ static int parse_args(int argc, char **argv, settings *s)
                                        "auth-file", "allow-plaintext", "min-free-mb",
                                        "max-memory-mb", "metrics-listen", "max-open-parts",
                                        "max-open-parts-per-job", "max-open-blobs",
-                                       "max-open-blobs-per-job", "max-streams-per-connection"};
+                                       "max-open-blobs-per-job", "max-streams-per-connection",
+                                       "backend", "rados-conf", "rados-pool",
+                                       "rados-namespace", "rados-user"};
     for (int i = 1; i < argc; i++) {
         int missing = 0;
         const char *cfg = cpri_cli_value(argc, argv, &i, "--config", &missing);
@@ -292,6 +318,11 @@ static int parse_args(int argc, char **argv, settings *s)
     }
     if (s->data_dir[0] == '\0')
         return fail_usage("--data-dir is required");
+    if (strcmp(s->backend, "rados") == 0 && !s->rados_pool[0])
+        return fail_usage("--backend rados needs --rados-pool (and the cluster's --rados-conf)");
+    if (strcmp(s->backend, "rados") != 0 &&
+        (s->rados_pool[0] || s->rados_conf[0] || s->rados_namespace[0] || s->rados_user[0]))
+        return fail_usage("--rados-* options need --backend rados");
     if (!s->tls_cert[0] != !s->tls_key[0])
         return fail_usage("--tls-cert and --tls-key go together: give both");
     if (s->tls_client_ca[0] && !s->tls_cert[0])
@@ -368,6 +399,12 @@ int main(int argc, char **argv)
                             .max_open_blobs = (uint32_t)s.max_open_blobs,
                             .max_open_blobs_per_job = (uint32_t)s.max_open_blobs_per_job,
                             .max_buffer_bytes = (s.max_memory_mb << 20) / 5 * 2};
+    if (strcmp(s.backend, "rados") == 0) {
+        so.rados_pool = s.rados_pool;
+        so.rados_conf = s.rados_conf[0] ? s.rados_conf : NULL;
+        so.rados_namespace = s.rados_namespace[0] ? s.rados_namespace : NULL;
+        so.rados_user = s.rados_user[0] ? s.rados_user : NULL;
+    }
     cpri_server_options srv = {.listen = s.listen,
                               .max_message_bytes = (size_t)s.max_message_mb << 20,
                               .max_calls = (unsigned)s.threads,

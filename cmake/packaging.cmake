@@ -34,7 +34,7 @@ target_link_libraries(cpr PRIVATE ${CPR_LIB_SYSTEM})
 add_library(cpr_static STATIC ${CPR_EMPTY_C} ${CPR_LIB_OBJECTS})
 
 add_library(cpr_store_shared SHARED ${CPR_EMPTY_C} $<TARGET_OBJECTS:cpr_store>)
-target_link_libraries(cpr_store_shared PRIVATE cpr ${ROCKSDB_LIBRARY} PkgConfig::URING
+target_link_libraries(cpr_store_shared PRIVATE cpr ${ROCKSDB_LIBRARY} ${RADOS_LIBRARY} PkgConfig::URING
                       Threads::Threads)
 add_library(cpr_store_static STATIC ${CPR_EMPTY_C} $<TARGET_OBJECTS:cpr_store>)
 
@@ -61,8 +61,8 @@ if(CPR_HAVE_CUDA)
   string(APPEND CPR_PC_LIBS_PRIVATE " ${_cudart} -lrt")
   string(APPEND CPR_STATIC_LIBS ";${_cudart};rt")
 endif()
-set(CPR_PC_STORE_LIBS_PRIVATE "-lrocksdb -lpthread")
-set(CPR_STORE_STATIC_LIBS "${ROCKSDB_LIBRARY};${URING_LINK_LIBRARIES};pthread")
+set(CPR_PC_STORE_LIBS_PRIVATE "-lrocksdb -lrados -lpthread")
+set(CPR_STORE_STATIC_LIBS "${ROCKSDB_LIBRARY};${RADOS_LIBRARY};${URING_LINK_LIBRARIES};pthread")
 
 configure_file(${PROJECT_SOURCE_DIR}/cmake/cpr.pc.in ${PROJECT_BINARY_DIR}/cpr.pc @ONLY)
 configure_file(${PROJECT_SOURCE_DIR}/cmake/cpr-store.pc.in ${PROJECT_BINARY_DIR}/cpr-store.pc @ONLY)

@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "store_internal.h"
+#include "rados.h"
 
 /* ---- small helpers --------------------------------------------------- */
 
@@ -64,12 +65,54 @@ static cpr_status catalog_usable(cpr_store *store, const char *what)
                     what, store->catalog_error);
 }
 
+/* A write batch as changes for the RADOS catalog (rados.h R1). */
+typedef struct batch_changes {
+    cpri_kv_change *c;
+    size_t n, cap;
+    int oom;
+} batch_changes;
+
+static void add_change(batch_changes *b, const char *k, size_t klen, const char *v,
+                       size_t vlen, int del)
+{
+    if (b->n == b->cap) {
+        size_t nc = b->cap ? 2 * b->cap : 16;
+        cpri_kv_change *g = realloc(b->c, nc * sizeof *g);
+        if (!g) {
+            b->oom = 1;
+            return;
+        }
+        b->c = g;
+        b->cap = nc;
+    }
+    b->c[b->n++] = (cpri_kv_change){k, klen, v, vlen, del};
+}
+
+static void batch_put(void *ctx, const char *k, size_t klen, const char *v, size_t vlen)
+{
+    add_change(ctx, k, klen, v, vlen, 0);
+}
+
+static void batch_deleted(void *ctx, const char *k, size_t klen)
+{
+    add_change(ctx, k, klen, NULL, 0, 1);
+}
+
 cpr_status cpri_catalog_write(cpr_store *store, rocksdb_writebatch_t *wb, const char *what)
 {
     char *err = NULL;
     cpr_status st = catalog_usable(store, what);
     if (st)
         return st;
+    if (store->rados) { /* R1: the pool first; it is the commit point */
+        batch_changes b = {0};
+        rocksdb_writebatch_iterate(wb, &b, batch_put, batch_deleted);
+        st = b.oom ? cpr_fail(CPR_NO_MEMORY, "out of memory %s", what)
+                   : cpri_rados_catalog_apply(store->rados, b.c, b.n, what);
+        free(b.c);
+        if (st)
+            return st;
+    }
     rocksdb_write(store->db, store->sync_write, wb, &err);
     return err ? catalog_failed(store, err, what) : CPR_OK;
 }
@@ -81,6 +124,12 @@ cpr_status cpri_catalog_put(cpr_store *store, const void *key, size_t klen, cons
     cpr_status st = catalog_usable(store, what);
     if (st)
         return st;
+    if (store->rados) { /* R1 */
+        cpri_kv_change c = {key, klen, val, vlen, 0};
+        st = cpri_rados_catalog_apply(store->rados, &c, 1, what);
+        if (st)
+            return st;
+    }
     rocksdb_put(store->db, store->sync_write, key, klen, val, vlen, &err);
     return err ? catalog_failed(store, err, what) : CPR_OK;
 }
@@ -471,6 +520,57 @@ static cpr_status check_format(cpr_store *store, const char *dir)
     return err ? cpri_rocks_error(err, "recording the store format") : CPR_OK;
 }
 
+/* Rebuild of the local catalog from the pool's (R1): every local record
+ * but 'V' goes, every record of the pool comes, in one synced write. */
+typedef struct rebuild {
+    rocksdb_writebatch_t *wb;
+    uint64_t records;
+} rebuild;
+
+static int rebuild_put(void *ctx, const void *key, size_t klen, const void *val, size_t vlen)
+{
+    rebuild *rb = ctx;
+    rocksdb_writebatch_put(rb->wb, key, klen, val, vlen);
+    rb->records++;
+    return 0;
+}
+
+static cpr_status open_rados(cpr_store *store)
+{
+    cpri_rados_target t = {store->opts.rados_conf, store->opts.rados_user,
+                           store->opts.rados_pool, store->opts.rados_namespace};
+    cpr_status st = cpri_rados_connect(&t, &store->rados);
+    if (st)
+        return st;
+    rebuild rb = {rocksdb_writebatch_create(), 0};
+    rocksdb_iterator_t *it = rocksdb_create_iterator(store->db, store->read_opts);
+    for (rocksdb_iter_seek_to_first(it); rocksdb_iter_valid(it); rocksdb_iter_next(it)) {
+        size_t klen;
+        const char *key = rocksdb_iter_key(it, &klen);
+        if (!(klen == 1 && key[0] == 'V'))
+            rocksdb_writebatch_delete(rb.wb, key, klen);
+    }
+    char *err = NULL;
+    rocksdb_iter_get_error(it, &err);
+    rocksdb_iter_destroy(it);
+    if (err)
+        st = cpri_rocks_error(err, "reading the local catalog");
+    if (st == CPR_OK)
+        st = cpri_rados_catalog_load(store->rados, rebuild_put, &rb);
+    if (st == CPR_OK) {
+        rocksdb_write(store->db, store->sync_write, rb.wb, &err);
+        if (err)
+            st = cpri_rocks_error(err, "rebuilding the local catalog from RADOS");
+    }
+    rocksdb_writebatch_destroy(rb.wb);
+    if (st == CPR_OK)
+        st = cpri_backend_rados_open(store->rados, &store->segs);
+    if (st == CPR_OK)
+        cpri_log(CPR_LOG_INFO, "store %s: segments and catalog in RADOS %s (%llu records)",
+                 store->dir, cpri_rados_where(store->rados), (unsigned long long)rb.records);
+    return st;
+}
+
 static cpr_status make_dirs(cpr_store *store, const char *dir)
 {
     store->dir = strdup(dir);
@@ -531,7 +631,9 @@ cpr_status cpr_store_open(const char *dir, const cpr_store_options *opts,
         goto out;
     }
     st = check_format(store, dir);
-    if (st == CPR_OK)
+    if (st == CPR_OK && store->opts.rados_pool)
+        st = open_rados(store);
+    else if (st == CPR_OK)
         st = cpri_backend_local_open(store->segs_dir, store->opts.no_sync, &store->segs);
     if (st == CPR_OK)
         st = load_catalog(store);
@@ -573,6 +675,7 @@ void cpr_store_close(cpr_store *store)
     }
     if (store->segs)
         store->segs->ops->close(store->segs);
+    cpri_rados_close(store->rados);
     if (store->db) {
         /* The catalog at rest in table files (block checksums), not only
          * in the WAL: a damaged record is then reported, not taken for a

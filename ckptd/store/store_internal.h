@@ -142,6 +142,7 @@ struct cpr_store {
     rocksdb_readoptions_t *read_opts;
     rocksdb_writeoptions_t *sync_write;
     cpri_backend *segs;           /* segment objects (backend.h) */
+    struct cpri_rados *rados;     /* the store in RADOS (rados.h R1); NULL: local only */
     pthread_mutex_t mu;          /* catalog, open_parts, job commit order, doomed */
     cpri_catalog catalog;
     open_part *open_parts;

@@ -83,6 +83,16 @@ typedef struct cpr_store_options {
                                         or a new blob that would
                                         exceed it is CPR_RESOURCE_EXHAUSTED
                                         (0: unbounded but for the caps above) */
+    /* Ceph RADOS (docs/store.md, "Segments in RADOS"): with rados_pool set,
+     * segments and the catalog live in that pool, so that a committed part
+     * outlives this node's disk; the directory keeps a local copy of the
+     * catalog, rebuilt from the pool at every open, and the parts' blobs.
+     * All borrowed for cpr_store_open only. */
+    const char *rados_pool;          /* NULL: everything on the local disk */
+    const char *rados_conf;          /* ceph.conf (NULL: librados' search path) */
+    const char *rados_namespace;     /* stores sharing a pool each take their own
+                                        (NULL: the pool's default namespace) */
+    const char *rados_user;          /* cephx user, without "client." (NULL: admin) */
 } cpr_store_options;
 
 /* Identifies a part. `job` is borrowed for the duration of the call. */

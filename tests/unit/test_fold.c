@@ -385,8 +385,14 @@ static int run_child(int (*fn)(const char *, uint64_t), const char *dir, uint64_
 }
 
 /* Fold segments on disk (files named <shard>-f<ckpt>.<token>.seg). */
+/* Segments of the store at `dir` whose names hold `part`, when the store
+ * is in RADOS (tests/rados/store_on_rados.c defines it; absent otherwise). */
+__attribute__((weak)) unsigned cpr_test_rados_segments(const char *dir, const char *part);
+
 static unsigned fold_files(const char *dir)
 {
+    if (cpr_test_rados_segments)
+        return cpr_test_rados_segments(dir, "k/0-f");
     char path[4096];
     snprintf(path, sizeof path, "%s/segments/j_k", dir);
     DIR *d = opendir(path);

@@ -1,0 +1,734 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * The store in Ceph RADOS: connection, segment backend and catalog object
+ * (rados.h has the layout and invariants R1-R4). Writes and reads use
+ * librados' asynchronous API with several operations in flight.
+ */
+#define _GNU_SOURCE
+#include "rados.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <rados/librados.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cpr_common.h"
+
+#define CHUNK_BYTES ((size_t)4 << 20) /* bytes of a segment per RADOS object */
+#define WRITE_DEPTH 2                 /* chunk writes in flight per writer */
+#define READ_DEPTH_MAX 64
+#define CATALOG_OBJECT "cpr.catalog"
+#define SIZE_XATTR "cpr.size"
+#define LOAD_PAGE 1024                /* catalog keys a read asks for */
+#define OP_TIMEOUT_S "60"             /* an OSD or monitor that does not answer */
+
+struct cpri_rados {
+    rados_t cluster;
+    rados_ioctx_t io;
+    char where[256];
+};
+
+/* ---- connection ------------------------------------------------------------------ */
+
+static cpr_status rados_err(int rc, const char *fmt_what, const char *obj)
+{
+    int e = rc < 0 ? -rc : rc;
+    cpr_status st = e == ENOENT                 ? CPR_NOT_FOUND
+                    : e == ETIMEDOUT            ? CPR_UNAVAILABLE
+                    : e == ENOSPC || e == EDQUOT ? CPR_RESOURCE_EXHAUSTED
+                    : e == ENOMEM               ? CPR_NO_MEMORY
+                                                : CPR_IO;
+    return cpr_fail(st, "RADOS: %s %s: %s", fmt_what, obj ? obj : "", strerror(e));
+}
+
+cpr_status cpri_rados_connect(const cpri_rados_target *t, cpri_rados **out)
+{
+    cpri_rados *r = calloc(1, sizeof *r);
+    if (!r)
+        return cpr_fail(CPR_NO_MEMORY, "out of memory connecting to RADOS");
+    if (!t->pool || !*t->pool) {
+        free(r);
+        return cpr_fail(CPR_INVALID_ARGUMENT, "RADOS: no pool given (--rados-pool)");
+    }
+    snprintf(r->where, sizeof r->where, "%s%s%s", t->pool, t->ns && *t->ns ? "/" : "",
+             t->ns ? t->ns : "");
+    int rc = rados_create(&r->cluster, t->user && *t->user ? t->user : NULL);
+    if (rc < 0) {
+        free(r);
+        return rados_err(rc, "cannot create a cluster handle", NULL);
+    }
+    cpr_status st = CPR_OK;
+    rc = rados_conf_read_file(r->cluster, t->conf);
+    if (rc < 0) {
+        st = cpr_fail(CPR_INVALID_ARGUMENT, "RADOS: cannot read the configuration %s: %s",
+                      t->conf ? t->conf : "(default search path)", strerror(-rc));
+        goto fail;
+    }
+    /* Bounded waits: a cluster that does not answer is an error, not a hang. */
+    rados_conf_set(r->cluster, "client_mount_timeout", "30");
+    rados_conf_set(r->cluster, "rados_mon_op_timeout", OP_TIMEOUT_S);
+    rados_conf_set(r->cluster, "rados_osd_op_timeout", OP_TIMEOUT_S);
+    rc = rados_connect(r->cluster);
+    if (rc < 0) {
+        st = cpr_fail(rc == -ETIMEDOUT ? CPR_UNAVAILABLE : CPR_IO,
+                      "RADOS: cannot connect with %s: %s (is the cluster up, and the "
+                      "configuration's mon host right?)",
+                      t->conf ? t->conf : "the default configuration", strerror(-rc));
+        goto fail_shutdown;
+    }
+    rc = rados_ioctx_create(r->cluster, t->pool, &r->io);
+    if (rc < 0) {
+        st = rc == -ENOENT ? cpr_fail(CPR_NOT_FOUND,
+                                      "RADOS: pool \"%s\" does not exist: create it "
+                                      "(ceph osd pool create %s) or name another",
+                                      t->pool, t->pool)
+                           : rados_err(rc, "cannot open pool", t->pool);
+        goto fail_shutdown;
+    }
+    if (t->ns && *t->ns)
+        rados_ioctx_set_namespace(r->io, t->ns);
+    *out = r;
+    return CPR_OK;
+fail:
+fail_shutdown:
+    rados_shutdown(r->cluster);
+    free(r);
+    return st;
+}
+
+void cpri_rados_close(cpri_rados *r)
+{
+    if (!r)
+        return;
+    rados_ioctx_destroy(r->io);
+    rados_shutdown(r->cluster);
+    free(r);
+}
+
+const char *cpri_rados_where(const cpri_rados *r)
+{
+    return r->where;
+}
+
+/* ---- segments ---------------------------------------------------------------------- */
+
+typedef struct rados_backend {
+    cpri_backend base;
+    cpri_rados *r;
+} rados_backend;
+
+static void chunk_name(char *out, size_t cap, const char *object, uint64_t i)
+{
+    snprintf(out, cap, "%s@%" PRIu64, object, i);
+}
+
+typedef struct chunk_write {
+    rados_completion_t c;  /* NULL: idle */
+    unsigned char *buf;
+    uint64_t index;
+} chunk_write;
+
+struct cpri_obj_writer {
+    rados_backend *be;
+    char *object;
+    unsigned char *cur;    /* the chunk being filled */
+    size_t cur_len;
+    uint64_t next_chunk;   /* index of the chunk being filled */
+    uint64_t written;
+    chunk_write inflight[WRITE_DEPTH];
+    cpr_status failed;     /* a write that failed: sticky */
+};
+
+/* Wait for slot `s` to be idle; a failure is kept in w->failed. */
+static void wait_slot(cpri_obj_writer *w, chunk_write *s)
+{
+    if (!s->c)
+        return;
+    rados_aio_wait_for_complete(s->c);
+    int rc = rados_aio_get_return_value(s->c);
+    rados_aio_release(s->c);
+    s->c = NULL;
+    if (rc < 0 && w->failed == CPR_OK) {
+        char name[512];
+        chunk_name(name, sizeof name, w->object, s->index);
+        w->failed = rados_err(rc, "writing", name);
+    }
+}
+
+/* Send the current chunk (cur_len bytes) as object <object>@<next_chunk>. */
+static cpr_status send_chunk(cpri_obj_writer *w)
+{
+    chunk_write *s = &w->inflight[w->next_chunk % WRITE_DEPTH];
+    wait_slot(w, s); /* the chunk written WRITE_DEPTH ago */
+    if (w->failed)
+        return w->failed;
+    char name[512];
+    chunk_name(name, sizeof name, w->object, w->next_chunk);
+    unsigned char *spare = s->buf;
+    s->buf = w->cur;
+    s->index = w->next_chunk;
+    int rc = rados_aio_create_completion2(NULL, NULL, &s->c);
+    if (rc == 0)
+        rc = rados_aio_write_full(w->be->r->io, name, s->c, (const char *)s->buf, w->cur_len);
+    if (rc < 0) {
+        if (s->c)
+            rados_aio_release(s->c);
+        s->c = NULL;
+        w->cur = spare;
+        return w->failed = rados_err(rc, "writing", name);
+    }
+    w->cur = spare ? spare : malloc(CHUNK_BYTES);
+    w->cur_len = 0;
+    w->next_chunk++;
+    if (!w->cur)
+        return w->failed = cpr_fail(CPR_NO_MEMORY, "out of memory writing %s", w->object);
+    return CPR_OK;
+}
+
+static void writer_free(cpri_obj_writer *w)
+{
+    for (size_t i = 0; i < WRITE_DEPTH; i++) {
+        wait_slot(w, &w->inflight[i]);
+        free(w->inflight[i].buf);
+    }
+    free(w->cur);
+    free(w->object);
+    free(w);
+}
+
+static cpr_status rados_remove_object(cpri_backend *base, const char *object);
+
+static cpr_status rb_create(cpri_backend *base, const char *object, cpri_obj_writer **out)
+{
+    rados_backend *be = (rados_backend *)base;
+    /* A leftover of the same name (R4) goes first: its chunks past ours
+     * would otherwise outlive this segment's removal. */
+    cpr_status st = rados_remove_object(base, object);
+    if (st)
+        return st;
+    cpri_obj_writer *w = calloc(1, sizeof *w);
+    if (w) {
+        w->object = strdup(object);
+        w->cur = malloc(CHUNK_BYTES);
+    }
+    if (!w || !w->object || !w->cur) {
+        if (w) {
+            free(w->object);
+            free(w->cur);
+        }
+        free(w);
+        return cpr_fail(CPR_NO_MEMORY, "out of memory creating segment %s", object);
+    }
+    w->be = be;
+    *out = w;
+    return CPR_OK;
+}
+
+static cpr_status rb_append(cpri_obj_writer *w, const void *data, size_t len)
+{
+    const unsigned char *p = data;
+    while (len) {
+        if (w->failed)
+            return w->failed;
+        size_t take = CHUNK_BYTES - w->cur_len < len ? CHUNK_BYTES - w->cur_len : len;
+        memcpy(w->cur + w->cur_len, p, take);
+        w->cur_len += take;
+        w->written += take;
+        p += take;
+        len -= take;
+        if (w->cur_len == CHUNK_BYTES) {
+            cpr_status st = send_chunk(w);
+            if (st)
+                return st;
+        }
+    }
+    return w->failed;
+}
+
+static uint64_t rb_written(const cpri_obj_writer *w)
+{
+    return w->written;
+}
+
+static cpr_status rb_finish(cpri_obj_writer *w, uint64_t *size)
+{
+    cpr_status st = CPR_OK;
+    /* The last, partial chunk (or an empty chunk 0 for an empty segment). */
+    if (w->cur_len || w->next_chunk == 0)
+        st = send_chunk(w);
+    for (size_t i = 0; i < WRITE_DEPTH; i++)
+        wait_slot(w, &w->inflight[i]); /* R2: every chunk acknowledged */
+    if (st == CPR_OK)
+        st = w->failed;
+    if (st == CPR_OK) {
+        char name[512], val[32];
+        chunk_name(name, sizeof name, w->object, 0);
+        int n = snprintf(val, sizeof val, "%" PRIu64, w->written);
+        int rc = rados_setxattr(w->be->r->io, name, SIZE_XATTR, val, (size_t)n);
+        if (rc < 0)
+            st = rados_err(rc, "finishing", name);
+    }
+    if (st == CPR_OK && size)
+        *size = w->written;
+    if (st != CPR_OK) {
+        char *object = w->object;
+        rados_backend *be = w->be;
+        w->object = NULL;
+        writer_free(w);
+        cpr_status keep = st;
+        char msg[1024];
+        snprintf(msg, sizeof msg, "%s", cpr_errmsg());
+        rados_remove_object(&be->base, object); /* best effort */
+        free(object);
+        return cpr_fail(keep, "%s", msg);
+    }
+    writer_free(w);
+    return CPR_OK;
+}
+
+static void rb_discard(cpri_obj_writer *w)
+{
+    if (!w)
+        return;
+    rados_backend *be = w->be;
+    char *object = w->object;
+    w->object = NULL;
+    writer_free(w);
+    rados_remove_object(&be->base, object);
+    free(object);
+}
+
+/* Number of chunks of a finished segment (0: no cpr.size, or missing). */
+static uint64_t finished_chunks(rados_backend *be, const char *object)
+{
+    char name[512], val[32];
+    chunk_name(name, sizeof name, object, 0);
+    int n = rados_getxattr(be->r->io, name, SIZE_XATTR, val, sizeof val - 1);
+    if (n <= 0)
+        return 0;
+    val[n] = 0;
+    uint64_t bytes = strtoull(val, NULL, 10);
+    return bytes ? (bytes + CHUNK_BYTES - 1) / CHUNK_BYTES : 1;
+}
+
+static cpr_status rados_remove_object(cpri_backend *base, const char *object)
+{
+    rados_backend *be = (rados_backend *)base;
+    char name[512];
+    uint64_t n = finished_chunks(be, object);
+    if (n == 0) { /* unfinished or absent (R4): probe */
+        unsigned misses = 0;
+        for (uint64_t i = 0; misses <= WRITE_DEPTH; i++) {
+            chunk_name(name, sizeof name, object, i);
+            uint64_t psize;
+            time_t pmtime;
+            if (rados_stat(be->r->io, name, &psize, &pmtime) == 0) {
+                n = i + 1;
+                misses = 0;
+            } else {
+                misses++;
+            }
+        }
+    }
+    for (uint64_t i = n; i-- > 0;) { /* R3: chunk 0 last */
+        chunk_name(name, sizeof name, object, i);
+        int rc = rados_remove(be->r->io, name);
+        if (rc < 0 && rc != -ENOENT)
+            return rados_err(rc, "removing", name);
+    }
+    return CPR_OK;
+}
+
+static cpr_status rb_remove(cpri_backend *base, const char *object)
+{
+    return rados_remove_object(base, object);
+}
+
+static int cmp_str(const void *a, const void *b)
+{
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* Every segment with at least one chunk, each named once. */
+static cpr_status rb_list(cpri_backend *base, cpri_obj_list_fn fn, void *ctx)
+{
+    rados_backend *be = (rados_backend *)base;
+    rados_list_ctx_t lc;
+    int rc = rados_nobjects_list_open(be->r->io, &lc);
+    if (rc < 0)
+        return rados_err(rc, "listing", cpri_rados_where(be->r));
+    char **names = NULL;
+    size_t n = 0, cap = 0;
+    cpr_status st = CPR_OK;
+    const char *entry, *key, *nspace;
+    while ((rc = rados_nobjects_list_next(lc, &entry, &key, &nspace)) == 0) {
+        const char *at = strrchr(entry, '@');
+        if (!at || !strchr(entry, '/'))
+            continue; /* the catalog, probes */
+        if (n == cap) {
+            size_t nc = cap ? 2 * cap : 64;
+            char **g = realloc(names, nc * sizeof *g);
+            if (!g) {
+                st = cpr_fail(CPR_NO_MEMORY, "out of memory listing segments");
+                break;
+            }
+            names = g;
+            cap = nc;
+        }
+        names[n] = strndup(entry, (size_t)(at - entry));
+        if (!names[n]) {
+            st = cpr_fail(CPR_NO_MEMORY, "out of memory listing segments");
+            break;
+        }
+        n++;
+    }
+    if (st == CPR_OK && rc != -ENOENT)
+        st = rados_err(rc, "listing", cpri_rados_where(be->r));
+    rados_nobjects_list_close(lc);
+    if (st == CPR_OK) {
+        qsort(names, n, sizeof *names, cmp_str);
+        for (size_t i = 0; i < n; i++)
+            if ((i == 0 || strcmp(names[i], names[i - 1]) != 0) && fn(ctx, names[i]))
+                break;
+    }
+    for (size_t i = 0; i < n; i++)
+        free(names[i]);
+    free(names);
+    return st;
+}
+
+/* One extent: its buffer and the chunk reads that fill it. */
+typedef struct extent_read {
+    unsigned char *buf;
+    size_t n_pieces;
+    rados_completion_t *c;
+    size_t *want;          /* bytes each piece must return */
+    int issued;
+} extent_read;
+
+struct cpri_obj_reader {
+    rados_backend *be;
+    const cpri_obj_extent *ext;
+    extent_read *er;
+    size_t n, issued, delivered, window;
+};
+
+static void extent_wait(extent_read *e)
+{
+    for (size_t i = 0; i < e->n_pieces; i++)
+        if (e->c[i]) {
+            rados_aio_wait_for_complete(e->c[i]);
+        }
+}
+
+static void extent_release(extent_read *e)
+{
+    extent_wait(e);
+    for (size_t i = 0; i < e->n_pieces; i++)
+        if (e->c[i])
+            rados_aio_release(e->c[i]);
+    free(e->c);
+    free(e->want);
+    e->c = NULL;
+    e->want = NULL;
+    e->n_pieces = 0;
+}
+
+static cpr_status issue(cpri_obj_reader *r, size_t k)
+{
+    const cpri_obj_extent *x = &r->ext[k];
+    extent_read *e = &r->er[k];
+    uint64_t first = x->offset / CHUNK_BYTES;
+    uint64_t last = x->len ? (x->offset + x->len - 1) / CHUNK_BYTES : first;
+    size_t pieces = x->len ? (size_t)(last - first + 1) : 0;
+    e->issued = 1;
+    e->buf = malloc(x->len ? x->len : 1);
+    e->c = calloc(pieces ? pieces : 1, sizeof *e->c);
+    e->want = calloc(pieces ? pieces : 1, sizeof *e->want);
+    if (!e->buf || !e->c || !e->want)
+        return cpr_fail(CPR_NO_MEMORY, "out of memory reading %s", x->object);
+    e->n_pieces = pieces;
+    size_t pos = 0;
+    for (size_t i = 0; i < e->n_pieces; i++) {
+        uint64_t chunk = first + i;
+        uint64_t off = i == 0 ? x->offset % CHUNK_BYTES : 0;
+        size_t take = CHUNK_BYTES - off < x->len - pos ? CHUNK_BYTES - off : x->len - pos;
+        char name[512];
+        chunk_name(name, sizeof name, x->object, chunk);
+        e->want[i] = take;
+        int rc = rados_aio_create_completion2(NULL, NULL, &e->c[i]);
+        if (rc == 0)
+            rc = rados_aio_read(r->be->r->io, name, e->c[i], (char *)e->buf + pos, take, off);
+        if (rc < 0) {
+            if (e->c[i])
+                rados_aio_release(e->c[i]);
+            e->c[i] = NULL;
+            return rados_err(rc, "reading", name);
+        }
+        pos += take;
+    }
+    return CPR_OK;
+}
+
+static void reader_free(cpri_obj_reader *r)
+{
+    for (size_t k = 0; k < r->n; k++)
+        if (r->er[k].issued) {
+            extent_release(&r->er[k]);
+            if (k >= r->delivered)
+                free(r->er[k].buf); /* never handed out */
+        }
+    free(r->er);
+    free(r);
+}
+
+static cpr_status rb_read_start(cpri_backend *base, const cpri_obj_extent *ext, size_t n,
+                                unsigned depth, cpri_obj_reader **out)
+{
+    cpri_obj_reader *r = calloc(1, sizeof *r);
+    if (r)
+        r->er = calloc(n ? n : 1, sizeof *r->er);
+    if (!r || !r->er) {
+        free(r);
+        return cpr_fail(CPR_NO_MEMORY, "out of memory starting a segment read");
+    }
+    r->be = (rados_backend *)base;
+    r->ext = ext;
+    r->n = n;
+    r->window = depth > READ_DEPTH_MAX ? READ_DEPTH_MAX : depth ? depth : 1;
+    *out = r;
+    return CPR_OK;
+}
+
+static cpr_status rb_read_next(cpri_obj_reader *r, void **owner, const unsigned char **data)
+{
+    if (r->delivered >= r->n)
+        return cpr_fail(CPR_INTERNAL, "segment read past its %zu extents", r->n);
+    while (r->issued < r->n && r->issued < r->delivered + r->window) {
+        cpr_status st = issue(r, r->issued);
+        r->issued++;
+        if (st)
+            return st;
+    }
+    size_t k = r->delivered;
+    extent_read *e = &r->er[k];
+    extent_wait(e);
+    for (size_t i = 0; i < e->n_pieces; i++) {
+        int rc = rados_aio_get_return_value(e->c[i]);
+        char name[512];
+        chunk_name(name, sizeof name, r->ext[k].object,
+                   r->ext[k].offset / CHUNK_BYTES + i);
+        if (rc == -ENOENT)
+            return cpr_fail(CPR_CORRUPT, "RADOS: segment object %s (pool %s) is missing",
+                            name, cpri_rados_where(r->be->r));
+        if (rc < 0)
+            return rados_err(rc, "reading", name);
+        if ((size_t)rc < e->want[i])
+            return cpr_fail(CPR_CORRUPT,
+                            "RADOS: segment object %s ends before the extent read "
+                            "(%d of %zu bytes)", name, rc, e->want[i]);
+    }
+    extent_release(e);
+    *owner = e->buf;
+    *data = e->buf;
+    r->delivered++;
+    return CPR_OK;
+}
+
+static void rb_read_release(cpri_obj_reader *r, void *owner)
+{
+    (void)r;
+    free(owner);
+}
+
+static void rb_read_end(cpri_obj_reader *r)
+{
+    if (r)
+        reader_free(r);
+}
+
+static void rb_close(cpri_backend *base)
+{
+    free(base);
+}
+
+static const cpri_backend_ops rados_ops = {
+    .name = "rados",
+    .create = rb_create,
+    .append = rb_append,
+    .written = rb_written,
+    .finish = rb_finish,
+    .discard = rb_discard,
+    .read_start = rb_read_start,
+    .read_next = rb_read_next,
+    .read_release = rb_read_release,
+    .read_end = rb_read_end,
+    .remove = rb_remove,
+    .list = rb_list,
+    .close = rb_close,
+};
+
+cpr_status cpri_backend_rados_open(cpri_rados *r, cpri_backend **out)
+{
+    rados_backend *be = calloc(1, sizeof *be);
+    if (!be)
+        return cpr_fail(CPR_NO_MEMORY, "out of memory opening the RADOS backend");
+    be->base.ops = &rados_ops;
+    be->r = r;
+    *out = &be->base;
+    return CPR_OK;
+}
+
+/* ---- the catalog object -------------------------------------------------------- */
+
+static const char HEX[] = "0123456789abcdef";
+
+/* hex(key), NUL-terminated: omap keys as C strings, in the same order. */
+static char *hex_key(const void *key, size_t len)
+{
+    const unsigned char *k = key;
+    char *out = malloc(2 * len + 1);
+    if (!out)
+        return NULL;
+    for (size_t i = 0; i < len; i++) {
+        out[2 * i] = HEX[k[i] >> 4];
+        out[2 * i + 1] = HEX[k[i] & 15];
+    }
+    out[2 * len] = 0;
+    return out;
+}
+
+static int unhex(const char *s, size_t len, unsigned char *out)
+{
+    if (len % 2)
+        return -1;
+    for (size_t i = 0; i < len / 2; i++) {
+        const char *hi = strchr(HEX, s[2 * i]), *lo = strchr(HEX, s[2 * i + 1]);
+        if (!hi || !lo || !s[2 * i] || !s[2 * i + 1])
+            return -1;
+        out[i] = (unsigned char)(((hi - HEX) << 4) | (lo - HEX));
+    }
+    return 0;
+}
+
+cpr_status cpri_rados_catalog_apply(cpri_rados *r, const cpri_kv_change *changes, size_t n,
+                                   const char *what)
+{
+    if (n == 0)
+        return CPR_OK;
+    char **keys = calloc(n, sizeof *keys);
+    const char **vals = calloc(n, sizeof *vals);
+    size_t *klens = calloc(n, sizeof *klens), *vlens = calloc(n, sizeof *vlens);
+    rados_write_op_t op = rados_create_write_op();
+    cpr_status st = CPR_OK;
+    if (!keys || !vals || !klens || !vlens || !op) {
+        st = cpr_fail(CPR_NO_MEMORY, "out of memory %s", what);
+        goto out;
+    }
+    for (size_t i = 0; i < n; i++) {
+        keys[i] = hex_key(changes[i].key, changes[i].klen);
+        if (!keys[i]) {
+            st = cpr_fail(CPR_NO_MEMORY, "out of memory %s", what);
+            goto out;
+        }
+        klens[i] = 2 * changes[i].klen;
+        vals[i] = changes[i].val;
+        vlens[i] = changes[i].vlen;
+    }
+    /* Runs of puts and of deletes, in the batch's order: sub-operations of
+     * one write operation apply in order, all or none. */
+    for (size_t i = 0; i < n;) {
+        size_t j = i;
+        while (j < n && changes[j].del == changes[i].del)
+            j++;
+        if (changes[i].del)
+            rados_write_op_omap_rm_keys2(op, (const char *const *)keys + i, klens + i, j - i);
+        else
+            rados_write_op_omap_set2(op, (const char *const *)keys + i, vals + i, klens + i,
+                                     vlens + i, j - i);
+        i = j;
+    }
+    int rc = rados_write_op_operate(op, r->io, CATALOG_OBJECT, NULL, 0);
+    if (rc < 0)
+        st = cpr_fail(rc == -ETIMEDOUT ? CPR_UNAVAILABLE : CPR_IO,
+                      "RADOS: %s (catalog object %s in %s): %s", what, CATALOG_OBJECT,
+                      r->where, strerror(-rc));
+out:
+    if (op)
+        rados_release_write_op(op);
+    for (size_t i = 0; keys && i < n; i++)
+        free(keys[i]);
+    free(keys);
+    free(vals);
+    free(klens);
+    free(vlens);
+    return st;
+}
+
+cpr_status cpri_rados_catalog_load(cpri_rados *r, cpri_kv_fn fn, void *ctx)
+{
+    char *after = strdup("");
+    unsigned char *kbuf = NULL;
+    size_t kcap = 0;
+    cpr_status st = after ? CPR_OK : cpr_fail(CPR_NO_MEMORY, "out of memory loading the catalog");
+    unsigned char more = 1;
+    int stop = 0;
+    while (st == CPR_OK && more && !stop) {
+        rados_read_op_t op = rados_create_read_op();
+        rados_omap_iter_t it = NULL;
+        int prval = 0;
+        more = 0;
+        rados_read_op_omap_get_vals2(op, after, NULL, LOAD_PAGE, &it, &more, &prval);
+        int rc = rados_read_op_operate(op, r->io, CATALOG_OBJECT, 0);
+        if (rc == -ENOENT) { /* a store never written */
+            rados_release_read_op(op);
+            break;
+        }
+        if (rc < 0 || prval < 0) {
+            st = cpr_fail(CPR_IO, "RADOS: reading the catalog object %s in %s: %s",
+                          CATALOG_OBJECT, r->where, strerror(rc < 0 ? -rc : -prval));
+            rados_release_read_op(op);
+            break;
+        }
+        for (;;) {
+            char *key, *val;
+            size_t klen, vlen;
+            if (rados_omap_get_next2(it, &key, &val, &klen, &vlen) < 0 || !key)
+                break;
+            if (klen / 2 > kcap) {
+                unsigned char *g = realloc(kbuf, klen / 2);
+                if (!g) {
+                    st = cpr_fail(CPR_NO_MEMORY, "out of memory loading the catalog");
+                    break;
+                }
+                kbuf = g;
+                kcap = klen / 2;
+            }
+            if (unhex(key, klen, kbuf) != 0) {
+                st = cpr_fail(CPR_CORRUPT, "RADOS: catalog object %s in %s has a key that "
+                              "is not hex (%.*s): not written by CPR",
+                              CATALOG_OBJECT, r->where, (int)(klen < 64 ? klen : 64), key);
+                break;
+            }
+            char *next = strndup(key, klen);
+            if (!next) {
+                st = cpr_fail(CPR_NO_MEMORY, "out of memory loading the catalog");
+                break;
+            }
+            free(after);
+            after = next;
+            if (fn(ctx, kbuf, klen / 2, val, vlen)) {
+                stop = 1;
+                break;
+            }
+        }
+        if (it)
+            rados_omap_get_end(it);
+        rados_release_read_op(op);
+    }
+    free(after);
+    free(kbuf);
+    return st;
+}

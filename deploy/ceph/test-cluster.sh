@@ -1,0 +1,144 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
+# A small Ceph cluster for tests and benchmarks, from Debian's packages, in
+# one directory, bound to 127.0.0.1: one monitor, N memstore OSDs (data in
+# the OSDs' memory: it measures the code path, not a disk), auth none, and a
+# pool replicated N ways (at most 3) across them.
+#
+#   deploy/ceph/test-cluster.sh start DIR [--osds N] [--pool NAME]
+#       prints DIR/ceph.conf once the pool takes writes
+#   deploy/ceph/test-cluster.sh stop DIR              stops every daemon of DIR
+#   deploy/ceph/test-cluster.sh kill-osd DIR ID       SIGKILL one OSD
+#   deploy/ceph/test-cluster.sh start-osd DIR ID      start it again (memstore: empty;
+#                                                     the others heal it)
+#   deploy/ceph/test-cluster.sh wait-ready DIR [POOL [S]]  until every OSD is up and
+#                                                     POOL takes a write
+#
+# Exit 77 from start when the packages (ceph-mon, ceph-osd, ceph-common) are
+# missing, so a test that needs the cluster can skip. Never for production:
+# no authentication, no disks. deploy/ceph/README.md says how to point ckptd
+# at a real cluster.
+set -euo pipefail
+
+usage() { sed -n '8,16p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+[[ $# -ge 2 ]] || usage
+cmd=$1 dir=$2
+shift 2
+
+ceph_() { timeout 60 ceph -c "$dir/ceph.conf" "$@"; }
+
+# Ready: every OSD of the map up, and an object written to and read back from
+# the pool (PG states need a ceph-mgr, which this cluster does without).
+wait_ready() {
+  local pool=$1 limit=${2:-60} t=0 want
+  want=$(ls -d "$dir"/osd/*/ 2>/dev/null | wc -l)
+  while :; do
+    local s
+    s=$(ceph_ osd stat 2>/dev/null || true)
+    if [[ $s =~ ([0-9]+)\ osds:\ ([0-9]+)\ up ]] && ((BASH_REMATCH[2] == want)) &&
+       timeout 10 rados -c "$dir/ceph.conf" -p "$pool" put .cpr-ready "$dir/ceph.conf" 2>/dev/null &&
+       timeout 10 rados -c "$dir/ceph.conf" -p "$pool" stat .cpr-ready >/dev/null 2>&1; then
+      return 0
+    fi
+    ((t++ < limit * 5)) || { echo "test-cluster: not ready after ${limit}s: $s" >&2; return 1; }
+    sleep 0.2
+  done
+}
+
+start_osd() {
+  local id=$1
+  ceph-osd -c "$dir/ceph.conf" -i "$id" --mkfs >"$dir/log/mkfs.osd.$id" 2>&1
+  ceph-osd -c "$dir/ceph.conf" -i "$id" 2>>"$dir/log/stderr.osd.$id"
+}
+
+case $cmd in
+start)
+  osds=3 pool=cpr
+  while [[ $# -gt 0 ]]; do
+    case $1 in
+      --osds) osds=$2; shift 2 ;;
+      --pool) pool=$2; shift 2 ;;
+      *) usage ;;
+    esac
+  done
+  for b in ceph-mon ceph-osd ceph monmaptool; do
+    command -v "$b" >/dev/null || { echo "test-cluster: $b missing (deploy/install-deps.sh installs it)" >&2; exit 77; }
+  done
+  mkdir -p "$dir"/{mon,osd,run,log}
+  dir=$(cd "$dir" && pwd)
+  # A free port for the monitor: ask the kernel for one.
+  port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+  fsid=$(cat /proc/sys/kernel/random/uuid)
+  size=$((osds < 3 ? osds : 3))
+  cat >"$dir/ceph.conf" <<CONF
+[global]
+fsid = $fsid
+mon host = v2:127.0.0.1:$port
+public network = 127.0.0.0/8
+auth cluster required = none
+auth service required = none
+auth client required = none
+auth allow insecure global id reclaim = false
+ms bind ipv6 = false
+run dir = $dir/run
+pid file = $dir/run/\$name.pid
+log file = $dir/log/\$name.log
+mon data = $dir/mon/\$name
+osd data = $dir/osd/\$id
+osd objectstore = memstore
+memstore device bytes = 2147483648
+osd pool default size = $size
+osd pool default min size = $(((size + 1) / 2))
+osd crush chooseleaf type = 0
+osd memory target = 939524096
+mon allow pool delete = true
+mon warn on pool no redundancy = false
+mon osd down out interval = 0
+osd op num shards = 1
+osd op num threads per shard = 2
+[mon]
+admin socket = $dir/run/\$name.asok
+[osd]
+admin socket = $dir/run/\$name.asok
+CONF
+  monmaptool --create --fsid "$fsid" --addv a "[v2:127.0.0.1:$port]" "$dir/monmap" >/dev/null
+  ceph-mon -c "$dir/ceph.conf" -i a --mkfs --monmap "$dir/monmap" >"$dir/log/mkfs.mon" 2>&1
+  ceph-mon -c "$dir/ceph.conf" -i a 2>>"$dir/log/stderr.mon"
+  for ((i = 0; i < osds; i++)); do
+    id=$(ceph_ osd create)
+    mkdir -p "$dir/osd/$id"
+    start_osd "$id"
+  done
+  ceph_ osd pool create "$pool" 32 32 >/dev/null 2>&1
+  ceph_ osd pool set "$pool" size "$size" >/dev/null 2>&1
+  ceph_ osd pool application enable "$pool" cpr >/dev/null 2>&1
+  wait_ready "$pool" 60
+  echo "$dir/ceph.conf"
+  ;;
+stop)
+  for pid in "$dir"/run/*.pid; do
+    [[ -e $pid ]] || continue
+    kill "$(cat "$pid")" 2>/dev/null || true
+  done
+  for pid in "$dir"/run/*.pid; do
+    [[ -e $pid ]] || continue
+    p=$(cat "$pid")
+    for _ in $(seq 100); do kill -0 "$p" 2>/dev/null || break; sleep 0.1; done
+    kill -9 "$p" 2>/dev/null || true
+    rm -f "$pid"
+  done
+  ;;
+kill-osd)
+  p=$(cat "$dir/run/osd.$1.pid")
+  kill -9 "$p"
+  for _ in $(seq 100); do kill -0 "$p" 2>/dev/null || break; sleep 0.1; done
+  rm -f "$dir/run/osd.$1.pid"
+  ;;
+start-osd)
+  start_osd "$1"
+  ;;
+wait-ready)
+  wait_ready "${1:-cpr}" "${2:-60}"
+  ;;
+*) usage ;;
+esac
