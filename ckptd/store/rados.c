@@ -732,3 +732,71 @@ cpr_status cpri_rados_catalog_load(cpri_rados *r, cpri_kv_fn fn, void *ctx)
     free(kbuf);
     return st;
 }
+
+cpr_status cpri_rados_catalog_get(cpri_rados *r, const void *key, size_t klen, char **val,
+                                 size_t *vlen)
+{
+    char *hk = hex_key(key, klen);
+    if (!hk)
+        return cpr_fail(CPR_NO_MEMORY, "out of memory reading the catalog");
+    size_t hklen = 2 * klen;
+    rados_read_op_t op = rados_create_read_op();
+    rados_omap_iter_t it = NULL;
+    int prval = 0;
+    const char *keys[1] = {hk};
+    rados_read_op_omap_get_vals_by_keys2(op, keys, 1, &hklen, &it, &prval);
+    int rc = rados_read_op_operate(op, r->io, CATALOG_OBJECT, 0);
+    cpr_status st = CPR_OK;
+    *val = NULL;
+    *vlen = 0;
+    if (rc < 0 && rc != -ENOENT)
+        st = cpr_fail(CPR_IO, "RADOS: reading the catalog object %s in %s: %s", CATALOG_OBJECT,
+                      r->where, strerror(-rc));
+    else if (rc == 0 && prval == 0 && it) {
+        char *k, *v;
+        size_t kl, vl;
+        if (rados_omap_get_next2(it, &k, &v, &kl, &vl) == 0 && k) {
+            *val = malloc(vl ? vl : 1);
+            if (!*val)
+                st = cpr_fail(CPR_NO_MEMORY, "out of memory reading the catalog");
+            else {
+                memcpy(*val, v, vl);
+                *vlen = vl;
+            }
+        }
+    }
+    if (it)
+        rados_omap_get_end(it);
+    rados_release_read_op(op);
+    free(hk);
+    return st;
+}
+
+cpr_status cpri_rados_catalog_cas(cpri_rados *r, const void *key, size_t klen, const void *old,
+                                 size_t oldlen, const void *val, size_t vlen, const char *what)
+{
+    char *hk = hex_key(key, klen);
+    if (!hk)
+        return cpr_fail(CPR_NO_MEMORY, "out of memory %s", what);
+    size_t hklen = 2 * klen;
+    const char *keys[1] = {hk}, *vals[1] = {val};
+    int prval = 0;
+    rados_write_op_t op = rados_create_write_op();
+    /* The object first (an omap compare on no object fails ENOENT); a
+     * missing key compares equal to the empty value. */
+    rados_write_op_create(op, LIBRADOS_CREATE_IDEMPOTENT, NULL);
+    rados_write_op_omap_cmp2(op, hk, LIBRADOS_CMPXATTR_OP_EQ, oldlen ? old : "", hklen, oldlen,
+                             &prval);
+    rados_write_op_omap_set2(op, keys, vals, &hklen, &vlen, 1);
+    int rc = rados_write_op_operate(op, r->io, CATALOG_OBJECT, NULL, 0);
+    rados_release_write_op(op);
+    free(hk);
+    if (rc == -ECANCELED)
+        return cpr_fail(CPR_FAILED_PRECONDITION, "RADOS: %s: the record changed meanwhile",
+                        what);
+    if (rc < 0)
+        return cpr_fail(rc == -ETIMEDOUT ? CPR_UNAVAILABLE : CPR_IO,
+                        "RADOS: %s (catalog object %s in %s): %s", what, CATALOG_OBJECT,
+                        r->where, strerror(-rc));
+    return CPR_OK;
+}

@@ -29,6 +29,9 @@
  *  R4. An unfinished segment (a crash mid-write) has no cpr.size; its
  *      chunks are found by listing, and removed by probing up to
  *      WRITE_DEPTH + 1 missing chunks past the last one found.
+ *  R5. (cpri_rados_catalog_cas) A recovery record changes only by an omap
+ *      compare-and-set on the catalog object, so two ckptd on one pool
+ *      never both move it from one generation (store_internal.h S6).
  *
  * Thread safety: a cpri_rados is shared by the store's threads (librados'
  * I/O contexts are thread-safe for operations); a writer or reader is used
@@ -76,6 +79,18 @@ typedef struct cpri_kv_change {
 /* Apply changes[0..n) to the catalog object in one atomic write (R1). */
 cpr_status cpri_rados_catalog_apply(cpri_rados *r, const cpri_kv_change *changes, size_t n,
                                    const char *what);
+
+/* One record, read from the pool: *val (malloc'd) and *vlen, or *val NULL
+ * when there is none. */
+cpr_status cpri_rados_catalog_get(cpri_rados *r, const void *key, size_t klen, char **val,
+                                 size_t *vlen);
+
+/* R5. Compare-and-set of one record, atomic across every process on the
+ * pool: write `val` iff the record's bytes are still old[0..oldlen) (oldlen
+ * 0: iff there is no record; records are never empty).
+ * CPR_FAILED_PRECONDITION when the record changed (nothing written). */
+cpr_status cpri_rados_catalog_cas(cpri_rados *r, const void *key, size_t klen, const void *old,
+                                 size_t oldlen, const void *val, size_t vlen, const char *what);
 
 /* Every catalog record, in key order; fn returns non-zero to stop. */
 typedef int (*cpri_kv_fn)(void *ctx, const void *key, size_t klen, const void *val,

@@ -134,6 +134,21 @@ cpr_status cpri_catalog_put(cpr_store *store, const void *key, size_t klen, cons
     return err ? catalog_failed(store, err, what) : CPR_OK;
 }
 
+cpr_status cpri_catalog_cas(cpr_store *store, const void *key, size_t klen, const void *old,
+                            size_t oldlen, const void *val, size_t vlen, const char *what)
+{
+    if (!store->rados)
+        return cpri_catalog_put(store, key, klen, val, vlen, what);
+    cpr_status st = catalog_usable(store, what);
+    if (st == CPR_OK)
+        st = cpri_rados_catalog_cas(store->rados, key, klen, old, oldlen, val, vlen, what);
+    if (st)
+        return st;
+    char *err = NULL; /* the local copy (R1) */
+    rocksdb_put(store->db, store->sync_write, key, klen, val, vlen, &err);
+    return err ? catalog_failed(store, err, what) : CPR_OK;
+}
+
 cpr_status cpri_check_job_name(const char *job)
 {
     if (!cpri_name_valid(job))

@@ -53,6 +53,8 @@
  *  S6. A job's recovery record ('G' name, store_recovery.c) changes only by
  *      a compare-and-set under recovery_mu whose synced write is durable
  *      before the caller hears of it; its generation only ever grows by one.
+ *      In RADOS the compare is the pool's own (rados.h R5), so it holds for
+ *      every ckptd on the pool, and reads of the record go to the pool.
  *      Nothing else (GC, the sweep, aborts) writes or deletes 'G' keys, and
  *      a record needs no part of its job.
  *  S7. A segment that a restore may read is removed only when no restore
@@ -191,6 +193,13 @@ uint64_t cpri_store_bytes(const cpr_store *store);
 cpr_status cpri_catalog_write(cpr_store *store, rocksdb_writebatch_t *wb, const char *what);
 cpr_status cpri_catalog_put(cpr_store *store, const void *key, size_t klen, const void *val,
                             size_t vlen, const char *what);
+
+/* Write one key iff its stored bytes are still old[0..oldlen) (oldlen 0:
+ * absent): across every ckptd on the pool when the store is in RADOS (R5);
+ * locally the caller's lock makes the compare (S6).
+ * CPR_FAILED_PRECONDITION when the pool's record changed. */
+cpr_status cpri_catalog_cas(cpr_store *store, const void *key, size_t klen, const void *old,
+                            size_t oldlen, const void *val, size_t vlen, const char *what);
 
 /* Count a failed call in stats; returns st. */
 cpr_status cpri_store_count(cpr_store *store, cpr_status st);

@@ -22,6 +22,7 @@
 
 #include "cpr/crc32c.h"
 #include "store_internal.h"
+#include "rados.h"
 
 #define RECORD_VERSION 1
 #define HEADER_BYTES 21 /* version, generation, written time, crc */
@@ -63,30 +64,53 @@ static cpr_status decode(const char *job, const char *val, size_t vlen, record *
     return CPR_OK;
 }
 
-/* The job's record; generation 0 and an empty plan when there is none. */
-static cpr_status read_record(cpr_store *store, const char *job, record *out)
+/* The job's record as stored (*val malloc'd; NULL: none): from the pool
+ * when the store is in RADOS, which any ckptd on it may have moved (R5). */
+static cpr_status read_raw(cpr_store *store, const char *job, char **val, size_t *vlen)
 {
     unsigned char key[130];
-    size_t klen = cpri_key_recovery(key, job), vlen = 0;
+    size_t klen = cpri_key_recovery(key, job);
+    if (store->rados)
+        return cpri_rados_catalog_get(store->rados, key, klen, val, vlen);
     char *err = NULL;
-    char *val = rocksdb_get(store->db, store->read_opts, (const char *)key, klen, &vlen, &err);
+    char *v = rocksdb_get(store->db, store->read_opts, (const char *)key, klen, vlen, &err);
     if (err)
         return cpri_rocks_error(err, "reading a recovery record");
-    cpr_status st = CPR_OK;
-    if (val) {
-        st = decode(job, val, vlen, out);
-    } else {
-        *out = (record){0, 0, malloc(1), 0};
-        if (!out->plan)
-            st = cpr_fail(CPR_NO_MEMORY, "out of memory reading a recovery record");
+    *val = NULL;
+    if (v) {
+        *val = malloc(*vlen ? *vlen : 1);
+        if (*val)
+            memcpy(*val, v, *vlen);
+        rocksdb_free(v);
+        if (!*val)
+            return cpr_fail(CPR_NO_MEMORY, "out of memory reading a recovery record");
     }
-    rocksdb_free(val);
+    return CPR_OK;
+}
+
+/* Decode a stored record; generation 0 and an empty plan when there is none. */
+static cpr_status decode_raw(const char *job, const char *val, size_t vlen, record *out)
+{
+    if (val)
+        return decode(job, val, vlen, out);
+    *out = (record){0, 0, malloc(1), 0};
+    return out->plan ? CPR_OK : cpr_fail(CPR_NO_MEMORY, "out of memory reading a recovery record");
+}
+
+static cpr_status read_record(cpr_store *store, const char *job, record *out)
+{
+    char *val = NULL;
+    size_t vlen = 0;
+    cpr_status st = read_raw(store, job, &val, &vlen);
+    if (st == CPR_OK)
+        st = decode_raw(job, val, vlen, out);
+    free(val);
     return st;
 }
 
 /* Write generation and time (of *r) with `plan`, synced. */
 static cpr_status write_record(cpr_store *store, const char *job, const record *r,
-                               const void *plan, size_t len)
+                               const void *plan, size_t len, const char *old, size_t oldlen)
 {
     unsigned char key[130];
     size_t klen = cpri_key_recovery(key, job);
@@ -101,7 +125,7 @@ static cpr_status write_record(cpr_store *store, const char *job, const record *
     cpri_put_be32(val + 17, record_crc(val, val + HEADER_BYTES, len));
     cpr_status st = cpri_space_check(store, CPRI_SPACE_CATALOG, "writing a recovery record");
     if (st == CPR_OK)
-        st = cpri_catalog_put(store, key, klen, val, HEADER_BYTES + len,
+        st = cpri_catalog_cas(store, key, klen, old, oldlen, val, HEADER_BYTES + len,
                               "writing a recovery record");
     free(val);
     return st;
@@ -148,17 +172,31 @@ static cpr_status compare_and_set(cpr_store *store, const char *job, uint64_t ex
                                   const void *plan, size_t len, record *now)
 {
     record cur = {0};
-    cpr_status st = read_record(store, job, &cur);
-    if (st)
-        return st;
+    char *old = NULL;
+    size_t oldlen = 0;
+    cpr_status st = read_raw(store, job, &old, &oldlen);
+    if (st == CPR_OK)
+        st = decode_raw(job, old, oldlen, &cur);
     free(cur.plan);
-    if (cur.generation != expected)
-        return cpr_fail(CPR_FAILED_PRECONDITION, "the recovery record of job %s is at "
-                        "generation %llu, not the expected %llu: another process recorded a "
-                        "decision first; read it (GetRecovery) and act on it", job,
-                        (unsigned long long)cur.generation, (unsigned long long)expected);
-    *now = (record){expected + 1, unix_ms_now(), NULL, 0};
-    return write_record(store, job, now, plan, len);
+    if (st == CPR_OK && cur.generation == expected) {
+        *now = (record){expected + 1, unix_ms_now(), NULL, 0};
+        st = write_record(store, job, now, plan, len, old, oldlen);
+        if (st == CPR_FAILED_PRECONDITION) { /* another ckptd on the pool won (R5) */
+            record won = {0};
+            cur.generation = read_record(store, job, &won) == CPR_OK ? won.generation
+                                                                      : expected + 1;
+            free(won.plan);
+        }
+    } else if (st == CPR_OK) {
+        st = CPR_FAILED_PRECONDITION;
+    }
+    free(old);
+    if (st != CPR_FAILED_PRECONDITION)
+        return st;
+    return cpr_fail(CPR_FAILED_PRECONDITION, "the recovery record of job %s is at "
+                    "generation %llu, not the expected %llu: another process recorded a "
+                    "decision first; read it (GetRecovery) and act on it", job,
+                    (unsigned long long)cur.generation, (unsigned long long)expected);
 }
 
 cpr_status cpr_store_recovery_put(cpr_store *store, const char *job, uint64_t expected,

@@ -1,0 +1,208 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * ckptd with its store in Ceph RADOS (--backend rados), end to end on the
+ * test cluster (tests/CMakeLists.txt, fixture "ceph"):
+ *  - node loss: a job saved through ckptd A; A's directory deleted; ckptd B
+ *    on an empty directory, pointed at the pool, restores every committed
+ *    row exactly, lists the same parts, and serves the recovery record with
+ *    the same generation and plan;
+ *  - two ckptd gateways on one pool racing on a job's recovery record: one
+ *    winner per generation, and both serve the winner's plan.
+ * Exits 77 when the cluster is not there.
+ */
+#define _GNU_SOURCE
+#include <pthread.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "ckptd_harness.h"
+#include "cpr/client.h"
+#include "testutil.h"
+
+static const char *g_conf;
+
+/* ckptd on `dir` with its store in namespace `ns` of the test pool. */
+static void start_gateway(ch_daemon *d, const char *dir, const char *ns)
+{
+    const char *const args[] = {"--backend", "rados", "--rados-pool", "cpr",
+                                "--rados-conf", g_conf, "--rados-namespace", ns, NULL};
+    ch_start_args(d, dir, args);
+}
+
+static void unique_ns(char *out, size_t cap, const char *what)
+{
+    snprintf(out, cap, "%s-%d-%ld", what, (int)getpid(), (long)time(NULL));
+}
+
+#define SHARDS 2
+#define ROWS 3000
+
+static void test_node_loss(void **unused)
+{
+    (void)unused;
+    char ns[64], target[300];
+    unique_ns(ns, sizeof ns, "nodeloss");
+    char *dir_a = tu_mkdtemp("cpr-rados-a");
+    ch_daemon a, b;
+    cpri_rpc *rpc;
+    start_gateway(&a, dir_a, ns);
+    assert_status(CPR_OK, cpri_rpc_open(a.addr, &rpc));
+    /* Two checkpoints of two shards: FULL at 1, FULL at 2 over fewer rows. */
+    for (uint64_t ckpt = 1; ckpt <= 2; ckpt++)
+        for (uint32_t s = 0; s < SHARDS; s++) {
+            cpr_part_id id = {"loss", s, ckpt};
+            size_t n = ckpt == 1 ? ROWS : ROWS / 3;
+            assert_status(CPR_OK, ch_begin_part(rpc, "loss", s, SHARDS, ckpt, CPR_KIND_FULL));
+            assert_status(CPR_OK, ch_put_rows(rpc, &id, (uint64_t)s * ROWS, n, 0, NULL, NULL));
+            assert_status(CPR_OK, ch_commit(rpc, &id, n));
+        }
+    uint64_t rows = 0;
+    int bad = 0;
+    assert_status(CPR_OK, ch_restore(rpc, "loss", 1, 1, &rows, &bad));
+    assert_int_equal(rows, SHARDS * ROWS);
+    assert_false(bad);
+    cpri_rpc_close(rpc);
+    cpr_client *c;
+    uint64_t gen = 0;
+    snprintf(target, sizeof target, "grpc://%s", a.addr);
+    assert_status(CPR_OK, cpr_client_open(target, NULL, &c));
+    assert_status(CPR_OK, cpr_client_recovery_put(c, "loss", 0, "first", 5, &gen));
+    assert_status(CPR_OK, cpr_client_recovery_put(c, "loss", 1, "partial:1", 9, &gen));
+    assert_int_equal(gen, 2);
+    cpr_client_close(c);
+    ch_stop(&a);
+    tu_rmtree(dir_a); /* the node's disk is gone */
+    free(dir_a);
+
+    char *dir_b = tu_mkdtemp("cpr-rados-b");
+    start_gateway(&b, dir_b, ns);
+    assert_status(CPR_OK, cpri_rpc_open(b.addr, &rpc));
+    size_t n_parts = 0, open_parts = 0;
+    int has = 0;
+    assert_status(CPR_OK, ch_list(rpc, "loss", &n_parts, 2, &has, &open_parts));
+    assert_int_equal(n_parts, 2 * SHARDS);
+    assert_true(has);
+    rows = 0;
+    bad = 0;
+    assert_status(CPR_OK, ch_restore(rpc, "loss", 1, 1, &rows, &bad)); /* as of 1 */
+    assert_int_equal(rows, SHARDS * ROWS);
+    assert_false(bad);
+    cpri_rpc_close(rpc);
+    snprintf(target, sizeof target, "grpc://%s", b.addr);
+    assert_status(CPR_OK, cpr_client_open(target, NULL, &c));
+    void *plan = NULL;
+    size_t len = 0;
+    assert_status(CPR_OK, cpr_client_recovery_get(c, "loss", &gen, &plan, &len));
+    assert_int_equal(gen, 2);
+    assert_int_equal(len, 9);
+    assert_memory_equal(plan, "partial:1", 9);
+    free(plan);
+    /* ... and B goes on from there: the next generation is 3. */
+    assert_status(CPR_FAILED_PRECONDITION, cpr_client_recovery_put(c, "loss", 1, "x", 1, &gen));
+    assert_status(CPR_OK, cpr_client_recovery_put(c, "loss", 2, "full", 4, &gen));
+    assert_int_equal(gen, 3);
+    cpr_client_close(c);
+    ch_stop(&b);
+    tu_rmtree(dir_b);
+    free(dir_b);
+}
+
+/* ---- two gateways racing on the recovery record --------------------------------- */
+
+#define ROUNDS 10
+
+typedef struct racer {
+    cpr_client *client;
+    pthread_barrier_t *barrier;
+    char name;
+    cpr_status got[ROUNDS];
+} racer;
+
+static void *race(void *arg)
+{
+    racer *r = arg;
+    for (uint64_t round = 0; round < ROUNDS; round++) {
+        char plan[16];
+        int len = snprintf(plan, sizeof plan, "%c-%llu", r->name, (unsigned long long)round);
+        uint64_t gen = 0;
+        pthread_barrier_wait(r->barrier);
+        r->got[round] = cpr_client_recovery_put(r->client, "race", round, plan, (size_t)len, &gen);
+        if (r->got[round] == CPR_OK && gen != round + 1)
+            r->got[round] = CPR_INTERNAL;
+        pthread_barrier_wait(r->barrier);
+    }
+    return NULL;
+}
+
+static void test_two_gateways_race(void **unused)
+{
+    (void)unused;
+    char ns[64], target[2][300];
+    unique_ns(ns, sizeof ns, "race");
+    char *dir[2] = {tu_mkdtemp("cpr-rados-g0"), tu_mkdtemp("cpr-rados-g1")};
+    ch_daemon d[2];
+    pthread_barrier_t barrier;
+    pthread_barrier_init(&barrier, NULL, 2);
+    racer r[2] = {{.barrier = &barrier, .name = 'A'}, {.barrier = &barrier, .name = 'B'}};
+    pthread_t threads[2];
+    for (int i = 0; i < 2; i++) {
+        start_gateway(&d[i], dir[i], ns);
+        snprintf(target[i], sizeof target[i], "grpc://%s", d[i].addr);
+        assert_status(CPR_OK, cpr_client_open(target[i], NULL, &r[i].client));
+    }
+    for (int i = 0; i < 2; i++)
+        assert_int_equal(pthread_create(&threads[i], NULL, race, &r[i]), 0);
+    for (int i = 0; i < 2; i++)
+        assert_int_equal(pthread_join(threads[i], NULL), 0);
+    pthread_barrier_destroy(&barrier);
+    unsigned wins[2] = {0, 0};
+    char last[16] = "";
+    for (uint64_t round = 0; round < ROUNDS; round++) {
+        int a = r[0].got[round] == CPR_OK, b = r[1].got[round] == CPR_OK;
+        if (a + b != 1)
+            fail_msg("round %llu: %s and %s (one winner wanted)", (unsigned long long)round,
+                     cpr_status_name(r[0].got[round]), cpr_status_name(r[1].got[round]));
+        assert_int_equal(r[a ? 1 : 0].got[round], CPR_FAILED_PRECONDITION);
+        wins[a ? 0 : 1]++;
+        snprintf(last, sizeof last, "%c-%llu", a ? 'A' : 'B', (unsigned long long)round);
+    }
+    print_message("  %d rounds through two gateways: A won %u, B won %u\n", ROUNDS, wins[0],
+                  wins[1]);
+    /* Both gateways serve the last winner's plan at generation ROUNDS. */
+    for (int i = 0; i < 2; i++) {
+        uint64_t gen = 0;
+        void *plan = NULL;
+        size_t len = 0;
+        assert_status(CPR_OK, cpr_client_recovery_get(r[i].client, "race", &gen, &plan, &len));
+        assert_int_equal(gen, ROUNDS);
+        assert_int_equal(len, strlen(last));
+        assert_memory_equal(plan, last, len);
+        free(plan);
+        cpr_client_close(r[i].client);
+        ch_stop(&d[i]);
+        tu_rmtree(dir[i]);
+        free(dir[i]);
+    }
+}
+
+int main(void)
+{
+    g_conf = getenv("CPR_TEST_RADOS_CONF");
+    if (!g_conf || access(g_conf, R_OK) != 0) {
+        fprintf(stderr, "no test Ceph cluster (CPR_TEST_RADOS_CONF): skipped\n");
+        return 77;
+    }
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_node_loss),
+        cmocka_unit_test(test_two_gateways_race),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
