@@ -388,7 +388,8 @@ static cpr_status rb_list(cpri_backend *base, cpri_obj_list_fn fn, void *ctx)
         st = rados_err(rc, "listing", cpri_rados_where(be->r));
     rados_nobjects_list_close(lc);
     if (st == CPR_OK) {
-        qsort(names, n, sizeof *names, cmp_str);
+        if (n)
+            qsort(names, n, sizeof *names, cmp_str);
         for (size_t i = 0; i < n; i++)
             if ((i == 0 || strcmp(names[i], names[i - 1]) != 0) && fn(ctx, names[i]))
                 break;
@@ -682,13 +683,12 @@ cpr_status cpri_rados_catalog_load(cpri_rados *r, cpri_kv_fn fn, void *ctx)
         more = 0;
         rados_read_op_omap_get_vals2(op, after, NULL, LOAD_PAGE, &it, &more, &prval);
         int rc = rados_read_op_operate(op, r->io, CATALOG_OBJECT, 0);
-        if (rc == -ENOENT) { /* a store never written */
-            rados_release_read_op(op);
-            break;
-        }
-        if (rc < 0 || prval < 0) {
-            st = cpr_fail(CPR_IO, "RADOS: reading the catalog object %s in %s: %s",
-                          CATALOG_OBJECT, r->where, strerror(rc < 0 ? -rc : -prval));
+        if (rc == -ENOENT || rc < 0 || prval < 0) { /* ENOENT: a store never written */
+            if (rc != -ENOENT)
+                st = cpr_fail(CPR_IO, "RADOS: reading the catalog object %s in %s: %s",
+                              CATALOG_OBJECT, r->where, strerror(rc < 0 ? -rc : -prval));
+            if (it)
+                rados_omap_get_end(it); /* allocated with the operation, whatever it did */
             rados_release_read_op(op);
             break;
         }
