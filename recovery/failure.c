@@ -66,6 +66,8 @@ cpr_status cpr_failure_schedule(const cpr_failure_config *config, cpr_failure **
             }
             list = grown;
         }
+        /* Whole entries, padding included: the same seed gives the same bytes. */
+        memset(&list[count], 0, sizeof list[count]);
         list[count].step = step;
         list[count].shard = (uint32_t)(cpr_rng_next(&rng) % config->num_shards);
         count++;
