@@ -127,14 +127,17 @@ static void chunk_name(char *out, size_t cap, const char *object, uint64_t i)
 typedef struct chunk_write {
     rados_completion_t c;  /* NULL: idle */
     unsigned char *buf;
+    size_t cap;
     uint64_t index;
 } chunk_write;
 
+/* Buffers grow to a chunk as data comes, so that a small object (a blob of
+ * a few kilobytes) holds kilobytes, not a chunk. */
 struct cpri_obj_writer {
     rados_backend *be;
     char *object;
     unsigned char *cur;    /* the chunk being filled */
-    size_t cur_len;
+    size_t cur_len, cur_cap;
     uint64_t next_chunk;   /* index of the chunk being filled */
     uint64_t written;
     chunk_write inflight[WRITE_DEPTH];
@@ -167,23 +170,26 @@ static cpr_status send_chunk(cpri_obj_writer *w)
     char name[512];
     chunk_name(name, sizeof name, w->object, w->next_chunk);
     unsigned char *spare = s->buf;
+    size_t spare_cap = s->cap;
     s->buf = w->cur;
+    s->cap = w->cur_cap;
     s->index = w->next_chunk;
     int rc = rados_aio_create_completion2(NULL, NULL, &s->c);
     if (rc == 0)
-        rc = rados_aio_write_full(w->be->r->io, name, s->c, (const char *)s->buf, w->cur_len);
+        rc = rados_aio_write_full(w->be->r->io, name, s->c, s->buf ? (const char *)s->buf : "",
+                                  w->cur_len);
     if (rc < 0) {
         if (s->c)
             rados_aio_release(s->c);
         s->c = NULL;
         w->cur = spare;
+        w->cur_cap = spare_cap;
         return w->failed = rados_err(rc, "writing", name);
     }
-    w->cur = spare ? spare : malloc(CHUNK_BYTES);
+    w->cur = spare; /* NULL: allocated as data comes */
+    w->cur_cap = spare_cap;
     w->cur_len = 0;
     w->next_chunk++;
-    if (!w->cur)
-        return w->failed = cpr_fail(CPR_NO_MEMORY, "out of memory writing %s", w->object);
     return CPR_OK;
 }
 
@@ -209,15 +215,11 @@ static cpr_status rb_create(cpri_backend *base, const char *object, cpri_obj_wri
     if (st)
         return st;
     cpri_obj_writer *w = calloc(1, sizeof *w);
-    if (w) {
+    if (w)
         w->object = strdup(object);
-        w->cur = malloc(CHUNK_BYTES);
-    }
-    if (!w || !w->object || !w->cur) {
-        if (w) {
+    if (!w || !w->object) {
+        if (w)
             free(w->object);
-            free(w->cur);
-        }
         free(w);
         return cpr_fail(CPR_NO_MEMORY, "out of memory creating segment %s", object);
     }
@@ -233,6 +235,18 @@ static cpr_status rb_append(cpri_obj_writer *w, const void *data, size_t len)
         if (w->failed)
             return w->failed;
         size_t take = CHUNK_BYTES - w->cur_len < len ? CHUNK_BYTES - w->cur_len : len;
+        if (w->cur_len + take > w->cur_cap) {
+            size_t cap = w->cur_cap ? w->cur_cap : 64 << 10;
+            while (cap < w->cur_len + take)
+                cap *= 2;
+            cap = cap < CHUNK_BYTES ? cap : CHUNK_BYTES;
+            unsigned char *g = realloc(w->cur, cap);
+            if (!g)
+                return w->failed = cpr_fail(CPR_NO_MEMORY, "out of memory writing %s",
+                                            w->object);
+            w->cur = g;
+            w->cur_cap = cap;
+        }
         memcpy(w->cur + w->cur_len, p, take);
         w->cur_len += take;
         w->written += take;

@@ -125,11 +125,31 @@ cpr_status cpr_store_health(cpr_store *store)
     return cpri_space_check(store, CPRI_SPACE_CATALOG, "the store cannot commit");
 }
 
-uint64_t cpri_store_bytes(const cpr_store *store)
+/* In RADOS: the bytes of the segments and blobs the catalog names (one
+ * replica's worth; the pool holds size times that). Not under store->mu. */
+static uint64_t pool_bytes(cpr_store *store)
+{
+    uint64_t bytes = 0;
+    pthread_mutex_lock(&store->mu);
+    for (size_t j = 0; j < store->catalog.n_jobs; j++) {
+        const cpri_job *job = store->catalog.jobs[j];
+        for (size_t i = 0; i < job->n_parts; i++) {
+            bytes += job->parts[i].seg_bytes;
+            for (size_t b = 0; b < job->parts[i].n_blobs; b++)
+                bytes += job->parts[i].blobs[b].size;
+        }
+        for (size_t i = 0; i < job->n_folds; i++)
+            bytes += job->folds[i].seg_bytes;
+    }
+    pthread_mutex_unlock(&store->mu);
+    return bytes;
+}
+
+uint64_t cpri_store_bytes(cpr_store *store)
 {
     char path[4200];
     struct stat sb;
-    uint64_t bytes = cpri_tree_bytes(store->dir);
+    uint64_t bytes = cpri_tree_bytes(store->dir) + (store->rados ? pool_bytes(store) : 0);
     snprintf(path, sizeof path, "%s/" BALLAST_NAME, store->dir);
     if (stat(path, &sb) == 0 && (uint64_t)sb.st_size <= bytes)
         bytes -= (uint64_t)sb.st_size;

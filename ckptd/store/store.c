@@ -264,7 +264,8 @@ cpr_status cpri_buffers_admit_locked(const cpr_store *store, uint32_t parts, uin
 {
     uint64_t limit = store->opts.max_buffer_bytes;
     uint64_t want = (uint64_t)(store->n_open_parts + parts) * PART_BUFFER_BYTES +
-                    (uint64_t)(store->n_open_blobs + blobs) * BLOB_BUFFER_BYTES;
+                    (uint64_t)(store->n_open_blobs + blobs) *
+                        (store->rados ? PART_BUFFER_BYTES : BLOB_BUFFER_BYTES); /* B1 */
     if (!limit || want <= limit)
         return CPR_OK;
     return cpr_fail(CPR_RESOURCE_EXHAUSTED, "the write buffers of %u open parts and %u open "
@@ -318,8 +319,11 @@ void cpri_open_part_free(cpr_store *store, open_part *part)
     else if (part->seg_name[0]) /* finished but never committed */
         store->segs->ops->remove(store->segs, part->seg_name);
     cpri_block_builder_release(&part->bb);
-    for (size_t i = 0; i < part->n_blobs; i++)
+    for (size_t i = 0; i < part->n_blobs; i++) {
         cpri_bfile_discard(part->blobs[i].writer);
+        store->segs->ops->discard(part->blobs[i].obj);
+        free(part->blobs[i].crcs);
+    }
     if (part->dir)
         cpri_rmtree(part->dir);
     free(part->blobs);
@@ -790,9 +794,11 @@ static int segment_known(cpr_store *store, const char *name)
     const char *slash = strchr(name, '/');
     if (!slash)
         return 0;
-    for (open_part *p = store->open_parts; p; p = p->next)
-        if (strcmp(p->seg_name, name) == 0)
-            return 1;
+    for (open_part *p = store->open_parts; p; p = p->next) {
+        size_t len = strlen(p->seg_name);
+        if (len && strncmp(p->seg_name, name, len) == 0 && (!name[len] || name[len] == '.'))
+            return 1; /* its segment, or one of its blobs (B1) */
+    }
     for (doomed_seg *d = store->doomed; d; d = d->next)
         if (strcmp(d->name, name) == 0)
             return 1;
@@ -817,6 +823,10 @@ static int segment_known(cpr_store *store, const char *name)
                                                        list[i].seg_token);
         if (strcmp(buf, name) == 0)
             return 1;
+        size_t seg_len = strlen(buf);
+        if (!fold && strncmp(buf, name, seg_len) == 0 &&
+            strncmp(name + seg_len, ".b_", 3) == 0) /* B1: one of its blobs? */
+            return cpri_meta_blob(&list[i], name + seg_len + 3) != NULL;
     }
     return 0;
 }
@@ -883,6 +893,11 @@ void cpri_seg_part_name(char *out, const char *job, uint32_t shard, uint64_t ckp
 {
     snprintf(out, CPR_SEG_NAME_MAX, "%s/%u-%llu.%016llx", job, shard,
              (unsigned long long)ckpt, (unsigned long long)token);
+}
+
+void cpri_seg_blob_name(char *out, const char *seg, const char *blob)
+{
+    snprintf(out, CPR_SEG_NAME_MAX, "%s.b_%s", seg, blob);
 }
 
 void cpri_seg_fold_name(char *out, const char *job, uint32_t shard, uint64_t ckpt,

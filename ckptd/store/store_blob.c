@@ -32,6 +32,40 @@ static cpr_status check_block(void *ctx, uint64_t index, const void *data, size_
     return b->fn(b->ctx, index * CPR_BLOB_BLOCK, data, len);
 }
 
+/* B1: a blob object read through the backend, 1 MiB block by block with
+ * several in flight, each checked before it is handed on. The caller has
+ * entered as a reader (S7). */
+static cpr_status read_blob_object(cpr_store *store, const char *object, uint64_t size,
+                                   blob_read *b)
+{
+    size_t n = (size_t)((size + CPR_BLOB_BLOCK - 1) / CPR_BLOB_BLOCK);
+    cpri_obj_extent *ext = calloc(n ? n : 1, sizeof *ext);
+    if (!ext)
+        return cpr_fail(CPR_NO_MEMORY, "out of memory reading blob %s", object);
+    for (size_t i = 0; i < n; i++) {
+        uint64_t off = (uint64_t)i * CPR_BLOB_BLOCK;
+        ext[i] = (cpri_obj_extent){object, off,
+                                   (size_t)(size - off < CPR_BLOB_BLOCK ? size - off
+                                                                        : CPR_BLOB_BLOCK)};
+    }
+    const cpri_backend_ops *ops = store->segs->ops;
+    cpri_obj_reader *r = NULL;
+    cpr_status st = n ? ops->read_start(store->segs, ext, n, 4, &r) : CPR_OK;
+    for (size_t i = 0; st == CPR_OK && i < n; i++) {
+        void *owner;
+        const unsigned char *data;
+        st = ops->read_next(r, &owner, &data);
+        if (st == CPR_OK) {
+            st = check_block(b, i, data, ext[i].len);
+            ops->read_release(r, owner);
+        }
+    }
+    if (r)
+        ops->read_end(r);
+    free(ext);
+    return st;
+}
+
 /* Under store->mu: the blob's path and a copy of its checksums. */
 static cpr_status find_blob(cpr_store *store, const cpr_part_id *id, const char *name,
                             char **path, cpri_blob_meta *copy)
@@ -47,7 +81,24 @@ static cpr_status find_blob(cpr_store *store, const cpr_part_id *id, const char 
                         id->shard, (unsigned long long)id->checkpoint, name);
     *copy = *b;
     copy->crcs = malloc((b->n_crcs ? b->n_crcs : 1) * sizeof *copy->crcs);
-    char *dir = cpri_part_dirname(id->job, id->shard, id->checkpoint, store->blobs_dir);
+    char *dir = NULL;
+    if (store->rados) { /* B1: the object's name */
+        *path = malloc(CPR_SEG_NAME_MAX);
+        dir = malloc(CPR_SEG_NAME_MAX);
+        if (copy->crcs && *path && dir) {
+            if (b->n_crcs)
+                memcpy(copy->crcs, b->crcs, b->n_crcs * sizeof *copy->crcs);
+            cpri_seg_part_name(dir, id->job, id->shard, id->checkpoint, m->seg_token);
+            cpri_seg_blob_name(*path, dir, name);
+            free(dir);
+            return CPR_OK;
+        }
+        free(copy->crcs);
+        free(dir);
+        free(*path);
+        return cpr_fail(CPR_NO_MEMORY, "out of memory reading a blob");
+    }
+    dir = cpri_part_dirname(id->job, id->shard, id->checkpoint, store->blobs_dir);
     size_t len = dir ? strlen(dir) + strlen(name) + 4 : 0;
     *path = dir ? malloc(len) : NULL;
     if (!copy->crcs || !*path) {
@@ -76,13 +127,20 @@ cpr_status cpr_store_read_blob(cpr_store *store, const cpr_part_id *id, const ch
         return cpri_store_count(store, st);
     pthread_mutex_lock(&store->mu);
     st = find_blob(store, id, name, &path, &meta);
+    if (st == CPR_OK && store->rados)
+        cpri_store_reader_enter_locked(store); /* S7: retention may doom it */
     pthread_mutex_unlock(&store->mu);
     if (st)
         return cpri_store_count(store, st);
     if (size)
         *size = meta.size;
     blob_read b = {.path = path, .crcs = meta.crcs, .fn = fn, .ctx = ctx};
-    st = cpri_bfile_read(path, meta.size, 1, check_block, &b);
+    if (store->rados) {
+        st = read_blob_object(store, path, meta.size, &b);
+        cpri_store_reader_leave(store);
+    } else {
+        st = cpri_bfile_read(path, meta.size, 1, check_block, &b);
+    }
     atomic_fetch_add(&store->bytes_out, b.bytes);
     free(meta.crcs);
     free(path);

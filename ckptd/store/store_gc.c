@@ -166,8 +166,13 @@ static cpr_status drop_below(cpr_store *store, const char *job_name, cpr_gc_repo
             if (m->seg_token) {
                 cpri_seg_part_name(name, job->name, m->shard, m->checkpoint, m->seg_token);
                 cpri_store_doom_locked(store, name);
+                for (size_t b = 0; store->rados && b < m->n_blobs; b++) { /* B1 */
+                    char blob[CPR_SEG_NAME_MAX];
+                    cpri_seg_blob_name(blob, name, m->blobs[b].name);
+                    cpri_store_doom_locked(store, blob);
+                }
             }
-            if (blob_dirs && m->n_blobs)
+            if (blob_dirs && m->n_blobs && !store->rados)
                 blob_dirs[n_dirs++] = (doomed_part){m->shard, m->checkpoint};
         }
         rep->parts_removed += cpri_job_drop_below(job, floor);

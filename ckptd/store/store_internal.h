@@ -57,6 +57,13 @@
  *      every ckptd on the pool, and reads of the record go to the pool.
  *      Nothing else (GC, the sweep, aborts) writes or deletes 'G' keys, and
  *      a record needs no part of its job.
+ *  B1. In RADOS (store->rados) a blob is an object of the segment backend,
+ *      "<segment name>.b_<blob name>", the part's segment name coming from
+ *      its seg_token (which a blob gives a part that has no rows yet), so
+ *      every begin names its blobs apart; the part record names them, the
+ *      sweep keeps them with their part, retention dooms them like
+ *      segments (S7: blob reads register as readers), and there is no
+ *      staging or blobs/ directory for them.
  *  S7. A segment that a restore may read is removed only when no restore
  *      that started before its record went is still running (doomed list,
  *      store.c): restores plan from the catalog under store->mu and then
@@ -79,11 +86,16 @@
 #include "meta.h"
 
 #define CPR_STORE_FORMAT 2       /* the 'V' record; docs/format.md */
-#define CPR_SEG_NAME_MAX 200     /* longest segment object name */
+#define CPR_SEG_NAME_MAX 400     /* longest segment (or blob) object name */
 
 typedef struct open_blob {
     char name[CPR_NAME_MAX + 1];
-    cpri_bfile_writer *writer;
+    cpri_bfile_writer *writer;   /* a file in staging/ (local store) ... */
+    cpri_obj_writer *obj;         /* ... or an object of the backend (RADOS, B1) */
+    uint32_t *crcs;              /* obj: CRC32C of each CPR_BLOB_BLOCK so far */
+    size_t n_crcs, cap_crcs;
+    uint32_t crc;                /* obj: of the block being written */
+    uint64_t written;            /* obj: bytes appended */
 } open_blob;
 
 typedef enum part_state { PART_OPEN, PART_COMMITTING, PART_FAILED } part_state;
@@ -185,7 +197,7 @@ cpr_status cpri_space_check_gc(cpr_store *store);
 /* Put the ballast back if it is gone and there is room (F2). */
 void cpri_ballast_restore(cpr_store *store);
 /* The store's bytes on disk, the ballast not counted. */
-uint64_t cpri_store_bytes(const cpr_store *store);
+uint64_t cpri_store_bytes(cpr_store *store); /* in RADOS: and the pool's (one replica) */
 
 /* The only ways to write the catalog: one synced batch, or one key. After a
  * failure the catalog takes no more writes (F1: a RocksDB write after a
@@ -225,6 +237,8 @@ void cpri_seg_part_name(char *out, const char *job, uint32_t shard, uint64_t ckp
 void cpri_seg_fold_name(char *out, const char *job, uint32_t shard, uint64_t ckpt,
                        uint64_t token);
 uint64_t cpri_seg_new_token(cpr_store *store);
+/* B1: the object of blob `blob` of the part whose segment is `seg`. */
+void cpri_seg_blob_name(char *out, const char *seg, const char *blob);
 
 /* S7: a reader of segments registers under store->mu before it leaves the
  * critical section in which it planned from the catalog, and leaves when it

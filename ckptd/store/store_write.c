@@ -381,13 +381,22 @@ static size_t row_bytes_of(uint32_t dim, uint32_t state_dim)
     return 8 + ((size_t)dim + state_dim) * 4;
 }
 
+/* The part's segment name (and token), made once per begin: by its first
+ * rows, or by its first blob in RADOS (B1). */
+static void ensure_token(cpr_store *store, open_part *part)
+{
+    if (part->meta.seg_token)
+        return;
+    part->meta.seg_token = cpri_seg_new_token(store);
+    cpri_seg_part_name(part->seg_name, part->job_name, part->meta.shard,
+                      part->meta.checkpoint, part->meta.seg_token);
+}
+
 static cpr_status ensure_segment(cpr_store *store, open_part *part)
 {
     if (part->seg)
         return CPR_OK;
-    part->meta.seg_token = cpri_seg_new_token(store);
-    cpri_seg_part_name(part->seg_name, part->job_name, part->meta.shard,
-                      part->meta.checkpoint, part->meta.seg_token);
+    ensure_token(store, part);
     return store->segs->ops->create(store->segs, part->seg_name, &part->seg);
 }
 
@@ -736,7 +745,8 @@ static cpr_status blob_writer(cpr_store *store, open_part *part, const char *nam
 {
     for (size_t i = 0; i < part->n_blobs; i++) {
         if (strcmp(part->blobs[i].name, name) == 0) {
-            uint64_t have = cpri_bfile_written(part->blobs[i].writer);
+            uint64_t have = part->blobs[i].obj ? part->blobs[i].written
+                                               : cpri_bfile_written(part->blobs[i].writer);
             if (offset != have)
                 return cpr_fail(CPR_INVALID_ARGUMENT, "blob %s: chunk offset %llu, "
                                 "expected %llu (chunks must arrive in order)", name,
@@ -758,6 +768,23 @@ static cpr_status blob_writer(cpr_store *store, open_part *part, const char *nam
     cpr_status st = cpri_open_blob_admit(store, part->job_id); /* O1 */
     if (st)
         return st;
+    open_blob *b = &part->blobs[part->n_blobs];
+    memset(b, 0, sizeof *b);
+    if (store->rados) { /* B1 */
+        char object[CPR_SEG_NAME_MAX];
+        ensure_token(store, part);
+        cpri_seg_blob_name(object, part->seg_name, name);
+        st = store->segs->ops->create(store->segs, object, &b->obj);
+        if (st) {
+            open_part one = {.job_id = part->job_id, .n_blobs = 1}; /* give the slot back */
+            cpri_store_release_blobs(store, &one);
+            return st;
+        }
+        snprintf(b->name, sizeof b->name, "%s", name);
+        part->n_blobs++;
+        *out = b;
+        return CPR_OK;
+    }
     char *dir = cpri_path_join(part->dir, "blobs");
     char path[4400];
     if (dir)
@@ -766,7 +793,6 @@ static cpr_status blob_writer(cpr_store *store, open_part *part, const char *nam
          : cpri_mkdirs(dir) == 0 ? CPR_OK
                                  : cpr_fail(CPR_IO, "cannot create %s: %s", dir, strerror(errno));
     free(dir);
-    open_blob *b = &part->blobs[part->n_blobs];
     if (st == CPR_OK)
         st = cpri_bfile_create(path, 1, 1, &b->writer);
     if (st) {
@@ -778,6 +804,37 @@ static cpr_status blob_writer(cpr_store *store, open_part *part, const char *nam
     part->n_blobs++;
     *out = b;
     return CPR_OK;
+}
+
+/* B1: append to a blob object, keeping the CRC32C of each CPR_BLOB_BLOCK
+ * as the file writer does. */
+static cpr_status obj_blob_append(cpr_store *store, open_blob *b, const void *data, size_t len)
+{
+    const unsigned char *p = data;
+    size_t left = len;
+    while (left) {
+        size_t in_block = (size_t)(b->written % CPR_BLOB_BLOCK);
+        size_t take = CPR_BLOB_BLOCK - in_block < left ? CPR_BLOB_BLOCK - in_block : left;
+        b->crc = cpr_crc32c(in_block ? b->crc : 0, p, take);
+        if (in_block + take == CPR_BLOB_BLOCK || left == take) {
+            /* The block's CRC so far: replaced while the block grows. */
+            size_t idx = (size_t)(b->written / CPR_BLOB_BLOCK);
+            if (idx >= b->cap_crcs) {
+                size_t cap = b->cap_crcs ? 2 * b->cap_crcs : 16;
+                uint32_t *g = realloc(b->crcs, cap * sizeof *g);
+                if (!g)
+                    return cpr_fail(CPR_NO_MEMORY, "out of memory writing blob %s", b->name);
+                b->crcs = g;
+                b->cap_crcs = cap;
+            }
+            b->crcs[idx] = b->crc;
+            b->n_crcs = idx + 1;
+        }
+        b->written += take;
+        p += take;
+        left -= take;
+    }
+    return store->segs->ops->append(b->obj, data, len);
 }
 
 cpr_status cpr_store_put_blob(cpr_store *store, const cpr_part_id *id, const char *name,
@@ -802,7 +859,8 @@ cpr_status cpr_store_put_blob(cpr_store *store, const cpr_part_id *id, const cha
         return cpri_store_count(store, st);
     st = blob_writer(store, part, name, offset, &blob);
     if (st == CPR_OK) {
-        st = cpri_bfile_append(blob->writer, data, len);
+        st = blob->obj ? obj_blob_append(store, blob, data, len)
+                       : cpri_bfile_append(blob->writer, data, len);
         if (st)
             part->state = PART_FAILED;
     }
@@ -826,15 +884,27 @@ static cpr_status finish_blobs(cpr_store *store, open_part *part)
     cpr_status st = CPR_OK;
     for (size_t i = 0; i < part->n_blobs; i++) {
         cpri_blob_meta *bm = &m->blobs[m->n_blobs];
-        if (st == CPR_OK) {
-            st = cpri_bfile_finish(part->blobs[i].writer, store->opts.no_sync, &bm->size,
+        open_blob *b = &part->blobs[i];
+        if (st == CPR_OK && b->obj) { /* B1: the object's bytes, the CRCs kept */
+            st = store->segs->ops->finish(b->obj, &bm->size);
+            bm->crcs = b->crcs;
+            bm->n_crcs = b->n_crcs;
+            b->crcs = NULL;
+            snprintf(bm->name, sizeof bm->name, "%s", b->name);
+            m->n_blobs += st == CPR_OK;
+        } else if (st == CPR_OK) {
+            st = cpri_bfile_finish(b->writer, store->opts.no_sync, &bm->size,
                                   &bm->crcs, &bm->n_crcs);
-            snprintf(bm->name, sizeof bm->name, "%s", part->blobs[i].name);
+            snprintf(bm->name, sizeof bm->name, "%s", b->name);
             m->n_blobs += st == CPR_OK;
         } else {
-            cpri_bfile_discard(part->blobs[i].writer);
+            cpri_bfile_discard(b->writer);
+            store->segs->ops->discard(b->obj);
         }
-        part->blobs[i].writer = NULL;
+        b->writer = NULL;
+        b->obj = NULL;
+        free(b->crcs);
+        b->crcs = NULL;
     }
     part->n_blobs = 0;
     return st;
@@ -944,14 +1014,14 @@ static cpr_status publish(cpr_store *store, open_part *part)
     pthread_mutex_lock(&store->mu);
     cpri_job *job = cpri_catalog_find_id(&store->catalog, part->job_id);
     st = job ? check_commit(job, &part->meta) : cpr_fail(CPR_INTERNAL, "job vanished");
-    if (st == CPR_OK && part->meta.n_blobs) {
+    if (st == CPR_OK && part->meta.n_blobs && !store->rados) { /* B1: no directory */
         part->final_dir = cpri_part_dirname(part->job_name, part->meta.shard,
                                            part->meta.checkpoint, store->blobs_dir);
         if (!part->final_dir)
             st = cpr_fail(CPR_NO_MEMORY, "out of memory committing");
     }
     pthread_mutex_unlock(&store->mu);
-    if (st == CPR_OK && part->meta.n_blobs)
+    if (st == CPR_OK && part->meta.n_blobs && !store->rados)
         st = publish_blobs(store, part);
     int written = 0;
     if (st == CPR_OK) {
@@ -1010,7 +1080,8 @@ static void blobs_held(const open_part *part, uint64_t *blobs, uint64_t *bytes)
     *blobs = part->n_blobs;
     *bytes = 0;
     for (size_t i = 0; i < part->n_blobs; i++)
-        *bytes += cpri_bfile_written(part->blobs[i].writer);
+        *bytes += part->blobs[i].obj ? part->blobs[i].written
+                                     : cpri_bfile_written(part->blobs[i].writer);
 }
 
 static cpr_status commit_checked(cpr_store *store, const cpr_part_id *id, uint64_t rows_sent,

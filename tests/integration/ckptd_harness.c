@@ -393,3 +393,50 @@ void ch_write_private(const char *path, const char *text)
     assert_int_equal(fclose(f), 0);
     assert_int_equal(chmod(path, 0600), 0);
 }
+
+typedef struct blob_back {
+    uint8_t *data;
+    size_t len, cap;
+    int bad;
+} blob_back;
+
+static cpr_status collect_blob(void *ctx, const uint8_t *msg, size_t len)
+{
+    blob_back *b = ctx;
+    cpri_wire_chunk c;
+    cpr_status st = cpri_wire_chunk_decode(msg, len, &c);
+    if (st)
+        return st;
+    b->bad |= c.offset != b->len || cpr_crc32c(0, c.data, c.len) != c.crc32c;
+    if (b->len + c.len > b->cap) {
+        size_t cap = 2 * (b->len + c.len);
+        uint8_t *g = realloc(b->data, cap);
+        assert_non_null(g);
+        b->data = g;
+        b->cap = cap;
+    }
+    memcpy(b->data + b->len, c.data, c.len);
+    b->len += c.len;
+    cpri_wire_chunk_release(&c);
+    return CPR_OK;
+}
+
+cpr_status ch_get_blob(cpri_rpc *rpc, const cpr_part_id *id, uint8_t **data, size_t *len)
+{
+    blob_back b = {0};
+    uint8_t *buf;
+    size_t n;
+    assert_int_equal(cpri_wire_getblob_encode(id, "dense", &buf, &n), CPR_OK);
+    cpr_status st = cpri_rpc_server_stream(rpc, CH_SVC "GetBlob", buf, n, CH_TIMEOUT_S,
+                                          collect_blob, &b);
+    free(buf);
+    if (st == CPR_OK && b.bad)
+        st = cpr_fail(CPR_CORRUPT, "GetBlob: a chunk out of order or failing its checksum");
+    if (st) {
+        free(b.data);
+        return st;
+    }
+    *data = b.data;
+    *len = b.len;
+    return CPR_OK;
+}

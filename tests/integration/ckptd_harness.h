@@ -61,6 +61,9 @@ cpr_status ch_put_blob(cpri_rpc *rpc, const cpr_part_id *id, uint64_t lease, con
  * (0 if the harness began no such part); ch_put_rows and ch_commit present
  * it. The harness remembers the last 256 parts it began. */
 uint64_t ch_lease_of(const cpr_part_id *id);
+/* Blob "dense" of a committed part through GetBlob, every chunk's offset and
+ * checksum checked: *data (malloc'd) and *len. */
+cpr_status ch_get_blob(cpri_rpc *rpc, const cpr_part_id *id, uint8_t **data, size_t *len);
 /* Begin as ch_begin_part and hand back the lease (the harness keeps it too). */
 cpr_status ch_begin_leased(cpri_rpc *rpc, const char *job, uint32_t shard, uint32_t num_shards,
                            uint64_t ckpt, cpr_kind kind, uint64_t *lease);

@@ -81,37 +81,14 @@ static void check_restore(cpri_rpc *rpc, uint64_t want_rows)
     assert_int_equal(r.rows, want_rows);
 }
 
-typedef struct blob_back {
-    uint8_t *data;
-    size_t len, cap;
-} blob_back;
-
-static cpr_status collect_blob(void *ctx, const uint8_t *msg, size_t len)
-{
-    blob_back *b = ctx;
-    cpri_wire_chunk c;
-    assert_int_equal(cpri_wire_chunk_decode(msg, len, &c), CPR_OK);
-    assert_int_equal(c.offset, b->len);
-    assert_int_equal(cpr_crc32c(0, c.data, c.len), c.crc32c);
-    assert_true(b->len + c.len <= b->cap);
-    memcpy(b->data + b->len, c.data, c.len);
-    b->len += c.len;
-    cpri_wire_chunk_release(&c);
-    return CPR_OK;
-}
-
 static void check_blob(cpri_rpc *rpc, const cpr_part_id *id, const uint8_t *want, size_t n)
 {
-    blob_back b = {malloc(n), 0, n};
-    uint8_t *buf;
-    size_t len;
-    assert_int_equal(cpri_wire_getblob_encode(id, "dense", &buf, &len), CPR_OK);
-    assert_int_equal(cpri_rpc_server_stream(rpc, CH_SVC "GetBlob", buf, len, CH_TIMEOUT_S,
-                                           collect_blob, &b), CPR_OK);
-    free(buf);
-    assert_int_equal(b.len, n);
-    assert_memory_equal(b.data, want, n);
-    free(b.data);
+    uint8_t *got = NULL;
+    size_t len = 0;
+    assert_int_equal(ch_get_blob(rpc, id, &got, &len), CPR_OK);
+    assert_int_equal(len, n);
+    assert_memory_equal(got, want, n);
+    free(got);
 }
 
 static void check_health(cpri_rpc *rpc)

@@ -4,8 +4,8 @@
  * test cluster (tests/CMakeLists.txt, fixture "ceph"):
  *  - node loss: a job saved through ckptd A; A's directory deleted; ckptd B
  *    on an empty directory, pointed at the pool, restores every committed
- *    row exactly, lists the same parts, and serves the recovery record with
- *    the same generation and plan;
+ *    row and blob exactly, lists the same parts, and serves the recovery
+ *    record with the same generation and plan;
  *  - two ckptd gateways on one pool racing on a job's recovery record: one
  *    winner per generation, and both serve the winner's plan.
  * Exits 77 when the cluster is not there.
@@ -44,6 +44,16 @@ static void unique_ns(char *out, size_t cap, const char *what)
 
 #define SHARDS 2
 #define ROWS 3000
+#define BLOB_BYTES ((5u << 20) / 2 + 12345) /* blocks of 1 MiB, the last partial */
+
+static uint8_t *make_blob(void)
+{
+    uint8_t *b = malloc(BLOB_BYTES);
+    assert_non_null(b);
+    for (size_t i = 0; i < BLOB_BYTES; i++)
+        b[i] = tu_blob_byte(0, 1, i);
+    return b;
+}
 
 static void test_node_loss(void **unused)
 {
@@ -62,6 +72,11 @@ static void test_node_loss(void **unused)
             size_t n = ckpt == 1 ? ROWS : ROWS / 3;
             assert_status(CPR_OK, ch_begin_part(rpc, "loss", s, SHARDS, ckpt, CPR_KIND_FULL));
             assert_status(CPR_OK, ch_put_rows(rpc, &id, (uint64_t)s * ROWS, n, 0, NULL, NULL));
+            if (ckpt == 1 && s == 0) { /* the dense part, as a blob */
+                uint8_t *blob = make_blob();
+                assert_status(CPR_OK, ch_put_blob(rpc, &id, ch_lease_of(&id), blob, BLOB_BYTES));
+                free(blob);
+            }
             assert_status(CPR_OK, ch_commit(rpc, &id, n));
         }
     uint64_t rows = 0;
@@ -95,6 +110,14 @@ static void test_node_loss(void **unused)
     assert_status(CPR_OK, ch_restore(rpc, "loss", 1, 1, &rows, &bad)); /* as of 1 */
     assert_int_equal(rows, SHARDS * ROWS);
     assert_false(bad);
+    cpr_part_id dense = {"loss", 0, 1};
+    uint8_t *want = make_blob(), *got = NULL;
+    size_t got_len = 0;
+    assert_status(CPR_OK, ch_get_blob(rpc, &dense, &got, &got_len));
+    assert_int_equal(got_len, BLOB_BYTES);
+    assert_memory_equal(got, want, BLOB_BYTES);
+    free(got);
+    free(want);
     cpri_rpc_close(rpc);
     snprintf(target, sizeof target, "grpc://%s", b.addr);
     assert_status(CPR_OK, cpr_client_open(target, NULL, &c));
