@@ -117,7 +117,7 @@ static void usage(FILE *out)
           "  --backend B          where segments and the catalog live: local (default: the\n"
           "                       data directory) or rados (a Ceph pool: a committed part\n"
           "                       outlives this node; the data directory keeps a copy of\n"
-          "                       the catalog, rebuilt from the pool at start, and blobs)\n"
+          "                       the catalog, rebuilt from the pool at start)\n"
           "  --rados-pool POOL    the pool (must exist) ...\n"
           "  --rados-conf FILE    ... the cluster's ceph.conf (default: librados' search)\n"
           "  --rados-namespace NS ... a namespace, so that stores can share a pool\n"

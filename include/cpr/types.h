@@ -84,9 +84,9 @@ typedef struct cpr_store_options {
                                         exceed it is CPR_RESOURCE_EXHAUSTED
                                         (0: unbounded but for the caps above) */
     /* Ceph RADOS (docs/store.md, "Segments in RADOS"): with rados_pool set,
-     * segments and the catalog live in that pool, so that a committed part
-     * outlives this node's disk; the directory keeps a local copy of the
-     * catalog, rebuilt from the pool at every open, and the parts' blobs.
+     * segments, blobs and the catalog live in that pool, so that a committed
+     * part outlives this node's disk; the directory keeps a local copy of
+     * the catalog, rebuilt from the pool at every open.
      * All borrowed for cpr_store_open only. */
     const char *rados_pool;          /* NULL: everything on the local disk */
     const char *rados_conf;          /* ceph.conf (NULL: librados' search path) */
