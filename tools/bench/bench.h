@@ -17,6 +17,18 @@
 
 #define BENCH_MB 1e6 /* bench reports decimal megabytes */
 
+/* cpr-bench store --backend rados: where the store goes and how the
+ * `rados bench` baseline runs (bench_rados.c). */
+typedef struct bench_rados_opts {
+    int enabled;          /* 1: --backend rados */
+    int flags_given;      /* 1: some --rados-* flag was given */
+    const char *conf;     /* --rados-conf (NULL: the rados default search path) */
+    const char *pool;     /* --rados-pool (default "cpr") */
+    uint64_t write_ios;   /* rados bench write -t (default 2) */
+    uint64_t read_ios;    /* rados bench seq -t (default 8) */
+    char ns[64];          /* this run's namespace, "bench-<pid>-<time>" */
+} bench_rados_opts;
+
 typedef struct bench_opts {
     uint64_t rows;        /* rows of the one table, ids 0..rows-1 */
     uint32_t dim;         /* float values per row */
@@ -32,6 +44,7 @@ typedef struct bench_opts {
     size_t n_shards;
     const char *ckptd;    /* path of the ckptd binary */
     int transports;       /* rpc: 1 TCP on 127.0.0.1, 2 a Unix socket, 3 both */
+    bench_rados_opts rados; /* store --backend rados */
 } bench_opts;
 
 /* CPU time used by the whole process (all threads) during a phase. */
@@ -48,6 +61,8 @@ typedef struct bench_result {
     uint64_t restore_rows;     /* rows the restore delivered (and verified) */
     uint64_t restore_bytes;    /* payload bytes the restore delivered */
     uint64_t store_disk_bytes; /* allocated size of DIR/store after ingest */
+    /* The baseline: the raw disk, or with --backend rados `rados bench`
+     * (raw_bytes written then read sequentially in 4 MiB objects). */
     uint64_t raw_bytes;        /* bytes of the raw baseline file */
     int raw_direct;            /* 1: DIR accepted O_DIRECT */
     double open_s, full_s, priority_s, ingest_s, close_s;
@@ -159,6 +174,45 @@ int bench_direct_supported(const char *dir);
  * raw_bytes, raw_write_s, raw_read_s. Leaves the file in place. */
 cpr_status bench_raw_run(const char *path, uint64_t bytes, const char *work_dir,
                          bench_result *res);
+
+/* ---- bench_rados.c: the RADOS backend and its `rados bench` baseline ------ */
+
+/* If argv[*i] is --backend, --rados-conf, --rados-pool, --rados-write-ios or
+ * --rados-read-ios, parse it into opts->rados and return 1 (advancing *i);
+ * 0 if it is none of them; -1 on a bad or missing value (printed). */
+int bench_rados_parse_flag(int argc, char **argv, int *i, bench_opts *opts);
+/* After parsing: -1 (printed) when --rados-* flags come without
+ * --backend rados; else fill the defaults and return 0. */
+int bench_rados_check_opts(bench_opts *opts);
+
+/* Which backend and baseline a run used, into a JSON object: "backend",
+ * "baseline", and raw_direct (local) or the pool, namespace, conf and
+ * rados bench depths (rados). 0 done, -1 out of memory. */
+typedef struct cpri_json cpri_json;
+int bench_backend_json(cpri_json *root, const bench_opts *opts, int raw_direct);
+
+/* Store options for `opts` (all zero but the RADOS fields in rados mode;
+ * the strings stay borrowed from opts). */
+cpr_store_options bench_store_options(const bench_opts *opts);
+
+/* Pick this run's namespace, "bench-<pid>-<unix time>", and check that it
+ * is empty (CPR_ALREADY_EXISTS if not: never reuse another run's objects). */
+cpr_status bench_rados_begin(bench_opts *opts);
+
+/* The cluster's own limit on the same bytes: `rados bench write` of
+ * `bytes` (rounded up to whole 4 MiB objects, write_ios in flight) then
+ * `rados bench seq` of them (read_ios in flight, --no-verify) in this
+ * run's namespace, then `rados cleanup`. Fills raw_bytes, raw_write_s,
+ * raw_read_s. Runs the `rados` CLI (PATH); tools never call librados. */
+cpr_status bench_rados_run(const bench_opts *opts, uint64_t bytes, bench_result *res);
+
+/* Remove every object of this run's namespace (the store's segments and
+ * catalog, what a failed `rados bench` left); *removed gets the count
+ * (may be NULL). Refuses a namespace not named "bench-...". */
+cpr_status bench_rados_purge(const bench_opts *opts, uint64_t *removed);
+/* At the end of a run whose namespace bench_rados_begin chose: empty it, or
+ * with --keep say that it is kept. */
+void bench_rados_release(const bench_opts *opts);
 
 /* ---- bench_fs.c: directories, page cache, progress, CPU time ------------ */
 

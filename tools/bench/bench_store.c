@@ -331,17 +331,19 @@ static cpr_status restore(cpr_store *store, const bench_opts *opts,
 
 /* ---- the phases in order --------------------------------------------------- */
 
-static cpr_status open_store(const char *dir, cpr_store **store, double *seconds)
+static cpr_status open_store(const bench_opts *opts, const char *dir, cpr_store **store,
+                             double *seconds)
 {
+    cpr_store_options so = bench_store_options(opts); /* the backend */
     double t0 = cpri_now_s();
-    cpr_status st = bench_report(cpr_store_open(dir, NULL, store), "opening the store");
+    cpr_status st = bench_report(cpr_store_open(dir, &so, store), "opening the store");
     *seconds = cpri_now_s() - t0;
     return st;
 }
 
 /* Closing and reopening makes the restore start like one after a crash:
  * nothing of the ingest left in the process, nothing in the page cache. */
-static cpr_status go_cold(cpr_store **store, const char *store_dir,
+static cpr_status go_cold(const bench_opts *opts, cpr_store **store, const char *store_dir,
                           bench_result *res)
 {
     double t0 = cpri_now_s();
@@ -354,7 +356,7 @@ static cpr_status go_cold(cpr_store **store, const char *store_dir,
                                  "dropping the page cache");
     res->drop_cache_s = cpri_now_s() - t0;
     if (st == CPR_OK)
-        st = open_store(store_dir, store, &res->reopen_s);
+        st = open_store(opts, store_dir, store, &res->reopen_s);
     return st;
 }
 
@@ -367,13 +369,13 @@ cpr_status bench_store_run(const bench_opts *opts, const char *store_dir,
     cpr_status st = bench_report(bench_data_init(&d, opts), "preparing rows");
     if (st)
         return st;
-    st = open_store(store_dir, &store, &res->open_s);
+    st = open_store(opts, store_dir, &store, &res->open_s);
     if (st)
         goto out;
     st = ingest(store, opts, &d, res);
     if (st)
         goto out;
-    st = go_cold(&store, store_dir, res);
+    st = go_cold(opts, &store, store_dir, res);
     if (st)
         goto out;
     st = restore(store, opts, &d, res);

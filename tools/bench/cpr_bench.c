@@ -5,6 +5,8 @@
  * FULL and a PRIORITY part, restores them from a cold cache while checking
  * every row, then measures raw sequential O_DIRECT write and read bandwidth
  * in the same directory, and reports both as a table or one JSON line.
+ * With --backend rados the store keeps its segments and catalog in a Ceph
+ * pool and the baseline is `rados bench` on the same cluster (bench_rados.c).
  * This file parses the command line, manages the working directory and
  * prints the results; bench_store.c, bench_raw.c and bench_fs.c do the work.
  */
@@ -37,7 +39,8 @@ static void usage(FILE *out)
           "\n"
           "commands:\n"
           "  store       ingest and restore a checkpoint with the store and compare\n"
-          "              with raw sequential O_DIRECT disk bandwidth\n"
+          "              with raw sequential O_DIRECT disk bandwidth (--backend rados:\n"
+          "              the store in a Ceph pool, against rados bench)\n"
           "  rpc         the same workload through the client library to a ckptd on\n"
           "              127.0.0.1, by 1, 4 and 16 concurrent shards, against the\n"
           "              store in-process and the raw disk\n"
@@ -52,6 +55,8 @@ static void usage(FILE *out)
           "\n"
           "cpr-bench store [--rows N] [--dim D] [--state-dim S] [--dir PATH]\n"
           "                [--batch-rows B] [--rounds R] [--keep] [--json]\n"
+          "                [--backend local|rados] [--rados-conf FILE] [--rados-pool NAME]\n"
+          "                [--rados-write-ios N] [--rados-read-ios N]\n"
           "  --rows N        rows of the FULL part (default 2000000); the PRIORITY\n"
           "                  part rewrites a pseudo-random 12.5% of them\n"
           "  --dim D         float32 values per row (default 64)\n"
@@ -60,15 +65,30 @@ static void usage(FILE *out)
           "  --dir PATH      working directory on the filesystem to measure (default:\n"
           "                  a fresh directory under $TMPDIR or /tmp); the store goes\n"
           "                  in PATH/store, which must not exist yet\n"
-          "  --rounds R      measure store and raw disk R times (default 4), in\n"
-          "                  alternating order after an untimed warm-up write\n"
-          "                  (a disk's speed drifts); the ratios are the medians\n"
-          "                  of the rounds' ratios\n"
+          "  --rounds R      measure the store and the baseline R times (default 4),\n"
+          "                  in alternating order (local: after an untimed warm-up\n"
+          "                  write; a disk's speed drifts); the ratios are the\n"
+          "                  medians of the rounds' ratios\n"
           "  --chain N       instead: a FULL and N PRIORITY parts of 1 in 8 rows each\n"
           "                  (default rows 500000), background folding on; restore\n"
           "                  the FULL alone and the newest state from a cold cache\n"
           "                  and report chain_restore_ratio (newest / FULL alone)\n"
-          "  --keep          leave the store and the raw test file in place\n"
+          "  --backend B     local (default): the store on --dir's disk, against the\n"
+          "                  raw disk; rados: segments and catalog in a Ceph pool (a\n"
+          "                  local copy of the catalog in --dir), against `rados bench`\n"
+          "                  writing the FULL part's bytes as 4 MiB objects and reading\n"
+          "                  them back in order, each round (no raw-disk baseline);\n"
+          "                  all in a namespace of the run's own, bench-<pid>-<time>,\n"
+          "                  emptied at the end; reports rados_ingest_ratio and\n"
+          "                  rados_restore_ratio; needs the rados tool on PATH\n"
+          "  --rados-conf F  ceph.conf of the cluster (default: Ceph's search path)\n"
+          "  --rados-pool P  pool, which must exist (default cpr)\n"
+          "  --rados-write-ios N, --rados-read-ios N\n"
+          "                  rados bench -t of the write and of the seq read (default\n"
+          "                  2 and 8: the store's operations in flight, 2 chunk writes\n"
+          "                  of 4 MiB and 8 block reads of about 1 MiB)\n"
+          "  --keep          leave the store and the raw test file in place (rados:\n"
+          "                  and the store's objects in its namespace)\n"
           "  --json          print one JSON object on one line instead of a table\n"
           "  -h, --help      print this help\n"
           "\n"
@@ -81,6 +101,7 @@ static void usage(FILE *out)
           "  --transport T   tcp (127.0.0.1), unix (a Unix-domain socket: ckptd on the\n"
           "                  trainer's host) or both (default)\n"
           "  --ckptd PATH    the daemon (default: ../ckptd/ckptd beside cpr-bench)\n"
+          "  (local backend only: --backend rados is cpr-bench store's)\n"
           "\n"
           "Progress goes to stderr. Exit status: 0 done and every restored row\n"
           "verified, 1 a failure or a wrong restored row, 2 bad command line.\n",
@@ -227,6 +248,9 @@ static int parse_one(int argc, char **argv, int *i, bench_opts *opts)
         opts->dir = value;
         return 0;
     }
+    int rados = bench_rados_parse_flag(argc, argv, i, opts);
+    if (rados)
+        return rados > 0 ? 0 : -1;
     fprintf(stderr, "cpr-bench: unknown option '%s' (see cpr-bench store --help)\n", arg);
     return -1;
 }
@@ -240,6 +264,12 @@ static int parse_store_args(int argc, char **argv, bench_opts *opts)
         int rc = parse_one(argc, argv, &i, opts);
         if (rc)
             return rc;
+    }
+    if (bench_rados_check_opts(opts))
+        return -1;
+    if (opts->rados.enabled && opts->chain) {
+        fprintf(stderr, "cpr-bench: --chain runs on the local backend only\n");
+        return -1;
     }
     if (opts->rows == 0)
         opts->rows = opts->chain ? 500000 : 2000000;
@@ -383,12 +413,41 @@ typedef struct json_field {
     double value;
 } json_field;
 
+/* What the baseline's figures are called: the raw disk's, or with
+ * --backend rados those of `rados bench` (bench.h keeps both in raw_*). */
+typedef struct baseline_names {
+    const char *bytes, *write_mb_s, *read_mb_s, *ingest_ratio, *restore_ratio;
+    const char *write_s, *read_s, *ingest_ratios, *restore_ratios, *store_bytes;
+    const char *write_row, *read_row, *ingest_line, *restore_line, *store_line;
+} baseline_names;
+
+static const baseline_names RAW_NAMES = {
+    "raw_bytes", "raw_write_mb_s", "raw_read_mb_s", "ingest_ratio", "restore_ratio",
+    "raw_write_s", "raw_read_s", "ingest_ratios", "restore_ratios", "store_disk_bytes",
+    "raw write", "raw read", "ingest / raw write  ", "restore / raw read  ",
+    "store on disk       ",
+};
+
+static const baseline_names RADOS_NAMES = {
+    "rados_bytes", "rados_write_mb_s", "rados_seq_read_mb_s", "rados_ingest_ratio",
+    "rados_restore_ratio", "rados_write_s", "rados_seq_read_s", "rados_ingest_ratios",
+    "rados_restore_ratios", "store_local_dir_bytes",
+    "rados bench write", "rados bench seq", "ingest / rados write", "restore / rados seq ",
+    "local dir (catalog) ",
+};
+
+static const baseline_names *names_of(const bench_opts *opts)
+{
+    return opts->rados.enabled ? &RADOS_NAMES : &RAW_NAMES;
+}
+
 /* The measurements of one run as a JSON object (NULL when out of memory);
  * the ratios given (>= 0) replace the run's own. */
 static cpri_json *result_json_with(const bench_opts *opts, const bench_result *r,
                                   double ingest_ratio, double restore_ratio)
 {
     rates x = compute_rates(r);
+    const baseline_names *k = names_of(opts);
     if (ingest_ratio < 0)
         ingest_ratio = ratio(x.ingest, x.raw_write);
     if (restore_ratio < 0)
@@ -404,16 +463,16 @@ static cpri_json *result_json_with(const bench_opts *opts, const bench_result *r
         {"priority_bytes", (double)r->priority_bytes},
         {"restore_rows", (double)r->restore_rows},
         {"restore_bytes", (double)r->restore_bytes},
-        {"store_disk_bytes", (double)r->store_disk_bytes},
-        {"raw_bytes", (double)r->raw_bytes},
+        {k->store_bytes, (double)r->store_disk_bytes},
+        {k->bytes, (double)r->raw_bytes},
         {"ingest_mb_s", round3(x.ingest)},
         {"full_ingest_mb_s", round3(x.full)},
         {"priority_ingest_mb_s", round3(x.priority)},
         {"restore_mb_s", round3(x.restore)},
-        {"raw_write_mb_s", round3(x.raw_write)},
-        {"raw_read_mb_s", round3(x.raw_read)},
-        {"ingest_ratio", round3(ingest_ratio)},
-        {"restore_ratio", round3(restore_ratio)},
+        {k->write_mb_s, round3(x.raw_write)},
+        {k->read_mb_s, round3(x.raw_read)},
+        {k->ingest_ratio, round3(ingest_ratio)},
+        {k->restore_ratio, round3(restore_ratio)},
         {"open_s", round3(r->open_s)},
         {"full_s", round3(r->full_s)},
         {"priority_s", round3(r->priority_s)},
@@ -422,8 +481,8 @@ static cpri_json *result_json_with(const bench_opts *opts, const bench_result *r
         {"drop_cache_s", round3(r->drop_cache_s)},
         {"reopen_s", round3(r->reopen_s)},
         {"restore_s", round3(r->restore_s)},
-        {"raw_write_s", round3(r->raw_write_s)},
-        {"raw_read_s", round3(r->raw_read_s)},
+        {k->write_s, round3(r->raw_write_s)},
+        {k->read_s, round3(r->raw_read_s)},
         {"total_s", round3(r->total_s)},
         {"ingest_cpu_user_s", round3(r->ingest_cpu.user_s)},
         {"ingest_cpu_sys_s", round3(r->ingest_cpu.sys_s)},
@@ -436,7 +495,7 @@ static cpri_json *result_json_with(const bench_opts *opts, const bench_result *r
     int failed = !root;
     for (size_t i = 0; !failed && i < sizeof fields / sizeof fields[0]; i++)
         failed = cpri_json_add_number(root, fields[i].key, fields[i].value) != 0;
-    failed = failed || cpri_json_add_bool(root, "raw_direct", r->raw_direct) ||
+    failed = failed || bench_backend_json(root, opts, r->raw_direct) ||
              cpri_json_add_bool(root, "verified", 1);
     if (failed) {
         cpri_json_free(root);
@@ -460,22 +519,30 @@ static void print_row(const char *what, uint64_t bytes, double seconds, double r
 static int print_table(const bench_opts *opts, const bench_result *r, const char *dir)
 {
     rates x = compute_rates(r);
+    const baseline_names *k = names_of(opts);
     printf("cpr-bench store: %llu rows x (dim %u + state %u) = %llu bytes/row, "
            "batches of %zu\n", (unsigned long long)opts->rows, opts->dim,
            opts->state_dim, (unsigned long long)r->row_bytes, opts->batch_rows);
-    printf("  dir %s (O_DIRECT %s)\n\n", dir, r->raw_direct ? "yes" : "NO: page cache");
+    if (opts->rados.enabled)
+        printf("  RADOS pool %s, namespace %s (%s); rados bench -t %llu write, -t %llu seq;"
+               " no raw-disk baseline\n  dir %s\n\n", opts->rados.pool, opts->rados.ns,
+               opts->rados.conf ? opts->rados.conf : "default ceph.conf",
+               (unsigned long long)opts->rados.write_ios,
+               (unsigned long long)opts->rados.read_ios, dir);
+    else
+        printf("  dir %s (O_DIRECT %s)\n\n", dir, r->raw_direct ? "yes" : "NO: page cache");
     printf("  %-18s %14s %10s %10s\n", "phase", "bytes", "seconds", "MB/s");
     print_row("FULL ingest", r->full_bytes, r->full_s, x.full);
     print_row("PRIORITY ingest", r->priority_bytes, r->priority_s, x.priority);
     print_row("ingest (both)", r->full_bytes + r->priority_bytes, r->ingest_s, x.ingest);
     print_row("restore", r->restore_bytes, r->restore_s, x.restore);
-    print_row("raw write", r->raw_bytes, r->raw_write_s, x.raw_write);
-    print_row("raw read", r->raw_bytes, r->raw_read_s, x.raw_read);
-    printf("\n  ingest / raw write   %.3f\n", ratio(x.ingest, x.raw_write));
-    printf("  restore / raw read   %.3f\n", ratio(x.restore, x.raw_read));
+    print_row(k->write_row, r->raw_bytes, r->raw_write_s, x.raw_write);
+    print_row(k->read_row, r->raw_bytes, r->raw_read_s, x.raw_read);
+    printf("\n  %s %.3f\n", k->ingest_line, ratio(x.ingest, x.raw_write));
+    printf("  %s %.3f\n", k->restore_line, ratio(x.restore, x.raw_read));
     printf("  restored rows        %llu (all verified)\n",
            (unsigned long long)r->restore_rows);
-    printf("  store on disk        %llu bytes (%.2f x ingested payload)\n",
+    printf("  %s %llu bytes (%.2f x ingested payload)\n", k->store_line,
            (unsigned long long)r->store_disk_bytes,
            ratio((double)r->store_disk_bytes, (double)(r->full_bytes + r->priority_bytes)));
     printf("  cpu ingest           user %.2f s, sys %.2f s\n", r->ingest_cpu.user_s,
@@ -554,10 +621,10 @@ static int print_json_rounds(const bench_opts *opts, const bench_result *med,
         failed = cpri_json_append(ins, cpri_json_number(in[i])) ||
                  cpri_json_append(outs, cpri_json_number(out[i]));
     failed = failed || cpri_json_add_number(root, "rounds", opts->rounds) ||
-             cpri_json_add_child(root, "ingest_ratios", ins);
+             cpri_json_add_child(root, names_of(opts)->ingest_ratios, ins);
     if (!failed)
         ins = NULL;
-    failed = failed || cpri_json_add_child(root, "restore_ratios", outs);
+    failed = failed || cpri_json_add_child(root, names_of(opts)->restore_ratios, outs);
     if (!failed)
         outs = NULL;
     failed = failed || cpri_json_add_bool(root, "kept", opts->keep) ||
@@ -617,12 +684,69 @@ static int run_chain(const bench_opts *opts, const workdir *wd, cpr_status *st)
 
 /* ---- commands ---------------------------------------------------------------- */
 
+/* The baseline of one round: the raw disk, or rados bench. */
+static cpr_status run_baseline(const bench_opts *opts, const workdir *wd, uint64_t bytes,
+                               bench_result *res)
+{
+    return opts->rados.enabled ? bench_rados_run(opts, bytes, res)
+                               : bench_raw_run(wd->raw_path, bytes, wd->dir, res);
+}
+
+/* Between rounds: a fresh store (and, rados, an empty namespace) and file. */
+static cpr_status reset_round(const bench_opts *opts, const workdir *wd)
+{
+    cpr_status st = bench_report(bench_remove_tree(wd->store_dir), "cleaning up");
+    if (st == CPR_OK && opts->rados.enabled)
+        st = bench_rados_purge(opts, NULL);
+    if (st == CPR_OK && !opts->rados.enabled)
+        st = bench_report(bench_remove_tree(wd->raw_path), "cleaning up");
+    return st;
+}
+
+static cpr_status run_rounds(const bench_opts *opts, const workdir *wd, bench_result *rounds,
+                             int raw_direct)
+{
+    uint64_t full_bytes = opts->rows * (8 + 4 * ((uint64_t)opts->dim + opts->state_dim));
+    cpr_status st = CPR_OK;
+    if (!opts->rados.enabled) {
+        /* Untimed: this disk writes the first file of a sequence much slower
+         * than the next (docs/performance.md), whoever writes it. */
+        fprintf(stderr, "cpr-bench: warming the disk up (untimed raw write)\n");
+        st = bench_raw_run(wd->raw_path, full_bytes, wd->dir, &rounds[0]);
+        if (st == CPR_OK)
+            st = bench_report(bench_remove_tree(wd->raw_path), "cleaning up");
+    }
+    for (uint32_t r = 0; st == CPR_OK && r < opts->rounds; r++) {
+        /* Alternate the order: the first write of a sequence tends to be
+         * the slow one on a virtual disk. */
+        memset(&rounds[r], 0, sizeof rounds[r]);
+        rounds[r].raw_direct = raw_direct;
+        fprintf(stderr, "cpr-bench: round %u of %u (%s first)\n", r + 1, opts->rounds,
+                r % 2 ? (opts->rados.enabled ? "rados bench" : "raw disk") : "store");
+        if (r % 2)
+            st = run_baseline(opts, wd, full_bytes, &rounds[r]);
+        if (st == CPR_OK)
+            st = bench_store_run(opts, wd->store_dir, &rounds[r]);
+        /* rados: writes into a pool that holds 300 MB more run 2-4x slower
+         * on a memstore cluster, so rados bench starts from the empty
+         * namespace the store started from (but --keep keeps the last). */
+        if (st == CPR_OK && r % 2 == 0 && opts->rados.enabled &&
+            !(opts->keep && r + 1 == opts->rounds))
+            st = bench_rados_purge(opts, NULL);
+        if (st == CPR_OK && r % 2 == 0)
+            st = run_baseline(opts, wd, rounds[r].full_bytes, &rounds[r]);
+        if (st == CPR_OK && r + 1 < opts->rounds)
+            st = reset_round(opts, wd);
+    }
+    return st;
+}
+
 static int cmd_store(int argc, char **argv)
 {
     bench_opts opts;
     bench_result res;
     workdir wd;
-    int parsed = parse_store_args(argc, argv, &opts), out_rc = 0;
+    int parsed = parse_store_args(argc, argv, &opts), out_rc = 0, ns_ours = 0;
     if (parsed) {
         if (parsed > 0)
             usage(stdout);
@@ -631,46 +755,25 @@ static int cmd_store(int argc, char **argv)
     memset(&res, 0, sizeof res);
     double t0 = cpri_now_s();
     cpr_status st = bench_report(workdir_init(&opts, &wd), "working directory");
+    if (st == CPR_OK && opts.rados.enabled) {
+        st = bench_rados_begin(&opts);
+        ns_ours = st == CPR_OK;
+    }
     if (st)
         goto out;
-    warn_if_small(wd.dir, opts.rows * (8 + 4 * ((uint64_t)opts.dim + opts.state_dim)));
-    res.raw_direct = bench_direct_supported(wd.dir);
-    if (!res.raw_direct)
-        fprintf(stderr, "cpr-bench: warning: %s refuses O_DIRECT (tmpfs?): raw "
-                "numbers will include the page cache\n", wd.dir);
+    if (!opts.rados.enabled) {
+        warn_if_small(wd.dir, opts.rows * (8 + 4 * ((uint64_t)opts.dim + opts.state_dim)));
+        res.raw_direct = bench_direct_supported(wd.dir);
+        if (!res.raw_direct)
+            fprintf(stderr, "cpr-bench: warning: %s refuses O_DIRECT (tmpfs?): raw "
+                    "numbers will include the page cache\n", wd.dir);
+    }
     if (opts.chain) {
         out_rc = run_chain(&opts, &wd, &st);
         goto out;
     }
     bench_result rounds[15];
-    int raw_direct = res.raw_direct;
-    /* Untimed: this disk writes the first file of a sequence much slower
-     * than the next (docs/performance.md), whoever writes it. */
-    fprintf(stderr, "cpr-bench: warming the disk up (untimed raw write)\n");
-    st = bench_raw_run(wd.raw_path, opts.rows * (8 + 4 * ((uint64_t)opts.dim +
-                       opts.state_dim)), wd.dir, &rounds[0]);
-    if (st == CPR_OK)
-        st = bench_report(bench_remove_tree(wd.raw_path), "cleaning up");
-    for (uint32_t r = 0; st == CPR_OK && r < opts.rounds; r++) {
-        /* Alternate the order: the first write of a sequence tends to be
-         * the slow one on a virtual disk. */
-        memset(&rounds[r], 0, sizeof rounds[r]);
-        rounds[r].raw_direct = raw_direct;
-        fprintf(stderr, "cpr-bench: round %u of %u (%s first)\n", r + 1, opts.rounds,
-                r % 2 ? "raw disk" : "store");
-        if (r % 2)
-            st = bench_raw_run(wd.raw_path, opts.rows * (8 + 4 * ((uint64_t)opts.dim +
-                               opts.state_dim)), wd.dir, &rounds[r]);
-        if (st == CPR_OK)
-            st = bench_store_run(&opts, wd.store_dir, &rounds[r]);
-        if (st == CPR_OK && r % 2 == 0)
-            st = bench_raw_run(wd.raw_path, rounds[r].full_bytes, wd.dir, &rounds[r]);
-        if (st == CPR_OK && r + 1 < opts.rounds) { /* a fresh store and file each round */
-            st = bench_report(bench_remove_tree(wd.store_dir), "cleaning up");
-            if (st == CPR_OK)
-                st = bench_report(bench_remove_tree(wd.raw_path), "cleaning up");
-        }
-    }
+    st = run_rounds(&opts, &wd, rounds, res.raw_direct);
     if (st)
         goto out;
     res = rounds[median_round(rounds, opts.rounds)];
@@ -678,6 +781,8 @@ static int cmd_store(int argc, char **argv)
     out_rc = opts.json ? print_json_rounds(&opts, &res, rounds, wd.dir)
                        : print_table(&opts, &res, wd.dir);
 out:
+    if (ns_ours)
+        bench_rados_release(&opts);
     /* ALREADY_EXISTS: a store or raw file we did not make; leave it alone. */
     workdir_release(&wd, &opts, st != CPR_ALREADY_EXISTS);
     return st || out_rc ? EXIT_FAILED : 0;
@@ -812,6 +917,11 @@ static int cmd_rpc(int argc, char **argv)
         if (parsed > 0)
             usage(stdout);
         return parsed > 0 ? 0 : EXIT_USAGE;
+    }
+    if (opts.rados.enabled) {
+        fprintf(stderr, "cpr-bench: rpc runs on the local backend only (--backend rados "
+                "is cpr-bench store's)\n");
+        return EXIT_USAGE;
     }
     if (!opts.n_shards) {
         const uint32_t counts[3] = {1, 4, 16};
