@@ -19,7 +19,10 @@
  *      copy, rebuilt from it at every open (cpr_store_open), so a node whose
  *      disk is lost loses nothing committed. A catalog write goes to RADOS
  *      first, as ONE write operation (atomic: all of its keys or none), and
- *      only then to RocksDB; the RADOS write is the commit point.
+ *      only then to RocksDB; the RADOS write is the commit point. (An
+ *      operation that times out may still have been applied: a commit
+ *      reported failed can then be found committed after the next open, as
+ *      with any commit whose answer is lost; never the other way round.)
  *  R2. A segment's chunks are all durable (every replica acknowledged
  *      them) before finish returns, and finish returns before any record
  *      names the segment (store_internal.h S1), so a record never names
