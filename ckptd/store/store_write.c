@@ -740,6 +740,31 @@ static cpr_status finish_rows(cpr_store *store, open_part *part)
 
 /* ---- put_blob ------------------------------------------------------------ */
 
+/* B1: a blob as an object of the backend, named after the part's segment. */
+static cpr_status create_blob_object(cpr_store *store, open_part *part, const char *name,
+                                     open_blob *b)
+{
+    char object[CPR_SEG_NAME_MAX];
+    ensure_token(store, part);
+    cpri_seg_blob_name(object, part->seg_name, name);
+    return store->segs->ops->create(store->segs, object, &b->obj);
+}
+
+/* A blob as a file in the part's staging directory. */
+static cpr_status create_blob_file(open_part *part, const char *name, open_blob *b)
+{
+    char *dir = cpri_path_join(part->dir, "blobs");
+    char path[4400];
+    if (dir)
+        snprintf(path, sizeof path, "%s/b_%s", dir, name);
+    cpr_status st = !dir ? cpr_fail(CPR_NO_MEMORY, "out of memory adding blob %s", name)
+                    : cpri_mkdirs(dir) == 0
+                        ? CPR_OK
+                        : cpr_fail(CPR_IO, "cannot create %s: %s", dir, strerror(errno));
+    free(dir);
+    return st == CPR_OK ? cpri_bfile_create(path, 1, 1, &b->writer) : st;
+}
+
 static cpr_status blob_writer(cpr_store *store, open_part *part, const char *name, uint64_t offset,
                               open_blob **out)
 {
@@ -770,31 +795,8 @@ static cpr_status blob_writer(cpr_store *store, open_part *part, const char *nam
         return st;
     open_blob *b = &part->blobs[part->n_blobs];
     memset(b, 0, sizeof *b);
-    if (store->rados) { /* B1 */
-        char object[CPR_SEG_NAME_MAX];
-        ensure_token(store, part);
-        cpri_seg_blob_name(object, part->seg_name, name);
-        st = store->segs->ops->create(store->segs, object, &b->obj);
-        if (st) {
-            open_part one = {.job_id = part->job_id, .n_blobs = 1}; /* give the slot back */
-            cpri_store_release_blobs(store, &one);
-            return st;
-        }
-        snprintf(b->name, sizeof b->name, "%s", name);
-        part->n_blobs++;
-        *out = b;
-        return CPR_OK;
-    }
-    char *dir = cpri_path_join(part->dir, "blobs");
-    char path[4400];
-    if (dir)
-        snprintf(path, sizeof path, "%s/b_%s", dir, name);
-    st = !dir ? cpr_fail(CPR_NO_MEMORY, "out of memory adding blob %s", name)
-         : cpri_mkdirs(dir) == 0 ? CPR_OK
-                                 : cpr_fail(CPR_IO, "cannot create %s: %s", dir, strerror(errno));
-    free(dir);
-    if (st == CPR_OK)
-        st = cpri_bfile_create(path, 1, 1, &b->writer);
+    st = store->rados ? create_blob_object(store, part, name, b)
+                      : create_blob_file(part, name, b);
     if (st) {
         open_part one = {.job_id = part->job_id, .n_blobs = 1}; /* give the slot back */
         cpri_store_release_blobs(store, &one);
