@@ -121,12 +121,10 @@ CONF
   ;;
 stop)
   for pid in "$dir"/run/*.pid; do
-    [[ -e $pid ]] || continue
-    kill "$(cat "$pid")" 2>/dev/null || true
+    kill "$(cat "$pid" 2>/dev/null)" 2>/dev/null || true
   done
   for pid in "$dir"/run/*.pid; do
-    [[ -e $pid ]] || continue
-    p=$(cat "$pid")
+    p=$(cat "$pid" 2>/dev/null) || continue # gone meanwhile: go on with the others
     for _ in $(seq 100); do kill -0 "$p" 2>/dev/null || break; sleep 0.1; done
     kill -9 "$p" 2>/dev/null || true
     rm -f "$pid"
