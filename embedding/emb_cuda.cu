@@ -191,6 +191,23 @@ static cpr_status alloc_device_arrays(cpr_emb *t, emb_cuda_table *b)
     return st;
 }
 
+/* Saves allocate their snapshots and pending arrays from the device's
+ * default memory pool, on the table's stream (emb_cuda_select.cu, G1). The
+ * pool keeps up to one whole table's rows and state between saves, instead
+ * of handing memory back at every synchronisation and mapping it again at
+ * the next save (a FULL save's begin paid for that mapping). Best effort:
+ * without pools the saves still work, at that cost. */
+static void keep_snapshot_memory(const cpr_emb *t, const emb_cuda_table *b)
+{
+    cudaMemPool_t pool;
+    uint64_t keep = t->cfg.rows * ((uint64_t)t->cfg.dim + t->state_dim) * sizeof(float), now = 0;
+    if (cudaDeviceGetDefaultMemPool(&pool, b->device) == cudaSuccess &&
+        cudaMemPoolGetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &now) == cudaSuccess &&
+        now < keep)
+        cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep);
+    cudaGetLastError();
+}
+
 extern "C" cpr_status cpri_emb_cuda_create(cpr_emb *t)
 {
     const cpr_emb_config *c = &t->cfg;
@@ -221,6 +238,8 @@ extern "C" cpr_status cpri_emb_cuda_create(cpr_emb *t)
         goto out;
     CHECK(cudaSetDevice(b->device));
     CHECK(cudaStreamCreate(&b->stream));
+    CHECK(cudaStreamCreateWithFlags(&b->copy_stream, cudaStreamNonBlocking));
+    keep_snapshot_memory(t, b);
     CHECK(cudaMallocHost(&b->pinned_small, 8 * sizeof(ull)));
     st = alloc_device_arrays(t, b);
     if (st)
@@ -249,7 +268,7 @@ extern "C" void cpri_emb_cuda_destroy(cpr_emb *t)
         b->open = p->next;
         free(p->save->ids);
         free(p->save);
-        emb_free_pending(p);
+        emb_free_pending(b, p);
     }
     cudaFree(b->weights);
     cudaFree(b->state);
@@ -264,6 +283,8 @@ extern "C" void cpri_emb_cuda_destroy(cpr_emb *t)
         cudaFreeHost(b->pinned);
     if (b->stream)
         cudaStreamDestroy(b->stream);
+    if (b->copy_stream)
+        cudaStreamDestroy(b->copy_stream);
     cudaGetLastError(); /* leave no sticky error behind */
     cpri_emb_ssu_release(&b->ssu);
     free(b->shards);
@@ -455,9 +476,11 @@ static __device__ __forceinline__ float step_element(const backward_args &a, uin
 
 /* Row-wise Adagrad's state update (one thread, index order): returns the
  * row's step scale lr / (sqrt(s) + eps). */
-static __device__ float rowwise_state(const backward_args &a, uint64_t row, const float *g)
+static __device__ __forceinline__ float rowwise_state(const backward_args &a, uint64_t row,
+                                                      const float *g)
 {
     double sq = 0;
+#pragma unroll 1 /* no unrolled remainder reading past row_buf (see the kernel) */
     for (uint32_t j = 0; j < a.dim; j++)
         sq = __dadd_rn(sq, __dmul_rn((double)g[j], (double)g[j]));
     float s = __fadd_rn(a.state[row], __double2float_rn(__ddiv_rn(sq, (double)a.dim)));
@@ -466,8 +489,8 @@ static __device__ float rowwise_state(const backward_args &a, uint64_t row, cons
 }
 
 /* Trackers of one updated row (one thread), as emb_cpu.c's track_row. */
-static __device__ void track_row(const backward_args &a, uint64_t row, int occ, const float *change,
-                                 int sampled, int u)
+static __device__ __forceinline__ void track_row(const backward_args &a, uint64_t row, int occ,
+                                                 const float *change, int sampled, int u)
 {
     uint32_t shard = emb_dev_shard_of(a.geom, row);
     if (!a.track) { /* the shard counters are kept whatever the trackers */
@@ -483,6 +506,7 @@ static __device__ void track_row(const backward_args &a, uint64_t row, int occ, 
         atomicOr(&a.dirty[row >> 6], 1ull << (row & 63));
     if (a.norm) {
         double sum = 0;
+#pragma unroll 1 /* no unrolled remainder reading past row_buf (see the kernel) */
         for (uint32_t j = 0; j < a.dim; j++)
             sum = __dadd_rn(sum, __dmul_rn((double)change[j], (double)change[j]));
         a.norm[row] = __fadd_rn(a.norm[row], __double2float_rn(sum));
@@ -494,7 +518,10 @@ static __device__ void track_row(const backward_args &a, uint64_t row, int occ, 
 }
 
 /* One block per unique row (grid-stride), threads over dim. Shared memory:
- * dim floats holding the row's gradient, then its per-element change. */
+ * dim floats holding the row's gradient, then its per-element change.
+ * Thread 0's loops over the row (rowwise_state, track_row) are not unrolled:
+ * the unrolled loop's remainder read up to 12 bytes past row_buf (found by
+ * compute-sanitizer's memcheck on an H200; the values were not used). */
 static __global__ void backward_rows_kernel(backward_args a)
 {
     extern __shared__ float row_buf[];

@@ -69,6 +69,12 @@ typedef struct emb_pending {
     float *d_norm;          /* device, per id; NULL without CPR_TRACK_NORM */
     uint8_t *d_dirty;       /* device, per id: was dirty (FULL/DELTA saves only) */
     uint8_t *sampled;       /* host, per id: was in the SSU sample */
+    /* The save's rows as they were at begin (invariant G1 in
+     * emb_cuda_select.cu): n x dim values, then n x state_dim state. On the
+     * device (stream-ordered allocation on the table's stream) when it has
+     * room, else in host memory; the other is NULL. */
+    float *d_snap;
+    float *h_snap;
     uint64_t count_sum;
     uint64_t unsaved_at_begin;
     int wiped;              /* the shard was wiped while this save was open */
@@ -79,6 +85,7 @@ typedef struct emb_pending {
 typedef struct emb_cuda_table {
     int device;
     cudaStream_t stream;
+    cudaStream_t copy_stream; /* non-blocking: snapshots to the host, any thread */
     emb_geom geom;
     /* device */
     float *weights, *state;
@@ -110,8 +117,8 @@ EMB_HIDDEN cpr_status emb_pinned_get(emb_cuda_table *b);
 EMB_HIDDEN unsigned emb_blocks(uint64_t work, unsigned per_block);
 EMB_HIDDEN unsigned emb_row_threads(uint32_t dim);
 
-/* Frees an open save's pending arrays and the record itself. */
-EMB_HIDDEN void emb_free_pending(emb_pending *p);
+/* Frees an open save's pending arrays, its snapshot and the record itself. */
+EMB_HIDDEN void emb_free_pending(emb_cuda_table *b, emb_pending *p);
 
 /* The shard of a row, on the device (emb.c's arithmetic). */
 static __device__ __forceinline__ uint32_t emb_dev_shard_of(emb_geom g, uint64_t row)

@@ -286,12 +286,14 @@ static int consistent_policy(cpr_policy policy)
     return policy == CPR_POLICY_FULL || policy == CPR_POLICY_DELTA;
 }
 
-EMB_HIDDEN void emb_free_pending(emb_pending *p)
+EMB_HIDDEN void emb_free_pending(emb_cuda_table *b, emb_pending *p)
 {
-    cudaFree(p->d_ids);
-    cudaFree(p->d_counts);
-    cudaFree(p->d_norm);
-    cudaFree(p->d_dirty);
+    /* Stream-ordered frees: no wait for the device here (G1). */
+    void *dev[] = {p->d_snap, p->d_ids, p->d_counts, p->d_norm, p->d_dirty};
+    for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++)
+        if (dev[i])
+            cudaFreeAsync(dev[i], b->stream);
+    free(p->h_snap);
     free(p->sampled);
     free(p);
 }
@@ -326,7 +328,7 @@ static __global__ void save_begin_kernel(const uint64_t *ids, size_t n, uint32_t
         atomicAdd(count_sum, sum);
 }
 
-static cpr_status pending_alloc(const emb_cuda_table *b, const cpr_emb_save *save,
+static cpr_status pending_alloc(emb_cuda_table *b, const cpr_emb_save *save,
                                 emb_pending **out)
 {
     size_t n = save->n;
@@ -336,13 +338,13 @@ static cpr_status pending_alloc(const emb_cuda_table *b, const cpr_emb_save *sav
     if (!p)
         return cpr_fail(CPR_NO_MEMORY, "out of memory starting a save");
     if (n) { /* as emb_cpu.c: an empty save has no pending arrays */
-        CHECK(cudaMalloc(&p->d_ids, n * sizeof(uint64_t)));
+        CHECK(cudaMallocAsync((void **)&p->d_ids, n * sizeof(uint64_t), b->stream));
         if (b->counts)
-            CHECK(cudaMalloc(&p->d_counts, n * sizeof(uint32_t)));
+            CHECK(cudaMallocAsync((void **)&p->d_counts, n * sizeof(uint32_t), b->stream));
         if (b->norm)
-            CHECK(cudaMalloc(&p->d_norm, n * sizeof(float)));
+            CHECK(cudaMallocAsync((void **)&p->d_norm, n * sizeof(float), b->stream));
         if (b->dirty && cons)
-            CHECK(cudaMalloc(&p->d_dirty, n));
+            CHECK(cudaMallocAsync((void **)&p->d_dirty, n, b->stream));
         if (b->ssu.member)
             p->sampled = (uint8_t *)calloc(n, 1);
         if (b->ssu.member && !p->sampled) {
@@ -352,9 +354,89 @@ static cpr_status pending_alloc(const emb_cuda_table *b, const cpr_emb_save *sav
     }
 out:
     if (st)
-        emb_free_pending(p);
+        emb_free_pending(b, p);
     else
         *out = p;
+    return st;
+}
+
+/* Rows ids[0..n) into vals (n x dim) and state (n x sd). One block per row. */
+static __global__ void gather_kernel(const uint64_t *ids, size_t n, const float *weights,
+                                     const float *state, uint32_t dim, uint32_t sd, float *vals,
+                                     float *state_out)
+{
+    for (size_t i = blockIdx.x; i < n; i += gridDim.x) {
+        uint64_t row = ids[i];
+        for (uint32_t j = threadIdx.x; j < dim; j += blockDim.x)
+            vals[i * dim + j] = weights[row * dim + j];
+        for (uint32_t j = threadIdx.x; j < sd; j += blockDim.x)
+            state_out[i * sd + j] = state[row * sd + j];
+    }
+}
+
+/* Rows ids[0..n) (device ids) as they are now into host values (n x dim) and
+ * state (n x sd), through the table's pinned staging, on the table's stream:
+ * a training-thread call. */
+static cpr_status gather_to_host(const cpr_emb *t, emb_cuda_table *b, const uint64_t *d_ids,
+                                 size_t n, float *values, float *state)
+{
+    uint32_t dim = t->cfg.dim, sd = t->state_dim;
+    size_t row_bytes = ((size_t)dim + sd) * sizeof(float);
+    size_t chunk = EMB_STAGING_BYTES / row_bytes < n ? EMB_STAGING_BYTES / row_bytes : n;
+    float *dev = NULL, *host;
+    emb_scratch_part parts[] = {{(void **)&dev, chunk * row_bytes}};
+    cpr_status st = emb_pinned_get(b);
+    if (!st)
+        st = emb_scratch_get(b, parts, 1);
+    if (st)
+        goto out;
+    host = (float *)b->pinned;
+    for (size_t off = 0; off < n; off += chunk) {
+        size_t m = n - off < chunk ? n - off : chunk;
+        gather_kernel<<<emb_blocks(m, 1), emb_row_threads(dim), 0, b->stream>>>(
+            d_ids + off, m, b->weights, b->state, dim, sd, dev, dev + m * dim);
+        CHECK_LAUNCH();
+        CHECK(cudaMemcpyAsync(host, dev, m * row_bytes, cudaMemcpyDeviceToHost, b->stream));
+        CHECK(cudaStreamSynchronize(b->stream));
+        memcpy(values + off * dim, host, m * dim * sizeof(float));
+        if (sd)
+            memcpy(state + off * sd, host + m * dim, m * sd * sizeof(float));
+    }
+out:
+    return st;
+}
+
+/*
+ * G1 (a CUDA save is a snapshot): save_begin gathers the save's rows, on the
+ * table's stream, into p->d_snap before it returns, so every later update
+ * (backward, apply, wipe: all on that stream) comes after the gather, and
+ * d_snap is never written again. Copies out (cpri_emb_cuda_copy) read only
+ * d_snap, on copy_stream, from any thread, and wait for their own copies;
+ * the save ends (commit, abort, destroy) only after every copy returned
+ * (cpr_emb_save_copy's contract), so freeing d_snap on the table's stream
+ * races with nothing. When the device has no room for the snapshot, begin
+ * copies the rows to host memory instead (h_snap): a longer stall, the same
+ * snapshot.
+ */
+static cpr_status snapshot_rows(const cpr_emb *t, emb_cuda_table *b, emb_pending *p, size_t n)
+{
+    uint32_t dim = t->cfg.dim, sd = t->state_dim;
+    size_t bytes = n * ((size_t)dim + sd) * sizeof(float);
+    cpr_status st = CPR_OK;
+    if (cudaMallocAsync((void **)&p->d_snap, bytes, b->stream) == cudaSuccess) {
+        gather_kernel<<<emb_blocks(n, 1), emb_row_threads(dim), 0, b->stream>>>(
+            p->d_ids, n, b->weights, b->state, dim, sd, p->d_snap, p->d_snap + n * dim);
+        CHECK_LAUNCH();
+        return CPR_OK;
+    }
+    cudaGetLastError(); /* out of device memory (or no pools): a host snapshot */
+    p->d_snap = NULL;
+    p->h_snap = (float *)malloc(bytes);
+    if (!p->h_snap)
+        return cpr_fail(CPR_NO_MEMORY, "out of memory for a snapshot of %zu rows (%zu bytes) "
+                        "in device or host memory: save fewer rows", n, bytes);
+    st = gather_to_host(t, b, p->d_ids, n, p->h_snap, p->h_snap + n * dim);
+out:
     return st;
 }
 
@@ -384,6 +466,9 @@ extern "C" cpr_status cpri_emb_cuda_save_begin(cpr_emb *t, cpr_emb_save *save)
             p->d_ids, save->n, b->counts, b->norm, b->dirty, p->d_counts, p->d_norm,
             p->d_dirty, sum_dev);
         CHECK_LAUNCH();
+        st = snapshot_rows(t, b, p, save->n);
+        if (st)
+            goto out;
     }
     CHECK(cudaMemcpyAsync(b->pinned_small, sum_dev, sizeof(ull), cudaMemcpyDeviceToHost,
                           b->stream));
@@ -402,60 +487,38 @@ extern "C" cpr_status cpri_emb_cuda_save_begin(cpr_emb *t, cpr_emb_save *save)
     sc->open_consistent |= cons;
 out:
     if (st && p)
-        emb_free_pending(p);
+        emb_free_pending(b, p);
     return st;
 }
 
-/* Rows ids[0..n) into vals (n x dim) and state (n x sd). One block per row. */
-static __global__ void gather_kernel(const uint64_t *ids, size_t n, const float *weights,
-                                     const float *state, uint32_t dim, uint32_t sd, float *vals,
-                                     float *state_out)
-{
-    for (size_t i = blockIdx.x; i < n; i += gridDim.x) {
-        uint64_t row = ids[i];
-        for (uint32_t j = threadIdx.x; j < dim; j += blockDim.x)
-            vals[i * dim + j] = weights[row * dim + j];
-        for (uint32_t j = threadIdx.x; j < sd; j += blockDim.x)
-            state_out[i * sd + j] = state[row * sd + j];
-    }
-}
-
-/* Rows [first, first + k) of the save as they are now (cpr_emb_save_copy:
- * a CUDA table copies on the training thread; `release` changes nothing). */
+/* Rows [first, first + k) of the save as they were at begin (G1), on any
+ * thread: `release` changes nothing (the snapshot goes at the save's end). */
 extern "C" cpr_status cpri_emb_cuda_copy(cpr_emb *t, const cpr_emb_save *save, size_t first,
                                         size_t k, float *values, float *state, int release)
 {
     emb_cuda_table *b = CUDA_T(t);
     const emb_pending *p = (const emb_pending *)save->backend;
     uint32_t dim = t->cfg.dim, sd = t->state_dim;
-    size_t row_bytes = ((size_t)dim + sd) * sizeof(float);
-    size_t chunk = EMB_STAGING_BYTES / row_bytes < k ? EMB_STAGING_BYTES / row_bytes : k;
-    (void)release;
-    float *dev = NULL, *host;
-    emb_scratch_part parts[] = {{(void **)&dev, chunk * row_bytes}};
+    size_t n = save->n;
     cpr_status st = CPR_OK;
+    (void)release;
     if (!p)
         return cpr_fail(CPR_FAILED_PRECONDITION, "gather of a save whose table state is gone");
     if (k == 0)
         return CPR_OK;
-    CHECK(cudaSetDevice(b->device));
-    st = emb_pinned_get(b);
-    if (!st)
-        st = emb_scratch_get(b, parts, 1);
-    if (st)
-        goto out;
-    host = (float *)b->pinned;
-    for (size_t off = 0; off < k; off += chunk) {
-        size_t m = k - off < chunk ? k - off : chunk;
-        gather_kernel<<<emb_blocks(m, 1), emb_row_threads(dim), 0, b->stream>>>(
-            p->d_ids + first + off, m, b->weights, b->state, dim, sd, dev, dev + m * dim);
-        CHECK_LAUNCH();
-        CHECK(cudaMemcpyAsync(host, dev, m * row_bytes, cudaMemcpyDeviceToHost, b->stream));
-        CHECK(cudaStreamSynchronize(b->stream));
-        memcpy(values + off * dim, host, m * dim * sizeof(float));
+    if (p->h_snap) {
+        memcpy(values, p->h_snap + first * dim, k * dim * sizeof(float));
         if (sd)
-            memcpy(state + off * sd, host + m * dim, m * sd * sizeof(float));
+            memcpy(state, p->h_snap + n * dim + first * sd, k * sd * sizeof(float));
+        return CPR_OK;
     }
+    CHECK(cudaSetDevice(b->device)); /* per thread */
+    CHECK(cudaMemcpyAsync(values, p->d_snap + first * dim, k * dim * sizeof(float),
+                          cudaMemcpyDeviceToHost, b->copy_stream));
+    if (sd)
+        CHECK(cudaMemcpyAsync(state, p->d_snap + n * dim + first * sd, k * sd * sizeof(float),
+                              cudaMemcpyDeviceToHost, b->copy_stream));
+    CHECK(cudaStreamSynchronize(b->copy_stream));
 out:
     return st;
 }
@@ -526,7 +589,7 @@ extern "C" void cpri_emb_cuda_save_end(cpr_emb *t, cpr_emb_save *save, int commi
     sc->open_saves--;
     if (consistent_policy(save->policy))
         sc->open_consistent = 0;
-    emb_free_pending(p);
+    emb_free_pending(b, p);
     save->backend = NULL;
 }
 

@@ -321,8 +321,8 @@ static cpr_kind shard_kind(const dlrm_ckpt *ck, uint32_t s, const cpr_estimate *
     return CPR_KIND_FULL;
 }
 
-/* Select, begin and queue one table's rows of shard s (a CUDA table's are
- * gathered here; a CPU table's are copied out by the part's sender). */
+/* Select, begin and queue one table's rows of shard s (the part's sender
+ * copies them out of the save's snapshot). */
 static cpr_status stage_table(dlrm_ckpt *ck, uint32_t s, uint32_t t, cpr_policy policy,
                               cpr_part *part)
 {
@@ -335,10 +335,11 @@ static cpr_status stage_table(dlrm_ckpt *ck, uint32_t s, uint32_t t, cpr_policy 
         return st;
     cpr_emb_save **save = &ck->fl.saves[(size_t)s * ck->tables + t];
     st = cpr_emb_save_begin(e, s, policy, ck->ids, n, save);
-    if (st == CPR_OK && part && cpr_emb_device(e) == CPR_DEVICE_CPU) {
-        /* A CPU table: the save is a copy-on-write snapshot. Only the ids
-         * are queued now; the part's sender copies the rows, as they were
-         * at this step, straight into its blocks while training goes on. */
+    if (st == CPR_OK && part) {
+        /* The save is a snapshot (a CPU table's copy-on-write, a CUDA
+         * table's device-side gather at begin). Only the ids are queued
+         * now; the part's sender copies the rows, as they were at this
+         * step, straight into its blocks while training goes on. */
         cpr_deferred_rows d = {.table = t, .n = n, .ids = cpr_emb_save_ids(*save),
                                .fill = cpr_emb_save_fill, .ctx = *save};
         st = cpr_part_put_deferred(part, &d);

@@ -20,8 +20,8 @@
  *   cpr_emb_save_begin  move the chosen rows' tracker values into a pending
  *                       save (training may go on and re-dirty them);
  *   cpr_emb_gather      copy ids, values and optimizer state into host memory
- *   or cpr_emb_save_copy  (a CPU table: the rows as they were at begin, on any
- *                       thread while training goes on: a save is a snapshot);
+ *   or cpr_emb_save_copy  (the rows as they were at begin, on any thread while
+ *                       training goes on: a save is a snapshot);
  *   cpr_emb_save_commit once the checkpoint committed: drop the pending values
  *                       (the rows are now saved); or
  *   cpr_emb_save_abort  the save failed: the pending values return, as if the
@@ -35,7 +35,7 @@
  * pointers; ids, values and state of select/gather/apply are host memory.
  *
  * Threading: a table is used by one thread at a time (like a model replica),
- * except cpr_emb_save_copy on a CPU table (see there).
+ * except cpr_emb_save_copy (see there).
  * Errors: cpr_status; cpr_errmsg() says what to fix; out-parameters are
  * written only on success; a failed call leaves the table unchanged.
  */
@@ -204,11 +204,11 @@ CPR_API const uint64_t *cpr_emb_save_ids(const cpr_emb_save *save);
 /*
  * Copy the save's rows into host memory: values (n x dim) and state
  * (n x state_dim; may be NULL when state_dim is 0), in the order of
- * cpr_emb_save_ids(). A CPU table gives the rows as they were at
- * cpr_emb_save_begin, however training changed them since (every call
- * alike; CPR_FAILED_PRECONDITION once cpr_emb_save_copy copied rows of the
- * save out). For CUDA tables: the rows as they are now; the copy goes through
- * pinned memory on the table's stream and has completed when this returns.
+ * cpr_emb_save_ids(): the rows as they were at cpr_emb_save_begin, however
+ * training changed them since (every call alike). A CPU table refuses with
+ * CPR_FAILED_PRECONDITION once cpr_emb_save_copy copied rows of the save
+ * out; a CUDA table copies from the save's snapshot (see cpr_emb_save_copy)
+ * and has completed the copy when this returns.
  */
 CPR_API cpr_status cpr_emb_gather(cpr_emb *table, const cpr_emb_save *save, float *values,
                           float *state);
@@ -217,8 +217,8 @@ CPR_API cpr_status cpr_emb_gather(cpr_emb *table, const cpr_emb_save *save, floa
  * Copy rows [first, first + k) of the save (in the order of
  * cpr_emb_save_ids()) as they were at cpr_emb_save_begin into values
  * (k x dim) and state (k x state_dim; NULL when state_dim is 0), and let the
- * save forget them: each row is copied out once (a second copy of a row is
- * CPR_FAILED_PRECONDITION).
+ * save forget them: each row is copied out once (on a CPU table a second
+ * copy of a row is CPR_FAILED_PRECONDITION).
  *
  * On a CPU table this may run on another thread while the training thread
  * goes on with forward, backward, apply and wipe: the table keeps each
@@ -230,9 +230,12 @@ CPR_API cpr_status cpr_emb_gather(cpr_emb *table, const cpr_emb_save *save, floa
  * before every copy returned. Memory: at most one row (plus its state) for
  * each row of the save the training thread changes before it is copied.
  *
- * On a CUDA table: the training thread only, between steps (the rows as
- * they are now, like cpr_emb_gather). CPR_INVALID_ARGUMENT for a range
- * outside the save or missing buffers.
+ * On a CUDA table: cpr_emb_save_begin gathered the save's rows into a
+ * snapshot in device memory (host memory when the device had no room), so
+ * the stall is the device-side gather; copies run on a stream of their own,
+ * on any thread, with the same rules. Memory: the save's rows and state,
+ * until it ends. CPR_INVALID_ARGUMENT for a range outside the save or
+ * missing buffers.
  */
 CPR_API cpr_status cpr_emb_save_copy(cpr_emb *table, cpr_emb_save *save, size_t first,
                                      size_t k, float *values, float *state);

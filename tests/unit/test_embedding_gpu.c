@@ -12,6 +12,8 @@
 
 #include "cpr/cuda.h"
 
+#include <pthread.h>
+
 #ifdef CPR_TEST_HAVE_CUDA
 #include <cuda_runtime.h>
 
@@ -163,8 +165,29 @@ static void compare_trackers(pair *p)
     }
 }
 
+/* One half of a save copied out on a thread of its own (as the client's
+ * sender does, through cpr_part_put_deferred). */
+typedef struct copier {
+    cpr_emb *t;
+    cpr_emb_save *save;
+    size_t first, k;
+    float *values, *state;
+    cpr_status st;
+} copier;
+
+static void *copy_main(void *arg)
+{
+    copier *c = arg;
+    c->st = cpr_emb_save_copy(c->t, c->save, c->first, c->k, c->values, c->state);
+    return NULL;
+}
+
 /* Save the same rows on both tables, train on both while the saves are open
- * (when rng is given), then commit or abort both. */
+ * (when rng is given), then copy both saves out (the CUDA one in two halves
+ * on two threads) and commit or abort both. Both are snapshots: the copies
+ * are the rows as they were at begin, whatever training did since (G1 in
+ * emb_cuda_select.cu; a CUDA copy of the rows as they are now fails here
+ * whenever the training batch touched a saved row). */
 static void pair_save(pair *p, uint32_t shard, cpr_policy policy, uint64_t budget, int commit,
                       tl_rng *rng)
 {
@@ -176,9 +199,6 @@ static void pair_save(pair *p, uint32_t shard, cpr_policy policy, uint64_t budge
     float *vc = tl_calloc(n * p->dim, sizeof *vc), *vg = tl_calloc(n * p->dim, sizeof *vg);
     float *stc = tl_calloc(n * (p->sd ? p->sd : 1), sizeof *stc);
     float *stg = tl_calloc(n * (p->sd ? p->sd : 1), sizeof *stg);
-    assert_status(CPR_OK, cpr_emb_gather(p->cpu, sc, vc, p->sd ? stc : NULL));
-    assert_status(CPR_OK, cpr_emb_gather(p->gpu, sg, vg, p->sd ? stg : NULL));
-    tl_assert_close_f(vg, vc, n * p->dim, 1e-4, 1e-6, "CUDA gathered values vs CPU");
     compare_trackers(p);
     if (rng) {
         tl_batch b;
@@ -187,6 +207,23 @@ static void pair_save(pair *p, uint32_t shard, cpr_policy policy, uint64_t budge
         tl_batch_free(&b);
         compare_trackers(p);
     }
+    assert_status(CPR_OK, cpr_emb_gather(p->cpu, sc, vc, p->sd ? stc : NULL));
+    copier halves[2];
+    pthread_t th[2];
+    for (int h = 0; h < 2; h++) {
+        size_t first = h ? n / 2 : 0, k = h ? n - n / 2 : n / 2;
+        halves[h] = (copier){.t = p->gpu, .save = sg, .first = first, .k = k,
+                             .values = vg + first * p->dim,
+                             .state = p->sd ? stg + first * p->sd : NULL};
+        assert_int_equal(pthread_create(&th[h], NULL, copy_main, &halves[h]), 0);
+    }
+    for (int h = 0; h < 2; h++) {
+        assert_int_equal(pthread_join(th[h], NULL), 0);
+        assert_status(CPR_OK, halves[h].st);
+    }
+    tl_assert_close_f(vg, vc, n * p->dim, 1e-4, 1e-6, "CUDA snapshot values vs CPU");
+    if (p->sd)
+        tl_assert_close_f(stg, stc, n * p->sd, 1e-4, 1e-6, "CUDA snapshot state vs CPU");
     if (commit) {
         assert_status(CPR_OK, cpr_emb_save_commit(p->cpu, sc));
         assert_status(CPR_OK, cpr_emb_save_commit(p->gpu, sg));

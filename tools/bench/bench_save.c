@@ -25,12 +25,12 @@
  *
  * The store is local:// in a fresh temporary directory (--target for
  * another): the stall does not depend on the transport, only on staging.
- * With --device cuda the table lives on GPU 0 and the save is the
- * trainer's for a CUDA table: select and begin on the device, then
- * cpr_emb_gather (device gather, copy to host through pinned memory) and
- * cpr_part_put_rows, all in the stall; the baseline is a device-to-pinned-
- * host copy of the same bytes at the bandwidth cpr_cuda_copy_bandwidth
- * measures in the same run. Without a device it fails with CPR_CUDA.
+ * With --device cuda the table lives on GPU 0: select on the device, and
+ * begin gathers the rows into a device-side snapshot (the stall); the
+ * sender copies them to the host in the background, as for a CPU table.
+ * The baseline is a device-to-pinned-host copy of the same bytes at the
+ * bandwidth cpr_cuda_copy_bandwidth measures in the same run. Without a
+ * device it fails with CPR_CUDA.
  * SSU samples at the rate the reference trainer sets (examples/dlrm:
  * each save is offered about twice its budget, docs/model.md): with the
  * table's default 1% a save found a few hundred rows, which measured the
@@ -232,7 +232,6 @@ typedef struct saver {
     uint64_t next_ckpt;
     char *src, *dst;      /* the memcpy baseline's buffers, faulted in */
     size_t cap;
-    float *values, *state; /* CUDA: the gather's host buffers, a whole table's */
 } saver;
 
 /* One timed save of `policy`; the commit is waited for, untimed. */
@@ -258,17 +257,10 @@ static cpr_status save_once(const save_opts *o, trainer *t, saver *s, cpr_policy
     if (st == CPR_OK)
         st = cpr_client_begin_async(s->client, &spec, &part); /* Begin: the sender */
     double t2 = cpri_now_s();
-    if (st == CPR_OK && !o->cuda) {
+    if (st == CPR_OK) { /* the sender copies the rows out of the save's snapshot */
         cpr_deferred_rows d = {.table = 0, .n = n, .ids = cpr_emb_save_ids(save),
                                .fill = cpr_emb_save_fill, .ctx = save};
         st = cpr_part_put_deferred(part, &d);
-    } else if (st == CPR_OK) { /* device rows: gathered to the host in the stall */
-        st = cpr_emb_gather(t->table, save, s->values, s->state);
-        cpr_row_batch b = {.table = 0, .n = n, .ids = cpr_emb_save_ids(save),
-                           .values = s->values, .values_count = n * o->dim,
-                           .state = s->state, .state_count = n};
-        if (st == CPR_OK)
-            st = cpr_part_put_rows(part, &b);
     }
     double t3 = cpri_now_s();
     /* The baseline, right after: the same bytes, memcpy between warm buffers
@@ -405,9 +397,7 @@ int bench_save_main(int argc, char **argv)
     s.ids = malloc(o.rows * sizeof *s.ids);
     s.src = o.cuda ? NULL : malloc(s.cap);
     s.dst = o.cuda ? NULL : malloc(s.cap);
-    s.values = o.cuda ? malloc(o.rows * o.dim * sizeof *s.values) : NULL;
-    s.state = o.cuda ? malloc(o.rows * sizeof *s.state) : NULL;
-    cpr_status st = s.ids && (o.cuda ? s.values && s.state : s.src && s.dst)
+    cpr_status st = s.ids && (o.cuda || (s.src && s.dst))
                         ? CPR_OK : cpr_fail(CPR_NO_MEMORY, "out of memory");
     if (st == CPR_OK && o.cuda) /* the device-to-pinned-host limit of this GPU */
         st = cpr_cuda_copy_bandwidth(0, 256u << 20, &(double){0}, &o.d2h_gb_s);
@@ -458,8 +448,6 @@ int bench_save_main(int argc, char **argv)
     free(s.ids);
     free(s.src);
     free(s.dst);
-    free(s.values);
-    free(s.state);
     if (made_dir && bench_remove_tree(dir) != CPR_OK)
         fprintf(stderr, "cpr-bench save: could not remove %s\n", dir);
     return rc;
