@@ -352,7 +352,11 @@ static cpr_status fold_pass(cpr_store *store, const char *job, uint32_t min_part
         /* D3, and no pause under it: GC waits only for the fold itself. A
          * fold of a shard a GC folded meanwhile finds nothing to do. */
         pthread_mutex_lock(&store->fold_mu);
-        st = cpri_fold_shard(store, todo[i].job, todo[i].shard, todo[i].at, 1, &bytes, &rows);
+        int held = 0;
+        st = cpri_store_hold_job(store, todo[i].job, &held); /* rados.h R9 */
+        if (st == CPR_OK && held)
+            st = cpri_fold_shard(store, todo[i].job, todo[i].shard, todo[i].at, 1, &bytes,
+                                 &rows);
         pthread_mutex_unlock(&store->fold_mu);
         if (st == CPR_NOT_FOUND) /* the job went meanwhile */
             st = CPR_OK;

@@ -10,6 +10,10 @@
  *   'J' job name                                       job name -> job_id
  *   'F' job_id:4                                       retention floor
  *   'G' job name                                       recovery record
+ *   'N'                                                in RADOS: the next job id (u32
+ *                                                      BE; rados.h R8)
+ *   'W' gateway_id:4                                   in RADOS: a gateway's
+ *                                                      "host:directory" (rados.h R6)
  *
  * The recovery record is keyed by the job's name, not its id: it may exist
  * before the job has any part (and so any id), and nothing that works by

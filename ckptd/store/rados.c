@@ -9,6 +9,10 @@
 
 #include <errno.h>
 #include <inttypes.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <sys/types.h>
+#include <time.h>
 #include <rados/librados.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -24,10 +28,25 @@
 #define LOAD_PAGE 1024                /* catalog keys a read asks for */
 #define OP_TIMEOUT_S "60"             /* an OSD or monitor that does not answer */
 
+#define LEASE_S 30                    /* a gateway's lease (R6) */
+#define GATEWAY_LOCK "cpr.gateway"
+#define JOB_LOCK "cpr.job"
+
 struct cpri_rados {
     rados_t cluster;
     rados_ioctx_t io;
     char where[256];
+    /* R6: the gateway's lease, renewed by `renewer` until `stop` */
+    uint32_t gw_id;
+    char gw_object[32], gw_cookie[32], gw_desc[512];
+    pthread_t renewer;
+    int renewing;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int stop;
+    atomic_int lease_lost;
+    uint32_t jobs[256];          /* jobs this gateway held (R9), released at close */
+    size_t n_jobs;
 };
 
 /* ---- connection ------------------------------------------------------------------ */
@@ -89,6 +108,8 @@ cpr_status cpri_rados_connect(const cpri_rados_target *t, cpri_rados **out)
     }
     if (t->ns && *t->ns)
         rados_ioctx_set_namespace(r->io, t->ns);
+    pthread_mutex_init(&r->mu, NULL);
+    pthread_cond_init(&r->cv, NULL);
     *out = r;
     return CPR_OK;
 fail:
@@ -102,6 +123,24 @@ void cpri_rados_close(cpri_rados *r)
 {
     if (!r)
         return;
+    if (r->renewing) {
+        pthread_mutex_lock(&r->mu);
+        r->stop = 1;
+        pthread_cond_signal(&r->cv);
+        pthread_mutex_unlock(&r->mu);
+        pthread_join(r->renewer, NULL);
+        /* Closed cleanly: others may sweep this gateway's leftovers and hold
+         * its jobs now (R7, R9). */
+        for (size_t i = 0; i < r->n_jobs; i++) {
+            char object[32], cookie[32];
+            snprintf(object, sizeof object, "cpr.job.%08x", r->jobs[i]);
+            snprintf(cookie, sizeof cookie, "gw-%08x", r->gw_id);
+            rados_unlock(r->io, object, JOB_LOCK, cookie);
+        }
+        rados_unlock(r->io, r->gw_object, GATEWAY_LOCK, r->gw_cookie);
+    }
+    pthread_mutex_destroy(&r->mu);
+    pthread_cond_destroy(&r->cv);
     rados_ioctx_destroy(r->io);
     rados_shutdown(r->cluster);
     free(r);
@@ -628,59 +667,90 @@ static int unhex(const char *s, size_t len, unsigned char *out)
 cpr_status cpri_rados_catalog_apply(cpri_rados *r, const cpri_kv_change *changes, size_t n,
                                    const char *what)
 {
-    if (n == 0)
-        return CPR_OK;
-    char **keys = calloc(n, sizeof *keys);
-    const char **vals = calloc(n, sizeof *vals);
-    size_t *klens = calloc(n, sizeof *klens), *vlens = calloc(n, sizeof *vlens);
+    return n ? cpri_rados_catalog_apply_if(r, NULL, 0, changes, n, what) : CPR_OK;
+}
+
+cpr_status cpri_rados_catalog_apply_if(cpri_rados *r, const cpri_kv_cond *conds, size_t nc,
+                                      const cpri_kv_change *changes, size_t n, const char *what)
+{
+    size_t m = nc + n;
+    char **keys = calloc(m ? m : 1, sizeof *keys);
+    const char **vals = calloc(n ? n : 1, sizeof *vals);
+    size_t *klens = calloc(m ? m : 1, sizeof *klens), *vlens = calloc(n ? n : 1, sizeof *vlens);
+    int *prvals = calloc(nc ? nc : 1, sizeof *prvals);
     rados_write_op_t op = rados_create_write_op();
     cpr_status st = CPR_OK;
-    if (!keys || !vals || !klens || !vlens || !op) {
+    if (!keys || !vals || !klens || !vlens || !prvals || !op) {
         st = cpr_fail(CPR_NO_MEMORY, "out of memory %s", what);
         goto out;
     }
-    for (size_t i = 0; i < n; i++) {
-        keys[i] = hex_key(changes[i].key, changes[i].klen);
+    for (size_t i = 0; i < m; i++) {
+        const void *key = i < nc ? conds[i].key : changes[i - nc].key;
+        size_t klen = i < nc ? conds[i].klen : changes[i - nc].klen;
+        keys[i] = hex_key(key, klen);
         if (!keys[i]) {
             st = cpr_fail(CPR_NO_MEMORY, "out of memory %s", what);
             goto out;
         }
-        klens[i] = 2 * changes[i].klen;
+        klens[i] = 2 * klen;
+    }
+    for (size_t i = 0; i < n; i++) {
         vals[i] = changes[i].val;
         vlens[i] = changes[i].vlen;
     }
+    if (nc) /* an omap compare on no object fails ENOENT: the object first */
+        rados_write_op_create(op, LIBRADOS_CREATE_IDEMPOTENT, NULL);
+    /* A missing key compares equal to the empty value (checked on a cluster). */
+    for (size_t i = 0; i < nc; i++)
+        rados_write_op_omap_cmp2(op, keys[i], LIBRADOS_CMPXATTR_OP_EQ,
+                                 conds[i].vlen ? conds[i].val : "", klens[i], conds[i].vlen,
+                                 &prvals[i]);
     /* Runs of puts and of deletes, in the batch's order: sub-operations of
      * one write operation apply in order, all or none. */
+    char **ck = keys + nc;
+    size_t *ckl = klens + nc;
     for (size_t i = 0; i < n;) {
         size_t j = i;
         while (j < n && changes[j].del == changes[i].del)
             j++;
         if (changes[i].del)
-            rados_write_op_omap_rm_keys2(op, (const char *const *)keys + i, klens + i, j - i);
+            rados_write_op_omap_rm_keys2(op, (const char *const *)ck + i, ckl + i, j - i);
         else
-            rados_write_op_omap_set2(op, (const char *const *)keys + i, vals + i, klens + i,
+            rados_write_op_omap_set2(op, (const char *const *)ck + i, vals + i, ckl + i,
                                      vlens + i, j - i);
         i = j;
     }
     int rc = rados_write_op_operate(op, r->io, CATALOG_OBJECT, NULL, 0);
-    if (rc < 0)
+    if (rc == -ECANCELED)
+        st = cpr_fail(CPR_FAILED_PRECONDITION, "RADOS: %s: the catalog changed meanwhile", what);
+    else if (rc < 0)
         st = cpr_fail(rc == -ETIMEDOUT ? CPR_UNAVAILABLE : CPR_IO,
                       "RADOS: %s (catalog object %s in %s): %s", what, CATALOG_OBJECT,
                       r->where, strerror(-rc));
 out:
     if (op)
         rados_release_write_op(op);
-    for (size_t i = 0; keys && i < n; i++)
+    for (size_t i = 0; keys && i < m; i++)
         free(keys[i]);
     free(keys);
     free(vals);
     free(klens);
     free(vlens);
+    free(prvals);
     return st;
 }
 
 cpr_status cpri_rados_catalog_load(cpri_rados *r, cpri_kv_fn fn, void *ctx)
 {
+    return cpri_rados_catalog_load_prefix(r, NULL, 0, fn, ctx);
+}
+
+cpr_status cpri_rados_catalog_load_prefix(cpri_rados *r, const void *prefix, size_t plen,
+                                         cpri_kv_fn fn, void *ctx)
+{
+    char *hprefix = plen ? hex_key(prefix, plen) : NULL; /* hex keeps byte order */
+    if (plen && !hprefix)
+        return cpr_fail(CPR_NO_MEMORY, "out of memory loading the catalog");
     char *after = strdup("");
     unsigned char *kbuf = NULL;
     size_t kcap = 0;
@@ -692,7 +762,7 @@ cpr_status cpri_rados_catalog_load(cpri_rados *r, cpri_kv_fn fn, void *ctx)
         rados_omap_iter_t it = NULL;
         int prval = 0;
         more = 0;
-        rados_read_op_omap_get_vals2(op, after, NULL, LOAD_PAGE, &it, &more, &prval);
+        rados_read_op_omap_get_vals2(op, after, hprefix, LOAD_PAGE, &it, &more, &prval);
         int rc = rados_read_op_operate(op, r->io, CATALOG_OBJECT, 0);
         if (rc == -ENOENT || rc < 0 || prval < 0) { /* ENOENT: a store never written */
             if (rc != -ENOENT)
@@ -741,6 +811,7 @@ cpr_status cpri_rados_catalog_load(cpri_rados *r, cpri_kv_fn fn, void *ctx)
     }
     free(after);
     free(kbuf);
+    free(hprefix);
     return st;
 }
 
@@ -786,28 +857,154 @@ cpr_status cpri_rados_catalog_get(cpri_rados *r, const void *key, size_t klen, c
 cpr_status cpri_rados_catalog_cas(cpri_rados *r, const void *key, size_t klen, const void *old,
                                  size_t oldlen, const void *val, size_t vlen, const char *what)
 {
-    char *hk = hex_key(key, klen);
-    if (!hk)
-        return cpr_fail(CPR_NO_MEMORY, "out of memory %s", what);
-    size_t hklen = 2 * klen;
-    const char *keys[1] = {hk}, *vals[1] = {val};
-    int prval = 0;
-    rados_write_op_t op = rados_create_write_op();
-    /* The object first (an omap compare on no object fails ENOENT); a
-     * missing key compares equal to the empty value. */
-    rados_write_op_create(op, LIBRADOS_CREATE_IDEMPOTENT, NULL);
-    rados_write_op_omap_cmp2(op, hk, LIBRADOS_CMPXATTR_OP_EQ, oldlen ? old : "", hklen, oldlen,
-                             &prval);
-    rados_write_op_omap_set2(op, keys, vals, &hklen, &vlen, 1);
-    int rc = rados_write_op_operate(op, r->io, CATALOG_OBJECT, NULL, 0);
-    rados_release_write_op(op);
-    free(hk);
-    if (rc == -ECANCELED)
-        return cpr_fail(CPR_FAILED_PRECONDITION, "RADOS: %s: the record changed meanwhile",
-                        what);
+    cpri_kv_cond c = {key, klen, old, oldlen};
+    cpri_kv_change ch = {key, klen, val, vlen, 0};
+    cpr_status st = cpri_rados_catalog_apply_if(r, &c, 1, &ch, 1, what);
+    if (st == CPR_FAILED_PRECONDITION)
+        cpr_fail(st, "RADOS: %s: the record changed meanwhile", what);
+    return st;
+}
+
+/* ---- gateways (R6) ------------------------------------------------------------------ */
+
+static void gateway_object(char *out, size_t cap, uint32_t id)
+{
+    snprintf(out, cap, "cpr.gw.%08x", id);
+}
+
+/* The lockers of gateway `object`'s lock: their count, and the first
+ * one's client and address (each up to 255 bytes). Negative: an error. */
+static ssize_t lockers(cpri_rados *r, const char *object, const char *lock, char client[256],
+                       char addr[256], char cookie[256])
+{
+    int exclusive = 0;
+    char tag[256];
+    size_t tag_len = sizeof tag, clients_len = 256, cookies_len = 256, addrs_len = 256;
+    ssize_t n = rados_list_lockers(r->io, object, lock, &exclusive, tag, &tag_len,
+                                   client, &clients_len, cookie, &cookies_len, addr, &addrs_len);
+    if (n == -ENOENT)
+        return 0;
+    return n;
+}
+
+static int lock_gateway(cpri_rados *r, uint8_t flags)
+{
+    struct timeval tv = {LEASE_S, 0};
+    return rados_lock_exclusive(r->io, r->gw_object, GATEWAY_LOCK, r->gw_cookie, r->gw_desc,
+                                &tv, flags);
+}
+
+static void *renew_main(void *arg)
+{
+    cpri_rados *r = arg;
+    pthread_mutex_lock(&r->mu);
+    while (!r->stop) {
+        struct timespec until;
+        clock_gettime(CLOCK_REALTIME, &until);
+        until.tv_sec += LEASE_S / 3;
+        while (!r->stop && pthread_cond_timedwait(&r->cv, &r->mu, &until) != ETIMEDOUT)
+            ;
+        if (r->stop)
+            break;
+        pthread_mutex_unlock(&r->mu);
+        int rc = lock_gateway(r, LIBRADOS_LOCK_FLAG_MAY_RENEW);
+        if (rc < 0 && !atomic_exchange(&r->lease_lost, 1))
+            cpri_log(CPR_LOG_ERROR, "RADOS %s: gateway %08x could not renew its lease (%s); "
+                     "it stops writing the catalog", r->where, r->gw_id, strerror(-rc));
+        pthread_mutex_lock(&r->mu);
+    }
+    pthread_mutex_unlock(&r->mu);
+    return NULL;
+}
+
+cpr_status cpri_rados_gateway_start(cpri_rados *r, uint32_t id, const char *desc)
+{
+    r->gw_id = id;
+    gateway_object(r->gw_object, sizeof r->gw_object, id);
+    snprintf(r->gw_cookie, sizeof r->gw_cookie, "%016llx",
+             (unsigned long long)rados_get_instance_id(r->cluster));
+    snprintf(r->gw_desc, sizeof r->gw_desc, "%s", desc);
+    int rc = lock_gateway(r, 0);
+    if (rc == -EBUSY || rc == -EEXIST) {
+        /* A crashed earlier process of this directory: fence it, then take
+         * over (R6). */
+        char client[256], addr[256], cookie[256];
+        ssize_t n = lockers(r, r->gw_object, GATEWAY_LOCK, client, addr, cookie);
+        if (n > 0) {
+            int brc = rados_blocklist_add(r->cluster, addr, 3600);
+            if (brc < 0)
+                cpri_log(CPR_LOG_WARN, "RADOS %s: cannot fence the earlier holder %s (%s) of "
+                         "gateway %08x: %s; if that process still runs it could write",
+                         r->where, client, addr, id, strerror(-brc));
+            else
+                cpri_log(CPR_LOG_INFO, "RADOS %s: fenced the earlier holder %s (%s) of "
+                         "gateway %08x", r->where, client, addr, id);
+            rados_break_lock(r->io, r->gw_object, GATEWAY_LOCK, client, cookie);
+        }
+        rc = lock_gateway(r, 0);
+    }
     if (rc < 0)
-        return cpr_fail(rc == -ETIMEDOUT ? CPR_UNAVAILABLE : CPR_IO,
-                        "RADOS: %s (catalog object %s in %s): %s", what, CATALOG_OBJECT,
-                        r->where, strerror(-rc));
+        return rados_err(rc, "cannot take the gateway lock on", r->gw_object);
+    if (pthread_create(&r->renewer, NULL, renew_main, r) != 0) {
+        rados_unlock(r->io, r->gw_object, GATEWAY_LOCK, r->gw_cookie);
+        return cpr_fail(CPR_NO_MEMORY, "cannot start the gateway lease's thread");
+    }
+    r->renewing = 1;
     return CPR_OK;
+}
+
+int cpri_rados_gateway_alive(cpri_rados *r, uint32_t id)
+{
+    char object[32], client[256], addr[256], cookie[256];
+    gateway_object(object, sizeof object, id);
+    ssize_t n = lockers(r, object, GATEWAY_LOCK, client, addr, cookie);
+    return n < 0 ? -1 : n > 0;
+}
+
+cpr_status cpri_rados_gateway_check(cpri_rados *r)
+{
+    if (atomic_load(&r->lease_lost))
+        return cpr_fail(CPR_UNAVAILABLE, "RADOS %s: this gateway (%08x) lost its lease; "
+                        "restart ckptd", r->where, r->gw_id);
+    return CPR_OK;
+}
+
+/* ---- one holder per job (R9) ------------------------------------------------------- */
+
+static int lock_job(cpri_rados *r, const char *object, const char *cookie)
+{
+    struct timeval tv = {LEASE_S, 0};
+    return rados_lock_exclusive(r->io, object, JOB_LOCK, cookie, r->gw_desc, &tv,
+                                LIBRADOS_LOCK_FLAG_MAY_RENEW);
+}
+
+cpr_status cpri_rados_job_hold(cpri_rados *r, uint32_t job_id, int *held)
+{
+    char object[32], cookie[32];
+    snprintf(object, sizeof object, "cpr.job.%08x", job_id);
+    snprintf(cookie, sizeof cookie, "gw-%08x", r->gw_id); /* the same across restarts */
+    int rc = lock_job(r, object, cookie);
+    if (rc == -EBUSY || rc == -EEXIST) {
+        /* Held under this gateway's cookie by another client: an earlier
+         * process of this gateway, fenced when this one took the gateway
+         * lock (R6). Take the job over. */
+        char client[256], addr[256], holder[256];
+        if (lockers(r, object, JOB_LOCK, client, addr, holder) > 0 && !strcmp(holder, cookie)) {
+            rados_break_lock(r->io, object, JOB_LOCK, client, holder);
+            rc = lock_job(r, object, cookie);
+        }
+    }
+    *held = rc == 0;
+    if (rc == 0) {
+        pthread_mutex_lock(&r->mu);
+        int known = 0;
+        for (size_t i = 0; i < r->n_jobs && !known; i++)
+            known = r->jobs[i] == job_id;
+        if (!known && r->n_jobs < sizeof r->jobs / sizeof r->jobs[0])
+            r->jobs[r->n_jobs++] = job_id;
+        pthread_mutex_unlock(&r->mu);
+    }
+    if (rc == 0 || rc == -EBUSY || rc == -EEXIST)
+        return CPR_OK;
+    return rados_err(rc, "cannot take the job lock on", object);
 }

@@ -38,6 +38,36 @@
  *      compare-and-set on the catalog object, so two ckptd on one pool
  *      never both move it from one generation (store_internal.h S6).
  *
+ * Several gateways on one (pool, namespace) (docs/store.md, "Gateways"):
+ *  R6. A store open on RADOS is a gateway with a 32-bit id, kept in its
+ *      directory (file `gateway`) and claimed in the catalog ('W' record:
+ *      id -> "host:directory", by compare-and-set, so two directories never
+ *      share an id). While open it holds the exclusive RADOS lock
+ *      "cpr.gateway" on object cpr.gw.<id>, with a lease of LEASE_S seconds
+ *      renewed every LEASE_S / 3. At open, a lock still held on its own id
+ *      is a crashed earlier process of the same directory (RocksDB's lock
+ *      rules out a live one): the gateway fences it (blocklists its address)
+ *      and breaks the lock. A gateway that fails to renew stops writing the
+ *      catalog (CPR_UNAVAILABLE).
+ *  R7. Every segment and blob object a gateway creates carries its id in
+ *      the token of its name (token = id << 32 | sequence). The open-time
+ *      sweep (store_internal.h S2) removes an object no record names only
+ *      when its gateway is this one or holds no lock (closed, or its lease
+ *      ran out): another live gateway's unfinished parts are left alone.
+ *  R8. Job ids are allocated in the catalog: a gateway meeting a job it does
+ *      not know takes the id the pool's 'J' record gives, or claims the next
+ *      one with a compare-and-set of 'J' and the counter 'N'. A commit's
+ *      write compares 'J' (the job's id is still this one) and the part's
+ *      'M' record (none yet), so a part committed through one gateway is
+ *      never replaced through another.
+ *  R9. One holder per job: retention and folding of a job run only on the
+ *      gateway holding the RADOS lock "cpr.job" on object cpr.job.<id> (a
+ *      lease of LEASE_S seconds, taken or renewed at each pass; the others
+ *      skip the job), and the holder first reloads the job's records from
+ *      the pool (store.c, cpri_store_refresh_job), so that it decides on
+ *      every part, whichever gateway committed it. A gateway also reloads a
+ *      job before it lists it, gives its latest cut or plans a restore.
+ *
  * Thread safety: a cpri_rados is shared by the store's threads (librados'
  * I/O contexts are thread-safe for operations); a writer or reader is used
  * by one thread at a time.
@@ -85,6 +115,20 @@ typedef struct cpri_kv_change {
 cpr_status cpri_rados_catalog_apply(cpri_rados *r, const cpri_kv_change *changes, size_t n,
                                    const char *what);
 
+/* A condition of a conditional write: record `key` holds exactly
+ * val[0..vlen) (vlen 0: there is no record; records are never empty). */
+typedef struct cpri_kv_cond {
+    const void *key;
+    size_t klen;
+    const void *val;
+    size_t vlen;
+} cpri_kv_cond;
+
+/* Apply changes[0..n) in one atomic write iff every condition holds (R5,
+ * R8); CPR_FAILED_PRECONDITION, nothing written, when one does not. */
+cpr_status cpri_rados_catalog_apply_if(cpri_rados *r, const cpri_kv_cond *conds, size_t nc,
+                                      const cpri_kv_change *changes, size_t n, const char *what);
+
 /* One record, read from the pool: *val (malloc'd) and *vlen, or *val NULL
  * when there is none. */
 cpr_status cpri_rados_catalog_get(cpri_rados *r, const void *key, size_t klen, char **val,
@@ -101,5 +145,22 @@ cpr_status cpri_rados_catalog_cas(cpri_rados *r, const void *key, size_t klen, c
 typedef int (*cpri_kv_fn)(void *ctx, const void *key, size_t klen, const void *val,
                           size_t vlen);
 cpr_status cpri_rados_catalog_load(cpri_rados *r, cpri_kv_fn fn, void *ctx);
+/* The records whose keys start with prefix[0..plen), in key order. */
+cpr_status cpri_rados_catalog_load_prefix(cpri_rados *r, const void *prefix, size_t plen,
+                                         cpri_kv_fn fn, void *ctx);
+
+/* R9. Take or renew this gateway's hold on job `job_id` (a lease of
+ * LEASE_S seconds): *held is 1 when this gateway is the job's holder now,
+ * 0 when another gateway is. */
+cpr_status cpri_rados_job_hold(cpri_rados *r, uint32_t job_id, int *held);
+
+/* R6. Hold gateway `id`'s lease until cpri_rados_close (renewed by a
+ * thread of its own); `desc` ("host:directory") is the lock's description. */
+cpr_status cpri_rados_gateway_start(cpri_rados *r, uint32_t id, const char *desc);
+/* R7. 1 when gateway `id` holds its lease now, 0 when it does not, -1 when
+ * that cannot be told (then the caller must assume it is alive). */
+int cpri_rados_gateway_alive(cpri_rados *r, uint32_t id);
+/* R6. CPR_OK while this gateway's lease holds; else CPR_UNAVAILABLE. */
+cpr_status cpri_rados_gateway_check(cpri_rados *r);
 
 #endif /* CPR_STORE_RADOS_H */

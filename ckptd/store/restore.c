@@ -933,6 +933,7 @@ cpr_status cpr_store_restore(cpr_store *store, const cpr_restore_query *q, cpr_r
 {
     row_ctx rc = {fn, ctx, NULL, 0};
     cpri_merge_sink sink = {.rows = rows_to_batch, .block = block_to_batch, .ctx = &rc};
+    cpri_store_refresh_for_read(store, q ? q->job : NULL); /* rados.h R9 */
     cpr_status st = restore(store, q, &sink, fn != NULL, result);
     free(rc.decoded);
     return st;
@@ -984,6 +985,7 @@ cpr_status cpr_store_restore_blocks(cpr_store *store, const cpr_restore_query *q
 {
     block_ctx bc = {fn, ctx, NULL, 0};
     cpri_merge_sink sink = {.rows = rows_to_block, .block = block_as_is, .ctx = &bc};
+    cpri_store_refresh_for_read(store, q ? q->job : NULL); /* rados.h R9 */
     cpr_status st = restore(store, q, &sink, fn != NULL, result);
     free(bc.buf);
     return st;

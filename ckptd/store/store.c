@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -58,6 +59,8 @@ static cpr_status catalog_failed(cpr_store *store, char *err, const char *what)
 
 static cpr_status catalog_usable(cpr_store *store, const char *what)
 {
+    if (store->rados && store->gateway_id && cpri_rados_gateway_check(store->rados) != CPR_OK)
+        return CPR_UNAVAILABLE; /* R6: a gateway without its lease writes nothing */
     if (!atomic_load(&store->catalog_broken))
         return CPR_OK;
     return cpr_fail(CPR_UNAVAILABLE, "%s: an earlier catalog write failed (%s); restart ckptd "
@@ -100,6 +103,12 @@ static void batch_deleted(void *ctx, const char *k, size_t klen)
 
 cpr_status cpri_catalog_write(cpr_store *store, rocksdb_writebatch_t *wb, const char *what)
 {
+    return cpri_catalog_write_if(store, NULL, 0, wb, what);
+}
+
+cpr_status cpri_catalog_write_if(cpr_store *store, const struct cpri_kv_cond *conds, size_t nc,
+                                 rocksdb_writebatch_t *wb, const char *what)
+{
     char *err = NULL;
     cpr_status st = catalog_usable(store, what);
     if (st)
@@ -108,7 +117,7 @@ cpr_status cpri_catalog_write(cpr_store *store, rocksdb_writebatch_t *wb, const 
         batch_changes b = {0};
         rocksdb_writebatch_iterate(wb, &b, batch_put, batch_deleted);
         st = b.oom ? cpr_fail(CPR_NO_MEMORY, "out of memory %s", what)
-                   : cpri_rados_catalog_apply(store->rados, b.c, b.n, what);
+                   : cpri_rados_catalog_apply_if(store->rados, conds, nc, b.c, b.n, what);
         free(b.c);
         if (st)
             return st;
@@ -334,6 +343,208 @@ void cpri_open_part_free(cpr_store *store, open_part *part)
     free(part);
 }
 
+/* ---- a job reloaded from the pool (rados.h R9) -------------------------- */
+
+typedef struct pool_records {
+    char **keys, **vals;
+    size_t *klens, *vlens;
+    size_t n, cap;
+} pool_records;
+
+static int keep_record(void *ctx, const void *key, size_t klen, const void *val, size_t vlen)
+{
+    pool_records *pr = ctx;
+    if (pr->n == pr->cap) {
+        size_t cap = pr->cap ? 2 * pr->cap : 64;
+        char **k = realloc(pr->keys, cap * sizeof *k);
+        char **v = k ? realloc(pr->vals, cap * sizeof *v) : NULL;
+        if (k)
+            pr->keys = k;
+        if (v)
+            pr->vals = v;
+        size_t *kl = v ? realloc(pr->klens, cap * sizeof *kl) : NULL;
+        if (kl)
+            pr->klens = kl;
+        size_t *vl = kl ? realloc(pr->vlens, cap * sizeof *vl) : NULL;
+        if (vl)
+            pr->vlens = vl;
+        if (!vl)
+            return 1;
+        pr->cap = cap;
+    }
+    pr->keys[pr->n] = malloc(klen);
+    pr->vals[pr->n] = malloc(vlen ? vlen : 1);
+    if (!pr->keys[pr->n] || !pr->vals[pr->n]) {
+        free(pr->keys[pr->n]);
+        free(pr->vals[pr->n]);
+        return 1;
+    }
+    memcpy(pr->keys[pr->n], key, klen);
+    memcpy(pr->vals[pr->n], val, vlen);
+    pr->klens[pr->n] = klen;
+    pr->vlens[pr->n] = vlen;
+    pr->n++;
+    return 0;
+}
+
+static void pool_records_free(pool_records *pr)
+{
+    for (size_t i = 0; i < pr->n; i++) {
+        free(pr->keys[i]);
+        free(pr->vals[i]);
+    }
+    free(pr->keys);
+    free(pr->vals);
+    free(pr->klens);
+    free(pr->vlens);
+}
+
+/* The job's part, fold and floor records in memory, from `pr` (key order:
+ * per shard ascending, C2). Caller holds commit_mu and mu. */
+static cpr_status rebuild_job(cpri_job *job, const pool_records *pr)
+{
+    cpri_job_drop_below(job, UINT64_MAX);
+    while (job->n_folds)
+        cpri_job_drop_fold(job, job->n_folds - 1);
+    job->floor = 0;
+    cpr_status st = CPR_OK;
+    for (size_t i = 0; st == CPR_OK && i < pr->n; i++) {
+        const char *key = pr->keys[i];
+        uint32_t job_id, shard;
+        uint64_t ckpt;
+        cpri_part_meta m;
+        if (key[0] == 'F') {
+            if (pr->vlens[i] == 8)
+                job->floor = cpri_get_be64((const unsigned char *)pr->vals[i]);
+            continue;
+        }
+        if (cpri_key_meta_parse(key, pr->klens[i], &job_id, &shard, &ckpt) != 0)
+            continue;
+        st = cpri_meta_decode(pr->vals[i], pr->vlens[i], &m);
+        if (st == CPR_NO_MEMORY)
+            break;
+        if (st) { /* S5: as at open */
+            cpri_log(CPR_LOG_ERROR, "job %s: the pool's record of shard %u checkpoint %llu is "
+                     "damaged; it is ignored", job->name, shard, (unsigned long long)ckpt);
+            st = CPR_OK;
+            continue;
+        }
+        st = key[0] == 'M' ? cpri_job_add_part(job, &m) : cpri_job_add_fold(job, &m);
+    }
+    return st;
+}
+
+/* R9: reload job `name`'s records from the pool: its part ('M'), fold ('B')
+ * and floor ('F') records replace the local ones, in RocksDB and in memory,
+ * so this gateway sees what every gateway committed. No-op for a local
+ * store, or a job the pool does not know. The caller holds fold_mu (no fold
+ * is publishing); this takes commit_mu and mu (no commit is half done). */
+cpr_status cpri_store_refresh_job(cpr_store *store, const char *name)
+{
+    if (!store->rados)
+        return CPR_OK;
+    unsigned char jkey[130];
+    size_t jlen = cpri_key_job(jkey, name), vlen = 0;
+    char *val = NULL;
+    cpr_status st = cpri_rados_catalog_get(store->rados, jkey, jlen, &val, &vlen);
+    if (st || !val || vlen != 4) {
+        free(val);
+        return st;
+    }
+    uint32_t id = cpri_get_be32((const unsigned char *)val);
+    free(val);
+    pool_records pr = {0};
+    unsigned char prefix[5];
+    const char types[] = {'F', 'M', 'B'}; /* as at open: the floor, parts, folds */
+    for (size_t t = 0; st == CPR_OK && t < sizeof types; t++) {
+        prefix[0] = (unsigned char)types[t];
+        cpri_put_be32(prefix + 1, id);
+        st = cpri_rados_catalog_load_prefix(store->rados, prefix, 5, keep_record, &pr);
+    }
+    if (st) {
+        pool_records_free(&pr);
+        return st;
+    }
+    pthread_mutex_lock(&store->commit_mu);
+    pthread_mutex_lock(&store->mu);
+    cpri_job *job = cpri_catalog_find(&store->catalog, name);
+    if (!job)
+        st = cpri_catalog_add_job(&store->catalog, name, id, &job);
+    else if (job->id != id)
+        st = cpr_fail(CPR_CORRUPT, "job %s has id %u here and %u in the pool", name, job->id, id);
+    /* RocksDB, the local copy (R1): the job's records as the pool has them. */
+    rocksdb_writebatch_t *wb = rocksdb_writebatch_create();
+    rocksdb_iterator_t *it;
+    for (size_t t = 0; st == CPR_OK && t < sizeof types; t++) {
+        prefix[0] = (unsigned char)types[t];
+        cpri_put_be32(prefix + 1, id);
+        it = rocksdb_create_iterator(store->db, store->read_opts);
+        for (rocksdb_iter_seek(it, (const char *)prefix, 5); rocksdb_iter_valid(it);
+             rocksdb_iter_next(it)) {
+            size_t klen;
+            const char *key = rocksdb_iter_key(it, &klen);
+            if (klen < 5 || memcmp(key, prefix, 5) != 0)
+                break;
+            rocksdb_writebatch_delete(wb, key, klen);
+        }
+        rocksdb_iter_destroy(it);
+    }
+    unsigned char jval[4];
+    cpri_put_be32(jval, id);
+    rocksdb_writebatch_put(wb, (const char *)jkey, jlen, (const char *)jval, 4);
+    for (size_t i = 0; i < pr.n; i++)
+        rocksdb_writebatch_put(wb, pr.keys[i], pr.klens[i], pr.vals[i], pr.vlens[i]);
+    char *err = NULL;
+    if (st == CPR_OK)
+        rocksdb_write(store->db, store->sync_write, wb, &err);
+    rocksdb_writebatch_destroy(wb);
+    if (err)
+        st = cpri_rocks_error(err, "copying a job's records from RADOS");
+    if (st == CPR_OK)
+        st = rebuild_job(job, &pr);
+    pthread_mutex_unlock(&store->mu);
+    pthread_mutex_unlock(&store->commit_mu);
+    pool_records_free(&pr);
+    return st;
+}
+
+/* R9: may this gateway run retention or folding of job `name`? Locally
+ * always; in RADOS when it holds the job's lease, after reloading the job
+ * from the pool. The caller holds fold_mu. */
+cpr_status cpri_store_hold_job(cpr_store *store, const char *name, int *held)
+{
+    *held = 1;
+    if (!store->rados)
+        return CPR_OK;
+    pthread_mutex_lock(&store->mu);
+    cpri_job *job = cpri_catalog_find(&store->catalog, name);
+    uint32_t id = job ? job->id : 0;
+    pthread_mutex_unlock(&store->mu);
+    if (!id)
+        return CPR_OK; /* nothing of it here */
+    cpr_status st = cpri_rados_job_hold(store->rados, id, held);
+    if (st == CPR_OK && *held)
+        st = cpri_store_refresh_job(store, name);
+    if (st == CPR_OK && !*held)
+        cpri_log(CPR_LOG_DEBUG, "store %s: job %s is held by another gateway: its retention "
+                 "and folding run there", store->dir, name);
+    return st;
+}
+
+/* R9 for readers (list, latest cut, restore): refresh unless a fold is
+ * being published right now (then this gateway's own view serves). */
+void cpri_store_refresh_for_read(cpr_store *store, const char *name)
+{
+    if (!store->rados || !name || cpri_check_job_name(name) != CPR_OK)
+        return;
+    if (pthread_mutex_trylock(&store->fold_mu) != 0)
+        return;
+    if (cpri_store_refresh_job(store, name) != CPR_OK) /* the local copy serves */
+        cpri_log(CPR_LOG_WARN, "store %s: job %s not reloaded from RADOS: %s", store->dir, name,
+                 cpr_errmsg());
+    pthread_mutex_unlock(&store->fold_mu);
+}
+
 /* ---- open / close ------------------------------------------------------ */
 
 static cpr_status load_jobs(cpr_store *store, rocksdb_iterator_t *it)
@@ -554,6 +765,69 @@ static int rebuild_put(void *ctx, const void *key, size_t klen, const void *val,
     return 0;
 }
 
+/* R6: this directory's gateway id, from its file `gateway`, claimed in the
+ * pool's catalog ('W' id -> "host:directory"): an id another directory
+ * claimed is never used; a new one is drawn at random. */
+static cpr_status gateway_id(cpr_store *store, char *desc, size_t cap, uint32_t *out)
+{
+    char host[256] = "";
+    gethostname(host, sizeof host - 1);
+    snprintf(desc, cap, "%s:%s", host, store->dir);
+    char *path = cpri_path_join(store->dir, "gateway");
+    if (!path)
+        return cpr_fail(CPR_NO_MEMORY, "out of memory opening store %s", store->dir);
+    uint32_t id = 0;
+    FILE *f = fopen(path, "r");
+    if (f) {
+        unsigned v = 0;
+        if (fscanf(f, "%8x", &v) == 1)
+            id = v;
+        fclose(f);
+    }
+    cpr_status st = CPR_OK;
+    for (int tries = 0; tries < 16; tries++) {
+        while (id == 0 && st == CPR_OK) {
+            if (getentropy(&id, sizeof id) != 0)
+                st = cpr_fail(CPR_IO, "no random bytes for a gateway id: %s", strerror(errno));
+        }
+        if (st)
+            break;
+        unsigned char key[5] = {'W'};
+        cpri_put_be32(key + 1, id);
+        char *val = NULL;
+        size_t vlen = 0;
+        st = cpri_rados_catalog_get(store->rados, key, sizeof key, &val, &vlen);
+        if (st == CPR_OK && !val)
+            st = cpri_rados_catalog_cas(store->rados, key, sizeof key, NULL, 0, desc,
+                                        strlen(desc), "claiming a gateway id");
+        int mine = st == CPR_OK && (!val || (vlen == strlen(desc) && !memcmp(val, desc, vlen)));
+        free(val);
+        if (st == CPR_FAILED_PRECONDITION)
+            st = CPR_OK; /* claimed meanwhile: read it again */
+        else if (st == CPR_OK && mine)
+            break;
+        else if (st == CPR_OK)
+            id = 0; /* another directory's: draw again */
+        if (st)
+            break;
+    }
+    if (st == CPR_OK) {
+        char tmp[4096], line[16];
+        snprintf(tmp, sizeof tmp, "%s.tmp", path);
+        snprintf(line, sizeof line, "%08x\n", id);
+        f = fopen(tmp, "w");
+        int bad = !f || fputs(line, f) < 0 || fflush(f) != 0 || fsync(fileno(f)) != 0;
+        if (f && fclose(f) != 0)
+            bad = 1;
+        if (bad || rename(tmp, path) != 0)
+            st = cpr_fail(CPR_IO, "cannot write %s: %s", path, strerror(errno));
+    }
+    free(path);
+    if (st == CPR_OK)
+        *out = id;
+    return st;
+}
+
 static cpr_status open_rados(cpr_store *store)
 {
     cpri_rados_target t = {store->opts.rados_conf, store->opts.rados_user,
@@ -582,11 +856,20 @@ static cpr_status open_rados(cpr_store *store)
             st = cpri_rocks_error(err, "rebuilding the local catalog from RADOS");
     }
     rocksdb_writebatch_destroy(rb.wb);
+    char desc[4400];
+    uint32_t id = 0;
+    if (st == CPR_OK)
+        st = gateway_id(store, desc, sizeof desc, &id);
+    if (st == CPR_OK)
+        st = cpri_rados_gateway_start(store->rados, id, desc);
+    if (st == CPR_OK)
+        store->gateway_id = id;
     if (st == CPR_OK)
         st = cpri_backend_rados_open(store->rados, &store->segs);
     if (st == CPR_OK)
-        cpri_log(CPR_LOG_INFO, "store %s: segments and catalog in RADOS %s (%llu records)",
-                 store->dir, cpri_rados_where(store->rados), (unsigned long long)rb.records);
+        cpri_log(CPR_LOG_INFO, "store %s: segments and catalog in RADOS %s (%llu records), "
+                 "gateway %08x", store->dir, cpri_rados_where(store->rados),
+                 (unsigned long long)rb.records, id);
     return st;
 }
 
@@ -835,12 +1118,38 @@ typedef struct seg_sweep {
     cpr_store *store;
     char **names;
     size_t n, cap;
+    uint32_t live[64], dead[64]; /* gateways asked about (R7), a few at most */
+    size_t n_live, n_dead;
 } seg_sweep;
+
+/* R7: was `name` written by another gateway that still holds its lease? */
+static int other_gateway_alive(seg_sweep *s, const char *name)
+{
+    const char *slash = strchr(name, '/'), *dot = slash ? strchr(slash, '.') : NULL;
+    unsigned long long token = 0;
+    if (!s->store->gateway_id || !dot || sscanf(dot + 1, "%16llx", &token) != 1)
+        return 0;
+    uint32_t gw = (uint32_t)(token >> 32);
+    if (gw == s->store->gateway_id)
+        return 0;
+    for (size_t i = 0; i < s->n_live; i++)
+        if (s->live[i] == gw)
+            return 1;
+    for (size_t i = 0; i < s->n_dead; i++)
+        if (s->dead[i] == gw)
+            return 0;
+    int alive = cpri_rados_gateway_alive(s->store->rados, gw) != 0; /* unknown: alive */
+    if (alive && s->n_live < 64)
+        s->live[s->n_live++] = gw;
+    else if (!alive && s->n_dead < 64)
+        s->dead[s->n_dead++] = gw;
+    return alive;
+}
 
 static int note_unknown_segment(void *ctx, const char *name)
 {
     seg_sweep *s = ctx;
-    if (segment_known(s->store, name))
+    if (segment_known(s->store, name) || other_gateway_alive(s, name))
         return 0;
     if (s->n == s->cap) {
         size_t cap = s->cap ? s->cap * 2 : 16;
@@ -910,6 +1219,8 @@ void cpri_seg_fold_name(char *out, const char *job, uint32_t shard, uint64_t ckp
 uint64_t cpri_seg_new_token(cpr_store *store)
 {
     uint64_t t = atomic_fetch_add(&store->token_seq, 1);
+    if (store->gateway_id) /* R7: the gateway's id in the high half */
+        return (uint64_t)store->gateway_id << 32 | (uint32_t)t;
     return t ? t : atomic_fetch_add(&store->token_seq, 1);
 }
 
@@ -995,6 +1306,7 @@ cpr_status cpr_store_list(cpr_store *store, const char *job_name,
     size_t count = 0;
     if (st)
         return cpri_store_count(store, st);
+    cpri_store_refresh_for_read(store, job_name); /* rados.h R9 */
     pthread_mutex_lock(&store->mu);
     cpri_job *job = cpri_catalog_find(&store->catalog, job_name);
     size_t cap = job ? job->n_parts : 0;
@@ -1080,6 +1392,7 @@ cpr_status cpr_store_latest_cut(cpr_store *store, const char *job_name, uint64_t
     uint64_t found = 0;
     if (st)
         return cpri_store_count(store, st);
+    cpri_store_refresh_for_read(store, job_name); /* rados.h R9 */
     pthread_mutex_lock(&store->mu);
     cpri_job *job = cpri_catalog_find(&store->catalog, job_name);
     if (!job || job->n_parts == 0)

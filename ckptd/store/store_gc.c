@@ -206,10 +206,14 @@ static cpr_status gc_one(cpr_store *store, const char *job_name, const gc_goal *
     uint32_t *shards = NULL;
     size_t n_shards = 0;
     uint64_t floor = 0;
+    int held = 0;
+    cpr_status st = cpri_store_hold_job(store, job_name, &held); /* rados.h R9 */
+    if (st || !held)
+        return st;
     pthread_mutex_lock(&store->commit_mu);
     pthread_mutex_lock(&store->mu);
     cpri_job *job = cpri_catalog_find(&store->catalog, job_name);
-    cpr_status st = job ? raise_floor(store, job, goal) : CPR_OK;
+    st = job ? raise_floor(store, job, goal) : CPR_OK;
     if (st == CPR_OK && job && job->floor) {
         floor = job->floor;
         st = shards_below(job, &shards, &n_shards);

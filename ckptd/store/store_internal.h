@@ -157,6 +157,7 @@ struct cpr_store {
     rocksdb_writeoptions_t *sync_write;
     cpri_backend *segs;           /* segment objects (backend.h) */
     struct cpri_rados *rados;     /* the store in RADOS (rados.h R1); NULL: local only */
+    uint32_t gateway_id;         /* in RADOS: this gateway's id (rados.h R6); else 0 */
     pthread_mutex_t mu;          /* catalog, open_parts, job commit order, doomed */
     cpri_catalog catalog;
     open_part *open_parts;
@@ -202,7 +203,20 @@ uint64_t cpri_store_bytes(cpr_store *store); /* in RADOS: and the pool's (one re
 /* The only ways to write the catalog: one synced batch, or one key. After a
  * failure the catalog takes no more writes (F1: a RocksDB write after a
  * failed WAL append may abort the process) and cpr_store_health says so. */
+/* rados.h R9: reload job `name` from the pool (caller holds fold_mu), or
+ * for a reader (skipped while a fold publishes). No-ops for local stores. */
+cpr_status cpri_store_refresh_job(cpr_store *store, const char *name);
+void cpri_store_refresh_for_read(cpr_store *store, const char *name);
+/* rados.h R9: *held = may this gateway run retention and folding of job
+ * `name` now (reloaded from the pool when so). Caller holds fold_mu. */
+cpr_status cpri_store_hold_job(cpr_store *store, const char *name, int *held);
 cpr_status cpri_catalog_write(cpr_store *store, rocksdb_writebatch_t *wb, const char *what);
+/* In RADOS: the same, iff every condition holds in the pool (rados.h R8);
+ * CPR_FAILED_PRECONDITION, nothing written, when one does not. Locally the
+ * conditions are not checked (the caller's locks decide there). */
+struct cpri_kv_cond;
+cpr_status cpri_catalog_write_if(cpr_store *store, const struct cpri_kv_cond *conds, size_t nc,
+                                 rocksdb_writebatch_t *wb, const char *what);
 cpr_status cpri_catalog_put(cpr_store *store, const void *key, size_t klen, const void *val,
                             size_t vlen, const char *what);
 

@@ -41,6 +41,7 @@
 #include "cpr/crc32c.h"
 #include "restore.h"
 #include "store_internal.h"
+#include "rados.h"
 
 #define MAX_TABLES_PER_PART 4096u   /* schema checks are quadratic in this */
 #define MAX_BATCH_ROWS (1u << 24)     /* rows in one put_rows call */
@@ -194,6 +195,51 @@ static cpr_status new_open_part(cpr_store *store, const cpr_part_spec *spec, ope
     return CPR_OK;
 }
 
+/* R8 (under store->mu): the id of job `name` in the pool, claimed for it
+ * when it has none: one compare-and-set of its 'J' record and the counter
+ * 'N', retried while other gateways claim ids. */
+static cpr_status claim_job_id(cpr_store *store, const char *name, uint32_t *id)
+{
+    unsigned char jkey[130], nkey[1] = {'N'}, nval[4], jval[4], old[4];
+    size_t jlen = cpri_key_job(jkey, name);
+    cpr_status st = CPR_OK;
+    for (int tries = 0; tries < 64; tries++) {
+        char *val = NULL, *cnt = NULL;
+        size_t vlen = 0, clen = 0;
+        st = cpri_rados_catalog_get(store->rados, jkey, jlen, &val, &vlen);
+        if (st == CPR_OK && val && vlen == 4) {
+            *id = cpri_get_be32((const unsigned char *)val);
+            free(val);
+            return CPR_OK;
+        }
+        free(val);
+        if (st == CPR_OK)
+            st = cpri_rados_catalog_get(store->rados, nkey, 1, &cnt, &clen);
+        if (st)
+            return st;
+        uint32_t next = cnt && clen == 4 ? cpri_get_be32((const unsigned char *)cnt) : 0;
+        if (cnt && clen == 4)
+            memcpy(old, cnt, 4);
+        free(cnt);
+        uint32_t cand = next > store->catalog.next_job_id ? next : store->catalog.next_job_id;
+        if (cand == 0)
+            cand = 1;
+        cpri_put_be32(jval, cand);
+        cpri_put_be32(nval, cand + 1);
+        cpri_kv_cond conds[2] = {{jkey, jlen, NULL, 0}, {nkey, 1, old, next ? 4 : 0}};
+        cpri_kv_change ch[2] = {{jkey, jlen, jval, 4, 0}, {nkey, 1, nval, 4, 0}};
+        st = cpri_rados_catalog_apply_if(store->rados, conds, 2, ch, 2, "claiming a job id");
+        if (st == CPR_OK) {
+            *id = cand;
+            return CPR_OK;
+        }
+        if (st != CPR_FAILED_PRECONDITION)
+            return st;
+    }
+    return cpr_fail(CPR_UNAVAILABLE, "RADOS: could not claim an id for job %s: other gateways "
+                    "kept claiming ids; try again", name);
+}
+
 cpr_status cpr_store_begin(cpr_store *store, const cpr_part_spec *spec)
 {
     open_part *part = NULL;
@@ -208,8 +254,11 @@ cpr_status cpr_store_begin(cpr_store *store, const cpr_part_spec *spec)
     pthread_mutex_lock(&store->mu);
     job = cpri_catalog_find(&store->catalog, spec->id.job);
     int new_job = !job;
-    if (new_job)
-        st = cpri_catalog_add_job(&store->catalog, spec->id.job, 0, &job);
+    uint32_t job_id = 0;
+    if (new_job && store->rados) /* R8: the id the pool gives this name */
+        st = claim_job_id(store, spec->id.job, &job_id);
+    if (new_job && st == CPR_OK)
+        st = cpri_catalog_add_job(&store->catalog, spec->id.job, job_id, &job);
     if (st == CPR_OK && store->n_open_parts >= store->opts.max_open_parts)
         st = cpr_fail(CPR_RESOURCE_EXHAUSTED, "the store has %u open parts, its maximum (ckptd "
                       "--max-open-parts): commit or abort parts first", store->n_open_parts);
@@ -929,7 +978,14 @@ static cpr_status write_record(cpr_store *store, open_part *part)
     rocksdb_writebatch_t *wb = rocksdb_writebatch_create();
     rocksdb_writebatch_put(wb, (const char *)jkey, jlen, (const char *)jval, 4);
     rocksdb_writebatch_put(wb, (const char *)mkey, sizeof mkey, (const char *)rec, rec_len);
-    st = cpri_catalog_write(store, wb, "committing (writing the part record)");
+    /* R8: in RADOS, the job's id is still this one and no gateway committed
+     * this part yet. */
+    cpri_kv_cond conds[2] = {{jkey, jlen, jval, 4}, {mkey, sizeof mkey, NULL, 0}};
+    st = cpri_catalog_write_if(store, conds, 2, wb, "committing (writing the part record)");
+    if (st == CPR_FAILED_PRECONDITION)
+        cpr_fail(st, "job %s shard %u checkpoint %llu was committed through another gateway "
+                 "of this pool meanwhile", part->job_name, part->meta.shard,
+                 (unsigned long long)part->meta.checkpoint);
     rocksdb_writebatch_destroy(wb);
     free(rec);
     return st;

@@ -1,0 +1,258 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * Several stores (gateways) on one RADOS namespace at once, through the
+ * store API on the test cluster (rados.h R6-R8):
+ *  - a gateway that reopens (its open-time sweep runs) leaves another live
+ *    gateway's unfinished part alone: that part commits and restores
+ *    exactly;
+ *  - job ids come from the pool: two gateways creating jobs at once never
+ *    give two jobs one id, and a gateway meeting a job another created
+ *    takes its id, so a third gateway, opened later, serves each job's
+ *    parts, whichever gateway wrote them;
+ *  - a part committed through one gateway is never replaced through
+ *    another: the second commit of the same part fails and the first one's
+ *    rows stay;
+ *  - one holder per job: retention runs on the gateway holding the job and
+ *    decides on every shard's parts, whichever gateway wrote them; another
+ *    gateway's retention leaves the job alone, and lists and restores what
+ *    the holder left (rados.h R9).
+ * Exits 77 when the cluster is not there.
+ */
+#define _GNU_SOURCE
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "cpr/store.h"
+#include "testutil.h"
+
+static const char *g_conf;
+static char g_ns[64];
+
+/* Rows of 64 floats (256 bytes and a state float): BIG_ROWS of them pass
+ * one 4 MiB object, so an open part has objects in the pool before it
+ * commits. */
+static const cpr_table_schema T[] = {{.table = 0, .rows = 100000, .dim = 64, .state_dim = 1}};
+#define BIG_ROWS 20000
+
+typedef struct gateway {
+    char *tmp, *dir;
+    cpr_store *store;
+} gateway;
+
+static void gw_open(gateway *g)
+{
+    cpr_store_options o = {.rados_pool = "cpr", .rados_conf = g_conf,
+                           .rados_namespace = g_ns, .no_fold = 1};
+    assert_status(CPR_OK, cpr_store_open(g->dir, &o, &g->store));
+}
+
+static void gw_start(gateway *g, const char *what)
+{
+    g->tmp = tu_mkdtemp(what);
+    assert_int_not_equal(asprintf(&g->dir, "%s/store", g->tmp), -1);
+    gw_open(g);
+}
+
+static void gw_stop(gateway *g)
+{
+    cpr_store_close(g->store);
+    tu_rmtree(g->tmp);
+    free(g->tmp);
+    free(g->dir);
+}
+
+static void new_namespace(const char *what)
+{
+    snprintf(g_ns, sizeof g_ns, "%s-%d-%ld", what, (int)getpid(), (long)time(NULL));
+}
+
+/* Rows first..first+n-1 of table 0 as of `ckpt`, restored from `s`. */
+static void assert_restores(cpr_store *s, const char *job, uint64_t as_of, uint64_t first,
+                            size_t n, uint64_t ckpt)
+{
+    cpr_row_range r = {.begin = first, .end = first + n};
+    cpr_restore_query q = {.job = job, .as_of = as_of, .ranges = &r, .n_ranges = 1};
+    tu_rows rows = {0};
+    assert_status(CPR_OK, tu_restore(s, &q, &rows, NULL));
+    assert_int_equal(rows.n, n);
+    tu_assert_rows(rows.rows, &T[0], first, 1, n, ckpt);
+    tu_rows_free(&rows);
+}
+
+static void test_reopen_keeps_live_gateways_parts(void **unused)
+{
+    (void)unused;
+    new_namespace("live");
+    gateway a, b;
+    gw_start(&a, "cpr-shared-a");
+    gw_start(&b, "cpr-shared-b");
+    /* A's part passes 4 MiB: objects of it are in the pool, unnamed. */
+    cpr_part_spec spec = tu_part("job", 0, 1, 1, CPR_KIND_FULL, T, 1);
+    uint64_t *ids = malloc(BIG_ROWS * sizeof *ids);
+    assert_non_null(ids);
+    tu_iota(ids, 0, BIG_ROWS);
+    assert_status(CPR_OK, cpr_store_begin(a.store, &spec));
+    assert_status(CPR_OK, tu_put_rows(a.store, &spec.id, &T[0], ids, BIG_ROWS, 1));
+    /* B reopens: its sweep sees A's objects, which no record names. */
+    cpr_store_close(b.store);
+    gw_open(&b);
+    assert_status(CPR_OK, cpr_store_commit(a.store, &spec.id, BIG_ROWS));
+    assert_restores(a.store, "job", 0, 0, BIG_ROWS, 1);
+    free(ids);
+    gw_stop(&b);
+    gw_stop(&a);
+}
+
+static void test_job_ids_from_the_pool(void **unused)
+{
+    (void)unused;
+    new_namespace("ids");
+    gateway a, b, c;
+    gw_start(&a, "cpr-shared-a");
+    gw_start(&b, "cpr-shared-b");
+    /* Two new jobs at once on two gateways, then one job through both. */
+    cpr_part_spec x0 = tu_part("x", 0, 2, 1, CPR_KIND_FULL, T, 1);
+    cpr_part_spec y0 = tu_part("y", 0, 1, 1, CPR_KIND_FULL, T, 1);
+    cpr_part_spec x1 = tu_part("x", 1, 2, 1, CPR_KIND_FULL, T, 1);
+    assert_status(CPR_OK, cpr_store_begin(a.store, &x0));
+    assert_status(CPR_OK, cpr_store_begin(b.store, &y0));
+    assert_status(CPR_OK, cpr_store_begin(b.store, &x1));
+    uint64_t ids[300];
+    tu_iota(ids, 0, 100); /* x: rows 0..99 on shard 0 */
+    assert_status(CPR_OK, tu_put_rows(a.store, &x0.id, &T[0], ids, 100, 1));
+    tu_iota(ids, 1000, 300); /* y: rows 1000..1299, values of checkpoint 9 */
+    assert_status(CPR_OK, tu_put_rows(b.store, &y0.id, &T[0], ids, 300, 9));
+    tu_iota(ids, 100, 100); /* x: rows 100..199 on shard 1 */
+    assert_status(CPR_OK, tu_put_rows(b.store, &x1.id, &T[0], ids, 100, 1));
+    assert_status(CPR_OK, cpr_store_commit(a.store, &x0.id, 100));
+    assert_status(CPR_OK, cpr_store_commit(b.store, &y0.id, 300));
+    assert_status(CPR_OK, cpr_store_commit(b.store, &x1.id, 100));
+    /* A third gateway, opened now, serves both jobs whole. */
+    gw_start(&c, "cpr-shared-c");
+    cpr_part_info *parts = NULL;
+    size_t n = 0;
+    assert_status(CPR_OK, cpr_store_list(c.store, "x", &parts, &n));
+    assert_int_equal(n, 2);
+    assert_int_equal(parts[0].shard, 0);
+    assert_int_equal(parts[0].rows, 100);
+    assert_int_equal(parts[1].shard, 1);
+    assert_int_equal(parts[1].rows, 100);
+    assert_true(parts[1].consistent);
+    free(parts);
+    assert_status(CPR_OK, cpr_store_list(c.store, "y", &parts, &n));
+    assert_int_equal(n, 1);
+    assert_int_equal(parts[0].rows, 300);
+    free(parts);
+    uint64_t cut = 0;
+    assert_status(CPR_OK, cpr_store_latest_cut(c.store, "x", &cut));
+    assert_int_equal(cut, 1);
+    assert_restores(c.store, "x", 1, 0, 200, 1);
+    assert_restores(c.store, "y", 1, 1000, 300, 9);
+    gw_stop(&c);
+    gw_stop(&b);
+    gw_stop(&a);
+}
+
+static void test_commit_once_across_gateways(void **unused)
+{
+    (void)unused;
+    new_namespace("once");
+    gateway a, b, c;
+    gw_start(&a, "cpr-shared-a");
+    gw_start(&b, "cpr-shared-b");
+    /* The job exists first, so both gateways know its id. */
+    cpr_part_spec first = tu_part("z", 0, 1, 1, CPR_KIND_FULL, T, 1);
+    tu_write_part_ok(a.store, &first, 0, 50);
+    cpr_part_spec twice = tu_part("z", 0, 1, 2, CPR_KIND_FULL, T, 1);
+    uint64_t ids[50];
+    tu_iota(ids, 0, 50);
+    assert_status(CPR_OK, cpr_store_begin(a.store, &twice));
+    assert_status(CPR_OK, cpr_store_begin(b.store, &twice));
+    assert_status(CPR_OK, tu_put_rows(a.store, &twice.id, &T[0], ids, 50, 2));
+    assert_status(CPR_OK, tu_put_rows(b.store, &twice.id, &T[0], ids, 50, 7));
+    assert_status(CPR_OK, cpr_store_commit(a.store, &twice.id, 50));
+    assert_status(CPR_FAILED_PRECONDITION, cpr_store_commit(b.store, &twice.id, 50));
+    assert_non_null(strstr(cpr_errmsg(), "another gateway"));
+    assert_status(CPR_OK, cpr_store_abort(b.store, &twice.id));
+    gw_start(&c, "cpr-shared-c");
+    assert_restores(c.store, "z", 2, 0, 50, 2); /* A's rows, not B's */
+    gw_stop(&c);
+    gw_stop(&b);
+    gw_stop(&a);
+}
+
+static void test_one_holder_per_job(void **unused)
+{
+    (void)unused;
+    new_namespace("holder");
+    gateway a, b, c;
+    gw_start(&a, "cpr-shared-a");
+    gw_start(&b, "cpr-shared-b");
+    /* Job h, two shards: shard 0 through A, shard 1 through B, checkpoints
+     * 1..4. Neither gateway has committed the other's shard itself. */
+    for (uint64_t ckpt = 1; ckpt <= 4; ckpt++) {
+        cpr_part_spec s0 = tu_part("h", 0, 2, ckpt, CPR_KIND_FULL, T, 1);
+        cpr_part_spec s1 = tu_part("h", 1, 2, ckpt, CPR_KIND_FULL, T, 1);
+        tu_write_part_ok(a.store, &s0, 0, 40);
+        tu_write_part_ok(b.store, &s1, 40, 40);
+    }
+    /* A runs retention first and becomes the job's holder: it decides on
+     * both shards (it reloads the job from the pool), keeping one cut. */
+    cpr_gc_report rep = {0};
+    assert_status(CPR_OK, cpr_store_gc(a.store, "h", 1, &rep));
+    assert_int_equal(rep.floor, 4);
+    assert_int_equal(rep.parts_removed, 6);
+    /* A newer cut; B is not the holder: its retention leaves the job to A,
+     * whose next pass takes the cut at 4 away. */
+    cpr_part_spec s0 = tu_part("h", 0, 2, 5, CPR_KIND_FULL, T, 1);
+    cpr_part_spec s1 = tu_part("h", 1, 2, 5, CPR_KIND_FULL, T, 1);
+    tu_write_part_ok(a.store, &s0, 0, 40);
+    tu_write_part_ok(b.store, &s1, 40, 40);
+    cpr_gc_report rep_b = {0};
+    assert_status(CPR_OK, cpr_store_gc(b.store, "h", 1, &rep_b));
+    assert_int_equal(rep_b.parts_removed, 0);
+    assert_status(CPR_OK, cpr_store_gc(a.store, "h", 1, &rep));
+    assert_int_equal(rep.floor, 5);
+    assert_int_equal(rep.parts_removed, 2);
+    /* Every gateway, B too (it reloads the job to list it), sees the same. */
+    gw_start(&c, "cpr-shared-c");
+    cpr_store *views[] = {b.store, c.store};
+    for (int v = 0; v < 2; v++) {
+        cpr_part_info *parts = NULL;
+        size_t n = 0;
+        assert_status(CPR_OK, cpr_store_list(views[v], "h", &parts, &n));
+        assert_int_equal(n, 2);
+        assert_int_equal(parts[0].checkpoint, 5);
+        assert_int_equal(parts[1].checkpoint, 5);
+        free(parts);
+        assert_restores(views[v], "h", 5, 0, 80, 5);
+    }
+    gw_stop(&c);
+    gw_stop(&b);
+    gw_stop(&a);
+}
+
+int main(void)
+{
+    g_conf = getenv("CPR_TEST_RADOS_CONF");
+    if (!g_conf || access(g_conf, R_OK) != 0) {
+        printf("skipped: no test cluster (CPR_TEST_RADOS_CONF)\n");
+        return 77;
+    }
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_reopen_keeps_live_gateways_parts),
+        cmocka_unit_test(test_job_ids_from_the_pool),
+        cmocka_unit_test(test_commit_once_across_gateways),
+        cmocka_unit_test(test_one_holder_per_job),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
