@@ -170,8 +170,21 @@ static void h_list(cpri_rpc_call *c, void *app)
             st = cpr_store_list(srv->store, l.job, &parts, &n);
         if (st == CPR_OK && cpr_store_latest_cut(srv->store, l.job, &cut) != CPR_OK)
             cut = 0; /* no consistent cut yet: reported as 0 */
+        char **where = st == CPR_OK && l.locations ? calloc(n + 1, sizeof *where) : NULL;
+        if (st == CPR_OK && l.locations && !where)
+            st = cpr_fail(CPR_NO_MEMORY, "out of memory listing %zu parts", n);
+        for (size_t i = 0; where && i < n; i++) { /* cprctl where: each part's place */
+            char buf[2048];
+            cpr_part_id id = {l.job, parts[i].shard, parts[i].checkpoint};
+            if (cpr_store_part_location(srv->store, &id, buf, sizeof buf) != CPR_OK)
+                snprintf(buf, sizeof buf, "unknown: %s", cpr_errmsg());
+            where[i] = strdup(buf);
+        }
         if (st == CPR_OK)
-            st = cpri_wire_list_response_encode(parts, n, cut, &resp, &len);
+            st = cpri_wire_list_response_encode(parts, n, cut, where,
+                                                cpr_store_shared_id(srv->store), &resp, &len);
+        if (where)
+            cpr_names_free(where, n);
         cpri_wire_list_release(&l);
     }
     free(parts);

@@ -375,12 +375,23 @@ static cpr_status misplaced(cpr_client *c, const char *job, uint32_t shard, size
                     cpri_node_name(c->nodes[home]));
 }
 
+int cpri_client_same_store(cpr_client *c, size_t i, size_t j)
+{
+    char a[320], b[320];
+    cpri_node_store_id(c->nodes[i], a, sizeof a);
+    cpri_node_store_id(c->nodes[j], b, sizeof b);
+    return a[0] && strcmp(a, b) == 0;
+}
+
 cpr_status cpri_client_list_checked(cpr_client *c, const char *job, int check_placement,
                                    cpr_part_info **out, size_t *n)
 {
     cpr_part_info *all = NULL;
     size_t total = 0, found = 0;
     cpr_status st = CPR_OK;
+    uint8_t *listed = calloc(c->n_nodes + 1, 1);
+    if (!listed)
+        return cpr_fail(CPR_NO_MEMORY, "out of memory listing job %s", job);
     for (size_t i = 0; i < c->n_nodes && st == CPR_OK; i++) {
         list_try t = {c, c->nodes[i], job, NULL, 0};
         st = cpri_client_retry(c, list_once, &t);
@@ -391,7 +402,20 @@ cpr_status cpri_client_list_checked(cpr_client *c, const char *job, int check_pl
         if (st)
             break;
         found++;
-        for (size_t j = 0; check_placement && c->n_nodes > 1 && j < t.n; j++)
+        listed[i] = 1;
+        /* Gateways of one store (ckptd on one RADOS namespace) each list all
+         * of it: the first one's list is the store's; placement only spread
+         * the writes. */
+        char sid[320];
+        cpri_node_store_id(c->nodes[i], sid, sizeof sid);
+        int again = 0;
+        for (size_t j = 0; j < i && !again; j++)
+            again = listed[j] && cpri_client_same_store(c, i, j);
+        if (again) {
+            free(t.parts);
+            continue;
+        }
+        for (size_t j = 0; check_placement && !sid[0] && c->n_nodes > 1 && j < t.n; j++)
             if (cpr_client_node_of(c, job, t.parts[j].shard) != i) {
                 st = misplaced(c, job, t.parts[j].shard, i);
                 break;
@@ -412,6 +436,7 @@ cpr_status cpri_client_list_checked(cpr_client *c, const char *job, int check_pl
         total += t.n;
         free(t.parts);
     }
+    free(listed);
     if (st == CPR_OK && !found)
         st = cpr_fail(CPR_NOT_FOUND, "job %s has no parts on %s%s", job,
                       c->n_nodes > 1 ? "any of the nodes, e.g. " : "",
@@ -431,6 +456,53 @@ cpr_status cpr_client_list(cpr_client *c, const char *job, cpr_part_info **out, 
     if (!c || !job || !out || !n)
         return cpr_fail(CPR_INVALID_ARGUMENT, "cpr_client_list: arguments must not be NULL");
     return cpri_client_list_checked(c, job, 0, out, n);
+}
+
+/* Appends a line to a growing text. */
+static int add_line(char **text, size_t *len, const char *node, const char *where)
+{
+    size_t add = strlen(node) + strlen(where) + 3;
+    char *grown = realloc(*text, *len + add + 1);
+    if (!grown)
+        return -1;
+    *text = grown;
+    *len += (size_t)snprintf(grown + *len, add + 1, "%s: %s\n", node, where);
+    return 0;
+}
+
+cpr_status cpr_client_where(cpr_client *c, const cpr_part_id *id, char **out)
+{
+    if (!c || !id || !id->job || !out)
+        return cpr_fail(CPR_INVALID_ARGUMENT, "cpr_client_where: arguments must not be NULL");
+    char *text = NULL;
+    size_t len = 0;
+    cpr_status st = CPR_OK;
+    for (size_t i = 0; i < c->n_nodes && st == CPR_OK; i++) {
+        cpr_part_info *parts = NULL;
+        char **where = NULL;
+        size_t n = 0;
+        st = cpri_node_list_where(c->nodes[i], id->job, c->opts.call_timeout_s, &parts, &n,
+                                  &where);
+        if (st == CPR_NOT_FOUND) {
+            st = CPR_OK;
+            continue;
+        }
+        for (size_t j = 0; st == CPR_OK && j < n; j++)
+            if (parts[j].shard == id->shard && parts[j].checkpoint == id->checkpoint &&
+                add_line(&text, &len, cpri_node_name(c->nodes[i]), where[j]) != 0)
+                st = cpr_fail(CPR_NO_MEMORY, "out of memory");
+        free(parts);
+        cpr_names_free(where, n);
+    }
+    if (st == CPR_OK && !text)
+        st = cpr_fail(CPR_NOT_FOUND, "no node lists job %s shard %u checkpoint %llu", id->job,
+                      id->shard, (unsigned long long)id->checkpoint);
+    if (st) {
+        free(text);
+        return st;
+    }
+    *out = text;
+    return CPR_OK;
 }
 
 /* Cuts of a merged, sorted list, newest first (cpr/types.h's rule); *cuts malloc'd. */

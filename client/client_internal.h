@@ -66,6 +66,13 @@ cpr_status cpri_node_writer_close(cpri_node_writer *w);
 
 cpr_status cpri_node_list(cpri_node *node, const char *job, double timeout_s,
                          cpr_part_info **parts, size_t *n);
+/* The same with each part's location (cpr_store_part_location; *locations:
+ * n malloc'd strings, cpr_names_free). */
+cpr_status cpri_node_list_where(cpri_node *node, const char *job, double timeout_s,
+                               cpr_part_info **parts, size_t *n, char ***locations);
+/* What the node said its store is (ListResponse.store): "" until it listed,
+ * or when its store is its own. Nodes naming one store share it. */
+void cpri_node_store_id(cpri_node *node, char *out, size_t cap);
 /* Rows are checked against their checksum before `fn` sees them. */
 cpr_status cpri_node_restore(cpri_node *node, const cpr_restore_query *q, double timeout_s,
                             cpr_row_fn fn, void *ctx, uint64_t *rows, uint64_t *bytes);
@@ -119,6 +126,8 @@ cpr_status cpri_client_retry(const cpr_client *c, cpri_attempt_fn call, void *ct
  * pause for the backoff and return 1. */
 int cpri_client_backoff(const cpr_client *c, unsigned attempt);
 
+/* Nodes i and j named one shared store in their last List (gateways). */
+int cpri_client_same_store(cpr_client *c, size_t i, size_t j);
 /* cpr_client_list; with check_placement, a part found on a node other than
  * its shard's fails with CPR_FAILED_PRECONDITION (the node set changed). */
 cpr_status cpri_client_list_checked(cpr_client *c, const char *job, int check_placement,

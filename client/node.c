@@ -33,6 +33,10 @@ struct cpri_node {
     cpr_store *store;          /* local:// */
     const cpri_store_api *api;  /* local:// */
     cpri_rpc *rpc;              /* grpc:// */
+    /* ListResponse.store, as the node last said (ckptd gateways of one RADOS
+     * namespace name the same store); "" until then, or its own. */
+    pthread_mutex_t mu;
+    char store_id[320];
 };
 
 /* ---- the store for local:// ------------------------------------------------------------ */
@@ -126,6 +130,7 @@ cpr_status cpri_node_open_local(const char *dir, const cpr_store_options *opts, 
     if (!n)
         return cpr_fail(CPR_NO_MEMORY, "out of memory opening a client");
     snprintf(n->name, sizeof n->name, "local://%s", dir);
+    pthread_mutex_init(&n->mu, NULL);
     cpr_status st = store_api(&n->api);
     if (st == CPR_OK)
         st = local(n, n->api->open(dir, opts, &n->store));
@@ -144,6 +149,7 @@ cpr_status cpri_node_open_grpc(const char *host_port, const cpri_rpc_options *cr
     if (!n)
         return cpr_fail(CPR_NO_MEMORY, "out of memory opening a client");
     snprintf(n->name, sizeof n->name, "%s", host_port);
+    pthread_mutex_init(&n->mu, NULL);
     cpr_status st = cpri_rpc_open_with(host_port, creds, &n->rpc);
     if (st) {
         free(n);
@@ -160,12 +166,20 @@ void cpri_node_close(cpri_node *n)
     if (n->store)
         n->api->close(n->store);
     cpri_rpc_close(n->rpc);
+    pthread_mutex_destroy(&n->mu);
     free(n);
 }
 
 const char *cpri_node_name(const cpri_node *n)
 {
     return n->name;
+}
+
+void cpri_node_store_id(cpri_node *n, char *out, size_t cap)
+{
+    pthread_mutex_lock(&n->mu);
+    snprintf(out, cap, "%s", n->store_id);
+    pthread_mutex_unlock(&n->mu);
 }
 
 /* A unary call whose request was encoded by the caller (taken: freed here). */
@@ -326,16 +340,46 @@ cpr_status cpri_node_writer_close(cpri_node_writer *w)
 cpr_status cpri_node_list(cpri_node *n, const char *job, double timeout_s, cpr_part_info **parts,
                          size_t *count)
 {
-    if (n->store)
-        return local(n, n->api->list(n->store, job, parts, count));
+    return cpri_node_list_where(n, job, timeout_s, parts, count, NULL);
+}
+
+cpr_status cpri_node_list_where(cpri_node *n, const char *job, double timeout_s,
+                               cpr_part_info **parts, size_t *count, char ***locations)
+{
+    if (n->store) {
+        cpr_status st = local(n, n->api->list(n->store, job, parts, count));
+        char **where = st == CPR_OK && locations ? calloc(*count + 1, sizeof *where) : NULL;
+        for (size_t i = 0; where && i < *count; i++) {
+            char buf[2048];
+            cpr_part_id id = {job, (*parts)[i].shard, (*parts)[i].checkpoint};
+            if (n->api->part_location(n->store, &id, buf, sizeof buf) != CPR_OK)
+                snprintf(buf, sizeof buf, "unknown: %s", n->api->errmsg());
+            where[i] = strdup(buf);
+        }
+        if (st == CPR_OK && locations && !where) {
+            free(*parts);
+            st = cpr_fail(CPR_NO_MEMORY, "out of memory listing job %s", job);
+        }
+        if (st == CPR_OK && locations)
+            *locations = where;
+        return st;
+    }
     uint8_t *req = NULL, *resp = NULL;
     size_t len = 0, resp_len = 0;
     uint64_t cut;
-    cpr_status st = cpri_wire_list_encode(job, &req, &len);
+    char store[sizeof n->store_id] = "";
+    cpr_status st = locations ? cpri_wire_list_where_encode(job, &req, &len)
+                              : cpri_wire_list_encode(job, &req, &len);
     st = unary(n, SVC "List", st, req, len, timeout_s, &resp, &resp_len);
     if (st == CPR_OK)
-        st = cpri_wire_list_response_decode(resp, resp_len, parts, count, &cut);
+        st = cpri_wire_list_response_decode_where(resp, resp_len, parts, count, &cut, locations,
+                                                  store, sizeof store);
     free(resp);
+    if (st == CPR_OK) {
+        pthread_mutex_lock(&n->mu);
+        snprintf(n->store_id, sizeof n->store_id, "%s", store);
+        pthread_mutex_unlock(&n->mu);
+    }
     return st;
 }
 

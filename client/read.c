@@ -101,6 +101,12 @@ cpr_status cpr_client_restore(cpr_client *c, const cpr_restore_query *query,
         return st;
     uint8_t want[256];
     nodes_for(c, q.job, shards, n_shards, want);
+    /* Gateways of one store each serve all of it: one of them is asked
+     * (resolve_as_of listed every node, so they said what they share). */
+    for (size_t i = 0; i < c->n_nodes; i++)
+        for (size_t j = 0; want[i] && j < i; j++)
+            if (want[j] && cpri_client_same_store(c, i, j))
+                want[i] = 0;
     uint64_t rows = 0, bytes = 0;
     size_t asked = 0, missing = 0;
     for (size_t i = 0; i < c->n_nodes && st == CPR_OK; i++) {

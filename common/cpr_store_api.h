@@ -16,7 +16,7 @@
 
 #include "cpr/store.h"
 
-#define CPR_STORE_API_ABI 2u
+#define CPR_STORE_API_ABI 3u
 
 typedef struct cpri_store_api {
     uint32_t abi;   /* CPR_STORE_API_ABI of the store that filled it */
@@ -50,6 +50,8 @@ typedef struct cpri_store_api {
     const char *(*errmsg)(void);
     cpr_status (*commit_blobs)(cpr_store *store, const cpr_part_id *id, uint64_t rows_sent,
                                uint64_t blobs, uint64_t blob_bytes); /* ABI 2 */
+    cpr_status (*part_location)(cpr_store *store, const cpr_part_id *id, char *out,
+                                size_t cap); /* ABI 3 */
 } cpri_store_api;
 
 /* Defined (and exported) by the store library. */

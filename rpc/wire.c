@@ -3,6 +3,7 @@
  * protobuf-c <-> the shared types (see wire.h). Generated code lives in
  * build/.../proto/cpr/v1/checkpoint.pb-c.[ch]; nothing else includes it.
  */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -157,7 +158,7 @@ static cpr_status decode_job(const ProtobufCMessageDescriptor *desc, const void 
         const char *job = get_string(m, "job");
         if (!job)
             BUG("a job request type without a job field");
-        *out = (cpri_wire_list){all_if_empty && !*job ? NULL : job, m};
+        *out = (cpri_wire_list){all_if_empty && !*job ? NULL : job, m, 0};
     }
     return st;
 }
@@ -658,7 +659,10 @@ out:
 
 cpr_status cpri_wire_list_decode(const void *buf, size_t len, cpri_wire_list *out)
 {
-    return decode_job(&cpr__v1__list_request__descriptor, buf, len, 0, out);
+    cpr_status st = decode_job(&cpr__v1__list_request__descriptor, buf, len, 0, out);
+    if (st == CPR_OK)
+        out->locations = ((const Cpr__V1__ListRequest *)out->msg)->locations;
+    return st;
 }
 
 void cpri_wire_list_release(cpri_wire_list *l)
@@ -671,6 +675,14 @@ void cpri_wire_list_release(cpri_wire_list *l)
 cpr_status cpri_wire_list_encode(const char *job, uint8_t **buf, size_t *len)
 {
     return encode_job(&cpr__v1__list_request__descriptor, job, buf, len);
+}
+
+cpr_status cpri_wire_list_where_encode(const char *job, uint8_t **buf, size_t *len)
+{
+    Cpr__V1__ListRequest m = CPR__V1__LIST_REQUEST__INIT;
+    m.job = (char *)(job ? job : "");
+    m.locations = 1;
+    return pack(&m.base, buf, len);
 }
 
 /* ---- list jobs, verify, gc ------------------------------------------------------------------ */
@@ -745,7 +757,9 @@ cpr_status cpri_wire_put_response_encode(uint64_t rows, uint64_t bytes, uint8_t 
 }
 
 cpr_status cpri_wire_list_response_encode(const cpr_part_info *parts, size_t n,
-                                         uint64_t latest_consistent, uint8_t **buf, size_t *len)
+                                         uint64_t latest_consistent,
+                                         char *const *locations, const char *store,
+                                         uint8_t **buf, size_t *len)
 {
     Cpr__V1__ListResponse m = CPR__V1__LIST_RESPONSE__INIT;
     Cpr__V1__PartInfo *infos = calloc(n + 1, sizeof *infos);
@@ -768,11 +782,15 @@ cpr_status cpri_wire_list_response_encode(const cpr_part_info *parts, size_t n,
         infos[i].num_shards = parts[i].num_shards;
         infos[i].base_checkpoint = parts[i].base;
         infos[i].codecs = parts[i].codecs;
+        if (locations && locations[i])
+            infos[i].location = locations[i];
         ptrs[i] = &infos[i];
     }
     m.n_parts = n;
     m.parts = ptrs;
     m.latest_consistent = latest_consistent;
+    if (store)
+        m.store = (char *)store;
     st = pack(&m.base, buf, len);
 out:
     free(infos);
@@ -783,14 +801,36 @@ out:
 cpr_status cpri_wire_list_response_decode(const void *buf, size_t len, cpr_part_info **parts,
                                          size_t *n, uint64_t *latest_consistent)
 {
+    return cpri_wire_list_response_decode_where(buf, len, parts, n, latest_consistent, NULL,
+                                                NULL, 0);
+}
+
+cpr_status cpri_wire_list_response_decode_where(const void *buf, size_t len,
+                                               cpr_part_info **parts, size_t *n,
+                                               uint64_t *latest_consistent, char ***locations,
+                                               char *store, size_t store_cap)
+{
     Cpr__V1__ListResponse *m = cpr__v1__list_response__unpack(NULL, len, buf);
     if (!m)
         return malformed("ListResponse", len);
     cpr_part_info *out = calloc(m->n_parts + 1, sizeof *out);
-    if (!out) {
+    char **where = locations ? calloc(m->n_parts + 1, sizeof *where) : NULL;
+    for (size_t i = 0; where && i < m->n_parts; i++) {
+        where[i] = strdup(m->parts[i]->location ? m->parts[i]->location : "");
+        if (!where[i]) {
+            cpr_names_free(where, i);
+            where = NULL;
+        }
+    }
+    if (!out || (locations && !where)) {
+        free(out);
         cpr__v1__list_response__free_unpacked(m, NULL);
         return cpr_fail(CPR_NO_MEMORY, "out of memory decoding a list of parts");
     }
+    if (locations)
+        *locations = where;
+    if (store && store_cap)
+        snprintf(store, store_cap, "%s", m->store ? m->store : "");
     for (size_t i = 0; i < m->n_parts; i++) {
         const Cpr__V1__PartInfo *p = m->parts[i];
         out[i] = (cpr_part_info){p->shard, p->checkpoint, (cpr_kind)p->kind, p->step,

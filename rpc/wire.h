@@ -77,6 +77,7 @@ typedef struct cpri_wire_restore {
 typedef struct cpri_wire_list {
     const char *job;
     void *msg;
+    int locations;     /* List: ListRequest.locations */
 } cpri_wire_list;
 
 /* Gc: job NULL when empty (every job); floor 0 when absent. */
@@ -156,6 +157,8 @@ cpr_status cpri_wire_getblob_encode(const cpr_part_id *id, const char *name, uin
                                    size_t *len);
 cpr_status cpri_wire_restore_encode(const cpr_restore_query *q, uint8_t **buf, size_t *len);
 cpr_status cpri_wire_list_encode(const char *job, uint8_t **buf, size_t *len);
+/* A ListRequest that asks for each part's location. */
+cpr_status cpri_wire_list_where_encode(const char *job, uint8_t **buf, size_t *len);
 cpr_status cpri_wire_list_jobs_encode(uint8_t **buf, size_t *len);
 /* job NULL or "": every job. */
 cpr_status cpri_wire_verify_encode(const char *job, uint8_t **buf, size_t *len);
@@ -172,9 +175,11 @@ cpr_status cpri_wire_put_response_encode(uint64_t rows, uint64_t bytes, uint8_t 
                                         size_t *len);
 cpr_status cpri_wire_begin_response_encode(uint64_t lease, uint8_t **buf, size_t *len);
 cpr_status cpri_wire_begin_response_decode(const void *buf, size_t len, uint64_t *lease);
+/* locations (NULL: none sent) holds one string per part. */
 cpr_status cpri_wire_list_response_encode(const cpr_part_info *parts, size_t n,
-                                         uint64_t latest_consistent, uint8_t **buf,
-                                         size_t *len);
+                                         uint64_t latest_consistent,
+                                         char *const *locations, const char *store,
+                                         uint8_t **buf, size_t *len);
 /* Error counts travel by gRPC status name, several of our codes sharing one
  * (see cpr_status_grpc). */
 cpr_status cpri_wire_stats_response_encode(const cpr_store_stats *stats, uint8_t **buf,
@@ -202,6 +207,13 @@ cpr_status cpri_wire_gc_response_encode(const cpr_gc_report *report, uint8_t **b
 /* Decode a ListResponse: *parts malloc'd, caller frees. */
 cpr_status cpri_wire_list_response_decode(const void *buf, size_t len, cpr_part_info **parts,
                                          size_t *n, uint64_t *latest_consistent);
+/* The same, with (each may be NULL) *locations: n malloc'd strings ("" when
+ * not sent), freed with cpr_names_free(*locations, n); and store[0..cap):
+ * ListResponse.store, truncated. */
+cpr_status cpri_wire_list_response_decode_where(const void *buf, size_t len,
+                                               cpr_part_info **parts, size_t *n,
+                                               uint64_t *latest_consistent, char ***locations,
+                                               char *store, size_t store_cap);
 
 /* The inverse of cpri_wire_stats_response_encode; `parts` is parts_committed.
  * Each error count goes to out->errors[cpr_status_from_grpc(code)]: codes

@@ -20,7 +20,7 @@
 
 #include "cpr_common.h"
 
-#define CHUNK_BYTES ((size_t)4 << 20) /* bytes of a segment per RADOS object */
+#define CHUNK_BYTES ((size_t)CPRI_RADOS_CHUNK_BYTES) /* bytes of a segment per object */
 #define WRITE_DEPTH 2                 /* chunk writes in flight per writer */
 #define READ_DEPTH_MAX 64
 #define CATALOG_OBJECT "cpr.catalog"
@@ -36,6 +36,7 @@ struct cpri_rados {
     rados_t cluster;
     rados_ioctx_t io;
     char where[256];
+    char identity[320];
     /* R6: the gateway's lease, renewed by `renewer` until `stop` */
     uint32_t gw_id;
     char gw_object[32], gw_cookie[32], gw_desc[512];
@@ -108,6 +109,11 @@ cpr_status cpri_rados_connect(const cpri_rados_target *t, cpri_rados **out)
     }
     if (t->ns && *t->ns)
         rados_ioctx_set_namespace(r->io, t->ns);
+    char fsid[64] = "";
+    if (rados_cluster_fsid(r->cluster, fsid, sizeof fsid) < 0)
+        fsid[0] = '\0';
+    snprintf(r->identity, sizeof r->identity, "rados:%s/%s/%s", fsid, t->pool,
+             t->ns ? t->ns : "");
     pthread_mutex_init(&r->mu, NULL);
     pthread_cond_init(&r->cv, NULL);
     *out = r;
@@ -144,6 +150,11 @@ void cpri_rados_close(cpri_rados *r)
     rados_ioctx_destroy(r->io);
     rados_shutdown(r->cluster);
     free(r);
+}
+
+const char *cpri_rados_identity(const cpri_rados *r)
+{
+    return r->identity;
 }
 
 const char *cpri_rados_where(const cpri_rados *r)

@@ -96,6 +96,10 @@ typedef struct cpri_rados_target {
 cpr_status cpri_rados_connect(const cpri_rados_target *t, cpri_rados **out);
 /* NULL is a no-op. Every backend opened on it must be closed first. */
 void cpri_rados_close(cpri_rados *r);
+#define CPRI_RADOS_CHUNK_BYTES ((uint64_t)4 << 20) /* bytes of a segment per object */
+
+/* "rados:FSID/POOL/NS": names the store for every process that opens it. */
+const char *cpri_rados_identity(const cpri_rados *r);
 /* "pool/namespace", for messages and stats. */
 const char *cpri_rados_where(const cpri_rados *r);
 

@@ -10,6 +10,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -1384,6 +1385,77 @@ cpr_status cpr_store_list_jobs(cpr_store *store, char ***names, size_t *n)
     *names = out;
     *n = count;
     return CPR_OK;
+}
+
+const char *cpr_store_shared_id(const cpr_store *store)
+{
+    return store && store->rados ? cpri_rados_identity(store->rados) : NULL;
+}
+
+/* Appends to out[0..cap) what fmt says, keeping it terminated. */
+static void append(char *out, size_t cap, const char *fmt, ...)
+{
+    size_t used = strnlen(out, cap);
+    if (used + 1 >= cap)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(out + used, cap - used, fmt, ap);
+    va_end(ap);
+}
+
+cpr_status cpr_store_part_location(cpr_store *store, const cpr_part_id *id, char *out,
+                                   size_t cap)
+{
+    if (!store || !id || !out || cap == 0)
+        return cpr_fail(CPR_INVALID_ARGUMENT, "cpr_store_part_location needs a store, a part "
+                        "id and room for the answer");
+    cpr_status st = cpri_check_job_name(id->job);
+    if (st)
+        return st;
+    out[0] = '\0';
+    pthread_mutex_lock(&store->mu); /* (a List reloaded the job just before: R9) */
+    cpri_job *job = cpri_catalog_find(&store->catalog, id->job);
+    const cpri_part_meta *m = job ? cpri_job_find_part(job, id->shard, id->checkpoint) : NULL;
+    int open = 0;
+    for (open_part *p = store->open_parts; p && !m && !open; p = p->next)
+        open = p->job_id == (job ? job->id : 0) && job && p->meta.shard == id->shard &&
+               p->meta.checkpoint == id->checkpoint;
+    if (open) {
+        append(out, cap, "open: being written");
+    } else if (!m) {
+        st = cpr_fail(CPR_NOT_FOUND, "job %s has no part of shard %u at checkpoint %llu",
+                      id->job, id->shard, (unsigned long long)id->checkpoint);
+    } else {
+        char seg[CPR_SEG_NAME_MAX] = "";
+        if (m->seg_token)
+            cpri_seg_part_name(seg, job->name, m->shard, m->checkpoint, m->seg_token);
+        if (!m->seg_token)
+            append(out, cap, "no rows");
+        else if (store->rados)
+            append(out, cap, "rados:%s %s@0..%llu (%llu bytes)", cpri_rados_where(store->rados),
+                   seg, (unsigned long long)(m->seg_bytes ? (m->seg_bytes - 1) /
+                                                           CPRI_RADOS_CHUNK_BYTES : 0),
+                   (unsigned long long)m->seg_bytes);
+        else
+            append(out, cap, "file:%s/j_%s.seg (%llu bytes)", store->segs_dir, seg,
+                   (unsigned long long)m->seg_bytes);
+        for (size_t b = 0; b < m->n_blobs; b++) {
+            append(out, cap, b ? ", " : "; blobs: ");
+            if (store->rados)
+                append(out, cap, "%s.b_%s (%llu bytes)", seg, m->blobs[b].name,
+                       (unsigned long long)m->blobs[b].size);
+            else {
+                char *dir = cpri_part_dirname(job->name, m->shard, m->checkpoint,
+                                              store->blobs_dir);
+                append(out, cap, "file:%s/%s (%llu bytes)", dir ? dir : "?", m->blobs[b].name,
+                       (unsigned long long)m->blobs[b].size);
+                free(dir);
+            }
+        }
+    }
+    pthread_mutex_unlock(&store->mu);
+    return cpri_store_count(store, st);
 }
 
 cpr_status cpr_store_latest_cut(cpr_store *store, const char *job_name, uint64_t *cut)

@@ -32,6 +32,7 @@ static const cpri_store_api api = {
     .recovery_get = cpr_store_recovery_get,
     .recovery_put = cpr_store_recovery_put,
     .errmsg = store_errmsg,
+    .part_location = cpr_store_part_location,
 };
 
 const cpri_store_api *cpri_store_api_get(void)

@@ -294,6 +294,14 @@ CPR_API cpr_status cpr_client_list(cpr_client *client, const char *job, cpr_part
                            size_t *n);
 
 /*
+ * Where part `id` is: one line per node that lists it, "NODE: LOCATION\n",
+ * LOCATION as cpr_store_part_location gives it (cpr/store.h: a RADOS pool
+ * and objects, or a file). *out is malloc'd, the caller frees it.
+ * CPR_NOT_FOUND when no node lists the part.
+ */
+CPR_API cpr_status cpr_client_where(cpr_client *client, const cpr_part_id *id, char **out);
+
+/*
  * Names of every job with at least one part (committed or open) on any node:
  * the union over nodes, sorted (strcmp order), each once. *jobs is a malloc'd
  * array of *n malloc'd strings followed by a NULL entry, owned by the caller:

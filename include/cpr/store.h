@@ -151,6 +151,22 @@ CPR_API cpr_status cpr_store_list(cpr_store *store, const char *job,
  */
 CPR_API cpr_status cpr_store_list_jobs(cpr_store *store, char ***names, size_t *n);
 
+/*
+ * Where part `id`'s bytes are, for people (cprctl where), in `out` (cap
+ * bytes, truncated to fit): "rados:POOL/NS OBJECT@0..K (B bytes)" for a
+ * store in Ceph RADOS, "file:PATH (B bytes)" on a local disk, each followed
+ * by its blobs ("; blobs: ..."), or "open: being written" for an open part.
+ * CPR_NOT_FOUND when the store has no such part.
+ */
+CPR_API cpr_status cpr_store_part_location(cpr_store *store, const cpr_part_id *id, char *out,
+                                           size_t cap);
+
+/* What names this store's storage when other processes may open the same
+ * ("rados:FSID/POOL/NAMESPACE" for a store in Ceph RADOS: ckptd gateways of
+ * one namespace share it), or NULL (a local directory: this store's own).
+ * Valid until the store is closed. */
+CPR_API const char *cpr_store_shared_id(const cpr_store *store);
+
 /* Largest consistent cut of `job`. CPR_NOT_FOUND if the job has none. */
 CPR_API cpr_status cpr_store_latest_cut(cpr_store *store, const char *job,
                                 uint64_t *cut);

@@ -197,6 +197,23 @@ check_abort() {
     json_true 'len(d["parts"]) == 5'
 }
 
+# where: the part's segment file, as the node that has it names it.
+check_where() {
+    ok where demo 0 1
+    local line path
+    line=$(head -n 1 "$work/out")
+    [[ $line =~ ^.+:\ file:(/[^ ]+/j_demo/0-1\.[0-9a-f]{16}\.seg)\ \(([0-9]+)\ bytes\) ]] ||
+        fail "where: $(cat "$work/out")"
+    path=${BASH_REMATCH[1]}
+    [[ $(stat -c %s "$path") == "${BASH_REMATCH[2]}" ]] || fail "where: $path is not that size"
+    ok where demo 0 1 --json
+    json_true 'd["job"] == "demo" and d["shard"] == 0 and d["checkpoint"] == 1 and len(d["places"]) == 1 and d["places"][0]["location"].startswith("file:/")'
+    expect_rc 1 --server "$server" where demo 0 77
+    grep -q 'CPR_NOT_FOUND' "$work/err" || fail "where of no part: $(cat "$work/err")"
+    expect_rc 2 --server "$server" where demo x 1
+    expect_rc 2 --server "$server" where demo 0
+}
+
 check_gc() {
     ok gc demo --keep 1 --json
     json_true 'd["floor"] == 2 and d["parts_removed"] == 2 and d["keep"] == 1'
@@ -250,6 +267,7 @@ check_store() {
     check_export
     check_recovery
     check_abort
+    check_where
     check_gc
 }
 

@@ -55,7 +55,7 @@ static cpr_status encode_admin(unsigned kind, uint8_t **buf, size_t *len)
     case 12: return cpri_wire_list_jobs_response_encode(jobs, 2, buf, len);
     case 13: return cpri_wire_verify_response_encode(&vr, details, 2, buf, len);
     case 14: return cpri_wire_gc_response_encode(&gr, buf, len);
-    default: return cpri_wire_list_response_encode(parts, 2, 5, buf, len);
+    default: return cpri_wire_list_response_encode(parts, 2, 5, NULL, NULL, buf, len);
     }
 }
 

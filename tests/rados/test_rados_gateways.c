@@ -7,7 +7,9 @@
  *    row and blob exactly, lists the same parts, and serves the recovery
  *    record with the same generation and plan;
  *  - two ckptd gateways on one pool racing on a job's recovery record: one
- *    winner per generation, and both serve the winner's plan.
+ *    winner per generation, and both serve the winner's plan;
+ *  - one client given both gateways: each part counted once in lists and
+ *    restores, and cpr_client_where names the pool's objects.
  * Exits 77 when the cluster is not there.
  */
 #define _GNU_SOURCE
@@ -216,6 +218,101 @@ static void test_two_gateways_race(void **unused)
     }
 }
 
+/* ---- one client, two gateways of one namespace --------------------------------- */
+
+#define GW_SHARDS 4
+#define GW_ROWS 500 /* per shard */
+
+static const cpr_table_schema GW_T[] = {{.table = 0, .rows = GW_SHARDS * GW_ROWS, .dim = 8,
+                                         .state_dim = 1}};
+
+typedef struct seen_rows {
+    unsigned count[GW_SHARDS * GW_ROWS];
+    size_t total;
+    int wrong;
+} seen_rows;
+
+static cpr_status see_row(void *ctx, const cpr_row_batch *b)
+{
+    seen_rows *s = ctx;
+    for (size_t i = 0; i < b->n; i++) {
+        uint64_t id = b->ids ? b->ids[i] : b->range_begin + i;
+        if (id >= GW_SHARDS * GW_ROWS)
+            return CPR_INTERNAL;
+        s->count[id]++;
+        s->total++;
+        for (uint32_t k = 0; k < GW_T[0].dim; k++)
+            s->wrong += b->values[i * GW_T[0].dim + k] != tu_value(0, id, 1, k);
+    }
+    return CPR_OK;
+}
+
+/* A client given both gateways writes each shard through the one placement
+ * picks; both gateways then list every part, and the client counts each
+ * once (ListResponse.store names the shared store): no part is "misplaced",
+ * a restore delivers every row once, and cpr_client_where names the pool's
+ * objects through either gateway. */
+static void test_client_over_two_gateways(void **unused)
+{
+    (void)unused;
+    char ns[64], target[700];
+    unique_ns(ns, sizeof ns, "client");
+    char *dir[2] = {tu_mkdtemp("cpr-rados-c0"), tu_mkdtemp("cpr-rados-c1")};
+    ch_daemon d[2];
+    for (int i = 0; i < 2; i++)
+        start_gateway(&d[i], dir[i], ns);
+    snprintf(target, sizeof target, "grpc://%s,%s", d[0].addr, d[1].addr);
+    cpr_client *c = NULL;
+    assert_status(CPR_OK, cpr_client_open(target, NULL, &c));
+    unsigned on[2] = {0, 0};
+    for (uint32_t s = 0; s < GW_SHARDS; s++) {
+        cpr_part_spec spec = tu_part("gw", s, GW_SHARDS, 1, CPR_KIND_FULL, GW_T, 1);
+        cpr_part *part = NULL;
+        uint64_t ids[GW_ROWS];
+        tu_iota(ids, (uint64_t)s * GW_ROWS, GW_ROWS);
+        tu_batch b;
+        tu_batch_make(&b, &GW_T[0], ids, GW_ROWS, 1);
+        assert_status(CPR_OK, cpr_client_begin(c, &spec, &part));
+        assert_status(CPR_OK, cpr_part_put_rows(part, &b.batch));
+        assert_status(CPR_OK, cpr_part_commit(&part));
+        tu_batch_free(&b);
+        on[cpr_client_node_of(c, "gw", s)]++;
+    }
+    print_message("  shards written through gateway 0: %u, gateway 1: %u\n", on[0], on[1]);
+    cpr_part_info *parts = NULL;
+    size_t n = 0;
+    assert_status(CPR_OK, cpr_client_list(c, "gw", &parts, &n));
+    assert_int_equal(n, GW_SHARDS);
+    free(parts);
+    uint64_t cut = 0;
+    assert_status(CPR_OK, cpr_client_latest_cut(c, "gw", &cut));
+    assert_int_equal(cut, 1);
+    seen_rows *seen = calloc(1, sizeof *seen);
+    assert_non_null(seen);
+    cpr_restore_query q = {.job = "gw", .consistent = 1};
+    assert_status(CPR_OK, cpr_client_restore(c, &q, NULL, 0, see_row, seen, NULL));
+    assert_int_equal(seen->total, GW_SHARDS * GW_ROWS);
+    assert_int_equal(seen->wrong, 0);
+    for (size_t i = 0; i < GW_SHARDS * GW_ROWS; i++)
+        assert_int_equal(seen->count[i], 1);
+    free(seen);
+    char *where = NULL, want[128];
+    cpr_part_id id = {"gw", 1, 1};
+    assert_status(CPR_OK, cpr_client_where(c, &id, &where));
+    snprintf(want, sizeof want, ": rados:cpr/%s gw/1-1.", ns);
+    char *second = strchr(where, '\n');
+    assert_non_null(second);
+    assert_non_null(strstr(where, want));
+    assert_non_null(strstr(second + 1, want)); /* both gateways name it */
+    free(where);
+    cpr_client_close(c);
+    for (int i = 0; i < 2; i++) {
+        ch_stop(&d[i]);
+        tu_rmtree(dir[i]);
+        free(dir[i]);
+    }
+}
+
 int main(void)
 {
     g_conf = getenv("CPR_TEST_RADOS_CONF");
@@ -226,6 +323,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_node_loss),
         cmocka_unit_test(test_two_gateways_race),
+        cmocka_unit_test(test_client_over_two_gateways),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -162,7 +162,7 @@ static void test_small_messages_roundtrip(void **unused)
     cpr_part_info *back;
     size_t n;
     uint64_t latest;
-    assert_int_equal(cpri_wire_list_response_encode(parts, 2, 5, &buf, &len), CPR_OK);
+    assert_int_equal(cpri_wire_list_response_encode(parts, 2, 5, NULL, NULL, &buf, &len), CPR_OK);
     assert_int_equal(cpri_wire_list_response_decode(buf, len, &back, &n, &latest), CPR_OK);
     assert_int_equal(n, 2);
     assert_int_equal(latest, 5);

@@ -49,6 +49,14 @@ static const command COMMANDS[] = {
      "  (shards 0..num_shards-1 all committed and consistent); the shards missing\n"
      "  (no committed part) or not consistent; total rows and bytes. Exit 1 if\n"
      "  no part has that id.\n"},
+    {"where", 3, 3, 0, ctl_cmd_where,
+     "cprctl where JOB SHARD CKPT\n"
+     "  Where the part of JOB's SHARD at checkpoint id CKPT is kept: for each\n"
+     "  node that lists it, the node and the place: 'rados:POOL/NS OBJECT@0..K'\n"
+     "  (its 4 MiB objects in a Ceph pool) or 'file:PATH' (a ckptd's disk), with\n"
+     "  the bytes, then its blobs; 'open: being written' for an open part. With\n"
+     "  --json: {job, shard, checkpoint, places: [{node, location}]}. Exit 1\n"
+     "  when no node lists it.\n"},
     {"verify", 0, 1, 0, ctl_cmd_verify,
      "cprctl verify [JOB]\n"
      "  Read every row and blob of JOB (default: every job) on every node and\n"
@@ -447,7 +455,7 @@ static int check_args(const command *cmd, ctl *c, const parsed *p)
     }
     if (c->n_args > 0 && check_job(c->args[0]))
         return -1;
-    if (strcmp(cmd->name, "abort") == 0) {
+    if (strcmp(cmd->name, "abort") == 0 || strcmp(cmd->name, "where") == 0) {
         uint64_t shard;
         if (cli_error(cpri_cli_u64("SHARD", c->args[1], 0, UINT32_MAX, &shard)) ||
             cli_error(cpri_cli_u64("CKPT", c->args[2], 1, UINT64_MAX, &c->checkpoint)))

@@ -98,6 +98,7 @@ int ctl_cmd_inspect(ctl *c);
 int ctl_cmd_verify(ctl *c);
 int ctl_cmd_gc(ctl *c);
 int ctl_cmd_abort(ctl *c);
+int ctl_cmd_where(ctl *c);
 int ctl_cmd_stats(ctl *c);
 int ctl_cmd_export(ctl *c);
 int ctl_cmd_recovery(ctl *c);

@@ -412,6 +412,42 @@ int ctl_cmd_abort(ctl *c)
     return 0;
 }
 
+/* ---- where ------------------------------------------------------------------------------ */
+
+int ctl_cmd_where(ctl *c)
+{
+    cpr_part_id id = {c->args[0], c->shard, c->checkpoint};
+    char *text = NULL;
+    cpr_status st = cpr_client_where(c->client, &id, &text);
+    if (st)
+        return ctl_fail(c, st);
+    if (!c->json) {
+        fputs(text, stdout);
+        free(text);
+        return 0;
+    }
+    ctl_json j;
+    ctl_json_begin(c, &j);
+    ctl_jstr(&j, j.root, "job", id.job);
+    ctl_jnum(&j, j.root, "shard", id.shard);
+    ctl_jnum(&j, j.root, "checkpoint", (double)id.checkpoint);
+    cpri_json *places = ctl_jarray(&j);
+    for (char *line = text, *nl; places && *line; line = nl + 1) { /* "NODE: LOCATION\n" */
+        nl = strchr(line, '\n');
+        *nl = '\0';
+        char *sep = strstr(line, ": ");
+        cpri_json *o = ctl_jobject(&j);
+        if (sep)
+            *sep = '\0';
+        ctl_jstr(&j, o, "node", line);
+        ctl_jstr(&j, o, "location", sep ? sep + 2 : "");
+        ctl_jchild(&j, places, NULL, o);
+    }
+    ctl_jchild(&j, j.root, "places", places);
+    free(text);
+    return ctl_json_emit(c, &j, 0);
+}
+
 /* ---- gc --------------------------------------------------------------------------------- */
 
 int ctl_cmd_gc(ctl *c)
