@@ -12,6 +12,8 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "cpr_common.h" /* CPR_INTERNAL_API: libcpr-store parses JSON too */
+
 typedef struct cpri_json cpri_json;
 
 cpri_json *cpri_json_object(void);
@@ -31,7 +33,7 @@ int cpri_json_add_child(cpri_json *obj, const char *key, cpri_json *child);
 int cpri_json_append(cpri_json *array, cpri_json *child);
 /* Print compactly as one line followed by '\n'. Returns 0 or -1. */
 int cpri_json_print(const cpri_json *root, FILE *out);
-void cpri_json_free(cpri_json *root);
+CPR_INTERNAL_API void cpri_json_free(cpri_json *root);
 
 /*
  * Reading (for tools that read JSON logs). A parsed tree is owned by the
@@ -41,19 +43,19 @@ void cpri_json_free(cpri_json *root);
 
 /* Parse one NUL-terminated JSON text; NULL if it is not valid JSON (or on
  * allocation failure). */
-cpri_json *cpri_json_parse(const char *text);
+CPR_INTERNAL_API cpri_json *cpri_json_parse(const char *text);
 int cpri_json_is_object(const cpri_json *value);
 /* Member `key` of an object (case-sensitive); NULL if absent or `obj` is
  * not an object. */
-const cpri_json *cpri_json_get(const cpri_json *obj, const char *key);
+CPR_INTERNAL_API const cpri_json *cpri_json_get(const cpri_json *obj, const char *key);
 /* Member `key` as a number, string or boolean: 0 and *out set; -1 if
  * absent or of another type (*out untouched). */
-int cpri_json_get_number(const cpri_json *obj, const char *key, double *out);
-int cpri_json_get_string(const cpri_json *obj, const char *key, const char **out);
+CPR_INTERNAL_API int cpri_json_get_number(const cpri_json *obj, const char *key, double *out);
+CPR_INTERNAL_API int cpri_json_get_string(const cpri_json *obj, const char *key, const char **out);
 int cpri_json_get_bool(const cpri_json *obj, const char *key, int *out);
 /* Elements of an array (0 and NULL for anything else). */
-size_t cpri_json_array_size(const cpri_json *array);
-const cpri_json *cpri_json_array_get(const cpri_json *array, size_t i);
+CPR_INTERNAL_API size_t cpri_json_array_size(const cpri_json *array);
+CPR_INTERNAL_API const cpri_json *cpri_json_array_get(const cpri_json *array, size_t i);
 /* A value that is a number: 0 and *out set, else -1. */
 int cpri_json_number_value(const cpri_json *value, double *out);
 /* A value that is a string: 0 and *out set (it lives as long as the tree), else -1. */

@@ -12,7 +12,7 @@ PACKAGES=(
   librocksdb-dev                     # store: rows and metadata (C API)
   liburing-dev                       # store: blob I/O
   librados-dev                       # store: segments and catalog in a Ceph pool (ckptd/store/rados.c)
-  ceph-mon ceph-osd ceph-common      # tests: a small Ceph cluster (deploy/ceph/test-cluster.sh)
+  ceph-mon ceph-osd ceph-common ceph-mgr # tests: a small Ceph cluster (deploy/ceph/test-cluster.sh)
   libisal-dev                        # CRC32C (ISA-L crc32_iscsi)
   libfp16-dev                        # row codecs: portable IEEE half conversion
   libcjson-dev                       # --json output of the tools

@@ -19,6 +19,7 @@
 #include <string.h>
 
 #include "cpr_common.h"
+#include "cpr_json.h"
 
 #define CHUNK_BYTES ((size_t)CPRI_RADOS_CHUNK_BYTES) /* bytes of a segment per object */
 #define WRITE_DEPTH 2                 /* chunk writes in flight per writer */
@@ -37,6 +38,7 @@ struct cpri_rados {
     rados_ioctx_t io;
     char where[256];
     char identity[320];
+    char pool[256];
     /* R6: the gateway's lease, renewed by `renewer` until `stop` */
     uint32_t gw_id;
     char gw_object[32], gw_cookie[32], gw_desc[512];
@@ -114,6 +116,7 @@ cpr_status cpri_rados_connect(const cpri_rados_target *t, cpri_rados **out)
         fsid[0] = '\0';
     snprintf(r->identity, sizeof r->identity, "rados:%s/%s/%s", fsid, t->pool,
              t->ns ? t->ns : "");
+    snprintf(r->pool, sizeof r->pool, "%s", t->pool);
     pthread_mutex_init(&r->mu, NULL);
     pthread_cond_init(&r->cv, NULL);
     *out = r;
@@ -1018,4 +1021,65 @@ cpr_status cpri_rados_job_hold(cpri_rados *r, uint32_t job_id, int *held)
     if (rc == 0 || rc == -EBUSY || rc == -EEXIST)
         return CPR_OK;
     return rados_err(rc, "cannot take the job lock on", object);
+}
+
+/* ---- the pool's free space ------------------------------------------------------------ */
+
+/* One monitor (or manager) command's JSON answer, parsed; NULL on failure. */
+static cpri_json *mon_json(cpri_rados *r, const char *cmd)
+{
+    char *out = NULL, *outs = NULL;
+    size_t outlen = 0, outslen = 0;
+    const char *cmds[1] = {cmd};
+    int rc = rados_mon_command(r->cluster, cmds, 1, "", 0, &out, &outlen, &outs, &outslen);
+    cpri_json *j = NULL;
+    if (rc == 0 && out && outlen) {
+        char *text = strndup(out, outlen);
+        j = text ? cpri_json_parse(text) : NULL;
+        free(text);
+    }
+    rados_buffer_free(out);
+    rados_buffer_free(outs);
+    return j;
+}
+
+cpr_status cpri_rados_pool_avail(cpri_rados *r, uint64_t *avail, int *quota_bound)
+{
+    *avail = UINT64_MAX;
+    *quota_bound = 0;
+    cpri_json *df = mon_json(r, "{\"prefix\": \"df\", \"format\": \"json\"}");
+    const cpri_json *pools = df ? cpri_json_get(df, "pools") : NULL;
+    double max_avail = -1, stored = 0;
+    for (size_t i = 0; i < cpri_json_array_size(pools); i++) {
+        const cpri_json *p = cpri_json_array_get(pools, i);
+        const char *name = NULL;
+        const cpri_json *stats = cpri_json_get(p, "stats");
+        if (cpri_json_get_string(p, "name", &name) == 0 && strcmp(name, r->pool) == 0 && stats) {
+            cpri_json_get_number(stats, "max_avail", &max_avail);
+            cpri_json_get_number(stats, "stored", &stored);
+        }
+    }
+    cpri_json_free(df);
+    if (max_avail < 0)
+        return CPR_OK; /* no usage figures (a cluster without a manager): unknown */
+    *avail = (uint64_t)max_avail;
+    char cmd[512];
+    snprintf(cmd, sizeof cmd, "{\"prefix\": \"osd pool get-quota\", \"pool\": \"%s\", "
+             "\"format\": \"json\"}", r->pool);
+    cpri_json *q = mon_json(r, cmd);
+    double quota = 0;
+    if (q && cpri_json_get_number(q, "quota_max_bytes", &quota) == 0 && quota > 0) {
+        uint64_t left = quota > stored ? (uint64_t)(quota - stored) : 0;
+        if (left < *avail) {
+            *avail = left;
+            *quota_bound = 1;
+        }
+    }
+    cpri_json_free(q);
+    return CPR_OK;
+}
+
+const char *cpri_rados_pool(const cpri_rados *r)
+{
+    return r->pool;
 }

@@ -167,4 +167,11 @@ int cpri_rados_gateway_alive(cpri_rados *r, uint32_t id);
 /* R6. CPR_OK while this gateway's lease holds; else CPR_UNAVAILABLE. */
 cpr_status cpri_rados_gateway_check(cpri_rados *r);
 
+/* The bytes the pool can still take: Ceph's MAX AVAIL for it (after
+ * replication and the full ratio), less what its quota leaves, when that is
+ * less (*quota_bound = 1). UINT64_MAX when the cluster reports no usage (no
+ * manager running). A monitor command or two: callers cache it. */
+cpr_status cpri_rados_pool_avail(cpri_rados *r, uint64_t *avail, int *quota_bound);
+const char *cpri_rados_pool(const cpri_rados *r);
+
 #endif /* CPR_STORE_RADOS_H */

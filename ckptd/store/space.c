@@ -36,6 +36,18 @@
  * The floors are checked with statvfs(2) of the store's directory, a
  * syscall per check; a racing writer outside the store can still win, so
  * ckptd wants a file system (or quota) of its own (docs/operations.md).
+ *
+ * In RADOS the directory holds only the catalog's copy, and the data goes
+ * to the pool, so Begin and data writes also need room in the pool:
+ *  F5. free_pool >= max(min_free_bytes, 2 * POOL_SLACK) for Begin, and
+ *      >= POOL_SLACK for rows and blobs, where free_pool is what the pool
+ *      can still take (rados.h cpri_rados_pool_avail: Ceph's MAX AVAIL for
+ *      the pool, less what its quota leaves), read at most every
+ *      POOL_CHECK_MS; unknown (no manager in the cluster) is no refusal.
+ *      The catalog's writes are omap keys of kilobytes: Ceph itself refuses
+ *      them when the pool is full (ENOSPC or EDQUOT: CPR_RESOURCE_EXHAUSTED
+ *      before RocksDB is written, rados.h R1), and lets GC's deletes through.
+ *      The local Begin floor is then the catalog's alone.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -48,12 +60,15 @@
 #include <unistd.h>
 
 #include "store_internal.h"
+#include "rados.h"
 
 #define MIB (1024ull * 1024)
 #define CATALOG_SLACK (32 * MIB) /* > 2 memtables of setup_rocks_options' size */
 #define GC_SLACK (4 * MIB)
 #define BALLAST_BYTES (16 * MIB)
 #define BALLAST_NAME "ballast"
+#define POOL_SLACK (64 * MIB) /* F5: two segments' worth of 4 MiB objects, and more */
+#define POOL_CHECK_MS 2000
 
 uint64_t cpri_space_free_bytes(const cpr_store *store)
 {
@@ -82,8 +97,9 @@ static uint64_t floor_of(cpr_store *store, cpri_space_need need)
 {
     uint64_t cat = catalog_floor(store);
     switch (need) {
-    case CPRI_SPACE_BEGIN:
-        return store->opts.min_free_bytes > 2 * cat ? store->opts.min_free_bytes : 2 * cat;
+    case CPRI_SPACE_BEGIN: /* in RADOS the reserve is the pool's (F5) */
+        return !store->rados && store->opts.min_free_bytes > 2 * cat ? store->opts.min_free_bytes
+                                                                     : 2 * cat;
     case CPRI_SPACE_DATA:
         return 2 * cat;
     case CPRI_SPACE_CATALOG:
@@ -98,8 +114,52 @@ static double mib(uint64_t bytes)
     return (double)bytes / (double)MIB;
 }
 
+/* F5: what the pool can take, read at most every POOL_CHECK_MS. */
+static uint64_t pool_avail(cpr_store *store, int *quota_bound)
+{
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    uint64_t now_ms = (uint64_t)now.tv_sec * 1000 + (uint64_t)now.tv_nsec / 1000000;
+    uint64_t at = atomic_load(&store->pool_avail_ms);
+    if (at == 0 || now_ms - at >= POOL_CHECK_MS) {
+        uint64_t avail = UINT64_MAX;
+        int bound = 0;
+        if (cpri_rados_pool_avail(store->rados, &avail, &bound) != CPR_OK)
+            avail = UINT64_MAX; /* cannot tell: let the write find out */
+        atomic_store(&store->pool_avail, avail);
+        atomic_store(&store->pool_quota_bound, bound);
+        atomic_store(&store->pool_avail_ms, now_ms ? now_ms : 1);
+    }
+    *quota_bound = atomic_load(&store->pool_quota_bound);
+    return atomic_load(&store->pool_avail);
+}
+
+static cpr_status check_pool(cpr_store *store, cpri_space_need need, const char *op)
+{
+    if (!store->rados || (need != CPRI_SPACE_BEGIN && need != CPRI_SPACE_DATA))
+        return CPR_OK;
+    uint64_t want = POOL_SLACK;
+    if (need == CPRI_SPACE_BEGIN)
+        want = store->opts.min_free_bytes > 2 * POOL_SLACK ? store->opts.min_free_bytes
+                                                            : 2 * POOL_SLACK;
+    int quota = 0;
+    uint64_t avail = pool_avail(store, &quota);
+    if (avail >= want)
+        return CPR_OK;
+    return cpr_fail(CPR_RESOURCE_EXHAUSTED, "%s: the RADOS pool %s can take %.1f MiB more (%s), "
+                    "%.1f MiB needed: %s. Free space (cprctl gc), raise the pool's quota or add "
+                    "OSDs, and retry", op, cpri_rados_pool(store->rados), mib(avail),
+                    quota ? "its quota" : "Ceph's MAX AVAIL for it",  mib(want),
+                    need == CPRI_SPACE_BEGIN ? "new parts are refused below the reserve (ckptd "
+                                               "--min-free-mb, at least 128 MiB)"
+                                             : "rows and blobs stop there");
+}
+
 cpr_status cpri_space_check(cpr_store *store, cpri_space_need need, const char *op)
 {
+    cpr_status pool = check_pool(store, need, op);
+    if (pool)
+        return pool;
     uint64_t free_bytes = cpri_space_free_bytes(store);
     uint64_t want = floor_of(store, need);
     if (free_bytes >= want)

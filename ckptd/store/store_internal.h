@@ -176,6 +176,8 @@ struct cpr_store {
     _Atomic int catalog_broken;  /* a catalog write failed: no more (space.c F1) */
     _Atomic uint64_t catalog_bytes, catalog_bytes_ms; /* its size, measured at most once
                                                      a second (space.c) */
+    _Atomic uint64_t pool_avail, pool_avail_ms; /* in RADOS: what the pool can take (F5) */
+    _Atomic int pool_quota_bound;
     char catalog_error[512];     /* why, written once before catalog_broken is set */
     _Atomic uint64_t gc_runs, gc_parts_removed, gc_bytes_freed, folds, fold_bytes;
     _Atomic uint64_t errors[CPR_STATUS_COUNT_];

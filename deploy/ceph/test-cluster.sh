@@ -5,8 +5,9 @@
 # the OSDs' memory: it measures the code path, not a disk), auth none, and a
 # pool replicated N ways (at most 3) across them.
 #
-#   deploy/ceph/test-cluster.sh start DIR [--osds N] [--pool NAME]
-#       prints DIR/ceph.conf once the pool takes writes
+#   deploy/ceph/test-cluster.sh start DIR [--osds N] [--pool NAME] [--mgr]
+#       prints DIR/ceph.conf once the pool takes writes; --mgr also starts a
+#       manager (ceph-mgr), which pool usage and free space (ceph df) need
 #   deploy/ceph/test-cluster.sh stop DIR              stops every daemon of DIR
 #   deploy/ceph/test-cluster.sh kill-osd DIR ID       SIGKILL one OSD
 #   deploy/ceph/test-cluster.sh start-osd DIR ID      start it again (memstore: empty;
@@ -53,11 +54,12 @@ start_osd() {
 
 case $cmd in
 start)
-  osds=3 pool=cpr
+  osds=3 pool=cpr mgr=0
   while [[ $# -gt 0 ]]; do
     case $1 in
       --osds) osds=$2; shift 2 ;;
       --pool) pool=$2; shift 2 ;;
+      --mgr) mgr=1; shift ;;
       *) usage ;;
     esac
   done
@@ -117,6 +119,11 @@ CONF
   ceph_ osd pool set "$pool" size "$size" >/dev/null 2>&1
   ceph_ osd pool application enable "$pool" cpr >/dev/null 2>&1
   wait_ready "$pool" 60
+  if ((mgr)); then
+    command -v ceph-mgr >/dev/null || { echo "test-cluster: ceph-mgr missing" >&2; exit 77; }
+    mkdir -p "$dir/mgr/x"
+    ceph-mgr -c "$dir/ceph.conf" -i x --mgr-data "$dir/mgr/x" 2>>"$dir/log/stderr.mgr"
+  fi
   echo "$dir/ceph.conf"
   ;;
 stop)
