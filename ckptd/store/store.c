@@ -344,6 +344,9 @@ void cpri_open_part_free(cpr_store *store, open_part *part)
     free(part);
 }
 
+/* S8: how long a doomed object stays in RADOS for readers on other gateways. */
+#define DOOM_GRACE_S 300.0
+
 /* ---- a job reloaded from the pool (rados.h R9) -------------------------- */
 
 typedef struct pool_records {
@@ -973,7 +976,8 @@ void cpr_store_close(cpr_store *store)
     while (store->doomed) { /* no reader is left */
         doomed_seg *d = store->doomed;
         store->doomed = d->next;
-        store->segs->ops->remove(store->segs, d->name);
+        if (!store->rados) /* S8: in RADOS they wait out their grace, for the sweep */
+            store->segs->ops->remove(store->segs, d->name);
         free(d);
     }
     if (store->segs)
@@ -1230,15 +1234,28 @@ void cpri_store_reader_enter_locked(cpr_store *store)
     store->readers++;
 }
 
-void cpri_store_reader_leave(cpr_store *store)
+/* Under store->mu: unlink the doomed entries that may go now (S7, S8). */
+static doomed_seg *take_due_locked(cpr_store *store)
 {
     doomed_seg *todo = NULL;
-    pthread_mutex_lock(&store->mu);
-    if (--store->readers == 0) {
-        todo = store->doomed;
-        store->doomed = NULL;
+    if (store->readers)
+        return NULL;
+    double now = cpri_now_s();
+    for (doomed_seg **pp = &store->doomed; *pp;) {
+        doomed_seg *d = *pp;
+        if (d->due_s <= now) {
+            *pp = d->next;
+            d->next = todo;
+            todo = d;
+        } else {
+            pp = &d->next;
+        }
     }
-    pthread_mutex_unlock(&store->mu);
+    return todo;
+}
+
+static void remove_all(cpr_store *store, doomed_seg *todo)
+{
     while (todo) {
         doomed_seg *d = todo;
         todo = d->next;
@@ -1247,9 +1264,27 @@ void cpri_store_reader_leave(cpr_store *store)
     }
 }
 
+void cpri_store_reader_leave(cpr_store *store)
+{
+    doomed_seg *todo = NULL;
+    pthread_mutex_lock(&store->mu);
+    if (--store->readers == 0)
+        todo = take_due_locked(store);
+    pthread_mutex_unlock(&store->mu);
+    remove_all(store, todo);
+}
+
+void cpri_store_reap_doomed(cpr_store *store)
+{
+    pthread_mutex_lock(&store->mu);
+    doomed_seg *todo = take_due_locked(store);
+    pthread_mutex_unlock(&store->mu);
+    remove_all(store, todo);
+}
+
 void cpri_store_doom_locked(cpr_store *store, const char *name)
 {
-    if (!store->readers) {
+    if (!store->readers && !store->rados) {
         store->segs->ops->remove(store->segs, name);
         return;
     }
@@ -1258,6 +1293,7 @@ void cpri_store_doom_locked(cpr_store *store, const char *name)
         cpri_log(CPR_LOG_WARN, "out of memory: segment %s stays until the next open", name);
         return;
     }
+    d->due_s = store->rados ? cpri_now_s() + DOOM_GRACE_S : 0; /* S8 */
     snprintf(d->name, sizeof d->name, "%s", name);
     d->next = store->doomed;
     store->doomed = d;

@@ -261,6 +261,7 @@ static cpr_status gc_run(cpr_store *store, const char *job_name, const gc_goal *
         st = gc_one(store, only ? job_name : names[i], goal, &rep);
     pthread_mutex_unlock(&store->fold_mu);
     free(names);
+    cpri_store_reap_doomed(store); /* S8: what waited out its grace */
     rep.bytes_after = cpri_store_bytes(store);
     atomic_fetch_add(&store->gc_runs, 1);
     atomic_fetch_add(&store->gc_parts_removed, rep.parts_removed);

@@ -68,6 +68,12 @@
  *      that started before its record went is still running (doomed list,
  *      store.c): restores plan from the catalog under store->mu and then
  *      read without it.
+ *  S8. In RADOS, readers on other gateways (rados.h R9: the job's holder
+ *      removes what every gateway may be reading) do not register here: a
+ *      doomed object also waits DOOM_GRACE_S (store.c) after its record
+ *      went, so that a restore or blob read another gateway planned before
+ *      has that long to read it. At close the objects still waiting stay
+ *      (no record names them) for the open-time sweep (R7).
  */
 #ifndef CPR_STORE_INTERNAL_H
 #define CPR_STORE_INTERNAL_H
@@ -142,6 +148,7 @@ typedef struct damaged_part {
 /* Segment objects waiting for the restores that may read them (S7). */
 typedef struct doomed_seg {
     struct doomed_seg *next;
+    double due_s;             /* S8: not before (cpri_now_s); 0 locally */
     char name[CPR_SEG_NAME_MAX];
 } doomed_seg;
 
@@ -264,6 +271,9 @@ void cpri_store_reader_leave(cpr_store *store);
 /* Remove a segment now if no reader runs, else when the last one leaves.
  * Caller holds store->mu. */
 void cpri_store_doom_locked(cpr_store *store, const char *name);
+/* S8: remove the doomed objects whose grace is over (none while a reader
+ * runs). Takes store->mu. */
+void cpri_store_reap_doomed(cpr_store *store);
 
 /* O1. n_open_parts (and a job's open_parts) count the parts in the open
  *     list: incremented by begin, decremented when a part leaves the list.

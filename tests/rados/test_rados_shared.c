@@ -15,7 +15,9 @@
  *  - one holder per job: retention runs on the gateway holding the job and
  *    decides on every shard's parts, whichever gateway wrote them; another
  *    gateway's retention leaves the job alone, and lists and restores what
- *    the holder left (rados.h R9).
+ *    the holder left (rados.h R9);
+ *  - a part the holder's retention removed stays readable for a while by a
+ *    gateway that planned its read before (store_internal.h S8).
  * Exits 77 when the cluster is not there.
  */
 #define _GNU_SOURCE
@@ -241,6 +243,30 @@ static void test_one_holder_per_job(void **unused)
     gw_stop(&a);
 }
 
+/* S8: the holder's retention removes a part another gateway may still be
+ * reading; its objects wait out a grace, so that read completes. */
+static void test_removed_part_readable_meanwhile(void **unused)
+{
+    (void)unused;
+    new_namespace("grace");
+    gateway a, b;
+    gw_start(&a, "cpr-shared-a");
+    cpr_part_spec p1 = tu_part("g", 0, 1, 1, CPR_KIND_FULL, T, 1);
+    cpr_part_spec p2 = tu_part("g", 0, 1, 2, CPR_KIND_FULL, T, 1);
+    uint64_t ids[30];
+    tu_iota(ids, 0, 30);
+    assert_status(CPR_OK, tu_write_part(a.store, &p1, ids, 30, 30, 100000, 1));
+    tu_write_part_ok(a.store, &p2, 0, 30);
+    gw_start(&b, "cpr-shared-b"); /* B knows both parts */
+    cpr_gc_report rep = {0};
+    assert_status(CPR_OK, cpr_store_gc(a.store, "g", 1, &rep));
+    assert_int_equal(rep.parts_removed, 1);
+    /* B planned before the removal (its catalog still names part 1). */
+    tu_assert_blob(b.store, &p1.id, "dense", 100000);
+    gw_stop(&b);
+    gw_stop(&a);
+}
+
 int main(void)
 {
     g_conf = getenv("CPR_TEST_RADOS_CONF");
@@ -253,6 +279,7 @@ int main(void)
         cmocka_unit_test(test_job_ids_from_the_pool),
         cmocka_unit_test(test_commit_once_across_gateways),
         cmocka_unit_test(test_one_holder_per_job),
+        cmocka_unit_test(test_removed_part_readable_meanwhile),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
