@@ -42,6 +42,8 @@ typedef struct cpri_job {
     size_t n_folds, cap_folds;
     uint32_t open_parts;         /* in the store's open list (store.c, O1) */
     uint32_t open_blobs;         /* blob files being written by its open parts (O1) */
+    uint64_t pool_hash;          /* in RADOS: hash of its records as last reloaded from
+                                    the pool (store.c, R9), 0: never */
 } cpri_job;
 
 /* C7. by_name and by_id index jobs[] (slot value i + 1; 0: empty) by

@@ -469,9 +469,29 @@ cpr_status cpri_store_refresh_job(cpr_store *store, const char *name)
         pool_records_free(&pr);
         return st;
     }
+    /* The records as loaded, hashed: unchanged since the last reload (no
+     * gateway wrote the job meanwhile), there is nothing to do. */
+    uint64_t hash = 1469598103934665603ull;
+    for (size_t i = 0; i < pr.n; i++) {
+        const unsigned char *parts[2] = {(const unsigned char *)pr.keys[i],
+                                         (const unsigned char *)pr.vals[i]};
+        size_t lens[2] = {pr.klens[i], pr.vlens[i]};
+        for (int k = 0; k < 2; k++) {
+            for (size_t b = 0; b < lens[k]; b++)
+                hash = (hash ^ parts[k][b]) * 1099511628211ull;
+            hash = (hash ^ lens[k]) * 1099511628211ull; /* field boundaries count */
+        }
+    }
+    hash = hash ? hash : 1;
     pthread_mutex_lock(&store->commit_mu);
     pthread_mutex_lock(&store->mu);
     cpri_job *job = cpri_catalog_find(&store->catalog, name);
+    if (job && job->id == id && job->pool_hash == hash) {
+        pthread_mutex_unlock(&store->mu);
+        pthread_mutex_unlock(&store->commit_mu);
+        pool_records_free(&pr);
+        return CPR_OK;
+    }
     if (!job)
         st = cpri_catalog_add_job(&store->catalog, name, id, &job);
     else if (job->id != id)
@@ -498,14 +518,19 @@ cpr_status cpri_store_refresh_job(cpr_store *store, const char *name)
     rocksdb_writebatch_put(wb, (const char *)jkey, jlen, (const char *)jval, 4);
     for (size_t i = 0; i < pr.n; i++)
         rocksdb_writebatch_put(wb, pr.keys[i], pr.klens[i], pr.vals[i], pr.vlens[i]);
+    /* Not synced: the copy is rebuilt from the pool at every open anyway. */
     char *err = NULL;
+    rocksdb_writeoptions_t *wo = rocksdb_writeoptions_create();
     if (st == CPR_OK)
-        rocksdb_write(store->db, store->sync_write, wb, &err);
+        rocksdb_write(store->db, wo, wb, &err);
+    rocksdb_writeoptions_destroy(wo);
     rocksdb_writebatch_destroy(wb);
     if (err)
         st = cpri_rocks_error(err, "copying a job's records from RADOS");
     if (st == CPR_OK)
         st = rebuild_job(job, &pr);
+    if (st == CPR_OK)
+        job->pool_hash = hash;
     pthread_mutex_unlock(&store->mu);
     pthread_mutex_unlock(&store->commit_mu);
     pool_records_free(&pr);

@@ -30,13 +30,19 @@
 
 typedef cpri_ckptd_proc bench_daemon;
 
-/* use_unix: listen on DIR/ckptd.sock instead of 127.0.0.1. */
-static cpr_status daemon_start(const char *ckptd, const char *dir, int use_unix,
+/* use_unix: listen on DIR/ckptd.sock instead of 127.0.0.1. With --backend
+ * rados the daemon's store is in this run's namespace of the pool. */
+static cpr_status daemon_start(const bench_opts *opts, const char *dir, int use_unix,
                                bench_daemon *d)
 {
     char listen[300];
     snprintf(listen, sizeof listen, "unix:%s/ckptd.sock", dir);
-    cpr_status st = cpri_ckptd_spawn(ckptd, dir, use_unix ? listen : NULL, NULL, d);
+    const char *rados[] = {"--backend", "rados", "--rados-pool", opts->rados.pool,
+                           "--rados-namespace", opts->rados.ns,
+                           opts->rados.conf ? "--rados-conf" : NULL, opts->rados.conf, NULL};
+    const char *ckptd = opts->ckptd;
+    cpr_status st = cpri_ckptd_spawn(ckptd, dir, use_unix ? listen : NULL,
+                                     opts->rados.enabled ? rados : NULL, d);
     if (st)
         cpr_fail(st, "%s (--ckptd PATH names the binary)", cpr_errmsg());
     return st;
@@ -251,7 +257,7 @@ cpr_status bench_rpc_run(const bench_opts *opts, const char *data_dir, uint32_t 
     if (!sh)
         return cpr_fail(CPR_NO_MEMORY, "out of memory");
     double t0 = cpri_now_s();
-    cpr_status st = daemon_start(opts->ckptd, data_dir, use_unix, &d);
+    cpr_status st = daemon_start(opts, data_dir, use_unix, &d);
     res->open_s = cpri_now_s() - t0;
     if (st == CPR_OK)
         st = open_client(&d, &client);
@@ -288,7 +294,7 @@ cpr_status bench_rpc_run(const bench_opts *opts, const char *data_dir, uint32_t 
         res->drop_cache_s = cpri_now_s() - t0;
         t0 = cpri_now_s();
         if (st == CPR_OK)
-            st = daemon_start(opts->ckptd, data_dir, use_unix, &d);
+            st = daemon_start(opts, data_dir, use_unix, &d);
         res->reopen_s = cpri_now_s() - t0;
     }
     if (st == CPR_OK)
