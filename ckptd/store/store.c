@@ -442,7 +442,10 @@ static cpr_status rebuild_job(cpri_job *job, const pool_records *pr)
  * and floor ('F') records replace the local ones, in RocksDB and in memory,
  * so this gateway sees what every gateway committed. No-op for a local
  * store, or a job the pool does not know. The caller holds fold_mu (no fold
- * is publishing); this takes commit_mu and mu (no commit is half done). */
+ * or retention of this gateway is writing the job); this holds commit_mu
+ * from before it reads the pool until the rebuild is done (none of its
+ * commits lands in between: what it read holds every one of them), and mu
+ * for the rebuild. */
 cpr_status cpri_store_refresh_job(cpr_store *store, const char *name)
 {
     if (!store->rados)
@@ -460,12 +463,17 @@ cpr_status cpri_store_refresh_job(cpr_store *store, const char *name)
     pool_records pr = {0};
     unsigned char prefix[5];
     const char types[] = {'F', 'M', 'B'}; /* as at open: the floor, parts, folds */
+    /* commit_mu from before the pool is read until the job is rebuilt: a
+     * commit of this gateway's that landed in between would otherwise be
+     * in memory, missing from what was read, and lost by the rebuild. */
+    pthread_mutex_lock(&store->commit_mu);
     for (size_t t = 0; st == CPR_OK && t < sizeof types; t++) {
         prefix[0] = (unsigned char)types[t];
         cpri_put_be32(prefix + 1, id);
         st = cpri_rados_catalog_load_prefix(store->rados, prefix, 5, keep_record, &pr);
     }
     if (st) {
+        pthread_mutex_unlock(&store->commit_mu);
         pool_records_free(&pr);
         return st;
     }
@@ -483,7 +491,6 @@ cpr_status cpri_store_refresh_job(cpr_store *store, const char *name)
         }
     }
     hash = hash ? hash : 1;
-    pthread_mutex_lock(&store->commit_mu);
     pthread_mutex_lock(&store->mu);
     cpri_job *job = cpri_catalog_find(&store->catalog, name);
     if (job && job->id == id && job->pool_hash == hash) {
