@@ -115,6 +115,27 @@ static cpr_status stall_once(cpri_rpc *rpc, const cpr_part_id *id)
     return cpri_rpc_stream_finish(s, NULL, NULL);
 }
 
+typedef struct stall_try {
+    cpri_rpc *rpc;
+    const cpr_part_id *id;
+    cpr_status st;
+} stall_try;
+
+/* ch_poll's condition: one stall that the daemon did not refuse as busy.
+ * The part is begun in the same try (again if the daemon reaped it while
+ * the tries were refused: it sat idle past the 1 s limit). */
+static int stalled(void *ctx)
+{
+    stall_try *t = ctx;
+    t->st = ch_begin(t->rpc, t->id->job, 1);
+    if (busy(t->st))
+        return 0;
+    if (t->st != CPR_OK && t->st != CPR_ALREADY_EXISTS)
+        return 1; /* not what this test is about: the assert below says so */
+    t->st = stall_once(t->rpc, t->id);
+    return !busy(t->st);
+}
+
 /* A client keeps a PutRows stream open and sends nothing after one batch. */
 static void test_stalled_stream_cancelled(void **unused)
 {
@@ -128,13 +149,13 @@ static void test_stalled_stream_cancelled(void **unused)
     cpr_part_id id = {"stall", 0, 1};
     ch_start_args(&d, dir, args);
     assert_status(CPR_OK, cpri_rpc_open(d.addr, &rpc));
-    assert_status(CPR_OK, ch_begin(rpc, "stall", 1));
-    cpr_status st;
-    int attempts = 0;
-    do /* busy: refused at its start, so it never stalled: again */
-        st = stall_once(rpc, &id);
-    while (busy(st) && ++attempts < 50); /* a handler that just answered may not have
-                                            * left its slot yet (more so on a loaded host) */
+    /* Busy: refused at its start, so it never stalled: again, for a time
+     * rather than a count (a handler that just answered may not have left
+     * its slot yet; under ASan on a loaded host 50 quick tries were not
+     * enough once). */
+    stall_try t = {rpc, &id, CPR_OK};
+    assert_true(ch_poll(stalled, &t, QUIET_LIMIT_S));
+    cpr_status st = t.st;
     /* The daemon ended the call with its reason; the part went with it. */
     print_message("  stalled stream: %s: %s\n", cpr_status_name(st), cpr_errmsg());
     assert_int_equal(st, CPR_TIMEOUT);
