@@ -349,9 +349,13 @@ void cpri_open_part_free(cpr_store *store, open_part *part)
 
 /* ---- a job reloaded from the pool (rados.h R9) -------------------------- */
 
+typedef struct pool_record {
+    char *key, *val;
+    size_t klen, vlen;
+} pool_record;
+
 typedef struct pool_records {
-    char **keys, **vals;
-    size_t *klens, *vlens;
+    pool_record *r;
     size_t n, cap;
 } pool_records;
 
@@ -360,33 +364,24 @@ static int keep_record(void *ctx, const void *key, size_t klen, const void *val,
     pool_records *pr = ctx;
     if (pr->n == pr->cap) {
         size_t cap = pr->cap ? 2 * pr->cap : 64;
-        char **k = realloc(pr->keys, cap * sizeof *k);
-        char **v = k ? realloc(pr->vals, cap * sizeof *v) : NULL;
-        if (k)
-            pr->keys = k;
-        if (v)
-            pr->vals = v;
-        size_t *kl = v ? realloc(pr->klens, cap * sizeof *kl) : NULL;
-        if (kl)
-            pr->klens = kl;
-        size_t *vl = kl ? realloc(pr->vlens, cap * sizeof *vl) : NULL;
-        if (vl)
-            pr->vlens = vl;
-        if (!vl)
+        pool_record *grown = realloc(pr->r, cap * sizeof *grown);
+        if (!grown)
             return 1;
+        pr->r = grown;
         pr->cap = cap;
     }
-    pr->keys[pr->n] = malloc(klen);
-    pr->vals[pr->n] = malloc(vlen ? vlen : 1);
-    if (!pr->keys[pr->n] || !pr->vals[pr->n]) {
-        free(pr->keys[pr->n]);
-        free(pr->vals[pr->n]);
+    pool_record *rec = &pr->r[pr->n];
+    rec->key = malloc(klen);
+    rec->val = malloc(vlen ? vlen : 1);
+    if (!rec->key || !rec->val) {
+        free(rec->key);
+        free(rec->val);
         return 1;
     }
-    memcpy(pr->keys[pr->n], key, klen);
-    memcpy(pr->vals[pr->n], val, vlen);
-    pr->klens[pr->n] = klen;
-    pr->vlens[pr->n] = vlen;
+    memcpy(rec->key, key, klen);
+    memcpy(rec->val, val, vlen);
+    rec->klen = klen;
+    rec->vlen = vlen;
     pr->n++;
     return 0;
 }
@@ -394,13 +389,10 @@ static int keep_record(void *ctx, const void *key, size_t klen, const void *val,
 static void pool_records_free(pool_records *pr)
 {
     for (size_t i = 0; i < pr->n; i++) {
-        free(pr->keys[i]);
-        free(pr->vals[i]);
+        free(pr->r[i].key);
+        free(pr->r[i].val);
     }
-    free(pr->keys);
-    free(pr->vals);
-    free(pr->klens);
-    free(pr->vlens);
+    free(pr->r);
 }
 
 /* The job's part, fold and floor records in memory, from `pr` (key order:
@@ -413,18 +405,19 @@ static cpr_status rebuild_job(cpri_job *job, const pool_records *pr)
     job->floor = 0;
     cpr_status st = CPR_OK;
     for (size_t i = 0; st == CPR_OK && i < pr->n; i++) {
-        const char *key = pr->keys[i];
+        const pool_record *rec = &pr->r[i];
+        const char *key = rec->key;
         uint32_t job_id, shard;
         uint64_t ckpt;
         cpri_part_meta m;
         if (key[0] == 'F') {
-            if (pr->vlens[i] == 8)
-                job->floor = cpri_get_be64((const unsigned char *)pr->vals[i]);
+            if (rec->vlen == 8)
+                job->floor = cpri_get_be64((const unsigned char *)rec->val);
             continue;
         }
-        if (cpri_key_meta_parse(key, pr->klens[i], &job_id, &shard, &ckpt) != 0)
+        if (cpri_key_meta_parse(key, rec->klen, &job_id, &shard, &ckpt) != 0)
             continue;
-        st = cpri_meta_decode(pr->vals[i], pr->vlens[i], &m);
+        st = cpri_meta_decode(rec->val, rec->vlen, &m);
         if (st == CPR_NO_MEMORY)
             break;
         if (st) { /* S5: as at open */
@@ -481,9 +474,9 @@ cpr_status cpri_store_refresh_job(cpr_store *store, const char *name)
      * gateway wrote the job meanwhile), there is nothing to do. */
     uint64_t hash = 1469598103934665603ull;
     for (size_t i = 0; i < pr.n; i++) {
-        const unsigned char *parts[2] = {(const unsigned char *)pr.keys[i],
-                                         (const unsigned char *)pr.vals[i]};
-        size_t lens[2] = {pr.klens[i], pr.vlens[i]};
+        const unsigned char *parts[2] = {(const unsigned char *)pr.r[i].key,
+                                         (const unsigned char *)pr.r[i].val};
+        size_t lens[2] = {pr.r[i].klen, pr.r[i].vlen};
         for (int k = 0; k < 2; k++) {
             for (size_t b = 0; b < lens[k]; b++)
                 hash = (hash ^ parts[k][b]) * 1099511628211ull;
@@ -524,7 +517,7 @@ cpr_status cpri_store_refresh_job(cpr_store *store, const char *name)
     cpri_put_be32(jval, id);
     rocksdb_writebatch_put(wb, (const char *)jkey, jlen, (const char *)jval, 4);
     for (size_t i = 0; i < pr.n; i++)
-        rocksdb_writebatch_put(wb, pr.keys[i], pr.klens[i], pr.vals[i], pr.vlens[i]);
+        rocksdb_writebatch_put(wb, pr.r[i].key, pr.r[i].klen, pr.r[i].val, pr.r[i].vlen);
     /* Not synced: the copy is rebuilt from the pool at every open anyway. */
     char *err = NULL;
     rocksdb_writeoptions_t *wo = rocksdb_writeoptions_create();
