@@ -85,8 +85,15 @@ cpr_status cpri_rpc_open_with(const char *host_port, const cpri_rpc_options *o, 
         {GRPC_ARG_INTEGER, GRPC_ARG_KEEPALIVE_TIMEOUT_MS, {.integer = KEEPALIVE_TIMEOUT_MS}},
         {GRPC_ARG_INTEGER, GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, {.integer = 1}},
         {GRPC_ARG_INTEGER, GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, {.integer = 0}},
-        /* Restores stream large batches: let the daemon run ahead of us. */
-        {GRPC_ARG_INTEGER, GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES, {.integer = 8 << 20}},
+        /* Restores: let the daemon run 2 MiB ahead of each stream, and no
+         * further. What a stream's window lets in waits in memory until the
+         * stream's reader takes it, so gRPC's BDP probing (which grows the
+         * windows) and 8 MiB windows made 16 concurrent restores hold
+         * 100+ MiB here, every page of it faulted in, and 2x slower
+         * (docs/performance.md). 2 MiB still covers 4 GB/s per stream at a
+         * 0.5 ms round trip. */
+        {GRPC_ARG_INTEGER, GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES, {.integer = 2 << 20}},
+        {GRPC_ARG_INTEGER, GRPC_ARG_HTTP2_BDP_PROBE, {.integer = 0}},
         /* A restarted daemon is found again within a second, not after
          * gRPC's default backoff (up to 120 s), so saves resume promptly.
          * Not GRPC_ARG_MIN_RECONNECT_BACKOFF_MS: gRPC also takes it as the
@@ -372,6 +379,56 @@ cpr_status cpri_rpc_stream_finish(cpri_rpc_stream *s, uint8_t **resp, size_t *re
     return st;
 }
 
+/* A stream's messages made contiguous for the callback. A message that
+ * arrived as one slice is handed over in place; one in pieces is copied into
+ * a buffer the stream keeps and reuses. Not grpc_byte_buffer_reader_readall:
+ * it allocates every message afresh, and with many streams at once those
+ * allocations come from fresh pages (a page fault per 4 KiB, the largest
+ * cost of concurrent restores on a VM; docs/performance.md). */
+typedef struct flat_buf {
+    uint8_t *buf;
+    size_t cap;
+} flat_buf;
+
+static cpr_status deliver(grpc_byte_buffer *bb, flat_buf *f, cpri_rpc_msg_fn fn, void *ctx)
+{
+    grpc_byte_buffer_reader reader;
+    if (!grpc_byte_buffer_reader_init(&reader, bb)) /* it also undoes any compression */
+        return cpr_fail(CPR_INTERNAL, "cannot read a received message");
+    grpc_slice *s, *first = NULL;
+    size_t n = 0, pieces = 0;
+    while (grpc_byte_buffer_reader_peek(&reader, &s)) { /* slices owned by the reader */
+        first = pieces++ ? first : s;
+        n += GRPC_SLICE_LENGTH(*s);
+    }
+    cpr_status st = CPR_OK;
+    if (pieces <= 1) {
+        static const uint8_t empty[1];
+        st = fn(ctx, first ? GRPC_SLICE_START_PTR(*first) : empty, n);
+        grpc_byte_buffer_reader_destroy(&reader);
+        return st;
+    }
+    if (n > f->cap) {
+        size_t cap = n > 2 * f->cap ? n : 2 * f->cap;
+        uint8_t *b = realloc(f->buf, cap);
+        if (!b) {
+            grpc_byte_buffer_reader_destroy(&reader);
+            return cpr_fail(CPR_NO_MEMORY, "out of memory for a %zu-byte message", n);
+        }
+        f->buf = b;
+        f->cap = cap;
+    }
+    grpc_byte_buffer_reader_destroy(&reader);
+    grpc_byte_buffer_reader_init(&reader, bb);
+    size_t at = 0;
+    while (grpc_byte_buffer_reader_peek(&reader, &s)) {
+        memcpy(f->buf + at, GRPC_SLICE_START_PTR(*s), GRPC_SLICE_LENGTH(*s));
+        at += GRPC_SLICE_LENGTH(*s);
+    }
+    grpc_byte_buffer_reader_destroy(&reader);
+    return fn(ctx, f->buf, at);
+}
+
 cpr_status cpri_rpc_server_stream(cpri_rpc *r, const char *method, const uint8_t *req,
                                  size_t len, double timeout_s, cpri_rpc_msg_fn fn, void *ctx)
 {
@@ -391,6 +448,7 @@ cpr_status cpri_rpc_server_stream(cpri_rpc *r, const char *method, const uint8_t
     int ok = run_batch(call, cq, ops, 4);
     grpc_byte_buffer_destroy(ops[1].data.send_message.send_message);
     grpc_metadata_array_destroy(&initial);
+    flat_buf flat = {NULL, 0};
     while (ok && st == CPR_OK) {
         grpc_op op;
         grpc_byte_buffer *bb = NULL;
@@ -400,16 +458,10 @@ cpr_status cpri_rpc_server_stream(cpri_rpc *r, const char *method, const uint8_t
         ok = run_batch(call, cq, &op, 1);
         if (!ok || !bb)
             break; /* end of the stream: the status says how it ended */
-        /* The message as one slice (one copy only when it arrived in
-         * pieces), handed to the callback in place. */
-        grpc_byte_buffer_reader reader;
-        grpc_byte_buffer_reader_init(&reader, bb);
-        grpc_slice s = grpc_byte_buffer_reader_readall(&reader);
-        grpc_byte_buffer_reader_destroy(&reader);
+        st = deliver(bb, &flat, fn, ctx);
         grpc_byte_buffer_destroy(bb);
-        st = fn(ctx, GRPC_SLICE_START_PTR(s), GRPC_SLICE_LENGTH(s));
-        grpc_slice_unref(s);
     }
+    free(flat.buf);
     char why[512] = "";
     if (st != CPR_OK) {
         snprintf(why, sizeof why, "%s", cpr_errmsg()); /* the caller's reason, kept */

@@ -28,12 +28,18 @@
  *  M1. A cursor is loaded before the merge emits any row >= its first row
  *      (candidates are loaded while their first row <= the heap's least
  *      id), so every version of an emitted row was in the heap.
- *  M2. Memory: the reads in flight (FETCH_DEPTH blocks), the blocks whose
- *      row span the merge is inside, and one output batch.
+ *  M2. Memory: the reads in flight, the blocks whose row span the merge
+ *      is inside, and one output batch. The reads in flight are at most
+ *      FETCH_DEPTH blocks, and fewer when several restores read at once:
+ *      together they aim at READ_AHEAD_BYTES (fetch_depth), at least
+ *      FETCH_DEPTH_MIN blocks each. Read-ahead beyond that buys nothing
+ *      the other streams do not already keep busy, and every byte of it is
+ *      memory a cold daemon must fault in.
  *  M3. The catalog is read only under store->mu, in plan(); the restore is
  *      registered as a reader there (S7), so the segments it planned to
  *      read outlive any GC or fold that removes their records.
  */
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -48,6 +54,13 @@
 #define MAX_BATCH_ROWS (1u << 20)      /* x dim 65536 x 4 bytes stays far from overflow */
 #define MAX_QUERY_ITEMS (1u << 20)     /* tables or ranges in one query */
 #define FETCH_DEPTH 8
+#define FETCH_DEPTH_MIN 2
+/* A block restore's re-batched output is meant for a stream (ckptd's
+ * Restore): at most this many bytes a message. Small messages keep the
+ * working set of both ends in cache; 2 MiB ones made 16 concurrent
+ * restores 2x slower (docs/performance.md). */
+#define STREAM_BATCH_BYTES ((size_t)256 << 10)
+#define READ_AHEAD_BYTES ((uint64_t)16 << 20) /* all restores' reads in flight (M2) */
 
 /* ---- planning ------------------------------------------------------------- */
 
@@ -439,6 +452,7 @@ typedef struct out_batch {
     const cpri_merge_sink *sink;
     const cpr_table_schema *t;
     size_t n, cap;
+    size_t pass_rows;          /* a stored block of at most this many rows passes whole */
     uint64_t *ids, *versions;
     float *values, *state;
     cpr_codec codec;           /* of the rows held (f32 unless sink->keep_codec) */
@@ -621,7 +635,7 @@ static cpr_status emit_alone(merge *m, cursor *c)
     const cpri_merge_plan *p = m->p;
     uint32_t n = c->v.h.n;
     if (c->pos == 0 && m->out.sink->block && !p->modulo && !p->keep_below &&
-        !c->v.versions && n <= m->out.cap && row_selected(p, c->v.ids[0]) &&
+        !c->v.versions && n <= m->out.pass_rows && row_selected(p, c->v.ids[0]) &&
         range_at(p->ranges, p->n_ranges, c->v.ids[0]) ==
             range_at(p->ranges, p->n_ranges, c->v.ids[n - 1])) {
         /* pass-through: the stored block, unchanged */
@@ -709,7 +723,10 @@ static cpr_status merge_table(merge *m, size_t end)
     return st;
 }
 
-static size_t batch_rows_for(const cpri_merge_plan *p, const cpr_table_schema *t)
+/* Rows of an output batch; with the sink's byte cap unless `whole` (a
+ * stored block handed on as it is, which costs no copy at any size). */
+static size_t batch_rows_for(const cpri_merge_plan *p, const cpri_merge_sink *sink,
+                             const cpr_table_schema *t, int whole)
 {
     /* A batch may become a block (restore_blocks, folds): never over the
      * block limit, whatever batch_rows asks. */
@@ -719,6 +736,8 @@ static size_t batch_rows_for(const cpri_merge_plan *p, const cpr_table_schema *t
     rows = rows > most ? most : rows;
     if (!p->batch_rows && rows > DEFAULT_BATCH_ROWS)
         rows = DEFAULT_BATCH_ROWS;
+    if (!whole && sink->max_batch_bytes && rows > sink->max_batch_bytes / (row - 8))
+        rows = sink->max_batch_bytes / (row - 8);
     return rows < 1 ? 1 : rows;
 }
 
@@ -752,6 +771,19 @@ static cpr_status out_reserve(out_batch *o, const cpr_table_schema *t, size_t ca
     return CPR_OK;
 }
 
+/* Blocks in flight for one of `reading` restores at once (M2). */
+static unsigned fetch_depth(const cpri_merge_plan *p, unsigned reading)
+{
+    uint64_t bytes = 0;
+    for (size_t i = 0; i < p->n_cands; i++)
+        bytes += p->cands[i].ref.len;
+    uint64_t per_block = p->n_cands ? bytes / p->n_cands : 0;
+    uint64_t share = READ_AHEAD_BYTES / (reading ? reading : 1);
+    uint64_t depth = per_block ? share / per_block : FETCH_DEPTH;
+    return depth < FETCH_DEPTH_MIN ? FETCH_DEPTH_MIN : depth > FETCH_DEPTH ? FETCH_DEPTH
+                                                                             : (unsigned)depth;
+}
+
 cpr_status cpri_merge_run(cpr_store *store, const cpri_merge_plan *p, const cpri_merge_sink *sink,
                          cpr_restore_result *res)
 {
@@ -761,8 +793,10 @@ cpr_status cpri_merge_run(cpr_store *store, const cpri_merge_plan *p, const cpri
     for (size_t i = 0; st == CPR_OK && i < p->n_cands; i++)
         ext[i] = (cpri_obj_extent){p->objects[p->cands[i].object], p->cands[i].ref.offset,
                                   p->cands[i].ref.len};
+    unsigned reading = atomic_fetch_add(&store->restores_reading, 1) + 1;
     if (st == CPR_OK && p->n_cands)
-        st = store->segs->ops->read_start(store->segs, ext, p->n_cands, FETCH_DEPTH, &m.reader);
+        st = store->segs->ops->read_start(store->segs, ext, p->n_cands,
+                                          fetch_depth(p, reading), &m.reader);
     for (size_t t = 0; st == CPR_OK && t < p->n_tables; t++) {
         const cpr_table_schema *schema = &p->tables[t];
         size_t end = m.next;
@@ -770,7 +804,8 @@ cpr_status cpri_merge_run(cpr_store *store, const cpri_merge_plan *p, const cpri
             end++;
         if (end == m.next)
             continue;
-        st = out_reserve(&m.out, schema, batch_rows_for(p, schema));
+        st = out_reserve(&m.out, schema, batch_rows_for(p, sink, schema, 0));
+        m.out.pass_rows = batch_rows_for(p, sink, schema, 1);
         if (st == CPR_OK)
             st = merge_table(&m, end);
         if (st == CPR_OK)
@@ -785,6 +820,7 @@ cpr_status cpri_merge_run(cpr_store *store, const cpri_merge_plan *p, const cpri
     free(m.out.state);
     free(m.out.enc);
     free(ext);
+    atomic_fetch_sub(&store->restores_reading, 1);
     return st;
 }
 
@@ -984,7 +1020,8 @@ cpr_status cpr_store_restore_blocks(cpr_store *store, const cpr_restore_query *q
                                     cpr_block_fn fn, void *ctx, cpr_restore_result *result)
 {
     block_ctx bc = {fn, ctx, NULL, 0};
-    cpri_merge_sink sink = {.rows = rows_to_block, .block = block_as_is, .ctx = &bc};
+    cpri_merge_sink sink = {.rows = rows_to_block, .block = block_as_is, .ctx = &bc,
+                            .max_batch_bytes = STREAM_BATCH_BYTES};
     cpri_store_refresh_for_read(store, q ? q->job : NULL); /* rados.h R9 */
     cpr_status st = restore(store, q, &sink, fn != NULL, result);
     free(bc.buf);

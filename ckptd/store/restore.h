@@ -58,6 +58,9 @@ typedef struct cpri_merge_sink {
      * stored (codec, encoded), never decoded; a batch holds rows of one
      * codec (folds: a row keeps the codec it was saved in). 0: f32 always. */
     int keep_codec;
+    /* Bytes a batch may take at most (ids and f32 values and state), below
+     * what batch_rows allows; 0: no such cap. */
+    size_t max_batch_bytes;
 } cpri_merge_sink;
 
 /* Shard `shard`'s sources as of `as_of`: *fold (or NULL) and the first

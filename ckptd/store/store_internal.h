@@ -172,6 +172,8 @@ struct cpr_store {
     damaged_part *damaged;       /* records that failed to decode at open */
     size_t n_damaged;
     unsigned readers;            /* restores and folds reading segments (S7) */
+    _Atomic unsigned restores_reading; /* merges reading now: they share the read-ahead
+                                          (restore.c M2) */
     doomed_seg *doomed;          /* removed from the catalog, still readable */
     pthread_mutex_t commit_mu;   /* commit order per shard vs. each other and GC */
     pthread_mutex_t recovery_mu; /* recovery records' compare-and-set (S6) */

@@ -190,7 +190,10 @@ CPR_API cpr_status cpr_store_restore(cpr_store *store, const cpr_restore_query *
                              cpr_restore_result *result);
 
 /* cpr_store_restore, delivering blocks: the same rows in the same order, in
- * blocks of at most batch_rows rows (a larger stored block is re-batched). */
+ * blocks of at most batch_rows rows (a larger stored block is re-batched).
+ * Meant for a stream: rows merged from several blocks come in blocks of at
+ * most about 256 KiB, whatever batch_rows allows; a stored block that
+ * passes whole keeps its size. */
 CPR_API cpr_status cpr_store_restore_blocks(cpr_store *store, const cpr_restore_query *query,
                                     cpr_block_fn fn, void *ctx,
                                     cpr_restore_result *result);
