@@ -88,15 +88,16 @@ static int busy(cpr_status st)
     return st == CPR_UNAVAILABLE && strstr(cpr_errmsg(), "maximum of 1 calls") != NULL;
 }
 
-typedef struct commit_try {
+/* ch_poll's context for a call on one part: its last status. */
+typedef struct part_try {
     cpri_rpc *rpc;
     const cpr_part_id *id;
     cpr_status st;
-} commit_try;
+} part_try;
 
 static int commit_answered(void *ctx)
 {
-    commit_try *t = ctx;
+    part_try *t = ctx;
     t->st = ch_commit(t->rpc, t->id, 100);
     return !busy(t->st);
 }
@@ -115,18 +116,12 @@ static cpr_status stall_once(cpri_rpc *rpc, const cpr_part_id *id)
     return cpri_rpc_stream_finish(s, NULL, NULL);
 }
 
-typedef struct stall_try {
-    cpri_rpc *rpc;
-    const cpr_part_id *id;
-    cpr_status st;
-} stall_try;
-
 /* ch_poll's condition: one stall that the daemon did not refuse as busy.
  * The part is begun in the same try (again if the daemon reaped it while
  * the tries were refused: it sat idle past the 1 s limit). */
 static int stalled(void *ctx)
 {
-    stall_try *t = ctx;
+    part_try *t = ctx;
     t->st = ch_begin(t->rpc, t->id->job, 1);
     if (busy(t->st))
         return 0;
@@ -153,7 +148,7 @@ static void test_stalled_stream_cancelled(void **unused)
      * rather than a count (a handler that just answered may not have left
      * its slot yet; under ASan on a loaded host 50 quick tries were not
      * enough once). */
-    stall_try t = {rpc, &id, CPR_OK};
+    part_try t = {rpc, &id, CPR_OK};
     assert_true(ch_poll(stalled, &t, QUIET_LIMIT_S));
     cpr_status st = t.st;
     /* The daemon ended the call with its reason; the part went with it. */
@@ -161,7 +156,7 @@ static void test_stalled_stream_cancelled(void **unused)
     assert_int_equal(st, CPR_TIMEOUT);
     assert_non_null(strstr(cpr_errmsg(), "no message arrived on this stream for 1 s"));
     assert_true(ch_wait_no_open_parts(rpc, "stall", QUIET_LIMIT_S));
-    commit_try late = {rpc, &id, CPR_OK};
+    part_try late = {rpc, &id, CPR_OK};
     assert_true(ch_poll(commit_answered, &late, QUIET_LIMIT_S));
     assert_status(CPR_FAILED_PRECONDITION, late.st);
     cpri_rpc_close(rpc);
