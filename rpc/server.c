@@ -21,10 +21,12 @@
  *  V4. With max_memory_bytes, `budget` bounds the message bytes handlers
  *      hold: before a stream's RECV_MESSAGE is started, the call reserves
  *      twice the largest message (gRPC's copy and ours both exist while the
- *      message is made contiguous), and gives back all but the message's
- *      size once it is; a unary request is charged its size before it is
- *      copied. The message is given back at the next receive or when the
- *      call ends. A reservation waits at most idle_timeout_s for others to
+ *      message is made contiguous), and gives back all but what it keeps
+ *      once it is: the buffer it keeps for messages that arrive in pieces
+ *      (held until the call ends), plus the message itself when it arrived
+ *      as one slice; a unary request is charged its size before it is
+ *      copied. A one-slice message is given back at the next receive or
+ *      when the call ends. A reservation waits at most idle_timeout_s for others to
  *      give back, then the call fails with RESOURCE_EXHAUSTED. Without a
  *      pending receive gRPC holds at most a stream's window of it.
  *  V3. `active` counts handler threads. Stop cancels every call, joins the
@@ -64,8 +66,14 @@ struct cpri_rpc_call {
     grpc_byte_buffer *payload;
     grpc_slice request;        /* the payload read whole, once */
     int have_request;
-    grpc_slice received;       /* the last message cpri_rpc_recv returned */
+    grpc_byte_buffer *received; /* the last message cpri_rpc_recv returned, when it came
+                                   as one slice and is handed over in place ... */
+    grpc_byte_buffer_reader reader; /* ... through this reader, which owns that slice */
     int have_received;
+    uint8_t *flat;             /* a message that came in pieces, made contiguous: kept and
+                                  reused for the call's next ones (not readall's fresh
+                                  allocation per message, a page fault per 4 KiB) */
+    size_t flat_cap;
     grpc_completion_queue *cq; /* bound to the call (V2) */
     int sent_initial;
     int generic;               /* an unregistered method: answered UNIMPLEMENTED */
@@ -357,13 +365,64 @@ cpr_status cpri_rpc_send(cpri_rpc_call *c, uint8_t *bytes, size_t len, const cha
     return CPR_OK;
 }
 
+/* What the call keeps between receives (V4): its request and its flat buffer. */
+static size_t kept_bytes(const cpri_rpc_call *c)
+{
+    return (c->have_request ? GRPC_SLICE_LENGTH(c->request) : 0) + c->flat_cap;
+}
+
 static void drop_received(cpri_rpc_call *c)
 {
-    if (c->have_received) {
-        grpc_slice_unref(c->received);
-        budget_keep(c, c->have_request ? GRPC_SLICE_LENGTH(c->request) : 0);
+    if (c->received) {
+        grpc_byte_buffer_reader_destroy(&c->reader);
+        grpc_byte_buffer_destroy(c->received);
     }
+    c->received = NULL;
+    if (c->have_received)
+        budget_keep(c, kept_bytes(c));
     c->have_received = 0;
+}
+
+/* bb's bytes, contiguous: in place when they are one slice (bb is then kept
+ * in c->received), else copied into the call's flat buffer. */
+static cpr_status flatten(cpri_rpc_call *c, grpc_byte_buffer *bb, const uint8_t **msg,
+                          size_t *len)
+{
+    grpc_byte_buffer_reader *reader = &c->reader;
+    if (!grpc_byte_buffer_reader_init(reader, bb)) /* it also undoes any compression */
+        return cpr_fail(CPR_INTERNAL, "cannot read a received message");
+    grpc_slice *s, *first = NULL;
+    size_t n = 0, pieces = 0;
+    while (grpc_byte_buffer_reader_peek(reader, &s)) { /* slices owned by the reader */
+        first = pieces++ ? first : s;
+        n += GRPC_SLICE_LENGTH(*s);
+    }
+    if (pieces == 1) { /* handed over in place: the reader stays open */
+        c->received = bb;
+        *msg = GRPC_SLICE_START_PTR(*first);
+        *len = n;
+        return CPR_OK;
+    }
+    grpc_byte_buffer_reader_destroy(reader);
+    if (n > c->flat_cap) {
+        size_t cap = n > 2 * c->flat_cap ? n : 2 * c->flat_cap;
+        uint8_t *b = realloc(c->flat, cap ? cap : 1);
+        if (!b)
+            return cpr_fail(CPR_NO_MEMORY, "out of memory for a %zu-byte message", n);
+        c->flat = b;
+        c->flat_cap = cap;
+    }
+    size_t at = 0;
+    grpc_byte_buffer_reader_init(reader, bb);
+    while (grpc_byte_buffer_reader_peek(reader, &s)) {
+        memcpy(c->flat + at, GRPC_SLICE_START_PTR(*s), GRPC_SLICE_LENGTH(*s));
+        at += GRPC_SLICE_LENGTH(*s);
+    }
+    grpc_byte_buffer_reader_destroy(reader);
+    grpc_byte_buffer_destroy(bb);
+    *msg = c->flat ? c->flat : (const uint8_t *)"";
+    *len = at;
+    return CPR_OK;
 }
 
 cpri_rpc_recv_result cpri_rpc_recv(cpri_rpc_call *c, const uint8_t **msg, size_t *len)
@@ -390,16 +449,16 @@ cpri_rpc_recv_result cpri_rpc_recv(cpri_rpc_call *c, const uint8_t **msg, size_t
         budget_keep(c, before);
         return CPR_RPC_END;
     }
-    grpc_byte_buffer_reader reader;
-    grpc_byte_buffer_reader_init(&reader, bb);
-    c->received = grpc_byte_buffer_reader_readall(&reader);
+    if (flatten(c, bb, msg, len) != CPR_OK) {
+        grpc_byte_buffer_destroy(bb);
+        cpri_log(CPR_LOG_ERROR, "%s: %s", c->m->path, cpr_errmsg());
+        budget_keep(c, before);
+        return CPR_RPC_BROKEN;
+    }
     c->have_received = 1;
-    grpc_byte_buffer_reader_destroy(&reader);
-    grpc_byte_buffer_destroy(bb);
-    *msg = GRPC_SLICE_START_PTR(c->received);
-    *len = GRPC_SLICE_LENGTH(c->received);
     c->bytes_in += *len;
-    budget_keep(c, before + *len); /* gRPC's copy is gone (V4) */
+    /* gRPC's copy is gone, or it is the message itself (V4) */
+    budget_keep(c, kept_bytes(c) + (c->received ? *len : 0));
     return CPR_RPC_MESSAGE;
 }
 
@@ -427,6 +486,7 @@ static void free_call(cpri_rpc_call *c)
     if (c->have_request)
         grpc_slice_unref(c->request);
     drop_received(c);
+    free(c->flat);
     if (c->cq) {
         grpc_completion_queue_shutdown(c->cq);
         while (grpc_completion_queue_next(c->cq, gpr_inf_future(GPR_CLOCK_REALTIME), NULL).type !=
