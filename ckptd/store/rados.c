@@ -23,6 +23,9 @@
 
 #define CHUNK_BYTES ((size_t)CPRI_RADOS_CHUNK_BYTES) /* bytes of a segment per object */
 #define WRITE_DEPTH 2                 /* chunk writes in flight per writer */
+#define WRITES_IN_FLIGHT 4            /* ... and per backend, all writers together (R10) */
+#define SPARE_CHUNKS 16               /* chunk buffers kept between writers (R10) */
+#define SPARE_MIN_BYTES ((size_t)256 << 10) /* a buffer growing past this takes a spare */
 #define READ_DEPTH_MAX 64
 #define CATALOG_OBJECT "cpr.catalog"
 #define SIZE_XATTR "cpr.size"
@@ -170,19 +173,66 @@ const char *cpri_rados_where(const cpri_rados *r)
 typedef struct rados_backend {
     cpri_backend base;
     cpri_rados *r;
+    pthread_mutex_t mu;          /* guards the two below */
+    pthread_cond_t room;         /* a chunk write completed */
+    unsigned in_flight;          /* chunk writes submitted and not completed (R10) */
+    unsigned char *spare[SPARE_CHUNKS]; /* idle CHUNK_BYTES buffers (R10) */
+    size_t n_spare;
 } rados_backend;
+
+/* An idle chunk buffer, already faulted in, or NULL. */
+static unsigned char *spare_take(rados_backend *be)
+{
+    pthread_mutex_lock(&be->mu);
+    unsigned char *b = be->n_spare ? be->spare[--be->n_spare] : NULL;
+    pthread_mutex_unlock(&be->mu);
+    return b;
+}
+
+/* Keep a writer's buffer for the next writer, or free it. */
+static void spare_give(rados_backend *be, unsigned char *buf, size_t cap)
+{
+    if (buf && cap == CHUNK_BYTES) {
+        pthread_mutex_lock(&be->mu);
+        if (be->n_spare < SPARE_CHUNKS) {
+            be->spare[be->n_spare++] = buf;
+            buf = NULL;
+        }
+        pthread_mutex_unlock(&be->mu);
+    }
+    free(buf);
+}
 
 static void chunk_name(char *out, size_t cap, const char *object, uint64_t i)
 {
     snprintf(out, cap, "%s@%" PRIu64, object, i);
 }
 
+/* One chunk write of a writer. buf belongs to the write while it is in
+ * flight and goes back to the backend when it completes (R10). */
 typedef struct chunk_write {
+    rados_backend *be;
     rados_completion_t c;  /* NULL: idle */
     unsigned char *buf;
     size_t cap;
     uint64_t index;
 } chunk_write;
+
+/* librados' completion callback (its finisher thread): the write's buffer
+ * is idle now, and one more write may start (R10). */
+static void chunk_written(rados_completion_t c, void *arg)
+{
+    chunk_write *s = arg;
+    rados_backend *be = s->be;
+    (void)c;
+    spare_give(be, s->buf, s->cap);
+    s->buf = NULL;
+    s->cap = 0;
+    pthread_mutex_lock(&be->mu);
+    be->in_flight--;
+    pthread_cond_broadcast(&be->room);
+    pthread_mutex_unlock(&be->mu);
+}
 
 /* Buffers grow to a chunk as data comes, so that a small object (a blob of
  * a few kilobytes) holds kilobytes, not a chunk. */
@@ -202,7 +252,7 @@ static void wait_slot(cpri_obj_writer *w, chunk_write *s)
 {
     if (!s->c)
         return;
-    rados_aio_wait_for_complete(s->c);
+    rados_aio_wait_for_complete_and_cb(s->c); /* chunk_written has run (R10) */
     int rc = rados_aio_get_return_value(s->c);
     rados_aio_release(s->c);
     s->c = NULL;
@@ -222,25 +272,32 @@ static cpr_status send_chunk(cpri_obj_writer *w)
         return w->failed;
     char name[512];
     chunk_name(name, sizeof name, w->object, w->next_chunk);
-    unsigned char *spare = s->buf;
-    size_t spare_cap = s->cap;
-    s->buf = w->cur;
+    rados_backend *be = w->be;
+    s->be = be;
+    s->buf = w->cur; /* the write's until it completes */
     s->cap = w->cur_cap;
     s->index = w->next_chunk;
-    int rc = rados_aio_create_completion2(NULL, NULL, &s->c);
+    pthread_mutex_lock(&be->mu); /* R10: wait for room among all writers' writes */
+    while (be->in_flight >= WRITES_IN_FLIGHT)
+        pthread_cond_wait(&be->room, &be->mu);
+    be->in_flight++;
+    pthread_mutex_unlock(&be->mu);
+    int rc = rados_aio_create_completion2(s, chunk_written, &s->c);
     if (rc == 0)
-        rc = rados_aio_write_full(w->be->r->io, name, s->c, s->buf ? (const char *)s->buf : "",
+        rc = rados_aio_write_full(be->r->io, name, s->c, s->buf ? (const char *)s->buf : "",
                                   w->cur_len);
     if (rc < 0) {
         if (s->c)
             rados_aio_release(s->c);
         s->c = NULL;
-        w->cur = spare;
-        w->cur_cap = spare_cap;
+        w->cur = s->buf; /* still the writer's: discard frees it */
+        s->buf = NULL;
+        s->cap = 0;
+        chunk_written(NULL, s); /* never submitted: no callback comes */
         return w->failed = rados_err(rc, "writing", name);
     }
-    w->cur = spare; /* NULL: allocated as data comes */
-    w->cur_cap = spare_cap;
+    w->cur = NULL; /* the next chunk's buffer: a spare, or grown as data comes */
+    w->cur_cap = 0;
     w->cur_len = 0;
     w->next_chunk++;
     return CPR_OK;
@@ -248,11 +305,9 @@ static cpr_status send_chunk(cpri_obj_writer *w)
 
 static void writer_free(cpri_obj_writer *w)
 {
-    for (size_t i = 0; i < WRITE_DEPTH; i++) {
-        wait_slot(w, &w->inflight[i]);
-        free(w->inflight[i].buf);
-    }
-    free(w->cur);
+    for (size_t i = 0; i < WRITE_DEPTH; i++)
+        wait_slot(w, &w->inflight[i]); /* their buffers are back (R10) */
+    spare_give(w->be, w->cur, w->cur_cap);
     free(w->object);
     free(w);
 }
@@ -290,7 +345,17 @@ static cpr_status rb_append(cpri_obj_writer *w, const void *data, size_t len)
             while (cap < w->cur_len + take)
                 cap *= 2;
             cap = cap < CHUNK_BYTES ? cap : CHUNK_BYTES;
-            unsigned char *g = realloc(w->cur, cap);
+            /* a segment past its first chunk, or this chunk past SPARE_MIN_BYTES */
+            int big = w->next_chunk > 0 || cap > SPARE_MIN_BYTES;
+            unsigned char *g = big ? spare_take(w->be) : NULL;
+            if (g) { /* a whole chunk, faulted in by an earlier writer */
+                if (w->cur_len)
+                    memcpy(g, w->cur, w->cur_len);
+                free(w->cur);
+                cap = CHUNK_BYTES;
+            } else {
+                g = realloc(w->cur, cap);
+            }
             if (!g)
                 return w->failed = cpr_fail(CPR_NO_MEMORY, "out of memory writing %s",
                                             w->object);
@@ -616,7 +681,12 @@ static void rb_read_end(cpri_obj_reader *r)
 
 static void rb_close(cpri_backend *base)
 {
-    free(base);
+    rados_backend *be = (rados_backend *)base;
+    while (be->n_spare)
+        free(be->spare[--be->n_spare]);
+    pthread_cond_destroy(&be->room);
+    pthread_mutex_destroy(&be->mu);
+    free(be);
 }
 
 static const cpri_backend_ops rados_ops = {
@@ -642,6 +712,8 @@ cpr_status cpri_backend_rados_open(cpri_rados *r, cpri_backend **out)
         return cpr_fail(CPR_NO_MEMORY, "out of memory opening the RADOS backend");
     be->base.ops = &rados_ops;
     be->r = r;
+    pthread_mutex_init(&be->mu, NULL);
+    pthread_cond_init(&be->room, NULL);
     *out = &be->base;
     return CPR_OK;
 }

@@ -68,6 +68,22 @@
  *      every part, whichever gateway committed it. A gateway also reloads a
  *      job before it lists it, gives its latest cut or plans a restore.
  *
+ * Memory of the writers:
+ *  R10. A backend has at most WRITES_IN_FLIGHT (4) chunk writes in flight,
+ *      all writers together (each writer at most WRITE_DEPTH, 2): a writer
+ *      waits for room only on writes already submitted, which complete on
+ *      their own, so no writer waits on another writer's progress. A
+ *      write's buffer is its own until librados' completion callback, which
+ *      hands it back to the backend's spares (at most SPARE_CHUNKS, 16, of
+ *      4 MiB; the rest are freed) and frees the room; a writer waits for
+ *      the callback (rados_aio_wait_for_complete_and_cb) before it reuses
+ *      or frees a slot, so no callback outlives its writer. A writer's next
+ *      chunk starts in a spare, already faulted in. So S concurrent writers
+ *      hold S + 4 chunk buffers, not 3 S, and a daemon's next save finds its
+ *      buffers mapped (a first touch costs 14 us a page on the VM of
+ *      docs/performance.md, 50 times a copy). The cluster gets no faster
+ *      with more writes in flight: rados bench writes with 2.
+ *
  * Thread safety: a cpri_rados is shared by the store's threads (librados'
  * I/O contexts are thread-safe for operations); a writer or reader is used
  * by one thread at a time.
