@@ -66,6 +66,7 @@ typedef struct bench_result {
     uint64_t raw_bytes;        /* bytes of the raw baseline file */
     int raw_direct;            /* 1: DIR accepted O_DIRECT */
     double open_s, full_s, priority_s, ingest_s, close_s;
+    double warmup_s;           /* rpc: the untimed first save (0: none) */
     double drop_cache_s, reopen_s, restore_s;
     double raw_write_s, raw_read_s, total_s;
     bench_cpu ingest_cpu, restore_cpu;

@@ -95,8 +95,10 @@ static void usage(FILE *out)
           "cpr-bench rpc [the store options] [--shards S] [--transport T] [--ckptd PATH]\n"
           "  runs cpr-bench store's measurements (as the baseline), then for each\n"
           "  shard count S starts ckptd over DIR/rpc-S, has S threads write their\n"
-          "  share of the rows (one part each, through one client), stops it, drops\n"
-          "  the page cache, restarts it and restores every shard concurrently\n"
+          "  share of the rows (one part each, through one client) once untimed\n"
+          "  (aborted: the daemon's and client's first save, warmup_s) and once\n"
+          "  timed, stops it, drops the page cache, restarts it and restores every\n"
+          "  shard concurrently\n"
           "  --shards S      run only this shard count (default: 1, 4 and 16)\n"
           "  --transport T   tcp (127.0.0.1), unix (a Unix-domain socket: ckptd on the\n"
           "                  trainer's host) or both (default)\n"
@@ -840,6 +842,10 @@ static int print_rpc_json(const bench_opts *opts, const bench_result *store,
                  cpri_json_add_number(o, "ingest_vs_store", round3(ratio(x.ingest, store_ingest))) ||
                  cpri_json_add_number(o, "restore_vs_store",
                                      round3(ratio(x.restore, store_restore))) ||
+                 cpri_json_add_number(o, "warmup_s", round3(runs[i].res.warmup_s)) ||
+                 cpri_json_add_number(o, "warmup_full_mb_s",
+                                     round3(mb_s(runs[i].res.full_bytes,
+                                                 runs[i].res.warmup_s))) ||
                  cpri_json_append(arr, o);
         if (failed)
             cpri_json_free(o);
