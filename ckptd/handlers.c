@@ -167,9 +167,7 @@ static void h_list(cpri_rpc_call *c, void *app)
     if (st == CPR_OK) {
         st = allow(c, srv, l.job, CPRI_RIGHT_READ, "List");
         if (st == CPR_OK)
-            st = cpr_store_list(srv->store, l.job, &parts, &n);
-        if (st == CPR_OK && cpr_store_latest_cut(srv->store, l.job, &cut) != CPR_OK)
-            cut = 0; /* no consistent cut yet: reported as 0 */
+            st = cpr_store_list_cut(srv->store, l.job, &parts, &n, &cut); /* cut 0: none */
         char **where = st == CPR_OK && l.locations ? calloc(n + 1, sizeof *where) : NULL;
         if (st == CPR_OK && l.locations && !where)
             st = cpr_fail(CPR_NO_MEMORY, "out of memory listing %zu parts", n);

@@ -1360,47 +1360,72 @@ static int info_cmp(const void *a, const void *b)
     return x->shard < y->shard ? -1 : x->shard > y->shard;
 }
 
-cpr_status cpr_store_list(cpr_store *store, const char *job_name,
-                          cpr_part_info **out, size_t *n)
+/* Under store->mu: the parts of job_name, unsorted (cpr_store_list). */
+static cpr_status list_locked(cpr_store *store, const char *job_name, cpr_part_info **out,
+                              size_t *n)
 {
-    cpr_status st = cpri_check_job_name(job_name);
-    cpr_part_info *infos = NULL;
-    size_t count = 0;
-    if (st)
-        return cpri_store_count(store, st);
-    cpri_store_refresh_for_read(store, job_name); /* rados.h R9 */
-    pthread_mutex_lock(&store->mu);
     cpri_job *job = cpri_catalog_find(&store->catalog, job_name);
-    size_t cap = job ? job->n_parts : 0;
+    size_t cap = job ? job->n_parts : 0, count = 0;
     for (open_part *p = store->open_parts; p; p = p->next)
         cap += strcmp(p->job_name, job_name) == 0;
-    if (cap == 0) {
-        st = cpr_fail(CPR_NOT_FOUND, "job %s has no parts", job_name);
-        goto out;
-    }
-    if (count_listed(store, job, job_name) == 0) {
-        st = cpr_fail(CPR_NOT_FOUND, "job %s has no parts", job_name);
-        goto out;
-    }
-    infos = calloc(cap, sizeof *infos);
-    if (!infos) {
-        st = cpr_fail(CPR_NO_MEMORY, "out of memory listing job %s", job_name);
-        goto out;
-    }
+    if (cap == 0 || count_listed(store, job, job_name) == 0)
+        return cpr_fail(CPR_NOT_FOUND, "job %s has no parts", job_name);
+    cpr_part_info *infos = calloc(cap, sizeof *infos);
+    if (!infos)
+        return cpr_fail(CPR_NO_MEMORY, "out of memory listing job %s", job_name);
     for (size_t i = 0; job && i < job->n_parts; i++)
         if (!job->floor || job->parts[i].checkpoint >= job->floor) /* C5 */
             fill_info(&infos[count++], &job->parts[i], 1);
     for (open_part *p = store->open_parts; p; p = p->next)
         if (strcmp(p->job_name, job_name) == 0)
             fill_info(&infos[count++], &p->meta, 0);
-out:
+    *out = infos;
+    *n = count;
+    return CPR_OK;
+}
+
+/* Under store->mu: the largest consistent cut of job_name (cpr_store_latest_cut). */
+static cpr_status cut_locked(cpr_store *store, const char *job_name, uint64_t *cut)
+{
+    cpri_job *job = cpri_catalog_find(&store->catalog, job_name);
+    if (!job || job->n_parts == 0)
+        return cpr_fail(CPR_NOT_FOUND, "job %s has no committed parts", job_name);
+    if (cpri_job_cuts(job, cut, 1) == 0)
+        return cpr_fail(CPR_NOT_FOUND, "job %s has no consistent cut yet: every shard "
+                        "needs a committed FULL (or complete DELTA chain) at the same "
+                        "checkpoint id", job_name);
+    return CPR_OK;
+}
+
+cpr_status cpr_store_list_cut(cpr_store *store, const char *job_name, cpr_part_info **out,
+                              size_t *n, uint64_t *cut)
+{
+    cpr_part_info *infos = NULL;
+    size_t count = 0;
+    uint64_t found = 0;
+    cpr_status st = cpri_check_job_name(job_name);
+    if (st)
+        return cpri_store_count(store, st);
+    cpri_store_refresh_for_read(store, job_name); /* rados.h R9: once for both */
+    pthread_mutex_lock(&store->mu);
+    st = list_locked(store, job_name, &infos, &count);
+    if (st == CPR_OK && cut && cut_locked(store, job_name, &found) != CPR_OK)
+        found = 0; /* no consistent cut yet */
     pthread_mutex_unlock(&store->mu);
     if (st)
         return cpri_store_count(store, st);
     qsort(infos, count, sizeof *infos, info_cmp);
     *out = infos;
     *n = count;
+    if (cut)
+        *cut = found;
     return CPR_OK;
+}
+
+cpr_status cpr_store_list(cpr_store *store, const char *job_name,
+                          cpr_part_info **out, size_t *n)
+{
+    return cpr_store_list_cut(store, job_name, out, n, NULL);
 }
 
 static int name_cmp(const void *a, const void *b)
@@ -1527,13 +1552,7 @@ cpr_status cpr_store_latest_cut(cpr_store *store, const char *job_name, uint64_t
         return cpri_store_count(store, st);
     cpri_store_refresh_for_read(store, job_name); /* rados.h R9 */
     pthread_mutex_lock(&store->mu);
-    cpri_job *job = cpri_catalog_find(&store->catalog, job_name);
-    if (!job || job->n_parts == 0)
-        st = cpr_fail(CPR_NOT_FOUND, "job %s has no committed parts", job_name);
-    else if (cpri_job_cuts(job, &found, 1) == 0)
-        st = cpr_fail(CPR_NOT_FOUND, "job %s has no consistent cut yet: every shard "
-                      "needs a committed FULL (or complete DELTA chain) at the same "
-                      "checkpoint id", job_name);
+    st = cut_locked(store, job_name, &found);
     pthread_mutex_unlock(&store->mu);
     if (st)
         return cpri_store_count(store, st);

@@ -144,6 +144,15 @@ CPR_API cpr_status cpr_store_list(cpr_store *store, const char *job,
                           cpr_part_info **out, size_t *n);
 
 /*
+ * cpr_store_list and cpr_store_latest_cut from one view of the job (for a
+ * store in RADOS, one reload of the job from the pool): the cut is that of
+ * the parts listed. *cut (cut may be NULL) is 0 when the job has no
+ * consistent cut yet. Errors as cpr_store_list's.
+ */
+CPR_API cpr_status cpr_store_list_cut(cpr_store *store, const char *job,
+                                      cpr_part_info **out, size_t *n, uint64_t *cut);
+
+/*
  * Names of every job with at least one part (committed or open), sorted
  * (strcmp order). *names is a malloc'd array of *n malloc'd strings followed
  * by a NULL entry, owned by the caller: release it with cpr_names_free.

@@ -266,6 +266,24 @@ static void assert_cut(cpr_store *s, const char *job, cpr_status want, uint64_t 
     uint64_t got = 12345;
     assert_int_equal(cpr_store_latest_cut(s, job, &got), want);
     assert_int_equal(got, want == CPR_OK ? cut : 12345);
+    /* cpr_store_list_cut: the same list, and the cut (0: none) of one view */
+    cpr_part_info *listed = NULL, *with_cut = NULL;
+    size_t n_listed = 0, n_with_cut = 0;
+    uint64_t both = 12345;
+    cpr_status ls = cpr_store_list(s, job, &listed, &n_listed);
+    assert_int_equal(cpr_store_list_cut(s, job, &with_cut, &n_with_cut, &both), ls);
+    if (ls == CPR_OK) {
+        assert_int_equal(n_with_cut, n_listed);
+        for (size_t i = 0; i < n_listed; i++) {
+            assert_int_equal(with_cut[i].checkpoint, listed[i].checkpoint);
+            assert_int_equal(with_cut[i].shard, listed[i].shard);
+        }
+        assert_int_equal(both, want == CPR_OK ? cut : 0);
+    } else {
+        assert_int_equal(both, 12345); /* untouched on failure */
+    }
+    free(listed);
+    free(with_cut);
 }
 
 /* The parts test_latest_cut writes, as cpr_store_list must report them. */
