@@ -15,7 +15,7 @@
 include(GNUInstallDirs)
 include(CMakePackageConfigHelpers)
 
-set(CPR_LIB_PARTS cpr_common cpr_wire cpr_rpc_client cpr_client cpr_recovery
+set(CPR_LIB_PARTS cpr_common cpr_wire cpr_rpc_flat cpr_rpc_client cpr_client cpr_recovery
     cpr_recovery_exec cpr_embedding cpr_data cpr_cuda)
 set(CPR_LIB_OBJECTS "")
 foreach(part IN LISTS CPR_LIB_PARTS)

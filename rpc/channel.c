@@ -15,6 +15,7 @@
 
 #include "cpr_common.h"
 #include "channel.h"
+#include "flat.h"
 
 /* HTTP/2 keepalive, matching ckptd's (ckptd/server.c): ping every 30 s, also
  * on idle connections and with no data in between, and drop the connection
@@ -379,54 +380,19 @@ cpr_status cpri_rpc_stream_finish(cpri_rpc_stream *s, uint8_t **resp, size_t *re
     return st;
 }
 
-/* A stream's messages made contiguous for the callback. A message that
- * arrived as one slice is handed over in place; one in pieces is copied into
- * a buffer the stream keeps and reuses. Not grpc_byte_buffer_reader_readall:
- * it allocates every message afresh, and with many streams at once those
- * allocations come from fresh pages (a page fault per 4 KiB, the largest
- * cost of concurrent restores on a VM; docs/performance.md). */
-typedef struct flat_buf {
-    uint8_t *buf;
-    size_t cap;
-} flat_buf;
-
-static cpr_status deliver(grpc_byte_buffer *bb, flat_buf *f, cpri_rpc_msg_fn fn, void *ctx)
+/* One message of a stream to the callback, contiguous (flat.h). */
+static cpr_status deliver(grpc_byte_buffer *bb, cpri_rpc_flat *f, cpri_rpc_msg_fn fn, void *ctx)
 {
     grpc_byte_buffer_reader reader;
-    if (!grpc_byte_buffer_reader_init(&reader, bb)) /* it also undoes any compression */
-        return cpr_fail(CPR_INTERNAL, "cannot read a received message");
-    grpc_slice *s, *first = NULL;
-    size_t n = 0, pieces = 0;
-    while (grpc_byte_buffer_reader_peek(&reader, &s)) { /* slices owned by the reader */
-        first = pieces++ ? first : s;
-        n += GRPC_SLICE_LENGTH(*s);
-    }
-    cpr_status st = CPR_OK;
-    if (pieces <= 1) {
-        static const uint8_t empty[1];
-        st = fn(ctx, first ? GRPC_SLICE_START_PTR(*first) : empty, n);
+    const uint8_t *msg;
+    size_t len;
+    int in_place;
+    cpr_status st = cpri_rpc_flatten(bb, &reader, f, &msg, &len, &in_place);
+    if (st == CPR_OK)
+        st = fn(ctx, msg, len);
+    if (in_place)
         grpc_byte_buffer_reader_destroy(&reader);
-        return st;
-    }
-    if (n > f->cap) {
-        size_t cap = n > 2 * f->cap ? n : 2 * f->cap;
-        uint8_t *b = realloc(f->buf, cap);
-        if (!b) {
-            grpc_byte_buffer_reader_destroy(&reader);
-            return cpr_fail(CPR_NO_MEMORY, "out of memory for a %zu-byte message", n);
-        }
-        f->buf = b;
-        f->cap = cap;
-    }
-    grpc_byte_buffer_reader_destroy(&reader);
-    grpc_byte_buffer_reader_init(&reader, bb);
-    size_t at = 0;
-    while (grpc_byte_buffer_reader_peek(&reader, &s)) {
-        memcpy(f->buf + at, GRPC_SLICE_START_PTR(*s), GRPC_SLICE_LENGTH(*s));
-        at += GRPC_SLICE_LENGTH(*s);
-    }
-    grpc_byte_buffer_reader_destroy(&reader);
-    return fn(ctx, f->buf, at);
+    return st;
 }
 
 cpr_status cpri_rpc_server_stream(cpri_rpc *r, const char *method, const uint8_t *req,
@@ -448,7 +414,7 @@ cpr_status cpri_rpc_server_stream(cpri_rpc *r, const char *method, const uint8_t
     int ok = run_batch(call, cq, ops, 4);
     grpc_byte_buffer_destroy(ops[1].data.send_message.send_message);
     grpc_metadata_array_destroy(&initial);
-    flat_buf flat = {NULL, 0};
+    cpri_rpc_flat flat = {NULL, 0};
     while (ok && st == CPR_OK) {
         grpc_op op;
         grpc_byte_buffer *bb = NULL;

@@ -45,6 +45,7 @@
 #include <string.h>
 
 #include "cpr_common.h"
+#include "flat.h"
 #include "server.h"
 
 #define MAX_METHODS 32
@@ -70,10 +71,8 @@ struct cpri_rpc_call {
                                    as one slice and is handed over in place ... */
     grpc_byte_buffer_reader reader; /* ... through this reader, which owns that slice */
     int have_received;
-    uint8_t *flat;             /* a message that came in pieces, made contiguous: kept and
-                                  reused for the call's next ones (not readall's fresh
-                                  allocation per message, a page fault per 4 KiB) */
-    size_t flat_cap;
+    cpri_rpc_flat flat;        /* messages that came in pieces, made contiguous: kept and
+                                  reused for the call's next ones (flat.h) */
     grpc_completion_queue *cq; /* bound to the call (V2) */
     int sent_initial;
     int generic;               /* an unregistered method: answered UNIMPLEMENTED */
@@ -368,7 +367,7 @@ cpr_status cpri_rpc_send(cpri_rpc_call *c, uint8_t *bytes, size_t len, const cha
 /* What the call keeps between receives (V4): its request and its flat buffer. */
 static size_t kept_bytes(const cpri_rpc_call *c)
 {
-    return (c->have_request ? GRPC_SLICE_LENGTH(c->request) : 0) + c->flat_cap;
+    return (c->have_request ? GRPC_SLICE_LENGTH(c->request) : 0) + c->flat.cap;
 }
 
 static void drop_received(cpri_rpc_call *c)
@@ -381,48 +380,6 @@ static void drop_received(cpri_rpc_call *c)
     if (c->have_received)
         budget_keep(c, kept_bytes(c));
     c->have_received = 0;
-}
-
-/* bb's bytes, contiguous: in place when they are one slice (bb is then kept
- * in c->received), else copied into the call's flat buffer. */
-static cpr_status flatten(cpri_rpc_call *c, grpc_byte_buffer *bb, const uint8_t **msg,
-                          size_t *len)
-{
-    grpc_byte_buffer_reader *reader = &c->reader;
-    if (!grpc_byte_buffer_reader_init(reader, bb)) /* it also undoes any compression */
-        return cpr_fail(CPR_INTERNAL, "cannot read a received message");
-    grpc_slice *s, *first = NULL;
-    size_t n = 0, pieces = 0;
-    while (grpc_byte_buffer_reader_peek(reader, &s)) { /* slices owned by the reader */
-        first = pieces++ ? first : s;
-        n += GRPC_SLICE_LENGTH(*s);
-    }
-    if (pieces == 1) { /* handed over in place: the reader stays open */
-        c->received = bb;
-        *msg = GRPC_SLICE_START_PTR(*first);
-        *len = n;
-        return CPR_OK;
-    }
-    grpc_byte_buffer_reader_destroy(reader);
-    if (n > c->flat_cap) {
-        size_t cap = n > 2 * c->flat_cap ? n : 2 * c->flat_cap;
-        uint8_t *b = realloc(c->flat, cap ? cap : 1);
-        if (!b)
-            return cpr_fail(CPR_NO_MEMORY, "out of memory for a %zu-byte message", n);
-        c->flat = b;
-        c->flat_cap = cap;
-    }
-    size_t at = 0;
-    grpc_byte_buffer_reader_init(reader, bb);
-    while (grpc_byte_buffer_reader_peek(reader, &s)) {
-        memcpy(c->flat + at, GRPC_SLICE_START_PTR(*s), GRPC_SLICE_LENGTH(*s));
-        at += GRPC_SLICE_LENGTH(*s);
-    }
-    grpc_byte_buffer_reader_destroy(reader);
-    grpc_byte_buffer_destroy(bb);
-    *msg = c->flat ? c->flat : (const uint8_t *)"";
-    *len = at;
-    return CPR_OK;
 }
 
 cpri_rpc_recv_result cpri_rpc_recv(cpri_rpc_call *c, const uint8_t **msg, size_t *len)
@@ -449,11 +406,17 @@ cpri_rpc_recv_result cpri_rpc_recv(cpri_rpc_call *c, const uint8_t **msg, size_t
         budget_keep(c, before);
         return CPR_RPC_END;
     }
-    if (flatten(c, bb, msg, len) != CPR_OK) {
+    int in_place = 0;
+    if (cpri_rpc_flatten(bb, &c->reader, &c->flat, msg, len, &in_place) != CPR_OK) {
         grpc_byte_buffer_destroy(bb);
         cpri_log(CPR_LOG_ERROR, "%s: %s", c->m->path, cpr_errmsg());
         budget_keep(c, before);
         return CPR_RPC_BROKEN;
+    }
+    if (in_place) {
+        c->received = bb; /* with c->reader open until drop_received */
+    } else {
+        grpc_byte_buffer_destroy(bb);
     }
     c->have_received = 1;
     c->bytes_in += *len;
@@ -486,7 +449,7 @@ static void free_call(cpri_rpc_call *c)
     if (c->have_request)
         grpc_slice_unref(c->request);
     drop_received(c);
-    free(c->flat);
+    free(c->flat.buf);
     if (c->cq) {
         grpc_completion_queue_shutdown(c->cq);
         while (grpc_completion_queue_next(c->cq, gpr_inf_future(GPR_CLOCK_REALTIME), NULL).type !=

@@ -189,17 +189,23 @@ static unsigned char *spare_take(rados_backend *be)
     return b;
 }
 
+/* Under be->mu: keep buf among the spares if it is a whole chunk and there
+ * is room; returns what the caller must free (NULL if kept). */
+static unsigned char *spare_keep_locked(rados_backend *be, unsigned char *buf, size_t cap)
+{
+    if (buf && cap == CHUNK_BYTES && be->n_spare < SPARE_CHUNKS) {
+        be->spare[be->n_spare++] = buf;
+        return NULL;
+    }
+    return buf;
+}
+
 /* Keep a writer's buffer for the next writer, or free it. */
 static void spare_give(rados_backend *be, unsigned char *buf, size_t cap)
 {
-    if (buf && cap == CHUNK_BYTES) {
-        pthread_mutex_lock(&be->mu);
-        if (be->n_spare < SPARE_CHUNKS) {
-            be->spare[be->n_spare++] = buf;
-            buf = NULL;
-        }
-        pthread_mutex_unlock(&be->mu);
-    }
+    pthread_mutex_lock(&be->mu);
+    buf = spare_keep_locked(be, buf, cap);
+    pthread_mutex_unlock(&be->mu);
     free(buf);
 }
 
@@ -225,13 +231,14 @@ static void chunk_written(rados_completion_t c, void *arg)
     chunk_write *s = arg;
     rados_backend *be = s->be;
     (void)c;
-    spare_give(be, s->buf, s->cap);
-    s->buf = NULL;
-    s->cap = 0;
     pthread_mutex_lock(&be->mu);
+    unsigned char *drop = spare_keep_locked(be, s->buf, s->cap);
     be->in_flight--;
     pthread_cond_broadcast(&be->room);
     pthread_mutex_unlock(&be->mu);
+    free(drop);
+    s->buf = NULL;
+    s->cap = 0;
 }
 
 /* Buffers grow to a chunk as data comes, so that a small object (a blob of

@@ -131,10 +131,11 @@ static cpr_status write_part(shard *s, uint64_t ckpt, cpr_kind kind, uint64_t fi
         /* The warm-up: wait until every byte went out to the daemon, so
          * that its path ran too, then drop the part. */
         cpr_part_progress pr;
-        for (cpr_part_progress_get(part, &pr); pr.error == CPR_OK &&
-                                               pr.bytes_sent < pr.bytes_queued;
-             cpr_part_progress_get(part, &pr))
+        cpr_part_progress_get(part, &pr);
+        while (pr.error == CPR_OK && pr.bytes_sent < pr.bytes_queued) {
             nanosleep(&(struct timespec){0, 1000000}, NULL); /* 1 ms: a bench, not a test */
+            cpr_part_progress_get(part, &pr);
+        }
         st = pr.error;
     }
     if (st || !keep)
@@ -305,8 +306,7 @@ cpr_status bench_rpc_run(const bench_opts *opts, const char *data_dir, uint32_t 
         fprintf(stderr, "cpr-bench: rpc, %u shard(s): writing FULL and PRIORITY parts\n",
                 count);
         double start = cpri_now_s();
-        if (st == CPR_OK)
-            st = ingest(sh, count, d.pid, res);
+        st = ingest(sh, count, d.pid, res);
         pthread_join(clock_thread, NULL);
         res->full_s = pc.t_full - start;
         res->priority_s = res->ingest_s - res->full_s;

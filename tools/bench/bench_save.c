@@ -271,16 +271,13 @@ static cpr_status save_once(const save_opts *o, trainer *t, saver *s, cpr_policy
      * after the seconds a save's background takes), which made the ratio a
      * draw of the baseline. */
     size_t bytes = n * (8 + 4 * (o->dim + 1));
-    double m0 = cpri_now_s(), m1 = m0;
+    double copy_s = o->cuda ? (double)bytes / (o->d2h_gb_s * 1e9) : 0;
     for (int copy = 0; copy < 2 && !o->cuda; copy++) {
         double c0 = cpri_now_s();
         memcpy(s->dst, s->src, bytes);
         double took = cpri_now_s() - c0;
-        if (copy == 0 || took < m1 - m0)
-            m1 = m0 + took;
+        copy_s = copy == 0 || took < copy_s ? took : copy_s;
     }
-    if (o->cuda)
-        m1 = m0 + (double)bytes / (o->d2h_gb_s * 1e9);
     double c0 = cpri_now_s();
     if (st == CPR_OK)
         st = cpr_part_commit(&part);
@@ -297,8 +294,8 @@ static cpr_status save_once(const save_opts *o, trainer *t, saver *s, cpr_policy
     r->begin_s[k] = t2 - t1;
     r->stage_s[k] = t3 - t2;
     r->stall_s[k] = t3 - t0;
-    r->memcpy_s[k] = m1 - m0;
-    r->ratio[k] = m1 > m0 ? (t3 - t0) / (m1 - m0) : 0;
+    r->memcpy_s[k] = copy_s;
+    r->ratio[k] = copy_s > 0 ? (t3 - t0) / copy_s : 0;
     return st;
 }
 
