@@ -10,6 +10,13 @@
  * At the end every committed part is restored and checked, and verify finds
  * nothing wrong. The kills land in begin, streaming and commit; the report
  * says how many of each.
+ *
+ * The kill's moment is drawn over 0-40 ms after the writer starts, which on a
+ * loaded machine (ASan, a parallel suite, a slow first connection) can be
+ * shorter than one part: so every fourth round waits until the writer's
+ * client acknowledged a commit of that round before drawing it. Commits
+ * then land in every run, whatever the machine's speed, and the checks of
+ * acknowledged parts are never vacuous.
  */
 #define _GNU_SOURCE
 #include <pthread.h>
@@ -34,6 +41,8 @@
 #define ROWS 4000u
 #define BATCHES 4u
 #define DEFAULT_KILLS 200u
+#define COMMIT_EVERY 4u       /* every 4th round waits for a commit first */
+#define COMMIT_WAIT_S 120     /* ... and fails the test if none comes */
 
 static const cpr_table_schema g_t = {.table = 1, .rows = ROWS, .dim = 16, .state_dim = 1};
 static const cpr_client_options g_opts = {.no_retries = 1};
@@ -47,6 +56,9 @@ typedef struct writer {
     _Atomic uint64_t acked;       /* newest commit the client acknowledged */
     _Atomic uint64_t in_flight;   /* checkpoint being written (0: none) */
     _Atomic int phase;
+    _Atomic int stopped;          /* the writer returned */
+    pthread_mutex_t mu;           /* guards nothing but the wake-up below */
+    pthread_cond_t acked_cv;      /* signalled after each acknowledged commit */
 } writer;
 
 /* FULL parts of ROWS rows until a call fails (the daemon died). */
@@ -77,10 +89,36 @@ static void *writer_main(void *arg)
             cpr_part_abort(&p);
         if (st != CPR_OK)
             break;
+        pthread_mutex_lock(&w->mu);
         atomic_store(&w->acked, c);
+        pthread_cond_broadcast(&w->acked_cv);
+        pthread_mutex_unlock(&w->mu);
         atomic_store(&w->phase, W_IDLE);
     }
+    /* wake a waiter: no commit will come from this writer any more */
+    pthread_mutex_lock(&w->mu);
+    atomic_store(&w->stopped, 1);
+    pthread_cond_broadcast(&w->acked_cv);
+    pthread_mutex_unlock(&w->mu);
     return NULL;
+}
+
+/* Waits until w acknowledged a commit newer than `since`; fails the test if
+ * none comes within COMMIT_WAIT_S or the writer stopped without one. */
+static void wait_for_commit(writer *w, uint64_t since)
+{
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_sec += COMMIT_WAIT_S;
+    pthread_mutex_lock(&w->mu);
+    int rc = 0;
+    while (atomic_load(&w->acked) <= since && !atomic_load(&w->stopped) && rc == 0)
+        rc = pthread_cond_timedwait(&w->acked_cv, &w->mu, &until);
+    int got = atomic_load(&w->acked) > since;
+    pthread_mutex_unlock(&w->mu);
+    if (!got)
+        fail_msg("the writer acknowledged no commit after checkpoint %llu within %d s",
+                 (unsigned long long)since, COMMIT_WAIT_S);
 }
 
 typedef struct check {
@@ -175,8 +213,12 @@ static void test_ckptd_killed_again_and_again(void **unused)
         }
         writer w = {.client = client, .next = newest + 1};
         atomic_store(&w.acked, newest);
+        pthread_mutex_init(&w.mu, NULL);
+        pthread_cond_init(&w.acked_cv, NULL);
         pthread_t t;
         assert_int_equal(pthread_create(&t, NULL, writer_main, &w), 0);
+        if (k % COMMIT_EVERY == 0)
+            wait_for_commit(&w, newest);
         seed = mix(seed);
         /* the kill's moment, spread over a few parts' worth of work */
         struct timespec ts = {0, (long)(seed % 40000000)};
@@ -185,6 +227,8 @@ static void test_ckptd_killed_again_and_again(void **unused)
         ch_kill(&d);
         pthread_join(t, NULL);
         acked = atomic_load(&w.acked);
+        pthread_cond_destroy(&w.acked_cv);
+        pthread_mutex_destroy(&w.mu);
         cpr_client_close(client);
         ch_start(&d, dir);
     }
@@ -194,6 +238,7 @@ static void test_ckptd_killed_again_and_again(void **unused)
     assert_int_equal(cpr_client_open(target, NULL, &client), CPR_OK);
     uint64_t newest = newest_committed(client);
     assert_true(newest >= acked);
+    assert_true(newest >= (kills + COMMIT_EVERY - 1) / COMMIT_EVERY); /* see the top */
     for (uint64_t c = 1; c <= newest; c++)
         assert_exact(client, c);
     cpr_verify_report vr;
