@@ -22,8 +22,13 @@
  *      (one fold itself runs at the disk's speed; the pause holds no lock),
  *      so training on the same host keeps the CPU and the disk.
  *  D5. A fold never re-encodes: each row keeps the codec its part stored it
- *      in (cpr/codec.h), copied as stored; output blocks break where the
- *      codec changes.
+ *      in (cpr/codec.h), copied as stored. Rows of each codec gather in a
+ *      block of their own (FOLD_BLOCK_BYTES), so the blocks of a fold of
+ *      several codecs overlap in rows (each row is in exactly one of them,
+ *      and a restore merges them as it merges parts). Breaking the block
+ *      where the codec changed instead, a fold of a FULL in f32 and MFU
+ *      parts in int8 came out as a block every few rows: 17 453 blocks for
+ *      one table of 50 000 rows, a restore 30 times slower than from f32.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -42,17 +47,29 @@
 #define BG_FORCE_PARTS 32    /* ... whatever their size */
 #define BG_MIN_FRACTION 4    /* ... or when they hold base_bytes / this */
 
+#define FOLD_BLOCK_BYTES (1u << 20) /* rows of one codec gather up to this (D5) */
+
 /* ---- one fold ------------------------------------------------------------ */
+
+/* The rows of one codec waiting for their block (D5). */
+typedef struct fold_acc {
+    cpri_merge_rows r;     /* table, dims, codec, row_bytes; n rows held */
+    size_t cap;            /* rows */
+    uint64_t *ids, *versions;
+    unsigned char *values; /* f32 values or encoded rows */
+    float *state;
+} fold_acc;
 
 typedef struct fold_out {
     cpr_store *store;
     cpri_obj_writer *w;
     cpri_part_meta *m;
+    fold_acc acc[CPR_CODEC_INT4 + 1];
 } fold_out;
 
-static cpr_status fold_rows(void *ctx, const cpri_merge_rows *r)
+/* One block of r's rows into the fold's segment and index. */
+static cpr_status fold_write(fold_out *o, const cpri_merge_rows *r)
 {
-    fold_out *o = ctx;
     cpri_block_ref ref;
     cpr_status st = cpri_seg_write_block(o->store, o->w, r, &ref);
     if (st == CPR_OK)
@@ -61,6 +78,102 @@ static cpr_status fold_rows(void *ctx, const cpri_merge_rows *r)
         o->m->rows += r->n;
         o->m->bytes += r->n * (8 + r->row_bytes + (uint64_t)r->state_dim * 4);
         o->m->codecs |= 1u << r->codec;
+    }
+    return st;
+}
+
+static cpr_status acc_flush(fold_out *o, fold_acc *a)
+{
+    if (a->r.n == 0)
+        return CPR_OK;
+    a->r.ids = a->ids;
+    a->r.versions = a->versions;
+    a->r.values = a->r.codec == CPR_CODEC_F32 ? (const float *)(void *)a->values : NULL;
+    a->r.encoded = a->r.codec == CPR_CODEC_F32 ? NULL : a->values;
+    a->r.state = a->r.state_dim ? a->state : NULL;
+    cpr_status st = fold_write(o, &a->r);
+    a->r.n = 0;
+    return st;
+}
+
+static cpr_status flush_all(fold_out *o)
+{
+    cpr_status st = CPR_OK;
+    for (size_t c = 0; c <= CPR_CODEC_INT4 && st == CPR_OK; c++)
+        st = acc_flush(o, &o->acc[c]);
+    return st;
+}
+
+static void acc_free(fold_out *o)
+{
+    for (size_t c = 0; c <= CPR_CODEC_INT4; c++) {
+        fold_acc *a = &o->acc[c];
+        free(a->ids);
+        free(a->versions);
+        free(a->values);
+        free(a->state);
+        memset(a, 0, sizeof *a);
+    }
+}
+
+/* Room for a block's worth of rows of r's table and codec. */
+static cpr_status acc_reserve(fold_acc *a, const cpri_merge_rows *r)
+{
+    size_t vbytes = r->codec == CPR_CODEC_F32 ? (size_t)r->dim * 4 : r->row_bytes;
+    size_t per_row = 16 + vbytes + (size_t)r->state_dim * 4;
+    size_t cap = FOLD_BLOCK_BYTES / per_row;
+    cap = cap < 1 ? 1 : cap;
+    if (a->cap < cap || a->r.dim != r->dim || a->r.state_dim != r->state_dim) {
+        free(a->ids);
+        free(a->versions);
+        free(a->values);
+        free(a->state);
+        a->ids = malloc(cap * 8);
+        a->versions = malloc(cap * 8);
+        a->values = malloc(cap * vbytes);
+        a->state = malloc(cap * (r->state_dim ? r->state_dim : 1) * 4);
+        a->cap = a->ids && a->versions && a->values && a->state ? cap : 0;
+        if (!a->cap)
+            return cpr_fail(CPR_NO_MEMORY, "out of memory folding (%zu rows)", cap);
+    }
+    a->r = (cpri_merge_rows){.table = r->table, .dim = r->dim, .state_dim = r->state_dim,
+                             .codec = r->codec, .row_bytes = r->row_bytes};
+    return CPR_OK;
+}
+
+/* The merge's rows (ascending ids within a table, each batch of one codec)
+ * into each codec's block (D5). */
+static cpr_status fold_rows(void *ctx, const cpri_merge_rows *r)
+{
+    fold_out *o = ctx;
+    if (r->codec > CPR_CODEC_INT4 || !r->versions)
+        return cpr_fail(CPR_INTERNAL, "fold: rows of codec %d, versions %s", (int)r->codec,
+                        r->versions ? "set" : "missing");
+    fold_acc *a = &o->acc[r->codec];
+    cpr_status st = CPR_OK;
+    for (size_t c = 0; c <= CPR_CODEC_INT4 && st == CPR_OK; c++)
+        if (o->acc[c].r.n && o->acc[c].r.table != r->table) /* a new table: the last's out */
+            st = acc_flush(o, &o->acc[c]);
+    if (st == CPR_OK && a->r.n == 0)
+        st = acc_reserve(a, r);
+    size_t vbytes = r->codec == CPR_CODEC_F32 ? (size_t)r->dim * 4 : r->row_bytes;
+    const unsigned char *values = r->codec == CPR_CODEC_F32 ? (const void *)r->values
+                                                            : r->encoded;
+    for (size_t i = 0; st == CPR_OK && i < r->n;) {
+        size_t take = a->cap - a->r.n < r->n - i ? a->cap - a->r.n : r->n - i;
+        memcpy(a->ids + a->r.n, r->ids + i, take * 8);
+        memcpy(a->versions + a->r.n, r->versions + i, take * 8);
+        memcpy(a->values + a->r.n * vbytes, values + i * vbytes, take * vbytes);
+        if (r->state_dim)
+            memcpy(a->state + a->r.n * r->state_dim, r->state + i * r->state_dim,
+                   take * r->state_dim * 4);
+        a->r.n += take;
+        i += take;
+        if (a->r.n == a->cap) {
+            st = acc_flush(o, a);
+            if (st == CPR_OK && i < r->n)
+                st = acc_reserve(a, r);
+        }
     }
     return st;
 }
@@ -182,10 +295,13 @@ cpr_status cpri_fold_shard(cpr_store *store, const char *job_name, uint32_t shar
     m.seg_token = cpri_seg_new_token(store);
     cpri_seg_fold_name(name, job_name, shard, at, m.seg_token);
     st = store->segs->ops->create(store->segs, name, &w);
-    fold_out o = {store, w, &m};
+    fold_out o = {.store = store, .w = w, .m = &m};
     cpri_merge_sink sink = {.rows = fold_rows, .ctx = &o, .want_versions = 1, .keep_codec = 1};
     if (st == CPR_OK)
         st = cpri_merge_run(store, &p, &sink, &res);
+    if (st == CPR_OK)
+        st = flush_all(&o);
+    acc_free(&o);
     if (st == CPR_OK) {
         cpri_obj_writer *done = w;
         w = NULL;
