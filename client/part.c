@@ -65,6 +65,7 @@ typedef struct item {
     uint64_t offset;
     size_t len;
     cpr_fill_fn fill;     /* deferred rows: values written by fill before sealing */
+    cpr_fill_encoded_fn fill_encoded; /* ... or already encoded (non-f32 parts) */
     void *fill_ctx;
     size_t fill_first;    /* the block's first row within its put */
     _Alignas(8) uint8_t data[]; /* rows: ids | values | state; blob: bytes */
@@ -89,6 +90,7 @@ typedef struct rows_src {
     const float *values, *state;
     size_t vstride, sstride;
     cpr_fill_fn fill;      /* cpr_part_put_deferred: no values now */
+    cpr_fill_encoded_fn fill_encoded;
     void *fill_ctx;
 } rows_src;
 
@@ -244,30 +246,44 @@ static void set_error(cpr_part *p, cpr_status st)
     pthread_mutex_unlock(&p->mu);
 }
 
-/* A staged f32 block sent in the part's codec: ids and state copied, values
- * encoded, into the sender's own buffer (an encoded block may be larger than
- * the f32 one for rows of 1 or 2 values), then sealed. */
-static cpr_status send_encoded(cpr_part *p, item *it)
+/* The sender's own buffer for an encoded block of it->n rows (an encoded
+ * block may be larger than the f32 one for rows of 1 or 2 values), with the
+ * ids copied in; *dst its layout, *len its bytes. */
+static cpr_status encoded_block(cpr_part *p, const item *it, cpr_block_layout *dst, size_t *len)
 {
-    cpr_block_layout src, dst;
+    cpr_block_layout src;
     uint32_t n = (uint32_t)it->n;
-    size_t len = cpr_block_size_codec(n, it->dim, it->state_dim, 0, p->codec);
-    if (!len)
+    *len = cpr_block_size_codec(n, it->dim, it->state_dim, 0, p->codec);
+    if (!*len)
         return cpr_fail(CPR_INVALID_ARGUMENT, "a %s block of %u rows of table %u is too large",
                         cpr_codec_name(p->codec), n, it->table);
-    if (len > p->enc_cap) {
+    if (*len > p->enc_cap) {
         free(p->enc);
         p->enc = NULL;
         p->enc_cap = 0;
-        if (posix_memalign((void **)&p->enc, 64, len))
-            return cpr_fail(CPR_NO_MEMORY, "out of memory encoding a %zu-byte block", len);
-        p->enc_cap = len;
+        if (posix_memalign((void **)&p->enc, 64, *len))
+            return cpr_fail(CPR_NO_MEMORY, "out of memory encoding a %zu-byte block", *len);
+        p->enc_cap = *len;
     }
     cpr_block_layout_of(n, it->dim, it->state_dim, 0, &src);
-    cpr_block_layout_codec(n, it->dim, it->state_dim, 0, p->codec, &dst);
-    memcpy(p->enc + dst.ids, it->data + src.ids, (size_t)n * 8);
-    cpr_status st = cpr_codec_encode(p->codec, 0, (const float *)(it->data + src.values), n,
-                                     it->dim, p->enc + dst.values);
+    cpr_block_layout_codec(n, it->dim, it->state_dim, 0, p->codec, dst);
+    memcpy(p->enc + dst->ids, it->data + src.ids, (size_t)n * 8);
+    return CPR_OK;
+}
+
+/* A staged f32 block sent in the part's codec: values encoded and state
+ * copied into the sender's buffer, then sealed. */
+static cpr_status send_encoded(cpr_part *p, item *it)
+{
+    cpr_block_layout src, dst;
+    size_t len;
+    uint32_t n = (uint32_t)it->n;
+    cpr_status st = encoded_block(p, it, &dst, &len);
+    if (st)
+        return st;
+    cpr_block_layout_of(n, it->dim, it->state_dim, 0, &src);
+    st = cpr_codec_encode(p->codec, 0, (const float *)(it->data + src.values), n, it->dim,
+                          p->enc + dst.values);
     if (st) {
         char why[512];
         snprintf(why, sizeof why, "%s", cpr_errmsg());
@@ -279,6 +295,27 @@ static cpr_status send_encoded(cpr_part *p, item *it)
     return st ? st : cpri_node_writer_block(p->writer, p->enc, len);
 }
 
+/* Deferred rows the caller encodes itself (cpr_deferred_rows.fill_encoded):
+ * straight into the sender's buffer, then sealed. */
+static cpr_status send_fill_encoded(cpr_part *p, item *it)
+{
+    cpr_block_layout dst;
+    size_t len;
+    uint32_t n = (uint32_t)it->n;
+    cpr_status st = encoded_block(p, it, &dst, &len);
+    if (st)
+        return st;
+    st = it->fill_encoded(it->fill_ctx, it->fill_first, it->n, it->dim, it->state_dim, p->codec,
+                          p->enc + dst.values,
+                          it->state_dim ? (float *)(void *)(p->enc + dst.state) : NULL);
+    if (st)
+        return cpr_fail(st, "filling rows [%zu, %zu) of table %u as %s: %s", it->fill_first,
+                        it->fill_first + it->n, it->table, cpr_codec_name(p->codec),
+                        cpr_errmsg());
+    st = cpr_block_seal_codec(p->enc, it->table, n, it->dim, it->state_dim, 0, p->codec);
+    return st ? st : cpri_node_writer_block(p->writer, p->enc, len);
+}
+
 static cpr_status send_item(cpr_part *p, item *it)
 {
     if (it->is_blob)
@@ -286,6 +323,8 @@ static cpr_status send_item(cpr_part *p, item *it)
                                     cpr_crc32c(0, it->data, it->len));
     if (it->is_block) {
         cpr_status st = CPR_OK;
+        if (it->fill_encoded && p->codec != CPR_CODEC_F32)
+            return send_fill_encoded(p, it);
         if (it->fill) { /* the caller's snapshot, copied out now (cpr_part_put_deferred) */
             cpr_block_layout l;
             cpr_block_layout_of((uint32_t)it->n, it->dim, it->state_dim, 0, &l);
@@ -622,6 +661,7 @@ static cpr_status stage_block(cpr_part *p, const rows_src *r, const schema *t, s
             ids[i] = r->range_begin + done + i;
     if (r->fill) { /* deferred: the sender fills the values (send_item) */
         it->fill = r->fill;
+        it->fill_encoded = r->fill_encoded;
         it->fill_ctx = r->fill_ctx;
         it->fill_first = done;
     } else if (!r->by_id && r->vstride == t->dim) { /* a dense batch: one copy per array */
@@ -738,7 +778,7 @@ cpr_status cpr_part_put_rows(cpr_part *p, const cpr_row_batch *b)
     if (st)
         return st;
     rows_src r = {b->table, b->n, b->ids, b->range_begin, 0, 0, b->values, b->state,
-                  t->dim, t->state_dim, NULL, NULL};
+                  t->dim, t->state_dim, NULL, NULL, NULL};
     return put_src(p, &r, t);
 }
 
@@ -763,7 +803,7 @@ cpr_status cpr_part_put_gather(cpr_part *p, const cpr_gather *g)
                         "row_base %llu", g->table, (unsigned long long)g->range_begin,
                         (unsigned long long)g->row_base);
     rows_src r = {g->table, g->n, g->ids, g->range_begin, 1, g->row_base, g->values, g->state,
-                  g->values_stride, g->state_stride, NULL, NULL};
+                  g->values_stride, g->state_stride, NULL, NULL, NULL};
     return put_src(p, &r, t);
 }
 
@@ -777,7 +817,7 @@ cpr_status cpr_part_put_deferred(cpr_part *p, const cpr_deferred_rows *d)
     if (st)
         return st;
     rows_src r = {.table = d->table, .n = d->n, .ids = d->ids, .fill = d->fill,
-                  .fill_ctx = d->ctx};
+                  .fill_encoded = d->fill_encoded, .fill_ctx = d->ctx};
     return put_src(p, &r, t);
 }
 

@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "cpr_common.h"
+#include "cpr/codec.h"
 #include "emb_internal.h"
 
 #define MAX_DIM 4096u
@@ -487,6 +488,48 @@ cpr_status cpr_emb_save_fill(void *ctx, size_t first, size_t k, uint32_t dim,
         return cpr_fail(CPR_INVALID_ARGUMENT, "the part's schema has rows of %u + %u floats, "
                         "the table %u + %u", dim, state_dim, t->cfg.dim, t->state_dim);
     return cpr_emb_save_copy(t, save, first, k, values, state);
+}
+
+cpr_status cpr_emb_save_copy_encoded(cpr_emb *t, cpr_emb_save *save, size_t first, size_t k,
+                                     cpr_codec codec, void *values, float *state)
+{
+    if (need_rows(t, "cpr_emb_save_copy_encoded"))
+        return CPR_FAILED_PRECONDITION;
+    if (!t || !save || first > save->n || k > save->n - first)
+        return cpr_fail(CPR_INVALID_ARGUMENT, "cpr_emb_save_copy_encoded: rows [%zu, %zu + %zu) "
+                        "are not rows of a save of %zu", first, first, k, save ? save->n : 0);
+    if (!cpr_codec_row_bytes(codec, t->cfg.dim))
+        return cpr_fail(CPR_INVALID_ARGUMENT, "cpr_emb_save_copy_encoded: codec %d: give "
+                        "CPR_CODEC_F32, _BF16, _F16, _INT8 or _INT4", (int)codec);
+    if (k && (!values || (t->state_dim && !state)))
+        return cpr_fail(CPR_INVALID_ARGUMENT, "cpr_emb_save_copy_encoded needs buffers for %zu "
+                        "rows of values%s", k, t->state_dim ? " and state" : "");
+    if (t->cfg.device == CPR_DEVICE_CUDA)
+        return cpri_emb_cuda_copy_encoded(t, save, first, k, codec, values, state);
+    if (k == 0)
+        return CPR_OK;
+    float *rows = malloc(k * t->cfg.dim * sizeof *rows);
+    if (!rows)
+        return cpr_fail(CPR_NO_MEMORY, "out of memory copying %zu rows to encode", k);
+    cpr_status st = cpri_emb_cpu_copy(t, save, first, k, rows, state, 1);
+    if (st == CPR_OK)
+        st = cpr_codec_encode(codec, 0, rows, k, t->cfg.dim, values);
+    free(rows);
+    return st;
+}
+
+cpr_status cpr_emb_save_fill_encoded(void *ctx, size_t first, size_t k, uint32_t dim,
+                                     uint32_t state_dim, cpr_codec codec, void *values,
+                                     float *state)
+{
+    cpr_emb_save *save = ctx;
+    if (!save)
+        return cpr_fail(CPR_INVALID_ARGUMENT, "cpr_emb_save_fill_encoded: the save is NULL");
+    cpr_emb *t = save->table;
+    if (dim != t->cfg.dim || state_dim != t->state_dim)
+        return cpr_fail(CPR_INVALID_ARGUMENT, "the part's schema has rows of %u + %u floats, "
+                        "the table %u + %u", dim, state_dim, t->cfg.dim, t->state_dim);
+    return cpr_emb_save_copy_encoded(t, save, first, k, codec, values, state);
 }
 
 static void save_end(cpr_emb *t, cpr_emb_save *save, int committed)

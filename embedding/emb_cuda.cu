@@ -223,6 +223,7 @@ extern "C" cpr_status cpri_emb_cuda_create(cpr_emb *t)
     if (!b)
         return cpr_fail(CPR_NO_MEMORY, "out of memory creating a table");
     t->backend = b;
+    pthread_mutex_init(&b->enc_mu, NULL);
     b->device = c->cuda_device;
     b->geom.range_rows = t->range_rows;
     b->geom.num_shards = c->num_shards;
@@ -281,6 +282,10 @@ extern "C" void cpri_emb_cuda_destroy(cpr_emb *t)
         cudaFreeHost(b->pinned_small);
     if (b->pinned)
         cudaFreeHost(b->pinned);
+    cudaFree(b->enc_dev);
+    if (b->enc_flag)
+        cudaFreeHost(b->enc_flag);
+    pthread_mutex_destroy(&b->enc_mu);
     if (b->stream)
         cudaStreamDestroy(b->stream);
     if (b->copy_stream)

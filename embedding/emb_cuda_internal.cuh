@@ -11,6 +11,7 @@
 #define CPR_EMB_CUDA_INTERNAL_CUH
 
 #include <cuda_runtime.h>
+#include <pthread.h>
 
 #include "cpr_common.h"
 #include "emb_internal.h"
@@ -102,6 +103,12 @@ typedef struct emb_cuda_table {
     uint64_t calls;
     ull *pinned_small;      /* a few pinned words for results read back */
     void *pinned;           /* EMB_STAGING_BYTES of pinned staging, on first use */
+    /* encoded copies (emb_cuda_codec.cu, C3): device scratch, grown, and a
+     * pinned word, one copy at a time under enc_mu */
+    pthread_mutex_t enc_mu;
+    uint8_t *enc_dev;
+    size_t enc_cap;
+    ull *enc_flag;
 } emb_cuda_table;
 
 #define CUDA_T(t) ((emb_cuda_table *)(t)->backend)

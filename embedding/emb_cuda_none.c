@@ -31,6 +31,9 @@ cpr_status cpri_emb_cuda_save_begin(cpr_emb *t, cpr_emb_save *save)
 cpr_status cpri_emb_cuda_copy(cpr_emb *t, const cpr_emb_save *save, size_t first, size_t k,
                              float *v, float *st, int release)
 { (void)t; (void)save; (void)first; (void)k; (void)v; (void)st; (void)release; UNREACHABLE; }
+cpr_status cpri_emb_cuda_copy_encoded(cpr_emb *t, const cpr_emb_save *save, size_t first,
+                                      size_t k, cpr_codec c, void *v, float *st)
+{ (void)t; (void)save; (void)first; (void)k; (void)c; (void)v; (void)st; UNREACHABLE; }
 void cpri_emb_cuda_save_end(cpr_emb *t, cpr_emb_save *save, int committed)
 { (void)t; (void)save; (void)committed; }
 cpr_status cpri_emb_cuda_apply(cpr_emb *t, const uint64_t *ids, size_t n, const float *v,

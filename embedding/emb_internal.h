@@ -13,6 +13,7 @@
 #ifndef CPR_EMB_INTERNAL_H
 #define CPR_EMB_INTERNAL_H
 
+#include "cpr/block.h"
 #include "cpr/rng.h"
 #include "cpr/embedding.h"
 
@@ -89,6 +90,10 @@ cpr_status cpri_emb_cpu_observe(cpr_emb *t, const int64_t *indices, size_t n,
 /* The CPU table's storage (cpr_emb_view). */
 void cpri_emb_cpu_view(const cpr_emb *t, cpr_emb_host_view *out);
 CPR_EMB_BACKEND(cpri_emb_cuda_)
+/* Rows [first, first + k) of a CUDA save encoded on the device, only the
+ * encoded bytes moved to the host (emb_cuda_codec.cu, cpr_emb_save_copy_encoded). */
+cpr_status cpri_emb_cuda_copy_encoded(cpr_emb *t, const cpr_emb_save *save, size_t first,
+                                      size_t k, cpr_codec codec, void *values, float *state);
 
 /* 1 if the CUDA backend was compiled in. */
 int cpri_emb_cuda_built(void);

@@ -342,6 +342,11 @@ static cpr_status stage_table(dlrm_ckpt *ck, uint32_t s, uint32_t t, cpr_policy 
          * step, straight into its blocks while training goes on. */
         cpr_deferred_rows d = {.table = t, .n = n, .ids = cpr_emb_save_ids(*save),
                                .fill = cpr_emb_save_fill, .ctx = *save};
+        /* A CUDA table encodes a quantized part's rows on the device and
+         * moves only the encoded bytes; a CPU table's sender copies and
+         * encodes them itself, into blocks it has already. */
+        if (cpr_emb_device(e) == CPR_DEVICE_CUDA)
+            d.fill_encoded = cpr_emb_save_fill_encoded;
         st = cpr_part_put_deferred(part, &d);
         part = NULL; /* staged */
     } else if (st == CPR_OK) {

@@ -41,6 +41,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "cpr/block.h"
 #include "cpr/export.h"
 #include "cpr/status.h"
 #include "cpr/store.h"
@@ -222,12 +223,27 @@ CPR_API cpr_status cpr_part_put_gather(cpr_part *part, const cpr_gather *gather)
  */
 typedef cpr_status (*cpr_fill_fn)(void *ctx, size_t first, size_t k, uint32_t dim,
                                   uint32_t state_dim, float *values, float *state);
+/*
+ * Optional (NULL: unused): the same rows already in the part's codec. When
+ * the part's codec (cpr_part_spec.codec) is not f32, the sender calls
+ * fill_encoded(ctx, first, k, dim, state_dim, codec, values, state) instead
+ * of fill: it writes k x cpr_codec_row_bytes(codec, dim) bytes of encoded
+ * values, the bytes cpr_codec_encode(codec, 0, ...) gives for the rows fill
+ * would write, and k x state_dim state floats as fill does. A caller that
+ * encodes where its rows live saves the host's copy and encode: a CUDA
+ * table encodes on the device and moves only the encoded bytes
+ * (cpr_emb_save_fill_encoded, cpr/embedding.h).
+ */
+typedef cpr_status (*cpr_fill_encoded_fn)(void *ctx, size_t first, size_t k, uint32_t dim,
+                                          uint32_t state_dim, cpr_codec codec, void *values,
+                                          float *state);
 typedef struct cpr_deferred_rows {
     uint32_t table;
     size_t n;
     const uint64_t *ids;
     cpr_fill_fn fill;
     void *ctx;
+    cpr_fill_encoded_fn fill_encoded; /* optional, see above */
 } cpr_deferred_rows;
 CPR_API cpr_status cpr_part_put_deferred(cpr_part *part, const cpr_deferred_rows *rows);
 

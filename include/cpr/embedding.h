@@ -45,6 +45,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "cpr/block.h"
 #include "cpr/export.h"
 #include "cpr/status.h"
 #include "cpr/types.h"
@@ -249,6 +250,30 @@ CPR_API cpr_status cpr_emb_save_copy(cpr_emb *table, cpr_emb_save *save, size_t 
  */
 CPR_API cpr_status cpr_emb_save_fill(void *save, size_t first, size_t k, uint32_t dim,
                                      uint32_t state_dim, float *values, float *state);
+
+/*
+ * cpr_emb_save_copy with the values encoded in `codec` (cpr/codec.h): values
+ * gets k x cpr_codec_row_bytes(codec, dim) bytes, the bytes
+ * cpr_codec_encode(codec, 0, ...) writes for the rows cpr_emb_save_copy would
+ * copy (up to the sign of a zero bias on a CUDA table); state stays float
+ * (k x state_dim; NULL when state_dim is 0). On a CUDA table the rows are
+ * encoded on the device from the save's snapshot and only the encoded bytes
+ * cross to the host (an int8 row of 64 values is 72 bytes, not 256); on a
+ * CPU table they are copied and encoded on the calling thread. The rules of
+ * cpr_emb_save_copy hold (any thread, each row once). Errors: those of
+ * cpr_emb_save_copy; CPR_INVALID_ARGUMENT for an unknown codec, or a row the
+ * codec cannot hold (NaN, infinity, beyond f16's range: the message names
+ * the row and value, and the rows count as copied).
+ */
+CPR_API cpr_status cpr_emb_save_copy_encoded(cpr_emb *table, cpr_emb_save *save, size_t first,
+                                             size_t k, cpr_codec codec, void *values,
+                                             float *state);
+
+/* cpr_emb_save_copy_encoded in the shape of a cpr_part_put_deferred
+ * fill_encoded (`.fill_encoded = cpr_emb_save_fill_encoded, .ctx = save`). */
+CPR_API cpr_status cpr_emb_save_fill_encoded(void *save, size_t first, size_t k, uint32_t dim,
+                                             uint32_t state_dim, cpr_codec codec, void *values,
+                                             float *state);
 
 /*
  * A CPU table's rows in host memory, to copy them out without a buffer in

@@ -3,7 +3,7 @@
 # cpr-bench save on a small table (not a timing test: it checks what the
 # benchmark reports, not how fast): --help exits 0, usage errors exit 2, the
 # JSON has every policy with a stall, its memcpy baseline and their ratio,
-# within its budget, and --device cuda without a device fails
+# within its budget, --codec int8 runs, and --device cuda without a device fails
 # with CPR_CUDA (exit 1); with one, it reports the device-to-host baseline.
 # Usage: test_bench_save_cli.sh CPR_BENCH_BINARY
 set -euo pipefail
@@ -15,7 +15,7 @@ fail() { echo "test_bench_save_cli: $*" >&2; exit 1; }
 
 "$tool" save --help > "$work/help" || fail "--help exited $?"
 grep -q -- "--device" "$work/help" || fail "--help does not name --device"
-for bad in "--device tpu" "--rows 10" "--fraction 0" "--bogus"; do
+for bad in "--device tpu" "--rows 10" "--fraction 0" "--bogus" "--codec int3"; do
     rc=0
     # shellcheck disable=SC2086
     "$tool" save $bad > /dev/null 2> "$work/err" || rc=$?
@@ -44,11 +44,17 @@ for name in ("mfu", "ssu", "topk-norm"):
 assert r["worst_stall_ratio"] == max(p["stall_ratio"] for p in pols.values()), r
 PY
 
+# the parts in int8: encoded by the sender (a CUDA table's on the device)
+"$tool" save --rows 20000 --bags 512 --rounds 1 --codec int8 --json > "$work/int8.json" \
+    2> "$work/progress" || fail "--codec int8 exited $?: $(cat "$work/progress")"
+python3 -c 'import json,sys; r=json.load(open(sys.argv[1])); assert r["codec"]=="int8" and all(p["background_ms"]>0 for p in r["policies"].values()), r' \
+    "$work/int8.json" || fail "--codec int8: $(cat "$work/int8.json")"
+
 rc=0
-"$tool" save --rows 20000 --bags 512 --rounds 1 --device cuda --json > "$work/cuda.json" \
-    2> "$work/cuda.err" || rc=$?
+"$tool" save --rows 20000 --bags 512 --rounds 1 --device cuda --codec int8 --json \
+    > "$work/cuda.json" 2> "$work/cuda.err" || rc=$?
 if [[ $rc == 0 ]]; then
-    python3 -c 'import json,sys; r=json.load(open(sys.argv[1])); assert r["device"]=="cuda" and r["d2h_gb_s"]>0, r' \
+    python3 -c 'import json,sys; r=json.load(open(sys.argv[1])); assert r["device"]=="cuda" and r["d2h_gb_s"]>0 and r["codec"]=="int8", r' \
         "$work/cuda.json" || fail "--device cuda: $(cat "$work/cuda.json")"
 else
     [[ $rc == 1 ]] || fail "--device cuda without a device exited $rc, not 1"

@@ -9,7 +9,8 @@
  * while the sender copies); with and without defer_send, over local:// and
  * a real ckptd. Policies FULL and MFU (a subset of rows). A deferred put
  * whose ids do not ascend is refused; a fill that fails fails the part, and
- * nothing of it becomes visible.
+ * nothing of it becomes visible. Deferred rows the caller encodes itself
+ * (fill_encoded) restore as the host codec decodes them, in every codec.
  */
 #define _GNU_SOURCE /* pthread_getaffinity_np */
 #include <pthread.h>
@@ -26,6 +27,7 @@
 
 #include "ckptd_harness.h"
 #include "cpr/client.h"
+#include "cpr/codec.h"
 #include "cpr/embedding.h"
 #include "cpr/rng.h"
 #include "testutil.h"
@@ -200,6 +202,71 @@ static void deferred_once(cpr_client *c, cpr_emb *t, cpr_policy policy, uint64_t
     free(want_state);
 }
 
+typedef struct enc_fill {
+    cpr_emb_save *save;
+    int calls, f32_calls;
+} enc_fill;
+
+static cpr_status enc_fill_f32(void *ctx, size_t first, size_t k, uint32_t dim,
+                               uint32_t state_dim, float *values, float *state)
+{
+    enc_fill *f = ctx;
+    f->f32_calls++;
+    return cpr_emb_save_fill(f->save, first, k, dim, state_dim, values, state);
+}
+
+static cpr_status enc_fill_encoded(void *ctx, size_t first, size_t k, uint32_t dim,
+                                   uint32_t state_dim, cpr_codec codec, void *values,
+                                   float *state)
+{
+    enc_fill *f = ctx;
+    f->calls++;
+    return cpr_emb_save_fill_encoded(f->save, first, k, dim, state_dim, codec, values, state);
+}
+
+/* A deferred save in `codec` whose rows the caller encodes
+ * (cpr_deferred_rows.fill_encoded): the sender calls fill_encoded and never
+ * fill, and the part restores as the host codec decodes the snapshot's rows;
+ * an f32 part calls fill. */
+static void deferred_encoded(cpr_client *c, cpr_emb *t, cpr_codec codec, uint64_t ckpt)
+{
+    uint64_t *ids = malloc(ROWS * sizeof *ids);
+    size_t n = 0;
+    assert_status(CPR_OK, cpr_emb_select(t, 0, CPR_POLICY_MFU, (cpr_budget){.fraction = 0.2},
+                                         ids, ROWS, &n));
+    assert_true(n > 0);
+    enc_fill f = {0};
+    assert_status(CPR_OK, cpr_emb_save_begin(t, 0, CPR_POLICY_MFU, ids, n, &f.save));
+    float *want = malloc(n * DIM * sizeof *want), *want_state = malloc(n * sizeof *want_state);
+    uint8_t *enc = malloc(n * cpr_codec_row_bytes(codec, DIM));
+    assert_status(CPR_OK, cpr_emb_gather(t, f.save, want, want_state));
+    assert_status(CPR_OK, cpr_codec_encode(codec, 0, want, n, DIM, enc));
+    assert_status(CPR_OK, cpr_codec_decode(codec, enc, n, DIM, want));
+    cpr_table_schema schema = {0, ROWS, DIM, 1};
+    cpr_part_spec spec = {.id = {"snap", 0, ckpt}, .kind = CPR_KIND_PRIORITY, .step = ckpt,
+                          .num_shards = 1, .tables = &schema, .n_tables = 1, .codec = codec};
+    cpr_part *p = NULL;
+    assert_status(CPR_OK, cpr_client_begin(c, &spec, &p));
+    cpr_deferred_rows d = {.table = 0, .n = n, .ids = cpr_emb_save_ids(f.save),
+                           .fill = enc_fill_f32, .ctx = &f, .fill_encoded = enc_fill_encoded};
+    assert_status(CPR_OK, cpr_part_put_deferred(p, &d));
+    train(t, 4, ckpt * 7);
+    assert_status(CPR_OK, cpr_part_commit(&p));
+    assert_status(CPR_OK, cpr_emb_save_commit(t, f.save));
+    if (codec == CPR_CODEC_F32) {
+        assert_true(f.f32_calls > 0);
+        assert_int_equal(f.calls, 0);
+    } else {
+        assert_true(f.calls > 0);
+        assert_int_equal(f.f32_calls, 0);
+    }
+    check_restored(c, ckpt, ids, n, want, want_state);
+    free(ids);
+    free(want);
+    free(want_state);
+    free(enc);
+}
+
 /* Refused and failed deferred puts leave nothing visible. */
 static void deferred_errors(cpr_client *c, cpr_emb *t, uint64_t ckpt)
 {
@@ -321,6 +388,10 @@ static void snapshots(const char *target, int defer)
         deferred_once(c, t, k % 2 ? CPR_POLICY_FULL : CPR_POLICY_MFU, k, 1);
     }
     deferred_errors(c, t, 9);
+    for (int codec = CPR_CODEC_F32; codec <= CPR_CODEC_INT4; codec++) {
+        train(t, 2, 10 + (uint64_t)codec);
+        deferred_encoded(c, t, (cpr_codec)codec, 10 + (uint64_t)codec);
+    }
     cpr_emb_destroy(t);
     cpr_client_close(c);
 }

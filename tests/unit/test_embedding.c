@@ -10,6 +10,8 @@
  */
 #include "emb_testlib.h"
 
+#include "cpr/codec.h"
+
 /* ---- configuration --------------------------------------------------------- */
 
 static void expect_bad_config(const cpr_emb_config *c, const char *what)
@@ -600,6 +602,55 @@ static void test_gather_apply_roundtrip(void **unused)
     cpr_emb_destroy(t);
 }
 
+/* cpr_emb_save_copy_encoded on a CPU table: the host codec's bytes of the
+ * rows a gather gives, the state as gathered, each codec; refusals. */
+static void test_copy_encoded(void **unused)
+{
+    (void)unused;
+    const uint64_t rows = 300;
+    const uint32_t dim = 7;
+    cpr_emb_config c = {.rows = rows, .dim = dim, .optimizer = CPR_OPT_ROWWISE_ADAGRAD,
+                        .track = CPR_TRACK_ALL, .init_scale = 0.4f, .seed = 12};
+    cpr_emb *t = tl_create(&c);
+    tl_rng rng = {.s = 5};
+    tl_batch b;
+    tl_batch_random(&b, &rng, rows, dim, 40, 4, 1.0);
+    assert_status(CPR_OK, cpr_emb_backward(t, b.idx, b.n_idx, b.off, b.n_bags, CPR_POOL_SUM,
+                                           b.grad));
+    tl_batch_free(&b);
+    size_t n = 0;
+    uint64_t *ids = tl_select(t, 0, CPR_POLICY_FULL, tl_rows_budget(rows), &n);
+    float *v = tl_calloc(n * dim, sizeof *v), *s = tl_calloc(n, sizeof *s);
+    float *got_s = tl_calloc(n, sizeof *got_s);
+    for (int codec = CPR_CODEC_F32; codec <= CPR_CODEC_INT4; codec++) {
+        size_t rb = cpr_codec_row_bytes((cpr_codec)codec, dim);
+        uint8_t *want = tl_calloc(n * rb, 1), *got = tl_calloc(n * rb, 1);
+        cpr_emb_save *save = NULL;
+        assert_status(CPR_OK, cpr_emb_save_begin(t, 0, CPR_POLICY_FULL, ids, n, &save));
+        assert_status(CPR_OK, cpr_emb_gather(t, save, v, s));
+        assert_status(CPR_OK, cpr_codec_encode((cpr_codec)codec, 0, v, n, dim, want));
+        assert_status(CPR_INVALID_ARGUMENT, cpr_emb_save_fill_encoded(save, 0, n, dim + 1, 1,
+                                                                      (cpr_codec)codec, got,
+                                                                      got_s));
+        assert_status(CPR_INVALID_ARGUMENT, cpr_emb_save_copy_encoded(t, save, 0, n,
+                                                                      (cpr_codec)7, got, got_s));
+        assert_status(CPR_INVALID_ARGUMENT, cpr_emb_save_copy_encoded(t, save, 1, n,
+                                                                      (cpr_codec)codec, got,
+                                                                      got_s));
+        assert_status(CPR_OK, cpr_emb_save_copy_encoded(t, save, 0, 100, (cpr_codec)codec, got,
+                                                        got_s));
+        assert_status(CPR_OK, cpr_emb_save_fill_encoded(save, 100, n - 100, dim, 1,
+                                                        (cpr_codec)codec, got + 100 * rb,
+                                                        got_s + 100));
+        assert_memory_equal(got, want, n * rb);
+        assert_memory_equal(got_s, s, n * sizeof *s);
+        assert_status(CPR_OK, cpr_emb_save_commit(t, save));
+        free(want), free(got);
+    }
+    free(ids), free(v), free(s), free(got_s);
+    cpr_emb_destroy(t);
+}
+
 /* Destroy with saves open aborts and frees them (ASan checks the leak). */
 static void test_destroy_with_open_saves(void **unused)
 {
@@ -632,6 +683,7 @@ int main(void)
         cmocka_unit_test(test_indices_before_first_offset),
         cmocka_unit_test(test_gather_apply_roundtrip),
         cmocka_unit_test(test_destroy_with_open_saves),
+        cmocka_unit_test(test_copy_encoded),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -4,12 +4,14 @@
  * same initial weights and SSU decisions) and the same batches, a CUDA table
  * must give the same forward outputs, weights, optimizer state, tracker
  * statistics and selections as a CPU table, through saves, apply and
- * wipe_shard; bad device-side indices are refused. Without a CUDA device (or
+ * wipe_shard; bad device-side indices are refused. A save copied out
+ * encoded on the device gives the host codec's bytes. Without a CUDA device (or
  * a build without CUDA) creating a CUDA table must fail with CPR_CUDA, and
  * the test exits 77 (skipped).
  */
 #include "emb_testlib.h"
 
+#include "cpr/codec.h"
 #include "cpr/cuda.h"
 
 #include <pthread.h>
@@ -385,6 +387,97 @@ static void test_parity_adagrad(void **unused)
     check_parity(CPR_OPT_ADAGRAD, 64, 3001);
     check_parity(CPR_OPT_ADAGRAD, 1, 3001);
 }
+/* A save of `ids` on the CUDA table, copied out encoded in every codec,
+ * half the rows at a time: the bytes the host codec gives for the save's
+ * f32 rows, the state as gathered (emb_cuda_codec.cu, C1). */
+static void check_encoded_save(cpr_emb *t, const uint64_t *ids, size_t n)
+{
+    uint32_t dim = cpr_emb_dim(t), sd = cpr_emb_state_dim(t);
+    float *rows = tl_calloc(n * dim, sizeof *rows), *state = tl_calloc(n * sd + 1, sizeof *state);
+    float *got_state = tl_calloc(n * sd + 1, sizeof *got_state);
+    for (int c = CPR_CODEC_F32; c <= CPR_CODEC_INT4; c++) {
+        size_t rb = cpr_codec_row_bytes((cpr_codec)c, dim);
+        uint8_t *want = tl_calloc(n * rb, 1), *got = tl_calloc(n * rb, 1);
+        cpr_emb_save *save = NULL;
+        assert_status(CPR_OK, cpr_emb_save_begin(t, 0, CPR_POLICY_MFU, ids, n, &save));
+        assert_status(CPR_OK, cpr_emb_gather(t, save, rows, sd ? state : NULL));
+        assert_status(CPR_OK, cpr_codec_encode((cpr_codec)c, 0, rows, n, dim, want));
+        size_t half = n / 2;
+        assert_status(CPR_OK, cpr_emb_save_copy_encoded(t, save, 0, half, (cpr_codec)c, got,
+                                                        sd ? got_state : NULL));
+        assert_status(CPR_OK, cpr_emb_save_fill_encoded(save, half, n - half, dim, sd,
+                                                        (cpr_codec)c, got + half * rb,
+                                                        sd ? got_state + half * sd : NULL));
+        for (size_t i = 0; i < n; i++)
+            if (memcmp(got + i * rb, want + i * rb, rb) != 0)
+                fail_msg("dim %u, %s: row %zu (id %llu) encoded on the device differs from "
+                         "the host's", dim, cpr_codec_name((cpr_codec)c), i,
+                         (unsigned long long)ids[i]);
+        assert_memory_equal(got_state, state, n * sd * sizeof *state);
+        assert_status(CPR_OK, cpr_emb_save_commit(t, save));
+        free(want), free(got);
+    }
+    free(rows), free(state), free(got_state);
+}
+
+/* cpr_emb_save_copy_encoded on a CUDA table: trained rows of several widths
+ * (odd ones: unaligned int8 rows, a half-filled last int4 byte), a constant
+ * row, a row of subnormals (1 / scale overflows: the divide path), zeros;
+ * then a value beyond f16's range, refused with the host's message. */
+static void test_copy_encoded(void **unused)
+{
+    (void)unused;
+    const uint32_t dims[] = {1, 7, 33, 64};
+    for (size_t d = 0; d < sizeof dims / sizeof *dims; d++) {
+        uint32_t dim = dims[d];
+        cpr_emb_config c = {.rows = 3000, .dim = dim, .optimizer = CPR_OPT_ROWWISE_ADAGRAD,
+                            .track = CPR_TRACK_ALL, .seed = 5 + d, .init_scale = 0.5f,
+                            .device = CPR_DEVICE_CUDA};
+        cpr_emb *t = tl_create(&c);
+        tl_rng rng = {.s = 91 + d};
+        for (int round = 0; round < 4; round++) {
+            tl_batch b;
+            tl_batch_random(&b, &rng, c.rows, dim, 64, 4, 1.0);
+            assert_status(CPR_OK, gpu_backward(t, &b, CPR_POOL_SUM));
+            tl_batch_free(&b);
+        }
+        /* rows 0-2: constant, subnormal, zeros (state: the table's own) */
+        uint32_t sd = cpr_emb_state_dim(t);
+        uint64_t special[3] = {0, 1, 2};
+        float *sv = tl_calloc(3 * dim, sizeof *sv), *ss = tl_calloc(3 * sd + 1, sizeof *ss);
+        for (uint32_t j = 0; j < dim; j++) {
+            sv[j] = 0.375f;
+            sv[dim + j] = (float)(j % 5) * 1e-41f;
+        }
+        assert_status(CPR_OK, cpr_emb_apply(t, special, 3, sv, sd ? ss : NULL));
+        size_t n = 0;
+        uint64_t *ids = tl_select(t, 0, CPR_POLICY_FULL, tl_rows_budget(c.rows), &n);
+        assert_int_equal(n, c.rows);
+        check_encoded_save(t, ids, n);
+        /* beyond f16: refused, naming the row; bf16 holds it */
+        sv[0] = 1e5f;
+        assert_status(CPR_OK, cpr_emb_apply(t, special, 1, sv, sd ? ss : NULL));
+        cpr_emb_save *save = NULL;
+        assert_status(CPR_OK, cpr_emb_save_begin(t, 0, CPR_POLICY_MFU, ids, 4, &save));
+        uint8_t enc[4 * 4 * 64];
+        float st4[4 * 4];
+        assert_status(CPR_INVALID_ARGUMENT, cpr_emb_save_copy_encoded(t, save, 0, 4,
+                                                                      CPR_CODEC_F16, enc,
+                                                                      sd ? st4 : NULL));
+        if (!strstr(cpr_errmsg(), "row 0, value 0") || !strstr(cpr_errmsg(), "f16"))
+            fail_msg("f16 refusal: %s", cpr_errmsg());
+        assert_status(CPR_OK, cpr_emb_save_copy_encoded(t, save, 0, 4, CPR_CODEC_BF16, enc,
+                                                        sd ? st4 : NULL));
+        /* an unknown codec and a range outside the save */
+        assert_status(CPR_INVALID_ARGUMENT, cpr_emb_save_copy_encoded(t, save, 0, 4,
+                                                                      (cpr_codec)9, enc, st4));
+        assert_status(CPR_INVALID_ARGUMENT, cpr_emb_save_copy_encoded(t, save, 3, 2,
+                                                                      CPR_CODEC_INT8, enc, st4));
+        assert_status(CPR_OK, cpr_emb_save_commit(t, save));
+        free(ids), free(sv), free(ss);
+        cpr_emb_destroy(t);
+    }
+}
 #endif /* CPR_TEST_HAVE_CUDA */
 
 int main(void)
@@ -414,7 +507,11 @@ int main(void)
         cmocka_unit_test(test_parity_rowwise_adagrad),
         cmocka_unit_test(test_parity_adagrad),
         cmocka_unit_test(test_parity_ssu_small_sample),
+        cmocka_unit_test(test_copy_encoded),
     };
+    const char *only = getenv("CPR_TEST_FILTER"); /* e.g. one test under compute-sanitizer */
+    if (only && *only)
+        cmocka_set_test_filter(only);
     return cmocka_run_group_tests(tests, NULL, NULL);
 #else
     printf("skipped: built without CUDA test support\n");

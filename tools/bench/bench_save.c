@@ -43,6 +43,7 @@
 
 #include "bench.h"
 #include "cpr/client.h"
+#include "cpr/codec.h"
 #include "cpr/cuda.h"
 #include "cpr/data.h"
 #include "cpr/embedding.h"
@@ -59,6 +60,7 @@ typedef struct save_opts {
     const char *target;
     int json;
     int cuda;                 /* --device cuda */
+    cpr_codec codec;          /* --codec: the parts' row values */
     double d2h_gb_s;          /* CUDA: device-to-pinned-host copy, measured */
 } save_opts;
 
@@ -77,7 +79,7 @@ static void save_usage(FILE *out)
 {
     fputs("usage: cpr-bench save [--rows N] [--dim D] [--fraction F] [--rounds R]\n"
           "                      [--bags B] [--zipf S] [--target T] [--device cpu|cuda]\n"
-          "                      [--json]\n"
+          "                      [--codec C] [--json]\n"
           "  --rows N      rows of the CPU table (default 10000000)\n"
           "  --dim D       floats per row (default 64); row-wise Adagrad state\n"
           "  --fraction F  budget of MFU, SSU and TOPK_NORM saves (default 0.05)\n"
@@ -87,6 +89,10 @@ static void save_usage(FILE *out)
           "  --target T    where the saves go (default: local:// in a temp dir)\n"
           "  --device D    cpu (default) or cuda: the table on GPU 0, the stall beside\n"
           "                a device-to-pinned-host copy of the same bytes\n"
+          "  --codec C     f32 (default), bf16, f16, int8 or int4: the parts' row\n"
+          "                values, encoded by the sender (a CUDA table: on the\n"
+          "                device, only the encoded bytes copied out); the stall\n"
+          "                and its baseline do not change, background_ms does\n"
           "  --json        one JSON object on stdout\n"
           "Exit 0 done, 1 failure, 2 usage.\n",
           out);
@@ -116,6 +122,8 @@ static int parse_save_args(int argc, char **argv, save_opts *o)
                                  ? NULL : bench_flag_value(argc, argv, &i, "--target", &missing);
         const char *dev = frac || zipf || target || missing
                               ? NULL : bench_flag_value(argc, argv, &i, "--device", &missing);
+        const char *codec = frac || zipf || target || dev || missing
+                                ? NULL : bench_flag_value(argc, argv, &i, "--codec", &missing);
         if (missing)
             return -1;
         if (dev && strcmp(dev, "cpu") != 0 && strcmp(dev, "cuda") != 0) {
@@ -131,6 +139,8 @@ static int parse_save_args(int argc, char **argv, save_opts *o)
             o->target = target;
         else if (dev)
             o->cuda = strcmp(dev, "cuda") == 0;
+        else if (codec)
+            st = cpr_codec_parse(codec, &o->codec);
         else {
             fprintf(stderr, "cpr-bench save: unknown argument '%s'\n", argv[i]);
             return -1;
@@ -244,7 +254,7 @@ static cpr_status save_once(const save_opts *o, trainer *t, saver *s, cpr_policy
                                   : policy == CPR_POLICY_DELTA ? CPR_KIND_DELTA
                                                                : CPR_KIND_PRIORITY,
                           .step = s->next_ckpt, .num_shards = 1, .tables = &schema,
-                          .n_tables = 1};
+                          .n_tables = 1, .codec = o->codec};
     cpr_budget budget = {.fraction = o->fraction};
     cpr_emb_save *save = NULL;
     cpr_part *part = NULL;
@@ -260,6 +270,8 @@ static cpr_status save_once(const save_opts *o, trainer *t, saver *s, cpr_policy
     if (st == CPR_OK) { /* the sender copies the rows out of the save's snapshot */
         cpr_deferred_rows d = {.table = 0, .n = n, .ids = cpr_emb_save_ids(save),
                                .fill = cpr_emb_save_fill, .ctx = save};
+        if (o->cuda) /* encoded on the device (emb_cuda_codec.cu) */
+            d.fill_encoded = cpr_emb_save_fill_encoded;
         st = cpr_part_put_deferred(part, &d);
     }
     double t3 = cpri_now_s();
@@ -324,6 +336,7 @@ static int print_json(const save_opts *o, const policy_result *res, double total
     bad |= cpri_json_add_number(root, "dim", (double)o->dim);
     bad |= cpri_json_add_number(root, "state_dim", 1);
     bad |= cpri_json_add_string(root, "device", o->cuda ? "cuda" : "cpu");
+    bad |= cpri_json_add_string(root, "codec", cpr_codec_name(o->codec));
     if (o->cuda)
         bad |= cpri_json_add_number(root, "d2h_gb_s", bench_r3(o->d2h_gb_s));
     bad |= cpri_json_add_number(root, "fraction", o->fraction);
