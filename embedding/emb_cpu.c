@@ -631,7 +631,7 @@ cpr_status cpri_emb_cpu_select(cpr_emb *t, uint32_t shard, cpr_policy policy,
         cpri_emb_touched_keys live = {b->has_counts ? &b->trk->count : NULL,
                                       b->has_norm ? &b->trk->norm : NULL, sizeof *b->trk};
         int from_list = 0;
-        cpr_status st = cpri_emb_touched_topk(&b->touched, shard, rows, &live, keys, k, ids,
+        cpr_status st = cpri_emb_touched_topk(&b->touched, t, shard, &live, keys, k, ids,
                                               &count, &from_list);
         if (st == CPR_OK && !from_list) { /* read every row (and rebuild a lost list, T1) */
             st = cpri_emb_topk(t, shard, keys, sizeof *b->trk, k, ids, &count);

@@ -5,8 +5,13 @@
  * unlisted rows and repeated entries), find the k-th largest key (off an
  * exact histogram of small keys, by quickselect above them), take the rows
  * above it and the lowest-id rows equal to it, and sort the result by id
- * (cpri_emb_sort_ids): O(listed rows), never O(shard rows).
+ * (cpri_emb_sort_ids): O(listed rows), never O(shard rows). A long list of
+ * a contiguous shard is not read at all (T3): the listed rows come off the
+ * bitmap in ascending order (a word scan, an eighth of a word per listed
+ * row at most), so neither the compaction nor the sort runs, and the keys
+ * are read in ascending address order.
  */
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -18,6 +23,8 @@
 #define PREFETCH_AHEAD 32 /* a few bytes of work a row: DRAM latency needs many ahead */
 #define SMALL_KEYS 256u
 #define DENSE_MIN_ROWS (1u << 20)
+#define BITMAP_MIN_LISTED 4096u     /* T3: lists this long of contiguous shards ... */
+#define BITMAP_WORDS_PER_ENTRY 8u   /* ... with an entry per 8 bitmap words or more */
 
 cpr_status cpri_emb_touched_init(cpri_emb_touched *s, int enabled, uint64_t rows,
                                  uint32_t n_shards)
@@ -210,11 +217,38 @@ static uint32_t kth_small(const uint32_t *small, uint64_t k)
 }
 
 
-cpr_status cpri_emb_touched_topk(cpri_emb_touched *s, uint32_t shard, uint64_t shard_rows,
+/* The shard's listed rows, ascending, off the bitmap: rows [first, first +
+ * n) of a shard whose rows are contiguous (stride 1). At most the list's
+ * length (T1: every listed row has an entry). */
+static size_t listed_rows(const cpri_emb_touched *s, uint64_t first, uint64_t n, uint64_t *out,
+                          size_t cap)
+{
+    size_t m = 0;
+    uint64_t end = first + n, w_last = (end - 1) >> 6;
+    for (uint64_t w = first >> 6; w <= w_last; w++) {
+        uint64_t bits = s->listed[w];
+        if (!bits)
+            continue;
+        if (w == first >> 6)
+            bits &= ~0ull << (first & 63);
+        if (w == w_last && (end & 63))
+            bits &= (1ull << (end & 63)) - 1;
+        while (bits) {
+            if (m == cap) /* more listed rows than entries: T1 broken, never expected */
+                return SIZE_MAX;
+            out[m++] = (w << 6) + (uint64_t)__builtin_ctzll(bits);
+            bits &= bits - 1;
+        }
+    }
+    return m;
+}
+
+cpr_status cpri_emb_touched_topk(cpri_emb_touched *s, const cpr_emb *t, uint32_t shard,
                                  const cpri_emb_touched_keys *live, const void *keys,
                                  uint64_t k, uint64_t *ids, size_t *n, int *from_list)
 {
     cpri_emb_touched_list *l = &s->lists[shard];
+    uint64_t shard_rows = cpri_emb_geom_shard_rows(t, shard);
     *from_list = 0;
     /* In a large shard, a list of most of its rows is slower to select from
      * than the rows themselves (random reads from DRAM against a sequential
@@ -223,25 +257,39 @@ cpr_status cpri_emb_touched_topk(cpri_emb_touched *s, uint32_t shard, uint64_t s
      * few, and the list wins even when it holds all of them (make demo). */
     if (l->lost)
         return CPR_OK;
-    compact(s, l);
     if (shard_rows >= DENSE_MIN_ROWS && l->len > shard_rows / 2)
         return CPR_OK;
+    /* T3: a long list of a contiguous shard is read off the bitmap instead,
+     * in ascending order: no compaction, no sort of the result. */
+    int by_bitmap = shard_rows && cpri_emb_geom_stride(t) == 1 && l->len >= BITMAP_MIN_LISTED &&
+                    l->len * BITMAP_WORDS_PER_ENTRY >= (shard_rows + 63) / 64;
+    if (!by_bitmap)
+        compact(s, l);
     if (reserve_scratch(s, l->len) != CPR_OK)
         return CPR_OK; /* the caller reads every row instead */
+    const uint64_t *rows = l->ids;
+    size_t len = l->len;
+    if (by_bitmap) {
+        len = listed_rows(s, cpri_emb_geom_first(t, shard), shard_rows, s->scratch_ids2, len);
+        rows = s->scratch_ids2;
+        if (len == SIZE_MAX)
+            return cpr_fail(CPR_INTERNAL, "shard %u lists more rows than its list holds "
+                            "(%zu entries)", shard, l->len);
+    }
     uint32_t *cand_keys = s->scratch_keys;
     uint64_t *cand_ids = s->scratch_ids, max_id = 0;
     uint32_t small[SMALL_KEYS] = {0}; /* keys below SMALL_KEYS - 1, the rest in the last */
     size_t cand = 0, out = 0;
-    for (size_t i = 0; i < l->len; i++) {
-        if (i + PREFETCH_AHEAD < l->len)
-            __builtin_prefetch((const char *)keys + l->ids[i + PREFETCH_AHEAD] * live->stride);
-        uint32_t key = key_at(keys, live->stride, l->ids[i]);
+    for (size_t i = 0; i < len; i++) {
+        if (i + PREFETCH_AHEAD < len)
+            __builtin_prefetch((const char *)keys + rows[i + PREFETCH_AHEAD] * live->stride);
+        uint32_t key = key_at(keys, live->stride, rows[i]);
         if (key) {
             cand_keys[cand] = key;
-            cand_ids[cand++] = l->ids[i];
+            cand_ids[cand++] = rows[i];
             small[key < SMALL_KEYS - 1 ? key : SMALL_KEYS - 1]++;
         }
-        max_id = l->ids[i] > max_id ? l->ids[i] : max_id;
+        max_id = rows[i] > max_id ? rows[i] : max_id;
     }
     if (cand <= k) {
         if (cand) /* cand_ids is NULL until a list held anything */
@@ -254,21 +302,32 @@ cpr_status cpri_emb_touched_topk(cpri_emb_touched *s, uint32_t shard, uint64_t s
             memcpy(sel_keys, cand_keys, cand * sizeof *sel_keys);
             kth = kth_largest(sel_keys, cand, k);
         }
-        uint64_t *ties = s->scratch_ids2;
-        size_t n_ties = 0;
-        for (size_t i = 0; i < cand; i++) {
-            if (cand_keys[i] > kth)
-                ids[out++] = cand_ids[i];
-            else if (cand_keys[i] == kth)
-                ties[n_ties++] = cand_ids[i];
+        if (by_bitmap) { /* ascending: the first ties are the lowest ids */
+            size_t above = 0;
+            for (size_t i = 0; i < cand; i++)
+                above += cand_keys[i] > kth;
+            size_t ties = k - above;
+            for (size_t i = 0; i < cand; i++)
+                if (cand_keys[i] > kth || (cand_keys[i] == kth && ties && ties--))
+                    ids[out++] = cand_ids[i];
+        } else {
+            uint64_t *ties = s->scratch_ids2;
+            size_t n_ties = 0;
+            for (size_t i = 0; i < cand; i++) {
+                if (cand_keys[i] > kth)
+                    ids[out++] = cand_ids[i];
+                else if (cand_keys[i] == kth)
+                    ties[n_ties++] = cand_ids[i];
+            }
+            /* The lowest ids among the ties fill the budget (cpri_emb_topk's rule). */
+            if (n_ties > k - out)
+                cpri_emb_sort_ids(ties, cand_ids, n_ties, max_id);
+            memcpy(ids + out, ties, (k - out) * sizeof *ids);
+            out = k;
         }
-        /* The lowest ids among the ties fill the budget (cpri_emb_topk's rule). */
-        if (n_ties > k - out)
-            cpri_emb_sort_ids(ties, cand_ids, n_ties, max_id);
-        memcpy(ids + out, ties, (k - out) * sizeof *ids);
-        out = k;
     }
-    cpri_emb_sort_ids(ids, s->scratch_ids2, out, max_id);
+    if (!by_bitmap)
+        cpri_emb_sort_ids(ids, s->scratch_ids2, out, max_id);
     *n = out;
     *from_list = 1;
     return CPR_OK;

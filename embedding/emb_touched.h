@@ -18,6 +18,11 @@
  *      meanwhile go. Selection compacts, and so does an append that finds
  *      the list full (before it grows it), so a list holds at most twice
  *      the rows listed since its last compaction.
+ *  T3. The bitmap alone says which rows are listed: a selection may read
+ *      the listed rows of a contiguous shard off it (ascending) instead of
+ *      the list; it then leaves the list uncompacted, and the appends that
+ *      find it full compact it (T2's bound holds: they grow it only when
+ *      compaction freed less than half).
  * Not thread-safe: the training thread only, like the trackers themselves.
  */
 #ifndef CPR_EMB_TOUCHED_H
@@ -79,14 +84,14 @@ typedef struct cpri_emb_touched_keys {
 
 /*
  * The shard's rows with the largest non-zero keys (32-bit, live->stride
- * apart: live->counts, or live->norm as bit patterns), at most k, ties toward lower ids, ascending into ids:
- * exactly what cpri_emb_topk returns. From the list when it is intact and,
- * in a shard of 2^20 `shard_rows` or more, holds at most half of them
- * (*from_list = 1); otherwise
- * nothing is written (*from_list = 0): the caller reads every row, and
- * calls cpri_emb_touched_rebuild if the list was lost.
+ * apart: live->counts, or live->norm as bit patterns), at most k, ties toward
+ * lower ids, ascending into ids: exactly what cpri_emb_topk returns. From
+ * the list when it is intact and, in a shard of 2^20 rows or more, holds at
+ * most half of them (*from_list = 1); otherwise nothing is written
+ * (*from_list = 0): the caller reads every row, and calls
+ * cpri_emb_touched_rebuild if the list was lost.
  */
-cpr_status cpri_emb_touched_topk(cpri_emb_touched *s, uint32_t shard, uint64_t shard_rows,
+cpr_status cpri_emb_touched_topk(cpri_emb_touched *s, const cpr_emb *t, uint32_t shard,
                                  const cpri_emb_touched_keys *live, const void *keys,
                                  uint64_t k, uint64_t *ids, size_t *n, int *from_list);
 

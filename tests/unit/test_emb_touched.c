@@ -5,7 +5,8 @@
  * non-zero keys, ties toward lower ids), for MFU counts and TOPK_NORM norms,
  * with stale entries in the lists (rows whose trackers went back to zero),
  * strided shards, budgets from 1 to beyond the candidates; and a lost list
- * is reported as such and rebuilt from the rows.
+ * is reported as such and rebuilt from the rows. Long lists of range shards
+ * are read off the bitmap (T3), with the same results.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -82,7 +83,7 @@ static void same_selection(fixture *f, uint32_t shard, const void *keys, uint64_
     int from_list = 0;
     cpri_emb_touched_keys live = {f->counts, f->norm, 4};
     assert_status(CPR_OK, cpri_emb_topk(f->t, shard, keys, 4, k, want, &n_want));
-    assert_status(CPR_OK, cpri_emb_touched_topk(&f->touched, shard, ROWS, &live, keys, k, got,
+    assert_status(CPR_OK, cpri_emb_touched_topk(&f->touched, f->t, shard, &live, keys, k, got,
                                                 &n_got, &from_list));
     assert_true(from_list);
     assert_int_equal(n_got, n_want);
@@ -124,7 +125,7 @@ static void test_lost_list_rebuilds(void **unused)
     size_t n = 0;
     int from_list = 1;
     cpri_emb_touched_keys live = {f.counts, f.norm, 4};
-    assert_status(CPR_OK, cpri_emb_touched_topk(&f.touched, 1, ROWS, &live, f.counts, 50, ids,
+    assert_status(CPR_OK, cpri_emb_touched_topk(&f.touched, f.t, 1, &live, f.counts, 50, ids,
                                                 &n, &from_list));
     assert_false(from_list);
     cpri_emb_touched_rebuild(&f.touched, f.t, 1, &live);
@@ -158,12 +159,75 @@ static void test_list_stays_bounded(void **unused)
     cpr_emb_destroy(f.t);
 }
 
+/* T3: long lists of contiguous (range) shards are read off the bitmap, in
+ * ascending order, uncompacted: the same selections as over every row, for
+ * budgets around the candidates, through rounds of saves (rows unlisted,
+ * some touched again) that leave stale entries in the lists. */
+static void test_bitmap_selection(void **unused)
+{
+    (void)unused;
+    enum { BIG = 1 << 17, BIG_SHARDS = 2 };
+    static uint32_t counts[BIG + 1000]; /* rows past BIG stay untouched */
+    static float norm[BIG + 1000];
+    static uint64_t want[BIG], got[BIG];
+    cpr_emb *t = NULL;
+    cpri_emb_touched touched;
+    cpr_emb_config cfg = {.rows = BIG + 1000, .dim = 4, .num_shards = BIG_SHARDS};
+    assert_status(CPR_OK, cpr_emb_create(&cfg, &t));
+    assert_status(CPR_OK, cpri_emb_touched_init(&touched, 1, BIG + 1000, BIG_SHARDS));
+    uint64_t seed = 77;
+    cpri_emb_touched_keys live = {counts, norm, 4};
+    for (int round = 0; round < 6; round++) {
+        for (int i = 0; i < 12000; i++) { /* odd-sized shards: words cut at both ends */
+            uint64_t row = cpr_splitmix64(&seed) % BIG, r = cpr_splitmix64(&seed);
+            counts[row] += r % 16 == 0 ? (uint32_t)(r >> 40) % 5000 : 1 + (uint32_t)(r % 3);
+            norm[row] += (float)(r % 1000) * 1e-3f;
+            cpri_emb_touched_add(&touched, cpr_emb_shard_of(t, row), row);
+        }
+        for (uint32_t s = 0; s < BIG_SHARDS; s++) {
+            const uint64_t budgets[] = {1, 100, 3000, 5500, 6000, 20000};
+            for (size_t b = 0; b < sizeof budgets / sizeof *budgets; b++)
+                for (int which = 0; which < 2; which++) {
+                    const void *keys = which ? (const void *)norm : (const void *)counts;
+                    size_t n_want = 0, n_got = 0, len = touched.lists[s].len;
+                    int from_list = 0;
+                    assert_status(CPR_OK, cpri_emb_topk(t, s, keys, 4, budgets[b], want,
+                                                        &n_want));
+                    assert_status(CPR_OK, cpri_emb_touched_topk(&touched, t, s, &live, keys,
+                                                                budgets[b], got, &n_got,
+                                                                &from_list));
+                    assert_true(from_list);
+                    assert_true(len >= 4096);
+                    assert_int_equal(touched.lists[s].len, len); /* not compacted (T3) */
+                    assert_int_equal(n_got, n_want);
+                    assert_memory_equal(got, want, n_want * sizeof *got);
+                }
+        }
+        for (int i = 0; i < 3000; i++) { /* a save: unlisted, some touched again */
+            uint64_t row = cpr_splitmix64(&seed) % BIG;
+            counts[row] = 0;
+            norm[row] = 0;
+            cpri_emb_touched_unlist(&touched, row);
+            if (i % 4 == 0) {
+                counts[row] = 2;
+                norm[row] = 0.25f;
+                cpri_emb_touched_add(&touched, cpr_emb_shard_of(t, row), row);
+            }
+        }
+    }
+    for (uint32_t s = 0; s < BIG_SHARDS; s++) /* appends alone kept the lists bounded */
+        assert_true(touched.lists[s].len <= 2 * 6 * 12000);
+    cpri_emb_touched_release(&touched);
+    cpr_emb_destroy(t);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_same_as_every_row),
         cmocka_unit_test(test_lost_list_rebuilds),
         cmocka_unit_test(test_list_stays_bounded),
+        cmocka_unit_test(test_bitmap_selection),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
