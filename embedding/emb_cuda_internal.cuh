@@ -40,6 +40,7 @@
 
 /* Host bytes staged through pinned memory per chunk of gather or apply. */
 #define EMB_STAGING_BYTES (32u << 20)
+#define EMB_STAGING_MIN_BYTES (256u << 10) /* the first pinned staging (emb_pinned_get) */
 /* Grid size for grid-stride kernels: enough blocks to fill any current GPU. */
 #define EMB_MAX_BLOCKS 65535u
 
@@ -102,7 +103,8 @@ typedef struct emb_cuda_table {
     emb_pending *open;      /* open saves */
     uint64_t calls;
     ull *pinned_small;      /* a few pinned words for results read back */
-    void *pinned;           /* EMB_STAGING_BYTES of pinned staging, on first use */
+    void *pinned;           /* pinned staging, pinned_bytes, grown on use (emb_pinned_get) */
+    size_t pinned_bytes;
     /* encoded copies (emb_cuda_codec.cu, C3): device scratch, grown, and a
      * pinned word, one copy at a time under enc_mu */
     pthread_mutex_t enc_mu;
@@ -120,7 +122,7 @@ typedef struct emb_scratch_part {
 } emb_scratch_part;
 
 EMB_HIDDEN cpr_status emb_scratch_get(emb_cuda_table *b, emb_scratch_part *parts, int n);
-EMB_HIDDEN cpr_status emb_pinned_get(emb_cuda_table *b);
+EMB_HIDDEN cpr_status emb_pinned_get(emb_cuda_table *b, size_t bytes);
 EMB_HIDDEN unsigned emb_blocks(uint64_t work, unsigned per_block);
 EMB_HIDDEN unsigned emb_row_threads(uint32_t dim);
 

@@ -385,7 +385,7 @@ static cpr_status gather_to_host(const cpr_emb *t, emb_cuda_table *b, const uint
     size_t chunk = EMB_STAGING_BYTES / row_bytes < n ? EMB_STAGING_BYTES / row_bytes : n;
     float *dev = NULL, *host;
     emb_scratch_part parts[] = {{(void **)&dev, chunk * row_bytes}};
-    cpr_status st = emb_pinned_get(b);
+    cpr_status st = emb_pinned_get(b, chunk * row_bytes);
     if (!st)
         st = emb_scratch_get(b, parts, 1);
     if (st)
@@ -725,7 +725,7 @@ extern "C" cpr_status cpri_emb_cuda_apply(cpr_emb *t, const uint64_t *ids, size_
     CHECK(cudaSetDevice(b->device));
     st = apply_order(ids, n, &src, &m);
     if (!st)
-        st = emb_pinned_get(b);
+        st = emb_pinned_get(b, chunk * row_bytes);
     if (!st)
         st = emb_scratch_get(b, parts, 2);
     if (st)
