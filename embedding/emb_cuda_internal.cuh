@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * Internals shared by the two files of the CUDA embedding backend:
- * emb_cuda.cu (table, forward, backward) and emb_cuda_select.cu (stats,
- * selection, saves, apply, wipe). The table's rows, optimizer state and
+ * Internals shared by the files of the CUDA embedding backend: emb_cuda.cu
+ * (table, forward, backward), emb_cuda_select.cu (stats, selection, saves,
+ * apply, wipe) and emb_cuda_codec.cu (a save's rows copied out encoded). The table's rows, optimizer state and
  * per-row trackers live on the device; the SSU sample (membership bitmap and
  * per-shard lists) and the save bookkeeping live on the host, where they
  * follow emb_cpu.c step by step so both backends select the same rows.
