@@ -16,6 +16,10 @@
  *  Q3. A row whose step is so small that 1 / step overflows (subnormal
  *      values) divides by the step instead of multiplying by its inverse,
  *      in both paths alike.
+ *  Q4. A zero bias or scale is stored as +0 (canonical_zeros): which of a
+ *      row's +0 and -0 a min or max keeps depends on the order it compares
+ *      them in (MINPS keeps its second operand, the portable loop its
+ *      first, a GPU warp its own order), and the bytes must not.
  */
 #include "cpr/codec.h"
 
@@ -182,6 +186,15 @@ static void quantize(const float *x, uint32_t dim, float bias, float scale, int 
     }
 }
 
+/* Q4: +0 for a zero bias and a zero scale, whatever their sign. */
+static void canonical_zeros(float *bias, float *scale)
+{
+    if (*bias == 0.0f)
+        *bias = 0.0f;
+    if (*scale == 0.0f)
+        *scale = 0.0f;
+}
+
 static void put_header(uint8_t *out, float scale, float bias)
 {
     memcpy(out, &scale, 4);
@@ -243,6 +256,7 @@ static cpr_status enc_int_row(const float *x, uint32_t dim, size_t row, int leve
     if (flags & CPR_CODEC_GREEDY)
         greedy_range(x, dim, levels, &lo, &hi);
     float scale = (hi - lo) / (float)levels;
+    canonical_zeros(&lo, &scale);
     put_header(out, scale, lo);
     if (levels == 255) {
         quantize(x, dim, lo, scale, levels, out + 8);
@@ -394,7 +408,9 @@ KERNEL static int enc_int_row_avx2(const float *x, uint32_t dim, int levels, uin
     }
     if (!isfinite(hi - lo))
         return 0;
-    float scale = (hi - lo) / (float)levels, inv = inverse(scale);
+    float scale = (hi - lo) / (float)levels;
+    canonical_zeros(&lo, &scale);
+    float inv = inverse(scale);
     int divide = !isfinite(inv);
     put_header(out, scale, lo);
     __m256 vb = _mm256_set1_ps(lo), vi = _mm256_set1_ps(divide ? 0.0f : inv);

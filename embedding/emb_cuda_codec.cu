@@ -13,10 +13,10 @@
  *      not contract them into FMAs), the same integer rounding (to nearest
  *      even: __float2int_rn as lrintf), the same half conversion (IEEE, to
  *      nearest even, subnormals kept), the same 1/scale-or-divide rule (Q3
- *      there). The min and max of a row are exact whatever the order, except
- *      for the sign of a zero: a row whose minimum is a zero may carry -0 or
- *      +0 as its bias, which decodes to the same values.
- *      tests/unit/test_embedding_gpu.c compares the bytes on random rows.
+ *      there), a zero bias or scale stored as +0 (Q4 there: the min and
+ *      max of a row are exact whatever the order, except for the sign of a
+ *      zero). tests/unit/test_embedding_gpu.c compares the bytes, rows of
+ *      mixed +0 and -0 included.
  *  C2. A row the codec cannot hold (NaN, infinity, beyond f16 or bf16, a
  *      range wider than a float) is never encoded silently: a kernel marks
  *      the lowest such row; the host then copies the rows as f32 and lets
@@ -113,6 +113,10 @@ static __global__ void encode_kernel(enc_args a)
         if (!ok)
             break;
         float scale = __fdiv_rn(__fsub_rn(hi, lo), (float)levels);
+        if (scale == 0.0f) /* Q4 of common/codec.c: zeros stored as +0 */
+            scale = 0.0f;
+        if (lo == 0.0f)
+            lo = 0.0f;
         float inv = scale > 0.0f ? __fdiv_rn(1.0f, scale) : 0.0f;
         int divide = !finite(inv);
         if (lane < 8) { /* the header, byte by byte: rows need not be aligned */
@@ -235,7 +239,10 @@ extern "C" cpr_status cpri_emb_cuda_copy_encoded(cpr_emb *t, const cpr_emb_save 
     if (bad != NO_BAD_ROW)
         st = encode_on_host(t, save, first, k, codec, values, state, bad);
 out:
-    if (locked)
+    if (locked) { /* a failed call: nothing queued may outlive it (the save may end) */
+        cudaStreamSynchronize(b->copy_stream);
+        cudaGetLastError();
         pthread_mutex_unlock(&b->enc_mu);
+    }
     return st;
 }

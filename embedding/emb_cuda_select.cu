@@ -520,6 +520,10 @@ extern "C" cpr_status cpri_emb_cuda_copy(cpr_emb *t, const cpr_emb_save *save, s
                               cudaMemcpyDeviceToHost, b->copy_stream));
     CHECK(cudaStreamSynchronize(b->copy_stream));
 out:
+    if (st) { /* a failed copy: nothing queued may outlive it (the save may end) */
+        cudaStreamSynchronize(b->copy_stream);
+        cudaGetLastError();
+    }
     return st;
 }
 

@@ -257,14 +257,14 @@ cpr_status cpri_emb_touched_topk(cpri_emb_touched *s, const cpr_emb *t, uint32_t
      * few, and the list wins even when it holds all of them (make demo). */
     if (l->lost)
         return CPR_OK;
-    if (shard_rows >= DENSE_MIN_ROWS && l->len > shard_rows / 2)
-        return CPR_OK;
     /* T3: a long list of a contiguous shard is read off the bitmap instead,
      * in ascending order: no compaction, no sort of the result. */
     int by_bitmap = shard_rows && cpri_emb_geom_stride(t) == 1 && l->len >= BITMAP_MIN_LISTED &&
                     l->len * BITMAP_WORDS_PER_ENTRY >= (shard_rows + 63) / 64;
     if (!by_bitmap)
         compact(s, l);
+    if (!by_bitmap && shard_rows >= DENSE_MIN_ROWS && l->len > shard_rows / 2)
+        return CPR_OK;
     if (reserve_scratch(s, l->len) != CPR_OK)
         return CPR_OK; /* the caller reads every row instead */
     const uint64_t *rows = l->ids;
@@ -272,9 +272,12 @@ cpr_status cpri_emb_touched_topk(cpri_emb_touched *s, const cpr_emb *t, uint32_t
     if (by_bitmap) {
         len = listed_rows(s, cpri_emb_geom_first(t, shard), shard_rows, s->scratch_ids2, len);
         rows = s->scratch_ids2;
-        if (len == SIZE_MAX)
-            return cpr_fail(CPR_INTERNAL, "shard %u lists more rows than its list holds "
-                            "(%zu entries)", shard, l->len);
+        if (len == SIZE_MAX) { /* T1 broken: read every row, and rebuild the list */
+            l->lost = 1;
+            return CPR_OK;
+        }
+        if (shard_rows >= DENSE_MIN_ROWS && len > shard_rows / 2)
+            return CPR_OK; /* the listed rows, counted exactly: most of the shard */
     }
     uint32_t *cand_keys = s->scratch_keys;
     uint64_t *cand_ids = s->scratch_ids, max_id = 0;

@@ -255,7 +255,7 @@ CPR_API cpr_status cpr_emb_save_fill(void *save, size_t first, size_t k, uint32_
  * cpr_emb_save_copy with the values encoded in `codec` (cpr/codec.h): values
  * gets k x cpr_codec_row_bytes(codec, dim) bytes, the bytes
  * cpr_codec_encode(codec, 0, ...) writes for the rows cpr_emb_save_copy would
- * copy (up to the sign of a zero bias on a CUDA table); state stays float
+ * copy; state stays float
  * (k x state_dim; NULL when state_dim is 0). On a CUDA table the rows are
  * encoded on the device from the save's snapshot and only the encoded bytes
  * cross to the host (an int8 row of 64 values is 72 bytes, not 256); on a

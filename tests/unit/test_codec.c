@@ -260,7 +260,8 @@ static void test_greedy(void **state)
     }
 }
 
-/* Q1: the kernels write the bytes the portable code writes, and decode alike. */
+/* Q1: the kernels write the bytes the portable code writes, and decode alike
+ * (Q4: rows of zeros of both signs too). */
 static void test_kernels_match_portable(void **state)
 {
     (void)state;
@@ -272,6 +273,11 @@ static void test_kernels_match_portable(void **state)
     for (size_t d = 0; d < sizeof DIMS / sizeof DIMS[0]; d++) {
         uint32_t dim = DIMS[d];
         fill(x, N, dim, 100 + d);
+        for (uint32_t j = 0; j < dim; j++) { /* Q4: rows whose min or max is a zero of */
+            x[j] = (j % 3) ? -0.0f : 0.0f;   /* either sign, in orders MINPS and the */
+            x[dim + j] = (j % 4 == 3) ? 0.5f : (j % 2) ? 0.0f : -0.0f; /* loop differ on */
+            x[2 * dim + j] = (j % 5 == 1) ? -0.25f : (j % 2) ? -0.0f : 0.0f;
+        }
         for (size_t c = 0; c < sizeof CODECS / sizeof CODECS[0]; c++) {
             size_t bytes = N * cpr_codec_row_bytes(CODECS[c], dim);
             cpri_codec_portable(0);

@@ -422,7 +422,8 @@ static void check_encoded_save(cpr_emb *t, const uint64_t *ids, size_t n)
 
 /* cpr_emb_save_copy_encoded on a CUDA table: trained rows of several widths
  * (odd ones: unaligned int8 rows, a half-filled last int4 byte), a constant
- * row, a row of subnormals (1 / scale overflows: the divide path), zeros;
+ * row, a row of subnormals (1 / scale overflows: the divide path), zeros of
+ * both signs;
  * then a value beyond f16's range, refused with the host's message. */
 static void test_copy_encoded(void **unused)
 {
@@ -448,6 +449,7 @@ static void test_copy_encoded(void **unused)
         for (uint32_t j = 0; j < dim; j++) {
             sv[j] = 0.375f;
             sv[dim + j] = (float)(j % 5) * 1e-41f;
+            sv[2 * dim + j] = (j % 3) ? -0.0f : 0.0f; /* zeros of both signs (Q4) */
         }
         assert_status(CPR_OK, cpr_emb_apply(t, special, 3, sv, sd ? ss : NULL));
         size_t n = 0;
