@@ -450,18 +450,27 @@ cpr_status cpr_emb_gather(cpr_emb *t, const cpr_emb_save *save, float *values, f
     return DISPATCH(t, copy, t, save, 0, save->n, values, state, 0);
 }
 
+/* The checks of a copy of rows [first, first + k) of a save (`what` names
+ * the call): cpr_emb_save_copy's and cpr_emb_save_copy_encoded's. */
+static cpr_status check_copy(const cpr_emb *t, const cpr_emb_save *save, size_t first, size_t k,
+                             const void *values, const float *state, const char *what)
+{
+    if (need_rows(t, what))
+        return CPR_FAILED_PRECONDITION;
+    if (!t || !save || first > save->n || k > save->n - first)
+        return cpr_fail(CPR_INVALID_ARGUMENT, "%s: rows [%zu, %zu + %zu) are not rows of a save "
+                        "of %zu", what, first, first, k, save ? save->n : 0);
+    if (k && (!values || (t->state_dim && !state)))
+        return cpr_fail(CPR_INVALID_ARGUMENT, "%s needs buffers for %zu rows of values%s", what,
+                        k, t->state_dim ? " and state" : "");
+    return CPR_OK;
+}
+
 cpr_status cpr_emb_save_copy(cpr_emb *t, cpr_emb_save *save, size_t first, size_t k,
                              float *values, float *state)
 {
-    if (need_rows(t, "cpr_emb_save_copy"))
-        return CPR_FAILED_PRECONDITION;
-    if (!t || !save || first > save->n || k > save->n - first)
-        return cpr_fail(CPR_INVALID_ARGUMENT, "cpr_emb_save_copy: rows [%zu, %zu + %zu) are not "
-                        "rows of a save of %zu", first, first, k, save ? save->n : 0);
-    if (k && (!values || (t->state_dim && !state)))
-        return cpr_fail(CPR_INVALID_ARGUMENT, "cpr_emb_save_copy needs buffers for %zu rows of "
-                        "values%s", k, t->state_dim ? " and state" : "");
-    return DISPATCH(t, copy, t, save, first, k, values, state, 1);
+    cpr_status st = check_copy(t, save, first, k, values, state, "cpr_emb_save_copy");
+    return st ? st : DISPATCH(t, copy, t, save, first, k, values, state, 1);
 }
 
 cpr_status cpr_emb_view(const cpr_emb *t, cpr_emb_host_view *out)
@@ -477,33 +486,38 @@ cpr_status cpr_emb_view(const cpr_emb *t, cpr_emb_host_view *out)
     return CPR_OK;
 }
 
-cpr_status cpr_emb_save_fill(void *ctx, size_t first, size_t k, uint32_t dim,
-                             uint32_t state_dim, float *values, float *state)
+/* The save a fill's ctx is, once the part schema's row shape is the table's
+ * (`what` names the fill). */
+static cpr_status fill_save(void *ctx, uint32_t dim, uint32_t state_dim, const char *what,
+                            cpr_emb_save **save)
 {
-    cpr_emb_save *save = ctx;
-    if (!save)
-        return cpr_fail(CPR_INVALID_ARGUMENT, "cpr_emb_save_fill: the save is NULL");
-    cpr_emb *t = save->table;
+    *save = ctx;
+    if (!*save)
+        return cpr_fail(CPR_INVALID_ARGUMENT, "%s: the save is NULL", what);
+    const cpr_emb *t = (*save)->table;
     if (dim != t->cfg.dim || state_dim != t->state_dim)
         return cpr_fail(CPR_INVALID_ARGUMENT, "the part's schema has rows of %u + %u floats, "
                         "the table %u + %u", dim, state_dim, t->cfg.dim, t->state_dim);
-    return cpr_emb_save_copy(t, save, first, k, values, state);
+    return CPR_OK;
+}
+
+cpr_status cpr_emb_save_fill(void *ctx, size_t first, size_t k, uint32_t dim,
+                             uint32_t state_dim, float *values, float *state)
+{
+    cpr_emb_save *save;
+    cpr_status st = fill_save(ctx, dim, state_dim, "cpr_emb_save_fill", &save);
+    return st ? st : cpr_emb_save_copy(save->table, save, first, k, values, state);
 }
 
 cpr_status cpr_emb_save_copy_encoded(cpr_emb *t, cpr_emb_save *save, size_t first, size_t k,
                                      cpr_codec codec, void *values, float *state)
 {
-    if (need_rows(t, "cpr_emb_save_copy_encoded"))
-        return CPR_FAILED_PRECONDITION;
-    if (!t || !save || first > save->n || k > save->n - first)
-        return cpr_fail(CPR_INVALID_ARGUMENT, "cpr_emb_save_copy_encoded: rows [%zu, %zu + %zu) "
-                        "are not rows of a save of %zu", first, first, k, save ? save->n : 0);
+    cpr_status st = check_copy(t, save, first, k, values, state, "cpr_emb_save_copy_encoded");
+    if (st)
+        return st;
     if (!cpr_codec_row_bytes(codec, t->cfg.dim))
         return cpr_fail(CPR_INVALID_ARGUMENT, "cpr_emb_save_copy_encoded: codec %d: give "
                         "CPR_CODEC_F32, _BF16, _F16, _INT8 or _INT4", (int)codec);
-    if (k && (!values || (t->state_dim && !state)))
-        return cpr_fail(CPR_INVALID_ARGUMENT, "cpr_emb_save_copy_encoded needs buffers for %zu "
-                        "rows of values%s", k, t->state_dim ? " and state" : "");
     if (t->cfg.device == CPR_DEVICE_CUDA)
         return cpri_emb_cuda_copy_encoded(t, save, first, k, codec, values, state);
     if (k == 0)
@@ -511,7 +525,7 @@ cpr_status cpr_emb_save_copy_encoded(cpr_emb *t, cpr_emb_save *save, size_t firs
     float *rows = malloc(k * t->cfg.dim * sizeof *rows);
     if (!rows)
         return cpr_fail(CPR_NO_MEMORY, "out of memory copying %zu rows to encode", k);
-    cpr_status st = cpri_emb_cpu_copy(t, save, first, k, rows, state, 1);
+    st = cpri_emb_cpu_copy(t, save, first, k, rows, state, 1);
     if (st == CPR_OK)
         st = cpr_codec_encode(codec, 0, rows, k, t->cfg.dim, values);
     free(rows);
@@ -522,14 +536,9 @@ cpr_status cpr_emb_save_fill_encoded(void *ctx, size_t first, size_t k, uint32_t
                                      uint32_t state_dim, cpr_codec codec, void *values,
                                      float *state)
 {
-    cpr_emb_save *save = ctx;
-    if (!save)
-        return cpr_fail(CPR_INVALID_ARGUMENT, "cpr_emb_save_fill_encoded: the save is NULL");
-    cpr_emb *t = save->table;
-    if (dim != t->cfg.dim || state_dim != t->state_dim)
-        return cpr_fail(CPR_INVALID_ARGUMENT, "the part's schema has rows of %u + %u floats, "
-                        "the table %u + %u", dim, state_dim, t->cfg.dim, t->state_dim);
-    return cpr_emb_save_copy_encoded(t, save, first, k, codec, values, state);
+    cpr_emb_save *save;
+    cpr_status st = fill_save(ctx, dim, state_dim, "cpr_emb_save_fill_encoded", &save);
+    return st ? st : cpr_emb_save_copy_encoded(save->table, save, first, k, codec, values, state);
 }
 
 static void save_end(cpr_emb *t, cpr_emb_save *save, int committed)
