@@ -454,8 +454,12 @@ static cpri_json *run_json(const run_log *r, const run_result *o)
            cpri_json_add_number(j, "background_frac", o->background_frac) |
            cpri_json_add_number(j, "lost_events", r->lost_events) |
            cpri_json_add_number(j, "bytes_written", r->bytes_written) |
+           cpri_json_add_number(j, "rows_saved", r->rows_saved) |
            cpri_json_add_number(j, "rows_restored", r->rows_restored) |
            cpri_json_add_number(j, "bytes_restored", r->bytes_restored);
+    /* What a codec changes, apart from how many saves the estimator took. */
+    if (r->rows_saved > 0)
+        bad |= cpri_json_add_number(j, "bytes_per_row_saved", r->bytes_written / r->rows_saved);
     if (o->have_pls)
         bad |= cpri_json_add_number(j, "pls", o->pls) |
                cpri_json_add_number(j, "update_events", r->update_events);

@@ -284,6 +284,7 @@ assert mfu["strategy"] == "run_mfu" and mfu["recovery"] == "partial", mfu
 assert close(mfu["compute_s"], 94.5) and close(mfu["overhead_frac"], 5.5 / 94.5), mfu
 assert close(mfu["pls"], 50 / 5000) and close(mfu["interval_s"], 20), mfu
 assert mfu["checkpoints"] == 5 and mfu["committed"] == 4 and mfu["bytes_written"] == 40000, mfu
+assert mfu["rows_saved"] == 1250 and close(mfu["bytes_per_row_saved"], 32), mfu
 assert "auc" not in mfu and "model" not in mfu, mfu   # no eval; no shard count for a model
 PY
 [[ $(wc -l < "$work/report.csv") == 3 ]] || fail "report CSV: $(cat "$work/report.csv")"
