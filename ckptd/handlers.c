@@ -28,16 +28,21 @@
 #include "auth.h"
 #include "cpr_common.h"
 #include "leases.h"
+#include "restore_gate.h"
 #include "server.h"  /* rpc/: the call machinery */
 #include "service.h"
 #include "wire.h"
 
 #define MAX_TOUCHED_PARTS 64
+/* A Restore stream waits for a slot while the holders make progress; after
+ * this long without any, it goes in over the limit (restore_gate.c G2). */
+#define RESTORE_STALL_S 1.0
 
 struct cpri_server {
     cpr_store *store;
     cpri_rpc_server *rpc;
     cpri_leases *leases;
+    cpri_restore_gate *restore_gate; /* Restore streams at once */
     cpri_auth *auth; /* borrowed; NULL: every call is allowed (auth.h, A4) */
 };
 
@@ -578,7 +583,16 @@ static void h_put_blob(cpri_rpc_call *c, void *app) { client_stream(c, app, appl
 typedef struct restore_out {
     cpri_rpc_call *c;
     const char *job;
+    cpri_restore_gate *gate; /* told of every message sent (restore_gate.c G2) */
 } restore_out;
+
+static cpr_status restore_send(restore_out *o, uint8_t *buf, size_t len)
+{
+    cpr_status st = cpri_rpc_send(o->c, buf, len, "restore");
+    if (st == CPR_OK)
+        cpri_restore_gate_progress(o->gate);
+    return st;
+}
 
 static cpr_status send_rows(void *ctx, const cpr_row_batch *b)
 {
@@ -589,7 +603,7 @@ static cpr_status send_rows(void *ctx, const cpr_row_batch *b)
     uint32_t dim = b->n ? (uint32_t)(b->values_count / b->n) : 0;
     uint32_t sdim = b->n ? (uint32_t)(b->state_count / b->n) : 0;
     cpr_status st = cpri_wire_rows_encode(&id, 0, b, dim, sdim, &buf, &len);
-    return st == CPR_OK ? cpri_rpc_send(o->c, buf, len, "restore") : st;
+    return st == CPR_OK ? restore_send(o, buf, len) : st;
 }
 
 /* RowBatch.block: stored blocks go out as they are on disk. */
@@ -600,7 +614,7 @@ static cpr_status send_block(void *ctx, const void *block, size_t block_len)
     uint8_t *buf;
     size_t len;
     cpr_status st = cpri_wire_block_encode(&id, 0, block, block_len, &buf, &len);
-    return st == CPR_OK ? cpri_rpc_send(o->c, buf, len, "restore") : st;
+    return st == CPR_OK ? restore_send(o, buf, len) : st;
 }
 
 static void h_restore(cpri_rpc_call *c, void *app)
@@ -612,16 +626,25 @@ static void h_restore(cpri_rpc_call *c, void *app)
     cpri_wire_restore q;
     cpr_status st = cpri_wire_restore_decode(req, req_len, &q);
     if (st == CPR_OK) {
-        restore_out o = {c, q.query.job};
+        restore_out o = {c, q.query.job, srv->restore_gate};
         st = allow(c, srv, q.query.job, CPRI_RIGHT_READ, "Restore");
         if (st == CPR_OK)
             st = cpri_rpc_start(c);
-        if (st)
-            ; /* refused, or the client went away */
-        else if (q.blocks)
-            st = cpr_store_restore_blocks(srv->store, &q.query, send_block, &o, NULL);
-        else
-            st = cpr_store_restore(srv->store, &q.query, send_rows, &o, NULL);
+        if (st == CPR_OK) { /* refused, or the client went away: no slot */
+            if (cpri_restore_gate_enter(srv->restore_gate)) {
+                cpri_restore_gate_stats gs;
+                cpri_restore_gate_stats_get(srv->restore_gate, &gs);
+                cpri_log(CPR_LOG_WARN, "Restore of job %s: let in over the limit of %u streams "
+                        "at once, after %.1f s in which none of them sent anything (their "
+                        "clients are not reading them?)", q.query.job, gs.slots,
+                        RESTORE_STALL_S);
+            }
+            if (q.blocks)
+                st = cpr_store_restore_blocks(srv->store, &q.query, send_block, &o, NULL);
+            else
+                st = cpr_store_restore(srv->store, &q.query, send_rows, &o, NULL);
+            cpri_restore_gate_leave(srv->restore_gate);
+        }
         cpri_wire_restore_release(&q);
     }
     cpri_rpc_finish(c, st, NULL, 0);
@@ -700,7 +723,11 @@ cpr_status cpri_service_create(cpr_store *store, cpri_auth *auth, cpri_server **
     srv->store = store;
     srv->auth = auth;
     cpr_status st = cpri_leases_create(store, &srv->leases);
+    if (st == CPR_OK)
+        st = cpri_restore_gate_create(cpri_restore_gate_default_slots(), RESTORE_STALL_S,
+                                      &srv->restore_gate);
     if (st) {
+        cpri_leases_destroy(srv->leases);
         free(srv);
         return st;
     }
@@ -713,6 +740,7 @@ void cpri_service_destroy(cpri_server *srv)
     if (!srv)
         return;
     cpri_leases_destroy(srv->leases);
+    cpri_restore_gate_destroy(srv->restore_gate);
     free(srv);
 }
 
@@ -721,9 +749,16 @@ cpr_status cpri_server_start(cpr_store *store, cpri_auth *auth, const cpri_serve
 {
     cpri_server *srv = NULL; /* cpri_service_create leaves it unset on failure */
     cpr_status st = cpri_service_create(store, auth, &srv);
+    if (st == CPR_OK && opts && opts->restore_streams) { /* before any call arrives */
+        cpri_restore_gate_destroy(srv->restore_gate);
+        srv->restore_gate = NULL;
+        st = cpri_restore_gate_create(opts->restore_streams < 0 ? 0
+                                                               : (unsigned)opts->restore_streams,
+                                      RESTORE_STALL_S, &srv->restore_gate);
+    }
     if (st == CPR_OK)
-        st = cpri_rpc_server_start(methods, sizeof methods / sizeof methods[0], srv, opts,
-                                   &srv->rpc, port);
+        st = cpri_rpc_server_start(methods, sizeof methods / sizeof methods[0], srv,
+                                   opts ? &opts->rpc : NULL, &srv->rpc, port);
     if (st) {
         cpri_service_destroy(srv);
         return st;

@@ -37,7 +37,8 @@ typedef struct settings {
     int allow_plaintext;
     uint64_t threads, retain, max_message_mb, min_free_mb, max_memory_mb;
     uint64_t max_open_parts, max_open_parts_per_job, max_open_blobs, max_open_blobs_per_job;
-    uint64_t max_streams;
+    uint64_t max_streams, restore_streams;
+    int restore_streams_set;
     double idle_part_timeout_s, gc_interval_s;
     int log_level;
 } settings;
@@ -52,7 +53,7 @@ static void usage(FILE *out)
           "             [--metrics-listen ADDR] [--max-memory-mb M]\n"
           "             [--max-open-parts N] [--max-open-parts-per-job N]\n"
           "             [--max-open-blobs N] [--max-open-blobs-per-job N]\n"
-          "             [--max-streams-per-connection N]\n"
+          "             [--max-streams-per-connection N] [--restore-streams N]\n"
           "             [--backend local|rados --rados-pool POOL [--rados-conf FILE]\n"
           "              [--rados-namespace NS] [--rados-user USER]]\n"
           "       ckptd --version | --help\n"
@@ -115,6 +116,10 @@ static void usage(FILE *out)
           "                       calls one client connection may have open at once\n"
           "                       (HTTP/2 MAX_CONCURRENT_STREAMS, default 100); more wait\n"
           "                       in the client\n"
+          "  --restore-streams N  Restore streams served at once (default: the online\n"
+          "                       CPUs, at least 2; 0: no limit); the others wait their\n"
+          "                       turn, or go in after a second in which none of those\n"
+          "                       served sent anything\n"
           "  --backend B          where segments and the catalog live: local (default: the\n"
           "                       data directory) or rados (a Ceph pool: a committed part\n"
           "                       outlives this node; the data directory keeps a copy of\n"
@@ -184,6 +189,10 @@ static int set(settings *s, const char *key, const char *value)
                             &s->gc_interval_s);
     else if (strcmp(key, "max-streams-per-connection") == 0)
         st = cpri_cli_u64("--max-streams-per-connection", value, 1, 100000, &s->max_streams);
+    else if (strcmp(key, "restore-streams") == 0) {
+        st = cpri_cli_u64("--restore-streams", value, 0, 4096, &s->restore_streams);
+        s->restore_streams_set = st == CPR_OK;
+    }
     else if (strcmp(key, "max-open-parts") == 0)
         st = cpri_cli_u64("--max-open-parts", value, 1, UINT32_MAX, &s->max_open_parts);
     else if (strcmp(key, "max-open-parts-per-job") == 0)
@@ -285,6 +294,7 @@ static int parse_args(int argc, char **argv, settings *s)
                                        "max-memory-mb", "metrics-listen", "max-open-parts",
                                        "max-open-parts-per-job", "max-open-blobs",
                                        "max-open-blobs-per-job", "max-streams-per-connection",
+                                       "restore-streams",
                                        "backend", "rados-conf", "rados-pool",
                                        "rados-namespace", "rados-user"};
     for (int i = 1; i < argc; i++) {
@@ -406,12 +416,16 @@ int main(int argc, char **argv)
         so.rados_namespace = s.rados_namespace[0] ? s.rados_namespace : NULL;
         so.rados_user = s.rados_user[0] ? s.rados_user : NULL;
     }
-    cpri_server_options srv = {.listen = s.listen,
-                              .max_message_bytes = (size_t)s.max_message_mb << 20,
-                              .max_calls = (unsigned)s.threads,
-                              .idle_timeout_s = s.idle_part_timeout_s,
-                              .max_memory_bytes = ((size_t)s.max_memory_mb << 20) / 5 * 2,
-                              .max_streams = (unsigned)s.max_streams};
+    cpri_server_options srv = {
+        .rpc = {.listen = s.listen,
+                .max_message_bytes = (size_t)s.max_message_mb << 20,
+                .max_calls = (unsigned)s.threads,
+                .idle_timeout_s = s.idle_part_timeout_s,
+                .max_memory_bytes = ((size_t)s.max_memory_mb << 20) / 5 * 2,
+                .max_streams = (unsigned)s.max_streams},
+        .restore_streams = s.restore_streams_set ? (s.restore_streams ? (int)s.restore_streams
+                                                                      : -1)
+                                                 : 0};
     int port = 0, sig = 0;
     char *pem[3] = {NULL, NULL, NULL};
     const char *pem_flag[3] = {"--tls-cert", "--tls-key", "--tls-client-ca"};
@@ -424,9 +438,9 @@ int main(int argc, char **argv)
             return 1;
         }
     }
-    srv.tls_cert_pem = pem[0];
-    srv.tls_key_pem = pem[1];
-    srv.tls_client_ca_pem = pem[2];
+    srv.rpc.tls_cert_pem = pem[0];
+    srv.rpc.tls_key_pem = pem[1];
+    srv.rpc.tls_client_ca_pem = pem[2];
     cpri_auth *auth = NULL;
     cpr_status st = s.auth_file[0] ? cpri_auth_load(s.auth_file, &auth) : CPR_OK;
     if (st == CPR_OK)
@@ -440,8 +454,8 @@ int main(int argc, char **argv)
         const cpri_rpc_method *methods = cpri_service_methods(&n_methods);
         st = cpri_telemetry_start(store, methods, n_methods, s.metrics_listen, &telemetry,
                                   &metrics_port);
-        srv.observe = cpri_telemetry_on_call;
-        srv.observe_ctx = telemetry;
+        srv.rpc.observe = cpri_telemetry_on_call;
+        srv.rpc.observe_ctx = telemetry;
     }
     if (st == CPR_OK)
         st = cpri_server_start(store, auth, &srv, &server, &port);

@@ -14,7 +14,12 @@
 #include "server.h" /* rpc/: the options are the call machinery's */
 
 typedef struct cpri_server cpri_server;
-typedef cpri_rpc_server_options cpri_server_options;
+typedef struct cpri_server_options {
+    cpri_rpc_server_options rpc; /* the call machinery's */
+    int restore_streams;         /* Restore streams served at once (restore_gate.h):
+                                    0 the default (the online CPUs, at least 2),
+                                    -1 no limit */
+} cpri_server_options;
 
 /* Start serving `store` under the rules of `auth` (NULL: none; both
  * borrowed: they must outlive the server). *port gets the bound port. */

@@ -10,7 +10,9 @@
  *    RESOURCE_EXHAUSTED and creates nothing; a commit makes room;
  *  - --max-open-blobs-per-job: a blob past the cap is RESOURCE_EXHAUSTED;
  *  - a restore naming one table 100,000 times answers its rows once;
- *  - --max-streams-per-connection: a call past it waits, others are served.
+ *  - --max-streams-per-connection: a call past it waits, others are served;
+ *  - --restore-streams: a client that leaves one Restore unread while it
+ *    reads another is not deadlocked by the limit (restore_gate.c G2).
  */
 #define _GNU_SOURCE
 #include <pthread.h>
@@ -26,6 +28,7 @@
 #include <cmocka.h>
 
 #include "ckptd_harness.h"
+#include "cpr_common.h"
 #include "cpr/crc32c.h"
 #include "testutil.h"
 
@@ -296,6 +299,114 @@ static void test_streams_per_connection(void **unused)
     free(dir);
 }
 
+/* ---- --restore-streams --------------------------------------------------------------- */
+
+typedef struct held_restore {
+    cpri_rpc *rpc;
+    const char *job;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int started, release;
+    size_t messages;
+    cpr_status st;
+} held_restore;
+
+/* Takes its first message, then stops reading until released: the daemon's
+ * stream fills the 2 MiB window and blocks while it holds its slot. */
+static cpr_status held_msg(void *ctx, const uint8_t *msg, size_t len)
+{
+    (void)msg;
+    (void)len;
+    held_restore *h = ctx;
+    pthread_mutex_lock(&h->mu);
+    h->messages++;
+    h->started = 1;
+    pthread_cond_broadcast(&h->cv);
+    while (!h->release)
+        pthread_cond_wait(&h->cv, &h->mu);
+    pthread_mutex_unlock(&h->mu);
+    return CPR_OK;
+}
+
+static void *held_main(void *arg)
+{
+    held_restore *h = arg;
+    cpr_restore_query q = {.job = h->job, .batch_rows = 1000};
+    uint8_t *buf;
+    size_t len;
+    h->st = cpri_wire_restore_encode(&q, &buf, &len);
+    if (h->st == CPR_OK) {
+        h->st = cpri_rpc_server_stream(h->rpc, CH_SVC "Restore", buf, len, 60.0, held_msg, h);
+        free(buf);
+    }
+    pthread_mutex_lock(&h->mu);
+    h->started = 1; /* also when it failed before any message */
+    pthread_cond_broadcast(&h->cv);
+    pthread_mutex_unlock(&h->mu);
+    return NULL;
+}
+
+/* --restore-streams 1: restore A takes the one slot and its client stops
+ * reading it after the first message (the daemon's sends then wait on flow
+ * control); restore B, which the same client reads meanwhile, waits for the
+ * slot, goes in over the limit once A has sent nothing for the 1 s stall,
+ * and returns every row as written; then A is read to its end. A plain
+ * semaphore would hang B until its deadline. */
+static void test_restore_streams_unread_stream(void **unused)
+{
+    (void)unused;
+    char *dir = tu_mkdtemp("cpr-limits-restore");
+    const char *const args[] = {"--restore-streams", "1", NULL};
+    ch_daemon d;
+    cpri_rpc *a, *b;
+    ch_start_args(&d, dir, args);
+    assert_status(CPR_OK, cpri_rpc_open(d.addr, &a));
+    assert_status(CPR_OK, cpri_rpc_open(d.addr, &b));
+    const uint64_t rows = ch_table.rows; /* 4.4 MB restored: twice the client's window */
+    cpr_part_id id = {"rs", 0, 1};
+    assert_status(CPR_OK, ch_begin(b, "rs", 1));
+    assert_status(CPR_OK, ch_put_rows(b, &id, 0, rows, 0, NULL, NULL));
+    assert_status(CPR_OK, ch_commit(b, &id, rows));
+
+    held_restore h = {.rpc = a, .job = "rs"};
+    pthread_mutex_init(&h.mu, NULL);
+    pthread_cond_init(&h.cv, NULL);
+    pthread_t t;
+    assert_int_equal(0, pthread_create(&t, NULL, held_main, &h));
+    pthread_mutex_lock(&h.mu);
+    while (!h.started)
+        pthread_cond_wait(&h.cv, &h.mu);
+    pthread_mutex_unlock(&h.mu);
+    assert_int_equal(1, (int)h.messages); /* A is in, holding the slot */
+
+    double t0 = cpri_now_s();
+    uint64_t got = 0;
+    int bad = 0;
+    assert_status(CPR_OK, ch_restore(b, "rs", 0, 1, &got, &bad));
+    double took = cpri_now_s() - t0;
+    assert_int_equal(rows, got);
+    assert_false(bad);
+    /* B waited out the stall: A held the slot, blocked (else the test proves
+     * nothing); well under the 20 s deadline a hang would have hit. */
+    assert_true(took >= 0.9);
+    assert_true(took < CH_TIMEOUT_S / 2);
+
+    pthread_mutex_lock(&h.mu);
+    h.release = 1;
+    pthread_cond_broadcast(&h.cv);
+    pthread_mutex_unlock(&h.mu);
+    pthread_join(t, NULL);
+    assert_status(CPR_OK, h.st);
+    assert_true(h.messages > 1);
+    pthread_cond_destroy(&h.cv);
+    pthread_mutex_destroy(&h.mu);
+    cpri_rpc_close(a);
+    cpri_rpc_close(b);
+    ch_stop(&d);
+    tu_rmtree(dir);
+    free(dir);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -303,6 +414,7 @@ int main(void)
         cmocka_unit_test(test_open_part_caps),
         cmocka_unit_test(test_repeated_tables),
         cmocka_unit_test(test_streams_per_connection),
+        cmocka_unit_test(test_restore_streams_unread_stream),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

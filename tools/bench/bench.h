@@ -43,6 +43,7 @@ typedef struct bench_opts {
     uint32_t shards[8];   /* shard counts to run, in order */
     size_t n_shards;
     const char *ckptd;    /* path of the ckptd binary */
+    const char *restore_streams; /* rpc: ckptd's --restore-streams (NULL: its default) */
     int transports;       /* rpc: 1 TCP on 127.0.0.1, 2 a Unix socket, 3 both */
     bench_rados_opts rados; /* store --backend rados */
 } bench_opts;

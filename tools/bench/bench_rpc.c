@@ -44,12 +44,25 @@ static cpr_status daemon_start(const bench_opts *opts, const char *dir, int use_
 {
     char listen[300];
     snprintf(listen, sizeof listen, "unix:%s/ckptd.sock", dir);
-    const char *rados[] = {"--backend", "rados", "--rados-pool", opts->rados.pool,
-                           "--rados-namespace", opts->rados.ns,
-                           opts->rados.conf ? "--rados-conf" : NULL, opts->rados.conf, NULL};
+    const char *extra[12];
+    size_t n = 0;
+    if (opts->restore_streams) {
+        extra[n++] = "--restore-streams";
+        extra[n++] = opts->restore_streams;
+    }
+    if (opts->rados.enabled) {
+        const char *rados[] = {"--backend", "rados", "--rados-pool", opts->rados.pool,
+                               "--rados-namespace", opts->rados.ns};
+        for (size_t i = 0; i < 6; i++)
+            extra[n++] = rados[i];
+        if (opts->rados.conf) {
+            extra[n++] = "--rados-conf";
+            extra[n++] = opts->rados.conf;
+        }
+    }
+    extra[n] = NULL;
     const char *ckptd = opts->ckptd;
-    cpr_status st = cpri_ckptd_spawn(ckptd, dir, use_unix ? listen : NULL,
-                                     opts->rados.enabled ? rados : NULL, d);
+    cpr_status st = cpri_ckptd_spawn(ckptd, dir, use_unix ? listen : NULL, n ? extra : NULL, d);
     if (st)
         cpr_fail(st, "%s (--ckptd PATH names the binary)", cpr_errmsg());
     return st;

@@ -93,6 +93,7 @@ static void usage(FILE *out)
           "  -h, --help      print this help\n"
           "\n"
           "cpr-bench rpc [the store options] [--shards S] [--transport T] [--ckptd PATH]\n"
+          "              [--restore-streams N]\n"
           "  runs cpr-bench store's measurements (as the baseline), then for each\n"
           "  shard count S starts ckptd over DIR/rpc-S, has S threads write their\n"
           "  share of the rows (one part each, through one client) once untimed\n"
@@ -103,6 +104,8 @@ static void usage(FILE *out)
           "  --transport T   tcp (127.0.0.1), unix (a Unix-domain socket: ckptd on the\n"
           "                  trainer's host) or both (default)\n"
           "  --ckptd PATH    the daemon (default: ../ckptd/ckptd beside cpr-bench)\n"
+          "  --restore-streams N  the daemon's --restore-streams (default: its own,\n"
+          "                  the online CPUs, at least 2; 0: no limit)\n"
           "  --backend rados (and the --rados-* flags): ckptd keeps its store in the\n"
           "                  pool, and every run is held against rados bench on the\n"
           "                  same bytes, run right after it (rados_ingest_ratio,\n"
@@ -241,6 +244,16 @@ static int parse_one(int argc, char **argv, int *i, bench_opts *opts)
         return -1;
     if (value) {
         opts->ckptd = value;
+        return 0;
+    }
+    value = bench_flag_value(argc, argv, i, "--restore-streams", &missing);
+    if (missing)
+        return -1;
+    if (value) {
+        uint64_t v;
+        if (bench_parse_u64("--restore-streams", value, 0, 4096, &v))
+            return -1;
+        opts->restore_streams = value;
         return 0;
     }
     value = bench_flag_value(argc, argv, i, "--dir", &missing);
