@@ -14,7 +14,14 @@
  *  P1. client->staged_bytes is the sum of the `charge` of every item that
  *      exists (queued or being sent) in any part, and never exceeds
  *      opts.staging_bytes: a put waits on client->room until its item fits.
- *      Every item is charged when created and discharged when freed.
+ *      Every item is charged when created and discharged when freed, and
+ *      its charge is the memory it takes: a pooled item is message_bytes
+ *      whatever it holds, so only payloads of at least half of that are
+ *      pooled (charged at most twice what they hold); a smaller one gets
+ *      memory of its own size. (Charging only the payload of a pooled item
+ *      let a save of many small pieces, such as an MFU save of 208
+ *      shard-tables of a few hundred rows each, take a 1 MiB item for each
+ *      60 KB it charged.)
  *  P2. part->error, once set, never changes; after it the sender discards
  *      queued items instead of sending them, so a put blocked on room always
  *      wakes (P1) and then reports the error.
@@ -54,7 +61,9 @@
 
 typedef struct item {
     struct item *next;
-    size_t charge;        /* bytes counted against staging (P1) */
+    size_t charge;        /* bytes counted against staging: the item's memory (P1) */
+    size_t bytes;         /* what it carries, for progress: its payload (an ids-only
+                             block: the encoded block it becomes) */
     int pooled;           /* allocated full size: may go back to the pool */
     int is_blob;
     int is_block;         /* rows staged as a row block of len bytes */
@@ -206,14 +215,15 @@ static void release_holds(cpr_client *c)
 static item *item_new(cpr_part *p, size_t payload, cpr_status *st)
 {
     cpr_client *c = p->client;
-    size_t charge = sizeof(item) + payload;
+    size_t msg = c->opts.message_bytes;
+    int full_size = payload <= msg && payload >= msg / 2; /* P1 */
+    size_t charge = sizeof(item) + (full_size ? msg : payload);
     pthread_mutex_lock(&c->mu);
     while (c->staged_bytes > 0 && c->staged_bytes + charge > c->opts.staging_bytes) {
         release_holds(c); /* parts held since the last wake-up too */
         pthread_cond_wait(&c->room, &c->mu);
     }
     c->staged_bytes += charge;
-    int full_size = payload <= c->opts.message_bytes;
     item *it = NULL;
     if (full_size && c->pool) {
         it = c->pool;
@@ -222,7 +232,7 @@ static item *item_new(cpr_part *p, size_t payload, cpr_status *st)
     }
     pthread_mutex_unlock(&c->mu);
     if (!it)
-        it = malloc(full_size ? sizeof(item) + c->opts.message_bytes : charge);
+        it = malloc(charge);
     if (!it) {
         discharge(c, charge);
         *st = cpr_fail(CPR_NO_MEMORY, "out of memory staging %zu bytes", payload);
@@ -230,6 +240,7 @@ static item *item_new(cpr_part *p, size_t payload, cpr_status *st)
     }
     memset(it, 0, sizeof *it); /* the payload is written by the caller */
     it->charge = charge;
+    it->bytes = payload;
     it->pooled = full_size;
     return it;
 }
@@ -395,7 +406,7 @@ static void *sender_main(void *arg)
             pthread_mutex_lock(&p->mu);
             if (st == CPR_OK) {
                 p->progress.rows_sent += it->n;
-                p->progress.bytes_sent += it->charge - sizeof(item);
+                p->progress.bytes_sent += it->bytes;
             }
             pthread_mutex_unlock(&p->mu);
         }
@@ -414,7 +425,7 @@ static cpr_status queue_item(cpr_part *p, item *it)
             p->head = it;
         p->tail = it;
         p->progress.rows_queued += it->n;
-        p->progress.bytes_queued += it->charge - sizeof(item);
+        p->progress.bytes_queued += it->bytes;
         pthread_cond_signal(&p->wake);
     }
     pthread_mutex_unlock(&p->mu);
@@ -641,18 +652,27 @@ static cpr_status stage_block(cpr_part *p, const rows_src *r, const schema *t, s
     cpr_status st = CPR_OK;
     size_t bytes = cpr_block_size((uint32_t)k, t->dim, t->state_dim, 0);
     cpr_block_layout l;
-    item *it = item_new(p, bytes, &st);
+    cpr_block_layout_of((uint32_t)k, t->dim, t->state_dim, 0, &l);
+    /* Rows the caller encodes into the sender's buffer (send_fill_encoded)
+     * need only their ids staged: not the f32 values they never occupy. */
+    int ids_only = r->fill_encoded && p->codec != CPR_CODEC_F32;
+    item *it = item_new(p, ids_only ? l.ids + k * 8 : bytes, &st);
     if (!it)
         return st;
-    cpr_block_layout_of((uint32_t)k, t->dim, t->state_dim, 0, &l);
+    if (ids_only)
+        it->bytes = cpr_block_size_codec((uint32_t)k, t->dim, t->state_dim, 0, p->codec);
     it->is_block = 1;
     it->table = r->table;
     it->dim = t->dim;
     it->state_dim = t->state_dim;
     it->n = k;
-    it->len = bytes;
+    it->len = ids_only ? l.ids + k * 8 : bytes;
     uint64_t *ids = (uint64_t *)(it->data + l.ids);
-    float *values = (float *)(it->data + l.values), *state = (float *)(it->data + l.state);
+    float *values = NULL, *state = NULL; /* an ids-only item has no room for them */
+    if (!r->fill) {
+        values = (float *)(it->data + l.values);
+        state = (float *)(it->data + l.state);
+    }
     size_t vrow = (size_t)t->dim * 4, srow = (size_t)t->state_dim * 4;
     if (r->ids)
         memcpy(ids, r->ids + done, k * 8);
