@@ -715,7 +715,9 @@ const cpri_rpc_method *cpri_service_methods(size_t *n)
     return methods;
 }
 
-cpr_status cpri_service_create(cpr_store *store, cpri_auth *auth, cpri_server **out)
+/* The service with a gate of `slots` Restore streams (0: no limit). */
+static cpr_status service_create(cpr_store *store, cpri_auth *auth, unsigned slots,
+                                 cpri_server **out)
 {
     cpri_server *srv = calloc(1, sizeof *srv);
     if (!srv)
@@ -724,8 +726,7 @@ cpr_status cpri_service_create(cpr_store *store, cpri_auth *auth, cpri_server **
     srv->auth = auth;
     cpr_status st = cpri_leases_create(store, &srv->leases);
     if (st == CPR_OK)
-        st = cpri_restore_gate_create(cpri_restore_gate_default_slots(), RESTORE_STALL_S,
-                                      &srv->restore_gate);
+        st = cpri_restore_gate_create(slots, RESTORE_STALL_S, &srv->restore_gate);
     if (st) {
         cpri_leases_destroy(srv->leases);
         free(srv);
@@ -733,6 +734,11 @@ cpr_status cpri_service_create(cpr_store *store, cpri_auth *auth, cpri_server **
     }
     *out = srv;
     return CPR_OK;
+}
+
+cpr_status cpri_service_create(cpr_store *store, cpri_auth *auth, cpri_server **out)
+{
+    return service_create(store, auth, cpri_restore_gate_default_slots(), out);
 }
 
 void cpri_service_destroy(cpri_server *srv)
@@ -747,15 +753,11 @@ void cpri_service_destroy(cpri_server *srv)
 cpr_status cpri_server_start(cpr_store *store, cpri_auth *auth, const cpri_server_options *opts,
                             cpri_server **out, int *port)
 {
-    cpri_server *srv = NULL; /* cpri_service_create leaves it unset on failure */
-    cpr_status st = cpri_service_create(store, auth, &srv);
-    if (st == CPR_OK && opts && opts->restore_streams) { /* before any call arrives */
-        cpri_restore_gate_destroy(srv->restore_gate);
-        srv->restore_gate = NULL;
-        st = cpri_restore_gate_create(opts->restore_streams < 0 ? 0
-                                                               : (unsigned)opts->restore_streams,
-                                      RESTORE_STALL_S, &srv->restore_gate);
-    }
+    cpri_server *srv = NULL; /* service_create leaves it unset on failure */
+    int streams = opts ? opts->restore_streams : 0;
+    unsigned slots = streams < 0 ? 0 : streams ? (unsigned)streams
+                                               : cpri_restore_gate_default_slots();
+    cpr_status st = service_create(store, auth, slots, &srv);
     if (st == CPR_OK)
         st = cpri_rpc_server_start(methods, sizeof methods / sizeof methods[0], srv,
                                    opts ? &opts->rpc : NULL, &srv->rpc, port);

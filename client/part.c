@@ -656,7 +656,8 @@ static cpr_status stage_block(cpr_part *p, const rows_src *r, const schema *t, s
     /* Rows the caller encodes into the sender's buffer (send_fill_encoded)
      * need only their ids staged: not the f32 values they never occupy. */
     int ids_only = r->fill_encoded && p->codec != CPR_CODEC_F32;
-    item *it = item_new(p, ids_only ? l.ids + k * 8 : bytes, &st);
+    size_t staged = ids_only ? l.ids + k * 8 : bytes;
+    item *it = item_new(p, staged, &st);
     if (!it)
         return st;
     if (ids_only)
@@ -666,7 +667,7 @@ static cpr_status stage_block(cpr_part *p, const rows_src *r, const schema *t, s
     it->dim = t->dim;
     it->state_dim = t->state_dim;
     it->n = k;
-    it->len = ids_only ? l.ids + k * 8 : bytes;
+    it->len = staged;
     uint64_t *ids = (uint64_t *)(it->data + l.ids);
     float *values = NULL, *state = NULL; /* an ids-only item has no room for them */
     if (!r->fill) {
