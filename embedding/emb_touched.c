@@ -20,7 +20,9 @@
 #include "emb_touched.h"
 
 #define LIST_MIN_CAP 1024
-#define PREFETCH_AHEAD 32 /* a few bytes of work a row: DRAM latency needs many ahead */
+/* A few bytes of work a row: DRAM latency needs many ahead (reading the keys
+ * of 47 K listed rows of 10 M: 0.6 ms at 32 ahead, 0.3 ms at 64). */
+#define PREFETCH_AHEAD 64
 #define SMALL_KEYS 256u
 #define DENSE_MIN_ROWS (1u << 20)
 #define BITMAP_MIN_LISTED 4096u     /* T3: lists this long of contiguous shards ... */
@@ -219,7 +221,8 @@ static uint32_t kth_small(const uint32_t *small, uint64_t k)
 
 /* The shard's listed rows, ascending, off the bitmap: rows [first, first +
  * n) of a shard whose rows are contiguous (stride 1). At most the list's
- * length (T1: every listed row has an entry). */
+ * length `cap` (T1: every listed row has an entry); out has room for
+ * cap + 1. */
 static size_t listed_rows(const cpri_emb_touched *s, uint64_t first, uint64_t n, uint64_t *out,
                           size_t cap)
 {
@@ -227,17 +230,26 @@ static size_t listed_rows(const cpri_emb_touched *s, uint64_t first, uint64_t n,
     uint64_t end = first + n, w_last = (end - 1) >> 6;
     for (uint64_t w = first >> 6; w <= w_last; w++) {
         uint64_t bits = s->listed[w];
-        if (!bits)
-            continue;
         if (w == first >> 6)
             bits &= ~0ull << (first & 63);
         if (w == w_last && (end & 63))
             bits &= (1ull << (end & 63)) - 1;
-        while (bits) {
-            if (m == cap) /* more listed rows than entries: T1 broken, never expected */
+        /* Most words hold no listed row or one (a save's rows are a few
+         * percent of a large shard): the lowest bit is written whether or
+         * not there is one (out has room for cap + 1) and m moves by
+         * whether there was, so a branch is taken only for a second bit.
+         * A branch per word on "any bit?" mispredicted a quarter of the
+         * time and cost more than the rest of the scan. */
+        uint64_t rest = bits & (bits - 1);
+        out[m] = (w << 6) + (uint64_t)__builtin_ctzll(bits | 1ull << 63);
+        m += bits != 0;
+        if (m > cap) /* more listed rows than entries: T1 broken, never expected */
+            return SIZE_MAX;
+        while (rest) {
+            if (m == cap)
                 return SIZE_MAX;
-            out[m++] = (w << 6) + (uint64_t)__builtin_ctzll(bits);
-            bits &= bits - 1;
+            out[m++] = (w << 6) + (uint64_t)__builtin_ctzll(rest);
+            rest &= rest - 1;
         }
     }
     return m;
@@ -265,7 +277,7 @@ cpr_status cpri_emb_touched_topk(cpri_emb_touched *s, const cpr_emb *t, uint32_t
         compact(s, l);
     if (!by_bitmap && shard_rows >= DENSE_MIN_ROWS && l->len > shard_rows / 2)
         return CPR_OK;
-    if (reserve_scratch(s, l->len) != CPR_OK)
+    if (reserve_scratch(s, l->len + 1) != CPR_OK) /* + 1: listed_rows */
         return CPR_OK; /* the caller reads every row instead */
     const uint64_t *rows = l->ids;
     size_t len = l->len;
