@@ -112,6 +112,7 @@ cpr_status cpri_reaper_start(cpr_store *store, double idle_s, double gc_interval
         free(r);
         return cpr_fail(CPR_RESOURCE_EXHAUSTED, "cannot start the idle-part reaper thread");
     }
+    pthread_setname_np(r->thread, "cpr-reaper");
     *out = r;
     return CPR_OK;
 }

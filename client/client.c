@@ -267,6 +267,7 @@ void cpr_client_close(cpr_client *c)
     if (!c)
         return;
     cpri_parts_abort_all(c);
+    cpri_senders_stop(c);
     cpri_parts_pool_release(c);
     for (size_t i = 0; i < c->n_nodes; i++)
         cpri_node_close(c->nodes[i]);

@@ -99,6 +99,8 @@ cpr_status cpri_node_recovery_put(cpri_node *node, const char *job, uint64_t exp
 
 #define CPRI_MAX_CPUS 1024
 
+typedef struct cpri_sender cpri_sender; /* a part's sender thread (part.c) */
+
 struct cpr_client {
     cpr_client_options opts;   /* defaults filled in; thread_cpus parsed into: */
     uint64_t thread_cpus[CPRI_MAX_CPUS / 64]; /* a bitmap of CPUs; all 0: not pinned */
@@ -112,6 +114,9 @@ struct cpr_client {
     cpr_part *parts;           /* open parts, for close */
     void *pool;                /* free full-size staging items, a list (part.c) */
     size_t n_pool, pool_max;   /* pool_max: staging_bytes' worth (the warm arena) */
+    /* The parts' sender threads (part.c, P8): every one, and the idle. */
+    cpri_sender *senders, *idle_senders;
+    size_t n_idle_senders;
 };
 
 /* The calling thread (a part's sender) moves to opts.thread_cpus, if given
@@ -144,5 +149,7 @@ cpr_status cpri_client_job_cuts(cpr_client *c, const char *job, uint64_t **cuts,
 void cpri_parts_abort_all(cpr_client *c);
 /* Free the pooled staging items (cpr_client_close, after the parts). */
 void cpri_parts_pool_release(cpr_client *c);
+/* Stop and join the sender threads (cpr_client_close, after the parts). */
+void cpri_senders_stop(cpr_client *c);
 
 #endif /* CPR_CLIENT_INTERNAL_H */

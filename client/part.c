@@ -27,18 +27,29 @@
  *      wakes (P1) and then reports the error.
  *  P3. Items reach the node in the order the puts were made (one queue, one
  *      sender), so "ascending id order" and blob offsets hold on the wire.
- *  P4. The sender thread exits only after `closing` is set and the queue is
- *      empty; commit/abort join it before touching the node again, so no
- *      call on the part's writer races a Commit or Abort. It is joined once
+ *  P4. The sender gives the part back (`sent`) only after `closing` is set
+ *      and the queue is empty, and never touches the part after that;
+ *      commit/abort wait for it before touching the node again, so no call
+ *      on the part's writer races a Commit or Abort. They wait once
  *      (`stopped`).
  *  P7. With defer_send, a part is `hold`: its sender sends nothing until
  *      commit or abort sets `closing`, or a put of the client finds staging
  *      full and releases every held part of the client (so a put never waits
  *      for room that only held parts could free). Puts to a held part are
  *      pure copies. Lock order: c->mu before p->mu, never the reverse.
+ *  P8. Senders are threads of the client's pool, not of the part: a part
+ *      takes an idle one (or starts one) at begin, and the thread goes back
+ *      to the pool when it gives the part back (P4); at most
+ *      SENDERS_IDLE_MAX wait idle, any more leave and are joined by the next
+ *      begin or by cpr_client_close, which also stops the idle ones (every
+ *      part is finished first). Starting a thread took 0.1-0.3 ms of the
+ *      trainer's stall per part on the VM of docs/performance.md (and once
+ *      17 ms). The pool lists (c->senders, c->idle_senders) and each
+ *      sender's `part` and `quit` are under c->mu.
  *  P6. `begun` says whether the node began the part: set before the sender
  *      starts (cpr_client_begin), or by the sender itself before it sends
- *      anything (cpr_client_begin_async); final once the sender is joined.
+ *      anything (cpr_client_begin_async); final once the sender gave the part
+ *      back (P4).
  *      A part the node never began is never aborted or committed on the node
  *      (its id may be another writer's).
  *  P5. A handle whose part was aborted by id (cpr_client_abort) is stopped
@@ -46,6 +57,8 @@
  *      of the same id, begun after the abort, cannot receive its rows, and
  *      its commit or abort cannot touch that new part.
  */
+#define _GNU_SOURCE /* pthread_setname_np */
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -129,13 +142,14 @@ struct cpr_part {
     size_t n_blobs;
     uint64_t blob_bytes;     /* of the blobs put whole; the commit names both */
     cpri_node_writer *writer;
-    pthread_t sender;
     pthread_mutex_t mu;
     pthread_cond_t wake;     /* items queued or closing */
+    pthread_cond_t given_back; /* `sent` set (P4) */
+    int sent;                /* the sender is done with the part (P4) */
     item *head, *tail;
     int closing;
     int hold;                /* defer_send: the sender waits for commit (or room) */
-    int stopped;             /* the sender is joined and the writer closed */
+    int stopped;             /* the sender gave the part back and the writer is closed */
     int begun;               /* the node has begun the part (P6) */
     uint64_t lease;          /* the writer lease the node granted at Begin (0: none) */
     cpr_part_spec deferred;  /* cpr_client_begin_async: the Begin the sender sends */
@@ -370,10 +384,10 @@ typedef struct begin_try {
 
 static cpr_status begin_once(void *ctx);
 
-static void *sender_main(void *arg)
+/* A sender's work on one part: Begin if the node has not begun it, then
+ * send the queued items until closing and drained (P4). */
+static void send_part(cpr_part *p)
 {
-    cpr_part *p = arg;
-    cpri_client_pin_thread(p->client); /* off the training cores, if asked */
     if (!p->begun) { /* cpr_client_begin_async: Begin here, off the caller's thread (P6) */
         begin_try b = {p->client, p->node, &p->deferred, 1, 0};
         cpr_status st = cpri_client_retry(p->client, begin_once, &b);
@@ -398,7 +412,7 @@ static void *sender_main(void *arg)
         cpr_status failed = p->error;
         pthread_mutex_unlock(&p->mu);
         if (!it)
-            return NULL; /* closing and drained (P4) */
+            return; /* closing and drained (P4) */
         if (failed == CPR_OK) {
             cpr_status st = send_item(p, it);
             if (st)
@@ -436,6 +450,130 @@ static cpr_status queue_item(cpr_part *p, item *it)
     return CPR_OK;
 }
 
+/* ---- the sender pool (P8) ------------------------------------------------------------- */
+
+#define SENDERS_IDLE_MAX 64
+
+struct cpri_sender {
+    cpri_sender *next, *next_idle;
+    cpr_client *client;
+    pthread_t thread;
+    pthread_cond_t wake;     /* `part` or `quit` set */
+    cpr_part *part;          /* the part it sends; NULL while idle */
+    int quit;                /* cpr_client_close: exit once idle */
+    int left;                /* left the pool (too many idle): join and free it */
+};
+
+static void *sender_main(void *arg)
+{
+    cpri_sender *s = arg;
+    cpr_client *c = s->client;
+    cpri_client_pin_thread(c); /* off the training cores, if asked */
+    pthread_mutex_lock(&c->mu);
+    for (;;) {
+        while (!s->part && !s->quit)
+            pthread_cond_wait(&s->wake, &c->mu);
+        cpr_part *p = s->part;
+        if (!p)
+            break; /* quit */
+        pthread_mutex_unlock(&c->mu);
+        send_part(p);
+        /* Back to the pool (or out of it) before the part is given back, so
+         * that a commit returns with its sender idle again. */
+        pthread_mutex_lock(&c->mu);
+        s->part = NULL;
+        int leave = c->n_idle_senders >= SENDERS_IDLE_MAX;
+        if (leave) {
+            s->left = 1;
+        } else {
+            s->next_idle = c->idle_senders;
+            c->idle_senders = s;
+            c->n_idle_senders++;
+        }
+        /* Give the part back (P4): from here on it may be freed. c->mu
+         * before p->mu (P7's order). */
+        pthread_mutex_lock(&p->mu);
+        p->sent = 1;
+        pthread_cond_broadcast(&p->given_back);
+        pthread_mutex_unlock(&p->mu);
+        if (leave)
+            break;
+    }
+    pthread_mutex_unlock(&c->mu);
+    return NULL;
+}
+
+/* Join and free the senders in the list `gone` (linked by next). */
+static void join_senders(cpri_sender *gone)
+{
+    while (gone) {
+        cpri_sender *s = gone;
+        gone = s->next;
+        pthread_join(s->thread, NULL);
+        pthread_cond_destroy(&s->wake);
+        free(s);
+    }
+}
+
+/* Hand `p` to an idle sender, or start one (P8). */
+static cpr_status start_sender(cpr_client *c, cpr_part *p)
+{
+    cpri_sender *gone = NULL, *s;
+    pthread_mutex_lock(&c->mu);
+    for (cpri_sender **pp = &c->senders; *pp;) { /* senders that left the pool */
+        s = *pp;
+        if (s->left) {
+            *pp = s->next;
+            s->next = gone;
+            gone = s;
+        } else {
+            pp = &s->next;
+        }
+    }
+    s = c->idle_senders;
+    if (s) {
+        c->idle_senders = s->next_idle;
+        c->n_idle_senders--;
+        s->part = p;
+        pthread_cond_signal(&s->wake);
+    }
+    pthread_mutex_unlock(&c->mu);
+    join_senders(gone);
+    if (s)
+        return CPR_OK;
+    s = calloc(1, sizeof *s);
+    if (!s)
+        return cpr_fail(CPR_NO_MEMORY, "out of memory starting the part's sender");
+    s->client = c;
+    s->part = p;
+    pthread_cond_init(&s->wake, NULL);
+    if (pthread_create(&s->thread, NULL, sender_main, s) != 0) {
+        pthread_cond_destroy(&s->wake);
+        free(s);
+        return cpr_fail(CPR_RESOURCE_EXHAUSTED, "cannot start the part's sender thread");
+    }
+    pthread_setname_np(s->thread, "cpr-sender"); /* top -H; the tests count them */
+    pthread_mutex_lock(&c->mu);
+    s->next = c->senders;
+    c->senders = s;
+    pthread_mutex_unlock(&c->mu);
+    return CPR_OK;
+}
+
+void cpri_senders_stop(cpr_client *c)
+{
+    pthread_mutex_lock(&c->mu);
+    cpri_sender *all = c->senders;
+    c->senders = c->idle_senders = NULL;
+    c->n_idle_senders = 0;
+    for (cpri_sender *s = all; s; s = s->next) {
+        s->quit = 1;
+        pthread_cond_signal(&s->wake);
+    }
+    pthread_mutex_unlock(&c->mu);
+    join_senders(all);
+}
+
 /* ---- begin ------------------------------------------------------------------------------ */
 
 static cpr_status begin_once(void *ctx)
@@ -455,6 +593,7 @@ static void part_free(cpr_part *p)
     free(p->tables);
     pthread_mutex_destroy(&p->mu);
     pthread_cond_destroy(&p->wake);
+    pthread_cond_destroy(&p->given_back);
     free(p);
 }
 
@@ -471,6 +610,7 @@ static cpr_status part_new(cpr_client *c, const cpr_part_spec *spec, cpr_part **
     p->id = (cpr_part_id){p->job, spec->id.shard, spec->id.checkpoint};
     pthread_mutex_init(&p->mu, NULL);
     pthread_cond_init(&p->wake, NULL);
+    pthread_cond_init(&p->given_back, NULL);
     p->tables = calloc(spec->n_tables + 1, sizeof *p->tables);
     if (!p->tables) {
         part_free(p);
@@ -506,10 +646,8 @@ static cpr_status start_part(cpr_client *c, cpr_part *p, cpr_part **out)
                                           &p->writer);
     if (st == CPR_OK)
         cpri_node_writer_set_lease(p->writer, p->lease); /* 0 until an async Begin answers */
-    if (st == CPR_OK && pthread_create(&p->sender, NULL, sender_main, p) != 0) {
+    if (st == CPR_OK && (st = start_sender(c, p)) != CPR_OK)
         cpri_node_writer_close(p->writer);
-        st = cpr_fail(CPR_RESOURCE_EXHAUSTED, "cannot start the part's sender thread");
-    }
     if (st) { /* begun on the node but unusable here: do not leave it open */
         char why[1024];
         snprintf(why, sizeof why, "%s", cpr_errmsg());
@@ -919,8 +1057,11 @@ static cpr_status finish_sender(cpr_part *p, int discard)
     pthread_cond_signal(&p->wake);
     pthread_mutex_unlock(&p->mu);
     cpr_status st = CPR_OK;
-    if (!p->stopped) { /* P4: joined once */
-        pthread_join(p->sender, NULL);
+    if (!p->stopped) { /* P4: waited for once */
+        pthread_mutex_lock(&p->mu);
+        while (!p->sent)
+            pthread_cond_wait(&p->given_back, &p->mu);
+        pthread_mutex_unlock(&p->mu);
         st = cpri_node_writer_close(p->writer);
         p->writer = NULL;
         p->stopped = 1;

@@ -159,8 +159,11 @@ static write_ring *ring_for_writer(void)
             ok = 0;
         }
         pthread_sigmask(SIG_SETMASK, &old, NULL);
-        if (ok)
+        if (ok) {
+            /* named, not inherited from whoever opened the first writer */
+            pthread_setname_np(rings[i].thread, "cpr-io-ring");
             pthread_detach(rings[i].thread);
+        }
         if (!ok) /* the rings made so far stay, unused: io_uring is off */
             rings_state = -1;
         else if (i == WRITE_RINGS - 1)

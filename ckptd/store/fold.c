@@ -545,6 +545,7 @@ cpr_status cpri_fold_start(cpr_store *store)
         free(fw);
         return cpr_fail(CPR_RESOURCE_EXHAUSTED, "cannot start the folding thread");
     }
+    pthread_setname_np(fw->thread, "cpr-fold");
     return CPR_OK;
 }
 

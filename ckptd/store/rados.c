@@ -1042,6 +1042,7 @@ cpr_status cpri_rados_gateway_start(cpri_rados *r, uint32_t id, const char *desc
         rados_unlock(r->io, r->gw_object, GATEWAY_LOCK, r->gw_cookie);
         return cpr_fail(CPR_NO_MEMORY, "cannot start the gateway lease's thread");
     }
+    pthread_setname_np(r->renewer, "cpr-gw-lease");
     r->renewing = 1;
     return CPR_OK;
 }

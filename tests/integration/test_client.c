@@ -9,8 +9,10 @@
  * client process killed mid-stream.
  */
 #define _GNU_SOURCE
+#include <dirent.h>
 #include <math.h>
 #include <pthread.h>
+#include <sched.h>
 #include <setjmp.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -437,6 +439,98 @@ static void test_concurrent_shards(void **state)
     assert_all_rows(c, &q, 1);
     cpr_client_close(c);
     ch_daemon_down(&d, dir);
+}
+
+/* ---- the sender pool (part.c P8) -------------------------------------------------------- */
+
+/* The client's sender threads now: threads of this process named
+ * "cpr-sender" (the store's own threads come and go as they please). */
+static size_t senders_now(void)
+{
+    DIR *d = opendir("/proc/self/task");
+    size_t n = 0;
+    assert_non_null(d);
+    for (struct dirent *e; (e = readdir(d)) != NULL;) {
+        char path[300], comm[32] = "";
+        if (e->d_name[0] == '.')
+            continue;
+        snprintf(path, sizeof path, "/proc/self/task/%s/comm", e->d_name);
+        FILE *f = fopen(path, "r");
+        if (!f)
+            continue; /* ended meanwhile */
+        if (fgets(comm, sizeof comm, f))
+            n += strcmp(comm, "cpr-sender\n") == 0;
+        fclose(f);
+    }
+    closedir(d);
+    return n;
+}
+
+/* After threads were joined: their tasks leave /proc a moment after the
+ * join returns (the kernel releases them after waking the joiner), so the
+ * count is read until it is `want`, for at most 10 s. */
+static void assert_senders_become(size_t want)
+{
+    size_t n = senders_now();
+    for (double t0 = now_s(); n != want && now_s() - t0 < 10; n = senders_now())
+        sched_yield();
+    assert_int_equal(n, want);
+}
+
+/* Parts take their sender from the client's pool: parts one after another
+ * share one thread, more parts at once than the pool keeps idle (64) leave
+ * it at 64 idle, and close joins every one. Every part commits its rows. */
+static void test_sender_pool(void **state)
+{
+    (void)state;
+    char *dir = tu_mkdtemp("cpr-client");
+    char target[512];
+    snprintf(target, sizeof target, "local://%s/store", dir);
+    assert_senders_become(0); /* the earlier tests' clients are closed */
+    cpr_client *c;
+    assert_status(CPR_OK, cpr_client_open(target, &(cpr_client_options){0}, &c));
+    cpr_part *p = NULL;
+    cpr_part_spec spec = tu_part("pool", 0, 1, 1, CPR_KIND_FULL, tables, 2);
+    assert_status(CPR_OK, cpr_client_begin_async(c, &spec, &p));
+    assert_status(CPR_OK, put_rows(p, 0, 1, 100, 1));
+    assert_status(CPR_OK, cpr_part_commit(&p));
+    assert_int_equal(senders_now(), 1); /* idle, kept for the next part */
+    for (uint64_t ckpt = 2; ckpt <= 21; ckpt++) {
+        spec = tu_part("pool", 0, 1, ckpt, CPR_KIND_FULL, tables, 2);
+        assert_status(CPR_OK, cpr_client_begin_async(c, &spec, &p));
+        assert_status(CPR_OK, put_rows(p, 0, 1, 100, ckpt));
+        assert_status(CPR_OK, cpr_part_commit(&p));
+        assert_int_equal(senders_now(), 1);
+    }
+    enum { MANY = 80 };
+    cpr_part *parts[MANY];
+    for (uint32_t s = 0; s < MANY; s++) {
+        spec = tu_part("pool-many", s, MANY, 1, CPR_KIND_FULL, tables, 2);
+        assert_status(CPR_OK, cpr_client_begin(c, &spec, &parts[s]));
+        assert_status(CPR_OK, put_rows(parts[s], s, MANY, 10, 1));
+    }
+    assert_int_equal(senders_now(), MANY);
+    for (uint32_t s = 0; s < MANY; s++)
+        assert_status(CPR_OK, cpr_part_commit(&parts[s]));
+    /* 64 idle; the other 16 left the pool and are joined by the next begin. */
+    spec = tu_part("pool", 0, 1, 22, CPR_KIND_FULL, tables, 2);
+    assert_status(CPR_OK, cpr_client_begin(c, &spec, &p));
+    assert_senders_become(64);
+    assert_status(CPR_OK, cpr_part_abort(&p));
+    cpr_part_info *info = NULL;
+    size_t n = 0;
+    assert_status(CPR_OK, cpr_client_list(c, "pool-many", &info, &n));
+    assert_int_equal(n, MANY);
+    for (size_t i = 0; i < n; i++)
+        assert_true(info[i].committed && info[i].rows == 20);
+    free(info);
+    assert_status(CPR_OK, cpr_client_list(c, "pool", &info, &n));
+    assert_int_equal(n, 21);
+    free(info);
+    cpr_client_close(c);
+    assert_senders_become(0);
+    tu_rmtree(dir);
+    free(dir);
 }
 
 /* ---- a job spread over two daemons ------------------------------------------------------- */
@@ -1149,6 +1243,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_grpc_decodes_quantized_blocks),
         cmocka_unit_test(test_codec_parts),
         cmocka_unit_test(test_concurrent_shards),
+        cmocka_unit_test(test_sender_pool),
         cmocka_unit_test(test_two_daemons),
         cmocka_unit_test(test_daemon_killed_mid_part),
         cmocka_unit_test(test_client_killed_mid_stream),
