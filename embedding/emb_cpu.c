@@ -374,8 +374,11 @@ static void track_row(cpr_emb *t, uint64_t row, const occ *first, size_t n_occ, 
         BIT_SET(b->dirty, row);
     if (b->has_norm)
         b->trk[row].norm += (float)change;
-    if (b->touched.listed)
+    if (b->touched.listed) {
         cpri_emb_touched_add(&b->touched, shard, row);
+        if (b->has_norm && b->trk[row].norm == 0) /* an update of no change (T5) */
+            cpri_emb_touched_zero_norm(&b->touched, shard);
+    }
     if (b->ssu.member && !cpri_emb_ssu_is_member(&b->ssu, row)) {
         for (size_t k = 0; k < n_occ; k++) {
             uint64_t pos = (uint64_t)first[k].pos_hi << 32 | first[k].pos_lo;
@@ -599,20 +602,10 @@ cpr_status cpri_emb_cpu_select(cpr_emb *t, uint32_t shard, cpr_policy policy,
         break;
     case CPR_POLICY_DELTA:
         if (stride == 1) { /* a range shard: whole words of the bitmap, set bits only */
-            uint64_t end = row + rows;
-            for (uint64_t w = row >> 6; w <= (end - 1) >> 6 && rows; w++) {
-                uint64_t bits = b->dirty[w];
-                while (bits) {
-                    uint64_t r = (w << 6) + (uint64_t)__builtin_ctzll(bits);
-                    bits &= bits - 1;
-                    if (r < row || r >= end)
-                        continue;
-                    if (count == cap)
-                        return cpr_fail(CPR_RESOURCE_EXHAUSTED, "more dirty rows than the "
-                                        "%zu the buffer holds", cap);
-                    ids[count++] = r;
-                }
-            }
+            count = cpri_emb_bitmap_rows(b->dirty, row, row + rows, ids, cap);
+            if (count == SIZE_MAX)
+                return cpr_fail(CPR_RESOURCE_EXHAUSTED, "more dirty rows than the %zu the "
+                                "buffer holds", cap);
             break;
         }
         for (uint64_t i = 0; i < rows; i++, row += stride) {
@@ -881,8 +874,11 @@ static void restore_pending(cpr_emb *t, const cpr_emb_save *save, const pending 
             b->trk[row].norm += p->norm[i];
         if (p->cons && p->dirty[i])
             BIT_SET(b->dirty, row);
-        if (b->touched.listed && ((p->counts && p->counts[i]) || (p->norm && p->norm[i] != 0)))
+        if (b->touched.listed && ((p->counts && p->counts[i]) || (p->norm && p->norm[i] != 0))) {
             cpri_emb_touched_add(&b->touched, save->shard, row); /* T1: the counts are back */
+            if (b->has_norm && b->trk[row].norm == 0) /* T5 */
+                cpri_emb_touched_zero_norm(&b->touched, save->shard);
+        }
     }
     if (p->sampled)
         cpri_emb_ssu_end(&b->ssu, save->shard, save->ids, save->n, p->sampled, 0);

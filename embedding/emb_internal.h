@@ -13,6 +13,9 @@
 #ifndef CPR_EMB_INTERNAL_H
 #define CPR_EMB_INTERNAL_H
 
+#include <stddef.h>
+#include <stdint.h>
+
 #include "cpr/block.h"
 #include "cpr/rng.h"
 #include "cpr/embedding.h"
@@ -49,6 +52,46 @@ struct cpr_emb_save {
 #define BIT_GET(map, i) (((map)[(i) >> 6] >> ((i) & 63)) & 1u)
 #define BIT_SET(map, i) ((map)[(i) >> 6] |= 1ull << ((i) & 63))
 #define BIT_CLR(map, i) ((map)[(i) >> 6] &= ~(1ull << ((i) & 63)))
+
+/*
+ * The rows in [first, end) whose bit is set, ascending, into out (room for
+ * cap); how many, or SIZE_MAX when there are more than cap. Selection reads
+ * sparse bitmaps this way (a save's rows are a few percent of a large
+ * shard: most words hold no set bit or one), so the lowest bit of a word is
+ * written whether or not there is one and the count moves by whether there
+ * was: a branch is taken only for a second bit. A branch per word on "any
+ * bit?" mispredicted about a quarter of the time and cost more than the
+ * rest of the scan (a 10 M-row bitmap: 0.54 -> 0.25 ms).
+ */
+static inline size_t cpri_emb_bitmap_rows(const uint64_t *map, uint64_t first, uint64_t end,
+                                          uint64_t *out, size_t cap)
+{
+    size_t m = 0;
+    if (first >= end)
+        return 0;
+    uint64_t w_first = first >> 6, w_last = (end - 1) >> 6;
+    for (uint64_t w = w_first; w <= w_last; w++) {
+        uint64_t bits = map[w];
+        if (w == w_first)
+            bits &= ~0ull << (first & 63);
+        if (w == w_last && (end & 63))
+            bits &= (1ull << (end & 63)) - 1;
+        if (m == cap) { /* full: one more set bit is one too many */
+            if (bits)
+                return SIZE_MAX;
+            continue;
+        }
+        uint64_t rest = bits & (bits - 1);
+        out[m] = (w << 6) + (uint64_t)__builtin_ctzll(bits | 1ull << 63); /* m < cap */
+        m += bits != 0;
+        for (; rest; rest &= rest - 1) {
+            if (m == cap)
+                return SIZE_MAX;
+            out[m++] = (w << 6) + (uint64_t)__builtin_ctzll(rest);
+        }
+    }
+    return m;
+}
 
 /* Shard geometry (emb.c). */
 uint32_t cpri_emb_geom_shard_of(const cpr_emb *t, uint64_t row);

@@ -7,6 +7,8 @@
 #include "emb_select.h"
 #include "emb_ssu.h"
 
+#define PREFETCH_AHEAD 64 /* list entries: the held bit of each is a random read */
+
 
 cpr_status cpri_emb_ssu_init(cpri_emb_ssu *s, int enabled, uint64_t rows, uint32_t n_shards,
                             uint64_t capacity)
@@ -80,11 +82,21 @@ size_t cpri_emb_ssu_select(cpri_emb_ssu *s, uint32_t shard, uint64_t budget, uin
     const cpri_emb_ssu_list *l = &s->lists[shard];
     size_t n = 0;
     uint64_t max_id = 0;
-    for (size_t i = 0; i < l->len && n < budget && n < cap; i++)
+    if (l->held == 0) { /* no save holds any: no bit to read (a random read each) */
+        n = l->len < budget ? l->len : (size_t)budget;
+        n = n < cap ? n : cap;
+        for (size_t i = 0; i < n; i++)
+            max_id = l->ids[i] > max_id ? l->ids[i] : max_id;
+        memcpy(ids, l->ids, n * sizeof *ids);
+    }
+    for (size_t i = 0; l->held && i < l->len && n < budget && n < cap; i++) {
+        if (i + PREFETCH_AHEAD < l->len)
+            __builtin_prefetch(s->held + (l->ids[i + PREFETCH_AHEAD] >> 6));
         if (!BIT_GET(s->held, l->ids[i])) { /* U2 */
             ids[n++] = l->ids[i];
             max_id = l->ids[i] > max_id ? l->ids[i] : max_id;
         }
+    }
     if (n > s->scratch_cap) { /* kept between selections: no page faults in a stall */
         uint64_t *grown = realloc(s->scratch, n * sizeof *grown);
         if (!grown) { /* sorting in place is slower, not wrong */

@@ -93,6 +93,7 @@ static void forget_list(cpri_emb_touched *s, cpri_emb_touched_list *l)
         BIT_CLR(s->listed, l->ids[i]);
     l->len = 0;
     l->lost = 0;
+    l->zero_norm = 0; /* T5: nothing listed */
 }
 
 void cpri_emb_touched_clear_shard(cpri_emb_touched *s, uint32_t shard)
@@ -121,6 +122,7 @@ void cpri_emb_touched_rebuild(cpri_emb_touched *s, const cpr_emb *t, uint32_t sh
     uint64_t n = cpri_emb_geom_shard_rows(t, shard), row = cpri_emb_geom_first(t, shard);
     uint64_t stride = cpri_emb_geom_stride(t);
     forget_list(s, &s->lists[shard]);
+    s->lists[shard].zero_norm = live->norm != NULL; /* T5: not looked at */
     for (uint64_t i = 0; i < n; i++, row += stride)
         if (alive(live, row))
             cpri_emb_touched_append(s, shard, row);
@@ -221,38 +223,11 @@ static uint32_t kth_small(const uint32_t *small, uint64_t k)
 
 /* The shard's listed rows, ascending, off the bitmap: rows [first, first +
  * n) of a shard whose rows are contiguous (stride 1). At most the list's
- * length `cap` (T1: every listed row has an entry); out has room for
- * cap + 1. */
+ * length `cap` (T1: every listed row has an entry). */
 static size_t listed_rows(const cpri_emb_touched *s, uint64_t first, uint64_t n, uint64_t *out,
                           size_t cap)
 {
-    size_t m = 0;
-    uint64_t end = first + n, w_last = (end - 1) >> 6;
-    for (uint64_t w = first >> 6; w <= w_last; w++) {
-        uint64_t bits = s->listed[w];
-        if (w == first >> 6)
-            bits &= ~0ull << (first & 63);
-        if (w == w_last && (end & 63))
-            bits &= (1ull << (end & 63)) - 1;
-        /* Most words hold no listed row or one (a save's rows are a few
-         * percent of a large shard): the lowest bit is written whether or
-         * not there is one (out has room for cap + 1) and m moves by
-         * whether there was, so a branch is taken only for a second bit.
-         * A branch per word on "any bit?" mispredicted a quarter of the
-         * time and cost more than the rest of the scan. */
-        uint64_t rest = bits & (bits - 1);
-        out[m] = (w << 6) + (uint64_t)__builtin_ctzll(bits | 1ull << 63);
-        m += bits != 0;
-        if (m > cap) /* more listed rows than entries: T1 broken, never expected */
-            return SIZE_MAX;
-        while (rest) {
-            if (m == cap)
-                return SIZE_MAX;
-            out[m++] = (w << 6) + (uint64_t)__builtin_ctzll(rest);
-            rest &= rest - 1;
-        }
-    }
-    return m;
+    return cpri_emb_bitmap_rows(s->listed, first, first + n, out, cap);
 }
 
 cpr_status cpri_emb_touched_topk(cpri_emb_touched *s, const cpr_emb *t, uint32_t shard,
@@ -277,19 +252,35 @@ cpr_status cpri_emb_touched_topk(cpri_emb_touched *s, const cpr_emb *t, uint32_t
         compact(s, l);
     if (!by_bitmap && shard_rows >= DENSE_MIN_ROWS && l->len > shard_rows / 2)
         return CPR_OK;
-    if (reserve_scratch(s, l->len + 1) != CPR_OK) /* + 1: listed_rows */
+    if (reserve_scratch(s, l->len) != CPR_OK)
         return CPR_OK; /* the caller reads every row instead */
     const uint64_t *rows = l->ids;
     size_t len = l->len;
+    /* T4, T5: MFU (and TOPK_NORM while no listed norm is zero) with room
+     * for every listed row takes them all, unread. */
+    int take_all = len <= k && (keys == live->counts || (keys == live->norm && !l->zero_norm));
     if (by_bitmap) {
-        len = listed_rows(s, cpri_emb_geom_first(t, shard), shard_rows, s->scratch_ids2, len);
-        rows = s->scratch_ids2;
+        len = listed_rows(s, cpri_emb_geom_first(t, shard), shard_rows,
+                          take_all ? ids : s->scratch_ids2, len);
+        rows = take_all ? ids : s->scratch_ids2;
         if (len == SIZE_MAX) { /* T1 broken: read every row, and rebuild the list */
             l->lost = 1;
             return CPR_OK;
         }
         if (shard_rows >= DENSE_MIN_ROWS && len > shard_rows / 2)
             return CPR_OK; /* the listed rows, counted exactly: most of the shard */
+    }
+    if (take_all) { /* ascending off the bitmap already, or the compacted list sorted */
+        uint64_t max_id = 0;
+        for (size_t i = 0; !by_bitmap && i < len; i++)
+            max_id = rows[i] > max_id ? rows[i] : max_id;
+        if (!by_bitmap && len) {
+            memcpy(ids, rows, len * sizeof *ids);
+            cpri_emb_sort_ids(ids, s->scratch_ids2, len, max_id);
+        }
+        *n = len;
+        *from_list = 1;
+        return CPR_OK;
     }
     uint32_t *cand_keys = s->scratch_keys;
     uint64_t *cand_ids = s->scratch_ids, max_id = 0;
@@ -306,6 +297,8 @@ cpr_status cpri_emb_touched_topk(cpri_emb_touched *s, const cpr_emb *t, uint32_t
         }
         max_id = rows[i] > max_id ? rows[i] : max_id;
     }
+    if (keys == live->norm)
+        l->zero_norm = cand < len; /* T5: every listed row's norm was read */
     if (cand <= k) {
         if (cand) /* cand_ids is NULL until a list held anything */
             memcpy(ids, cand_ids, cand * sizeof *ids);

@@ -23,6 +23,19 @@
  *      the list; it then leaves the list uncompacted, and the appends that
  *      find it full compact it (T2's bound holds: they grow it only when
  *      compaction freed less than half).
+ *  T4. Where counts are tracked, every listed row's count is non-zero: an
+ *      update adds at least 1 to the count whenever it lists a row (or moves
+ *      its norm), and the count and the norm go back to zero together
+ *      (T2) or come back together (an aborted save). So an MFU selection
+ *      whose budget holds every listed row takes them all without reading
+ *      one count (the random reads were most of its stall).
+ *  T5. A shard's `zero_norm` is clear only if every listed row's norm is
+ *      non-zero (where norms are tracked): whoever leaves a listed row with
+ *      a zero norm (an update of no change, an aborted save's rows coming
+ *      back, a rebuild) sets it; it clears when the list empties or a
+ *      selection that read every listed row's norm found none zero. While it
+ *      is clear, a TOPK_NORM selection whose budget holds every listed row
+ *      takes them all unread, as T4 lets MFU.
  * Not thread-safe: the training thread only, like the trackers themselves.
  */
 #ifndef CPR_EMB_TOUCHED_H
@@ -37,6 +50,7 @@ typedef struct cpri_emb_touched_list {
     uint64_t *ids;
     size_t len, cap;
     int lost;                /* T1: an append failed */
+    int zero_norm;           /* T5: a listed row's norm may be zero */
 } cpri_emb_touched_list;
 
 typedef struct cpri_emb_touched {
@@ -61,6 +75,12 @@ static inline void cpri_emb_touched_add(cpri_emb_touched *s, uint32_t shard, uin
 {
     if (!((s->listed[row >> 6] >> (row & 63)) & 1u))
         cpri_emb_touched_append(s, shard, row);
+}
+
+/* A listed row of the shard has a zero norm (T5). */
+static inline void cpri_emb_touched_zero_norm(cpri_emb_touched *s, uint32_t shard)
+{
+    s->lists[shard].zero_norm = 1;
 }
 
 /* The row's trackers are zero again (T2). */

@@ -19,6 +19,7 @@
 
 #include "cpr/embedding.h"
 #include "cpr/rng.h"
+#include "emb_internal.h"
 #include "emb_select.h"
 #include "emb_touched.h"
 #include "testutil.h"
@@ -40,12 +41,17 @@ static void fill(fixture *f, uint64_t seed)
 {
     memset(f->counts, 0, sizeof f->counts);
     memset(f->norm, 0, sizeof f->norm);
+    for (uint64_t row = 0; row < ROWS; row++) /* zeroed: unlisted (T2) */
+        cpri_emb_touched_unlist(&f->touched, row);
     for (int i = 0; i < 2500; i++) {
         uint64_t row = cpr_splitmix64(&seed) % ROWS, r = cpr_splitmix64(&seed);
         uint32_t shard = cpr_emb_shard_of(f->t, row);
-        f->counts[row] += r % 16 == 0 ? (uint32_t)(r >> 40) % 5000 : 1;
+        /* at least 1 an update, as the table counts (T4) */
+        f->counts[row] += r % 16 == 0 ? 1 + (uint32_t)(r >> 40) % 5000 : 1;
         f->norm[row] += (float)(r % 1000) * 1e-3f;
         cpri_emb_touched_add(&f->touched, shard, row);
+        if (f->norm[row] == 0) /* an update of no change (T5), as the table notes it */
+            cpri_emb_touched_zero_norm(&f->touched, shard);
     }
     for (int i = 0; i < 300; i++) { /* saved since: stale entries (T2) */
         uint64_t row = cpr_splitmix64(&seed) % ROWS;
@@ -180,9 +186,11 @@ static void test_bitmap_selection(void **unused)
     for (int round = 0; round < 6; round++) {
         for (int i = 0; i < 12000; i++) { /* odd-sized shards: words cut at both ends */
             uint64_t row = cpr_splitmix64(&seed) % BIG, r = cpr_splitmix64(&seed);
-            counts[row] += r % 16 == 0 ? (uint32_t)(r >> 40) % 5000 : 1 + (uint32_t)(r % 3);
+            counts[row] += r % 16 == 0 ? 1 + (uint32_t)(r >> 40) % 5000 : 1 + (uint32_t)(r % 3);
             norm[row] += (float)(r % 1000) * 1e-3f;
             cpri_emb_touched_add(&touched, cpr_emb_shard_of(t, row), row);
+            if (norm[row] == 0) /* T5 */
+                cpri_emb_touched_zero_norm(&touched, cpr_emb_shard_of(t, row));
         }
         for (uint32_t s = 0; s < BIG_SHARDS; s++) {
             const uint64_t budgets[] = {1, 100, 3000, 5500, 6000, 20000};
@@ -221,6 +229,88 @@ static void test_bitmap_selection(void **unused)
     cpr_emb_destroy(t);
 }
 
+/* cpri_emb_bitmap_rows against reading every bit: ranges that start and end
+ * inside words, words of one, several and 64 set bits, a cap met exactly
+ * and a cap one short (SIZE_MAX), and the out buffer never written past
+ * cap (a guard word after it stays as it was). */
+static void test_bitmap_rows(void **unused)
+{
+    (void)unused;
+    enum { WORDS = 40 };
+    uint64_t map[WORDS] = {0}, want[WORDS * 64], got[WORDS * 64 + 1];
+    cpr_rng rng;
+    cpr_rng_seed(&rng, 12);
+    map[3] = ~0ull;           /* every bit */
+    map[7] = 1ull << 63;      /* the highest only */
+    map[8] = 1;               /* the lowest only */
+    map[9] = 0x8000000000000001ull;
+    for (int w = 12; w < WORDS; w++) /* sparse: zero, one or two bits */
+        for (int k = 0; k < 2; k++)
+            if (cpr_rng_next(&rng) % 3 == 0)
+                map[w] |= 1ull << (cpr_rng_next(&rng) % 64);
+    const uint64_t ranges[][2] = {{0, WORDS * 64}, {5, 300}, {192, 256}, {193, 255},
+                                  {511, 513}, {700, 701}, {100, 100}, {1000, WORDS * 64 - 3}};
+    for (size_t r = 0; r < sizeof ranges / sizeof ranges[0]; r++) {
+        uint64_t first = ranges[r][0], end = ranges[r][1];
+        size_t n = 0;
+        for (uint64_t i = first; i < end; i++)
+            if ((map[i >> 6] >> (i & 63)) & 1)
+                want[n++] = i;
+        for (size_t cap = n ? n - 1 : 0; cap <= n + 1; cap++) {
+            memset(got, 0xab, sizeof got);
+            uint64_t guard;
+            memset(&guard, 0xab, sizeof guard);
+            size_t m = cpri_emb_bitmap_rows(map, first, end, got, cap);
+            if (n > cap) {
+                assert_true(m == SIZE_MAX);
+            } else {
+                assert_int_equal(m, n);
+                assert_memory_equal(got, want, n * sizeof *want);
+            }
+            assert_memory_equal(&got[cap], &guard, sizeof guard); /* nothing past cap */
+        }
+    }
+}
+
+/* T4 and T5: a budget that holds every listed row takes them all without
+ * reading a key, for MFU always and for TOPK_NORM while no listed norm is
+ * zero. Listed rows whose norm is zero (updates of no change) are left out
+ * of TOPK_NORM's selection and kept in MFU's, exactly as reading every row
+ * decides; and a selection that read every norm clears the shard's flag
+ * only when it found none zero. */
+static void test_take_all_listed(void **unused)
+{
+    (void)unused;
+    static fixture f;
+    cpr_emb_config cfg = {.rows = ROWS, .dim = 4, .num_shards = SHARDS,
+                          .scheme = CPR_SHARD_MODULO};
+    assert_status(CPR_OK, cpr_emb_create(&cfg, &f.t));
+    assert_status(CPR_OK, cpri_emb_touched_init(&f.touched, 1, ROWS, SHARDS));
+    fill(&f, 9);
+    for (uint64_t row = 0; row < ROWS; row += 97) /* zero-change updates: listed, norm 0 */
+        if (f.counts[row]) {
+            f.norm[row] = 0;
+            cpri_emb_touched_zero_norm(&f.touched, cpr_emb_shard_of(f.t, row));
+        }
+    for (uint32_t s = 0; s < SHARDS; s++) {
+        same_selection(&f, s, f.counts, ROWS);
+        same_selection(&f, s, f.norm, ROWS);  /* reads every norm: some are zero */
+        assert_true(f.touched.lists[s].zero_norm);
+        same_selection(&f, s, f.norm, ROWS);  /* still read, still the same */
+    }
+    for (uint64_t row = 0; row < ROWS; row++) /* every listed norm non-zero again */
+        if (f.counts[row] && f.norm[row] == 0)
+            f.norm[row] = 0.25f;
+    for (uint32_t s = 0; s < SHARDS; s++) {
+        same_selection(&f, s, f.norm, 1);     /* reads every norm: none zero */
+        assert_false(f.touched.lists[s].zero_norm);
+        same_selection(&f, s, f.norm, ROWS);  /* taken unread, the same rows */
+        same_selection(&f, s, f.counts, ROWS);
+    }
+    cpri_emb_touched_release(&f.touched);
+    cpr_emb_destroy(f.t);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -228,6 +318,8 @@ int main(void)
         cmocka_unit_test(test_lost_list_rebuilds),
         cmocka_unit_test(test_list_stays_bounded),
         cmocka_unit_test(test_bitmap_selection),
+        cmocka_unit_test(test_bitmap_rows),
+        cmocka_unit_test(test_take_all_listed),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
