@@ -96,14 +96,20 @@ static void same_selection(fixture *f, uint32_t shard, const void *keys, uint64_
     assert_memory_equal(got, want, n_want * sizeof *got);
 }
 
+/* A table of ROWS rows in SHARDS modulo shards, and its lists. */
+static void open_modulo(fixture *f)
+{
+    cpr_emb_config cfg = {.rows = ROWS, .dim = 4, .num_shards = SHARDS,
+                          .scheme = CPR_SHARD_MODULO};
+    assert_status(CPR_OK, cpr_emb_create(&cfg, &f->t));
+    assert_status(CPR_OK, cpri_emb_touched_init(&f->touched, 1, ROWS, SHARDS));
+}
+
 static void test_same_as_every_row(void **unused)
 {
     (void)unused;
     static fixture f;
-    cpr_emb_config cfg = {.rows = ROWS, .dim = 4, .num_shards = SHARDS,
-                          .scheme = CPR_SHARD_MODULO};
-    assert_status(CPR_OK, cpr_emb_create(&cfg, &f.t));
-    assert_status(CPR_OK, cpri_emb_touched_init(&f.touched, 1, ROWS, SHARDS));
+    open_modulo(&f);
     const uint64_t budgets[] = {1, 2, 7, 100, 333, 700, 900, 1700, 5000};
     for (uint64_t seed = 1; seed <= 4; seed++) {
         fill(&f, seed);
@@ -282,10 +288,7 @@ static void test_take_all_listed(void **unused)
 {
     (void)unused;
     static fixture f;
-    cpr_emb_config cfg = {.rows = ROWS, .dim = 4, .num_shards = SHARDS,
-                          .scheme = CPR_SHARD_MODULO};
-    assert_status(CPR_OK, cpr_emb_create(&cfg, &f.t));
-    assert_status(CPR_OK, cpri_emb_touched_init(&f.touched, 1, ROWS, SHARDS));
+    open_modulo(&f);
     fill(&f, 9);
     for (uint64_t row = 0; row < ROWS; row += 97) /* zero-change updates: listed, norm 0 */
         if (f.counts[row]) {
