@@ -87,7 +87,8 @@ size_t cpri_emb_ssu_select(cpri_emb_ssu *s, uint32_t shard, uint64_t budget, uin
         n = n < cap ? n : cap;
         for (size_t i = 0; i < n; i++)
             max_id = l->ids[i] > max_id ? l->ids[i] : max_id;
-        memcpy(ids, l->ids, n * sizeof *ids);
+        if (n) /* l->ids is NULL until the sample held anything */
+            memcpy(ids, l->ids, n * sizeof *ids);
     }
     for (size_t i = 0; l->held && i < l->len && n < budget && n < cap; i++) {
         if (i + PREFETCH_AHEAD < l->len)
