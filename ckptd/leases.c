@@ -175,6 +175,25 @@ cpr_status cpri_leases_grant(cpri_leases *l, const cpr_part_id *id, uint64_t *le
     return CPR_OK;
 }
 
+/* Is `id` an open part in the store? 1 also when the store cannot tell. A
+ * part ends in the store before its entry is dropped (a broken stream's
+ * abort, the reaper, a sweep to come), so a refusal asks the store first:
+ * a part that is gone is answered as gone (L2), not as another writer's. */
+static int store_has_open(cpri_leases *l, const cpr_part_id *id)
+{
+    cpr_part_info *parts = NULL;
+    size_t np = 0;
+    cpr_status st = cpr_store_list(l->store, id->job, &parts, &np);
+    if (st == CPR_NOT_FOUND)
+        return 0;
+    if (st != CPR_OK)
+        return 1;
+    entry e = {.shard = id->shard, .checkpoint = id->checkpoint};
+    int open = is_open(parts, np, &e);
+    free(parts);
+    return open;
+}
+
 cpr_status cpri_leases_check(cpri_leases *l, const cpr_part_id *id, uint64_t lease,
                              const char *op)
 {
@@ -184,6 +203,8 @@ cpr_status cpri_leases_check(cpri_leases *l, const cpr_part_id *id, uint64_t lea
     pthread_mutex_unlock(&l->mu);
     if (ok)
         return CPR_OK;
+    if (held && !store_has_open(l, id)) /* gone, its entry not yet dropped (L1) */
+        held = 0;
     if (!held) /* L2 */
         return cpr_fail(CPR_FAILED_PRECONDITION, "%s: no open part %s/%u/%llu (never begun, "
                         "or aborted: by a client, a broken stream, or after it sat idle); "

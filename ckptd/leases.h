@@ -18,6 +18,10 @@
  *      Begin and the grant the part is open without a lease, and nobody
  *      holds its lease yet, so nobody may write to it. (ckptd has no open
  *      part it did not begin: the store aborts open parts when it opens.)
+ *      A refusal of a wrong lease asks the store first: a part that is no
+ *      longer open there (its entry not yet dropped, L1) is refused as not
+ *      open, not as another writer's (test_ckptd_kill's vanished client
+ *      saw PERMISSION_DENIED in that window once).
  *  L3. Leases come from getrandom(2) and are never 0 (0 means "none").
  *
  * Thread-safety: every function may be called from any thread.
