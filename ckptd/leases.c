@@ -79,10 +79,10 @@ void cpri_leases_destroy(cpri_leases *l)
     free(l);
 }
 
-static int is_open(const cpr_part_info *parts, size_t n, const entry *e)
+static int is_open(const cpr_part_info *parts, size_t n, uint32_t shard, uint64_t checkpoint)
 {
     for (size_t i = 0; i < n; i++)
-        if (parts[i].shard == e->shard && parts[i].checkpoint == e->checkpoint)
+        if (parts[i].shard == shard && parts[i].checkpoint == checkpoint)
             return !parts[i].committed;
     return 0;
 }
@@ -115,7 +115,7 @@ static void sweep(cpri_leases *l)
         for (uint64_t k = i; k < n; k++) {
             if (strcmp(copy[k].job, job) != 0)
                 continue;
-            if (!is_open(parts, np, &copy[k])) {
+            if (!is_open(parts, np, copy[k].shard, copy[k].checkpoint)) {
                 cpr_part_id id = {job, copy[k].shard, copy[k].checkpoint};
                 pthread_mutex_lock(&l->mu);
                 entry **e = find(l, &id);
@@ -188,8 +188,7 @@ static int store_has_open(cpri_leases *l, const cpr_part_id *id)
         return 0;
     if (st != CPR_OK)
         return 1;
-    entry e = {.shard = id->shard, .checkpoint = id->checkpoint};
-    int open = is_open(parts, np, &e);
+    int open = is_open(parts, np, id->shard, id->checkpoint);
     free(parts);
     return open;
 }

@@ -114,8 +114,8 @@ struct cpr_client {
     cpr_part *parts;           /* open parts, for close */
     void *pool;                /* free full-size staging items, a list (part.c) */
     size_t n_pool, pool_max;   /* pool_max: staging_bytes' worth (the warm arena) */
-    /* The parts' sender threads (part.c, P8): every one, and the idle. */
-    cpri_sender *senders, *idle_senders;
+    /* The parts' sender threads (part.c, P8): idle, and left to be joined. */
+    cpri_sender *idle_senders, *left_senders;
     size_t n_idle_senders;
 };
 

@@ -42,10 +42,12 @@
  *      to the pool when it gives the part back (P4); at most
  *      SENDERS_IDLE_MAX wait idle, any more leave and are joined by the next
  *      begin or by cpr_client_close, which also stops the idle ones (every
- *      part is finished first). Starting a thread took 0.1-0.3 ms of the
- *      trainer's stall per part on the VM of docs/performance.md (and once
- *      17 ms). The pool lists (c->senders, c->idle_senders) and each
- *      sender's `part` and `quit` are under c->mu.
+ *      part is finished first, so every sender is idle or has left). A
+ *      sender is on the idle or the left list from before it gives its part
+ *      back until it is handed another or joined. Starting a thread took
+ *      0.1-0.3 ms of the trainer's stall per part on the VM of
+ *      docs/performance.md (and once 17 ms). The lists (c->idle_senders,
+ *      c->left_senders) and each sender's `part` and `quit` are under c->mu.
  *  P6. `begun` says whether the node began the part: set before the sender
  *      starts (cpr_client_begin), or by the sender itself before it sends
  *      anything (cpr_client_begin_async); final once the sender gave the part
@@ -455,13 +457,12 @@ static cpr_status queue_item(cpr_part *p, item *it)
 #define SENDERS_IDLE_MAX 64
 
 struct cpri_sender {
-    cpri_sender *next, *next_idle;
+    cpri_sender *next;       /* on the idle or the left list */
     cpr_client *client;
     pthread_t thread;
     pthread_cond_t wake;     /* `part` or `quit` set */
     cpr_part *part;          /* the part it sends; NULL while idle */
     int quit;                /* cpr_client_close: exit once idle */
-    int left;                /* left the pool (too many idle): join and free it */
 };
 
 static void *sender_main(void *arg)
@@ -483,13 +484,10 @@ static void *sender_main(void *arg)
         pthread_mutex_lock(&c->mu);
         s->part = NULL;
         int leave = c->n_idle_senders >= SENDERS_IDLE_MAX;
-        if (leave) {
-            s->left = 1;
-        } else {
-            s->next_idle = c->idle_senders;
-            c->idle_senders = s;
-            c->n_idle_senders++;
-        }
+        cpri_sender **list = leave ? &c->left_senders : &c->idle_senders;
+        s->next = *list;
+        *list = s;
+        c->n_idle_senders += !leave;
         /* Give the part back (P4): from here on it may be freed. c->mu
          * before p->mu (P7's order). */
         pthread_mutex_lock(&p->mu);
@@ -518,21 +516,11 @@ static void join_senders(cpri_sender *gone)
 /* Hand `p` to an idle sender, or start one (P8). */
 static cpr_status start_sender(cpr_client *c, cpr_part *p)
 {
-    cpri_sender *gone = NULL, *s;
     pthread_mutex_lock(&c->mu);
-    for (cpri_sender **pp = &c->senders; *pp;) { /* senders that left the pool */
-        s = *pp;
-        if (s->left) {
-            *pp = s->next;
-            s->next = gone;
-            gone = s;
-        } else {
-            pp = &s->next;
-        }
-    }
-    s = c->idle_senders;
+    cpri_sender *gone = c->left_senders, *s = c->idle_senders;
+    c->left_senders = NULL;
     if (s) {
-        c->idle_senders = s->next_idle;
+        c->idle_senders = s->next;
         c->n_idle_senders--;
         s->part = p;
         pthread_cond_signal(&s->wake);
@@ -553,25 +541,22 @@ static cpr_status start_sender(cpr_client *c, cpr_part *p)
         return cpr_fail(CPR_RESOURCE_EXHAUSTED, "cannot start the part's sender thread");
     }
     pthread_setname_np(s->thread, "cpr-sender"); /* top -H; the tests count them */
-    pthread_mutex_lock(&c->mu);
-    s->next = c->senders;
-    c->senders = s;
-    pthread_mutex_unlock(&c->mu);
     return CPR_OK;
 }
 
 void cpri_senders_stop(cpr_client *c)
 {
-    pthread_mutex_lock(&c->mu);
-    cpri_sender *all = c->senders;
-    c->senders = c->idle_senders = NULL;
+    pthread_mutex_lock(&c->mu); /* every part is finished: every sender idle or left (P8) */
+    cpri_sender *idle = c->idle_senders, *left = c->left_senders;
+    c->idle_senders = c->left_senders = NULL;
     c->n_idle_senders = 0;
-    for (cpri_sender *s = all; s; s = s->next) {
+    for (cpri_sender *s = idle; s; s = s->next) {
         s->quit = 1;
         pthread_cond_signal(&s->wake);
     }
     pthread_mutex_unlock(&c->mu);
-    join_senders(all);
+    join_senders(idle);
+    join_senders(left);
 }
 
 /* ---- begin ------------------------------------------------------------------------------ */

@@ -361,6 +361,15 @@ static double step_row(cpr_emb *t, uint64_t row, const float *g)
     return change;
 }
 
+/* `row` has non-zero trackers (T1); a zero norm among them is noted (T5:
+ * an update of no change, or an aborted save's counts coming back). */
+static void list_touched(cpu_table *b, uint32_t shard, uint64_t row)
+{
+    cpri_emb_touched_add(&b->touched, shard, row);
+    if (b->has_norm && b->trk[row].norm == 0)
+        cpri_emb_touched_zero_norm(&b->touched, shard);
+}
+
 /* Trackers of `row` after an update by `n_occ` occurrences (first at `first`). */
 static void track_row(cpr_emb *t, uint64_t row, const occ *first, size_t n_occ, double change)
 {
@@ -374,11 +383,8 @@ static void track_row(cpr_emb *t, uint64_t row, const occ *first, size_t n_occ, 
         BIT_SET(b->dirty, row);
     if (b->has_norm)
         b->trk[row].norm += (float)change;
-    if (b->touched.listed) {
-        cpri_emb_touched_add(&b->touched, shard, row);
-        if (b->has_norm && b->trk[row].norm == 0) /* an update of no change (T5) */
-            cpri_emb_touched_zero_norm(&b->touched, shard);
-    }
+    if (b->touched.listed)
+        list_touched(b, shard, row);
     if (b->ssu.member && !cpri_emb_ssu_is_member(&b->ssu, row)) {
         for (size_t k = 0; k < n_occ; k++) {
             uint64_t pos = (uint64_t)first[k].pos_hi << 32 | first[k].pos_lo;
@@ -874,11 +880,8 @@ static void restore_pending(cpr_emb *t, const cpr_emb_save *save, const pending 
             b->trk[row].norm += p->norm[i];
         if (p->cons && p->dirty[i])
             BIT_SET(b->dirty, row);
-        if (b->touched.listed && ((p->counts && p->counts[i]) || (p->norm && p->norm[i] != 0))) {
-            cpri_emb_touched_add(&b->touched, save->shard, row); /* T1: the counts are back */
-            if (b->has_norm && b->trk[row].norm == 0) /* T5 */
-                cpri_emb_touched_zero_norm(&b->touched, save->shard);
-        }
+        if (b->touched.listed && ((p->counts && p->counts[i]) || (p->norm && p->norm[i] != 0)))
+            list_touched(b, save->shard, row); /* T1: the counts are back */
     }
     if (p->sampled)
         cpri_emb_ssu_end(&b->ssu, save->shard, save->ids, save->n, p->sampled, 0);

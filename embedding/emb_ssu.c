@@ -82,18 +82,11 @@ size_t cpri_emb_ssu_select(cpri_emb_ssu *s, uint32_t shard, uint64_t budget, uin
     const cpri_emb_ssu_list *l = &s->lists[shard];
     size_t n = 0;
     uint64_t max_id = 0;
-    if (l->held == 0) { /* no save holds any: no bit to read (a random read each) */
-        n = l->len < budget ? l->len : (size_t)budget;
-        n = n < cap ? n : cap;
-        for (size_t i = 0; i < n; i++)
-            max_id = l->ids[i] > max_id ? l->ids[i] : max_id;
-        if (n) /* l->ids is NULL until the sample held anything */
-            memcpy(ids, l->ids, n * sizeof *ids);
-    }
-    for (size_t i = 0; l->held && i < l->len && n < budget && n < cap; i++) {
-        if (i + PREFETCH_AHEAD < l->len)
+    int any_held = l->held != 0; /* none: no bit to read (a random read each) */
+    for (size_t i = 0; i < l->len && n < budget && n < cap; i++) {
+        if (any_held && i + PREFETCH_AHEAD < l->len)
             __builtin_prefetch(s->held + (l->ids[i + PREFETCH_AHEAD] >> 6));
-        if (!BIT_GET(s->held, l->ids[i])) { /* U2 */
+        if (!any_held || !BIT_GET(s->held, l->ids[i])) { /* U2 */
             ids[n++] = l->ids[i];
             max_id = l->ids[i] > max_id ? l->ids[i] : max_id;
         }

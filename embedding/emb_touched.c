@@ -227,15 +227,6 @@ static uint32_t kth_small(const uint32_t *small, uint64_t k)
 }
 
 
-/* The shard's listed rows, ascending, off the bitmap: rows [first, first +
- * n) of a shard whose rows are contiguous (stride 1). At most the list's
- * length `cap` (T1: every listed row has an entry). */
-static size_t listed_rows(const cpri_emb_touched *s, uint64_t first, uint64_t n, uint64_t *out,
-                          size_t cap)
-{
-    return cpri_emb_bitmap_rows(s->listed, first, first + n, out, cap);
-}
-
 cpr_status cpri_emb_touched_topk(cpri_emb_touched *s, const cpr_emb *t, uint32_t shard,
                                  const cpri_emb_touched_keys *live, const void *keys,
                                  uint64_t k, uint64_t *ids, size_t *n, int *from_list)
@@ -267,9 +258,12 @@ cpr_status cpri_emb_touched_topk(cpri_emb_touched *s, const cpr_emb *t, uint32_t
      * for every listed row takes them all, unread. */
     int take_all = len <= k && (keys == live->counts || (keys == live->norm && !l->zero_norm));
     if (by_bitmap) {
-        len = listed_rows(s, cpri_emb_geom_first(t, shard), shard_rows,
-                          take_all ? ids : s->scratch_ids2, len);
-        rows = take_all ? ids : s->scratch_ids2;
+        /* The shard's listed rows, ascending: at most the list's length (T1:
+         * every listed row has an entry). */
+        uint64_t first = cpri_emb_geom_first(t, shard);
+        uint64_t *out = take_all ? ids : s->scratch_ids2;
+        len = cpri_emb_bitmap_rows(s->listed, first, first + shard_rows, out, len);
+        rows = out;
         if (len == SIZE_MAX) { /* T1 broken: read every row, and rebuild the list */
             l->lost = 1;
             return CPR_OK;
@@ -278,10 +272,10 @@ cpr_status cpri_emb_touched_topk(cpri_emb_touched *s, const cpr_emb *t, uint32_t
             return CPR_OK; /* the listed rows, counted exactly: most of the shard */
     }
     if (take_all) { /* ascending off the bitmap already, or the compacted list sorted */
-        uint64_t max_id = 0;
-        for (size_t i = 0; !by_bitmap && i < len; i++)
-            max_id = rows[i] > max_id ? rows[i] : max_id;
         if (!by_bitmap && len) {
+            uint64_t max_id = 0;
+            for (size_t i = 0; i < len; i++)
+                max_id = rows[i] > max_id ? rows[i] : max_id;
             memcpy(ids, rows, len * sizeof *ids);
             cpri_emb_sort_ids(ids, s->scratch_ids2, len, max_id);
         }
