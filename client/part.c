@@ -37,6 +37,15 @@
  *      full and releases every held part of the client (so a put never waits
  *      for room that only held parts could free). Puts to a held part are
  *      pure copies. Lock order: c->mu before p->mu, never the reverse.
+ *  P9. A part's deferred f32 rows are filled (copied out of the caller's
+ *      snapshot) as soon as they are queued, held or not: the sender wakes
+ *      for `to_fill` (queued items fill has not run for) and fills every
+ *      queued one before it sends anything more. Their memory was charged
+ *      when they were put; the copy runs on the client's threads, and a
+ *      copy-on-write snapshot (cpr_emb_save_copy) costs the training thread
+ *      a guard for each of its rows the trainer changes before the row is
+ *      copied out, which filling block by block as the wire drained spread
+ *      over the whole save (docs/client.md).
  *  P8. Senders are threads of the client's pool, not of the part: a part
  *      takes an idle one (or starts one) at begin, and the thread goes back
  *      to the pool when it gives the part back (P4); at most
@@ -92,6 +101,7 @@ typedef struct item {
     cpr_fill_encoded_fn fill_encoded; /* ... or already encoded (non-f32 parts) */
     void *fill_ctx;
     size_t fill_first;    /* the block's first row within its put */
+    int filled;           /* fill ran already (fill_queued, P9) */
     _Alignas(8) uint8_t data[]; /* rows: ids | values | state; blob: bytes */
 } item;
 
@@ -153,6 +163,7 @@ struct cpr_part {
     int hold;                /* defer_send: the sender waits for commit (or room) */
     int stopped;             /* the sender gave the part back and the writer is closed */
     int begun;               /* the node has begun the part (P6) */
+    size_t to_fill;          /* queued items fill has not run for (P9) */
     uint64_t lease;          /* the writer lease the node granted at Begin (0: none) */
     cpr_part_spec deferred;  /* cpr_client_begin_async: the Begin the sender sends */
     cpr_table_schema *deferred_tables;
@@ -343,6 +354,30 @@ static cpr_status send_fill_encoded(cpr_part *p, item *it)
     return st ? st : cpri_node_writer_block(p->writer, p->enc, len);
 }
 
+/* Deferred f32 rows not copied yet (P9). */
+static int item_to_fill(const cpr_part *p, const item *it)
+{
+    return it->is_block && it->fill && !it->filled &&
+           !(it->fill_encoded && p->codec != CPR_CODEC_F32);
+}
+
+/* Deferred f32 rows: the caller's fill copies them into the item (once). */
+static cpr_status fill_item(cpr_part *p, item *it)
+{
+    if (!item_to_fill(p, it))
+        return CPR_OK;
+    cpr_block_layout l;
+    cpr_block_layout_of((uint32_t)it->n, it->dim, it->state_dim, 0, &l);
+    cpr_status st = it->fill(it->fill_ctx, it->fill_first, it->n, it->dim, it->state_dim,
+                             (float *)(it->data + l.values),
+                             it->state_dim ? (float *)(it->data + l.state) : NULL);
+    if (st)
+        return cpr_fail(st, "filling rows [%zu, %zu) of table %u: %s", it->fill_first,
+                        it->fill_first + it->n, it->table, cpr_errmsg());
+    it->filled = 1;
+    return CPR_OK;
+}
+
 static cpr_status send_item(cpr_part *p, item *it)
 {
     if (it->is_blob)
@@ -352,16 +387,9 @@ static cpr_status send_item(cpr_part *p, item *it)
         cpr_status st = CPR_OK;
         if (it->fill_encoded && p->codec != CPR_CODEC_F32)
             return send_fill_encoded(p, it);
-        if (it->fill) { /* the caller's snapshot, copied out now (cpr_part_put_deferred) */
-            cpr_block_layout l;
-            cpr_block_layout_of((uint32_t)it->n, it->dim, it->state_dim, 0, &l);
-            st = it->fill(it->fill_ctx, it->fill_first, it->n, it->dim, it->state_dim,
-                          (float *)(it->data + l.values),
-                          it->state_dim ? (float *)(it->data + l.state) : NULL);
-            if (st)
-                return cpr_fail(st, "filling rows [%zu, %zu) of table %u: %s", it->fill_first,
-                                it->fill_first + it->n, it->table, cpr_errmsg());
-        }
+        st = fill_item(p, it); /* the caller's snapshot, copied out now, if not yet (P9) */
+        if (st)
+            return st;
         if (p->codec != CPR_CODEC_F32)
             return send_encoded(p, it);
         st = cpr_block_seal(it->data, it->table, (uint32_t)it->n, it->dim, it->state_dim, 0);
@@ -386,6 +414,21 @@ typedef struct begin_try {
 
 static cpr_status begin_once(void *ctx);
 
+/* Fill the queued items from `it` to `last` (P9), adding how many to
+ * *filled. Only the sender takes items off the queue, and the caller only
+ * appends after `tail`, so the items from `head` to the `tail` seen under
+ * the lock stay put while they are filled without it. */
+static cpr_status fill_queued(cpr_part *p, item *it, const item *last, size_t *filled)
+{
+    cpr_status st = CPR_OK;
+    for (; it && st == CPR_OK; it = it == last ? NULL : it->next) {
+        int needed = item_to_fill(p, it);
+        st = fill_item(p, it);
+        *filled += needed && st == CPR_OK;
+    }
+    return st;
+}
+
 /* A sender's work on one part: Begin if the node has not begun it, then
  * send the queued items until closing and drained (P4). */
 static void send_part(cpr_part *p)
@@ -403,8 +446,21 @@ static void send_part(cpr_part *p)
     }
     for (;;) {
         pthread_mutex_lock(&p->mu);
-        while ((!p->head || p->hold) && !p->closing)
+        while ((!p->head || p->hold) && !p->closing && !(p->to_fill && p->error == CPR_OK))
             pthread_cond_wait(&p->wake, &p->mu);
+        if (p->to_fill && p->error == CPR_OK) { /* P9: copy out first, held or not */
+            item *first = p->head;
+            const item *last = p->tail;
+            pthread_mutex_unlock(&p->mu);
+            size_t filled = 0;
+            cpr_status st = fill_queued(p, first, last, &filled);
+            if (st)
+                set_error(p, st);
+            pthread_mutex_lock(&p->mu);
+            p->to_fill -= filled;
+            pthread_mutex_unlock(&p->mu);
+            continue;
+        }
         item *it = p->head;
         if (it) {
             p->head = it->next;
@@ -442,6 +498,7 @@ static cpr_status queue_item(cpr_part *p, item *it)
         p->tail = it;
         p->progress.rows_queued += it->n;
         p->progress.bytes_queued += it->bytes;
+        p->to_fill += item_to_fill(p, it);
         pthread_cond_signal(&p->wake);
     }
     pthread_mutex_unlock(&p->mu);

@@ -20,6 +20,16 @@
  * so cpr_emb_save_copy may copy the save out on another thread while
  * training goes on. Those guards run before anything changes, so a failed
  * call still leaves the table unchanged.
+ *
+ * G1. `guard` marks the rows of open saves that a change must still guard:
+ *     set with `cow` at a save's begin (and again for the rows of the
+ *     shard's other open saves when one ends), cleared by the training
+ *     thread once every open save holding the row has kept it or copied it
+ *     out and moved its trackers (a guard that returned CPR_OK). From then
+ *     on nothing a change of the row does concerns those saves (S1, S5:
+ *     their flags never clear while they are open), so a hot row pays the
+ *     guard once a save, not once a step. `cow` stays set until the save
+ *     ends: drop_pending needs every open save's rows.
  */
 #define _GNU_SOURCE /* madvise, sched_getaffinity */
 #include <math.h>
@@ -89,6 +99,7 @@ typedef struct cpu_table {
     pending *spare;         /* arrays of ended saves, kept for the next (E1) */
     uint32_t n_spare, shards_n;
     uint64_t *cow;          /* bitmap: rows of open saves (S1) */
+    uint64_t *guard;        /* bitmap: rows a change must guard first (G1) */
     uint32_t snap_open;     /* open saves */
     uint64_t calls;
     occ *occs;
@@ -120,12 +131,13 @@ static void prefetch_row(const cpu_table *b, uint64_t row, uint32_t dim, uint32_
     if (b->ssu.member)
         __builtin_prefetch(b->ssu.member + (row >> 6));
     if (b->snap_open)
-        __builtin_prefetch(b->cow + (row >> 6));
+        __builtin_prefetch(b->guard + (row >> 6));
 }
 /* A row's tracker entries, ahead of a save's bookkeeping. */
 static void prefetch_trackers(const cpu_table *b, uint64_t row)
 {
     __builtin_prefetch(b->cow + (row >> 6), 1);
+    __builtin_prefetch(b->guard + (row >> 6), 1);
     if (b->trk)
         __builtin_prefetch(b->trk + row, 1);
     if (b->touched.listed)
@@ -183,6 +195,7 @@ cpr_status cpri_emb_cpu_create(cpr_emb *t)
     b->trk = b->has_counts || b->has_norm ? table_alloc(c->rows, sizeof(row_trk), &oom) : NULL;
     b->dirty = c->track & CPR_TRACK_DIRTY ? table_alloc(words, 8, &oom) : NULL;
     b->cow = table_alloc(words, 8, &oom);
+    b->guard = table_alloc(words, 8, &oom);
     b->shards = xcalloc(c->num_shards, sizeof *b->shards, &oom);
     b->shards_n = c->num_shards;
     b->gsum = xcalloc(c->dim, sizeof(float), &oom);
@@ -229,6 +242,7 @@ void cpri_emb_cpu_destroy(cpr_emb *t)
     free(b->trk);
     free(b->dirty);
     free(b->cow);
+    free(b->guard);
     free(b->shards);
     free(b->occs);
     free(b->gsum);
@@ -416,10 +430,10 @@ static size_t save_index(const cpr_emb_save *save, uint64_t row)
 
 /* Before `row` changes: every open save holding it keeps its values. */
 /* S5: row i's trackers into the save (under its run lock). */
-static uint64_t move_trackers(void *ctx, size_t i)
+static uint64_t move_trackers(void *ctx, size_t i, uint64_t row)
 {
     pending *p = ctx;
-    row_trk *trk = p->table->trk + p->save->ids[i];
+    row_trk *trk = p->table->trk + row;
     uint64_t count = 0;
     if (p->counts) {
         count = trk->count;
@@ -462,30 +476,37 @@ static void move_open(cpr_emb *t, uint32_t shard)
 static cpr_status guard_row(cpr_emb *t, uint64_t row)
 {
     cpu_table *b = CPU(t);
-    if (!b->snap_open || !BIT_GET(b->cow, row))
+    if (!b->snap_open || !BIT_GET(b->guard, row))
         return CPR_OK;
     uint32_t shard = cpri_emb_geom_shard_of(t, row);
     for (pending *p = b->open; p; p = p->next) {
-        if (p->save->shard != shard)
+        if (p->save->shard != shard || cpri_emb_snap_all_released(&p->snap)) /* S6 */
             continue;
         size_t i = save_index(p->save, row);
         if (i == p->save->n)
             continue;
         cpri_emb_snap_src src = snap_src(t, p);
         uint64_t moved = 0;
-        cpr_status st = cpri_emb_snap_keep(&p->snap, &src, i, &moved);
+        cpr_status st = cpri_emb_snap_keep(&p->snap, &src, i, row, &moved);
         if (st)
             return st;
         add_moved(p, moved);
     }
+    /* G1: every open save holding the row has it kept or copied out, and
+     * its trackers moved: nothing a later change does concerns them. */
+    BIT_CLR(b->guard, row);
     return CPR_OK;
 }
 
 /* The rows a backward is about to update (sorted occurrences). */
 static cpr_status guard_batch(cpr_emb *t, const occ *occs, size_t n_occ)
 {
+    cpu_table *b = CPU(t);
     cpr_status st = CPR_OK;
-    if (!CPU(t)->snap_open)
+    int any = 0;
+    for (pending *p = b->open; p && !any; p = p->next)
+        any = !cpri_emb_snap_all_released(&p->snap);
+    if (!any) /* no open save, or every one copied out (S6): nothing to guard */
         return CPR_OK;
     for (size_t i = 0; st == CPR_OK && i < n_occ; i++)
         if (i == 0 || occs[i].row != occs[i - 1].row)
@@ -755,6 +776,7 @@ cpr_status cpri_emb_cpu_save_begin(cpr_emb *t, cpr_emb_save *save)
         if (i + PREFETCH_TRACKERS < save->n) /* the rows' trackers are scattered */
             prefetch_trackers(b, save->ids[i + PREFETCH_TRACKERS]);
         BIT_SET(b->cow, row); /* S1 */
+        BIT_SET(b->guard, row); /* G1 */
         /* The counts and norm move later (S5), by whoever reaches the row
          * first; selection moves what is left before it reads them, so the
          * row is unlisted now (T2). */
@@ -892,12 +914,16 @@ static void restore_pending(cpr_emb *t, const cpr_emb_save *save, const pending 
 static void unmark(cpr_emb *t, const cpr_emb_save *save)
 {
     cpu_table *b = CPU(t);
-    for (size_t i = 0; i < save->n; i++)
+    for (size_t i = 0; i < save->n; i++) {
         BIT_CLR(b->cow, save->ids[i]);
-    for (pending *q = b->open; q; q = q->next)
+        BIT_CLR(b->guard, save->ids[i]);
+    }
+    for (pending *q = b->open; q; q = q->next) /* G1: guarding again is harmless */
         if (q->save->shard == save->shard)
-            for (size_t i = 0; i < q->save->n; i++)
+            for (size_t i = 0; i < q->save->n; i++) {
                 BIT_SET(b->cow, q->save->ids[i]);
+                BIT_SET(b->guard, q->save->ids[i]);
+            }
     b->snap_open--;
 }
 

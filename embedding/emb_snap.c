@@ -67,6 +67,7 @@ cpr_status cpri_emb_snap_init(cpri_emb_snap *s, size_t n, uint32_t dim, uint32_t
     s->n_chunks = n_chunks;
     memset(s->lock, 0, runs);
     memset(s->flags, 0, n);
+    s->released = 0;
     s->n = n;
     s->dim = dim;
     s->state_dim = state_dim;
@@ -100,25 +101,25 @@ static float *kept_row(const cpri_emb_snap *s, uint32_t slot)
 }
 
 /* Under row i's run lock: its trackers into the save, once (S5). */
-static uint64_t move_once(cpri_emb_snap *s, const cpri_emb_snap_src *src, size_t i)
+static uint64_t move_once(cpri_emb_snap *s, const cpri_emb_snap_src *src, size_t i,
+                          uint64_t row)
 {
     if (s->flags[i] & SNAP_MOVED)
         return 0;
     s->flags[i] |= SNAP_MOVED;
-    return src->move ? src->move(src->move_ctx, i) : 0;
+    return src->move ? src->move(src->move_ctx, i, row) : 0;
 }
 
 cpr_status cpri_emb_snap_keep(cpri_emb_snap *s, const cpri_emb_snap_src *src, size_t i,
-                              uint64_t *moved_count)
+                              uint64_t row, uint64_t *moved_count)
 {
     size_t floats = (size_t)s->dim + s->state_dim, run = i / SNAP_RUN_ROWS;
     if (floats == 0) { /* a tracker (cpr_emb_create_tracker) holds no rows to keep */
         run_lock(s, run);
-        *moved_count = move_once(s, src, i);
+        *moved_count = move_once(s, src, i, row);
         run_unlock(s, run);
         return CPR_OK;
     }
-    uint64_t row = src->ids[i];
     const float *values = src->weights + row * s->dim;
     const float *state = s->state_dim ? src->state + row * s->state_dim : NULL;
     run_lock(s, run);
@@ -135,7 +136,7 @@ cpr_status cpri_emb_snap_keep(cpri_emb_snap *s, const cpri_emb_snap_src *src, si
             return cpr_fail(CPR_NO_MEMORY, "out of memory keeping a row of an open save");
         run_lock(s, run);
     }
-    *moved_count = move_once(s, src, i);
+    *moved_count = move_once(s, src, i, row);
     if (!(s->flags[i] & (SNAP_KEPT | SNAP_RELEASED))) {
         uint32_t slot = (uint32_t)s->kept++;
         float *dst = kept_row(s, slot);
@@ -165,7 +166,7 @@ uint64_t cpri_emb_snap_move_all(cpri_emb_snap *s, const cpri_emb_snap_src *src)
         size_t end = (run + 1) * SNAP_RUN_ROWS < s->n ? (run + 1) * SNAP_RUN_ROWS : s->n;
         run_lock(s, run);
         for (size_t i = run * SNAP_RUN_ROWS; i < end; i++)
-            moved += move_once(s, src, i);
+            moved += move_once(s, src, i, src->ids[i]);
         run_unlock(s, run);
     }
     return moved;
@@ -192,7 +193,7 @@ cpr_status cpri_emb_snap_copy(cpri_emb_snap *s, const cpri_emb_snap_src *src, si
                               "already (cpr_emb_save_copy copies each row once)", i);
                 break;
             }
-            moved += move_once(s, src, i);
+            moved += move_once(s, src, i, row);
             if (s->flags[i] & SNAP_KEPT) {
                 const float *kept = kept_row(s, s->slot[i]);
                 cpri_copy_floats(v, kept, dim);
@@ -208,6 +209,13 @@ cpr_status cpri_emb_snap_copy(cpri_emb_snap *s, const cpri_emb_snap_src *src, si
         }
         run_unlock(s, run);
     }
+    if (release && st == CPR_OK) /* after the rows' reads: pairs with all_released */
+        __atomic_fetch_add(&s->released, k, __ATOMIC_RELEASE);
     *moved_count = moved;
     return st;
+}
+
+int cpri_emb_snap_all_released(const cpri_emb_snap *s)
+{
+    return __atomic_load_n(&s->released, __ATOMIC_ACQUIRE) == s->n;
 }

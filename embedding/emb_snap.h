@@ -37,6 +37,8 @@
  *      copier releases it; the training thread reads or writes the trackers
  *      of a row of an open save only after it was moved
  *      (cpri_emb_snap_keep, or cpri_emb_snap_move_all first).
+ *  S6. `released` counts RELEASED rows; it reaches n only after every row's
+ *      last copy and move (cpri_emb_snap_all_released).
  */
 #ifndef CPR_EMB_SNAP_H
 #define CPR_EMB_SNAP_H
@@ -56,6 +58,7 @@ typedef struct cpri_emb_snap {
     size_t n_chunks;       /* chunk pointers allocated (each NULL until used) */
     size_t kept;           /* rows kept so far */
     size_t n, cap;         /* rows of the save; capacity of the per-row arrays */
+    size_t released;       /* rows copied out for the last time (S6; atomic) */
     uint32_t dim, state_dim;
 } cpri_emb_snap;
 
@@ -73,17 +76,25 @@ void cpri_emb_snap_release(cpri_emb_snap *s);
 typedef struct cpri_emb_snap_src {
     const float *weights, *state;  /* the table's arrays (state NULL: state_dim 0) */
     const uint64_t *ids;           /* the save's ids */
-    uint64_t (*move)(void *ctx, size_t i);
+    uint64_t (*move)(void *ctx, size_t i, uint64_t row); /* row = ids[i] */
     void *move_ctx;
 } cpri_emb_snap_src;
 
-/* The training thread, before row i changes: move its trackers (S5), and
+/* The training thread, before row i (`row`, = src->ids[i], which the caller
+ * knows: reading it here would miss the cache) changes: move its trackers (S5), and
  * keep its current values unless it is kept or released already.
  * CPR_NO_MEMORY if no chunk can be allocated (the caller must not change
  * the row then; nothing was moved). *moved_count gets the count moved (0
  * when a copier moved it). */
 cpr_status cpri_emb_snap_keep(cpri_emb_snap *s, const cpri_emb_snap_src *src, size_t i,
-                              uint64_t *moved_count);
+                              uint64_t row, uint64_t *moved_count);
+
+/* S6: every row was copied out for the last time (RELEASED, trackers
+ * moved): the training thread may change any row of the save without a
+ * guard. The copier adds the rows it released after its last read of them
+ * (release), so a training thread that saw this return 1 (acquire) writes
+ * them only after those reads. */
+int cpri_emb_snap_all_released(const cpri_emb_snap *s);
 
 /* The training thread: move every row not moved yet (before it reads the
  * trackers of the save's shard, or ends the save). Returns the counts moved. */

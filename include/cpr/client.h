@@ -204,8 +204,8 @@ typedef struct cpr_gather {
 CPR_API cpr_status cpr_part_put_gather(cpr_part *part, const cpr_gather *gather);
 
 /*
- * Rows whose values are written later, on the part's sender thread, just
- * before their block is sealed and sent: with a copy-on-write snapshot
+ * Rows whose values are written later, on the part's sender thread, once
+ * their block is queued: with a copy-on-write snapshot
  * (cpr_emb_save_copy) the caller's thread only queues ids. `ids` (n,
  * strictly ascending, below the table's rows; copied now) name the rows,
  * and their room in staging is taken now, as a put takes it (this blocks
@@ -216,8 +216,9 @@ CPR_API cpr_status cpr_part_put_gather(cpr_part *part, const cpr_gather *gather)
  * state_dim is 0; a fill whose rows have another shape must refuse them),
  * and returns CPR_OK, or a status (message through cpr_fail) that fails the
  * part. fill and ctx must stay valid until the part
- * is committed or aborted; an aborted part may never call fill. With
- * defer_send the fills run once the part is committed (or staging is full).
+ * is committed or aborted; an aborted part may never call fill. The sender
+ * calls fill for every queued block as soon as it can, before it sends
+ * anything more (with defer_send too: only the sending waits for commit).
  * Errors: as cpr_part_put_rows, and CPR_INVALID_ARGUMENT for ids that do not
  * ascend or a missing fill.
  */

@@ -11,6 +11,7 @@
  * whose ids do not ascend is refused; a fill that fails fails the part, and
  * nothing of it becomes visible. Deferred rows the caller encodes itself
  * (fill_encoded) restore as the host codec decodes them, in every codec.
+ * A held part's deferred rows are copied out before its commit (P9).
  */
 #define _GNU_SOURCE /* pthread_getaffinity_np */
 #include <pthread.h>
@@ -22,6 +23,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <cmocka.h>
 
@@ -488,6 +490,90 @@ static void test_sender_cpus(void **state)
     ch_each_transport(sender_cpus, NULL);
 }
 
+/* P9: with defer_send, a held part's deferred rows are copied out of the
+ * snapshot before the commit (the sender fills, and sends nothing): the
+ * training thread then changes rows the save no longer needs to guard
+ * (S6), and the committed rows are still those of the begin. */
+typedef struct early_fill {
+    fill_ctx f;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    size_t rows_filled;
+} early_fill;
+
+static cpr_status fill_and_count(void *ctx, size_t first, size_t k, uint32_t dim,
+                                 uint32_t state_dim, float *values, float *state)
+{
+    early_fill *e = ctx;
+    cpr_status st = fill_rows(&e->f, first, k, dim, state_dim, values, state);
+    pthread_mutex_lock(&e->mu);
+    e->rows_filled += st == CPR_OK ? k : 0;
+    pthread_cond_broadcast(&e->cv);
+    pthread_mutex_unlock(&e->mu);
+    return st;
+}
+
+static void filled_before_commit(const char *target, void *unused)
+{
+    (void)unused;
+    cpr_client_options o = {.defer_send = 1, .staging_bytes = 64u << 20};
+    cpr_client *c;
+    assert_status(CPR_OK, cpr_client_open(target, &o, &c));
+    cpr_emb *t = make_table();
+    train(t, 16, 7);
+    uint64_t *ids = malloc(ROWS * sizeof *ids);
+    size_t n = 0;
+    assert_status(CPR_OK, cpr_emb_select(t, 0, CPR_POLICY_MFU, (cpr_budget){.fraction = 0.5},
+                                         ids, ROWS, &n));
+    assert_true(n > 1000); /* several row blocks */
+    early_fill e = {.f = {t, NULL, 0}, .rows_filled = 0};
+    pthread_mutex_init(&e.mu, NULL);
+    pthread_cond_init(&e.cv, NULL);
+    assert_status(CPR_OK, cpr_emb_save_begin(t, 0, CPR_POLICY_MFU, ids, n, &e.f.save));
+    float *want = malloc(n * DIM * sizeof *want), *want_state = malloc(n * sizeof *want_state);
+    assert_status(CPR_OK, cpr_emb_gather(t, e.f.save, want, want_state));
+    cpr_table_schema schema = {0, ROWS, DIM, 1};
+    cpr_part_spec spec = {.id = {"snap", 0, 1}, .kind = CPR_KIND_PRIORITY, .step = 1,
+                          .num_shards = 1, .tables = &schema, .n_tables = 1};
+    cpr_part *p = NULL;
+    assert_status(CPR_OK, cpr_client_begin_async(c, &spec, &p));
+    cpr_deferred_rows d = {.table = 0, .n = n, .ids = cpr_emb_save_ids(e.f.save),
+                           .fill = fill_and_count, .ctx = &e};
+    assert_status(CPR_OK, cpr_part_put_deferred(p, &d));
+    /* The sender fills every block while the part is held: wait for it (a
+     * sender that filled only at commit would time this out). */
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_sec += 60;
+    pthread_mutex_lock(&e.mu);
+    int rc = 0;
+    while (e.rows_filled < n && rc == 0)
+        rc = pthread_cond_timedwait(&e.cv, &e.mu, &until);
+    size_t filled = e.rows_filled;
+    pthread_mutex_unlock(&e.mu);
+    assert_int_equal(n, filled);
+    cpr_part_progress prog;
+    cpr_part_progress_get(p, &prog);
+    assert_int_equal(0, prog.rows_sent); /* held: copied out, nothing sent */
+    train(t, 8, 8); /* every row of the save is out: no guard keeps any (S6) */
+    assert_status(CPR_OK, cpr_part_commit(&p));
+    assert_status(CPR_OK, cpr_emb_save_commit(t, e.f.save));
+    check_restored(c, 1, ids, n, want, want_state);
+    pthread_cond_destroy(&e.cv);
+    pthread_mutex_destroy(&e.mu);
+    free(ids);
+    free(want);
+    free(want_state);
+    cpr_emb_destroy(t);
+    cpr_client_close(c);
+}
+
+static void test_filled_before_commit(void **state)
+{
+    (void)state;
+    ch_each_transport(filled_before_commit, NULL);
+}
+
 static void snapshots(const char *target, int defer)
 {
     cpr_client_options o = {.defer_send = defer};
@@ -533,6 +619,7 @@ int main(void)
         cmocka_unit_test(test_snapshot),
         cmocka_unit_test(test_sender_cpus),
         cmocka_unit_test(test_encoded_stages_ids_only),
+        cmocka_unit_test(test_filled_before_commit),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
