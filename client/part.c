@@ -37,15 +37,6 @@
  *      full and releases every held part of the client (so a put never waits
  *      for room that only held parts could free). Puts to a held part are
  *      pure copies. Lock order: c->mu before p->mu, never the reverse.
- *  P9. A part's deferred f32 rows are filled (copied out of the caller's
- *      snapshot) as soon as they are queued, held or not: the sender wakes
- *      for `to_fill` (queued items fill has not run for) and fills every
- *      queued one before it sends anything more. Their memory was charged
- *      when they were put; the copy runs on the client's threads, and a
- *      copy-on-write snapshot (cpr_emb_save_copy) costs the training thread
- *      a guard for each of its rows the trainer changes before the row is
- *      copied out, which filling block by block as the wire drained spread
- *      over the whole save (docs/client.md).
  *  P8. Senders are threads of the client's pool, not of the part: a part
  *      takes an idle one (or starts one) at begin, and the thread goes back
  *      to the pool when it gives the part back (P4); at most
@@ -57,6 +48,15 @@
  *      0.1-0.3 ms of the trainer's stall per part on the VM of
  *      docs/performance.md (and once 17 ms). The lists (c->idle_senders,
  *      c->left_senders) and each sender's `part` and `quit` are under c->mu.
+ *  P9. A part's deferred f32 rows are filled (copied out of the caller's
+ *      snapshot) as soon as they are queued, held or not: the sender wakes
+ *      for `to_fill` (queued items fill has not run for) and fills every
+ *      queued one before it sends anything more. Their memory was charged
+ *      when they were put; the copy runs on the client's threads, and a
+ *      copy-on-write snapshot (cpr_emb_save_copy) costs the training thread
+ *      a guard for each of its rows the trainer changes before the row is
+ *      copied out, which filling block by block as the wire drained spread
+ *      over the whole save (docs/client.md).
  *  P6. `begun` says whether the node began the part: set before the sender
  *      starts (cpr_client_begin), or by the sender itself before it sends
  *      anything (cpr_client_begin_async); final once the sender gave the part
@@ -421,12 +421,16 @@ static cpr_status begin_once(void *ctx);
 static cpr_status fill_queued(cpr_part *p, item *it, const item *last, size_t *filled)
 {
     cpr_status st = CPR_OK;
-    for (; it && st == CPR_OK; it = it == last ? NULL : it->next) {
-        int needed = item_to_fill(p, it);
-        st = fill_item(p, it);
-        *filled += needed && st == CPR_OK;
-    }
+    for (; it && st == CPR_OK; it = it == last ? NULL : it->next)
+        if (item_to_fill(p, it) && (st = fill_item(p, it)) == CPR_OK)
+            ++*filled;
     return st;
+}
+
+/* Under p->mu: queued rows wait to be filled and the part has not failed (P9). */
+static int fill_due(const cpr_part *p)
+{
+    return p->to_fill && p->error == CPR_OK;
 }
 
 /* A sender's work on one part: Begin if the node has not begun it, then
@@ -446,9 +450,9 @@ static void send_part(cpr_part *p)
     }
     for (;;) {
         pthread_mutex_lock(&p->mu);
-        while ((!p->head || p->hold) && !p->closing && !(p->to_fill && p->error == CPR_OK))
+        while ((!p->head || p->hold) && !p->closing && !fill_due(p))
             pthread_cond_wait(&p->wake, &p->mu);
-        if (p->to_fill && p->error == CPR_OK) { /* P9: copy out first, held or not */
+        if (fill_due(p)) { /* P9: copy out first, held or not */
             item *first = p->head;
             const item *last = p->tail;
             pthread_mutex_unlock(&p->mu);

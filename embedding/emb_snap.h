@@ -80,9 +80,9 @@ typedef struct cpri_emb_snap_src {
     void *move_ctx;
 } cpri_emb_snap_src;
 
-/* The training thread, before row i (`row`, = src->ids[i], which the caller
- * knows: reading it here would miss the cache) changes: move its trackers (S5), and
- * keep its current values unless it is kept or released already.
+/* The training thread, before row i changes: move its trackers (S5), and
+ * keep its current values unless it is kept or released already. `row` is
+ * src->ids[i], which the caller knows (read here, it missed the cache).
  * CPR_NO_MEMORY if no chunk can be allocated (the caller must not change
  * the row then; nothing was moved). *moved_count gets the count moved (0
  * when a copier moved it). */
