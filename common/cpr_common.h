@@ -95,6 +95,15 @@ void cpri_codec_portable(int on);
 
 #include "cpr/block.h"
 
+/* The CRC32C a cpr_row_batch of an opened (so checked) row block's rows
+ * carries (ids || values || state), derived from the block's own CRC
+ * without reading the rows again: 1 and *crc for an f32 block without
+ * versions (its rows are exactly those bytes, after the header), 0 for
+ * another (compute it with cpr_crc32c_rows). `block` is the buffer `v` was
+ * opened from. */
+CPR_INTERNAL_API int cpri_block_rows_crc(const void *block, const cpr_block_view *v,
+                                         uint32_t *crc);
+
 /* The f32 values of an opened row block: the block's own when it is f32,
  * else decoded (cpr_block_values) into *buf, grown as needed (*cap floats;
  * the caller frees *buf). *values gets them. */

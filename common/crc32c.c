@@ -64,3 +64,47 @@ uint32_t cpr_crc32c_rows(const uint64_t *ids, size_t n, const float *values,
         crc = cpr_crc32c(crc, state, state_count * sizeof *state);
     return crc;
 }
+
+/* ---- combining: arithmetic modulo the Castagnoli polynomial --------------------------
+ * In the reflected representation the CRC uses, bit 31 is the coefficient
+ * of x^0 and bit 0 that of x^31; shifting right multiplies by x. A CRC of
+ * A || B is CRC(A) times x^(8|B|) plus CRC(B), modulo the polynomial: the
+ * initial value and the final xor cancel out of the sum (the method of
+ * zlib's crc32_combine, here for CRC32C). */
+
+#define CRC32C_POLY 0x82f63b78u /* reflected */
+
+/* a * b modulo the polynomial. */
+static uint32_t mult_mod(uint32_t a, uint32_t b)
+{
+    uint32_t m = 1u << 31, p = 0;
+    if (!a)
+        return 0;
+    for (;;) {
+        if (a & m) {
+            p ^= b;
+            if ((a & (m - 1)) == 0)
+                return p;
+        }
+        m >>= 1;
+        b = b & 1 ? (b >> 1) ^ CRC32C_POLY : b >> 1;
+    }
+}
+
+/* x^(8 * len) modulo the polynomial, by squaring. */
+static uint32_t x8n_mod(size_t len)
+{
+    uint32_t p = 1u << 31, sq = 1u << 23; /* x^0, x^8 */
+    while (len) {
+        if (len & 1)
+            p = mult_mod(sq, p);
+        sq = mult_mod(sq, sq);
+        len >>= 1;
+    }
+    return p;
+}
+
+uint32_t cpr_crc32c_combine(uint32_t crc_a, uint32_t crc_b, size_t len_b)
+{
+    return mult_mod(x8n_mod(len_b), crc_a) ^ crc_b;
+}

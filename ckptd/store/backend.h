@@ -36,6 +36,12 @@ typedef int (*cpri_obj_list_fn)(void *ctx, const char *object);
 
 typedef struct cpri_backend_ops {
     const char *name;
+    /* What a restore keeps in flight (restore.c, M2): all restores together
+     * about read_ahead_bytes, each at most read_depth reads. A local disk is
+     * kept busy by a few MiB; reads over the network from a RADOS cluster
+     * wait on round trips, and more of them in flight keep it busy. */
+    uint64_t read_ahead_bytes;
+    unsigned read_depth;
     /* Create `object` (replacing a leftover of the same name). */
     cpr_status (*create)(cpri_backend *be, const char *object, cpri_obj_writer **out);
     cpr_status (*append)(cpri_obj_writer *w, const void *data, size_t len);

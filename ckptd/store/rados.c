@@ -698,6 +698,10 @@ static void rb_close(cpri_backend *base)
 
 static const cpri_backend_ops rados_ops = {
     .name = "rados",
+    /* 64 MiB, 32 blocks a restore: 8 blocks left the restore 10-15% slower
+     * on the test cluster (docs/performance.md, 2026-11-28) */
+    .read_ahead_bytes = (uint64_t)64 << 20,
+    .read_depth = 32,
     .create = rb_create,
     .append = rb_append,
     .written = rb_written,

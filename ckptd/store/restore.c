@@ -30,11 +30,11 @@
  *      id), so every version of an emitted row was in the heap.
  *  M2. Memory: the reads in flight, the blocks whose row span the merge
  *      is inside, and one output batch. The reads in flight are at most
- *      FETCH_DEPTH blocks, and fewer when several restores read at once:
- *      together they aim at READ_AHEAD_BYTES (fetch_depth), at least
- *      FETCH_DEPTH_MIN blocks each. Read-ahead beyond that buys nothing
- *      the other streams do not already keep busy, and every byte of it is
- *      memory a cold daemon must fault in.
+ *      the backend's read_depth blocks, and fewer when several restores
+ *      read at once: together they aim at its read_ahead_bytes
+ *      (fetch_depth), at least FETCH_DEPTH_MIN blocks each. Read-ahead
+ *      beyond that buys nothing the other streams do not already keep
+ *      busy, and every byte of it is memory a cold daemon must fault in.
  *  M3. The catalog is read only under store->mu, in plan(); the restore is
  *      registered as a reader there (S7), so the segments it planned to
  *      read outlive any GC or fold that removes their records.
@@ -53,14 +53,12 @@
 #define DEFAULT_BATCH_BYTES (3u << 20)
 #define MAX_BATCH_ROWS (1u << 20)      /* x dim 65536 x 4 bytes stays far from overflow */
 #define MAX_QUERY_ITEMS (1u << 20)     /* tables or ranges in one query */
-#define FETCH_DEPTH 8
 #define FETCH_DEPTH_MIN 2
 /* A block restore's re-batched output is meant for a stream (ckptd's
  * Restore): at most this many bytes a message. Small messages keep the
  * working set of both ends in cache; 2 MiB ones made 16 concurrent
  * restores 2x slower (docs/performance.md). */
 #define STREAM_BATCH_BYTES ((size_t)256 << 10)
-#define READ_AHEAD_BYTES ((uint64_t)16 << 20) /* all restores' reads in flight (M2) */
 
 /* ---- planning ------------------------------------------------------------- */
 
@@ -772,16 +770,17 @@ static cpr_status out_reserve(out_batch *o, const cpr_table_schema *t, size_t ca
 }
 
 /* Blocks in flight for one of `reading` restores at once (M2). */
-static unsigned fetch_depth(const cpri_merge_plan *p, unsigned reading)
+static unsigned fetch_depth(const cpri_backend_ops *ops, const cpri_merge_plan *p,
+                            unsigned reading)
 {
     uint64_t bytes = 0;
     for (size_t i = 0; i < p->n_cands; i++)
         bytes += p->cands[i].ref.len;
     uint64_t per_block = p->n_cands ? bytes / p->n_cands : 0;
-    uint64_t share = READ_AHEAD_BYTES / (reading ? reading : 1);
-    uint64_t depth = per_block ? share / per_block : FETCH_DEPTH;
-    return depth < FETCH_DEPTH_MIN ? FETCH_DEPTH_MIN : depth > FETCH_DEPTH ? FETCH_DEPTH
-                                                                             : (unsigned)depth;
+    uint64_t share = ops->read_ahead_bytes / (reading ? reading : 1);
+    uint64_t depth = per_block ? share / per_block : ops->read_depth;
+    return depth < FETCH_DEPTH_MIN ? FETCH_DEPTH_MIN
+           : depth > ops->read_depth ? ops->read_depth : (unsigned)depth;
 }
 
 cpr_status cpri_merge_run(cpr_store *store, const cpri_merge_plan *p, const cpri_merge_sink *sink,
@@ -796,7 +795,8 @@ cpr_status cpri_merge_run(cpr_store *store, const cpri_merge_plan *p, const cpri
     unsigned reading = atomic_fetch_add(&store->restores_reading, 1) + 1;
     if (st == CPR_OK && p->n_cands)
         st = store->segs->ops->read_start(store->segs, ext, p->n_cands,
-                                          fetch_depth(p, reading), &m.reader);
+                                          fetch_depth(store->segs->ops, p, reading),
+                                          &m.reader);
     for (size_t t = 0; st == CPR_OK && t < p->n_tables; t++) {
         const cpr_table_schema *schema = &p->tables[t];
         size_t end = m.next;
@@ -935,22 +935,29 @@ typedef struct row_ctx {
     size_t decoded_cap;       /* floats */
 } row_ctx;
 
-static cpr_status rows_to_batch(void *ctx, const cpri_merge_rows *r)
+/* A batch of r's rows; crc: its CRC32C when known (1), else computed here. */
+static cpr_status deliver_batch(row_ctx *rc, const cpri_merge_rows *r, int have_crc,
+                                uint32_t crc)
 {
-    row_ctx *rc = ctx;
     cpr_row_batch b = {
         .table = r->table, .n = r->n, .ids = r->ids, .values = r->values,
         .values_count = r->n * r->dim, .state = r->state,
         .state_count = r->n * r->state_dim,
     };
-    b.crc32c = cpr_crc32c_rows(b.ids, b.n, b.values, b.values_count, b.state, b.state_count);
+    b.crc32c = have_crc ? crc
+                        : cpr_crc32c_rows(b.ids, b.n, b.values, b.values_count, b.state,
+                                          b.state_count);
     return rc->fn(rc->ctx, &b);
+}
+
+static cpr_status rows_to_batch(void *ctx, const cpri_merge_rows *r)
+{
+    return deliver_batch(ctx, r, 0, 0);
 }
 
 static cpr_status block_to_batch(void *ctx, const void *block, size_t len,
                                  const cpr_block_view *v)
 {
-    (void)block;
     (void)len;
     row_ctx *rc = ctx;
     const float *values = NULL; /* the row API delivers f32: other codecs decode */
@@ -961,7 +968,11 @@ static cpr_status block_to_batch(void *ctx, const void *block, size_t len,
         .table = v->h.table, .dim = v->h.dim, .state_dim = v->h.state_dim, .n = v->h.n,
         .ids = v->ids, .values = values, .state = v->state,
     };
-    return rows_to_batch(ctx, &r);
+    /* A whole stored block (checked when read): its rows' CRC follows from
+     * the block's, with no second pass over the rows. */
+    uint32_t crc = 0;
+    int have = cpri_block_rows_crc(block, v, &crc);
+    return deliver_batch(rc, &r, have, crc);
 }
 
 cpr_status cpr_store_restore(cpr_store *store, const cpr_restore_query *q, cpr_row_fn fn,

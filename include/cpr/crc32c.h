@@ -27,6 +27,12 @@ CPR_API uint32_t cpr_crc32c_rows(const uint64_t *ids, size_t n, const float *val
                          size_t values_count, const float *state,
                          size_t state_count);
 
+/* The CRC32C of A || B from crc_a = cpr_crc32c(0, A, |A|), crc_b likewise
+ * and len_b = |B|, without reading either (O(log len_b) steps). It is linear:
+ * cpr_crc32c_combine(crc_a, 0, len_b) ^ crc_ab is the CRC32C of B alone, for
+ * crc_ab the CRC32C of A || B. */
+CPR_API uint32_t cpr_crc32c_combine(uint32_t crc_a, uint32_t crc_b, size_t len_b);
+
 #ifdef __cplusplus
 }
 #endif

@@ -26,6 +26,7 @@
 #include "cpr/codec.h"
 #include "cpr/crc32c.h"
 #include "cpr/store.h"
+#include "cpr_common.h"
 #include "testutil.h"
 
 static const cpr_table_schema g_table = {.table = 3, .rows = 100000, .dim = 8, .state_dim = 2};
@@ -83,6 +84,49 @@ static void test_seal_open_round_trip(void **state)
     cpr_block_header h;
     assert_int_equal(cpr_block_header_parse(b, CPR_BLOCK_HEADER_BYTES, &h), CPR_OK);
     assert_int_equal(cpr_block_open(b, len - 4, &v), CPR_CORRUPT);
+    free(b);
+}
+
+/* A whole f32 block's rows' CRC (the one their row batch carries) follows
+ * from the block's own: equal to the CRC computed over the rows, with state
+ * and without; blocks laid out otherwise (versions, another codec) say no. */
+static void test_rows_crc_derived(void **state)
+{
+    (void)state;
+    size_t len;
+    cpr_block_view v;
+    uint32_t crc = 0;
+    for (uint32_t n = 1; n <= 300; n += 299) {
+        unsigned char *b = make_block(5, 2, n, 4, &len);
+        assert_int_equal(cpr_block_open(b, len, &v), CPR_OK);
+        assert_int_equal(cpri_block_rows_crc(b, &v, &crc), 1);
+        assert_int_equal(crc, cpr_crc32c_rows(v.ids, n, v.values, (size_t)n * g_table.dim,
+                                              v.state, (size_t)n * g_table.state_dim));
+        free(b);
+    }
+    /* No state. */
+    cpr_block_layout l;
+    size_t bytes = cpr_block_size(3, 4, 0, 0);
+    unsigned char *b = calloc(1, bytes);
+    assert_non_null(b);
+    cpr_block_layout_of(3, 4, 0, 0, &l);
+    for (uint64_t i = 0; i < 3; i++) {
+        uint64_t id = 10 + i;
+        float f = (float)i + 0.5f;
+        memcpy(b + l.ids + i * 8, &id, 8);
+        memcpy(b + l.values + i * 16, &f, 4);
+    }
+    assert_int_equal(cpr_block_seal(b, 1, 3, 4, 0, 0), CPR_OK);
+    assert_int_equal(cpr_block_open(b, bytes, &v), CPR_OK);
+    assert_int_equal(cpri_block_rows_crc(b, &v, &crc), 1);
+    assert_int_equal(crc, cpr_crc32c_rows(v.ids, 3, v.values, 12, NULL, 0));
+    /* Versions after the ids: not the batch's bytes. */
+    cpr_block_view other = v;
+    other.h.flags |= CPR_BLOCK_VERSIONS;
+    assert_int_equal(cpri_block_rows_crc(b, &other, &crc), 0);
+    other = v;
+    other.h.codec = CPR_CODEC_INT8;
+    assert_int_equal(cpri_block_rows_crc(b, &other, &crc), 0);
     free(b);
 }
 
@@ -641,6 +685,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_seal_open_round_trip),
         cmocka_unit_test(test_every_flip_caught),
+        cmocka_unit_test(test_rows_crc_derived),
         cmocka_unit_test(test_bad_shapes),
         cmocka_unit_test_setup_teardown(test_put_block_pass_through, tu_store_setup,
                                         tu_store_teardown),
