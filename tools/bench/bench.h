@@ -37,7 +37,9 @@ typedef struct bench_opts {
     const char *dir;      /* working directory; NULL: a fresh temp dir */
     int keep;             /* 1: leave the working directory behind */
     int json;             /* 1: one JSON line on stdout instead of a table */
-    uint32_t rounds;      /* store: alternating store/raw rounds (median) */
+    uint32_t rounds;      /* store: alternating store/raw rounds (median);
+                             rpc --backend rados: runs per shard count */
+    int rounds_set;       /* --rounds was given */
     uint32_t chain;       /* store --chain: PRIORITY parts after the FULL */
     /* cpr-bench rpc only */
     uint32_t shards[8];   /* shard counts to run, in order */

@@ -107,9 +107,13 @@ static void usage(FILE *out)
           "  --restore-streams N  the daemon's --restore-streams (default: its own,\n"
           "                  the online CPUs, at least 2; 0: no limit)\n"
           "  --backend rados (and the --rados-* flags): ckptd keeps its store in the\n"
-          "                  pool, and every run is held against rados bench on the\n"
-          "                  same bytes, run right after it (rados_ingest_ratio,\n"
-          "                  rados_restore_ratio)\n"
+          "                  pool, and every run is held against a rados bench of the\n"
+          "                  same bytes beside it: --rounds R runs per shard count\n"
+          "                  (default 3), the rados bench after the run in odd rounds\n"
+          "                  and before it in even ones; each run reports the medians\n"
+          "                  (ingest_ratio_median, restore_ratio_median), every\n"
+          "                  round's ratios, and the figures of the median restore\n"
+          "                  round\n"
           "\n"
           "Progress goes to stderr. Exit status: 0 done and every restored row\n"
           "verified, 1 a failure or a wrong restored row, 2 bad command line.\n",
@@ -185,7 +189,7 @@ static void set_num(bench_opts *opts, size_t which, uint64_t v)
     case 1: opts->dim = (uint32_t)v; break;
     case 2: opts->state_dim = (uint32_t)v; break;
     case 3: opts->batch_rows = (size_t)v; break;
-    case 4: opts->rounds = (uint32_t)v; break;
+    case 4: opts->rounds = (uint32_t)v; opts->rounds_set = 1; break;
     default: opts->chain = (uint32_t)v; break;
     }
 }
@@ -833,8 +837,39 @@ static const char *default_ckptd(char *buf, size_t len)
 typedef struct rpc_run {
     uint32_t shards;
     int use_unix;
-    bench_result res;
+    bench_result res;        /* rados: the round whose restore ratio is the median */
+    uint32_t rounds;         /* rados: runs, each beside its own rados bench */
+    double ingest_ratios[15], restore_ratios[15]; /* rados: each round's */
 } rpc_run;
+
+/* The rados rounds' ratios as the run's: the medians, and each round's. */
+static cpr_status add_round_ratios(const bench_opts *opts, const rpc_run *run, cpri_json *o)
+{
+    double in[15], out[15];
+    cpri_json *ins = cpri_json_array(), *outs = cpri_json_array();
+    int failed = !ins || !outs;
+    for (uint32_t i = 0; i < run->rounds; i++) {
+        in[i] = run->ingest_ratios[i];
+        out[i] = run->restore_ratios[i];
+        failed = failed || cpri_json_append(ins, cpri_json_number(round3(in[i]))) ||
+                 cpri_json_append(outs, cpri_json_number(round3(out[i])));
+    }
+    const baseline_names *k = names_of(opts);
+    failed = failed || cpri_json_add_number(o, "rounds", run->rounds) ||
+             cpri_json_add_number(o, "ingest_ratio_median",
+                                  round3(bench_median(in, run->rounds))) ||
+             cpri_json_add_number(o, "restore_ratio_median",
+                                  round3(bench_median(out, run->rounds))) ||
+             cpri_json_add_child(o, k->ingest_ratios, ins);
+    if (!failed)
+        ins = NULL;
+    failed = failed || cpri_json_add_child(o, k->restore_ratios, outs);
+    if (!failed)
+        outs = NULL;
+    cpri_json_free(ins);
+    cpri_json_free(outs);
+    return failed ? CPR_NO_MEMORY : CPR_OK;
+}
 
 static int print_rpc_json(const bench_opts *opts, const bench_result *store,
                           const rpc_run *runs, size_t n, const char *dir)
@@ -859,6 +894,7 @@ static int print_rpc_json(const bench_opts *opts, const bench_result *store,
                  cpri_json_add_number(o, "warmup_full_mb_s",
                                      round3(mb_s(runs[i].res.full_bytes,
                                                  runs[i].res.warmup_s))) ||
+                 (runs[i].rounds && add_round_ratios(opts, &runs[i], o)) ||
                  cpri_json_append(arr, o);
         if (failed)
             cpri_json_free(o);
@@ -895,12 +931,76 @@ static int print_rpc_table(const bench_opts *opts, const bench_result *store,
     for (size_t i = 0; i < n; i++) {
         rates x = compute_rates(&runs[i].res);
         const bench_cpu *c = &runs[i].res.ingest_cpu;
+        if (opts->rados.enabled) /* each run against its own rados bench */
+            s.raw_write = x.raw_write, s.raw_read = x.raw_read;
         printf("  %6u %5s %12.1f %9.3f %9.3f %12.1f %9.3f %9.3f %7.2f+%.2f s\n", runs[i].shards,
                runs[i].use_unix ? "unix" : "tcp", x.ingest, ratio(x.ingest, s.raw_write), ratio(x.ingest, s.ingest), x.restore,
                ratio(x.restore, s.raw_read), ratio(x.restore, s.restore), c->user_s, c->sys_s);
     }
+    for (size_t i = 0; i < n; i++) {
+        if (!runs[i].rounds)
+            continue;
+        double in[15], out[15];
+        memcpy(in, runs[i].ingest_ratios, runs[i].rounds * sizeof *in);
+        memcpy(out, runs[i].restore_ratios, runs[i].rounds * sizeof *out);
+        printf("%s  %u shards over %s, medians of %u rounds: ingest %.3f x rados bench write, "
+               "restore %.3f x rados bench seq (the row above: the median restore round)\n",
+               i == 0 ? "\n" : "", runs[i].shards, runs[i].use_unix ? "unix" : "tcp",
+               runs[i].rounds, bench_median(in, runs[i].rounds),
+               bench_median(out, runs[i].rounds));
+    }
     printf("\n  every restored row verified; cpu includes the daemon's\n");
     return fflush(stdout) == 0 ? 0 : -1;
+}
+
+/* --backend rados: the run `rounds` times (--rounds, default 3), each beside
+ * a rados bench of the same bytes, in alternating order, each from an empty
+ * namespace: this cluster's speed drifts by 2-3x within minutes
+ * (docs/performance.md), so one baseline, or one run, would decide the
+ * ratio. The run reports the median of each ratio over the rounds, each
+ * round's, and the figures of the round whose restore ratio is the median. */
+static cpr_status rpc_rados_rounds(const bench_opts *opts, const char *dir,
+                                   const bench_result *store, rpc_run *run)
+{
+    bench_result rounds[15];
+    cpr_status st = CPR_OK;
+    run->rounds = opts->rounds_set ? opts->rounds : 3;
+    for (uint32_t r = 0; st == CPR_OK && r < run->rounds; r++) {
+        memset(&rounds[r], 0, sizeof rounds[r]);
+        fprintf(stderr, "cpr-bench: %u shards, round %u of %u (%s first)\n", run->shards,
+                r + 1, run->rounds, r % 2 ? "rados bench" : "ckptd");
+        if (r % 2) {
+            st = bench_rados_run(opts, store->full_bytes, &rounds[r]);
+            if (st == CPR_OK)
+                st = bench_rados_purge(opts, NULL);
+        }
+        if (st == CPR_OK)
+            st = bench_rpc_run(opts, dir, run->shards, run->use_unix, &rounds[r]);
+        if (st == CPR_OK)
+            st = bench_rados_purge(opts, NULL);
+        if (st == CPR_OK && r % 2 == 0) {
+            st = bench_rados_run(opts, store->full_bytes, &rounds[r]);
+            if (st == CPR_OK)
+                st = bench_rados_purge(opts, NULL);
+        }
+        if (st == CPR_OK && (!opts->keep || r + 1 < run->rounds)) /* the next starts anew */
+            st = bench_report(bench_remove_tree(dir), "cleaning up");
+        if (st == CPR_OK) {
+            run->ingest_ratios[r] = ingest_ratio_of(&rounds[r]);
+            run->restore_ratios[r] = restore_ratio_of(&rounds[r]);
+        }
+    }
+    if (st)
+        return st;
+    double sorted[15];
+    memcpy(sorted, run->restore_ratios, run->rounds * sizeof *sorted);
+    double m = bench_median(sorted, run->rounds);
+    size_t best = 0;
+    for (size_t i = 1; i < run->rounds; i++)
+        if (fabs(run->restore_ratios[i] - m) < fabs(run->restore_ratios[best] - m))
+            best = i;
+    run->res = rounds[best];
+    return CPR_OK;
 }
 
 /* Each shard count in its own directory, removed after unless --keep. */
@@ -924,20 +1024,12 @@ static cpr_status run_rpc_counts(const bench_opts *opts, const workdir *wd,
         if (!dir)
             return cpr_fail(CPR_NO_MEMORY, "out of memory");
         st = must_not_exist(dir);
-        if (st == CPR_OK)
+        if (st == CPR_OK && opts->rados.enabled)
+            st = rpc_rados_rounds(opts, dir, store, &runs[i]);
+        else if (st == CPR_OK)
             st = bench_rpc_run(opts, dir, runs[i].shards, runs[i].use_unix, &runs[i].res);
         bench_report(st, "rpc");
-        if (st == CPR_OK && opts->rados.enabled) /* each run from an empty namespace */
-            st = bench_rados_purge(opts, NULL);
-        if (opts->rados.enabled) {
-            /* rados bench right after the run, on the same bytes: the
-             * cluster's speed drifts by 2x within minutes here, so a
-             * baseline taken once before all runs would decide the ratios. */
-            if (st == CPR_OK)
-                st = bench_rados_run(opts, store->full_bytes, &runs[i].res);
-            if (st == CPR_OK)
-                st = bench_rados_purge(opts, NULL);
-        } else { /* the raw disk is measured once, for every run */
+        if (!opts->rados.enabled) { /* the raw disk is measured once, for every run */
             runs[i].res.raw_bytes = store->raw_bytes;
             runs[i].res.raw_direct = store->raw_direct;
             runs[i].res.raw_write_s = store->raw_write_s;
