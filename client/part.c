@@ -21,7 +21,8 @@
  *      memory of its own size. (Charging only the payload of a pooled item
  *      let a save of many small pieces, such as an MFU save of 208
  *      shard-tables of a few hundred rows each, take a 1 MiB item for each
- *      60 KB it charged.)
+ *      60 KB it charged.) A lazy item (P10) is charged at its put for the
+ *      memory its sender takes later, carrier included.
  *  P2. part->error, once set, never changes; after it the sender discards
  *      queued items instead of sending them, so a put blocked on room always
  *      wakes (P1) and then reports the error.
@@ -57,6 +58,15 @@
  *      a guard for each of its rows the trainer changes before the row is
  *      copied out, which filling block by block as the wire drained spread
  *      over the whole save (docs/client.md).
+ *  P10. Deferred f32 rows are lazy items: the put allocates only the item's
+ *      header (and the ids, unless the caller keeps them: ids_kept), and the
+ *      sender takes the block's memory when it fills the rows (lazy_memory):
+ *      a full-size block borrows an arena item (its `carrier`, back to the
+ *      arena when the item is freed), a smaller one gets memory of its own.
+ *      So a save's staging memory is never mapped or faulted in on the
+ *      caller's thread: a first save's 208 fresh 475 KB items had cost the
+ *      trainer 27-36 ms of its stall (docs/results.md). Only the sender
+ *      reads or writes `data` of a lazy item, and only once it is set.
  *  P6. `begun` says whether the node began the part: set before the sender
  *      starts (cpr_client_begin), or by the sender itself before it sends
  *      anything (cpr_client_begin_async); final once the sender gave the part
@@ -102,7 +112,13 @@ typedef struct item {
     void *fill_ctx;
     size_t fill_first;    /* the block's first row within its put */
     int filled;           /* fill ran already (fill_queued, P9) */
-    _Alignas(8) uint8_t data[]; /* rows: ids | values | state; blob: bytes */
+    uint8_t *data;        /* rows: ids | values | state; blob: bytes. In `inline_data`,
+                             or, for a lazy item, memory of its own (P10) */
+    int lazy;             /* deferred f32 rows: `data` is allocated when filled (P10) */
+    const uint64_t *ids_src; /* lazy, until filled: the rows' ids (the caller's when it
+                                keeps them, cpr_deferred_rows.ids_kept, else inline_data) */
+    struct item *carrier; /* lazy, full size: the arena item whose memory is `data` */
+    _Alignas(8) uint8_t inline_data[];
 } item;
 
 typedef struct schema {
@@ -126,6 +142,7 @@ typedef struct rows_src {
     cpr_fill_fn fill;      /* cpr_part_put_deferred: no values now */
     cpr_fill_encoded_fn fill_encoded;
     void *fill_ctx;
+    int ids_kept;          /* deferred: the caller keeps ids until commit or abort */
 } rows_src;
 
 static uint64_t src_id(const rows_src *r, size_t i)
@@ -198,17 +215,25 @@ static void discharge(cpr_client *c, size_t charge)
 static void item_free(cpr_part *p, item *it)
 {
     cpr_client *c = p->client;
+    /* What may go back to the arena: a full-size item, or a lazy item's
+     * carrier (P10). */
+    int lazy = it->lazy;
+    item *keep = lazy ? it->carrier : it;
+    if (lazy && !it->carrier)
+        free(it->data); /* memory of its own (NULL: never filled) */
     pthread_mutex_lock(&c->mu);
     c->staged_bytes -= it->charge;
     pthread_cond_broadcast(&c->room);
-    if (it->pooled && c->n_pool < c->pool_max) {
-        it->next = c->pool;
-        c->pool = it;
+    if (keep && keep->pooled && c->n_pool < c->pool_max) {
+        keep->next = c->pool;
+        c->pool = keep;
         c->n_pool++;
-        it = NULL;
+        keep = NULL; /* in the arena now */
     }
     pthread_mutex_unlock(&c->mu);
-    free(it);
+    free(keep); /* it (or its carrier), unless the arena took it */
+    if (lazy)
+        free(it); /* the header */
 }
 
 void cpri_parts_pool_release(cpr_client *c)
@@ -237,14 +262,19 @@ static void release_holds(cpr_client *c)
     }
 }
 
-/* Wait for room, then allocate an item of `payload` bytes. NULL + status on
+/* Wait for room, then allocate an item of `payload` bytes. A lazy item
+ * (P10) gets its header and `inline_bytes` now and its payload's memory
+ * when the sender fills it; it is charged for both now. NULL + status on
  * failure (the part's error, or no memory). */
-static item *item_new(cpr_part *p, size_t payload, cpr_status *st)
+static item *item_new(cpr_part *p, size_t payload, int lazy, size_t inline_bytes,
+                      cpr_status *st)
 {
     cpr_client *c = p->client;
     size_t msg = c->opts.message_bytes;
     int full_size = payload <= msg && payload >= msg / 2; /* P1 */
-    size_t charge = sizeof(item) + (full_size ? msg : payload);
+    size_t memory = full_size ? msg : payload;
+    size_t charge = lazy ? sizeof(item) + inline_bytes + (full_size ? sizeof(item) : 0) + memory
+                         : sizeof(item) + memory;
     pthread_mutex_lock(&c->mu);
     while (c->staged_bytes > 0 && c->staged_bytes + charge > c->opts.staging_bytes) {
         release_holds(c); /* parts held since the last wake-up too */
@@ -252,14 +282,14 @@ static item *item_new(cpr_part *p, size_t payload, cpr_status *st)
     }
     c->staged_bytes += charge;
     item *it = NULL;
-    if (full_size && c->pool) {
+    if (!lazy && full_size && c->pool) {
         it = c->pool;
         c->pool = it->next;
         c->n_pool--;
     }
     pthread_mutex_unlock(&c->mu);
     if (!it)
-        it = malloc(charge);
+        it = malloc(lazy ? sizeof(item) + inline_bytes : charge);
     if (!it) {
         discharge(c, charge);
         *st = cpr_fail(CPR_NO_MEMORY, "out of memory staging %zu bytes", payload);
@@ -269,7 +299,46 @@ static item *item_new(cpr_part *p, size_t payload, cpr_status *st)
     it->charge = charge;
     it->bytes = payload;
     it->pooled = full_size;
+    it->lazy = lazy;
+    it->data = lazy ? NULL : it->inline_data;
     return it;
+}
+
+/* P10: a lazy item's memory, taken on the sender's thread before its rows
+ * are filled: an arena item (the carrier) when it is full size, else memory
+ * of its own; then its ids go into the block. */
+static cpr_status lazy_memory(cpr_part *p, item *it)
+{
+    cpr_client *c = p->client;
+    if (it->pooled) {
+        item *carrier = NULL;
+        pthread_mutex_lock(&c->mu);
+        if (c->pool) {
+            carrier = c->pool;
+            c->pool = carrier->next;
+            c->n_pool--;
+        }
+        pthread_mutex_unlock(&c->mu);
+        if (!carrier)
+            carrier = malloc(sizeof(item) + c->opts.message_bytes);
+        if (carrier) {
+            memset(carrier, 0, sizeof *carrier);
+            carrier->pooled = 1;
+            carrier->data = carrier->inline_data;
+            it->carrier = carrier;
+            it->data = carrier->inline_data;
+        }
+    } else {
+        it->data = malloc(it->len ? it->len : 1);
+    }
+    if (!it->data)
+        return cpr_fail(CPR_NO_MEMORY, "out of memory staging a block of %zu rows of table %u",
+                        it->n, it->table);
+    cpr_block_layout l;
+    cpr_block_layout_of((uint32_t)it->n, it->dim, it->state_dim, 0, &l);
+    memcpy(it->data + l.ids, it->ids_src, it->n * 8);
+    it->ids_src = NULL;
+    return CPR_OK;
 }
 
 /* ---- the sender thread ---------------------------------------------------------------- */
@@ -366,6 +435,11 @@ static cpr_status fill_item(cpr_part *p, item *it)
 {
     if (!item_to_fill(p, it))
         return CPR_OK;
+    if (it->lazy && !it->data) {
+        cpr_status st = lazy_memory(p, it);
+        if (st)
+            return st;
+    }
     cpr_block_layout l;
     cpr_block_layout_of((uint32_t)it->n, it->dim, it->state_dim, 0, &l);
     cpr_status st = it->fill(it->fill_ctx, it->fill_first, it->n, it->dim, it->state_dim,
@@ -841,7 +915,11 @@ static cpr_status stage_block(cpr_part *p, const rows_src *r, const schema *t, s
      * need only their ids staged: not the f32 values they never occupy. */
     int ids_only = r->fill_encoded && p->codec != CPR_CODEC_F32;
     size_t staged = ids_only ? l.ids + k * 8 : bytes;
-    item *it = item_new(p, staged, &st);
+    /* Deferred f32 rows: their block's memory is the sender's to take (P10);
+     * the ids wait inline, or in the caller's array when it keeps it. */
+    int lazy = r->fill && !ids_only;
+    size_t inline_ids = lazy && !(r->ids && r->ids_kept) ? k * 8 : 0;
+    item *it = item_new(p, staged, lazy, inline_ids, &st);
     if (!it)
         return st;
     if (ids_only)
@@ -852,14 +930,18 @@ static cpr_status stage_block(cpr_part *p, const rows_src *r, const schema *t, s
     it->state_dim = t->state_dim;
     it->n = k;
     it->len = staged;
-    uint64_t *ids = (uint64_t *)(it->data + l.ids);
+    uint64_t *ids = lazy ? (uint64_t *)(void *)it->inline_data : (uint64_t *)(it->data + l.ids);
     float *values = NULL, *state = NULL; /* an ids-only item has no room for them */
     if (!r->fill) {
         values = (float *)(it->data + l.values);
         state = (float *)(it->data + l.state);
     }
     size_t vrow = (size_t)t->dim * 4, srow = (size_t)t->state_dim * 4;
-    if (r->ids)
+    if (lazy)
+        it->ids_src = inline_ids ? ids : r->ids + done; /* the sender copies them (P10) */
+    if (lazy && !inline_ids)
+        ids = NULL; /* the caller's, kept */
+    else if (r->ids)
         memcpy(ids, r->ids + done, k * 8);
     else
         for (size_t i = 0; i < k; i++)
@@ -922,7 +1004,7 @@ static cpr_status stage_rows(cpr_part *p, const rows_src *r, const schema *t, si
 {
     cpr_status st = CPR_OK;
     size_t row_bytes = 8 + 4 * ((size_t)t->dim + t->state_dim);
-    item *it = item_new(p, k * row_bytes, &st);
+    item *it = item_new(p, k * row_bytes, 0, 0, &st);
     if (!it)
         return st;
     it->table = r->table;
@@ -983,7 +1065,7 @@ cpr_status cpr_part_put_rows(cpr_part *p, const cpr_row_batch *b)
     if (st)
         return st;
     rows_src r = {b->table, b->n, b->ids, b->range_begin, 0, 0, b->values, b->state,
-                  t->dim, t->state_dim, NULL, NULL, NULL};
+                  t->dim, t->state_dim, NULL, NULL, NULL, 0};
     return put_src(p, &r, t);
 }
 
@@ -1008,7 +1090,7 @@ cpr_status cpr_part_put_gather(cpr_part *p, const cpr_gather *g)
                         "row_base %llu", g->table, (unsigned long long)g->range_begin,
                         (unsigned long long)g->row_base);
     rows_src r = {g->table, g->n, g->ids, g->range_begin, 1, g->row_base, g->values, g->state,
-                  g->values_stride, g->state_stride, NULL, NULL, NULL};
+                  g->values_stride, g->state_stride, NULL, NULL, NULL, 0};
     return put_src(p, &r, t);
 }
 
@@ -1022,7 +1104,8 @@ cpr_status cpr_part_put_deferred(cpr_part *p, const cpr_deferred_rows *d)
     if (st)
         return st;
     rows_src r = {.table = d->table, .n = d->n, .ids = d->ids, .fill = d->fill,
-                  .fill_encoded = d->fill_encoded, .fill_ctx = d->ctx};
+                  .fill_encoded = d->fill_encoded, .fill_ctx = d->ctx,
+                  .ids_kept = d->ids_kept};
     return put_src(p, &r, t);
 }
 
@@ -1057,7 +1140,7 @@ cpr_status cpr_part_put_blob(cpr_part *p, const char *name, const void *data, si
     /* An empty blob still sends one (empty) chunk so that it exists. */
     for (size_t off = 0; st == CPR_OK && (off < len || (len == 0 && off == 0)); off += piece) {
         size_t k = len - off < piece ? len - off : piece;
-        item *it = item_new(p, k, &st);
+        item *it = item_new(p, k, 0, 0, &st);
         if (!it)
             break;
         it->is_blob = 1;

@@ -341,7 +341,8 @@ static cpr_status stage_table(dlrm_ckpt *ck, uint32_t s, uint32_t t, cpr_policy 
          * now; the part's sender copies the rows, as they were at this
          * step, straight into its blocks while training goes on. */
         cpr_deferred_rows d = {.table = t, .n = n, .ids = cpr_emb_save_ids(*save),
-                               .fill = cpr_emb_save_fill, .ctx = *save};
+                               .fill = cpr_emb_save_fill, .ctx = *save,
+                               .ids_kept = 1 /* the save's own, until settle (I2) */};
         /* A CUDA table encodes a quantized part's rows on the device and
          * moves only the encoded bytes; a CPU table's sender copies and
          * encodes them itself, into blocks it has already. */

@@ -207,9 +207,10 @@ CPR_API cpr_status cpr_part_put_gather(cpr_part *part, const cpr_gather *gather)
  * Rows whose values are written later, on the part's sender thread, once
  * their block is queued: with a copy-on-write snapshot
  * (cpr_emb_save_copy) the caller's thread only queues ids. `ids` (n,
- * strictly ascending, below the table's rows; copied now) name the rows,
- * and their room in staging is taken now, as a put takes it (this blocks
- * while staging is full). For each row block the sender calls
+ * strictly ascending, below the table's rows; copied now unless ids_kept)
+ * name the rows, and their room in staging is taken now, as a put takes it
+ * (this blocks while staging is full); the memory itself is taken by the
+ * sender when it fills the rows, so the caller's thread touches none of it. For each row block the sender calls
  * fill(ctx, first, k, values, state) for rows [first, first + k) of this
  * put; it writes k x dim values and k x state_dim state floats, dim and
  * state_dim being the table's in the part's schema (state NULL when
@@ -245,6 +246,11 @@ typedef struct cpr_deferred_rows {
     cpr_fill_fn fill;
     void *ctx;
     cpr_fill_encoded_fn fill_encoded; /* optional, see above */
+    int ids_kept;               /* 1: the caller keeps `ids` valid and unchanged
+                                   as long as fill and ctx (until the part is
+                                   committed or aborted): they are not copied
+                                   now but by the sender, into each block as it
+                                   fills it. 0: copied now */
 } cpr_deferred_rows;
 CPR_API cpr_status cpr_part_put_deferred(cpr_part *part, const cpr_deferred_rows *rows);
 

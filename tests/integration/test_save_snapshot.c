@@ -165,7 +165,10 @@ static void *commit_main(void *arg)
 
 /* A deferred save: the ids are queued, training goes on, and the part's
  * sender copies the rows out of the snapshot; with `concurrent`, it commits
- * on another thread while this one trains. */
+ * on another thread while this one trains. Odd checkpoints keep their ids
+ * (cpr_deferred_rows.ids_kept: the save's own array, valid until the save
+ * ends), so the sender copies them into each block; even ones are copied
+ * at the put. */
 static void deferred_once(cpr_client *c, cpr_emb *t, cpr_policy policy, uint64_t ckpt,
                           int concurrent)
 {
@@ -185,7 +188,7 @@ static void deferred_once(cpr_client *c, cpr_emb *t, cpr_policy policy, uint64_t
     committer cm = {NULL, CPR_OK};
     assert_status(CPR_OK, cpr_client_begin_async(c, &spec, &cm.part));
     cpr_deferred_rows d = {.table = 0, .n = n, .ids = cpr_emb_save_ids(f.save),
-                           .fill = fill_rows, .ctx = &f};
+                           .fill = fill_rows, .ctx = &f, .ids_kept = (int)(ckpt % 2)};
     assert_status(CPR_OK, cpr_part_put_deferred(cm.part, &d));
     if (concurrent) {
         pthread_t th;
