@@ -58,7 +58,9 @@
  *      a guard for each of its rows the trainer changes before the row is
  *      copied out, which filling block by block as the wire drained spread
  *      over the whole save (docs/client.md).
- *  P10. Deferred f32 rows are lazy items: the put allocates only the item's
+ *  P10. Deferred f32 rows are lazy items, unless their block is full size
+ *      and the arena has an idle item for it (mapped and faulted in: it is
+ *      staged at once, as other rows are): the put allocates only the item's
  *      header (and the ids, unless the caller keeps them: ids_kept), and the
  *      sender takes the block's memory when it fills the rows (lazy_memory):
  *      a full-size block borrows an arena item (its `carrier`, back to the
@@ -282,7 +284,13 @@ static item *item_new(cpr_part *p, size_t payload, int lazy, size_t inline_bytes
     }
     c->staged_bytes += charge;
     item *it = NULL;
-    if (!lazy && full_size && c->pool) {
+    if (full_size && c->pool) { /* an idle arena item: mapped and faulted in already */
+        if (lazy) { /* so the block is staged now after all (P10) */
+            c->staged_bytes -= charge;
+            lazy = 0;
+            charge = sizeof(item) + memory;
+            c->staged_bytes += charge;
+        }
         it = c->pool;
         c->pool = it->next;
         c->n_pool--;
@@ -922,6 +930,8 @@ static cpr_status stage_block(cpr_part *p, const rows_src *r, const schema *t, s
     item *it = item_new(p, staged, lazy, inline_ids, &st);
     if (!it)
         return st;
+    if (!it->lazy) /* an idle arena item took the block at once (P10) */
+        lazy = 0, inline_ids = 0;
     if (ids_only)
         it->bytes = cpr_block_size_codec((uint32_t)k, t->dim, t->state_dim, 0, p->codec);
     it->is_block = 1;

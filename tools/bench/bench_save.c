@@ -269,7 +269,8 @@ static cpr_status save_once(const save_opts *o, trainer *t, saver *s, cpr_policy
     double t2 = cpri_now_s();
     if (st == CPR_OK) { /* the sender copies the rows out of the save's snapshot */
         cpr_deferred_rows d = {.table = 0, .n = n, .ids = cpr_emb_save_ids(save),
-                               .fill = cpr_emb_save_fill, .ctx = save};
+                               .fill = cpr_emb_save_fill, .ctx = save,
+                               .ids_kept = 1 /* the save's, until it ends */};
         if (o->cuda) /* encoded on the device (emb_cuda_codec.cu) */
             d.fill_encoded = cpr_emb_save_fill_encoded;
         st = cpr_part_put_deferred(part, &d);
