@@ -769,6 +769,11 @@ cpr_status cpri_server_start(cpr_store *store, cpri_auth *auth, const cpri_serve
     return CPR_OK;
 }
 
+void cpri_server_restore_stats(cpri_server *srv, cpri_restore_gate_stats *out)
+{
+    cpri_restore_gate_stats_get(srv->restore_gate, out);
+}
+
 void cpri_server_stop(cpri_server *srv)
 {
     if (!srv)

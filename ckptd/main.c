@@ -459,6 +459,8 @@ int main(int argc, char **argv)
     }
     if (st == CPR_OK)
         st = cpri_server_start(store, auth, &srv, &server, &port);
+    if (st == CPR_OK)
+        cpri_telemetry_watch_server(telemetry, server);
     for (int i = 0; i < 3; i++) { /* gRPC keeps its own copies */
         if (pem[i])
             memset(pem[i], 0, strlen(pem[i])); /* the key, above all */
@@ -506,6 +508,7 @@ int main(int argc, char **argv)
         }
     }
     cpri_log(CPR_LOG_INFO, "signal %d: stopping", sig);
+    cpri_telemetry_watch_server(telemetry, NULL); /* a scrape no longer reads the server */
     cpri_server_stop(server);
     cpri_telemetry_stop(telemetry);
     cpri_reaper_stop(reaper);

@@ -10,6 +10,7 @@
 #include <stddef.h>
 
 #include "auth.h"
+#include "restore_gate.h"
 #include "cpr/store.h"
 #include "server.h" /* rpc/: the options are the call machinery's */
 
@@ -33,6 +34,10 @@ cpr_status cpri_server_start(cpr_store *store, cpri_auth *auth, const cpri_serve
 const cpri_rpc_method *cpri_service_methods(size_t *n);
 cpr_status cpri_service_create(cpr_store *store, cpri_auth *auth, cpri_server **out);
 void cpri_service_destroy(cpri_server *srv); /* NULL is a no-op */
+
+/* The Restore streams' gate now (restore_gate.h): its slots, the streams
+ * holding one, and how many waited or went in over the limit. */
+void cpri_server_restore_stats(cpri_server *srv, cpri_restore_gate_stats *out);
 
 /* Stop accepting, cancel calls in flight (their parts are aborted: nothing
  * committed is affected), wait for every handler, free. NULL is a no-op. */

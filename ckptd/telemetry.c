@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* ckptd's metric families and what feeds them (telemetry.h). */
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,6 +18,7 @@ enum store_counter {
     C_ROWS_IN, C_BYTES_IN, C_ROWS_OUT, C_BYTES_OUT, C_GC_RUNS, C_GC_PARTS, C_GC_BYTES, C_FOLDS,
     C_FOLD_BYTES, N_COUNTERS
 };
+enum gate_metric { GATE_SLOTS, GATE_STREAMS, GATE_WAITED, GATE_OVER, N_GATE };
 
 struct cpri_telemetry {
     cpr_store *store;
@@ -27,7 +29,9 @@ struct cpri_telemetry {
     const char *name_ptrs[MAX_METHODS];
     const char *status_names[CPR_STATUS_COUNT_];
     cpri_metric_family *calls, *in, *out, *seconds, *reloads;
-    cpri_metric *gauges[N_GAUGES], *counters[N_COUNTERS];
+    cpri_metric *gauges[N_GAUGES], *counters[N_COUNTERS], *gate[N_GATE];
+    pthread_mutex_t watch_mu;     /* `server`: set, cleared and read under it */
+    cpri_server *server;          /* the Restore gate's, or NULL */
 };
 
 static const cpri_metric_desc gauge_desc[N_GAUGES] = {
@@ -41,6 +45,17 @@ static const cpri_metric_desc gauge_desc[N_GAUGES] = {
     {"parts_committed", "Committed parts the store holds", CPRI_METRIC_GAUGE, NULL, 0, NULL, 0},
     {"serving", "1 while the store can commit (Health SERVING), else 0", CPRI_METRIC_GAUGE, NULL,
      0, NULL, 0},
+};
+
+static const cpri_metric_desc gate_desc[N_GATE] = {
+    {"restore_stream_slots", "Restore streams served at once (--restore-streams; 0: no limit)",
+     CPRI_METRIC_GAUGE, NULL, 0, NULL, 0},
+    {"restore_streams", "Restore streams holding a slot now, over the limit included",
+     CPRI_METRIC_GAUGE, NULL, 0, NULL, 0},
+    {"restore_stream_waits_total", "Restore streams that found every slot taken and waited",
+     CPRI_METRIC_COUNTER, NULL, 0, NULL, 0},
+    {"restore_stream_over_limit_total", "Of them, streams let in over the limit after the "
+     "streams served made no progress for a second", CPRI_METRIC_COUNTER, NULL, 0, NULL, 0},
 };
 
 static const cpri_metric_desc counter_desc[N_COUNTERS] = {
@@ -86,6 +101,16 @@ static void collect(cpri_metrics *m, void *ctx)
         cpri_metric_set(t->gauges[i], (double)g[i]);
     for (int i = 0; i < N_COUNTERS; i++)
         cpri_metric_set_u64(t->counters[i], c[i]);
+    pthread_mutex_lock(&t->watch_mu);
+    if (t->server) {
+        cpri_restore_gate_stats gs;
+        cpri_server_restore_stats(t->server, &gs);
+        cpri_metric_set(t->gate[GATE_SLOTS], (double)gs.slots);
+        cpri_metric_set(t->gate[GATE_STREAMS], (double)gs.holding);
+        cpri_metric_set_u64(t->gate[GATE_WAITED], gs.waited);
+        cpri_metric_set_u64(t->gate[GATE_OVER], gs.over_limit);
+    }
+    pthread_mutex_unlock(&t->watch_mu);
 }
 
 static int health(void *ctx, char *why, size_t cap)
@@ -130,6 +155,11 @@ static cpr_status add_families(cpri_telemetry *t)
         st = cpri_metrics_family_add(t->m, &counter_desc[i], &f);
         t->counters[i] = st == CPR_OK ? cpri_metrics_series(f, NULL) : NULL;
     }
+    for (int i = 0; st == CPR_OK && i < N_GATE; i++) {
+        cpri_metric_family *f;
+        st = cpri_metrics_family_add(t->m, &gate_desc[i], &f);
+        t->gate[i] = st == CPR_OK ? cpri_metrics_series(f, NULL) : NULL;
+    }
     return st;
 }
 
@@ -145,6 +175,7 @@ cpr_status cpri_telemetry_start(cpr_store *store, const cpri_rpc_method *methods
         return cpr_fail(CPR_NO_MEMORY, "out of memory for metrics");
     t->store = store;
     t->n_methods = n_methods;
+    pthread_mutex_init(&t->watch_mu, NULL);
     for (size_t i = 0; i <= n_methods; i++) {
         if (i < n_methods)
             short_name(methods[i].path, t->names[i], sizeof t->names[i]);
@@ -179,7 +210,17 @@ void cpri_telemetry_stop(cpri_telemetry *t)
         return;
     cpri_metrics_serve_stop(t->http);
     cpri_metrics_destroy(t->m);
+    pthread_mutex_destroy(&t->watch_mu);
     free(t);
+}
+
+void cpri_telemetry_watch_server(cpri_telemetry *t, cpri_server *srv)
+{
+    if (!t)
+        return;
+    pthread_mutex_lock(&t->watch_mu);
+    t->server = srv;
+    pthread_mutex_unlock(&t->watch_mu);
 }
 
 void cpri_telemetry_on_call(void *ctx, size_t method_index, cpr_status st, uint64_t bytes_in,

@@ -5,7 +5,8 @@
  * they moved and their duration come from the gRPC machinery's per-call
  * observer (rpc/server.h); the store's size, free space, open parts, jobs
  * and retention and folding totals are read from cpr_store_stats_get at each
- * scrape; authorization reloads are counted by main.c. /healthz answers as
+ * scrape, the Restore gate's slots, streams and waits from the server
+ * (cpri_telemetry_watch_server); authorization reloads are counted by main.c. /healthz answers as
  * grpc.health.v1.Health does (cpr_store_health). docs/operations.md lists
  * every family.
  *
@@ -20,6 +21,7 @@
 
 #include "cpr/store.h"
 #include "server.h" /* rpc/: the observer's signature, the method table */
+#include "service.h"
 
 typedef struct cpri_telemetry cpri_telemetry;
 
@@ -38,5 +40,10 @@ void cpri_telemetry_on_call(void *ctx, size_t method_index, cpr_status st, uint6
 
 /* A reload of --auth-file, ok or not. t NULL is a no-op. */
 void cpri_telemetry_reloaded(cpri_telemetry *t, int ok);
+
+/* Report `srv`'s Restore gate at each scrape from now on (NULL: no more;
+ * main clears it before it stops the server: a scrape in progress is waited
+ * for). t NULL is a no-op. */
+void cpri_telemetry_watch_server(cpri_telemetry *t, cpri_server *srv);
 
 #endif /* CPR_CKPTD_TELEMETRY_H */

@@ -60,7 +60,8 @@ static void test_metrics(void **unused)
     snprintf(auth, sizeof auth, "%s/auth", dir);
     snprintf(data, sizeof data, "%s/data", dir);
     ch_write_private(auth, TOKEN " * admin\n");
-    const char *const extra[] = {"--metrics-listen", "127.0.0.1:0", "--auth-file", auth, NULL};
+    const char *const extra[] = {"--metrics-listen", "127.0.0.1:0", "--auth-file", auth,
+                                 "--restore-streams", "3", NULL};
     ch_daemon d;
     ch_start_args(&d, data, extra);
     assert_true(d.metrics_addr[0] != '\0');
@@ -106,6 +107,11 @@ static void test_metrics(void **unused)
     assert_true(ch_metric(m, "cpr_ckptd_store_bytes") > 0);
     assert_true(ch_metric(m, "cpr_ckptd_free_bytes") > 0);
     assert_true(ch_metric(m, "cpr_ckptd_serving") == 1);
+    /* The Restore gate: --restore-streams 3, the one restore over and none waiting. */
+    assert_true(ch_metric(m, "cpr_ckptd_restore_stream_slots") == 3);
+    assert_true(ch_metric(m, "cpr_ckptd_restore_streams") == 0);
+    assert_true(ch_metric(m, "cpr_ckptd_restore_stream_waits_total") == 0);
+    assert_true(ch_metric(m, "cpr_ckptd_restore_stream_over_limit_total") == 0);
     assert_null(strstr(m, TOKEN)); /* no secret, no job name */
     assert_null(strstr(m, "\"m\""));
 
