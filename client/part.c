@@ -264,6 +264,24 @@ static void release_holds(cpr_client *c)
     }
 }
 
+/* An idle arena item, taken off the arena, or NULL. Under c->mu. */
+static item *pool_pop(cpr_client *c)
+{
+    item *it = c->pool;
+    if (it) {
+        c->pool = it->next;
+        c->n_pool--;
+    }
+    return it;
+}
+
+/* What an item takes (P1): its header and its payload's memory; a lazy one
+ * (P10) also its inline ids, and a full-size one its carrier's header. */
+static size_t item_charge(int lazy, int full_size, size_t inline_bytes, size_t memory)
+{
+    return sizeof(item) + memory + (lazy ? inline_bytes + (full_size ? sizeof(item) : 0) : 0);
+}
+
 /* Wait for room, then allocate an item of `payload` bytes. A lazy item
  * (P10) gets its header and `inline_bytes` now and its payload's memory
  * when the sender fills it; it is charged for both now. NULL + status on
@@ -275,25 +293,21 @@ static item *item_new(cpr_part *p, size_t payload, int lazy, size_t inline_bytes
     size_t msg = c->opts.message_bytes;
     int full_size = payload <= msg && payload >= msg / 2; /* P1 */
     size_t memory = full_size ? msg : payload;
-    size_t charge = lazy ? sizeof(item) + inline_bytes + (full_size ? sizeof(item) : 0) + memory
-                         : sizeof(item) + memory;
+    size_t charge = item_charge(lazy, full_size, inline_bytes, memory);
     pthread_mutex_lock(&c->mu);
     while (c->staged_bytes > 0 && c->staged_bytes + charge > c->opts.staging_bytes) {
         release_holds(c); /* parts held since the last wake-up too */
         pthread_cond_wait(&c->room, &c->mu);
     }
     c->staged_bytes += charge;
-    item *it = NULL;
-    if (full_size && c->pool) { /* an idle arena item: mapped and faulted in already */
-        if (lazy) { /* so the block is staged now after all (P10) */
-            c->staged_bytes -= charge;
-            lazy = 0;
-            charge = sizeof(item) + memory;
-            c->staged_bytes += charge;
-        }
-        it = c->pool;
-        c->pool = it->next;
-        c->n_pool--;
+    /* An idle arena item is mapped and faulted in already: a full-size
+     * block is staged in it now, lazy or not (P10). */
+    item *it = full_size ? pool_pop(c) : NULL;
+    if (it && lazy) {
+        size_t staged = item_charge(0, full_size, 0, memory);
+        c->staged_bytes -= charge - staged;
+        charge = staged;
+        lazy = 0;
     }
     pthread_mutex_unlock(&c->mu);
     if (!it)
@@ -319,20 +333,14 @@ static cpr_status lazy_memory(cpr_part *p, item *it)
 {
     cpr_client *c = p->client;
     if (it->pooled) {
-        item *carrier = NULL;
         pthread_mutex_lock(&c->mu);
-        if (c->pool) {
-            carrier = c->pool;
-            c->pool = carrier->next;
-            c->n_pool--;
-        }
+        item *carrier = pool_pop(c);
         pthread_mutex_unlock(&c->mu);
         if (!carrier)
             carrier = malloc(sizeof(item) + c->opts.message_bytes);
         if (carrier) {
             memset(carrier, 0, sizeof *carrier);
-            carrier->pooled = 1;
-            carrier->data = carrier->inline_data;
+            carrier->pooled = 1; /* back to the arena with the item (item_free) */
             it->carrier = carrier;
             it->data = carrier->inline_data;
         }
@@ -947,15 +955,15 @@ static cpr_status stage_block(cpr_part *p, const rows_src *r, const schema *t, s
         state = (float *)(it->data + l.state);
     }
     size_t vrow = (size_t)t->dim * 4, srow = (size_t)t->state_dim * 4;
-    if (lazy)
-        it->ids_src = inline_ids ? ids : r->ids + done; /* the sender copies them (P10) */
-    if (lazy && !inline_ids)
-        ids = NULL; /* the caller's, kept */
-    else if (r->ids)
-        memcpy(ids, r->ids + done, k * 8);
-    else
-        for (size_t i = 0; i < k; i++)
-            ids[i] = r->range_begin + done + i;
+    if (lazy) /* the sender copies them into the block (P10) */
+        it->ids_src = inline_ids ? ids : r->ids + done;
+    if (!lazy || inline_ids) { /* else the caller's, kept: nothing to copy now */
+        if (r->ids)
+            memcpy(ids, r->ids + done, k * 8);
+        else
+            for (size_t i = 0; i < k; i++)
+                ids[i] = r->range_begin + done + i;
+    }
     if (r->fill) { /* deferred: the sender fills the values (send_item) */
         it->fill = r->fill;
         it->fill_encoded = r->fill_encoded;

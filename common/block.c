@@ -82,26 +82,19 @@ static uint32_t header_crc(const unsigned char *b)
 
 int cpri_block_rows_crc(const void *block, const cpr_block_view *v, uint32_t *crc)
 {
-    cpr_block_layout l;
+    /* An f32 block without versions has no padding: after the header come
+     * exactly ids || values || state (cpr_block_layout_of). */
     if (v->h.codec != CPR_CODEC_F32 || (v->h.flags & CPR_BLOCK_VERSIONS))
         return 0;
-    cpr_block_layout_of(v->h.n, v->h.dim, v->h.state_dim, v->h.flags, &l);
-    size_t n = v->h.n;
-    if (l.ids != CPR_BLOCK_HEADER_BYTES || l.values != l.ids + n * 8 ||
-        l.state != l.values + n * v->h.dim * 4 || l.bytes != l.state + n * v->h.state_dim * 4 ||
-        l.bytes != v->h.bytes)
-        return 0; /* not ids || values || state after the header */
-    *crc = v->h.crc32c ^ cpr_crc32c_combine(header_crc(block), 0, l.bytes - l.ids);
+    *crc = v->h.crc32c ^ cpr_crc32c_combine(header_crc(block), 0,
+                                            v->h.bytes - CPR_BLOCK_HEADER_BYTES);
     return 1;
 }
 
 /* CRC of header (crc field as zero) || payload. */
 static uint32_t block_crc(const unsigned char *b, size_t len)
 {
-    static const unsigned char zero[4];
-    uint32_t crc = cpr_crc32c(0, b, OFF_CRC);
-    crc = cpr_crc32c(crc, zero, 4);
-    return cpr_crc32c(crc, b + OFF_CRC + 4, len - OFF_CRC - 4);
+    return cpr_crc32c(header_crc(b), b + CPR_BLOCK_HEADER_BYTES, len - CPR_BLOCK_HEADER_BYTES);
 }
 
 static cpr_status check_shape(uint32_t n, uint32_t dim, uint32_t state_dim, uint32_t flags,

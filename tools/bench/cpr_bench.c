@@ -611,16 +611,18 @@ double bench_r3(double x)
     return round(x * 1000.0) / 1000.0;
 }
 
-/* The round whose ingest ratio is the median: its figures are reported. */
-static size_t median_round(const bench_result *r, size_t n)
+/* The round whose ratio (ingest_ratio_of, restore_ratio_of) is the median:
+ * its figures are reported. */
+static size_t median_round(const bench_result *r, size_t n,
+                           double (*ratio_of)(const bench_result *))
 {
     double v[15];
     for (size_t i = 0; i < n; i++)
-        v[i] = ingest_ratio_of(&r[i]);
+        v[i] = ratio_of(&r[i]);
     double m = bench_median(v, n);
     size_t best = 0;
     for (size_t i = 1; i < n; i++)
-        if (fabs(ingest_ratio_of(&r[i]) - m) < fabs(ingest_ratio_of(&r[best]) - m))
+        if (fabs(ratio_of(&r[i]) - m) < fabs(ratio_of(&r[best]) - m))
             best = i;
     return best;
 }
@@ -805,7 +807,7 @@ static int cmd_store(int argc, char **argv)
     st = run_rounds(&opts, &wd, rounds, res.raw_direct);
     if (st)
         goto out;
-    res = rounds[median_round(rounds, opts.rounds)];
+    res = rounds[median_round(rounds, opts.rounds, ingest_ratio_of)];
     res.total_s = cpri_now_s() - t0;
     out_rc = opts.json ? print_json_rounds(&opts, &res, rounds, wd.dir)
                        : print_table(&opts, &res, wd.dir);
@@ -840,26 +842,21 @@ typedef struct rpc_run {
     bench_result res;        /* rados: the round whose restore ratio is the median */
     uint32_t rounds;         /* rados: runs, each beside its own rados bench */
     double ingest_ratios[15], restore_ratios[15]; /* rados: each round's */
+    double ingest_median, restore_median;         /* rados: of those */
 } rpc_run;
 
 /* The rados rounds' ratios as the run's: the medians, and each round's. */
 static cpr_status add_round_ratios(const bench_opts *opts, const rpc_run *run, cpri_json *o)
 {
-    double in[15], out[15];
     cpri_json *ins = cpri_json_array(), *outs = cpri_json_array();
     int failed = !ins || !outs;
-    for (uint32_t i = 0; i < run->rounds; i++) {
-        in[i] = run->ingest_ratios[i];
-        out[i] = run->restore_ratios[i];
-        failed = failed || cpri_json_append(ins, cpri_json_number(round3(in[i]))) ||
-                 cpri_json_append(outs, cpri_json_number(round3(out[i])));
-    }
+    for (uint32_t i = 0; i < run->rounds; i++)
+        failed = failed || cpri_json_append(ins, cpri_json_number(round3(run->ingest_ratios[i]))) ||
+                 cpri_json_append(outs, cpri_json_number(round3(run->restore_ratios[i])));
     const baseline_names *k = names_of(opts);
     failed = failed || cpri_json_add_number(o, "rounds", run->rounds) ||
-             cpri_json_add_number(o, "ingest_ratio_median",
-                                  round3(bench_median(in, run->rounds))) ||
-             cpri_json_add_number(o, "restore_ratio_median",
-                                  round3(bench_median(out, run->rounds))) ||
+             cpri_json_add_number(o, "ingest_ratio_median", round3(run->ingest_median)) ||
+             cpri_json_add_number(o, "restore_ratio_median", round3(run->restore_median)) ||
              cpri_json_add_child(o, k->ingest_ratios, ins);
     if (!failed)
         ins = NULL;
@@ -937,18 +934,13 @@ static int print_rpc_table(const bench_opts *opts, const bench_result *store,
                runs[i].use_unix ? "unix" : "tcp", x.ingest, ratio(x.ingest, s.raw_write), ratio(x.ingest, s.ingest), x.restore,
                ratio(x.restore, s.raw_read), ratio(x.restore, s.restore), c->user_s, c->sys_s);
     }
-    for (size_t i = 0; i < n; i++) {
-        if (!runs[i].rounds)
-            continue;
-        double in[15], out[15];
-        memcpy(in, runs[i].ingest_ratios, runs[i].rounds * sizeof *in);
-        memcpy(out, runs[i].restore_ratios, runs[i].rounds * sizeof *out);
-        printf("%s  %u shards over %s, medians of %u rounds: ingest %.3f x rados bench write, "
-               "restore %.3f x rados bench seq (the row above: the median restore round)\n",
-               i == 0 ? "\n" : "", runs[i].shards, runs[i].use_unix ? "unix" : "tcp",
-               runs[i].rounds, bench_median(in, runs[i].rounds),
-               bench_median(out, runs[i].rounds));
-    }
+    for (size_t i = 0; i < n; i++)
+        if (runs[i].rounds)
+            printf("%s  %u shards over %s, medians of %u rounds: ingest %.3f x rados bench "
+                   "write, restore %.3f x rados bench seq (the row above: the median restore "
+                   "round)\n", i == 0 ? "\n" : "", runs[i].shards,
+                   runs[i].use_unix ? "unix" : "tcp", runs[i].rounds, runs[i].ingest_median,
+                   runs[i].restore_median);
     printf("\n  every restored row verified; cpu includes the daemon's\n");
     return fflush(stdout) == 0 ? 0 : -1;
 }
@@ -959,6 +951,13 @@ static int print_rpc_table(const bench_opts *opts, const bench_result *store,
  * (docs/performance.md), so one baseline, or one run, would decide the
  * ratio. The run reports the median of each ratio over the rounds, each
  * round's, and the figures of the round whose restore ratio is the median. */
+/* rados bench of `bytes` into `res`, then its objects removed. */
+static cpr_status rados_baseline(const bench_opts *opts, uint64_t bytes, bench_result *res)
+{
+    cpr_status st = bench_rados_run(opts, bytes, res);
+    return st ? st : bench_rados_purge(opts, NULL);
+}
+
 static cpr_status rpc_rados_rounds(const bench_opts *opts, const char *dir,
                                    const bench_result *store, rpc_run *run)
 {
@@ -969,20 +968,14 @@ static cpr_status rpc_rados_rounds(const bench_opts *opts, const char *dir,
         memset(&rounds[r], 0, sizeof rounds[r]);
         fprintf(stderr, "cpr-bench: %u shards, round %u of %u (%s first)\n", run->shards,
                 r + 1, run->rounds, r % 2 ? "rados bench" : "ckptd");
-        if (r % 2) {
-            st = bench_rados_run(opts, store->full_bytes, &rounds[r]);
-            if (st == CPR_OK)
-                st = bench_rados_purge(opts, NULL);
-        }
+        if (r % 2)
+            st = rados_baseline(opts, store->full_bytes, &rounds[r]);
         if (st == CPR_OK)
             st = bench_rpc_run(opts, dir, run->shards, run->use_unix, &rounds[r]);
         if (st == CPR_OK)
             st = bench_rados_purge(opts, NULL);
-        if (st == CPR_OK && r % 2 == 0) {
-            st = bench_rados_run(opts, store->full_bytes, &rounds[r]);
-            if (st == CPR_OK)
-                st = bench_rados_purge(opts, NULL);
-        }
+        if (st == CPR_OK && r % 2 == 0)
+            st = rados_baseline(opts, store->full_bytes, &rounds[r]);
         if (st == CPR_OK && (!opts->keep || r + 1 < run->rounds)) /* the next starts anew */
             st = bench_report(bench_remove_tree(dir), "cleaning up");
         if (st == CPR_OK) {
@@ -992,14 +985,12 @@ static cpr_status rpc_rados_rounds(const bench_opts *opts, const char *dir,
     }
     if (st)
         return st;
-    double sorted[15];
+    double sorted[15]; /* bench_median sorts */
+    memcpy(sorted, run->ingest_ratios, run->rounds * sizeof *sorted);
+    run->ingest_median = bench_median(sorted, run->rounds);
     memcpy(sorted, run->restore_ratios, run->rounds * sizeof *sorted);
-    double m = bench_median(sorted, run->rounds);
-    size_t best = 0;
-    for (size_t i = 1; i < run->rounds; i++)
-        if (fabs(run->restore_ratios[i] - m) < fabs(run->restore_ratios[best] - m))
-            best = i;
-    run->res = rounds[best];
+    run->restore_median = bench_median(sorted, run->rounds);
+    run->res = rounds[median_round(rounds, run->rounds, restore_ratio_of)];
     return CPR_OK;
 }
 
@@ -1052,17 +1043,13 @@ static cpr_status rpc_rados_baseline(const bench_opts *opts, const workdir *wd,
     bench_result warm;
     memset(&warm, 0, sizeof warm);
     fprintf(stderr, "cpr-bench: warming the cluster up (untimed rados bench)\n");
-    cpr_status st = bench_rados_run(opts, bytes, &warm);
-    if (st == CPR_OK)
-        st = bench_rados_purge(opts, NULL);
+    cpr_status st = rados_baseline(opts, bytes, &warm);
     if (st == CPR_OK)
         st = bench_store_run(opts, wd->store_dir, store);
     if (st == CPR_OK)
         st = bench_rados_purge(opts, NULL);
     if (st == CPR_OK)
-        st = bench_rados_run(opts, store->full_bytes, store);
-    if (st == CPR_OK)
-        st = bench_rados_purge(opts, NULL);
+        st = rados_baseline(opts, store->full_bytes, store);
     if (st == CPR_OK && !opts->keep)
         st = bench_report(bench_remove_tree(wd->store_dir), "cleaning up");
     return st;
