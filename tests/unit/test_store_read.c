@@ -17,6 +17,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "cpr/crc32c.h"
 #include "cpr/store.h"
@@ -702,6 +703,97 @@ static void test_restore_default_batch_bytes(void **state)
     assert_true(m.batches >= 3); /* 2000 rows of 4012 bytes do not fit in one */
 }
 
+/* ---- the merge against a reference ---------------------------------------- */
+
+#define MODEL_ROWS 3000
+#define MODEL_PARTS 6 /* FULL at 1, PRIORITY at 2..6 */
+static const cpr_table_schema model_table[1] = {{1, MODEL_ROWS, 4, 2}};
+
+static uint64_t model_rand(uint64_t *x)
+{
+    *x ^= *x << 13;
+    *x ^= *x >> 7;
+    *x ^= *x << 17;
+    return *x;
+}
+
+/* Put ids[0..n) of checkpoint `ckpt` in 1-4 blocks of random sizes. */
+static void model_put(cpr_store *st, const cpr_part_id *id, const uint64_t *ids, size_t n,
+                      uint64_t *rng)
+{
+    size_t at = 0;
+    while (at < n) {
+        size_t take = n - at;
+        if (take > 8 && model_rand(rng) % 2)
+            take = 1 + model_rand(rng) % (take - 1);
+        tu_batch b;
+        tu_batch_make(&b, &model_table[0], ids + at, take, id->checkpoint);
+        assert_int_equal(cpr_store_put_rows(st, id, &b.batch), CPR_OK);
+        tu_batch_free(&b);
+        at += take;
+    }
+}
+
+/* A FULL and five PRIORITY parts of random density and random block
+ * splits; restores of random as-of, ranges and modulo must give each
+ * selected row's newest version, in order (restore.c M1, M6). */
+static void test_restore_matches_model(void **state)
+{
+    tu_store_fixture *f = *state;
+    const cpr_table_schema *t = &model_table[0];
+    static uint8_t wrote[MODEL_PARTS + 1][MODEL_ROWS];
+    memset(wrote, 0, sizeof wrote);
+    uint64_t rng = 0x9e3779b97f4a7c15ull, *ids = malloc(MODEL_ROWS * sizeof *ids);
+    assert_non_null(ids);
+    for (uint64_t ckpt = 1; ckpt <= MODEL_PARTS; ckpt++) {
+        cpr_part_spec spec = tu_part("m", 0, 1, ckpt, ckpt == 1 ? CPR_KIND_FULL
+                                                                  : CPR_KIND_PRIORITY, t, 1);
+        assert_int_equal(cpr_store_begin(f->store, &spec), CPR_OK);
+        uint64_t one_in = ckpt == 1 ? 1 : 1 + model_rand(&rng) % 40;
+        size_t n = 0;
+        for (uint64_t r = 0; r < MODEL_ROWS; r++)
+            if (model_rand(&rng) % one_in == 0) {
+                ids[n++] = r;
+                wrote[ckpt][r] = 1;
+            }
+        model_put(f->store, &spec.id, ids, n, &rng);
+        assert_int_equal(cpr_store_commit(f->store, &spec.id, n), CPR_OK);
+    }
+    free(ids);
+    for (int round = 0; round < 60; round++) {
+        cpr_row_range ranges[2];
+        cpr_restore_query q = {.job = "m", .as_of = model_rand(&rng) % (MODEL_PARTS + 1)};
+        q.n_ranges = model_rand(&rng) % 3;
+        for (size_t i = 0; i < q.n_ranges; i++) {
+            uint64_t a = model_rand(&rng) % MODEL_ROWS, b = model_rand(&rng) % MODEL_ROWS;
+            ranges[i] = (cpr_row_range){a < b ? a : b, (a < b ? b : a) + 1};
+        }
+        q.ranges = ranges;
+        q.modulo = model_rand(&rng) % 4 == 0 ? 2 + model_rand(&rng) % 3 : 0;
+        q.remainder = q.modulo ? model_rand(&rng) % q.modulo : 0;
+        q.batch_rows = model_rand(&rng) % 2 ? 0 : 1 + model_rand(&rng) % 700;
+        tu_rows got;
+        assert_int_equal(tu_restore(f->store, &q, &got, NULL), CPR_OK);
+        uint64_t as_of = q.as_of ? q.as_of : MODEL_PARTS;
+        size_t k = 0;
+        for (uint64_t r = 0; r < MODEL_ROWS; r++) {
+            int in = q.n_ranges == 0;
+            for (size_t i = 0; i < q.n_ranges; i++)
+                in |= r >= ranges[i].begin && r < ranges[i].end;
+            if (!in || (q.modulo && r % q.modulo != q.remainder))
+                continue;
+            uint64_t newest = 1;
+            for (uint64_t c = 2; c <= as_of; c++)
+                if (wrote[c][r])
+                    newest = c;
+            assert_true(k < got.n);
+            tu_assert_row(&got.rows[k++], t, r, newest);
+        }
+        assert_int_equal(got.n, k);
+        tu_rows_free(&got);
+    }
+}
+
 #define STORE_TEST(fn) cmocka_unit_test_setup_teardown(fn, tu_store_setup, tu_store_teardown)
 
 int main(void)
@@ -711,6 +803,7 @@ int main(void)
         STORE_TEST(test_restore_selection),
         STORE_TEST(test_restore_as_of),
         STORE_TEST(test_restore_many_versions),
+        STORE_TEST(test_restore_matches_model),
         STORE_TEST(test_restore_batches_and_errors),
         STORE_TEST(test_restore_default_batch_bytes),
         STORE_TEST(test_latest_cut),
