@@ -617,6 +617,35 @@ static cpr_status send_block(void *ctx, const void *block, size_t block_len)
     return st == CPR_OK ? restore_send(o, buf, len) : st;
 }
 
+/* Direct reads: asked for, of this daemon's own store, in a plan version
+ * this daemon writes. */
+static int direct_reads(const cpri_server *srv, const cpri_wire_restore *q)
+{
+    const char *mine = cpr_store_shared_id(srv->store);
+    return q->direct[0] && mine && strcmp(q->direct, mine) == 0 &&
+           q->plan_version == CPR_STORE_PLAN_VERSION;
+}
+
+#define PLAN_PIECE_BYTES ((size_t)1 << 20) /* under any gRPC message limit */
+
+/* RowBatch.plan: the restore's plan, in pieces; the client reads the rows. */
+static cpr_status send_plan(cpri_server *srv, const cpr_restore_query *q, restore_out *o)
+{
+    void *plan = NULL;
+    size_t len = 0;
+    cpr_status st = cpr_store_restore_plan(srv->store, q, &plan, &len, NULL);
+    for (size_t at = 0; st == CPR_OK && at < len; at += PLAN_PIECE_BYTES) {
+        uint8_t *buf;
+        size_t n;
+        size_t piece = len - at < PLAN_PIECE_BYTES ? len - at : PLAN_PIECE_BYTES;
+        st = cpri_wire_plan_encode((const char *)plan + at, piece, &buf, &n);
+        if (st == CPR_OK)
+            st = restore_send(o, buf, n);
+    }
+    free(plan);
+    return st;
+}
+
 static void h_restore(cpri_rpc_call *c, void *app)
 {
     cpri_server *srv = app;
@@ -639,7 +668,9 @@ static void h_restore(cpri_rpc_call *c, void *app)
                         "clients are not reading them?)", q.query.job, gs.slots,
                         RESTORE_STALL_S);
             }
-            if (q.blocks)
+            if (direct_reads(srv, &q))
+                st = send_plan(srv, &q.query, &o);
+            else if (q.blocks)
                 st = cpr_store_restore_blocks(srv->store, &q.query, send_block, &o, NULL);
             else
                 st = cpr_store_restore(srv->store, &q.query, send_rows, &o, NULL);

@@ -252,6 +252,8 @@ cpr_status cpr_client_open(const char *target, const cpr_client_options *opts,
     c->opts.thread_cpus = NULL; /* borrowed for the call only */
     if (st == CPR_OK)
         st = open_target(c, target, &c->opts);
+    if (st == CPR_OK && !c->local && c->opts.store.rados_pool && *c->opts.store.rados_pool)
+        st = cpri_direct_open(&c->opts.store, &c->direct);
     /* Borrowed for the call only (read by open_target). */
     c->opts.token = c->opts.tls_ca_file = c->opts.tls_cert_file = c->opts.tls_key_file = NULL;
     if (st) {
@@ -272,6 +274,7 @@ void cpr_client_close(cpr_client *c)
     for (size_t i = 0; i < c->n_nodes; i++)
         cpri_node_close(c->nodes[i]);
     free(c->nodes);
+    cpri_direct_close(c->direct);
     pthread_mutex_destroy(&c->mu);
     pthread_cond_destroy(&c->room);
     free(c);

@@ -73,9 +73,19 @@ cpr_status cpri_node_list_where(cpri_node *node, const char *job, double timeout
 /* What the node said its store is (ListResponse.store): "" until it listed,
  * or when its store is its own. Nodes naming one store share it. */
 void cpri_node_store_id(cpri_node *node, char *out, size_t cap);
-/* Rows are checked against their checksum before `fn` sees them. */
-cpr_status cpri_node_restore(cpri_node *node, const cpr_restore_query *q, double timeout_s,
-                            cpr_row_fn fn, void *ctx, uint64_t *rows, uint64_t *bytes);
+/* Direct reads (docs/client.md): the store library's reader of a pool, for
+ * restores from ckptd gateways whose store is in it. */
+typedef struct cpri_direct cpri_direct;
+cpr_status cpri_direct_open(const cpr_store_options *opts, cpri_direct **out);
+void cpri_direct_close(cpri_direct *d); /* NULL is a no-op */
+/* "rados:FSID/POOL/NS" (NULL for NULL). */
+const char *cpri_direct_id(const cpri_direct *d);
+/* Rows are checked against their checksum before `fn` sees them. With
+ * `direct` (may be NULL), a grpc node asks for the blocks of that store by
+ * location and reads them from the pool. */
+cpr_status cpri_node_restore(cpri_node *node, const cpr_restore_query *q, cpri_direct *direct,
+                            double timeout_s, cpr_row_fn fn, void *ctx, uint64_t *rows,
+                            uint64_t *bytes);
 /* fn(ctx, size, offset, data, len) per chunk, checked; size is the blob's length. */
 typedef cpr_status (*cpri_node_chunk_fn)(void *ctx, uint64_t size, uint64_t offset,
                                         const void *data, size_t len);
@@ -107,6 +117,7 @@ struct cpr_client {
     cpri_node **nodes;
     size_t n_nodes;
     int local;
+    cpri_direct *direct;       /* grpc:// with opts.store.rados_pool: direct reads */
     /* Staging (part.c): bytes held by queued puts of every part, <= limit. */
     pthread_mutex_t mu;
     pthread_cond_t room;

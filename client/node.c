@@ -383,12 +383,61 @@ cpr_status cpri_node_list_where(cpri_node *n, const char *job, double timeout_s,
     return st;
 }
 
+/* ---- direct reads ------------------------------------------------------------------ */
+
+struct cpri_direct {
+    const cpri_store_api *api;
+    cpr_store_reader *reader;
+    char id[320];              /* the pool's store, as ckptd names its own */
+};
+
+cpr_status cpri_direct_open(const cpr_store_options *opts, cpri_direct **out)
+{
+    const cpri_store_api *api;
+    cpr_status st = store_api(&api);
+    if (st)
+        return st;
+    cpri_direct *d = calloc(1, sizeof *d);
+    if (!d)
+        return cpr_fail(CPR_NO_MEMORY, "out of memory opening direct reads");
+    d->api = api;
+    st = api->reader_open(opts, &d->reader);
+    if (st) {
+        char why[512];
+        snprintf(why, sizeof why, "%s", api->errmsg());
+        free(d);
+        return cpr_fail(st, "direct reads from pool %s: %s", opts->rados_pool, why);
+    }
+    snprintf(d->id, sizeof d->id, "%s", api->reader_id(d->reader));
+    *out = d;
+    return CPR_OK;
+}
+
+void cpri_direct_close(cpri_direct *d)
+{
+    if (!d)
+        return;
+    d->api->reader_close(d->reader);
+    free(d);
+}
+
+const char *cpri_direct_id(const cpri_direct *d)
+{
+    return d ? d->id : NULL;
+}
+
+/* ---- restores ------------------------------------------------------------------------ */
+
 typedef struct rows_in {
     cpri_node *node;
     cpr_row_fn fn;
     void *ctx;
     uint64_t rows, bytes;
     int fn_failed;            /* the caller's callback stopped the restore */
+    cpri_direct *direct;      /* direct reads (NULL: none) */
+    unsigned char *plan;      /* RowBatch.plan pieces so far (direct reads) */
+    size_t plan_len, plan_cap;
+    int rows_seen;            /* the answer carried rows (no plan then) */
     unsigned char *scratch;   /* an aligned home for a block that arrived misaligned */
     size_t scratch_cap;
     float *decoded;           /* a quantized block's values as f32 */
@@ -447,6 +496,45 @@ static cpr_status remote_block(rows_in *in, const void *block, size_t len)
     return count_rows(in, &b);
 }
 
+/* RowBatch.plan: a piece of the restore's plan, kept until the stream
+ * ends (the plan is run then: direct_run). */
+static cpr_status remote_plan(rows_in *in, const void *piece, size_t len)
+{
+    if (!in->direct || in->rows_seen)
+        return cpr_fail(CPR_INTERNAL, "%s answered a restore with a plan, which this client "
+                        "did not ask for or among rows", in->node->name);
+    if (len > in->plan_cap - in->plan_len) {
+        size_t cap = in->plan_cap ? in->plan_cap : (size_t)64 << 10;
+        while (cap - in->plan_len < len)
+            cap *= 2;
+        unsigned char *grown = realloc(in->plan, cap);
+        if (!grown)
+            return cpr_fail(CPR_NO_MEMORY, "out of memory for a restore plan of %zu bytes",
+                            in->plan_len + len);
+        in->plan = grown;
+        in->plan_cap = cap;
+    }
+    memcpy(in->plan + in->plan_len, piece, len);
+    in->plan_len += len;
+    return CPR_OK;
+}
+
+/* Run the plan over the pool: rows checked by the store library as ckptd
+ * would check them, then counted and delivered here. */
+static cpr_status direct_run(rows_in *in)
+{
+    const cpri_direct *d = in->direct;
+    in->fn_failed = 0;
+    cpr_status st = d->api->reader_restore(d->reader, in->plan, in->plan_len, local_rows, in,
+                                           NULL);
+    if (st && !in->fn_failed) { /* the store library's message */
+        char why[768];
+        snprintf(why, sizeof why, "%s", d->api->errmsg());
+        cpr_fail(st, "%s", why);
+    }
+    return st;
+}
+
 static cpr_status remote_rows(void *ctx, const uint8_t *msg, size_t len)
 {
     rows_in *in = ctx;
@@ -454,6 +542,17 @@ static cpr_status remote_rows(void *ctx, const uint8_t *msg, size_t len)
     cpr_status st = cpri_wire_rows_decode(msg, len, &w);
     if (st)
         return st;
+    if (w.plan) {
+        st = remote_plan(in, w.plan, w.plan_len);
+        cpri_wire_rows_release(&w);
+        return st;
+    }
+    in->rows_seen = 1;
+    if (in->plan_len) {
+        cpri_wire_rows_release(&w);
+        return cpr_fail(CPR_INTERNAL, "%s answered a restore with rows after its plan",
+                        in->node->name);
+    }
     if (w.block) {
         st = remote_block(in, w.block, w.block_len);
         cpri_wire_rows_release(&w);
@@ -474,10 +573,11 @@ static cpr_status remote_rows(void *ctx, const uint8_t *msg, size_t len)
     return st;
 }
 
-cpr_status cpri_node_restore(cpri_node *n, const cpr_restore_query *q, double timeout_s,
-                            cpr_row_fn fn, void *ctx, uint64_t *rows, uint64_t *bytes)
+cpr_status cpri_node_restore(cpri_node *n, const cpr_restore_query *q, cpri_direct *direct,
+                            double timeout_s, cpr_row_fn fn, void *ctx, uint64_t *rows,
+                            uint64_t *bytes)
 {
-    rows_in in = {n, fn, ctx, 0, 0, 0, NULL, 0, NULL, 0};
+    rows_in in = {.node = n, .fn = fn, .ctx = ctx};
     cpr_status st;
     if (n->store) {
         st = n->api->restore(n->store, q, local_rows, &in, NULL);
@@ -486,10 +586,14 @@ cpr_status cpri_node_restore(cpri_node *n, const cpr_restore_query *q, double ti
     } else {
         uint8_t *req = NULL;
         size_t len = 0;
-        st = cpri_wire_restore_encode_blocks(q, 1, &req, &len);
+        in.direct = direct;
+        st = cpri_wire_restore_encode_blocks(q, 1, cpri_direct_id(direct), &req, &len);
         if (st == CPR_OK)
             st = cpri_rpc_server_stream(n->rpc, SVC "Restore", req, len, timeout_s,
                                        remote_rows, &in);
+        if (st == CPR_OK && in.plan_len)
+            st = direct_run(&in);
+        free(in.plan);
         free(req);
         free(in.scratch);
         free(in.decoded);

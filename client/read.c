@@ -23,7 +23,8 @@ static cpr_status restore_node(cpr_client *c, cpri_node *node, const cpr_restore
 {
     for (unsigned attempt = 0;; attempt++) {
         uint64_t r = 0, b = 0;
-        cpr_status st = cpri_node_restore(node, q, c->opts.stream_timeout_s, fn, ctx, &r, &b);
+        cpr_status st = cpri_node_restore(node, q, c->direct, c->opts.stream_timeout_s, fn, ctx,
+                                          &r, &b);
         *rows += r;
         *bytes += b;
         if (st != CPR_UNAVAILABLE)

@@ -16,7 +16,7 @@
 
 #include "cpr/store.h"
 
-#define CPR_STORE_API_ABI 3u
+#define CPR_STORE_API_ABI 4u
 
 typedef struct cpri_store_api {
     uint32_t abi;   /* CPR_STORE_API_ABI of the store that filled it */
@@ -52,6 +52,12 @@ typedef struct cpri_store_api {
                                uint64_t blobs, uint64_t blob_bytes); /* ABI 2 */
     cpr_status (*part_location)(cpr_store *store, const cpr_part_id *id, char *out,
                                 size_t cap); /* ABI 3 */
+    /* ABI 4: direct reads (grpc:// clients given the store's pool) */
+    cpr_status (*reader_open)(const cpr_store_options *opts, cpr_store_reader **out);
+    const char *(*reader_id)(const cpr_store_reader *r);
+    cpr_status (*reader_restore)(cpr_store_reader *r, const void *plan, size_t len,
+                                 cpr_row_fn fn, void *ctx, cpr_restore_result *result);
+    void (*reader_close)(cpr_store_reader *r);
 } cpri_store_api;
 
 /* Defined (and exported) by the store library. */

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cpr/store.h" /* CPR_STORE_PLAN_VERSION */
 #include "cpr/v1/checkpoint.pb-c.h"
 #include "cpr_common.h"
 #include "wire.h"
@@ -374,8 +375,8 @@ cpr_status cpri_wire_rows_decode(const void *buf, size_t len, cpri_wire_rows *ou
         if (pb_field(&rd, &f, &v, &bytes, &blen))
             return malformed("RowBatch", len);
         int is_len = bytes != NULL;
-        if ((f == 1 || f == 5 || f == 6 || f == 7 || f == 11) != is_len &&
-            f <= 12)
+        if ((f == 1 || f == 5 || f == 6 || f == 7 || f == 11 || f == 13) != is_len &&
+            f <= 13)
             return malformed("RowBatch", len); /* a known field of the wrong type */
         switch (f) {
         case 1: job = bytes; job_len = blen; break;
@@ -390,6 +391,7 @@ cpr_status cpri_wire_rows_decode(const void *buf, size_t len, cpri_wire_rows *ou
         case 10: r.state_dim = (uint32_t)v; break;
         case 11: r.block = bytes; r.block_len = blen; break;
         case 12: r.lease = v; break;
+        case 13: r.plan = bytes; r.plan_len = blen; break;
         default: break; /* unknown: skipped */
         }
     }
@@ -415,6 +417,11 @@ cpr_status cpri_wire_rows_decode(const void *buf, size_t len, cpri_wire_rows *ou
         cpri_wire_rows_release(&r);
         return cpr_fail(CPR_INVALID_ARGUMENT, "RowBatch carries a block and ids/values/"
                         "state: send one or the other");
+    }
+    if (r.plan && (r.block || r.batch.n || r.batch.values_count || r.batch.state_count)) {
+        cpri_wire_rows_release(&r);
+        return cpr_fail(CPR_INVALID_ARGUMENT, "RowBatch carries a piece of a restore plan and "
+                        "rows: send one or the other");
     }
     *out = r;
     out->id.job = out->job; /* into *out, not the local copy */
@@ -456,6 +463,13 @@ cpr_status cpri_wire_block_encode(const cpr_part_id *id, uint64_t lease, const v
     m.lease = lease;
     m.block = (ProtobufCBinaryData){block_len, (uint8_t *)block};
     return pack(&m.base, buf, len);
+}
+
+cpr_status cpri_wire_plan_encode(const void *piece, size_t len, uint8_t **buf, size_t *out_len)
+{
+    Cpr__V1__RowBatch m = CPR__V1__ROW_BATCH__INIT;
+    m.plan = (ProtobufCBinaryData){len, (uint8_t *)piece};
+    return pack(&m.base, buf, out_len);
 }
 
 /* ---- blob chunks ----------------------------------------------------------------- */
@@ -605,6 +619,8 @@ cpr_status cpri_wire_restore_decode(const void *buf, size_t len, cpri_wire_resto
         .batch_rows = m->batch_rows,
     };
     r.blocks = m->blocks;
+    r.direct = str(m->direct);
+    r.plan_version = m->plan_version;
     *out = r;
     return CPR_OK;
 }
@@ -619,11 +635,11 @@ void cpri_wire_restore_release(cpri_wire_restore *r)
 
 cpr_status cpri_wire_restore_encode(const cpr_restore_query *q, uint8_t **buf, size_t *len)
 {
-    return cpri_wire_restore_encode_blocks(q, 0, buf, len);
+    return cpri_wire_restore_encode_blocks(q, 0, NULL, buf, len);
 }
 
-cpr_status cpri_wire_restore_encode_blocks(const cpr_restore_query *q, int blocks, uint8_t **buf,
-                                          size_t *len)
+cpr_status cpri_wire_restore_encode_blocks(const cpr_restore_query *q, int blocks,
+                                          const char *direct, uint8_t **buf, size_t *len)
 {
     Cpr__V1__RestoreRequest m = CPR__V1__RESTORE_REQUEST__INIT;
     Cpr__V1__RowRange *ranges = calloc(q->n_ranges + 1, sizeof *ranges);
@@ -650,6 +666,8 @@ cpr_status cpri_wire_restore_encode_blocks(const cpr_restore_query *q, int block
     m.remainder = q->remainder;
     m.batch_rows = (uint32_t)q->batch_rows;
     m.blocks = blocks != 0;
+    m.direct = (char *)(direct ? direct : "");
+    m.plan_version = direct ? CPR_STORE_PLAN_VERSION : 0; /* what this build reads */
     st = pack(&m.base, buf, len);
 out:
     free(ranges);

@@ -39,6 +39,8 @@ typedef struct cpri_wire_rows {
     uint32_t dim, state_dim;      /* as sent (set in Restore responses) */
     const void *block;            /* RowBatch.block: a row block (NULL if absent) */
     size_t block_len;
+    const void *plan;             /* RowBatch.plan: a piece of a restore plan */
+    size_t plan_len;
     char job[CPR_NAME_MAX + 1];
     void *copies[3];              /* aligned copies, when the message's were not */
 } cpri_wire_rows;
@@ -68,6 +70,8 @@ typedef struct cpri_wire_part {
 typedef struct cpri_wire_restore {
     cpr_restore_query query;      /* arrays point into this struct or the message */
     int blocks;                   /* answer with RowBatch.block */
+    const char *direct;           /* RestoreRequest.direct ("" if absent) */
+    uint32_t plan_version;        /* RestoreRequest.plan_version */
     void *msg;
     uint32_t *tables;
     cpr_row_range *ranges;
@@ -138,9 +142,12 @@ cpr_status cpri_wire_rows_encode(const cpr_part_id *id, uint64_t lease, const cp
 cpr_status cpri_wire_block_encode(const cpr_part_id *id, uint64_t lease, const void *block,
                                  size_t block_len,
                                  uint8_t **buf, size_t *len);
-/* RestoreRequest; `blocks` asks for answers as row blocks. */
-cpr_status cpri_wire_restore_encode_blocks(const cpr_restore_query *q, int blocks, uint8_t **buf,
-                                          size_t *len);
+/* RestoreRequest; `blocks` asks for answers as row blocks, `direct` (NULL:
+ * none) for the plan, when the daemon's store is that one. */
+cpr_status cpri_wire_restore_encode_blocks(const cpr_restore_query *q, int blocks,
+                                          const char *direct, uint8_t **buf, size_t *len);
+/* A RowBatch carrying a piece of a restore plan (direct reads). */
+cpr_status cpri_wire_plan_encode(const void *piece, size_t len, uint8_t **buf, size_t *out_len);
 cpr_status cpri_wire_chunk_encode(const cpr_part_id *id, uint64_t lease, const char *name,
                                  uint64_t offset,
                                  uint64_t size, const void *data, size_t data_len,

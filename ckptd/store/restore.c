@@ -44,6 +44,13 @@
  *      candidates), so they go as runs (emit_until) instead of row by row
  *      through the heap: a FULL under a sparse PRIORITY part merges at
  *      nearly the speed of a copy.
+ *  M5. Direct reads (cpr_store_restore_plan): the plan leaves the process
+ *      (plan.c encodes it) and another process runs the merge over the
+ *      pool (direct.c). Its reads come after this store has stopped
+ *      counting it as a reader, so what keeps its segments is S8: in RADOS
+ *      a segment stays DOOM_GRACE_S after its record goes. A segment read
+ *      later is missing, never other bytes (names are never reused), and
+ *      every block is checked against its catalog record as here.
  */
 #include <stdatomic.h>
 #include <stdio.h>
@@ -535,7 +542,7 @@ static cpr_status out_copy(out_batch *o, const cursor *c, uint32_t i, uint32_t j
 /* ---- the merge ------------------------------------------------------------------ */
 
 typedef struct merge {
-    cpr_store *store;
+    cpri_backend *segs;
     const cpri_merge_plan *p;
     cpri_obj_reader *reader;
     out_batch out;
@@ -549,7 +556,7 @@ static void cursor_free(merge *m, cursor *c)
     if (!c)
         return;
     if (c->owner)
-        m->store->segs->ops->read_release(m->reader, c->owner);
+        m->segs->ops->read_release(m->reader, c->owner);
     free(c);
 }
 
@@ -574,7 +581,7 @@ static cpr_status load_next(merge *m, cursor **out)
     if (!c)
         return cpr_fail(CPR_NO_MEMORY, "out of memory merging blocks");
     c->cand = cand;
-    cpr_status st = m->store->segs->ops->read_next(m->reader, &c->owner, &c->data);
+    cpr_status st = m->segs->ops->read_next(m->reader, &c->owner, &c->data);
     if (st == CPR_OK)
         st = cpri_block_open_ref(c->data, &cand->ref, &c->v);
     if (st == CPR_OK && !c->v.versions != !cand->fold)
@@ -807,20 +814,21 @@ static unsigned fetch_depth(const cpri_backend_ops *ops, const cpri_merge_plan *
            : depth > ops->read_depth ? ops->read_depth : (unsigned)depth;
 }
 
-cpr_status cpri_merge_run(cpr_store *store, const cpri_merge_plan *p, const cpri_merge_sink *sink,
-                         cpr_restore_result *res)
+/* The merge over `segs`; *reading counts the merges reading it (M2). */
+static cpr_status merge_run_on(cpri_backend *segs, _Atomic unsigned *reading_now,
+                               const cpri_merge_plan *p, const cpri_merge_sink *sink,
+                               cpr_restore_result *res)
 {
-    merge m = {.store = store, .p = p, .out = {.sink = sink, .res = res}};
+    merge m = {.segs = segs, .p = p, .out = {.sink = sink, .res = res}};
     cpri_obj_extent *ext = malloc((p->n_cands ? p->n_cands : 1) * sizeof *ext);
     cpr_status st = ext ? CPR_OK : cpr_fail(CPR_NO_MEMORY, "out of memory starting reads");
     for (size_t i = 0; st == CPR_OK && i < p->n_cands; i++)
         ext[i] = (cpri_obj_extent){p->objects[p->cands[i].object], p->cands[i].ref.offset,
                                   p->cands[i].ref.len};
-    unsigned reading = atomic_fetch_add(&store->restores_reading, 1) + 1;
+    unsigned reading = atomic_fetch_add(reading_now, 1) + 1;
     if (st == CPR_OK && p->n_cands)
-        st = store->segs->ops->read_start(store->segs, ext, p->n_cands,
-                                          fetch_depth(store->segs->ops, p, reading),
-                                          &m.reader);
+        st = segs->ops->read_start(segs, ext, p->n_cands, fetch_depth(segs->ops, p, reading),
+                                   &m.reader);
     for (size_t t = 0; st == CPR_OK && t < p->n_tables; t++) {
         const cpr_table_schema *schema = &p->tables[t];
         size_t end = m.next;
@@ -836,7 +844,7 @@ cpr_status cpri_merge_run(cpr_store *store, const cpri_merge_plan *p, const cpri
             st = out_flush(&m.out);
     }
     if (m.reader)
-        store->segs->ops->read_end(m.reader);
+        segs->ops->read_end(m.reader);
     free(m.h.c);
     free(m.out.ids);
     free(m.out.versions);
@@ -844,8 +852,14 @@ cpr_status cpri_merge_run(cpr_store *store, const cpri_merge_plan *p, const cpri
     free(m.out.state);
     free(m.out.enc);
     free(ext);
-    atomic_fetch_sub(&store->restores_reading, 1);
+    atomic_fetch_sub(reading_now, 1);
     return st;
+}
+
+cpr_status cpri_merge_run(cpr_store *store, const cpri_merge_plan *p, const cpri_merge_sink *sink,
+                         cpr_restore_result *res)
+{
+    return merge_run_on(store->segs, &store->restores_reading, p, sink, res);
 }
 
 /* ---- cpr_store_restore ----------------------------------------------------------- */
@@ -913,29 +927,38 @@ static cpr_status check_query(const cpr_restore_query *q, int have_fn)
     return st;
 }
 
+/* Check and normalise the query, then plan it under store->mu; on success
+ * the caller is a registered reader (M3) and must leave. */
+static cpr_status plan_query(cpr_store *store, const cpr_restore_query *q, int have_fn,
+                             cpri_merge_plan *p)
+{
+    cpr_restore_query uq = q ? *q : (cpr_restore_query){0}; /* its tables unique */
+    uint32_t *tables = NULL;
+    cpr_status st = check_query(q, have_fn);
+    if (st == CPR_OK)
+        st = normalise_ranges(q->ranges, q->n_ranges, &p->ranges, &p->n_ranges);
+    if (st == CPR_OK)
+        st = normalise_tables(q->tables, q->n_tables, &tables, &uq.n_tables);
+    uq.tables = tables;
+    if (st == CPR_OK) {
+        p->modulo = q->modulo;
+        p->remainder = q->remainder;
+        p->batch_rows = q->batch_rows;
+        pthread_mutex_lock(&store->mu);
+        st = plan(store, &uq, p);
+        pthread_mutex_unlock(&store->mu);
+    }
+    free(tables);
+    return st;
+}
+
 static cpr_status restore(cpr_store *store, const cpr_restore_query *q,
                           const cpri_merge_sink *sink, int have_fn, cpr_restore_result *result)
 {
     cpri_merge_plan p = {0};
     cpr_restore_result res = {0};
-    int reading = 0;
-    cpr_restore_query uq = q ? *q : (cpr_restore_query){0}; /* its tables unique */
-    uint32_t *tables = NULL;
-    cpr_status st = check_query(q, have_fn);
-    if (st == CPR_OK)
-        st = normalise_ranges(q->ranges, q->n_ranges, &p.ranges, &p.n_ranges);
-    if (st == CPR_OK)
-        st = normalise_tables(q->tables, q->n_tables, &tables, &uq.n_tables);
-    uq.tables = tables;
-    if (st == CPR_OK) {
-        p.modulo = q->modulo;
-        p.remainder = q->remainder;
-        p.batch_rows = q->batch_rows;
-        pthread_mutex_lock(&store->mu);
-        st = plan(store, &uq, &p);
-        reading = st == CPR_OK;
-        pthread_mutex_unlock(&store->mu);
-    }
+    cpr_status st = plan_query(store, q, have_fn, &p);
+    int reading = st == CPR_OK;
     if (st == CPR_OK)
         st = cpri_merge_run(store, &p, sink, &res);
     if (reading)
@@ -947,7 +970,33 @@ static cpr_status restore(cpr_store *store, const cpr_restore_query *q,
         *result = res;
     }
     cpri_merge_plan_release(&p);
-    free(tables);
+    return cpri_store_count(store, st);
+}
+
+cpr_status cpr_store_restore_plan(cpr_store *store, const cpr_restore_query *q, void **plan,
+                                  size_t *len, cpr_restore_result *result)
+{
+    if (!store || !plan || !len)
+        return cpr_fail(CPR_INVALID_ARGUMENT, "cpr_store_restore_plan: store, plan and len "
+                        "must be set");
+    *plan = NULL;
+    *len = 0;
+    if (!cpr_store_shared_id(store))
+        return cpr_fail(CPR_FAILED_PRECONDITION, "direct reads need a store in Ceph RADOS: "
+                        "the segments of a local directory are its own process's to read");
+    cpri_merge_plan p = {0};
+    cpri_store_refresh_for_read(store, q ? q->job : NULL); /* rados.h R9 */
+    cpr_status st = plan_query(store, q, 1, &p);
+    if (st == CPR_OK) {
+        /* M5: the segments outlive this reader by DOOM_GRACE_S (S8) */
+        cpri_store_reader_leave(store);
+        unsigned char *buf = NULL;
+        st = cpri_merge_plan_encode(&p, &buf, len);
+        *plan = buf;
+    }
+    if (st == CPR_OK && result)
+        *result = (cpr_restore_result){.as_of = p.as_of};
+    cpri_merge_plan_release(&p);
     return cpri_store_count(store, st);
 }
 
@@ -1006,6 +1055,17 @@ cpr_status cpr_store_restore(cpr_store *store, const cpr_restore_query *q, cpr_r
     cpri_merge_sink sink = {.rows = rows_to_batch, .block = block_to_batch, .ctx = &rc};
     cpri_store_refresh_for_read(store, q ? q->job : NULL); /* rados.h R9 */
     cpr_status st = restore(store, q, &sink, fn != NULL, result);
+    free(rc.decoded);
+    return st;
+}
+
+cpr_status cpri_merge_run_rows(cpri_backend *segs, _Atomic unsigned *reading,
+                               const cpri_merge_plan *p, cpr_row_fn fn, void *ctx,
+                               cpr_restore_result *res)
+{
+    row_ctx rc = {fn, ctx, NULL, 0};
+    cpri_merge_sink sink = {.rows = rows_to_batch, .block = block_to_batch, .ctx = &rc};
+    cpr_status st = merge_run_on(segs, reading, p, &sink, res);
     free(rc.decoded);
     return st;
 }

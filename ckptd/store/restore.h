@@ -7,6 +7,9 @@
 #ifndef CPR_STORE_RESTORE_H
 #define CPR_STORE_RESTORE_H
 
+#include <stdatomic.h>
+
+#include "backend.h"
 #include "catalog.h"
 #include "cpr/block.h"
 #include "cpr/store.h"
@@ -75,6 +78,19 @@ cpr_status cpri_merge_plan_build(cpri_merge_plan *p, const cpri_job *job, uint64
                                 const uint32_t *tables, size_t n_tables, int only_shard,
                                 uint32_t shard);
 void cpri_merge_plan_release(cpri_merge_plan *p);
+
+/* Direct reads (restore.c M5; plan.c): a restore's plan as bytes, for a
+ * process that runs the merge itself over the store's segments. decode
+ * checks everything a merge relies on (counts, order, indexes, names) and
+ * fills *p (zeroed first; release with cpri_merge_plan_release); a plan
+ * that fails is CPR_INVALID_ARGUMENT. store is NULL in a decoded plan. */
+cpr_status cpri_merge_plan_encode(const cpri_merge_plan *p, unsigned char **buf, size_t *len);
+cpr_status cpri_merge_plan_decode(const void *buf, size_t len, cpri_merge_plan *p);
+/* The merge of a plan over `segs`, into rows (cpr_store_restore's
+ * delivery); *reading counts the merges reading `segs` at once (M2). */
+cpr_status cpri_merge_run_rows(cpri_backend *segs, _Atomic unsigned *reading,
+                               const cpri_merge_plan *p, cpr_row_fn fn, void *ctx,
+                               cpr_restore_result *res);
 
 /* Run the merge (without store->mu; the caller is a registered reader). */
 cpr_status cpri_merge_run(cpr_store *store, const cpri_merge_plan *p, const cpri_merge_sink *sink,

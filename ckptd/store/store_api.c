@@ -33,6 +33,10 @@ static const cpri_store_api api = {
     .recovery_put = cpr_store_recovery_put,
     .errmsg = store_errmsg,
     .part_location = cpr_store_part_location,
+    .reader_open = cpr_store_reader_open,
+    .reader_id = cpr_store_reader_id,
+    .reader_restore = cpr_store_reader_restore,
+    .reader_close = cpr_store_reader_close,
 };
 
 const cpri_store_api *cpri_store_api_get(void)

@@ -87,7 +87,19 @@ typedef struct cpr_client_options {
                                  not competing on the trainer's host with
                                  sending and, for local://, storing. Size
                                  staging_bytes for a whole save */
-    cpr_store_options store;  /* local:// only: options of the store */
+    cpr_store_options store;  /* local://: options of the store. grpc:// and
+                                 unix: with store.rados_pool set (and
+                                 rados_conf, rados_namespace, rados_user as
+                                 the daemons' --rados-* options), direct
+                                 reads: a restore from a ckptd whose store is
+                                 that pool's namespace gets where the stored
+                                 blocks lie and reads them from the pool
+                                 itself, checked as ckptd would (docs/client.md,
+                                 "Direct reads"); ckptd still merges and
+                                 filters what needs it. Opening then fails
+                                 when the pool cannot be reached. The other
+                                 fields are ignored; the strings are borrowed
+                                 for cpr_client_open */
     const char *thread_cpus;  /* the CPUs the client's own threads (each part's
                                  sender: copying out deferred rows,
                                  checksums, sending) run on, as a list such as

@@ -208,6 +208,47 @@ CPR_API cpr_status cpr_store_restore_blocks(cpr_store *store, const cpr_restore_
                                     cpr_restore_result *result);
 
 /*
+ * Direct reads (docs/client.md): a restore whose reading is done by another
+ * process, over the store's own storage. cpr_store_restore_plan resolves and
+ * plans the query (as cpr_store_restore would: the same errors) and gives
+ * the plan as bytes (*plan malloc'd, the caller frees it; result->as_of
+ * names the state, rows and bytes are 0); cpr_store_reader_restore, on a
+ * reader of the same storage, runs it: the same rows in the same order as
+ * cpr_store_restore, every block checked against the plan's record of it.
+ * The segments a plan names stay readable for at least 300 s after
+ * retention or a fold removes their records. Plans are versioned
+ * (CPR_STORE_PLAN_VERSION, docs/format.md); a plan of another version is
+ * refused with CPR_INVALID_ARGUMENT. cpr_store_restore_plan needs a store
+ * with a shared id (Ceph RADOS; else CPR_FAILED_PRECONDITION).
+ */
+#define CPR_STORE_PLAN_VERSION 1u
+CPR_API cpr_status cpr_store_restore_plan(cpr_store *store, const cpr_restore_query *query,
+                                          void **plan, size_t *len,
+                                          cpr_restore_result *result);
+
+/*
+ * A reader of a store's storage in Ceph RADOS, without opening the store (no
+ * catalog, no gateway; any number of readers at once). `opts` names the
+ * storage as for cpr_store_open (rados_pool, rados_conf, rados_namespace,
+ * rados_user); its other fields are ignored. Errors: CPR_INVALID_ARGUMENT
+ * (no rados_pool), CPR_UNAVAILABLE (no monitor answers), CPR_NOT_FOUND (no
+ * such pool). On success *out owns the reader: cpr_store_reader_close.
+ * Thread-safe: restores may run on it at once.
+ */
+typedef struct cpr_store_reader cpr_store_reader;
+CPR_API cpr_status cpr_store_reader_open(const cpr_store_options *opts, cpr_store_reader **out);
+/* The storage's name, as cpr_store_shared_id gives it for a store on it. */
+CPR_API const char *cpr_store_reader_id(const cpr_store_reader *r);
+/* Run a plan of cpr_store_restore_plan into fn (cpr_store_restore's
+ * delivery). A damaged or missing block is CPR_CORRUPT naming the pool,
+ * segment and offset, and none of its rows is delivered. */
+CPR_API cpr_status cpr_store_reader_restore(cpr_store_reader *r, const void *plan, size_t len,
+                                            cpr_row_fn fn, void *ctx,
+                                            cpr_restore_result *result);
+/* NULL is a no-op. */
+CPR_API void cpr_store_reader_close(cpr_store_reader *r);
+
+/*
  * Fold `job` (NULL: every job) now: every shard whose newest state is a
  * FULL (or fold) followed by `min_parts` or more parts (0: 2) gets a fold
  * at its newest checkpoint, a segment holding its newest version of every

@@ -424,8 +424,9 @@ static cpr_status build_part_call(fh_method meth, fh_reader *r, fh_memory *m, ui
 }
 
 /* Restore: job (bit 7: the last Begin's job), as_of (0-9), flags (bit 0
- * consistent, 1 as blocks), tables (0-2) and their ids, ranges (0-2) and
- * their begin and length bytes, modulo (0-3), remainder, batch_rows (0-8). */
+ * consistent, 1 as blocks, 2 direct reads of another store), tables (0-2)
+ * and their ids, ranges (0-2) and their begin and length bytes, modulo
+ * (0-3), remainder, batch_rows (0-8). */
 static cpr_status build_restore(fh_reader *r, fh_memory *m, uint8_t **buf, size_t *len)
 {
     uint32_t tables[2];
@@ -448,7 +449,8 @@ static cpr_status build_restore(fh_reader *r, fh_memory *m, uint8_t **buf, size_
     q.modulo = fh_u8(r) % 4u;
     q.remainder = fh_u8(r) % 4u;
     q.batch_rows = fh_u8(r) % 9u;
-    return cpri_wire_restore_encode_blocks(&q, (flags & 2) != 0, buf, len);
+    const char *direct = (flags & 4) ? "rados:f/p/n" : NULL;
+    return cpri_wire_restore_encode_blocks(&q, (flags & 2) != 0, direct, buf, len);
 }
 
 /* GetBlob: id, name. */

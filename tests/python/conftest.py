@@ -30,11 +30,11 @@ def _read_line(fd, deadline):
 class Daemon:
     """A ckptd process serving a temporary directory on 127.0.0.1."""
 
-    def __init__(self, binary, data_dir, log_path):
+    def __init__(self, binary, data_dir, log_path, extra=()):
         self.log = open(log_path, "ab")
         self.proc = subprocess.Popen(
             [binary, "--listen", "127.0.0.1:0", "--data-dir", str(data_dir),
-             "--gc-interval-s", "0", "--log-level", "warn"],
+             "--gc-interval-s", "0", "--log-level", "warn", *extra],
             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=self.log)
         line = _read_line(self.proc.stdout.fileno(), time.monotonic() + STARTUP_TIMEOUT_S)
         prefix = "ckptd listening on "

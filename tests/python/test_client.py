@@ -1,6 +1,7 @@
 # SPDX-License-Identifier: Apache-2.0
 """cpr.Client, cpr.Part and restores against a real ckptd (and local://):
 byte-exact round trips for every query shape, errors and bad input, the GIL."""
+import os
 import threading
 import time
 
@@ -435,3 +436,34 @@ def test_part_codecs(any_client, job, codec):
     assert (np.abs(out - values) <= bound).all()
     with pytest.raises(cpr.InvalidArgumentError, match="codec"):
         any_client.begin(job, 0, 2, tables=[(0, 500, 32, 1)], codec="int3")
+
+
+def test_direct_reads_from_the_pool(tmp_path, job):
+    """A client given ckptd's Ceph pool restores by reading the pool itself
+    (ckptd sends the plan): the same rows and bits as through ckptd."""
+    from conftest import Daemon
+    conf, binary = os.environ.get("CPR_TEST_RADOS_CONF"), os.environ.get("CPR_CKPTD")
+    if not conf or not os.access(conf, os.R_OK) or not binary:
+        pytest.skip("no test Ceph cluster (CPR_TEST_RADOS_CONF) or ckptd")
+    ns = "py-direct-%d-%d" % (os.getpid(), int(time.time()))
+    d = Daemon(binary, tmp_path / "store", tmp_path / "ckptd.log",
+               ["--backend", "rados", "--rados-pool", "cpr", "--rados-conf", conf,
+                "--rados-namespace", ns])
+    try:
+        with cpr.Client(d.target) as plain, \
+                cpr.Client(d.target, rados_pool="cpr", rados_conf=conf,
+                           rados_namespace=ns) as direct:
+            (v1, s1, w1), (v2, s2), mine = write_job(plain, job)
+            for query in ({}, {"as_of": 1}, {"ranges": [(5, 400)], "modulo": 3, "remainder": 1}):
+                a, ra = plain.restore(job, **query)
+                b, rb = direct.restore(job, **query)
+                assert ra.as_of == rb.as_of and ra.rows == rb.rows > 0
+                for t in a:
+                    assert np.array_equal(np.asarray(a[t].ids), np.asarray(b[t].ids))
+                    assert same_bits(a[t].values, b[t].values)
+            got, _ = direct.restore(job)
+            check_rows(got[T0], np.arange(T0_ROWS), v2, s2)
+        with pytest.raises(cpr.NotFoundError):
+            cpr.Client(d.target, rados_pool="no-such-pool", rados_conf=conf)
+    finally:
+        assert d.stop() == 0

@@ -182,6 +182,56 @@ static void test_small_messages_roundtrip(void **unused)
     free(buf);
 }
 
+/* Direct reads: RestoreRequest.direct and plan_version; RowBatch.plan pieces,
+ * which carry nothing else. */
+static void test_direct_read_fields(void **unused)
+{
+    (void)unused;
+    cpr_restore_query q = {.job = "jd", .as_of = 3};
+    uint8_t *buf;
+    size_t len;
+    cpri_wire_restore wq;
+    assert_int_equal(cpri_wire_restore_encode_blocks(&q, 1, "rados:f/p/n", &buf, &len), CPR_OK);
+    assert_int_equal(cpri_wire_restore_decode(buf, len, &wq), CPR_OK);
+    assert_string_equal(wq.direct, "rados:f/p/n");
+    assert_int_equal(wq.plan_version, CPR_STORE_PLAN_VERSION);
+    assert_true(wq.blocks);
+    cpri_wire_restore_release(&wq);
+    free(buf);
+    assert_int_equal(cpri_wire_restore_encode_blocks(&q, 1, NULL, &buf, &len), CPR_OK);
+    assert_int_equal(cpri_wire_restore_decode(buf, len, &wq), CPR_OK);
+    assert_string_equal(wq.direct, "");
+    assert_int_equal(wq.plan_version, 0);
+    cpri_wire_restore_release(&wq);
+    free(buf);
+
+    static const unsigned char piece[] = {'C', 'P', 'R', 'P', 0, 0xff, 7};
+    cpri_wire_rows w;
+    assert_int_equal(cpri_wire_plan_encode(piece, sizeof piece, &buf, &len), CPR_OK);
+    assert_int_equal(cpri_wire_rows_decode(buf, len, &w), CPR_OK);
+    assert_int_equal(w.plan_len, sizeof piece);
+    assert_memory_equal(w.plan, piece, sizeof piece);
+    assert_null(w.block);
+    assert_int_equal(w.batch.n, 0);
+    cpri_wire_rows_release(&w);
+    free(buf);
+    /* a plan piece with rows beside it is refused */
+    uint64_t id = 5;
+    float v = 1.0f;
+    cpr_row_batch b = {.table = 1, .n = 1, .ids = &id, .values = &v, .values_count = 1};
+    cpr_part_id pid = {"jd", 0, 0};
+    assert_int_equal(cpri_wire_rows_encode(&pid, 0, &b, 1, 0, &buf, &len), CPR_OK);
+    uint8_t *both = malloc(len + 16);
+    memcpy(both, buf, len);
+    both[len] = 13 << 3 | 2; /* field 13 (plan), length-delimited */
+    both[len + 1] = 2;
+    both[len + 2] = 'x';
+    both[len + 3] = 'y';
+    assert_int_equal(cpri_wire_rows_decode(both, len + 4, &w), CPR_INVALID_ARGUMENT);
+    free(both);
+    free(buf);
+}
+
 /* ---- operations: ListJobs, Verify, Gc, Stats ------------------------------------ */
 
 typedef struct seen_problems {
@@ -589,6 +639,7 @@ int main(void)
         cmocka_unit_test(test_rows_roundtrip_and_lengths),
         cmocka_unit_test(test_malformed),
         cmocka_unit_test(test_small_messages_roundtrip),
+        cmocka_unit_test(test_direct_read_fields),
         cmocka_unit_test(test_end_to_end_through_store),
         cmocka_unit_test(test_admin_requests_roundtrip),
         cmocka_unit_test(test_admin_responses_roundtrip),

@@ -47,6 +47,8 @@ typedef struct bench_opts {
     const char *ckptd;    /* path of the ckptd binary */
     const char *restore_streams; /* rpc: ckptd's --restore-streams (NULL: its default) */
     int transports;       /* rpc: 1 TCP on 127.0.0.1, 2 a Unix socket, 3 both */
+    int direct;           /* rpc --direct: the clients read the pool themselves
+                             (direct reads; needs --backend rados) */
     bench_rados_opts rados; /* store --backend rados */
 } bench_opts;
 

@@ -274,14 +274,20 @@ static void *timed_barrier(void *arg)
     return NULL;
 }
 
-static cpr_status open_client(const bench_daemon *d, cpr_client **client)
+/* --direct: the client reads the pool's blocks itself (direct reads). */
+static cpr_status open_client(const bench_opts *opts, const bench_daemon *d,
+                              cpr_client **client)
 {
     char target[300];
+    cpr_client_options o;
+    memset(&o, 0, sizeof o);
+    if (opts->direct)
+        o.store = bench_store_options(opts);
     if (strncmp(d->addr, "unix:", 5) == 0)
         snprintf(target, sizeof target, "%s", d->addr);
     else
         snprintf(target, sizeof target, "grpc://%s", d->addr);
-    return cpr_client_open(target, NULL, client);
+    return cpr_client_open(target, &o, client);
 }
 
 cpr_status bench_rpc_run(const bench_opts *opts, const char *data_dir, uint32_t count,
@@ -301,7 +307,7 @@ cpr_status bench_rpc_run(const bench_opts *opts, const char *data_dir, uint32_t 
     cpr_status st = daemon_start(opts, data_dir, use_unix, &d);
     res->open_s = cpri_now_s() - t0;
     if (st == CPR_OK)
-        st = open_client(&d, &client);
+        st = open_client(opts, &d, &client);
     if (st == CPR_OK)
         st = shards_init(opts, count, client, &phase, sh);
     if (st == CPR_OK) {
@@ -345,7 +351,7 @@ cpr_status bench_rpc_run(const bench_opts *opts, const char *data_dir, uint32_t 
         res->reopen_s = cpri_now_s() - t0;
     }
     if (st == CPR_OK)
-        st = open_client(&d, &client);
+        st = open_client(opts, &d, &client);
     if (st == CPR_OK) {
         for (uint32_t i = 0; i < count; i++)
             sh[i].client = client;

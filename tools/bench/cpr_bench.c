@@ -93,7 +93,7 @@ static void usage(FILE *out)
           "  -h, --help      print this help\n"
           "\n"
           "cpr-bench rpc [the store options] [--shards S] [--transport T] [--ckptd PATH]\n"
-          "              [--restore-streams N]\n"
+          "              [--restore-streams N] [--direct]\n"
           "  runs cpr-bench store's measurements (as the baseline), then for each\n"
           "  shard count S starts ckptd over DIR/rpc-S, has S threads write their\n"
           "  share of the rows (one part each, through one client) once untimed\n"
@@ -114,6 +114,9 @@ static void usage(FILE *out)
           "                  (ingest_ratio_median, restore_ratio_median), every\n"
           "                  round's ratios, and the figures of the median restore\n"
           "                  round\n"
+          "  --direct        (with --backend rados) the clients read the stored blocks\n"
+          "                  from the pool themselves, ckptd answering restores with\n"
+          "                  where they lie (direct reads, docs/client.md)\n"
           "\n"
           "Progress goes to stderr. Exit status: 0 done and every restored row\n"
           "verified, 1 a failure or a wrong restored row, 2 bad command line.\n",
@@ -209,6 +212,10 @@ static int parse_one(int argc, char **argv, int *i, bench_opts *opts)
         opts->keep = 1;
         return 0;
     }
+    if (strcmp(arg, "--direct") == 0) {
+        opts->direct = 1;
+        return 0;
+    }
     for (size_t f = 0; f < sizeof NUM_FLAGS / sizeof NUM_FLAGS[0]; f++) {
         const num_flag *nf = &NUM_FLAGS[f];
         uint64_t v;
@@ -289,6 +296,11 @@ static int parse_store_args(int argc, char **argv, bench_opts *opts)
     }
     if (bench_rados_check_opts(opts))
         return -1;
+    if (opts->direct && !opts->rados.enabled) {
+        fprintf(stderr, "cpr-bench: --direct reads segments from a Ceph pool: it needs "
+                "--backend rados\n");
+        return -1;
+    }
     if (opts->rados.enabled && opts->chain) {
         fprintf(stderr, "cpr-bench: --chain runs on the local backend only\n");
         return -1;
@@ -778,6 +790,11 @@ static int cmd_store(int argc, char **argv)
     bench_result res;
     workdir wd;
     int parsed = parse_store_args(argc, argv, &opts), out_rc = 0, ns_ours = 0;
+    if (parsed == 0 && opts.direct) {
+        fprintf(stderr, "cpr-bench: --direct is an option of cpr-bench rpc (the store "
+                "benchmark reads its pool itself)\n");
+        parsed = -1;
+    }
     if (parsed) {
         if (parsed > 0)
             usage(stdout);

@@ -1,0 +1,281 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * Direct reads (docs/client.md): a client given the pool of a ckptd whose
+ * store is in Ceph RADOS reads the stored blocks ckptd locates from the pool
+ * itself, on the test cluster (tests/CMakeLists.txt, fixture "ceph"):
+ *  - every query shape (newest, as of, ranges that cut blocks, modulo, one
+ *    shard's rows) over a FULL with a DELTA on top delivers exactly the rows a
+ *    client without direct reads gets, in the same order, with the right
+ *    values;
+ *  - a client pointed at another namespace is answered with bytes, and
+ *    still right;
+ *  - a block damaged in the pool fails the direct restore with CPR_CORRUPT
+ *    from the client's own read (ckptd never read it), and nothing of it
+ *    is delivered;
+ *  - a pool that does not exist fails cpr_client_open with CPR_NOT_FOUND.
+ * Exits 77 when the cluster is not there.
+ */
+#define _GNU_SOURCE
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "ckptd_harness.h"
+#include "cpr/client.h"
+#include "cpr/crc32c.h"
+#include "testutil.h"
+
+static const char *g_conf;
+
+#define SHARDS 2
+#define ROWS 20000 /* per shard: shard s owns rows [s * ROWS, (s + 1) * ROWS) */
+static const cpr_table_schema T[1] = {{0, SHARDS * ROWS, 16, 1}};
+/* The DELTA at checkpoint 2 of shard 0: rows in these ranges. */
+static const cpr_row_range DELTA[2] = {{100, 300}, {5000, 5100}};
+
+static uint64_t newest_ckpt(uint64_t row, uint64_t as_of)
+{
+    if (as_of >= 2)
+        for (int i = 0; i < 2; i++)
+            if (row >= DELTA[i].begin && row < DELTA[i].end)
+                return 2;
+    return 1;
+}
+
+typedef struct seen {
+    uint64_t as_of;
+    uint64_t *ids;
+    size_t n, cap;
+    size_t wrong;
+} seen;
+
+static cpr_status see(void *ctx, const cpr_row_batch *b)
+{
+    seen *s = ctx;
+    if (cpr_crc32c_rows(b->ids, b->n, b->values, b->values_count, b->state, b->state_count) !=
+        b->crc32c)
+        s->wrong++;
+    for (size_t i = 0; i < b->n; i++) {
+        if (s->n == s->cap) {
+            s->cap = s->cap ? s->cap * 2 : 4096;
+            s->ids = realloc(s->ids, s->cap * sizeof *s->ids);
+            assert_non_null(s->ids);
+        }
+        uint64_t row = b->ids[i], ck = newest_ckpt(row, s->as_of);
+        s->ids[s->n++] = row;
+        for (uint32_t k = 0; k < T[0].dim; k++)
+            s->wrong += b->values[i * T[0].dim + k] != tu_value(0, row, ck, k);
+        s->wrong += b->state[i] != tu_state(0, row, ck, 0);
+    }
+    return CPR_OK;
+}
+
+static void write_job(const char *target)
+{
+    cpr_client_options o = {.message_bytes = 256u << 10}; /* several blocks a part */
+    cpr_client *c = NULL;
+    assert_status(CPR_OK, cpr_client_open(target, &o, &c));
+    for (uint32_t s = 0; s < SHARDS; s++) {
+        cpr_part_spec spec = tu_part("direct", s, SHARDS, 1, CPR_KIND_FULL, T, 1);
+        uint64_t *ids = malloc(ROWS * sizeof *ids);
+        tu_iota(ids, (uint64_t)s * ROWS, ROWS);
+        tu_batch b;
+        tu_batch_make(&b, &T[0], ids, ROWS, 1);
+        cpr_part *p = NULL;
+        assert_status(CPR_OK, cpr_client_begin(c, &spec, &p));
+        assert_status(CPR_OK, cpr_part_put_rows(p, &b.batch));
+        assert_status(CPR_OK, cpr_part_commit(&p));
+        tu_batch_free(&b);
+        free(ids);
+    }
+    cpr_part_spec spec = tu_part("direct", 0, SHARDS, 2, CPR_KIND_DELTA, T, 1);
+    cpr_part *p = NULL;
+    assert_status(CPR_OK, cpr_client_begin(c, &spec, &p));
+    for (int r = 0; r < 2; r++) {
+        size_t n = DELTA[r].end - DELTA[r].begin;
+        uint64_t *ids = malloc(n * sizeof *ids);
+        tu_iota(ids, DELTA[r].begin, n);
+        tu_batch b;
+        tu_batch_make(&b, &T[0], ids, n, 2);
+        assert_status(CPR_OK, cpr_part_put_rows(p, &b.batch));
+        tu_batch_free(&b);
+        free(ids);
+    }
+    assert_status(CPR_OK, cpr_part_commit(&p));
+    cpr_client_close(c);
+}
+
+/* The query through `c`: every row right, ascending, and the ids into *out. */
+static void restore_checked(cpr_client *c, const cpr_restore_query *q, seen *out)
+{
+    memset(out, 0, sizeof *out);
+    out->as_of = q->as_of ? q->as_of : 2;
+    assert_status(CPR_OK, cpr_client_restore(c, q, NULL, 0, see, out, NULL));
+    assert_int_equal(out->wrong, 0);
+    for (size_t i = 1; i < out->n; i++)
+        assert_true(out->ids[i - 1] < out->ids[i]);
+}
+
+static size_t expected_rows(const cpr_restore_query *q)
+{
+    size_t n = 0;
+    for (uint64_t row = 0; row < SHARDS * ROWS; row++) {
+        int in = q->n_ranges == 0;
+        for (size_t i = 0; i < q->n_ranges; i++)
+            in |= row >= q->ranges[i].begin && row < q->ranges[i].end;
+        if (q->modulo && row % q->modulo != q->remainder)
+            in = 0;
+        n += in;
+    }
+    return n;
+}
+
+static void open_direct(const char *target, const char *pool, const char *ns, cpr_client **c)
+{
+    cpr_client_options o = {0};
+    o.store.rados_pool = pool;
+    o.store.rados_conf = g_conf;
+    o.store.rados_namespace = ns;
+    assert_status(CPR_OK, cpr_client_open(target, &o, c));
+}
+
+/* Flip one byte of chunk 0 of `object` in namespace ns of the test pool. */
+static void damage(const char *ns, const char *object, long at)
+{
+    char *dir = tu_mkdtemp("cpr-direct-obj"), path[600], cmd[2048];
+    snprintf(path, sizeof path, "%s/chunk", dir);
+    snprintf(cmd, sizeof cmd, "rados -c '%s' -p cpr -N '%s' get '%s@0' '%s'", g_conf, ns,
+             object, path);
+    assert_int_equal(system(cmd), 0);
+    FILE *f = fopen(path, "r+b");
+    assert_non_null(f);
+    assert_int_equal(fseek(f, at, SEEK_SET), 0);
+    int byte = fgetc(f);
+    assert_true(byte != EOF);
+    assert_int_equal(fseek(f, at, SEEK_SET), 0);
+    fputc(byte ^ 0x40, f);
+    fclose(f);
+    snprintf(cmd, sizeof cmd, "rados -c '%s' -p cpr -N '%s' put '%s@0' '%s'", g_conf, ns,
+             object, path);
+    assert_int_equal(system(cmd), 0);
+    tu_rmtree(dir);
+    free(dir);
+}
+
+static void test_direct_reads(void **unused)
+{
+    (void)unused;
+    char ns[64], target[300];
+    snprintf(ns, sizeof ns, "direct-%d-%ld", (int)getpid(), (long)time(NULL));
+    char *dir = tu_mkdtemp("cpr-rados-direct");
+    ch_daemon d;
+    const char *const args[] = {"--backend", "rados", "--rados-pool", "cpr",
+                                "--rados-conf", g_conf, "--rados-namespace", ns, NULL};
+    ch_start_args(&d, dir, args);
+    snprintf(target, sizeof target, "grpc://%s", d.addr);
+    write_job(target);
+
+    cpr_client *plain = NULL, *direct = NULL, *other = NULL;
+    assert_status(CPR_OK, cpr_client_open(target, NULL, &plain));
+    open_direct(target, "cpr", ns, &direct);
+    open_direct(target, "cpr", "another-namespace", &other);
+
+    cpr_row_range cut[2] = {{50, 7000}, {12000, 30000}};
+    cpr_row_range shard0[1] = {{0, ROWS}}, shard1[1] = {{ROWS, 2 * ROWS}};
+    cpr_restore_query cases[] = {
+        {.job = "direct"},
+        {.job = "direct", .as_of = 1},
+        {.job = "direct", .ranges = cut, .n_ranges = 2},
+        {.job = "direct", .modulo = 3, .remainder = 1},
+        {.job = "direct", .ranges = shard1, .n_ranges = 1},
+    };
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        seen a, b, o;
+        restore_checked(plain, &cases[k], &a);
+        restore_checked(direct, &cases[k], &b);
+        restore_checked(other, &cases[k], &o);
+        size_t want = expected_rows(&cases[k]);
+        print_message("  query %zu: %zu rows\n", k, want);
+        assert_int_equal(a.n, want);
+        assert_int_equal(b.n, want);
+        assert_int_equal(o.n, want);
+        assert_memory_equal(a.ids, b.ids, want * sizeof *a.ids);
+        assert_memory_equal(a.ids, o.ids, want * sizeof *a.ids);
+        free(a.ids);
+        free(b.ids);
+        free(o.ids);
+    }
+
+    /* Damage a block of shard 1's FULL (no DELTA over it: every block of
+     * it is located). The direct client's own read finds it; ckptd's
+     * answer to the plain client finds it too, in ckptd's words. */
+    char *where = NULL, prefix[128];
+    cpr_part_id id = {"direct", 1, 1};
+    assert_status(CPR_OK, cpr_client_where(plain, &id, &where));
+    snprintf(prefix, sizeof prefix, "rados:cpr/%s ", ns);
+    char *obj = strstr(where, prefix);
+    assert_non_null(obj);
+    obj += strlen(prefix);
+    char *at = strchr(obj, '@');
+    assert_non_null(at);
+    *at = 0;
+    damage(ns, obj, 5000); /* inside the first block's rows */
+    free(where);
+    cpr_restore_query q = {.job = "direct", .ranges = shard1, .n_ranges = 1};
+    seen s = {.as_of = 2};
+    assert_status(CPR_CORRUPT, cpr_client_restore(direct, &q, NULL, 0, see, &s, NULL));
+    assert_non_null(strstr(cpr_errmsg(), "direct read from pool"));
+    assert_int_equal(s.n, 0); /* the damaged block is the first: nothing delivered */
+    assert_int_equal(s.wrong, 0);
+    free(s.ids);
+    memset(&s, 0, sizeof s);
+    s.as_of = 2;
+    assert_status(CPR_CORRUPT, cpr_client_restore(plain, &q, NULL, 0, see, &s, NULL));
+    assert_null(strstr(cpr_errmsg(), "direct read"));
+    assert_int_equal(s.wrong, 0);
+    free(s.ids);
+    /* Shard 0 is untouched: still restored, directly. */
+    q.ranges = shard0;
+    seen z;
+    restore_checked(direct, &q, &z);
+    assert_int_equal(z.n, ROWS);
+    free(z.ids);
+
+    cpr_client_close(plain);
+    cpr_client_close(direct);
+    cpr_client_close(other);
+
+    /* Bad input: a pool that is not there is refused at open, by name. */
+    cpr_client_options o = {0};
+    o.store.rados_pool = "no-such-pool";
+    o.store.rados_conf = g_conf;
+    cpr_client *c = NULL;
+    assert_status(CPR_NOT_FOUND, cpr_client_open(target, &o, &c));
+    assert_non_null(strstr(cpr_errmsg(), "no-such-pool"));
+    assert_null(c);
+
+    ch_stop(&d);
+    tu_rmtree(dir);
+    free(dir);
+}
+
+int main(void)
+{
+    g_conf = getenv("CPR_TEST_RADOS_CONF");
+    if (!g_conf || access(g_conf, R_OK) != 0) {
+        fprintf(stderr, "no test Ceph cluster (CPR_TEST_RADOS_CONF): skipped\n");
+        return 77;
+    }
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_direct_reads),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
