@@ -3,7 +3,7 @@
  * Direct reads (include/cpr/store.h, cpr_store_reader_*): a restore run by a
  * process that does not open the store, over the segments of a store in
  * Ceph RADOS, from the plan a gateway made (cpr_store_restore_plan;
- * restore.c M5). The plan is checked as it is decoded (plan.c), and every
+ * restore.c M4). The plan is checked as it is decoded (plan.c), and every
  * block as the store's own restore checks one (restore.c load_next): its
  * CRC32C and its header against the plan's record of it.
  */

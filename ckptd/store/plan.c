@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * A restore's plan as bytes (restore.h; restore.c M5): what a gateway sends a
+ * A restore's plan as bytes (restore.h; restore.c M4): what a gateway sends a
  * client that reads the pool itself. The format is a contract between ckptd
  * and clients of other builds (CPR_STORE_PLAN_VERSION; docs/format.md,
  * "Restore plans"), little-endian:

@@ -38,19 +38,19 @@
  *  M3. The catalog is read only under store->mu, in plan(); the restore is
  *      registered as a reader there (S7), so the segments it planned to
  *      read outlive any GC or fold that removes their records.
- *  M6. After the merge takes a row from cursor w, w's following rows whose
- *      ids are below both the heap's least id and the next unloaded
- *      candidate's first row are in no other block (by M1 and the order of
- *      candidates), so they go as runs (emit_until) instead of row by row
- *      through the heap: a FULL under a sparse PRIORITY part merges at
- *      nearly the speed of a copy.
- *  M5. Direct reads (cpr_store_restore_plan): the plan leaves the process
+ *  M4. Direct reads (cpr_store_restore_plan): the plan leaves the process
  *      (plan.c encodes it) and another process runs the merge over the
  *      pool (direct.c). Its reads come after this store has stopped
  *      counting it as a reader, so what keeps its segments is S8: in RADOS
  *      a segment stays DOOM_GRACE_S after its record goes. A segment read
  *      later is missing, never other bytes (names are never reused), and
  *      every block is checked against its catalog record as here.
+ *  M5. After the merge takes a row from cursor w, w's following rows whose
+ *      ids are below both the heap's least id and the next unloaded
+ *      candidate's first row are in no other block (by M1 and the order of
+ *      candidates), so they go as runs (emit_until) instead of row by row
+ *      through the heap: a FULL under a sparse PRIORITY part goes as runs
+ *      between the PRIORITY part's rows.
  */
 #include <stdatomic.h>
 #include <stdio.h>
@@ -641,7 +641,7 @@ static cpr_status load_through(merge *m, size_t end, uint64_t row)
 }
 
 /* Cursor c's rows from its position while their id is below `bound`, which
- * no other block can hold (merge_table, M6): runs of selected rows. */
+ * no other block can hold (merge_table, M5): runs of selected rows. */
 static cpr_status emit_until(merge *m, cursor *c, uint64_t bound)
 {
     const cpri_merge_plan *p = m->p;
@@ -730,7 +730,7 @@ static cpr_status merge_table(merge *m, size_t end)
             if (l->pos >= l->v.h.n || st)
                 cursor_free(m, l);
         }
-        /* M6: w's next rows below every other block's next row (and the
+        /* M5: w's next rows below every other block's next row (and the
          * first row of the next block to load) are w's alone: runs. */
         if (st == CPR_OK && ++w->pos < w->v.h.n) {
             uint64_t bound = m->h.n ? m->h.c[0]->v.ids[m->h.c[0]->pos] : UINT64_MAX;
@@ -988,7 +988,7 @@ cpr_status cpr_store_restore_plan(cpr_store *store, const cpr_restore_query *q, 
     cpri_store_refresh_for_read(store, q ? q->job : NULL); /* rados.h R9 */
     cpr_status st = plan_query(store, q, 1, &p);
     if (st == CPR_OK) {
-        /* M5: the segments outlive this reader by DOOM_GRACE_S (S8) */
+        /* M4: the segments outlive this reader by DOOM_GRACE_S (S8) */
         cpri_store_reader_leave(store);
         unsigned char *buf = NULL;
         st = cpri_merge_plan_encode(&p, &buf, len);

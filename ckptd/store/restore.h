@@ -79,7 +79,7 @@ cpr_status cpri_merge_plan_build(cpri_merge_plan *p, const cpri_job *job, uint64
                                 uint32_t shard);
 void cpri_merge_plan_release(cpri_merge_plan *p);
 
-/* Direct reads (restore.c M5; plan.c): a restore's plan as bytes, for a
+/* Direct reads (restore.c M4; plan.c): a restore's plan as bytes, for a
  * process that runs the merge itself over the store's segments. decode
  * checks everything a merge relies on (counts, order, indexes, names) and
  * fills *p (zeroed first; release with cpri_merge_plan_release); a plan

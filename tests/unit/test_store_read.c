@@ -736,7 +736,7 @@ static void model_put(cpr_store *st, const cpr_part_id *id, const uint64_t *ids,
 
 /* A FULL and five PRIORITY parts of random density and random block
  * splits; restores of random as-of, ranges and modulo must give each
- * selected row's newest version, in order (restore.c M1, M6). */
+ * selected row's newest version, in order (restore.c M1, M5). */
 static void test_restore_matches_model(void **state)
 {
     tu_store_fixture *f = *state;
