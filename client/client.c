@@ -254,6 +254,9 @@ cpr_status cpr_client_open(const char *target, const cpr_client_options *opts,
         st = open_target(c, target, &c->opts);
     if (st == CPR_OK && !c->local && c->opts.store.rados_pool && *c->opts.store.rados_pool)
         st = cpri_direct_open(&c->opts.store, &c->direct);
+    if (!c->local) /* borrowed for the call only: the reader holds what it needs */
+        c->opts.store.rados_pool = c->opts.store.rados_conf = c->opts.store.rados_namespace =
+            c->opts.store.rados_user = NULL;
     /* Borrowed for the call only (read by open_target). */
     c->opts.token = c->opts.tls_ca_file = c->opts.tls_cert_file = c->opts.tls_key_file = NULL;
     if (st) {

@@ -88,13 +88,14 @@ static void load_store(void)
     loaded_api = get(); /* the library stays loaded for the life of the process */
 }
 
-static cpr_status store_api(const cpri_store_api **out)
+/* `what` needs the store library: "local://", "direct reads". */
+static cpr_status store_api(const char *what, const cpri_store_api **out)
 {
     pthread_once(&api_once, load_store);
     if (!loaded_api)
-        return cpr_fail(CPR_UNAVAILABLE, "local:// needs the CPR store library and it cannot "
+        return cpr_fail(CPR_UNAVAILABLE, "%s needs the CPR store library and it cannot "
                         "be loaded (%s): install libcpr-store (or set CPR_STORE_LIBRARY to its "
-                        "path), or link the program with cpr-store", load_error);
+                        "path), or link the program with cpr-store", what, load_error);
     if (loaded_api->abi != CPR_STORE_API_ABI)
         return cpr_fail(CPR_FAILED_PRECONDITION, "the CPR store library speaks table version "
                         "%u and this client %u: install matching versions",
@@ -131,7 +132,7 @@ cpr_status cpri_node_open_local(const char *dir, const cpr_store_options *opts, 
         return cpr_fail(CPR_NO_MEMORY, "out of memory opening a client");
     snprintf(n->name, sizeof n->name, "local://%s", dir);
     pthread_mutex_init(&n->mu, NULL);
-    cpr_status st = store_api(&n->api);
+    cpr_status st = store_api("local://", &n->api);
     if (st == CPR_OK)
         st = local(n, n->api->open(dir, opts, &n->store));
     if (st) {
@@ -394,7 +395,7 @@ struct cpri_direct {
 cpr_status cpri_direct_open(const cpr_store_options *opts, cpri_direct **out)
 {
     const cpri_store_api *api;
-    cpr_status st = store_api(&api);
+    cpr_status st = store_api("direct reads", &api);
     if (st)
         return st;
     cpri_direct *d = calloc(1, sizeof *d);
@@ -437,6 +438,7 @@ typedef struct rows_in {
     cpri_direct *direct;      /* direct reads (NULL: none) */
     unsigned char *plan;      /* RowBatch.plan pieces so far (direct reads) */
     size_t plan_len, plan_cap;
+    int plan_seen;            /* a piece came (perhaps empty) */
     int rows_seen;            /* the answer carried rows (no plan then) */
     unsigned char *scratch;   /* an aligned home for a block that arrived misaligned */
     size_t scratch_cap;
@@ -496,6 +498,10 @@ static cpr_status remote_block(rows_in *in, const void *block, size_t len)
     return count_rows(in, &b);
 }
 
+/* The largest plan a reader decodes (plan.c: 2^24 blocks of 68 bytes and
+ * their tables, ranges and names): a daemon sending more is refused. */
+#define DIRECT_PLAN_MAX ((size_t)2 << 30)
+
 /* RowBatch.plan: a piece of the restore's plan, kept until the stream
  * ends (the plan is run then: direct_run). */
 static cpr_status remote_plan(rows_in *in, const void *piece, size_t len)
@@ -503,6 +509,13 @@ static cpr_status remote_plan(rows_in *in, const void *piece, size_t len)
     if (!in->direct || in->rows_seen)
         return cpr_fail(CPR_INTERNAL, "%s answered a restore with a plan, which this client "
                         "did not ask for or among rows", in->node->name);
+    in->plan_seen = 1;
+    if (len > DIRECT_PLAN_MAX - in->plan_len)
+        return cpr_fail(CPR_RESOURCE_EXHAUSTED, "%s sent a restore plan of more than %zu "
+                        "bytes, over what a plan may hold", in->node->name,
+                        (size_t)DIRECT_PLAN_MAX);
+    if (len == 0)
+        return CPR_OK;
     if (len > in->plan_cap - in->plan_len) {
         size_t cap = in->plan_cap ? in->plan_cap : (size_t)64 << 10;
         while (cap - in->plan_len < len)
@@ -548,7 +561,7 @@ static cpr_status remote_rows(void *ctx, const uint8_t *msg, size_t len)
         return st;
     }
     in->rows_seen = 1;
-    if (in->plan_len) {
+    if (in->plan_seen) {
         cpri_wire_rows_release(&w);
         return cpr_fail(CPR_INTERNAL, "%s answered a restore with rows after its plan",
                         in->node->name);
@@ -591,7 +604,7 @@ cpr_status cpri_node_restore(cpri_node *n, const cpr_restore_query *q, cpri_dire
         if (st == CPR_OK)
             st = cpri_rpc_server_stream(n->rpc, SVC "Restore", req, len, timeout_s,
                                        remote_rows, &in);
-        if (st == CPR_OK && in.plan_len)
+        if (st == CPR_OK && in.plan_seen)
             st = direct_run(&in);
         free(in.plan);
         free(req);

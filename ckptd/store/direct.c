@@ -61,6 +61,21 @@ void cpr_store_reader_close(cpr_store_reader *r)
     free(r);
 }
 
+/* The caller's callback, noting whether it is the one that stopped the run. */
+typedef struct caller_fn {
+    cpr_row_fn fn;
+    void *ctx;
+    int failed;
+} caller_fn;
+
+static cpr_status call_fn(void *ctx, const cpr_row_batch *b)
+{
+    caller_fn *c = ctx;
+    cpr_status st = c->fn(c->ctx, b);
+    c->failed = st != CPR_OK;
+    return st;
+}
+
 cpr_status cpr_store_reader_restore(cpr_store_reader *r, const void *plan, size_t len,
                                     cpr_row_fn fn, void *ctx, cpr_restore_result *result)
 {
@@ -72,13 +87,12 @@ cpr_status cpr_store_reader_restore(cpr_store_reader *r, const void *plan, size_
     cpr_status st = cpri_merge_plan_decode(plan, len, &p);
     if (st)
         return st;
-    st = cpri_merge_run_rows(r->segs, &r->reading, &p, fn, ctx, &res);
-    if (st == CPR_CORRUPT) { /* a block of the pool: say where it was read */
-        char why[768]; /* cpr_fail writes the buffer cpr_errmsg reads */
+    caller_fn c = {fn, ctx, 0};
+    st = cpri_merge_run_rows(r->segs, &r->reading, &p, call_fn, &c, &res);
+    if (st == CPR_CORRUPT && !c.failed) { /* a block of the pool: say where it was read */
+        char why[400]; /* cpr_fail writes the buffer cpr_errmsg reads */
         snprintf(why, sizeof why, "%s", cpr_errmsg());
-        st = cpr_fail(st, "direct read from pool %s: %s (a segment stays at least 300 s "
-                      "after retention or a fold drops its record: a restore that read "
-                      "later must be run again)", cpri_rados_where(r->rados), why);
+        st = cpr_fail(st, "direct read (restore again if its plan is old): %s", why);
     }
     if (st == CPR_OK && result) {
         res.as_of = p.as_of;

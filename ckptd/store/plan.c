@@ -58,10 +58,14 @@ cpr_status cpri_merge_plan_encode(const cpri_merge_plan *p, unsigned char **buf,
                    p->n_cands * CAND_BYTES + 4;
     for (size_t i = 0; i < p->n_objects; i++)
         bytes += 2 + strlen(p->objects[i]);
-    if (p->keep_below || p->n_tables > MAX_ITEMS || p->n_ranges > MAX_ITEMS ||
-        p->n_objects > MAX_ITEMS || p->n_cands > MAX_ITEMS)
-        return cpr_fail(CPR_INTERNAL, "a restore plan of %zu blocks cannot be sent (at most "
-                        "%u)", p->n_cands, MAX_ITEMS);
+    if (p->keep_below)
+        return cpr_fail(CPR_INTERNAL, "a fold's plan (keep_below) is not a restore's");
+    if (p->n_tables > MAX_ITEMS || p->n_ranges > MAX_ITEMS || p->n_objects > MAX_ITEMS ||
+        p->n_cands > MAX_ITEMS)
+        return cpr_fail(CPR_RESOURCE_EXHAUSTED, "a restore plan of %zu tables, %zu ranges, "
+                        "%zu segments and %zu blocks cannot be sent (at most %u of each): "
+                        "restore fewer shards or tables at once", p->n_tables, p->n_ranges,
+                        p->n_objects, p->n_cands, MAX_ITEMS);
     unsigned char *out = malloc(bytes);
     if (!out)
         return cpr_fail(CPR_NO_MEMORY, "out of memory for a %zu-byte restore plan", bytes);
@@ -179,6 +183,20 @@ static int cand_before(const cpri_merge_cand *x, const cpri_merge_cand *y)
     return x->seq < y->seq;
 }
 
+/* Is `table` among the plan's (ascending: checked before the blocks)? */
+static int table_known(const cpri_merge_plan *p, uint32_t table)
+{
+    size_t lo = 0, hi = p->n_tables;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (p->tables[mid].table < table)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo < p->n_tables && p->tables[lo].table == table;
+}
+
 static cpr_status decode(rbuf *r, cpri_merge_plan *p)
 {
     if (left(r) < HEAD_BYTES)
@@ -259,10 +277,7 @@ static cpr_status decode(rbuf *r, cpri_merge_plan *p)
         c->seq = get64(r);
         uint32_t fold = get32(r);
         c->fold = fold == 1;
-        int table_known = 0;
-        for (uint32_t k = 0; k < nt && !table_known; k++)
-            table_known = p->tables[k].table == c->ref.table;
-        if (!table_known || c->object >= no || fold > 1 || (c->fold && c->checkpoint) ||
+        if (!table_known(p, c->ref.table) || c->object >= no || fold > 1 || (c->fold && c->checkpoint) ||
             c->ref.n == 0 || c->ref.first > c->ref.last ||
             c->ref.last - c->ref.first < (uint64_t)c->ref.n - 1 ||
             c->ref.len < CPR_BLOCK_HEADER_BYTES || c->ref.len > CPR_BLOCK_MAX_BYTES ||

@@ -94,10 +94,10 @@ typedef struct cpr_client_options {
                                  reads: a restore from a ckptd whose store is
                                  that pool's namespace gets where the stored
                                  blocks lie and reads them from the pool
-                                 itself, checked as ckptd would (docs/client.md,
-                                 "Direct reads"); ckptd still merges and
-                                 filters what needs it. Opening then fails
-                                 when the pool cannot be reached. The other
+                                 itself, checked and merged as ckptd would
+                                 (docs/client.md, "Direct reads"): ckptd
+                                 only plans. Opening then fails when the
+                                 pool cannot be reached. The other
                                  fields are ignored; the strings are borrowed
                                  for cpr_client_open */
     const char *thread_cpus;  /* the CPUs the client's own threads (each part's

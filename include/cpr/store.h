@@ -215,8 +215,11 @@ CPR_API cpr_status cpr_store_restore_blocks(cpr_store *store, const cpr_restore_
  * names the state, rows and bytes are 0); cpr_store_reader_restore, on a
  * reader of the same storage, runs it: the same rows in the same order as
  * cpr_store_restore, every block checked against the plan's record of it.
- * The segments a plan names stay readable for at least 300 s after
- * retention or a fold removes their records. Plans are versioned
+ * The segments a plan names stay readable for 300 s after retention or a
+ * fold removes their records, unless a gateway of the store opens in that
+ * time (its sweep removes what no record names); a plan read after its
+ * segments went fails with CPR_CORRUPT ("missing"), never with other rows,
+ * and a new plan is the remedy. Plans are versioned
  * (CPR_STORE_PLAN_VERSION, docs/format.md); a plan of another version is
  * refused with CPR_INVALID_ARGUMENT. cpr_store_restore_plan needs a store
  * with a shared id (Ceph RADOS; else CPR_FAILED_PRECONDITION).
