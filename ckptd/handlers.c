@@ -18,6 +18,7 @@
  * starts and each request is checked for its right on its job after it is
  * decoded and before the store sees it: a refused call changes nothing.
  */
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -44,6 +45,7 @@ struct cpri_server {
     cpri_leases *leases;
     cpri_restore_gate *restore_gate; /* Restore streams at once */
     cpri_auth *auth; /* borrowed; NULL: every call is allowed (auth.h, A4) */
+    _Atomic uint64_t plans_sent;     /* Restores answered with their plan (direct reads) */
 };
 
 /* ---- who a call is --------------------------------------------------------------- */
@@ -643,6 +645,8 @@ static cpr_status send_plan(cpri_server *srv, const cpr_restore_query *q, restor
             st = restore_send(o, buf, n);
     }
     free(plan);
+    if (st == CPR_OK)
+        atomic_fetch_add(&srv->plans_sent, 1);
     return st;
 }
 
@@ -803,6 +807,11 @@ cpr_status cpri_server_start(cpr_store *store, cpri_auth *auth, const cpri_serve
 void cpri_server_restore_stats(cpri_server *srv, cpri_restore_gate_stats *out)
 {
     cpri_restore_gate_stats_get(srv->restore_gate, out);
+}
+
+uint64_t cpri_server_plans_sent(cpri_server *srv)
+{
+    return atomic_load(&srv->plans_sent);
 }
 
 void cpri_server_stop(cpri_server *srv)

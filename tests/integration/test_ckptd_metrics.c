@@ -111,6 +111,7 @@ static void test_metrics(void **unused)
     assert_true(ch_metric(m, "cpr_ckptd_restore_stream_slots") == 3);
     assert_true(ch_metric(m, "cpr_ckptd_restore_streams") == 0);
     assert_true(ch_metric(m, "cpr_ckptd_restore_stream_waits_total") == 0);
+    assert_true(ch_metric(m, "cpr_ckptd_restore_plans_total") == 0); /* a local store */
     assert_true(ch_metric(m, "cpr_ckptd_restore_stream_over_limit_total") == 0);
     assert_null(strstr(m, TOKEN)); /* no secret, no job name */
     assert_null(strstr(m, "\"m\""));

@@ -12,7 +12,9 @@
  *  - a block damaged in the pool fails the direct restore with CPR_CORRUPT
  *    from the client's own read (ckptd never read it), and nothing of it
  *    is delivered;
- *  - a pool that does not exist fails cpr_client_open with CPR_NOT_FOUND.
+ *  - a pool that does not exist fails cpr_client_open with CPR_NOT_FOUND;
+ *  - ckptd counts the plans it sent (restore_plans_total): the direct
+ *    client's restores only.
  * Exits 77 when the cluster is not there.
  */
 #define _GNU_SOURCE
@@ -178,7 +180,8 @@ static void test_direct_reads(void **unused)
     char *dir = tu_mkdtemp("cpr-rados-direct");
     ch_daemon d;
     const char *const args[] = {"--backend", "rados", "--rados-pool", "cpr",
-                                "--rados-conf", g_conf, "--rados-namespace", ns, NULL};
+                                "--rados-conf", g_conf, "--rados-namespace", ns,
+                                "--metrics-listen", "127.0.0.1:0", NULL};
     ch_start_args(&d, dir, args);
     snprintf(target, sizeof target, "grpc://%s", d.addr);
     write_job(target);
@@ -248,6 +251,15 @@ static void test_direct_reads(void **unused)
     restore_checked(direct, &q, &z);
     assert_int_equal(z.n, ROWS);
     free(z.ids);
+
+    /* ckptd planned for the direct client only: five queries, the damaged
+     * restore, shard 0's. */
+    int code = 0;
+    char *metrics = NULL;
+    assert_status(CPR_OK, ch_http_get(d.metrics_addr, "/metrics", &code, &metrics));
+    assert_int_equal(code, 200);
+    assert_true(ch_metric(metrics, "cpr_ckptd_restore_plans_total") == 7);
+    free(metrics);
 
     cpr_client_close(plain);
     cpr_client_close(direct);
