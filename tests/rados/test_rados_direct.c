@@ -11,7 +11,8 @@
  *    still right;
  *  - a block damaged in the pool fails the direct restore with CPR_CORRUPT
  *    from the client's own read (ckptd never read it), and nothing of it
- *    is delivered;
+ *    is delivered; through ckptd it fails too, and ckptd's verify names
+ *    the segment;
  *  - a pool that does not exist fails cpr_client_open with CPR_NOT_FOUND;
  *  - ckptd counts the plans it sent (restore_plans_total): the direct
  *    client's restores only.
@@ -78,6 +79,11 @@ static cpr_status see(void *ctx, const cpr_row_batch *b)
         s->wrong += b->state[i] != tu_state(0, row, ck, 0);
     }
     return CPR_OK;
+}
+
+static void note_problem(void *ctx, const char *what, const char *where)
+{
+    snprintf(ctx, 1024, "%s: %s", where, what);
 }
 
 static void write_job(const char *target)
@@ -230,8 +236,10 @@ static void test_direct_reads(void **unused)
     char *at = strchr(obj, '@');
     assert_non_null(at);
     *at = 0;
-    damage(ns, obj, 5000); /* inside the first block's rows */
+    char segment[512];
+    snprintf(segment, sizeof segment, "%s", obj);
     free(where);
+    damage(ns, segment, 5000); /* inside the first block's rows */
     cpr_restore_query q = {.job = "direct", .ranges = shard1, .n_ranges = 1};
     seen s = {.as_of = 2};
     assert_status(CPR_CORRUPT, cpr_client_restore(direct, &q, NULL, 0, see, &s, NULL));
@@ -245,6 +253,12 @@ static void test_direct_reads(void **unused)
     assert_null(strstr(cpr_errmsg(), "direct read"));
     assert_int_equal(s.wrong, 0);
     free(s.ids);
+    /* ckptd's verify reports the damage, naming the segment. */
+    cpr_verify_report rep = {0};
+    char problem[1024] = "";
+    assert_status(CPR_CORRUPT, cpr_client_verify(plain, "direct", note_problem, problem, &rep));
+    assert_int_equal(rep.problems, 1);
+    assert_non_null(strstr(problem, segment));
     /* Shard 0 is untouched: still restored, directly. */
     q.ranges = shard0;
     seen z;
