@@ -16,6 +16,7 @@
 
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -794,6 +795,66 @@ static void test_restore_matches_model(void **state)
     }
 }
 
+/* ---- direct reads ------------------------------------------------------------ */
+
+/* A restore's plan run by a reader of the store's pool (include/cpr/store.h):
+ * the same rows as the store's own restore, and still after retention
+ * dropped the planned part (restore.c M4: the segment waits out S8's grace).
+ * A store on a local disk has no plan to give. */
+static void test_restore_plan_direct(void **state)
+{
+    tu_store_fixture *f = *state;
+    const cpr_table_schema *t = &one_table[0];
+    for (uint64_t ckpt = 1; ckpt <= 2; ckpt++) {
+        cpr_part_spec full = tu_part("d", 0, 1, ckpt, CPR_KIND_FULL, one_table, 1);
+        tu_write_part_ok(f->store, &full, 0, 600);
+    }
+    cpr_restore_query q = {.job = "d", .as_of = 1};
+    void *plan = NULL;
+    size_t len = 0;
+    cpr_restore_result res = {0};
+    const char *id = cpr_store_shared_id(f->store);
+    if (!id) {
+        assert_int_equal(cpr_store_restore_plan(f->store, &q, &plan, &len, &res),
+                         CPR_FAILED_PRECONDITION);
+        assert_null(plan);
+        return;
+    }
+    assert_int_equal(cpr_store_restore_plan(f->store, &q, &plan, &len, &res), CPR_OK);
+    assert_int_equal(res.as_of, 1);
+    assert_int_equal(res.rows, 0);
+    /* retention drops checkpoint 1 after the plan was made */
+    cpr_gc_report gc;
+    assert_int_equal(cpr_store_gc_floor(f->store, "d", 2, &gc), CPR_OK);
+    assert_int_equal(gc.parts_removed, 1);
+    /* "rados:FSID/POOL/NS": the reader names the same pool and namespace */
+    char pool[128] = "", ns[128] = "";
+    const char *p = strchr(id, '/');
+    assert_non_null(p);
+    assert_int_equal(sscanf(p + 1, "%127[^/]/%127s", pool, ns), 2);
+    cpr_store_options o = {.rados_pool = pool, .rados_namespace = ns,
+                           .rados_conf = getenv("CPR_TEST_RADOS_CONF")};
+    cpr_store_reader *r = NULL;
+    assert_int_equal(cpr_store_reader_open(&o, &r), CPR_OK);
+    assert_string_equal(cpr_store_reader_id(r), id);
+    tu_rows rows = {0};
+    cpr_restore_result got = {0};
+    assert_int_equal(cpr_store_reader_restore(r, plan, len, tu_collect, &rows, &got), CPR_OK);
+    assert_int_equal(got.as_of, 1);
+    assert_int_equal(rows.n, 600);
+    tu_assert_rows(rows.rows, t, 0, 1, 600, 1);
+    tu_rows_free(&rows);
+    /* a damaged plan is refused, and nothing is delivered */
+    ((unsigned char *)plan)[len / 2] ^= 0x10;
+    tu_rows none = {0};
+    assert_int_equal(cpr_store_reader_restore(r, plan, len, tu_collect, &none, NULL),
+                     CPR_CORRUPT);
+    assert_int_equal(none.n, 0);
+    tu_rows_free(&none);
+    cpr_store_reader_close(r);
+    free(plan);
+}
+
 #define STORE_TEST(fn) cmocka_unit_test_setup_teardown(fn, tu_store_setup, tu_store_teardown)
 
 int main(void)
@@ -804,6 +865,7 @@ int main(void)
         STORE_TEST(test_restore_as_of),
         STORE_TEST(test_restore_many_versions),
         STORE_TEST(test_restore_matches_model),
+        STORE_TEST(test_restore_plan_direct),
         STORE_TEST(test_restore_batches_and_errors),
         STORE_TEST(test_restore_default_batch_bytes),
         STORE_TEST(test_latest_cut),
