@@ -19,15 +19,7 @@
 
 #define META_VERSION 3 /* 2: without codecs; 1: store format 1 (rows in RocksDB) */
 #define META_VERSION_MIN 2
-#define BLOCK_REF_BYTES 40
-
-typedef struct wbuf {
-    unsigned char *p;
-    size_t len, cap;
-    int oom;
-} wbuf;
-
-static void put(wbuf *b, const void *src, size_t n)
+void cpri_wbuf_put(cpri_wbuf *b, const void *src, size_t n)
 {
     if (b->oom || n == 0) /* an empty blob has no checksum array */
         return;
@@ -45,71 +37,7 @@ static void put(wbuf *b, const void *src, size_t n)
     b->len += n;
 }
 
-/* The host is little-endian (checked by the build), so native == wire. */
-#define PUT(b, v) do { __typeof__(v) v_ = (v); put((b), &v_, sizeof v_); } while (0)
-
-cpr_status cpri_meta_encode(const cpri_part_meta *m, unsigned char **buf, size_t *len)
-{
-    wbuf b = {0};
-    PUT(&b, (uint8_t)META_VERSION);
-    PUT(&b, (uint8_t)m->kind);
-    PUT(&b, m->shard);
-    PUT(&b, m->checkpoint);
-    PUT(&b, m->step);
-    PUT(&b, m->num_shards);
-    PUT(&b, m->base);
-    PUT(&b, m->rows);
-    PUT(&b, m->bytes);
-    PUT(&b, m->committed_unix_ms);
-    PUT(&b, m->codecs);
-    PUT(&b, (uint32_t)m->n_tables);
-    for (size_t i = 0; i < m->n_tables; i++) {
-        PUT(&b, m->tables[i].table);
-        PUT(&b, m->tables[i].rows);
-        PUT(&b, m->tables[i].dim);
-        PUT(&b, m->tables[i].state_dim);
-    }
-    PUT(&b, (uint32_t)m->n_blobs);
-    for (size_t i = 0; i < m->n_blobs; i++) {
-        const cpri_blob_meta *bl = &m->blobs[i];
-        uint8_t name_len = (uint8_t)strlen(bl->name);
-        PUT(&b, name_len);
-        put(&b, bl->name, name_len);
-        PUT(&b, bl->size);
-        PUT(&b, (uint32_t)bl->n_crcs);
-        put(&b, bl->crcs, bl->n_crcs * sizeof(uint32_t));
-    }
-    PUT(&b, m->seg_token);
-    PUT(&b, m->seg_bytes);
-    PUT(&b, (uint32_t)m->n_blocks);
-    for (size_t i = 0; i < m->n_blocks; i++) {
-        const cpri_block_ref *r = &m->blocks[i];
-        PUT(&b, r->table);
-        PUT(&b, r->n);
-        PUT(&b, r->first);
-        PUT(&b, r->last);
-        PUT(&b, r->offset);
-        PUT(&b, r->len);
-        PUT(&b, r->crc);
-    }
-    if (!b.oom)
-        PUT(&b, cpr_crc32c(0, b.p, b.len));
-    if (b.oom) {
-        free(b.p);
-        return cpr_fail(CPR_NO_MEMORY, "out of memory encoding part metadata");
-    }
-    *buf = b.p;
-    *len = b.len;
-    return CPR_OK;
-}
-
-typedef struct rbuf {
-    const unsigned char *p;
-    size_t len, off;
-    int bad;
-} rbuf;
-
-static void get(rbuf *r, void *dst, size_t n)
+void cpri_rbuf_get(cpri_rbuf *r, void *dst, size_t n)
 {
     if (n == 0)
         return;
@@ -122,12 +50,81 @@ static void get(rbuf *r, void *dst, size_t n)
     r->off += n;
 }
 
-#define GET(r, v) get((r), &(v), sizeof(v))
+void cpri_put_block_ref(cpri_wbuf *b, const cpri_block_ref *r)
+{
+    CPRI_PUT(b, r->table);
+    CPRI_PUT(b, r->n);
+    CPRI_PUT(b, r->first);
+    CPRI_PUT(b, r->last);
+    CPRI_PUT(b, r->offset);
+    CPRI_PUT(b, r->len);
+    CPRI_PUT(b, r->crc);
+}
 
-static cpr_status decode_blobs(rbuf *r, cpri_part_meta *m)
+void cpri_get_block_ref(cpri_rbuf *r, cpri_block_ref *b)
+{
+    CPRI_GET(r, b->table);
+    CPRI_GET(r, b->n);
+    CPRI_GET(r, b->first);
+    CPRI_GET(r, b->last);
+    CPRI_GET(r, b->offset);
+    CPRI_GET(r, b->len);
+    CPRI_GET(r, b->crc);
+}
+
+
+cpr_status cpri_meta_encode(const cpri_part_meta *m, unsigned char **buf, size_t *len)
+{
+    cpri_wbuf b = {0};
+    CPRI_PUT(&b, (uint8_t)META_VERSION);
+    CPRI_PUT(&b, (uint8_t)m->kind);
+    CPRI_PUT(&b, m->shard);
+    CPRI_PUT(&b, m->checkpoint);
+    CPRI_PUT(&b, m->step);
+    CPRI_PUT(&b, m->num_shards);
+    CPRI_PUT(&b, m->base);
+    CPRI_PUT(&b, m->rows);
+    CPRI_PUT(&b, m->bytes);
+    CPRI_PUT(&b, m->committed_unix_ms);
+    CPRI_PUT(&b, m->codecs);
+    CPRI_PUT(&b, (uint32_t)m->n_tables);
+    for (size_t i = 0; i < m->n_tables; i++) {
+        CPRI_PUT(&b, m->tables[i].table);
+        CPRI_PUT(&b, m->tables[i].rows);
+        CPRI_PUT(&b, m->tables[i].dim);
+        CPRI_PUT(&b, m->tables[i].state_dim);
+    }
+    CPRI_PUT(&b, (uint32_t)m->n_blobs);
+    for (size_t i = 0; i < m->n_blobs; i++) {
+        const cpri_blob_meta *bl = &m->blobs[i];
+        uint8_t name_len = (uint8_t)strlen(bl->name);
+        CPRI_PUT(&b, name_len);
+        cpri_wbuf_put(&b, bl->name, name_len);
+        CPRI_PUT(&b, bl->size);
+        CPRI_PUT(&b, (uint32_t)bl->n_crcs);
+        cpri_wbuf_put(&b, bl->crcs, bl->n_crcs * sizeof(uint32_t));
+    }
+    CPRI_PUT(&b, m->seg_token);
+    CPRI_PUT(&b, m->seg_bytes);
+    CPRI_PUT(&b, (uint32_t)m->n_blocks);
+    for (size_t i = 0; i < m->n_blocks; i++)
+        cpri_put_block_ref(&b, &m->blocks[i]);
+    if (!b.oom)
+        CPRI_PUT(&b, cpr_crc32c(0, b.p, b.len));
+    if (b.oom) {
+        free(b.p);
+        return cpr_fail(CPR_NO_MEMORY, "out of memory encoding part metadata");
+    }
+    *buf = b.p;
+    *len = b.len;
+    return CPR_OK;
+}
+
+
+static cpr_status decode_blobs(cpri_rbuf *r, cpri_part_meta *m)
 {
     uint32_t n;
-    GET(r, n);
+    CPRI_GET(r, n);
     if (r->bad || n > (r->len - r->off) / 13)
         return CPR_CORRUPT;
     m->blobs = calloc(n ? n : 1, sizeof *m->blobs);
@@ -138,12 +135,12 @@ static cpr_status decode_blobs(rbuf *r, cpri_part_meta *m)
         cpri_blob_meta *bl = &m->blobs[i];
         uint8_t name_len;
         uint32_t n_crcs;
-        GET(r, name_len);
+        CPRI_GET(r, name_len);
         if (name_len > CPR_NAME_MAX)
             return CPR_CORRUPT;
-        get(r, bl->name, name_len);
-        GET(r, bl->size);
-        GET(r, n_crcs);
+        cpri_rbuf_get(r, bl->name, name_len);
+        CPRI_GET(r, bl->size);
+        CPRI_GET(r, n_crcs);
         if (r->bad || n_crcs > (r->len - r->off) / 4 ||
             n_crcs != (bl->size + (1u << 20) - 1) / (1u << 20))
             return CPR_CORRUPT;
@@ -151,18 +148,18 @@ static cpr_status decode_blobs(rbuf *r, cpri_part_meta *m)
         if (!bl->crcs)
             return CPR_NO_MEMORY;
         bl->n_crcs = n_crcs;
-        get(r, bl->crcs, n_crcs * sizeof(uint32_t));
+        cpri_rbuf_get(r, bl->crcs, n_crcs * sizeof(uint32_t));
     }
     return r->bad ? CPR_CORRUPT : CPR_OK;
 }
 
-static cpr_status decode_blocks(rbuf *r, cpri_part_meta *m)
+static cpr_status decode_blocks(cpri_rbuf *r, cpri_part_meta *m)
 {
     uint32_t n;
-    GET(r, m->seg_token);
-    GET(r, m->seg_bytes);
-    GET(r, n);
-    if (r->bad || n > (r->len - r->off) / BLOCK_REF_BYTES)
+    CPRI_GET(r, m->seg_token);
+    CPRI_GET(r, m->seg_bytes);
+    CPRI_GET(r, n);
+    if (r->bad || n > (r->len - r->off) / CPRI_BLOCK_REF_BYTES)
         return CPR_CORRUPT;
     m->blocks = malloc((n ? n : 1) * sizeof *m->blocks);
     if (!m->blocks)
@@ -170,13 +167,7 @@ static cpr_status decode_blocks(rbuf *r, cpri_part_meta *m)
     m->n_blocks = m->cap_blocks = n;
     for (uint32_t i = 0; i < n; i++) {
         cpri_block_ref *b = &m->blocks[i];
-        GET(r, b->table);
-        GET(r, b->n);
-        GET(r, b->first);
-        GET(r, b->last);
-        GET(r, b->offset);
-        GET(r, b->len);
-        GET(r, b->crc);
+        cpri_get_block_ref(r, b);
         if (b->n == 0 || b->first > b->last || b->offset % 8 ||
             b->offset + b->len > m->seg_bytes)
             return CPR_CORRUPT;
@@ -184,27 +175,27 @@ static cpr_status decode_blocks(rbuf *r, cpri_part_meta *m)
     return r->bad ? CPR_CORRUPT : CPR_OK;
 }
 
-static cpr_status decode_body(rbuf *r, cpri_part_meta *m)
+static cpr_status decode_body(cpri_rbuf *r, cpri_part_meta *m)
 {
     uint8_t version, kind;
     uint32_t n_tables;
-    GET(r, version);
-    GET(r, kind);
+    CPRI_GET(r, version);
+    CPRI_GET(r, kind);
     if (r->bad || version < META_VERSION_MIN || version > META_VERSION || kind < CPR_KIND_FULL ||
         kind > CPR_KIND_PRIORITY)
         return CPR_CORRUPT;
     m->kind = (cpr_kind)kind;
-    GET(r, m->shard);
-    GET(r, m->checkpoint);
-    GET(r, m->step);
-    GET(r, m->num_shards);
-    GET(r, m->base);
-    GET(r, m->rows);
-    GET(r, m->bytes);
-    GET(r, m->committed_unix_ms);
+    CPRI_GET(r, m->shard);
+    CPRI_GET(r, m->checkpoint);
+    CPRI_GET(r, m->step);
+    CPRI_GET(r, m->num_shards);
+    CPRI_GET(r, m->base);
+    CPRI_GET(r, m->rows);
+    CPRI_GET(r, m->bytes);
+    CPRI_GET(r, m->committed_unix_ms);
     if (version >= 3)
-        GET(r, m->codecs);
-    GET(r, n_tables);
+        CPRI_GET(r, m->codecs);
+    CPRI_GET(r, n_tables);
     if (r->bad || n_tables > (r->len - r->off) / 20)
         return CPR_CORRUPT;
     m->tables = calloc(n_tables ? n_tables : 1, sizeof *m->tables);
@@ -212,10 +203,10 @@ static cpr_status decode_body(rbuf *r, cpri_part_meta *m)
         return CPR_NO_MEMORY;
     m->n_tables = n_tables;
     for (uint32_t i = 0; i < n_tables; i++) {
-        GET(r, m->tables[i].table);
-        GET(r, m->tables[i].rows);
-        GET(r, m->tables[i].dim);
-        GET(r, m->tables[i].state_dim);
+        CPRI_GET(r, m->tables[i].table);
+        CPRI_GET(r, m->tables[i].rows);
+        CPRI_GET(r, m->tables[i].dim);
+        CPRI_GET(r, m->tables[i].state_dim);
     }
     cpr_status st = decode_blobs(r, m);
     return st ? st : decode_blocks(r, m);
@@ -224,7 +215,7 @@ static cpr_status decode_body(rbuf *r, cpri_part_meta *m)
 cpr_status cpri_meta_decode(const void *buf, size_t len, cpri_part_meta *out)
 {
     cpri_part_meta m = {0};
-    rbuf r = {.p = buf, .len = len};
+    cpri_rbuf r = {.p = buf, .len = len};
     uint32_t stored_crc;
     cpr_status st;
 

@@ -58,6 +58,32 @@ typedef struct cpri_part_meta {
     int consistent;           /* derived by the catalog, not stored */
 } cpri_part_meta;
 
+/*
+ * The little-endian records' byte codec, shared by part records and restore
+ * plans (plan.c). The host is little-endian (checked by the build), so
+ * native == wire. A writer grows its buffer (oom set on failure, further
+ * puts ignored); a reader never reads past len (bad set, zeros read
+ * instead), so a decoder checks `bad` once after a run of gets.
+ */
+typedef struct cpri_wbuf {
+    unsigned char *p;
+    size_t len, cap;
+    int oom;
+} cpri_wbuf;
+typedef struct cpri_rbuf {
+    const unsigned char *p;
+    size_t len, off;
+    int bad;
+} cpri_rbuf;
+void cpri_wbuf_put(cpri_wbuf *b, const void *src, size_t n);
+void cpri_rbuf_get(cpri_rbuf *r, void *dst, size_t n);
+#define CPRI_PUT(b, v) do { __typeof__(v) v_ = (v); cpri_wbuf_put((b), &v_, sizeof v_); } while (0)
+#define CPRI_GET(r, v) cpri_rbuf_get((r), &(v), sizeof(v))
+/* A block ref as records hold it: table, n, first, last, offset, len, crc. */
+#define CPRI_BLOCK_REF_BYTES 40
+void cpri_put_block_ref(cpri_wbuf *b, const cpri_block_ref *ref);
+void cpri_get_block_ref(cpri_rbuf *r, cpri_block_ref *ref);
+
 /* Encode into a malloc'd buffer (caller frees). */
 cpr_status cpri_meta_encode(const cpri_part_meta *m, unsigned char **buf, size_t *len);
 /* Decode; CPR_CORRUPT on any inconsistency. On success *out owns arrays. */

@@ -25,6 +25,7 @@
 #include <string.h>
 
 #include "cpr/crc32c.h"
+#include "meta.h"
 #include "restore.h"
 #include "store_internal.h"
 
@@ -32,32 +33,12 @@
 #define HEAD_BYTES 56
 #define TABLE_BYTES 24
 #define RANGE_BYTES 16
-#define CAND_BYTES 68
+#define CAND_BYTES (CPRI_BLOCK_REF_BYTES + 28) /* ref, object, shard, checkpoint, seq, fold */
 #define MAX_ITEMS (1u << 24)
 #define MAX_DIM 65536u
 
-typedef struct wbuf {
-    unsigned char *p;
-} wbuf;
-
-static void put32(wbuf *w, uint32_t v)
-{
-    for (int i = 0; i < 4; i++)
-        *w->p++ = (unsigned char)(v >> (8 * i));
-}
-
-static void put64(wbuf *w, uint64_t v)
-{
-    for (int i = 0; i < 8; i++)
-        *w->p++ = (unsigned char)(v >> (8 * i));
-}
-
 cpr_status cpri_merge_plan_encode(const cpri_merge_plan *p, unsigned char **buf, size_t *len)
 {
-    size_t bytes = HEAD_BYTES + p->n_tables * TABLE_BYTES + p->n_ranges * RANGE_BYTES +
-                   p->n_cands * CAND_BYTES + 4;
-    for (size_t i = 0; i < p->n_objects; i++)
-        bytes += 2 + strlen(p->objects[i]);
     if (p->keep_below)
         return cpr_fail(CPR_INTERNAL, "a fold's plan (keep_below) is not a restore's");
     if (p->n_tables > MAX_ITEMS || p->n_ranges > MAX_ITEMS || p->n_objects > MAX_ITEMS ||
@@ -66,88 +47,57 @@ cpr_status cpri_merge_plan_encode(const cpri_merge_plan *p, unsigned char **buf,
                         "%zu segments and %zu blocks cannot be sent (at most %u of each): "
                         "restore fewer shards or tables at once", p->n_tables, p->n_ranges,
                         p->n_objects, p->n_cands, MAX_ITEMS);
-    unsigned char *out = malloc(bytes);
-    if (!out)
-        return cpr_fail(CPR_NO_MEMORY, "out of memory for a %zu-byte restore plan", bytes);
-    wbuf w = {out};
-    put32(&w, PLAN_MAGIC);
-    put32(&w, CPR_STORE_PLAN_VERSION);
-    put64(&w, p->as_of);
-    put64(&w, p->modulo);
-    put64(&w, p->remainder);
-    put64(&w, p->batch_rows);
-    put32(&w, (uint32_t)p->n_tables);
-    put32(&w, (uint32_t)p->n_ranges);
-    put32(&w, (uint32_t)p->n_objects);
-    put32(&w, (uint32_t)p->n_cands);
+    cpri_wbuf w = {0};
+    CPRI_PUT(&w, (uint32_t)PLAN_MAGIC);
+    CPRI_PUT(&w, (uint32_t)CPR_STORE_PLAN_VERSION);
+    CPRI_PUT(&w, p->as_of);
+    CPRI_PUT(&w, p->modulo);
+    CPRI_PUT(&w, p->remainder);
+    CPRI_PUT(&w, (uint64_t)p->batch_rows);
+    CPRI_PUT(&w, (uint32_t)p->n_tables);
+    CPRI_PUT(&w, (uint32_t)p->n_ranges);
+    CPRI_PUT(&w, (uint32_t)p->n_objects);
+    CPRI_PUT(&w, (uint32_t)p->n_cands);
     for (size_t i = 0; i < p->n_tables; i++) {
-        put32(&w, p->tables[i].table);
-        put32(&w, p->tables[i].dim);
-        put32(&w, p->tables[i].state_dim);
-        put32(&w, 0);
-        put64(&w, p->tables[i].rows);
+        CPRI_PUT(&w, p->tables[i].table);
+        CPRI_PUT(&w, p->tables[i].dim);
+        CPRI_PUT(&w, p->tables[i].state_dim);
+        CPRI_PUT(&w, (uint32_t)0);
+        CPRI_PUT(&w, p->tables[i].rows);
     }
     for (size_t i = 0; i < p->n_ranges; i++) {
-        put64(&w, p->ranges[i].begin);
-        put64(&w, p->ranges[i].end);
+        CPRI_PUT(&w, p->ranges[i].begin);
+        CPRI_PUT(&w, p->ranges[i].end);
     }
     for (size_t i = 0; i < p->n_objects; i++) {
-        size_t n = strlen(p->objects[i]);
-        *w.p++ = (unsigned char)n;
-        *w.p++ = (unsigned char)(n >> 8);
-        memcpy(w.p, p->objects[i], n);
-        w.p += n;
+        uint16_t n = (uint16_t)strlen(p->objects[i]); /* < CPR_SEG_NAME_MAX */
+        CPRI_PUT(&w, n);
+        cpri_wbuf_put(&w, p->objects[i], n);
     }
     for (size_t i = 0; i < p->n_cands; i++) {
         const cpri_merge_cand *c = &p->cands[i];
-        put32(&w, c->ref.table);
-        put32(&w, c->ref.n);
-        put64(&w, c->ref.first);
-        put64(&w, c->ref.last);
-        put64(&w, c->ref.offset);
-        put32(&w, c->ref.len);
-        put32(&w, c->ref.crc);
-        put32(&w, c->object);
-        put32(&w, c->shard);
-        put64(&w, c->checkpoint);
-        put64(&w, c->seq);
-        put32(&w, c->fold ? 1 : 0);
+        cpri_put_block_ref(&w, &c->ref);
+        CPRI_PUT(&w, c->object);
+        CPRI_PUT(&w, c->shard);
+        CPRI_PUT(&w, c->checkpoint);
+        CPRI_PUT(&w, c->seq);
+        CPRI_PUT(&w, (uint32_t)(c->fold ? 1 : 0));
     }
-    size_t written = (size_t)(w.p - out);
-    if (written != bytes - 4) { /* the layout above and the sizes disagree */
-        free(out);
-        return cpr_fail(CPR_INTERNAL, "restore plan encoded to %zu bytes of %zu", written,
-                        bytes - 4);
+    if (!w.oom)
+        CPRI_PUT(&w, cpr_crc32c(0, w.p, w.len));
+    if (w.oom) {
+        free(w.p);
+        return cpr_fail(CPR_NO_MEMORY, "out of memory encoding a restore plan of %zu blocks",
+                        p->n_cands);
     }
-    put32(&w, cpr_crc32c(0, out, bytes - 4));
-    *buf = out;
-    *len = bytes;
+    *buf = w.p;
+    *len = w.len;
     return CPR_OK;
 }
 
-typedef struct rbuf {
-    const unsigned char *p, *end;
-} rbuf;
-
-static uint32_t get32(rbuf *r)
+static size_t left(const cpri_rbuf *r)
 {
-    uint32_t v = 0;
-    for (int i = 0; i < 4; i++)
-        v |= (uint32_t)*r->p++ << (8 * i);
-    return v;
-}
-
-static uint64_t get64(rbuf *r)
-{
-    uint64_t v = 0;
-    for (int i = 0; i < 8; i++)
-        v |= (uint64_t)*r->p++ << (8 * i);
-    return v;
-}
-
-static size_t left(const rbuf *r)
-{
-    return (size_t)(r->end - r->p);
+    return r->len - r->off;
 }
 
 static cpr_status bad(const char *why)
@@ -197,26 +147,34 @@ static int table_known(const cpri_merge_plan *p, uint32_t table)
     return lo < p->n_tables && p->tables[lo].table == table;
 }
 
-static cpr_status decode(rbuf *r, cpri_merge_plan *p)
+static cpr_status decode(cpri_rbuf *r, cpri_merge_plan *p)
 {
-    if (left(r) < HEAD_BYTES)
-        return bad("shorter than its header");
-    if (get32(r) != PLAN_MAGIC)
+    uint32_t magic, version, nt, nr, no, nc;
+    uint64_t batch_rows;
+    CPRI_GET(r, magic);
+    CPRI_GET(r, version);
+    if (r->bad || magic != PLAN_MAGIC)
         return bad("not a restore plan (magic)");
-    uint32_t version = get32(r);
     if (version != CPR_STORE_PLAN_VERSION)
         return cpr_fail(CPR_INVALID_ARGUMENT, "restore plan refused: version %u, this library "
                         "reads version %u (update the client or the daemon)", version,
                         CPR_STORE_PLAN_VERSION);
-    p->as_of = get64(r);
-    p->modulo = get64(r);
-    p->remainder = get64(r);
-    p->batch_rows = get64(r);
-    uint32_t nt = get32(r), nr = get32(r), no = get32(r), nc = get32(r);
+    CPRI_GET(r, p->as_of);
+    CPRI_GET(r, p->modulo);
+    CPRI_GET(r, p->remainder);
+    CPRI_GET(r, batch_rows);
+    CPRI_GET(r, nt);
+    CPRI_GET(r, nr);
+    CPRI_GET(r, no);
+    CPRI_GET(r, nc);
+    if (r->bad)
+        return bad("shorter than its header");
+    p->batch_rows = (size_t)batch_rows;
     if (p->modulo && p->remainder >= p->modulo)
         return bad("remainder not below modulo");
-    if (p->batch_rows > (1u << 20))
+    if (batch_rows > (1u << 20))
         return bad("batch_rows over the limit");
+    /* bound the allocations by the bytes there are */
     if (nt > MAX_ITEMS || nr > MAX_ITEMS || no > MAX_ITEMS || nc > MAX_ITEMS ||
         (uint64_t)nt * TABLE_BYTES + (uint64_t)nr * RANGE_BYTES + (uint64_t)no * 2 +
                 (uint64_t)nc * CAND_BYTES > left(r))
@@ -231,54 +189,50 @@ static cpr_status decode(rbuf *r, cpri_merge_plan *p)
     p->cap_cands = nc;
     for (uint32_t i = 0; i < nt; i++, p->n_tables++) {
         cpr_table_schema *t = &p->tables[i];
-        t->table = get32(r);
-        t->dim = get32(r);
-        t->state_dim = get32(r);
-        (void)get32(r);
-        t->rows = get64(r);
+        uint32_t zero;
+        CPRI_GET(r, t->table);
+        CPRI_GET(r, t->dim);
+        CPRI_GET(r, t->state_dim);
+        CPRI_GET(r, zero);
+        CPRI_GET(r, t->rows);
         if (t->dim == 0 || t->dim > MAX_DIM || t->state_dim > MAX_DIM)
             return bad("a table's dims out of range");
         if (i && t->table <= p->tables[i - 1].table)
             return bad("tables not in ascending order");
     }
     for (uint32_t i = 0; i < nr; i++, p->n_ranges++) {
-        p->ranges[i].begin = get64(r);
-        p->ranges[i].end = get64(r);
+        CPRI_GET(r, p->ranges[i].begin);
+        CPRI_GET(r, p->ranges[i].end);
         if (p->ranges[i].begin >= p->ranges[i].end ||
             (i && p->ranges[i].begin <= p->ranges[i - 1].end))
             return bad("row ranges empty, overlapping or out of order");
     }
     for (uint32_t i = 0; i < no; i++, p->n_objects++) {
-        if (left(r) < 2)
+        uint16_t n;
+        CPRI_GET(r, n);
+        if (r->bad)
             return bad("truncated in its segment names");
-        size_t n = r->p[0] | (size_t)r->p[1] << 8;
-        r->p += 2;
-        if (left(r) < n || !name_ok(r->p, n))
+        if (left(r) < n || !name_ok(r->p + r->off, n))
             return bad("a segment name that the store does not make");
-        p->objects[i] = strndup((const char *)r->p, n);
+        p->objects[i] = strndup((const char *)r->p + r->off, n);
         if (!p->objects[i])
             return cpr_fail(CPR_NO_MEMORY, "out of memory for a restore plan");
-        r->p += n;
+        r->off += n;
     }
-    if (left(r) != (size_t)nc * CAND_BYTES + 4)
+    if (left(r) != (size_t)nc * CAND_BYTES)
         return bad("its blocks do not fill it");
     for (uint32_t i = 0; i < nc; i++, p->n_cands++) {
         cpri_merge_cand *c = &p->cands[i];
-        c->ref.table = get32(r);
-        c->ref.n = get32(r);
-        c->ref.first = get64(r);
-        c->ref.last = get64(r);
-        c->ref.offset = get64(r);
-        c->ref.len = get32(r);
-        c->ref.crc = get32(r);
-        c->object = get32(r);
-        c->shard = get32(r);
-        c->checkpoint = get64(r);
-        c->seq = get64(r);
-        uint32_t fold = get32(r);
+        uint32_t fold;
+        cpri_get_block_ref(r, &c->ref);
+        CPRI_GET(r, c->object);
+        CPRI_GET(r, c->shard);
+        CPRI_GET(r, c->checkpoint);
+        CPRI_GET(r, c->seq);
+        CPRI_GET(r, fold);
         c->fold = fold == 1;
-        if (!table_known(p, c->ref.table) || c->object >= no || fold > 1 || (c->fold && c->checkpoint) ||
-            c->ref.n == 0 || c->ref.first > c->ref.last ||
+        if (!table_known(p, c->ref.table) || c->object >= no || fold > 1 ||
+            (c->fold && c->checkpoint) || c->ref.n == 0 || c->ref.first > c->ref.last ||
             c->ref.last - c->ref.first < (uint64_t)c->ref.n - 1 ||
             c->ref.len < CPR_BLOCK_HEADER_BYTES || c->ref.len > CPR_BLOCK_MAX_BYTES ||
             c->ref.offset > UINT64_MAX - c->ref.len)
@@ -299,7 +253,7 @@ cpr_status cpri_merge_plan_decode(const void *buf, size_t len, cpri_merge_plan *
                    (uint32_t)b[len - 2] << 16 | (uint32_t)b[len - 1] << 24;
     if (cpr_crc32c(0, b, len - 4) != crc)
         return cpr_fail(CPR_CORRUPT, "restore plan failed its CRC32C in transit");
-    rbuf r = {b, b + len};
+    cpri_rbuf r = {.p = b, .len = len - 4};
     cpr_status st = decode(&r, p);
     if (st)
         cpri_merge_plan_release(p);

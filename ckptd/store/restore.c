@@ -1048,11 +1048,17 @@ static cpr_status block_to_batch(void *ctx, const void *block, size_t len,
     return deliver_batch(rc, &r, have, crc);
 }
 
+/* The row API's sink over rc. */
+static cpri_merge_sink row_sink(row_ctx *rc)
+{
+    return (cpri_merge_sink){.rows = rows_to_batch, .block = block_to_batch, .ctx = rc};
+}
+
 cpr_status cpr_store_restore(cpr_store *store, const cpr_restore_query *q, cpr_row_fn fn,
                              void *ctx, cpr_restore_result *result)
 {
     row_ctx rc = {fn, ctx, NULL, 0};
-    cpri_merge_sink sink = {.rows = rows_to_batch, .block = block_to_batch, .ctx = &rc};
+    cpri_merge_sink sink = row_sink(&rc);
     cpri_store_refresh_for_read(store, q ? q->job : NULL); /* rados.h R9 */
     cpr_status st = restore(store, q, &sink, fn != NULL, result);
     free(rc.decoded);
@@ -1064,7 +1070,7 @@ cpr_status cpri_merge_run_rows(cpri_backend *segs, _Atomic unsigned *reading,
                                cpr_restore_result *res)
 {
     row_ctx rc = {fn, ctx, NULL, 0};
-    cpri_merge_sink sink = {.rows = rows_to_batch, .block = block_to_batch, .ctx = &rc};
+    cpri_merge_sink sink = row_sink(&rc);
     cpr_status st = merge_run_on(segs, reading, p, &sink, res);
     free(rc.decoded);
     return st;
