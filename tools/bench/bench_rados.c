@@ -29,7 +29,13 @@ extern char **environ;
 #define RADOS_BENCH_MAX_S "600"       /* --max-objects ends it long before */
 #define RADOS_MAX_IOS 64
 #define RADOS_RM_BATCH 128            /* object names per `rados rm` */
-#define RADOS_FIXED_ARGS 8            /* rados -c CONF -p POOL -N NS ... NULL */
+/* A write to a full pool (memstore OSDs fill up) or an op to an OSD that
+ * is gone waits forever by default: the store's own connection gives up
+ * after 60 s (ckptd/store/rados.c), and so does the rados tool here, so
+ * that the bench fails with a message instead of hanging. */
+#define RADOS_OP_TIMEOUT_S "60"
+#define RADOS_FIXED_ARGS 10           /* rados --rados-osd-op-timeout S -c CONF
+                                         -p POOL -N NS ... NULL */
 #define NS_PREFIX "bench-"
 #define N_ARGS(a) (sizeof (a) / sizeof (a)[0] - 1) /* without the NULL */
 
@@ -168,8 +174,9 @@ static cpr_status wait_child(pid_t pid, const char *what)
     if (WIFEXITED(status) && WEXITSTATUS(status) == 0)
         return CPR_OK;
     if (WIFEXITED(status))
-        return cpr_fail(CPR_IO, "rados %s exited with status %d (its messages are above)",
-                        what, WEXITSTATUS(status));
+        return cpr_fail(CPR_IO, "rados %s exited with status %d (its messages are above; "
+                        "a full pool or a missing OSD shows in `ceph -s`)", what,
+                        WEXITSTATUS(status));
     return cpr_fail(CPR_IO, "rados %s was killed by signal %d", what,
                     WIFSIGNALED(status) ? WTERMSIG(status) : 0);
 }
@@ -185,6 +192,8 @@ static cpr_status run_rados(const bench_opts *opts, const char *const *args, siz
         return cpr_fail(CPR_NO_MEMORY, "out of memory running rados");
     size_t k = 0;
     argv[k++] = "rados";
+    argv[k++] = "--rados-osd-op-timeout";
+    argv[k++] = RADOS_OP_TIMEOUT_S;
     if (r->conf) {
         argv[k++] = "-c";
         argv[k++] = r->conf;
