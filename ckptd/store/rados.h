@@ -66,7 +66,9 @@
  *      skip the job), and the holder first reloads the job's records from
  *      the pool (store.c, cpri_store_refresh_job), so that it decides on
  *      every part, whichever gateway committed it. A gateway also reloads a
- *      job before it lists it, gives its latest cut or plans a restore.
+ *      job before it lists it, gives its latest cut or plans a restore,
+ *      without waiting for its own fold or retention pass; a reload that
+ *      one of them raced starts over (store.c, refresh_once).
  *
  * Memory of the writers:
  *  R10. A backend has at most WRITES_IN_FLIGHT (4) chunk writes in flight,

@@ -120,6 +120,7 @@ cpr_status cpri_catalog_write_if(cpr_store *store, const struct cpri_kv_cond *co
         st = b.oom ? cpr_fail(CPR_NO_MEMORY, "out of memory %s", what)
                    : cpri_rados_catalog_apply_if(store->rados, conds, nc, b.c, b.n, what);
         free(b.c);
+        atomic_fetch_add(&store->catalog_gen, 1); /* R9; failed or not: it may have landed */
         if (st)
             return st;
     }
@@ -137,6 +138,7 @@ cpr_status cpri_catalog_put(cpr_store *store, const void *key, size_t klen, cons
     if (store->rados) { /* R1 */
         cpri_kv_change c = {key, klen, val, vlen, 0};
         st = cpri_rados_catalog_apply(store->rados, &c, 1, what);
+        atomic_fetch_add(&store->catalog_gen, 1); /* R9 */
         if (st)
             return st;
     }
@@ -434,12 +436,17 @@ static cpr_status rebuild_job(cpri_job *job, const pool_records *pr)
 /* R9: reload job `name`'s records from the pool: its part ('M'), fold ('B')
  * and floor ('F') records replace the local ones, in RocksDB and in memory,
  * so this gateway sees what every gateway committed. No-op for a local
- * store, or a job the pool does not know. The caller holds fold_mu (no fold
- * or retention of this gateway is writing the job); this holds commit_mu
- * from before it reads the pool until the rebuild is done (none of its
+ * store, or a job the pool does not know. This holds commit_mu from before
+ * it reads the pool until the rebuild is done (none of this gateway's
  * commits lands in between: what it read holds every one of them), and mu
- * for the rebuild. */
-cpr_status cpri_store_refresh_job(cpr_store *store, const char *name)
+ * for the rebuild. The other writers of the job's records here, folds and
+ * retention, write the pool and change the catalog in memory under one hold
+ * of mu, counting the write in catalog_gen first (cpri_catalog_write_if,
+ * cpri_catalog_put): a count that moved while this read the pool means such
+ * a write may be missing from what it read, and the rebuild would put back
+ * what the write took away (a replaced fold, a part below the floor, whose
+ * segments are doomed): *raced is set and nothing changes. */
+static cpr_status refresh_once(cpr_store *store, const char *name, int *raced)
 {
     if (!store->rados)
         return CPR_OK;
@@ -453,6 +460,7 @@ cpr_status cpri_store_refresh_job(cpr_store *store, const char *name)
     }
     uint32_t id = cpri_get_be32((const unsigned char *)val);
     free(val);
+    *raced = 0;
     pool_records pr = {0};
     unsigned char prefix[5];
     const char types[] = {'F', 'M', 'B'}; /* as at open: the floor, parts, folds */
@@ -460,6 +468,7 @@ cpr_status cpri_store_refresh_job(cpr_store *store, const char *name)
      * commit of this gateway's that landed in between would otherwise be
      * in memory, missing from what was read, and lost by the rebuild. */
     pthread_mutex_lock(&store->commit_mu);
+    uint64_t gen = atomic_load(&store->catalog_gen); /* before the first read */
     for (size_t t = 0; st == CPR_OK && t < sizeof types; t++) {
         prefix[0] = (unsigned char)types[t];
         cpri_put_be32(prefix + 1, id);
@@ -485,6 +494,13 @@ cpr_status cpri_store_refresh_job(cpr_store *store, const char *name)
     }
     hash = hash ? hash : 1;
     pthread_mutex_lock(&store->mu);
+    if (atomic_load(&store->catalog_gen) != gen) { /* a fold or retention wrote */
+        *raced = 1;
+        pthread_mutex_unlock(&store->mu);
+        pthread_mutex_unlock(&store->commit_mu);
+        pool_records_free(&pr);
+        return CPR_OK;
+    }
     cpri_job *job = cpri_catalog_find(&store->catalog, name);
     if (job && job->id == id && job->pool_hash == hash) {
         pthread_mutex_unlock(&store->mu);
@@ -560,18 +576,50 @@ cpr_status cpri_store_hold_job(cpr_store *store, const char *name, int *held)
     return st;
 }
 
-/* R9 for readers (list, latest cut, restore): refresh unless a fold is
- * being published right now (then this gateway's own view serves). */
+#define REFRESH_TRIES 3
+
+/* R9: refresh_once until no write of this gateway's raced it. After
+ * REFRESH_TRIES races, with fold_mu, which every such writer holds (fold.c
+ * D3): unless the caller holds it already, in which case no race happens. */
+static cpr_status refresh_job(cpr_store *store, const char *name, int have_fold_mu)
+{
+    int raced = 0;
+    cpr_status st = CPR_OK;
+    for (int i = 0; i < REFRESH_TRIES; i++) {
+        st = refresh_once(store, name, &raced);
+        if (st || !raced)
+            return st;
+    }
+    if (have_fold_mu)
+        return cpr_fail(CPR_INTERNAL, "job %s: its records changed here while they were "
+                        "reloaded, although retention and folding are held", name);
+    pthread_mutex_lock(&store->fold_mu);
+    st = refresh_once(store, name, &raced);
+    pthread_mutex_unlock(&store->fold_mu);
+    if (st == CPR_OK && raced)
+        st = cpr_fail(CPR_INTERNAL, "job %s: its records changed here while they were "
+                      "reloaded under fold_mu", name);
+    return st;
+}
+
+cpr_status cpri_store_refresh_job(cpr_store *store, const char *name)
+{
+    return refresh_job(store, name, 1);
+}
+
+/* R9 for readers (list, latest cut, restore). They do not wait for a fold
+ * or retention pass in progress (which holds fold_mu for as long as it
+ * reads and writes segments): a reload is only retried when one of them
+ * published meanwhile. Skipping the reload instead served, during every
+ * fold, what this gateway knew before: parts committed through another
+ * gateway were missing from lists, cuts and restores. */
 void cpri_store_refresh_for_read(cpr_store *store, const char *name)
 {
     if (!store->rados || !name || cpri_check_job_name(name) != CPR_OK)
         return;
-    if (pthread_mutex_trylock(&store->fold_mu) != 0)
-        return;
-    if (cpri_store_refresh_job(store, name) != CPR_OK) /* the local copy serves */
+    if (refresh_job(store, name, 0) != CPR_OK) /* the local copy serves */
         cpri_log(CPR_LOG_WARN, "store %s: job %s not reloaded from RADOS: %s", store->dir, name,
                  cpr_errmsg());
-    pthread_mutex_unlock(&store->fold_mu);
 }
 
 /* ---- open / close ------------------------------------------------------ */

@@ -178,6 +178,8 @@ struct cpr_store {
     pthread_mutex_t commit_mu;   /* commit order per shard vs. each other and GC */
     pthread_mutex_t recovery_mu; /* recovery records' compare-and-set (S6) */
     pthread_mutex_t fold_mu;     /* one fold (or GC) writes folds at a time */
+    _Atomic uint64_t catalog_gen; /* catalog writes to the pool so far: a reload that
+                                     saw it move retries (store.c, refresh_once) */
     struct cpri_fold_worker *folder; /* background folding (fold.c); NULL: off */
     _Atomic uint64_t staging_seq;/* makes every begin's staging directory unique */
     _Atomic uint64_t token_seq;  /* segment tokens: unique, never 0 */
@@ -215,7 +217,8 @@ uint64_t cpri_store_bytes(cpr_store *store); /* in RADOS: and the pool's (one re
  * failure the catalog takes no more writes (F1: a RocksDB write after a
  * failed WAL append may abort the process) and cpr_store_health says so. */
 /* rados.h R9: reload job `name` from the pool (caller holds fold_mu), or
- * for a reader (skipped while a fold publishes). No-ops for local stores. */
+ * for a reader (retried when a fold or retention of this gateway published
+ * meanwhile; the local copy serves if it fails). No-ops for local stores. */
 cpr_status cpri_store_refresh_job(cpr_store *store, const char *name);
 void cpri_store_refresh_for_read(cpr_store *store, const char *name);
 /* rados.h R9: *held = may this gateway run retention and folding of job

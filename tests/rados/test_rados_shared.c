@@ -17,7 +17,10 @@
  *    gateway's retention leaves the job alone, and lists and restores what
  *    the holder left (rados.h R9);
  *  - a part the holder's retention removed stays readable for a while by a
- *    gateway that planned its read before (store_internal.h S8).
+ *    gateway that planned its read before (store_internal.h S8);
+ *  - a gateway in the middle of a fold or retention pass (fold_mu held)
+ *    still reloads a job before it lists it, gives its latest cut or
+ *    restores it (R9): parts committed through another gateway are there.
  * Exits 77 when the cluster is not there.
  */
 #define _GNU_SOURCE
@@ -34,6 +37,7 @@
 #include <cmocka.h>
 
 #include "cpr/store.h"
+#include "store_internal.h" /* fold_mu: a fold or retention pass in progress */
 #include "testutil.h"
 
 static const char *g_conf;
@@ -267,6 +271,37 @@ static void test_removed_part_readable_meanwhile(void **unused)
     gw_stop(&a);
 }
 
+/* R9: reads do not skip their reload while this gateway folds. */
+static void test_reads_during_a_fold_see_other_gateways(void **unused)
+{
+    (void)unused;
+    new_namespace("foldread");
+    gateway a, b;
+    gw_start(&a, "cpr-shared-a");
+    gw_start(&b, "cpr-shared-b");
+    cpr_part_spec p1 = tu_part("f", 0, 1, 1, CPR_KIND_FULL, T, 1);
+    cpr_part_spec p2 = tu_part("f", 0, 1, 2, CPR_KIND_FULL, T, 1);
+    tu_write_part_ok(a.store, &p1, 0, 40);
+    uint64_t cut = 0;
+    assert_status(CPR_OK, cpr_store_latest_cut(a.store, "f", &cut));
+    assert_int_equal(cut, 1);
+    /* A fold (or retention) runs on A for as long as it reads and writes
+     * segments; meanwhile B commits checkpoint 2. */
+    pthread_mutex_lock(&a.store->fold_mu);
+    tu_write_part_ok(b.store, &p2, 0, 40);
+    assert_status(CPR_OK, cpr_store_latest_cut(a.store, "f", &cut));
+    assert_int_equal(cut, 2);
+    cpr_part_info *parts = NULL;
+    size_t n = 0;
+    assert_status(CPR_OK, cpr_store_list(a.store, "f", &parts, &n));
+    assert_int_equal(n, 2);
+    free(parts);
+    assert_restores(a.store, "f", UINT64_MAX, 0, 40, 2);
+    pthread_mutex_unlock(&a.store->fold_mu);
+    gw_stop(&b);
+    gw_stop(&a);
+}
+
 int main(void)
 {
     g_conf = getenv("CPR_TEST_RADOS_CONF");
@@ -280,6 +315,7 @@ int main(void)
         cmocka_unit_test(test_commit_once_across_gateways),
         cmocka_unit_test(test_one_holder_per_job),
         cmocka_unit_test(test_removed_part_readable_meanwhile),
+        cmocka_unit_test(test_reads_during_a_fold_see_other_gateways),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
