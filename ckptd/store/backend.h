@@ -59,6 +59,9 @@ typedef struct cpri_backend_ops {
      * allowed, and the only way after read_end). */
     void (*read_release)(cpri_obj_reader *r, void *owner);
     void (*read_end)(cpri_obj_reader *r);
+    /* The size of a finished object (*size); CPR_NOT_FOUND when there is no
+     * such object, or it was never finished. */
+    cpr_status (*size)(cpri_backend *be, const char *object, uint64_t *size);
     /* Remove an object; a missing one is not an error. */
     cpr_status (*remove)(cpri_backend *be, const char *object);
     cpr_status (*list)(cpri_backend *be, cpri_obj_list_fn fn, void *ctx);

@@ -282,6 +282,22 @@ static cpr_status local_remove(cpri_backend *base, const char *object)
     return st;
 }
 
+static cpr_status local_size(cpri_backend *base, const char *object, uint64_t *size)
+{
+    char *path = NULL;
+    struct stat sb;
+    cpr_status st = object_path((local_backend *)base, object, &path, NULL);
+    if (st)
+        return st;
+    if (stat(path, &sb) != 0)
+        st = errno == ENOENT ? cpr_fail(CPR_NOT_FOUND, "segment file %s is missing", path)
+                             : cpr_fail(CPR_IO, "stat %s: %s", path, strerror(errno));
+    else
+        *size = (uint64_t)sb.st_size;
+    free(path);
+    return st;
+}
+
 static cpr_status local_list(cpri_backend *base, cpri_obj_list_fn fn, void *ctx)
 {
     local_backend *be = (local_backend *)base;
@@ -337,6 +353,7 @@ static const cpri_backend_ops local_ops = {
     .read_next = local_read_next,
     .read_release = local_read_release,
     .read_end = local_read_end,
+    .size = local_size,
     .remove = local_remove,
     .list = local_list,
     .close = local_close,

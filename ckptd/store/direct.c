@@ -6,11 +6,18 @@
  * restore.c M4). The plan is checked as it is decoded (plan.c), and every
  * block as the store's own restore checks one (restore.c load_next): its
  * CRC32C and its header against the plan's record of it.
+ *
+ * Direct writes (cpr_store_writer_*): blocks appended to a segment object
+ * the store named (store_write.c W3), padded to 8 as the store pads them
+ * (W1), each one's entry of the index noted as it goes.
  */
+#include <ctype.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
+#include "cpr/block.h"
 #include "cpr/store.h"
 #include "rados.h"
 #include "restore.h"
@@ -100,4 +107,101 @@ cpr_status cpr_store_reader_restore(cpr_store_reader *r, const void *plan, size_
     }
     cpri_merge_plan_release(&p);
     return st;
+}
+
+/* ---- direct writes -------------------------------------------------------------- */
+
+struct cpr_store_writer {
+    cpri_backend *segs; /* the reader's */
+    cpri_obj_writer *w;
+};
+
+/* Object names as the store makes them: "<job>/<rest>", [A-Za-z0-9._-],
+ * neither part "." or "..". */
+static int object_name_ok(const char *s)
+{
+    size_t len = strlen(s), slashes = 0;
+    const char *slash = strchr(s, '/');
+    if (len == 0 || len >= CPR_STORE_OBJECT_MAX || !slash || slash == s || !slash[1])
+        return 0;
+    if (strncmp(s, "./", 2) == 0 || strncmp(s, "../", 3) == 0 || strcmp(slash, "/.") == 0 ||
+        strcmp(slash, "/..") == 0)
+        return 0;
+    for (const char *c = s; *c; c++) {
+        if (*c == '/') {
+            slashes++;
+            continue;
+        }
+        if (!isalnum((unsigned char)*c) && *c != '.' && *c != '_' && *c != '-')
+            return 0;
+    }
+    return slashes == 1;
+}
+
+cpr_status cpr_store_writer_create(cpr_store_reader *r, const char *object, cpr_store_writer **out)
+{
+    if (!out)
+        return cpr_fail(CPR_INVALID_ARGUMENT, "cpr_store_writer_create: out must be set");
+    *out = NULL;
+    if (!r || !object || !object_name_ok(object))
+        return cpr_fail(CPR_INVALID_ARGUMENT, "cpr_store_writer_create: a reader and the "
+                        "object name cpr_store_direct_segment gave (\"job/name\") must be "
+                        "set");
+    cpr_store_writer *w = calloc(1, sizeof *w);
+    if (!w)
+        return cpr_fail(CPR_NO_MEMORY, "out of memory opening a segment writer");
+    w->segs = r->segs;
+    cpr_status st = w->segs->ops->create(w->segs, object, &w->w);
+    if (st) {
+        free(w);
+        return st;
+    }
+    *out = w;
+    return CPR_OK;
+}
+
+cpr_status cpr_store_writer_block(cpr_store_writer *w, const void *block, size_t len,
+                                  cpr_store_block_ref *ref)
+{
+    static const unsigned char zero[8];
+    cpr_block_header h;
+    if (!w || !block || !ref)
+        return cpr_fail(CPR_INVALID_ARGUMENT, "cpr_store_writer_block: writer, block and ref "
+                        "must be set");
+    cpr_status st = cpr_block_header_parse(block, len, &h);
+    if (st)
+        return cpr_fail(CPR_INVALID_ARGUMENT, "cpr_store_writer_block: %s", cpr_errmsg());
+    if (h.bytes != len)
+        return cpr_fail(CPR_INVALID_ARGUMENT, "cpr_store_writer_block: the block's header "
+                        "says %llu bytes; %zu given", (unsigned long long)h.bytes, len);
+    const cpri_backend_ops *ops = w->segs->ops;
+    uint64_t at = ops->written(w->w);
+    st = ops->append(w->w, block, len);
+    size_t pad = (8 - len % 8) % 8; /* W1 */
+    if (st == CPR_OK && pad)
+        st = ops->append(w->w, zero, pad);
+    if (st == CPR_OK)
+        *ref = (cpr_store_block_ref){h.table, h.n, h.first_row, h.last_row, at,
+                                     (uint32_t)len, h.crc32c};
+    return st;
+}
+
+cpr_status cpr_store_writer_finish(cpr_store_writer *w, uint64_t *size)
+{
+    if (!w)
+        return cpr_fail(CPR_INVALID_ARGUMENT, "cpr_store_writer_finish: no writer");
+    uint64_t got = 0;
+    cpr_status st = w->segs->ops->finish(w->w, &got);
+    free(w);
+    if (st == CPR_OK && size)
+        *size = got;
+    return st;
+}
+
+void cpr_store_writer_discard(cpr_store_writer *w)
+{
+    if (!w)
+        return;
+    w->segs->ops->discard(w->w);
+    free(w);
 }

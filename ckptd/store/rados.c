@@ -449,6 +449,29 @@ static uint64_t finished_chunks(rados_backend *be, const char *object)
     return bytes ? (bytes + CHUNK_BYTES - 1) / CHUNK_BYTES : 1;
 }
 
+/* A finished segment's size: its cpr.size (R2: set once every chunk is
+ * acknowledged). */
+static cpr_status rb_size(cpri_backend *base, const char *object, uint64_t *size)
+{
+    rados_backend *be = (rados_backend *)base;
+    char name[512], val[32];
+    chunk_name(name, sizeof name, object, 0);
+    int n = rados_getxattr(be->r->io, name, SIZE_XATTR, val, sizeof val - 1);
+    if (n == -ENOENT || n == -ENODATA || n == 0)
+        return cpr_fail(CPR_NOT_FOUND, "segment %s is not in the pool, or was never finished",
+                        object);
+    if (n < 0)
+        return rados_err(n, "reading the size of", name);
+    val[n] = 0;
+    char *end = NULL;
+    errno = 0;
+    unsigned long long v = strtoull(val, &end, 10);
+    if (errno || end == val || *end)
+        return cpr_fail(CPR_CORRUPT, "segment %s has a malformed size \"%s\"", object, val);
+    *size = v;
+    return CPR_OK;
+}
+
 static cpr_status rados_remove_object(cpri_backend *base, const char *object)
 {
     rados_backend *be = (rados_backend *)base;
@@ -711,6 +734,7 @@ static const cpri_backend_ops rados_ops = {
     .read_next = rb_read_next,
     .read_release = rb_read_release,
     .read_end = rb_read_end,
+    .size = rb_size,
     .remove = rb_remove,
     .list = rb_list,
     .close = rb_close,

@@ -130,6 +130,9 @@ typedef struct open_part {
                                     (cpr_store_abort_idle) */
     cpri_obj_writer *seg;         /* the rows' segment; NULL until the first rows */
     char seg_name[CPR_SEG_NAME_MAX];
+    int direct;                  /* W3 (store_write.c): its segment is written by a client (direct
+                                    writes): no put_rows or put_block */
+    int direct_put;              /* W3: that segment's index was taken */
     block_builder bb;
     uint64_t last_table_row[2];  /* (table, row) of the newest block's last row */
     int have_last;

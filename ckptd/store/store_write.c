@@ -18,6 +18,16 @@
  *  W2. Builder rows are strictly ascending within one table; they become a
  *      block before any other block of the part is appended, so a part's
  *      blocks are in the order their rows were sent.
+ *  W3. Direct writes (cpr_store_direct_segment, cpr_store_put_segment): a
+ *      part whose segment another process writes into the pool takes no
+ *      rows here; the name is this store's (its token, made here), so the
+ *      sweep and retention treat the object as any other segment, and an
+ *      abort, or a commit without an index, removes it. The index is taken
+ *      only after every check passed (the object finished, with the size
+ *      the writer gives; blocks back to back, W1; every block's header
+ *      equal to its entry and within the schema), so a refused index
+ *      leaves the part as it was. Payloads are not read here: the CRC each
+ *      header names is checked by every read, as for any block.
  *
  * Part states:  (begin) -> OPEN --commit--> COMMITTING --ok--> gone (catalog)
  *                           |                   \--error--> FAILED --abort--> gone
@@ -38,6 +48,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "cpr/codec.h"
 #include "cpr/crc32c.h"
 #include "restore.h"
 #include "store_internal.h"
@@ -650,8 +661,15 @@ static cpr_status lock_for_put(cpr_store *store, const cpr_part_id *id, const ch
                                open_part **out)
 {
     cpr_status st = lock_open_part(store, id, op, out);
-    if (st == CPR_OK && (st = cpri_space_check(store, CPRI_SPACE_DATA, op)) != CPR_OK)
+    if (st == CPR_OK && (*out)->direct && strcmp(op, "put_blob") != 0) { /* W3 */
+        st = cpr_fail(CPR_FAILED_PRECONDITION, "%s: part %s/%u/%llu takes its rows through "
+                      "its own segment (direct writes): write them with a segment writer "
+                      "and hand its index to put_segment", op, id->job, id->shard,
+                      (unsigned long long)id->checkpoint);
         unlock_part(store, *out);
+    } else if (st == CPR_OK && (st = cpri_space_check(store, CPRI_SPACE_DATA, op)) != CPR_OK) {
+        unlock_part(store, *out);
+    }
     return st;
 }
 
@@ -768,6 +786,198 @@ cpr_status cpr_store_put_block(cpr_store *store, const cpr_part_id *id, const vo
         part->meta.codecs |= 1u << v.h.codec;
         count_in(store, part, v.h.n, /* payload as stored: encoded values */
                  (uint64_t)v.h.n * (8 + v.row_bytes + (uint64_t)v.h.state_dim * 4));
+    }
+    unlock_part(store, part);
+    return cpri_store_count(store, st);
+}
+
+/* ---- direct writes (W3) ---------------------------------------------------- */
+
+cpr_status cpr_store_direct_segment(cpr_store *store, const cpr_part_id *id, char *name,
+                                    size_t cap)
+{
+    open_part *part = NULL;
+    if (!store || !id || !id->job || !name || cap == 0)
+        return cpr_fail(CPR_INVALID_ARGUMENT, "direct_segment: store, id and name must be set");
+    if (!store->rados)
+        return cpri_store_count(store, cpr_fail(CPR_FAILED_PRECONDITION, "direct writes need "
+                                "a store whose segments other processes reach (in a Ceph "
+                                "pool: --backend rados); this one is on a local disk"));
+    cpr_status st = lock_open_part(store, id, "direct_segment", &part);
+    if (st)
+        return cpri_store_count(store, st);
+    if (!part->direct && (part->seg || part->bb.n || part->meta.n_blocks))
+        st = cpr_fail(CPR_FAILED_PRECONDITION, "direct_segment: part %s/%u/%llu has rows "
+                      "put through the store already; abort it and begin it again",
+                      id->job, id->shard, (unsigned long long)id->checkpoint);
+    if (st == CPR_OK) {
+        ensure_token(store, part);
+        if (strlen(part->seg_name) >= cap)
+            st = cpr_fail(CPR_INVALID_ARGUMENT, "direct_segment: the name needs %zu bytes, "
+                          "the buffer has %zu", strlen(part->seg_name) + 1, cap);
+    }
+    if (st == CPR_OK) {
+        part->direct = 1;
+        snprintf(name, cap, "%s", part->seg_name);
+    }
+    unlock_part(store, part);
+    return cpri_store_count(store, st);
+}
+
+/* Refs as a segment must have them: front to back, each block padded to 8
+ * (W1), ending at `size`; sane lengths; in the part's schema. */
+static cpr_status check_index(const open_part *part, const cpr_store_block_ref *refs, size_t n,
+                              uint64_t size)
+{
+    uint64_t at = 0;
+    for (size_t i = 0; i < n; i++) {
+        const cpr_store_block_ref *r = &refs[i];
+        const cpr_table_schema *t = cpri_meta_table(&part->meta, r->table);
+        if (r->offset != at)
+            return cpr_fail(CPR_INVALID_ARGUMENT, "block %zu of the index is at offset %llu; "
+                            "the blocks before it end at %llu (blocks follow each other, "
+                            "each padded to 8 bytes)", i, (unsigned long long)r->offset,
+                            (unsigned long long)at);
+        if (r->len < CPR_BLOCK_HEADER_BYTES || r->len > CPR_BLOCK_MAX_BYTES)
+            return cpr_fail(CPR_INVALID_ARGUMENT, "block %zu of the index has %u bytes "
+                            "(a block has %u to %u)", i, r->len, CPR_BLOCK_HEADER_BYTES,
+                            CPR_BLOCK_MAX_BYTES);
+        if (!t)
+            return cpr_fail(CPR_INVALID_ARGUMENT, "block %zu of the index is of table %u, "
+                            "which is not in the part's schema", i, r->table);
+        if (r->n == 0 || r->first_row > r->last_row || r->last_row >= t->rows)
+            return cpr_fail(CPR_INVALID_ARGUMENT, "block %zu of the index has %u rows from "
+                            "%llu to %llu; table %u has %llu rows", i, r->n,
+                            (unsigned long long)r->first_row, (unsigned long long)r->last_row,
+                            r->table, (unsigned long long)t->rows);
+        at = r->offset + r->len + (8 - r->len % 8) % 8;
+    }
+    if (at != size)
+        return cpr_fail(CPR_INVALID_ARGUMENT, "the index's blocks end at byte %llu; the "
+                        "segment has %llu", (unsigned long long)at, (unsigned long long)size);
+    return CPR_OK;
+}
+
+/* Every block's header in the segment against its ref (and the schema);
+ * *codecs gets the codecs seen (a bit each), *payload the bytes of rows as
+ * stored (put_block's count). */
+static cpr_status check_headers(cpr_store *store, const open_part *part,
+                                const cpr_store_block_ref *refs, size_t n, uint32_t *codecs,
+                                uint64_t *payload)
+{
+    const cpri_backend_ops *ops = store->segs->ops;
+    cpri_obj_extent *ext = malloc((n ? n : 1) * sizeof *ext);
+    cpri_obj_reader *rd = NULL;
+    if (!ext)
+        return cpr_fail(CPR_NO_MEMORY, "out of memory checking a segment");
+    for (size_t i = 0; i < n; i++)
+        ext[i] = (cpri_obj_extent){part->seg_name, refs[i].offset, CPR_BLOCK_HEADER_BYTES};
+    cpr_status st = n ? ops->read_start(store->segs, ext, n, ops->read_depth, &rd) : CPR_OK;
+    for (size_t i = 0; st == CPR_OK && i < n; i++) {
+        const cpr_store_block_ref *r = &refs[i];
+        void *owner = NULL;
+        const unsigned char *data = NULL;
+        cpr_block_header h;
+        st = ops->read_next(rd, &owner, &data);
+        if (st)
+            break;
+        st = cpr_block_header_parse(data, CPR_BLOCK_HEADER_BYTES, &h);
+        ops->read_release(rd, owner);
+        const cpr_table_schema *t = cpri_meta_table(&part->meta, r->table);
+        if (st)
+            st = cpr_fail(CPR_INVALID_ARGUMENT, "the segment's block %zu (offset %llu) has "
+                          "no valid header: %s", i, (unsigned long long)r->offset,
+                          cpr_errmsg());
+        else if (h.table != r->table || h.n != r->n || h.first_row != r->first_row ||
+                 h.last_row != r->last_row || h.bytes != r->len || h.crc32c != r->crc32c)
+            st = cpr_fail(CPR_INVALID_ARGUMENT, "the segment's block %zu (offset %llu) does "
+                          "not match the index: table %u, %u rows %llu..%llu, %llu bytes, "
+                          "CRC %08x there; table %u, %u rows %llu..%llu, %u bytes, CRC %08x "
+                          "in the index", i, (unsigned long long)r->offset, h.table, h.n,
+                          (unsigned long long)h.first_row, (unsigned long long)h.last_row,
+                          (unsigned long long)h.bytes, h.crc32c, r->table, r->n,
+                          (unsigned long long)r->first_row, (unsigned long long)r->last_row,
+                          r->len, r->crc32c);
+        else if (h.flags & CPR_BLOCK_VERSIONS)
+            st = cpr_fail(CPR_INVALID_ARGUMENT, "the segment's block %zu has per-row "
+                          "versions, which only the store's own folds have", i);
+        else if (h.dim != t->dim || h.state_dim != t->state_dim)
+            st = cpr_fail(CPR_INVALID_ARGUMENT, "the segment's block %zu of table %u has dim "
+                          "%u, state_dim %u; the part declares dim %u, state_dim %u", i,
+                          h.table, h.dim, h.state_dim, t->dim, t->state_dim);
+        if (st == CPR_OK) {
+            *codecs |= 1u << h.codec;
+            *payload += (uint64_t)h.n * (8 + cpr_codec_row_bytes((cpr_codec)h.codec, h.dim) +
+                                         (uint64_t)h.state_dim * 4);
+        }
+    }
+    if (rd)
+        ops->read_end(rd);
+    free(ext);
+    return st;
+}
+
+cpr_status cpr_store_put_segment(cpr_store *store, const cpr_part_id *id,
+                                 const cpr_store_block_ref *refs, size_t n, uint64_t size)
+{
+    open_part *part = NULL;
+    if (!store || !id || !id->job || (n && !refs))
+        return cpr_fail(CPR_INVALID_ARGUMENT, "put_segment: store, id and refs must be set");
+    cpr_status st = lock_open_part(store, id, "put_segment", &part);
+    if (st)
+        return cpri_store_count(store, st);
+    uint64_t have = 0;
+    if (!part->direct)
+        st = cpr_fail(CPR_FAILED_PRECONDITION, "put_segment: part %s/%u/%llu has no segment "
+                      "of its own; ask for one with direct_segment first", id->job, id->shard,
+                      (unsigned long long)id->checkpoint);
+    else if (part->direct_put)
+        st = cpr_fail(CPR_FAILED_PRECONDITION, "put_segment: part %s/%u/%llu has its "
+                      "segment's index already", id->job, id->shard,
+                      (unsigned long long)id->checkpoint);
+    else if ((st = store->segs->ops->size(store->segs, part->seg_name, &have)) != CPR_OK)
+        st = st == CPR_NOT_FOUND
+                 ? cpr_fail(CPR_FAILED_PRECONDITION, "put_segment: segment %s is not in the "
+                            "pool, or its writer did not finish it", part->seg_name)
+                 : st;
+    else if (have != size)
+        st = cpr_fail(CPR_INVALID_ARGUMENT, "put_segment: segment %s has %llu bytes in the "
+                      "pool; the writer says %llu", part->seg_name, (unsigned long long)have,
+                      (unsigned long long)size);
+    if (st == CPR_OK)
+        st = check_index(part, refs, n, size);
+    /* Rows going backwards start blocks every restore merges: counted and
+     * capped as for put_block (check_order). */
+    unsigned backwards = 0;
+    for (size_t i = 1; st == CPR_OK && i < n; i++)
+        backwards += refs[i].table < refs[i - 1].table ||
+                     (refs[i].table == refs[i - 1].table &&
+                      refs[i].first_row <= refs[i - 1].last_row);
+    if (st == CPR_OK && part->out_of_order + backwards > MAX_OUT_OF_ORDER)
+        st = cpr_fail(CPR_RESOURCE_EXHAUSTED, "put_segment: %u blocks go backwards in row "
+                      "order (each one a block that restores must merge; at most %u); write "
+                      "each table's rows in ascending id order", backwards, MAX_OUT_OF_ORDER);
+    uint32_t codecs = 0;
+    uint64_t rows = 0, payload = 0;
+    if (st == CPR_OK)
+        st = check_headers(store, part, refs, n, &codecs, &payload);
+    /* Checked: now the index (nothing above changed the part). */
+    int indexing = st == CPR_OK && n;
+    for (size_t i = 0; st == CPR_OK && i < n; i++) {
+        const cpr_store_block_ref *r = &refs[i];
+        cpri_block_ref ref = {r->table, r->n, r->first_row, r->last_row, r->offset, r->len,
+                             r->crc32c};
+        st = index_block(part, &ref);
+        rows += r->n;
+    }
+    if (st == CPR_OK) {
+        part->direct_put = 1;
+        part->out_of_order += backwards;
+        part->meta.seg_bytes = size;
+        part->meta.codecs |= codecs;
+        count_in(store, part, rows, payload);
+    } else if (indexing) { /* out of memory half way: no way back */
+        part->state = PART_FAILED;
     }
     unlock_part(store, part);
     return cpri_store_count(store, st);
@@ -1121,6 +1331,8 @@ static cpr_status commit_locked(cpr_store *store, open_part *part)
     if (st) /* nothing changed yet: the part stays open */
         return st;
     part->state = PART_COMMITTING;
+    if (part->direct && !part->direct_put) /* W3: no rows; whatever was written goes */
+        (void)store->segs->ops->remove(store->segs, part->seg_name);
     st = finish_rows(store, part);
     if (st == CPR_OK)
         st = finish_blobs(store, part);

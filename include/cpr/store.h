@@ -252,6 +252,56 @@ CPR_API cpr_status cpr_store_reader_restore(cpr_store_reader *r, const void *pla
 CPR_API void cpr_store_reader_close(cpr_store_reader *r);
 
 /*
+ * Direct writes: a part's rows written into the store's storage (Ceph
+ * RADOS) by another process, the store keeping the catalog. After
+ * cpr_store_begin, cpr_store_direct_segment names the part's segment object
+ * (into name[cap]; CPR_STORE_OBJECT_MAX is always enough) and from then on
+ * the part takes no rows through cpr_store_put_rows or cpr_store_put_block
+ * (CPR_FAILED_PRECONDITION); blobs go through the store as before. A writer
+ * on a reader of the same storage writes the blocks, back to back, and gives
+ * each one's place; cpr_store_put_segment hands that index to the store,
+ * which takes it only after checking it against the segment (finished, of
+ * `size` bytes; the blocks back to back up to `size`; every block's header
+ * equal to its entry and within the part's schema): a refused index
+ * (CPR_INVALID_ARGUMENT or CPR_FAILED_PRECONDITION, naming the block and
+ * what differs) changes nothing. Then commit as usual; the rows count is the
+ * index's. Payloads are not read by the store: each block's CRC32C is
+ * checked by every read of it. An aborted part's segment is removed, and so
+ * is one committed without an index. Needs a store in a Ceph pool
+ * (CPR_FAILED_PRECONDITION otherwise); the writer's user needs write access
+ * to the pool, so such a writer is trusted with the job's storage.
+ */
+#define CPR_STORE_OBJECT_MAX 400
+typedef struct cpr_store_block_ref {
+    uint32_t table, n;            /* rows */
+    uint64_t first_row, last_row;
+    uint64_t offset;              /* in the segment */
+    uint32_t len;                 /* the block's bytes (cpr/block.h) */
+    uint32_t crc32c;              /* its header's CRC */
+} cpr_store_block_ref;
+CPR_API cpr_status cpr_store_direct_segment(cpr_store *store, const cpr_part_id *id, char *name,
+                                            size_t cap);
+CPR_API cpr_status cpr_store_put_segment(cpr_store *store, const cpr_part_id *id,
+                                         const cpr_store_block_ref *refs, size_t n,
+                                         uint64_t size);
+
+/* A segment written through reader r (borrowed: close it after the writer).
+ * `object` is the name cpr_store_direct_segment gave. One thread at a time. */
+typedef struct cpr_store_writer cpr_store_writer;
+CPR_API cpr_status cpr_store_writer_create(cpr_store_reader *r, const char *object,
+                                           cpr_store_writer **out);
+/* Append a sealed block (cpr_block_seal*) of exactly len bytes; *ref gets its
+ * entry of the index. The header is checked (CPR_INVALID_ARGUMENT), the
+ * payload not. */
+CPR_API cpr_status cpr_store_writer_block(cpr_store_writer *w, const void *block, size_t len,
+                                          cpr_store_block_ref *ref);
+/* Make the segment durable (every replica) and free the writer, whatever
+ * the outcome; *size (may be NULL) gets its bytes, for put_segment. */
+CPR_API cpr_status cpr_store_writer_finish(cpr_store_writer *w, uint64_t *size);
+/* Drop the writer and the object. NULL is a no-op. */
+CPR_API void cpr_store_writer_discard(cpr_store_writer *w);
+
+/*
  * Fold `job` (NULL: every job) now: every shard whose newest state is a
  * FULL (or fold) followed by `min_parts` or more parts (0: 2) gets a fold
  * at its newest checkpoint, a segment holding its newest version of every
