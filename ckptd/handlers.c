@@ -46,6 +46,7 @@ struct cpri_server {
     cpri_restore_gate *restore_gate; /* Restore streams at once */
     cpri_auth *auth; /* borrowed; NULL: every call is allowed (auth.h, A4) */
     _Atomic uint64_t plans_sent;     /* Restores answered with their plan (direct reads) */
+    _Atomic uint64_t direct_commits; /* Commits of direct parts (direct writes) */
 };
 
 /* ---- who a call is --------------------------------------------------------------- */
@@ -84,6 +85,31 @@ static cpr_status allow(cpri_rpc_call *c, cpri_server *srv, const char *job, uns
 
 /* ---- unary methods ----------------------------------------------------------------- */
 
+/* Direct writes (BeginRequest.direct): the client names this daemon's own
+ * store, which other processes reach. */
+static int direct_writes(const cpri_server *srv, const char *direct)
+{
+    const char *mine = cpr_store_shared_id(srv->store);
+    return direct && *direct && mine && strcmp(direct, mine) == 0;
+}
+
+/* Commit of a part whose rows are in its own segment (CommitRequest.direct):
+ * its index to the store, then the usual commit. */
+static cpr_status commit_direct(cpri_server *srv, const cpri_wire_part *p)
+{
+    cpr_store_block_ref *refs = NULL;
+    size_t n = 0;
+    cpr_status st = cpri_wire_segment_index_decode(p->segment_index, p->index_len, &refs, &n);
+    if (st == CPR_OK && (n || p->segment_bytes))
+        st = cpr_store_put_segment(srv->store, &p->id, refs, n, p->segment_bytes);
+    free(refs);
+    if (st == CPR_OK)
+        st = cpr_store_commit_blobs(srv->store, &p->id, p->rows, p->blobs, p->blob_bytes);
+    if (st == CPR_OK)
+        atomic_fetch_add(&srv->direct_commits, 1);
+    return st;
+}
+
 static void h_begin(cpri_rpc_call *c, void *app)
 {
     cpri_server *srv = app;
@@ -102,8 +128,16 @@ static void h_begin(cpri_rpc_call *c, void *app)
         int begun = st == CPR_OK;
         if (st == CPR_OK)
             st = cpri_leases_grant(srv->leases, &b.spec.id, &lease);
+        char segment[CPR_STORE_OBJECT_MAX] = "";
+        if (st == CPR_OK && direct_writes(srv, b.direct) &&
+            cpr_store_direct_segment(srv->store, &b.spec.id, segment, sizeof segment) != CPR_OK) {
+            cpri_log(CPR_LOG_WARN, "Begin of %s/%u/%llu: no direct writes (%s); the part "
+                     "takes its rows here", b.spec.id.job, b.spec.id.shard,
+                     (unsigned long long)b.spec.id.checkpoint, cpr_errmsg());
+            segment[0] = '\0';
+        }
         if (st == CPR_OK)
-            st = cpri_wire_begin_response_encode(lease, &resp, &len);
+            st = cpri_wire_begin_response_encode_segment(lease, segment, &resp, &len);
         if (st && lease) /* begun, but its writer cannot be told its lease */
             cpri_leases_drop(srv->leases, &b.spec.id, lease);
         if (st && begun) {
@@ -146,6 +180,7 @@ static void part_call(cpri_rpc_call *c, cpri_server *srv,
         }
         if (st == CPR_OK)
             st = !commit       ? cpr_store_abort(srv->store, &p.id)
+                 : p.direct      ? commit_direct(srv, &p)
                  : p.check_blobs ? cpr_store_commit_blobs(srv->store, &p.id, p.rows, p.blobs,
                                                           p.blob_bytes)
                                  : cpr_store_commit(srv->store, &p.id, p.rows);
@@ -807,6 +842,11 @@ cpr_status cpri_server_start(cpr_store *store, cpri_auth *auth, const cpri_serve
 void cpri_server_restore_stats(cpri_server *srv, cpri_restore_gate_stats *out)
 {
     cpri_restore_gate_stats_get(srv->restore_gate, out);
+}
+
+uint64_t cpri_server_direct_commits(cpri_server *srv)
+{
+    return atomic_load(&srv->direct_commits);
 }
 
 uint64_t cpri_server_plans_sent(cpri_server *srv)

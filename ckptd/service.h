@@ -40,6 +40,8 @@ void cpri_service_destroy(cpri_server *srv); /* NULL is a no-op */
 void cpri_server_restore_stats(cpri_server *srv, cpri_restore_gate_stats *out);
 /* Restores answered with their plan (direct reads) since start. */
 uint64_t cpri_server_plans_sent(cpri_server *srv);
+/* Parts committed with their rows in a segment the client wrote (direct writes). */
+uint64_t cpri_server_direct_commits(cpri_server *srv);
 
 /* Stop accepting, cancel calls in flight (their parts are aborted: nothing
  * committed is affected), wait for every handler, free. NULL is a no-op. */

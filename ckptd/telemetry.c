@@ -18,7 +18,9 @@ enum store_counter {
     C_ROWS_IN, C_BYTES_IN, C_ROWS_OUT, C_BYTES_OUT, C_GC_RUNS, C_GC_PARTS, C_GC_BYTES, C_FOLDS,
     C_FOLD_BYTES, N_COUNTERS
 };
-enum gate_metric { GATE_SLOTS, GATE_STREAMS, GATE_WAITED, GATE_OVER, GATE_PLANS, N_GATE };
+enum gate_metric {
+    GATE_SLOTS, GATE_STREAMS, GATE_WAITED, GATE_OVER, GATE_PLANS, GATE_DIRECT, N_GATE
+};
 
 struct cpri_telemetry {
     cpr_store *store;
@@ -58,6 +60,8 @@ static const cpri_metric_desc gate_desc[N_GATE] = {
      "streams served made no progress for a second", CPRI_METRIC_COUNTER, NULL, 0, NULL, 0},
     {"restore_plans_total", "Restores answered with their plan, the client reading the "
      "store's pool itself (direct reads)", CPRI_METRIC_COUNTER, NULL, 0, NULL, 0},
+    {"direct_commits_total", "Parts committed whose rows the client wrote into the store's "
+     "pool itself (direct writes)", CPRI_METRIC_COUNTER, NULL, 0, NULL, 0},
 };
 
 static const cpri_metric_desc counter_desc[N_COUNTERS] = {
@@ -112,6 +116,7 @@ static void collect(cpri_metrics *m, void *ctx)
         cpri_metric_set_u64(t->gate[GATE_WAITED], gs.waited);
         cpri_metric_set_u64(t->gate[GATE_OVER], gs.over_limit);
         cpri_metric_set_u64(t->gate[GATE_PLANS], cpri_server_plans_sent(t->server));
+        cpri_metric_set_u64(t->gate[GATE_DIRECT], cpri_server_direct_commits(t->server));
     }
     pthread_mutex_unlock(&t->watch_mu);
 }

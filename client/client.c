@@ -254,6 +254,10 @@ cpr_status cpr_client_open(const char *target, const cpr_client_options *opts,
         st = open_target(c, target, &c->opts);
     if (st == CPR_OK && !c->local && c->opts.store.rados_pool && *c->opts.store.rados_pool)
         st = cpri_direct_open(&c->opts.store, &c->direct);
+    else if (st == CPR_OK && !c->local && c->opts.direct_writes)
+        st = cpr_fail(CPR_INVALID_ARGUMENT, "cpr_client_open: direct_writes needs the pool "
+                      "of the daemons' store (store.rados_pool, and rados_conf, "
+                      "rados_namespace, rados_user as their --rados-* options)");
     if (!c->local) /* borrowed for the call only: the reader holds what it needs */
         c->opts.store.rados_pool = c->opts.store.rados_conf = c->opts.store.rados_namespace =
             c->opts.store.rados_user = NULL;

@@ -35,17 +35,34 @@ cpr_status cpri_node_open_grpc(const char *host_port, const cpri_rpc_options *cr
 void cpri_node_close(cpri_node *node);
 const char *cpri_node_name(const cpri_node *node);
 
+typedef struct cpri_direct cpri_direct;
+
 /* wait_ready: a grpc Begin waits (up to timeout_s) for the channel to
  * connect instead of failing fast; the async Begin of a part's sender. */
 /* *lease gets the writer's lease ckptd granted (0 on local://, where the
- * store is this process's own); commit, abort and the writer present it. */
+ * store is this process's own); commit, abort and the writer present it.
+ * direct (may be NULL): ask a grpc node for direct writes to that store;
+ * segment[CPR_STORE_OBJECT_MAX] gets the part's segment when the node
+ * agreed, else "" (segment may be NULL when direct is). */
 cpr_status cpri_node_begin(cpri_node *node, const cpr_part_spec *spec, double timeout_s,
-                           int wait_ready, uint64_t *lease);
+                           int wait_ready, cpri_direct *direct, uint64_t *lease, char *segment);
+
+/* A direct part's segment as its writer left it (node.c): the index of its
+ * blocks and its size. direct: the rows went to the segment. */
+typedef struct cpri_segment_index {
+    int direct;
+    cpr_store_block_ref *refs;
+    size_t n, cap;
+    uint64_t size;
+} cpri_segment_index;
+void cpri_segment_index_free(cpri_segment_index *index);
+
 /* Commit naming what the writer sent: rows, and its blobs' count and bytes
- * (the node refuses a part that holds anything else). */
+ * (the node refuses a part that holds anything else); for a direct part
+ * (index->direct) its segment's index. */
 cpr_status cpri_node_commit(cpri_node *node, const cpr_part_id *id, uint64_t lease, uint64_t rows,
                             uint64_t blobs, uint64_t blob_bytes,
-                           double timeout_s);
+                            const cpri_segment_index *index, double timeout_s);
 /* lease 0: abort by id (an override ckptd allows only to admins when it
  * checks rights). */
 cpr_status cpri_node_abort(cpri_node *node, const cpr_part_id *id, uint64_t lease,
@@ -57,12 +74,18 @@ cpr_status cpri_node_writer_open(cpri_node *node, const cpr_part_id *id, double 
                                 cpri_node_writer **out);
 /* The part's lease, presented by every later message (set once Begin answered). */
 void cpri_node_writer_set_lease(cpri_node_writer *w, uint64_t lease);
+/* Direct writes: the part's rows go to `segment` (Begin's answer) through d
+ * (borrowed), as row blocks; set before the first row, or never. */
+void cpri_node_writer_set_segment(cpri_node_writer *w, cpri_direct *d, const char *segment);
 cpr_status cpri_node_writer_rows(cpri_node_writer *w, const cpr_row_batch *batch);
 /* One sealed row block, sent (or stored) unchanged. */
 cpr_status cpri_node_writer_block(cpri_node_writer *w, const void *block, size_t len);
 cpr_status cpri_node_writer_blob(cpri_node_writer *w, const char *name, uint64_t offset,
                                 const void *data, size_t len, uint32_t crc32c);
-cpr_status cpri_node_writer_close(cpri_node_writer *w);
+/* Finish the streams and free the writer. A direct part's segment is
+ * finished into *index (the caller frees it: cpri_segment_index_free), or
+ * removed when index is NULL (the part is abandoned). */
+cpr_status cpri_node_writer_close(cpri_node_writer *w, cpri_segment_index *index);
 
 cpr_status cpri_node_list(cpri_node *node, const char *job, double timeout_s,
                          cpr_part_info **parts, size_t *n);
@@ -75,7 +98,6 @@ cpr_status cpri_node_list_where(cpri_node *node, const char *job, double timeout
 void cpri_node_store_id(cpri_node *node, char *out, size_t cap);
 /* Direct reads (docs/client.md): the store library's reader of a pool, for
  * restores from ckptd gateways whose store is in it. */
-typedef struct cpri_direct cpri_direct;
 cpr_status cpri_direct_open(const cpr_store_options *opts, cpri_direct **out);
 void cpri_direct_close(cpri_direct *d); /* NULL is a no-op */
 /* "rados:FSID/POOL/NS" (NULL for NULL). */

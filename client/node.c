@@ -123,6 +123,20 @@ struct cpri_node_writer {
     double timeout_s;
     cpri_rpc_stream *rows;  /* opened on first use */
     cpri_rpc_stream *blobs;
+    /* Direct writes (cpri_node_writer_set_segment): blocks go to `segment`
+     * through `direct`'s connection, `sw` opened on first use. */
+    cpri_direct *direct;
+    char segment[CPR_STORE_OBJECT_MAX];
+    cpr_store_writer *sw;
+    cpri_segment_index index;
+    unsigned char *block;   /* rows sealed into a block here (direct_rows) */
+    size_t block_cap;
+};
+
+struct cpri_direct {
+    const cpri_store_api *api;
+    cpr_store_reader *reader;
+    char id[320];              /* the pool's store, as ckptd names its own */
 };
 
 cpr_status cpri_node_open_local(const char *dir, const cpr_store_options *opts, cpri_node **out)
@@ -210,32 +224,50 @@ static cpr_status unary(cpri_node *n, const char *method, cpr_status enc, uint8_
 }
 
 cpr_status cpri_node_begin(cpri_node *n, const cpr_part_spec *spec, double timeout_s,
-                           int wait_ready, uint64_t *lease)
+                           int wait_ready, cpri_direct *direct, uint64_t *lease, char *segment)
 {
     *lease = 0;
+    if (segment)
+        segment[0] = '\0';
     if (n->store)
         return local(n, n->api->begin(n->store, spec));
     uint8_t *req = NULL, *resp = NULL;
     size_t len = 0, resp_len = 0;
-    cpr_status enc = cpri_wire_begin_encode(spec, &req, &len);
+    const char *want = direct && segment ? direct->id : NULL;
+    cpr_status enc = cpri_wire_begin_encode_direct(spec, want, &req, &len);
     cpr_status st = unary_call(n, SVC "Begin", enc, req, len, timeout_s, wait_ready, &resp,
                                &resp_len);
-    if (st == CPR_OK)
+    if (st == CPR_OK && want)
+        st = cpri_wire_begin_response_decode_segment(resp, resp_len, lease, segment,
+                                                     CPR_STORE_OBJECT_MAX);
+    else if (st == CPR_OK)
         st = cpri_wire_begin_response_decode(resp, resp_len, lease);
     free(resp);
     return st;
 }
 
 cpr_status cpri_node_commit(cpri_node *n, const cpr_part_id *id, uint64_t lease, uint64_t rows,
-                            uint64_t blobs, uint64_t blob_bytes, double timeout_s)
+                            uint64_t blobs, uint64_t blob_bytes,
+                            const cpri_segment_index *index, double timeout_s)
 {
     if (n->store)
         return local(n, n->api->commit_blobs(n->store, id, rows, blobs, blob_bytes));
     uint8_t *req = NULL;
     size_t len = 0;
-    cpr_status enc = cpri_wire_commit_encode_blobs(id, lease, rows, blobs, blob_bytes, &req,
-                                                   &len);
+    cpr_status enc =
+        index && index->direct
+            ? cpri_wire_commit_encode_direct(id, lease, rows, blobs, blob_bytes, index->refs,
+                                             index->n, index->size, &req, &len)
+            : cpri_wire_commit_encode_blobs(id, lease, rows, blobs, blob_bytes, &req, &len);
     return unary(n, SVC "Commit", enc, req, len, timeout_s, NULL, NULL);
+}
+
+void cpri_segment_index_free(cpri_segment_index *index)
+{
+    if (!index)
+        return;
+    free(index->refs);
+    memset(index, 0, sizeof *index);
 }
 
 cpr_status cpri_node_abort(cpri_node *n, const cpr_part_id *id, uint64_t lease, double timeout_s)
@@ -289,8 +321,122 @@ static cpr_status send_on(cpri_node_writer *w, cpri_rpc_stream **s, const char *
     return st;
 }
 
+void cpri_node_writer_set_segment(cpri_node_writer *w, cpri_direct *d, const char *segment)
+{
+    if (!d || !segment || !*segment)
+        return;
+    w->direct = d;
+    snprintf(w->segment, sizeof w->segment, "%s", segment);
+    w->index.direct = 1;
+}
+
+/* A call of the store library failed: its message made this library's. */
+static cpr_status direct_error(const cpri_node_writer *w, cpr_status st, const char *what)
+{
+    char why[512];
+    snprintf(why, sizeof why, "%s", w->direct->api->errmsg());
+    return cpr_fail(st, "direct write of %s/%u/%llu (%s) %s: %s", w->job, w->id.shard,
+                    (unsigned long long)w->id.checkpoint, w->segment, what, why);
+}
+
+/* One sealed block into the part's segment, its entry into the index. */
+static cpr_status direct_block(cpri_node_writer *w, const void *block, size_t len)
+{
+    const cpri_store_api *api = w->direct->api;
+    cpr_status st = CPR_OK;
+    if (!w->sw && (st = api->writer_create(w->direct->reader, w->segment, &w->sw)) != CPR_OK)
+        return direct_error(w, st, "opening the segment");
+    cpri_segment_index *x = &w->index;
+    if (x->n == x->cap) {
+        size_t cap = x->cap ? 2 * x->cap : 64;
+        cpr_store_block_ref *refs = realloc(x->refs, cap * sizeof *refs);
+        if (!refs)
+            return cpr_fail(CPR_NO_MEMORY, "out of memory for a segment index of %zu blocks",
+                            cap);
+        x->refs = refs;
+        x->cap = cap;
+    }
+    st = api->writer_block(w->sw, block, len, &x->refs[x->n]);
+    if (st)
+        return direct_error(w, st, "appending a block");
+    x->n++;
+    return CPR_OK;
+}
+
+typedef struct id_at {
+    uint64_t id;
+    size_t at;
+} id_at;
+
+static int id_at_cmp(const void *a, const void *b)
+{
+    const id_at *x = a, *y = b;
+    return x->id < y->id ? -1 : x->id > y->id;
+}
+
+#define DIRECT_BLOCK_ROWS_MAX 65536u /* rows of a block made of a batch */
+
+/* A batch of rows as f32 blocks of ascending ids (the store sorts such a
+ * batch when it takes it itself: the same order, the same refusal of an id
+ * given twice). */
+static cpr_status direct_rows(cpri_node_writer *w, const cpr_row_batch *b)
+{
+    if (b->n == 0)
+        return CPR_OK;
+    if (b->values_count % b->n || b->state_count % b->n)
+        return cpr_fail(CPR_INVALID_ARGUMENT, "a batch of %zu rows with %zu values and %zu "
+                        "state values", b->n, b->values_count, b->state_count);
+    uint32_t dim = (uint32_t)(b->values_count / b->n), sdim = (uint32_t)(b->state_count / b->n);
+    id_at *order = malloc(b->n * sizeof *order);
+    if (!order)
+        return cpr_fail(CPR_NO_MEMORY, "out of memory sorting a batch of %zu rows", b->n);
+    int sorted = 1;
+    for (size_t i = 0; i < b->n; i++) {
+        order[i] = (id_at){b->ids ? b->ids[i] : b->range_begin + i, i};
+        sorted &= i == 0 || order[i - 1].id < order[i].id;
+    }
+    if (!sorted)
+        qsort(order, b->n, sizeof *order, id_at_cmp);
+    cpr_status st = CPR_OK;
+    for (size_t i = 1; st == CPR_OK && i < b->n; i++)
+        if (order[i].id == order[i - 1].id)
+            st = cpr_fail(CPR_INVALID_ARGUMENT, "row id %llu appears twice in one batch",
+                          (unsigned long long)order[i].id);
+    for (size_t first = 0; st == CPR_OK && first < b->n; first += DIRECT_BLOCK_ROWS_MAX) {
+        uint32_t k = (uint32_t)(b->n - first < DIRECT_BLOCK_ROWS_MAX ? b->n - first
+                                                                     : DIRECT_BLOCK_ROWS_MAX);
+        cpr_block_layout l;
+        cpr_block_layout_of(k, dim, sdim, 0, &l);
+        if (l.bytes > w->block_cap) {
+            unsigned char *nb = realloc(w->block, l.bytes);
+            if (!nb) {
+                st = cpr_fail(CPR_NO_MEMORY, "out of memory for a block of %zu bytes", l.bytes);
+                break;
+            }
+            w->block = nb;
+            w->block_cap = l.bytes;
+        }
+        uint64_t *ids = (uint64_t *)(w->block + l.ids);
+        float *vals = (float *)(w->block + l.values), *state = (float *)(w->block + l.state);
+        for (uint32_t r = 0; r < k; r++) {
+            const id_at *o = &order[first + r];
+            ids[r] = o->id;
+            memcpy(vals + (size_t)r * dim, b->values + o->at * dim, (size_t)dim * 4);
+            if (sdim)
+                memcpy(state + (size_t)r * sdim, b->state + o->at * sdim, (size_t)sdim * 4);
+        }
+        st = cpr_block_seal(w->block, b->table, k, dim, sdim, 0);
+        if (st == CPR_OK)
+            st = direct_block(w, w->block, l.bytes);
+    }
+    free(order);
+    return st;
+}
+
 cpr_status cpri_node_writer_rows(cpri_node_writer *w, const cpr_row_batch *b)
 {
+    if (w->direct)
+        return direct_rows(w, b);
     if (w->node->store)
         return local(w->node, w->node->api->put_rows(w->node->store, &w->id, b));
     uint8_t *msg = NULL;
@@ -301,6 +447,8 @@ cpr_status cpri_node_writer_rows(cpri_node_writer *w, const cpr_row_batch *b)
 
 cpr_status cpri_node_writer_block(cpri_node_writer *w, const void *block, size_t len)
 {
+    if (w->direct)
+        return direct_block(w, block, len);
     if (w->node->store)
         return local(w->node, w->node->api->put_block(w->node->store, &w->id, block, len));
     uint8_t *msg = NULL;
@@ -322,7 +470,7 @@ cpr_status cpri_node_writer_blob(cpri_node_writer *w, const char *name, uint64_t
     return st ? st : send_on(w, &w->blobs, SVC "PutBlob", msg, n);
 }
 
-cpr_status cpri_node_writer_close(cpri_node_writer *w)
+cpr_status cpri_node_writer_close(cpri_node_writer *w, cpri_segment_index *index)
 {
     cpr_status st = CPR_OK;
     if (w->rows)
@@ -332,6 +480,19 @@ cpr_status cpri_node_writer_close(cpri_node_writer *w)
         if (st == CPR_OK)
             st = b;
     }
+    if (w->sw && (!index || st != CPR_OK)) {
+        w->direct->api->writer_discard(w->sw); /* abandoned: the object goes */
+    } else if (w->sw) {
+        cpr_status f = w->direct->api->writer_finish(w->sw, &w->index.size);
+        if (f)
+            st = direct_error(w, f, "finishing the segment");
+    }
+    if (index && st == CPR_OK) {
+        *index = w->index; /* the caller's now */
+        w->index.refs = NULL;
+    }
+    free(w->index.refs);
+    free(w->block);
     free(w);
     return st;
 }
@@ -385,12 +546,6 @@ cpr_status cpri_node_list_where(cpri_node *n, const char *job, double timeout_s,
 }
 
 /* ---- direct reads ------------------------------------------------------------------ */
-
-struct cpri_direct {
-    const cpri_store_api *api;
-    cpr_store_reader *reader;
-    char id[320];              /* the pool's store, as ckptd names its own */
-};
 
 cpr_status cpri_direct_open(const cpr_store_options *opts, cpri_direct **out)
 {

@@ -173,6 +173,8 @@ struct cpr_part {
     size_t n_blobs;
     uint64_t blob_bytes;     /* of the blobs put whole; the commit names both */
     cpri_node_writer *writer;
+    char segment[CPR_STORE_OBJECT_MAX]; /* direct writes: Begin's answer ("" if not) */
+    cpri_segment_index index;   /* direct writes: the segment, once finished */
     pthread_mutex_t mu;
     pthread_cond_t wake;     /* items queued or closing */
     pthread_cond_t given_back; /* `sent` set (P4) */
@@ -500,7 +502,15 @@ typedef struct begin_try {
     const cpr_part_spec *spec;
     int wait_ready; /* sent by the sender: wait for the channel (P6) */
     uint64_t lease; /* the writer's lease the node answered with */
+    cpri_direct *direct; /* ask for direct writes (NULL: not) */
+    char *segment;  /* the part's segment when the node agreed */
 } begin_try;
+
+/* The client's direct writes, when asked for. */
+static cpri_direct *direct_writes(const cpr_client *c)
+{
+    return c->opts.direct_writes ? c->direct : NULL;
+}
 
 static cpr_status begin_once(void *ctx);
 
@@ -528,13 +538,15 @@ static int fill_due(const cpr_part *p)
 static void send_part(cpr_part *p)
 {
     if (!p->begun) { /* cpr_client_begin_async: Begin here, off the caller's thread (P6) */
-        begin_try b = {p->client, p->node, &p->deferred, 1, 0};
+        begin_try b = {p->client, p->node, &p->deferred, 1, 0, direct_writes(p->client),
+                       p->segment};
         cpr_status st = cpri_client_retry(p->client, begin_once, &b);
         if (st) {
             set_error(p, st);
         } else {
             p->lease = b.lease;
             cpri_node_writer_set_lease(p->writer, b.lease);
+            cpri_node_writer_set_segment(p->writer, b.direct, p->segment);
             p->begun = 1;
         }
     }
@@ -716,7 +728,7 @@ static cpr_status begin_once(void *ctx)
 {
     begin_try *b = ctx;
     return cpri_node_begin(b->node, b->spec, b->client->opts.call_timeout_s, b->wait_ready,
-                           &b->lease);
+                           b->direct, &b->lease, b->segment);
 }
 
 static void part_free(cpr_part *p)
@@ -727,6 +739,7 @@ static void part_free(cpr_part *p)
         free(p->blob_names[i]);
     free(p->blob_names);
     free(p->tables);
+    cpri_segment_index_free(&p->index);
     pthread_mutex_destroy(&p->mu);
     pthread_cond_destroy(&p->wake);
     pthread_cond_destroy(&p->given_back);
@@ -780,10 +793,12 @@ static cpr_status start_part(cpr_client *c, cpr_part *p, cpr_part **out)
 {
     cpr_status st = cpri_node_writer_open(p->node, &p->id, c->opts.stream_timeout_s,
                                           &p->writer);
-    if (st == CPR_OK)
+    if (st == CPR_OK) {
         cpri_node_writer_set_lease(p->writer, p->lease); /* 0 until an async Begin answers */
+        cpri_node_writer_set_segment(p->writer, direct_writes(c), p->segment);
+    }
     if (st == CPR_OK && (st = start_sender(c, p)) != CPR_OK)
-        cpri_node_writer_close(p->writer);
+        cpri_node_writer_close(p->writer, NULL);
     if (st) { /* begun on the node but unusable here: do not leave it open */
         char why[1024];
         snprintf(why, sizeof why, "%s", cpr_errmsg());
@@ -808,7 +823,7 @@ cpr_status cpr_client_begin(cpr_client *c, const cpr_part_spec *spec, cpr_part *
         st = part_new(c, spec, &p);
     if (st)
         return st;
-    begin_try b = {c, p->node, spec, 0, 0};
+    begin_try b = {c, p->node, spec, 0, 0, direct_writes(c), p->segment};
     st = cpri_client_retry(c, begin_once, &b);
     if (st) {
         part_free(p);
@@ -1209,7 +1224,7 @@ static cpr_status finish_sender(cpr_part *p, int discard)
         while (!p->sent)
             pthread_cond_wait(&p->given_back, &p->mu);
         pthread_mutex_unlock(&p->mu);
-        st = cpri_node_writer_close(p->writer);
+        st = cpri_node_writer_close(p->writer, discard ? NULL : &p->index);
         p->writer = NULL;
         p->stopped = 1;
     }
@@ -1287,8 +1302,7 @@ cpr_status cpr_part_commit(cpr_part **handle)
     if (st == CPR_OK) {
         sent = 1;
         st = cpri_node_commit(p->node, &p->id, p->lease, p->progress.rows_sent, p->n_blobs,
-                              p->blob_bytes,
-                              c->opts.stream_timeout_s);
+                              p->blob_bytes, &p->index, c->opts.stream_timeout_s);
         if (st == CPR_UNAVAILABLE || st == CPR_TIMEOUT) {
             snprintf(why, sizeof why, "%s", cpr_errmsg());
             state = committed_on_node(p);

@@ -16,7 +16,7 @@
 
 #include "cpr/store.h"
 
-#define CPR_STORE_API_ABI 4u
+#define CPR_STORE_API_ABI 5u
 
 typedef struct cpri_store_api {
     uint32_t abi;   /* CPR_STORE_API_ABI of the store that filled it */
@@ -58,6 +58,12 @@ typedef struct cpri_store_api {
     cpr_status (*reader_restore)(cpr_store_reader *r, const void *plan, size_t len,
                                  cpr_row_fn fn, void *ctx, cpr_restore_result *result);
     void (*reader_close)(cpr_store_reader *r);
+    /* ABI 5: direct writes (the same clients, with direct_writes) */
+    cpr_status (*writer_create)(cpr_store_reader *r, const char *object, cpr_store_writer **out);
+    cpr_status (*writer_block)(cpr_store_writer *w, const void *block, size_t len,
+                               cpr_store_block_ref *ref);
+    cpr_status (*writer_finish)(cpr_store_writer *w, uint64_t *size);
+    void (*writer_discard)(cpr_store_writer *w);
 } cpri_store_api;
 
 /* Defined (and exported) by the store library. */

@@ -201,6 +201,7 @@ cpr_status cpri_wire_begin_decode(const void *buf, size_t len, cpri_wire_begin *
     b.spec.base = m->base_checkpoint;
     b.spec.tables = b.tables;
     b.spec.n_tables = m->n_tables;
+    b.direct = str(m->direct);
     *out = b;
     return CPR_OK;
 }
@@ -214,6 +215,12 @@ void cpri_wire_begin_release(cpri_wire_begin *b)
 }
 
 cpr_status cpri_wire_begin_encode(const cpr_part_spec *spec, uint8_t **buf, size_t *len)
+{
+    return cpri_wire_begin_encode_direct(spec, NULL, buf, len);
+}
+
+cpr_status cpri_wire_begin_encode_direct(const cpr_part_spec *spec, const char *direct,
+                                        uint8_t **buf, size_t *len)
 {
     Cpr__V1__BeginRequest m = CPR__V1__BEGIN_REQUEST__INIT;
     Cpr__V1__TableSchema *schemas = calloc(spec->n_tables + 1, sizeof *schemas);
@@ -240,6 +247,7 @@ cpr_status cpri_wire_begin_encode(const cpr_part_spec *spec, uint8_t **buf, size
     m.tables = ptrs;
     m.num_shards = spec->num_shards;
     m.base_checkpoint = spec->base;
+    m.direct = (char *)(direct ? direct : "");
     st = pack(&m.base, buf, len);
 out:
     free(schemas);
@@ -523,7 +531,95 @@ cpr_status cpri_wire_commit_decode(const void *buf, size_t len, cpri_wire_part *
         out->blobs = m->blobs;
         out->blob_bytes = m->blob_bytes;
         out->check_blobs = m->check_blobs;
+        out->direct = m->direct;
+        out->segment_index = m->segment_index.data;
+        out->index_len = m->segment_index.len;
+        out->segment_bytes = m->segment_bytes;
     }
+    return st;
+}
+
+/* A Commit naming the part, its lease, and the rows and blobs sent. */
+static void commit_fill(Cpr__V1__CommitRequest *m, const cpr_part_id *id, uint64_t lease,
+                        uint64_t rows, uint64_t blobs, uint64_t blob_bytes)
+{
+    m->job = (char *)id->job;
+    m->shard = id->shard;
+    m->checkpoint = id->checkpoint;
+    m->rows = rows;
+    m->lease = lease;
+    m->blobs = blobs;
+    m->blob_bytes = blob_bytes;
+    m->check_blobs = 1;
+}
+
+/* CommitRequest.segment_index: one record per block (the .proto). The host
+ * is little-endian (the build checks), so fields are copied as they are. */
+#define INDEX_RECORD 40u
+
+static uint32_t get32(const unsigned char *p)
+{
+    uint32_t v;
+    memcpy(&v, p, 4);
+    return v;
+}
+
+static uint64_t get64(const unsigned char *p)
+{
+    uint64_t v;
+    memcpy(&v, p, 8);
+    return v;
+}
+
+cpr_status cpri_wire_segment_index_decode(const void *index, size_t len,
+                                         cpr_store_block_ref **refs, size_t *n)
+{
+    const unsigned char *p = index;
+    *refs = NULL;
+    *n = 0;
+    if (len % INDEX_RECORD)
+        return cpr_fail(CPR_INVALID_ARGUMENT, "CommitRequest.segment_index has %zu bytes, "
+                        "not a multiple of its %u-byte records", len, INDEX_RECORD);
+    size_t count = len / INDEX_RECORD;
+    cpr_store_block_ref *r = malloc((count ? count : 1) * sizeof *r);
+    if (!r)
+        return cpr_fail(CPR_NO_MEMORY, "out of memory decoding a segment index of %zu blocks",
+                        count);
+    for (size_t i = 0; i < count; i++, p += INDEX_RECORD)
+        r[i] = (cpr_store_block_ref){get32(p), get32(p + 4), get64(p + 8), get64(p + 16),
+                                     get64(p + 24), get32(p + 32), get32(p + 36)};
+    *refs = r;
+    *n = count;
+    return CPR_OK;
+}
+
+cpr_status cpri_wire_commit_encode_direct(const cpr_part_id *id, uint64_t lease, uint64_t rows,
+                                         uint64_t blobs, uint64_t blob_bytes,
+                                         const cpr_store_block_ref *refs, size_t n,
+                                         uint64_t segment_bytes, uint8_t **buf, size_t *len)
+{
+    Cpr__V1__CommitRequest m = CPR__V1__COMMIT_REQUEST__INIT;
+    unsigned char *index = malloc(n ? n * INDEX_RECORD : 1);
+    if (!index)
+        return cpr_fail(CPR_NO_MEMORY, "out of memory encoding a segment index of %zu blocks",
+                        n);
+    for (size_t i = 0; i < n; i++) {
+        unsigned char *p = index + i * INDEX_RECORD;
+        const cpr_store_block_ref *r = &refs[i];
+        memcpy(p, &r->table, 4);
+        memcpy(p + 4, &r->n, 4);
+        memcpy(p + 8, &r->first_row, 8);
+        memcpy(p + 16, &r->last_row, 8);
+        memcpy(p + 24, &r->offset, 8);
+        memcpy(p + 32, &r->len, 4);
+        memcpy(p + 36, &r->crc32c, 4);
+    }
+    commit_fill(&m, id, lease, rows, blobs, blob_bytes);
+    m.direct = 1;
+    m.segment_index = (ProtobufCBinaryData){n * INDEX_RECORD, index};
+    m.segment_bytes = segment_bytes;
+    cpr_status st = pack(&m.base, buf, len);
+    free(index);
     return st;
 }
 
@@ -549,14 +645,7 @@ cpr_status cpri_wire_commit_encode_blobs(const cpr_part_id *id, uint64_t lease, 
                                         size_t *len)
 {
     Cpr__V1__CommitRequest m = CPR__V1__COMMIT_REQUEST__INIT;
-    m.job = (char *)id->job;
-    m.shard = id->shard;
-    m.checkpoint = id->checkpoint;
-    m.rows = rows;
-    m.lease = lease;
-    m.blobs = blobs;
-    m.blob_bytes = blob_bytes;
-    m.check_blobs = 1;
+    commit_fill(&m, id, lease, rows, blobs, blob_bytes);
     return pack(&m.base, buf, len);
 }
 
@@ -581,12 +670,35 @@ cpr_status cpri_wire_begin_response_encode(uint64_t lease, uint8_t **buf, size_t
 
 cpr_status cpri_wire_begin_response_decode(const void *buf, size_t len, uint64_t *lease)
 {
+    char segment[1];
+    cpr_status st = cpri_wire_begin_response_decode_segment(buf, len, lease, segment, 1);
+    return st == CPR_INVALID_ARGUMENT ? CPR_OK : st; /* a segment nobody asked for */
+}
+
+cpr_status cpri_wire_begin_response_encode_segment(uint64_t lease, const char *segment,
+                                                  uint8_t **buf, size_t *len)
+{
+    Cpr__V1__BeginResponse m = CPR__V1__BEGIN_RESPONSE__INIT;
+    m.lease = lease;
+    m.segment = (char *)(segment ? segment : "");
+    return pack(&m.base, buf, len);
+}
+
+cpr_status cpri_wire_begin_response_decode_segment(const void *buf, size_t len, uint64_t *lease,
+                                                  char *segment, size_t cap)
+{
     Cpr__V1__BeginResponse *m = cpr__v1__begin_response__unpack(NULL, len, buf);
     if (!m)
         return malformed("BeginResponse", len);
     *lease = m->lease;
+    const char *got = str(m->segment);
+    cpr_status st = strlen(got) < cap ? CPR_OK
+                                      : cpr_fail(CPR_INVALID_ARGUMENT, "BeginResponse.segment "
+                                                 "has %zu bytes, more than the %zu expected",
+                                                 strlen(got), cap - 1);
+    snprintf(segment, cap, "%s", st == CPR_OK ? got : "");
     cpr__v1__begin_response__free_unpacked(m, NULL);
-    return CPR_OK;
+    return st;
 }
 
 cpr_status cpri_wire_getblob_encode(const cpr_part_id *id, const char *name, uint8_t **buf,

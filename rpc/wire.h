@@ -24,6 +24,7 @@
 
 typedef struct cpri_wire_begin {
     cpr_part_spec spec;           /* id.job and tables point into the message */
+    const char *direct;           /* BeginRequest.direct ("" if absent) */
     void *msg;
     cpr_table_schema *tables;
 } cpri_wire_begin;
@@ -63,6 +64,10 @@ typedef struct cpri_wire_part {
     uint64_t rows;
     uint64_t blobs, blob_bytes;   /* Commit, when check_blobs */
     int check_blobs;
+    int direct;                   /* Commit: the rows are in the part's segment */
+    const void *segment_index;    /* Commit, direct: 40-byte records (the .proto) */
+    size_t index_len;
+    uint64_t segment_bytes;
     const char *name;
     void *msg;
 } cpri_wire_part;
@@ -134,6 +139,9 @@ void cpri_wire_recovery_release(cpri_wire_recovery *m);
 /* ---- encoders (requests: the client library; responses: ckptd) ------------- */
 
 cpr_status cpri_wire_begin_encode(const cpr_part_spec *spec, uint8_t **buf, size_t *len);
+/* The same asking for direct writes to store `direct` (NULL: not). */
+cpr_status cpri_wire_begin_encode_direct(const cpr_part_spec *spec, const char *direct,
+                                        uint8_t **buf, size_t *len);
 /* Requests of a part carry its writer's lease (0: none; responses). dim and
  * state_dim are written as given (0 in requests). */
 cpr_status cpri_wire_rows_encode(const cpr_part_id *id, uint64_t lease, const cpr_row_batch *batch,
@@ -158,6 +166,16 @@ cpr_status cpri_wire_commit_encode_blobs(const cpr_part_id *id, uint64_t lease, 
                                         size_t *len);
 cpr_status cpri_wire_commit_encode(const cpr_part_id *id, uint64_t lease, uint64_t rows,
                                   uint8_t **buf, size_t *len);
+/* A Commit of a direct part (and its blobs): the segment's index and size. */
+struct cpr_store_block_ref;
+cpr_status cpri_wire_commit_encode_direct(const cpr_part_id *id, uint64_t lease, uint64_t rows,
+                                         uint64_t blobs, uint64_t blob_bytes,
+                                         const struct cpr_store_block_ref *refs, size_t n,
+                                         uint64_t segment_bytes, uint8_t **buf, size_t *len);
+/* CommitRequest.segment_index as refs (*refs malloc'd, the caller frees);
+ * CPR_INVALID_ARGUMENT when its length is not a multiple of a record. */
+cpr_status cpri_wire_segment_index_decode(const void *index, size_t len,
+                                         struct cpr_store_block_ref **refs, size_t *n);
 cpr_status cpri_wire_abort_encode(const cpr_part_id *id, uint64_t lease, uint8_t **buf,
                                  size_t *len);
 cpr_status cpri_wire_getblob_encode(const cpr_part_id *id, const char *name, uint8_t **buf,
@@ -182,6 +200,13 @@ cpr_status cpri_wire_put_response_encode(uint64_t rows, uint64_t bytes, uint8_t 
                                         size_t *len);
 cpr_status cpri_wire_begin_response_encode(uint64_t lease, uint8_t **buf, size_t *len);
 cpr_status cpri_wire_begin_response_decode(const void *buf, size_t len, uint64_t *lease);
+/* With BeginResponse.segment (NULL or "": none). */
+cpr_status cpri_wire_begin_response_encode_segment(uint64_t lease, const char *segment,
+                                                  uint8_t **buf, size_t *len);
+/* segment[cap] gets BeginResponse.segment ("" if absent); CPR_INVALID_ARGUMENT
+ * when it does not fit. */
+cpr_status cpri_wire_begin_response_decode_segment(const void *buf, size_t len, uint64_t *lease,
+                                                  char *segment, size_t cap);
 /* locations (NULL: none sent) holds one string per part. */
 cpr_status cpri_wire_list_response_encode(const cpr_part_info *parts, size_t n,
                                          uint64_t latest_consistent,

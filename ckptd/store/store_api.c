@@ -36,6 +36,10 @@ static const cpri_store_api api = {
     .reader_open = cpr_store_reader_open,
     .reader_id = cpr_store_reader_id,
     .reader_restore = cpr_store_reader_restore,
+    .writer_create = cpr_store_writer_create,
+    .writer_block = cpr_store_writer_block,
+    .writer_finish = cpr_store_writer_finish,
+    .writer_discard = cpr_store_writer_discard,
     .reader_close = cpr_store_reader_close,
 };
 

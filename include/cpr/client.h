@@ -121,6 +121,14 @@ typedef struct cpr_client_options {
                                  certificates (mutual TLS): this client's PEM
                                  certificate and key [$CPR_TLS_CERT, $CPR_TLS_KEY] */
     const char *tls_key_file;
+    int direct_writes;        /* 1, with store.rados_pool (grpc:// and unix:):
+                                 a part's rows go from this process into the
+                                 pool itself, as row blocks of its own segment,
+                                 and ckptd checks the segment's index at commit
+                                 (docs/client.md, "Direct writes"): the
+                                 gateway's host carries no rows. The RADOS user
+                                 needs write access to the pool. A ckptd whose
+                                 store is elsewhere takes the rows itself */
 } cpr_client_options;
 
 /*

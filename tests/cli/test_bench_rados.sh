@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: Apache-2.0
 # cpr-bench against the test cluster (fixture "ceph"): store and rpc with
-# --backend rados on a small table (rpc also with --direct: the client reads
-# the pool) report the store's figures beside rados bench's, restore every
+# --backend rados on a small table (rpc also with --direct --direct-writes:
+# the client reads and writes the pool) report the store's figures beside rados bench's, restore every
 # row, and leave nothing in the pool.
 #   test_bench_rados.sh CPR_BENCH CEPH_CONF
 set -euo pipefail
@@ -17,21 +17,26 @@ fail() { echo "test_bench_rados: $*" >&2; exit 1; }
     > "$work/store.json" 2> "$work/store.err" || fail "store: $(tail -5 "$work/store.err")"
 "$bench" rpc --backend rados --rados-conf "$conf" --rows 20000 --shards 2 --transport tcp \
     --json > "$work/rpc.json" 2> "$work/rpc.err" || fail "rpc: $(tail -5 "$work/rpc.err")"
-# Direct reads: the client reads the pool, ckptd plans (and --direct is
-# refused where it means nothing).
+# Direct reads and writes: the client reads and writes the pool, ckptd plans
+# and checks indexes (and --direct* is refused where it means nothing).
 "$bench" rpc --backend rados --rados-conf "$conf" --rows 20000 --shards 2 --transport tcp \
-    --rounds 1 --direct --json > "$work/direct.json" 2> "$work/direct.err" ||
-    fail "rpc --direct: $(tail -5 "$work/direct.err")"
+    --rounds 1 --direct --direct-writes --json > "$work/direct.json" 2> "$work/direct.err" ||
+    fail "rpc --direct --direct-writes: $(tail -5 "$work/direct.err")"
 rc=0; "$bench" store --direct --rows 1000 > /dev/null 2>&1 || rc=$?
 [[ $rc == 2 ]] || fail "store --direct: exit $rc, want 2"
 rc=0; "$bench" rpc --direct --rows 1000 > /dev/null 2>&1 || rc=$?
 [[ $rc == 2 ]] || fail "rpc --direct without --backend rados: exit $rc, want 2"
+rc=0; "$bench" rpc --direct-writes --rows 1000 > /dev/null 2>&1 || rc=$?
+[[ $rc == 2 ]] || fail "rpc --direct-writes without --backend rados: exit $rc, want 2"
+rc=0; "$bench" store --backend rados --direct-writes --rows 1000 > /dev/null 2>&1 || rc=$?
+[[ $rc == 2 ]] || fail "store --direct-writes: exit $rc, want 2"
 python3 - "$work/store.json" "$work/rpc.json" "$work/direct.json" << 'PY' || fail "unexpected JSON"
 import json, sys
 store = json.load(open(sys.argv[1]))
 rpc = json.load(open(sys.argv[2]))
 direct = json.load(open(sys.argv[3]))
 assert rpc["store"]["direct_reads"] is False and direct["store"]["direct_reads"] is True
+assert rpc["store"]["direct_writes"] is False and direct["store"]["direct_writes"] is True
 d = direct["runs"][0]
 assert d["restore_rows"] == 20000 and d["verified"] and d["rados_restore_ratio"] > 0, d
 assert store["backend"] == "rados", store

@@ -440,7 +440,8 @@ def test_part_codecs(any_client, job, codec):
 
 def test_direct_reads_from_the_pool(tmp_path, job):
     """A client given ckptd's Ceph pool restores by reading the pool itself
-    (ckptd sends the plan): the same rows and bits as through ckptd."""
+    (ckptd sends the plan): the same rows and bits as through ckptd; with
+    direct_writes, it writes its parts into the pool itself, same rows."""
     from conftest import Daemon
     conf, binary = os.environ.get("CPR_TEST_RADOS_CONF"), os.environ.get("CPR_CKPTD")
     if not conf or not os.access(conf, os.R_OK) or not binary:
@@ -463,6 +464,21 @@ def test_direct_reads_from_the_pool(tmp_path, job):
                     assert same_bits(a[t].values, b[t].values)
             got, _ = direct.restore(job)
             check_rows(got[T0], np.arange(T0_ROWS), v2, s2)
+        # Direct writes: the same job written into the pool by the client itself
+        # restores to the same rows and bits through a plain client.
+        with cpr.Client(d.target) as plain, \
+                cpr.Client(d.target, rados_pool="cpr", rados_conf=conf, rados_namespace=ns,
+                           direct_writes=True) as writer:
+            (v1, s1, w1), (v2, s2), mine = write_job(writer, job + "-dw")
+            a, ra = plain.restore(job)
+            b, rb = plain.restore(job + "-dw")
+            assert ra.rows == rb.rows > 0
+            for t in a:
+                assert np.array_equal(np.asarray(a[t].ids), np.asarray(b[t].ids))
+                assert same_bits(a[t].values, b[t].values)
+            check_rows(b[T0], np.arange(T0_ROWS), v2, s2)
+        with pytest.raises(cpr.InvalidArgumentError):
+            cpr.Client(d.target, direct_writes=True)
         with pytest.raises(cpr.NotFoundError):
             cpr.Client(d.target, rados_pool="no-such-pool", rados_conf=conf)
     finally:

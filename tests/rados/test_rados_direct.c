@@ -16,6 +16,16 @@
  *  - a pool that does not exist fails cpr_client_open with CPR_NOT_FOUND;
  *  - ckptd counts the plans it sent (restore_plans_total): the direct
  *    client's restores only.
+ * Direct writes (docs/client.md): a client with direct_writes writes its
+ * parts' rows into the pool itself, ckptd checking each segment's index at
+ * commit:
+ *  - the same job written so (parts begun at once and in the background; a
+ *    FULL from ascending rows, a DELTA from rows out of order, a blob beside
+ *    the rows) restores exactly as above, through a client without direct
+ *    anything, and its blob reads back;
+ *  - ckptd counts those commits (direct_commits_total), and none of a client
+ *    pointed at another namespace, whose rows it takes itself (still right);
+ *  - direct_writes without the pool is refused at open.
  * Exits 77 when the cluster is not there.
  */
 #define _GNU_SOURCE
@@ -86,31 +96,47 @@ static void note_problem(void *ctx, const char *what, const char *where)
     snprintf(ctx, 1024, "%s: %s", where, what);
 }
 
-static void write_job(const char *target)
+static const char BLOB[] = "dense state beside the rows";
+
+/* Job `job`: a FULL of every shard (shard 1 begun in the background, a blob
+ * with shard 0's), a DELTA of shard 0, through a client opened with `o`
+ * (NULL: defaults). shuffle: the DELTA's rows out of id order. */
+static void write_job_with(const char *target, const char *job, const cpr_client_options *o,
+                           int shuffle)
 {
-    cpr_client_options o = {.message_bytes = 256u << 10}; /* several blocks a part */
+    cpr_client_options opts = o ? *o : (cpr_client_options){0};
+    opts.message_bytes = 256u << 10; /* several blocks a part */
     cpr_client *c = NULL;
-    assert_status(CPR_OK, cpr_client_open(target, &o, &c));
+    assert_status(CPR_OK, cpr_client_open(target, &opts, &c));
     for (uint32_t s = 0; s < SHARDS; s++) {
-        cpr_part_spec spec = tu_part("direct", s, SHARDS, 1, CPR_KIND_FULL, T, 1);
+        cpr_part_spec spec = tu_part(job, s, SHARDS, 1, CPR_KIND_FULL, T, 1);
         uint64_t *ids = malloc(ROWS * sizeof *ids);
         tu_iota(ids, (uint64_t)s * ROWS, ROWS);
         tu_batch b;
         tu_batch_make(&b, &T[0], ids, ROWS, 1);
         cpr_part *p = NULL;
-        assert_status(CPR_OK, cpr_client_begin(c, &spec, &p));
+        assert_status(CPR_OK, s ? cpr_client_begin_async(c, &spec, &p)
+                                : cpr_client_begin(c, &spec, &p));
         assert_status(CPR_OK, cpr_part_put_rows(p, &b.batch));
+        if (s == 0)
+            assert_status(CPR_OK, cpr_part_put_blob(p, "dense", BLOB, sizeof BLOB));
         assert_status(CPR_OK, cpr_part_commit(&p));
         tu_batch_free(&b);
         free(ids);
     }
-    cpr_part_spec spec = tu_part("direct", 0, SHARDS, 2, CPR_KIND_DELTA, T, 1);
+    cpr_part_spec spec = tu_part(job, 0, SHARDS, 2, CPR_KIND_DELTA, T, 1);
     cpr_part *p = NULL;
     assert_status(CPR_OK, cpr_client_begin(c, &spec, &p));
     for (int r = 0; r < 2; r++) {
         size_t n = DELTA[r].end - DELTA[r].begin;
         uint64_t *ids = malloc(n * sizeof *ids);
         tu_iota(ids, DELTA[r].begin, n);
+        for (size_t i = 0; shuffle && i + 1 < n; i++) { /* a fixed permutation */
+            size_t j = i + (i * 7919 + 13) % (n - i);
+            uint64_t t = ids[i];
+            ids[i] = ids[j];
+            ids[j] = t;
+        }
         tu_batch b;
         tu_batch_make(&b, &T[0], ids, n, 2);
         assert_status(CPR_OK, cpr_part_put_rows(p, &b.batch));
@@ -119,6 +145,11 @@ static void write_job(const char *target)
     }
     assert_status(CPR_OK, cpr_part_commit(&p));
     cpr_client_close(c);
+}
+
+static void write_job(const char *target)
+{
+    write_job_with(target, "direct", NULL, 0);
 }
 
 /* The query through `c`: every row right, ascending, and the ids into *out. */
@@ -178,18 +209,25 @@ static void damage(const char *ns, const char *object, long at)
     free(dir);
 }
 
-static void test_direct_reads(void **unused)
+/* A ckptd on namespace "<what>-<pid>-<time>" (ns[64]) of the test pool, with
+ * metrics, in a fresh *dir; target[300] gets its grpc:// address. */
+static void start_gateway(const char *what, char *ns, char **dir, ch_daemon *d, char *target)
 {
-    (void)unused;
-    char ns[64], target[300];
-    snprintf(ns, sizeof ns, "direct-%d-%ld", (int)getpid(), (long)time(NULL));
-    char *dir = tu_mkdtemp("cpr-rados-direct");
-    ch_daemon d;
+    snprintf(ns, 64, "%s-%d-%ld", what, (int)getpid(), (long)time(NULL));
+    *dir = tu_mkdtemp("cpr-rados-direct");
     const char *const args[] = {"--backend", "rados", "--rados-pool", "cpr",
                                 "--rados-conf", g_conf, "--rados-namespace", ns,
                                 "--metrics-listen", "127.0.0.1:0", NULL};
-    ch_start_args(&d, dir, args);
-    snprintf(target, sizeof target, "grpc://%s", d.addr);
+    ch_start_args(d, *dir, args);
+    snprintf(target, 300, "grpc://%s", d->addr);
+}
+
+static void test_direct_reads(void **unused)
+{
+    (void)unused;
+    char ns[64], target[300], *dir = NULL;
+    ch_daemon d;
+    start_gateway("direct", ns, &dir, &d, target);
     write_job(target);
 
     cpr_client *plain = NULL, *direct = NULL, *other = NULL;
@@ -293,6 +331,70 @@ static void test_direct_reads(void **unused)
     free(dir);
 }
 
+/* Every query of test_direct_reads on job `job`, through `c`: right rows. */
+static void assert_job(cpr_client *c, const char *job)
+{
+    cpr_row_range cut[2] = {{50, 7000}, {12000, 30000}};
+    cpr_restore_query cases[] = {
+        {.job = job},
+        {.job = job, .as_of = 1},
+        {.job = job, .ranges = cut, .n_ranges = 2},
+        {.job = job, .modulo = 3, .remainder = 1},
+    };
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        seen a;
+        restore_checked(c, &cases[k], &a);
+        assert_int_equal(a.n, expected_rows(&cases[k]));
+        free(a.ids);
+    }
+    void *data = NULL;
+    size_t len = 0;
+    cpr_part_id id = {job, 0, 1};
+    assert_status(CPR_OK, cpr_client_read_blob(c, &id, "dense", &data, &len));
+    assert_int_equal(len, sizeof BLOB);
+    assert_memory_equal(data, BLOB, sizeof BLOB);
+    free(data);
+}
+
+static void test_direct_writes(void **unused)
+{
+    (void)unused;
+    char ns[64], target[300], *dir = NULL;
+    ch_daemon d;
+    start_gateway("dwrite", ns, &dir, &d, target);
+    cpr_client_options o = {.direct_writes = 1};
+    o.store.rados_pool = "cpr";
+    o.store.rados_conf = g_conf;
+    o.store.rados_namespace = ns;
+    write_job_with(target, "dw", &o, 1);
+    /* Another namespace: ckptd's store is not that one, and takes the rows. */
+    o.store.rados_namespace = "another-namespace";
+    write_job_with(target, "dw-other", &o, 1);
+
+    cpr_client *plain = NULL;
+    assert_status(CPR_OK, cpr_client_open(target, NULL, &plain));
+    assert_job(plain, "dw");
+    assert_job(plain, "dw-other");
+    cpr_client_close(plain);
+
+    int code = 0;
+    char *metrics = NULL;
+    assert_status(CPR_OK, ch_http_get(d.metrics_addr, "/metrics", &code, &metrics));
+    assert_int_equal(code, 200);
+    assert_true(ch_metric(metrics, "cpr_ckptd_direct_commits_total") == 3);
+    free(metrics);
+
+    /* direct_writes needs the pool. */
+    cpr_client_options bad = {.direct_writes = 1};
+    cpr_client *c = NULL;
+    assert_status(CPR_INVALID_ARGUMENT, cpr_client_open(target, &bad, &c));
+    assert_non_null(strstr(cpr_errmsg(), "rados_pool"));
+    assert_null(c);
+    ch_stop(&d);
+    tu_rmtree(dir);
+    free(dir);
+}
+
 int main(void)
 {
     g_conf = getenv("CPR_TEST_RADOS_CONF");
@@ -302,6 +404,7 @@ int main(void)
     }
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_direct_reads),
+        cmocka_unit_test(test_direct_writes),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

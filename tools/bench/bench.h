@@ -49,6 +49,7 @@ typedef struct bench_opts {
     int transports;       /* rpc: 1 TCP on 127.0.0.1, 2 a Unix socket, 3 both */
     int direct;           /* rpc --direct: the clients read the pool themselves
                              (direct reads; needs --backend rados) */
+    int direct_writes;    /* rpc --direct-writes: and write it (direct writes) */
     bench_rados_opts rados; /* store --backend rados */
 } bench_opts;
 

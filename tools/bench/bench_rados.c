@@ -118,7 +118,8 @@ int bench_backend_json(cpri_json *root, const bench_opts *opts, int raw_direct)
            cpri_json_add_number(root, "rados_object_bytes", RADOS_OBJECT_BYTES) ||
            cpri_json_add_number(root, "rados_write_ios", (double)ro->write_ios) ||
            cpri_json_add_number(root, "rados_read_ios", (double)ro->read_ios) ||
-           cpri_json_add_bool(root, "direct_reads", opts->direct) ? -1 : 0;
+           cpri_json_add_bool(root, "direct_reads", opts->direct) ||
+           cpri_json_add_bool(root, "direct_writes", opts->direct_writes) ? -1 : 0;
 }
 
 cpr_store_options bench_store_options(const bench_opts *opts)

@@ -274,15 +274,17 @@ static void *timed_barrier(void *arg)
     return NULL;
 }
 
-/* --direct: the client reads the pool's blocks itself (direct reads). */
+/* --direct: the client reads the pool's blocks itself (direct reads);
+ * --direct-writes: it writes its parts' segments there itself. */
 static cpr_status open_client(const bench_opts *opts, const bench_daemon *d,
                               cpr_client **client)
 {
     char target[300];
     cpr_client_options o;
     memset(&o, 0, sizeof o);
-    if (opts->direct)
+    if (opts->direct || opts->direct_writes)
         o.store = bench_store_options(opts);
+    o.direct_writes = opts->direct_writes;
     if (strncmp(d->addr, "unix:", 5) == 0)
         snprintf(target, sizeof target, "%s", d->addr);
     else

@@ -93,7 +93,7 @@ static void usage(FILE *out)
           "  -h, --help      print this help\n"
           "\n"
           "cpr-bench rpc [the store options] [--shards S] [--transport T] [--ckptd PATH]\n"
-          "              [--restore-streams N] [--direct]\n"
+          "              [--restore-streams N] [--direct] [--direct-writes]\n"
           "  runs cpr-bench store's measurements (as the baseline), then for each\n"
           "  shard count S starts ckptd over DIR/rpc-S, has S threads write their\n"
           "  share of the rows (one part each, through one client) once untimed\n"
@@ -117,6 +117,9 @@ static void usage(FILE *out)
           "  --direct        (with --backend rados) the clients read the stored blocks\n"
           "                  from the pool themselves, ckptd answering restores with\n"
           "                  where they lie (direct reads, docs/client.md)\n"
+          "  --direct-writes (with --backend rados) the clients write their parts'\n"
+          "                  rows into the pool themselves, ckptd checking each\n"
+          "                  segment's index at commit (direct writes)\n"
           "\n"
           "Progress goes to stderr. Exit status: 0 done and every restored row\n"
           "verified, 1 a failure or a wrong restored row, 2 bad command line.\n",
@@ -216,6 +219,10 @@ static int parse_one(int argc, char **argv, int *i, bench_opts *opts)
         opts->direct = 1;
         return 0;
     }
+    if (strcmp(arg, "--direct-writes") == 0) {
+        opts->direct_writes = 1;
+        return 0;
+    }
     for (size_t f = 0; f < sizeof NUM_FLAGS / sizeof NUM_FLAGS[0]; f++) {
         const num_flag *nf = &NUM_FLAGS[f];
         uint64_t v;
@@ -296,9 +303,9 @@ static int parse_store_args(int argc, char **argv, bench_opts *opts)
     }
     if (bench_rados_check_opts(opts))
         return -1;
-    if (opts->direct && !opts->rados.enabled) {
-        fprintf(stderr, "cpr-bench: --direct reads segments from a Ceph pool: it needs "
-                "--backend rados\n");
+    if ((opts->direct || opts->direct_writes) && !opts->rados.enabled) {
+        fprintf(stderr, "cpr-bench: --direct%s works on segments in a Ceph pool: it needs "
+                "--backend rados\n", opts->direct ? "" : "-writes");
         return -1;
     }
     if (opts->rados.enabled && opts->chain) {
@@ -790,9 +797,10 @@ static int cmd_store(int argc, char **argv)
     bench_result res;
     workdir wd;
     int parsed = parse_store_args(argc, argv, &opts), out_rc = 0, ns_ours = 0;
-    if (parsed == 0 && opts.direct) {
-        fprintf(stderr, "cpr-bench: --direct is an option of cpr-bench rpc (the store "
-                "benchmark reads its pool itself)\n");
+    if (parsed == 0 && (opts.direct || opts.direct_writes)) {
+        fprintf(stderr, "cpr-bench: --direct%s is an option of cpr-bench rpc (the store "
+                "benchmark reads and writes its pool itself)\n",
+                opts.direct ? "" : "-writes");
         parsed = -1;
     }
     if (parsed) {
