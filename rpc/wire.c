@@ -670,9 +670,12 @@ cpr_status cpri_wire_begin_response_encode(uint64_t lease, uint8_t **buf, size_t
 
 cpr_status cpri_wire_begin_response_decode(const void *buf, size_t len, uint64_t *lease)
 {
-    char segment[1];
-    cpr_status st = cpri_wire_begin_response_decode_segment(buf, len, lease, segment, 1);
-    return st == CPR_INVALID_ARGUMENT ? CPR_OK : st; /* a segment nobody asked for */
+    Cpr__V1__BeginResponse *m = cpr__v1__begin_response__unpack(NULL, len, buf);
+    if (!m)
+        return malformed("BeginResponse", len);
+    *lease = m->lease; /* a segment nobody asked for is not looked at */
+    cpr__v1__begin_response__free_unpacked(m, NULL);
+    return CPR_OK;
 }
 
 cpr_status cpri_wire_begin_response_encode_segment(uint64_t lease, const char *segment,

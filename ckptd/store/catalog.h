@@ -44,6 +44,10 @@ typedef struct cpri_job {
     uint32_t open_blobs;         /* blob files being written by its open parts (O1) */
     uint64_t pool_hash;          /* in RADOS: hash of its records as last reloaded from
                                     the pool (store.c, R9), 0: never */
+    uint64_t catalog_gen;        /* in RADOS: this gateway's writes of its fold,
+                                    part-removal and floor records to the pool, counted
+                                    in the same hold of the store's mu as the write (a
+                                    reload that saw it move starts over: store.c) */
 } cpri_job;
 
 /* C7. by_name and by_id index jobs[] (slot value i + 1; 0: empty) by

@@ -232,6 +232,7 @@ static cpr_status publish_fold(cpr_store *store, const char *job_name, cpri_part
         }
         *attempted = 1; /* from here the record may be durable: keep its segment */
         st = cpri_catalog_write(store, wb, "publishing a fold");
+        job->catalog_gen++; /* rados.h R9: landed or not, a reload must start over */
     }
     if (st == CPR_OK) {
         for (size_t i = job->n_folds; replace && i-- > 0;) {

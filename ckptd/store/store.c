@@ -120,7 +120,6 @@ cpr_status cpri_catalog_write_if(cpr_store *store, const struct cpri_kv_cond *co
         st = b.oom ? cpr_fail(CPR_NO_MEMORY, "out of memory %s", what)
                    : cpri_rados_catalog_apply_if(store->rados, conds, nc, b.c, b.n, what);
         free(b.c);
-        atomic_fetch_add(&store->catalog_gen, 1); /* R9; failed or not: it may have landed */
         if (st)
             return st;
     }
@@ -138,7 +137,6 @@ cpr_status cpri_catalog_put(cpr_store *store, const void *key, size_t klen, cons
     if (store->rados) { /* R1 */
         cpri_kv_change c = {key, klen, val, vlen, 0};
         st = cpri_rados_catalog_apply(store->rados, &c, 1, what);
-        atomic_fetch_add(&store->catalog_gen, 1); /* R9 */
         if (st)
             return st;
     }
@@ -440,14 +438,29 @@ static cpr_status rebuild_job(cpri_job *job, const pool_records *pr)
  * it reads the pool until the rebuild is done (none of this gateway's
  * commits lands in between: what it read holds every one of them), and mu
  * for the rebuild. The other writers of the job's records here, folds and
- * retention, write the pool and change the catalog in memory under one hold
- * of mu, counting the write in catalog_gen first (cpri_catalog_write_if,
- * cpri_catalog_put): a count that moved while this read the pool means such
- * a write may be missing from what it read, and the rebuild would put back
- * what the write took away (a replaced fold, a part below the floor, whose
- * segments are doomed): *raced is set and nothing changes. */
+ * retention, write the pool, count the write in the job's catalog_gen and
+ * change the catalog in memory under one hold of mu: a count that moved
+ * while this read the pool means such a write may be missing from what it
+ * read, and the rebuild would put back what the write took away (a replaced
+ * fold, a part below the floor, whose segments are doomed): *raced is set
+ * and nothing changes. */
+static uint64_t job_gen_locked(cpr_store *store, const char *name)
+{
+    const cpri_job *job = cpri_catalog_find(&store->catalog, name);
+    return job ? job->catalog_gen : 0;
+}
+
+static uint64_t job_gen(cpr_store *store, const char *name)
+{
+    pthread_mutex_lock(&store->mu);
+    uint64_t gen = job_gen_locked(store, name);
+    pthread_mutex_unlock(&store->mu);
+    return gen;
+}
+
 static cpr_status refresh_once(cpr_store *store, const char *name, int *raced)
 {
+    *raced = 0;
     if (!store->rados)
         return CPR_OK;
     unsigned char jkey[130];
@@ -460,7 +473,6 @@ static cpr_status refresh_once(cpr_store *store, const char *name, int *raced)
     }
     uint32_t id = cpri_get_be32((const unsigned char *)val);
     free(val);
-    *raced = 0;
     pool_records pr = {0};
     unsigned char prefix[5];
     const char types[] = {'F', 'M', 'B'}; /* as at open: the floor, parts, folds */
@@ -468,7 +480,7 @@ static cpr_status refresh_once(cpr_store *store, const char *name, int *raced)
      * commit of this gateway's that landed in between would otherwise be
      * in memory, missing from what was read, and lost by the rebuild. */
     pthread_mutex_lock(&store->commit_mu);
-    uint64_t gen = atomic_load(&store->catalog_gen); /* before the first read */
+    uint64_t gen = job_gen(store, name); /* before the first read */
     for (size_t t = 0; st == CPR_OK && t < sizeof types; t++) {
         prefix[0] = (unsigned char)types[t];
         cpri_put_be32(prefix + 1, id);
@@ -494,7 +506,7 @@ static cpr_status refresh_once(cpr_store *store, const char *name, int *raced)
     }
     hash = hash ? hash : 1;
     pthread_mutex_lock(&store->mu);
-    if (atomic_load(&store->catalog_gen) != gen) { /* a fold or retention wrote */
+    if (job_gen_locked(store, name) != gen) { /* a fold or retention wrote */
         *raced = 1;
         pthread_mutex_unlock(&store->mu);
         pthread_mutex_unlock(&store->commit_mu);

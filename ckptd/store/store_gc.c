@@ -100,6 +100,7 @@ static cpr_status raise_floor(cpr_store *store, cpri_job *job, const gc_goal *go
     if (st || floor <= job->floor)
         return st;
     st = write_floor(store, job->id, floor);
+    job->catalog_gen++; /* rados.h R9 */
     if (st == CPR_OK)
         job->floor = floor;
     return st;
@@ -153,8 +154,10 @@ static cpr_status drop_below(cpr_store *store, const char *job_name, cpr_gc_repo
             cpri_key_part_record(key, 'B', job->id, job->folds[i].shard, job->folds[i].checkpoint);
             rocksdb_writebatch_delete(wb, (const char *)key, sizeof key);
         }
-    if (rocksdb_writebatch_count(wb))
+    if (rocksdb_writebatch_count(wb)) {
         st = cpri_catalog_write(store, wb, "deleting reclaimed part records");
+        job->catalog_gen++; /* rados.h R9 */
+    }
     if (st == CPR_OK && job) {
         size_t n = 0;
         while (n < job->n_parts && job->parts[n].checkpoint < floor)

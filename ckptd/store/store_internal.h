@@ -181,8 +181,6 @@ struct cpr_store {
     pthread_mutex_t commit_mu;   /* commit order per shard vs. each other and GC */
     pthread_mutex_t recovery_mu; /* recovery records' compare-and-set (S6) */
     pthread_mutex_t fold_mu;     /* one fold (or GC) writes folds at a time */
-    _Atomic uint64_t catalog_gen; /* catalog writes to the pool so far: a reload that
-                                     saw it move retries (store.c, refresh_once) */
     struct cpri_fold_worker *folder; /* background folding (fold.c); NULL: off */
     _Atomic uint64_t staging_seq;/* makes every begin's staging directory unique */
     _Atomic uint64_t token_seq;  /* segment tokens: unique, never 0 */

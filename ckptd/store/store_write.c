@@ -26,8 +26,11 @@
  *      only after every check passed (the object finished, with the size
  *      the writer gives; blocks back to back, W1; every block's header
  *      equal to its entry and within the schema), so a refused index
- *      leaves the part as it was. Payloads are not read here: the CRC each
- *      header names is checked by every read, as for any block.
+ *      leaves the part as it was, and the same index given again is taken
+ *      as given (a commit tried again). Payloads are not read here: the CRC
+ *      each header names is checked by every read, as for any block. The
+ *      writer sends empty batches while it writes (touch_direct), so the
+ *      idle abort takes only a direct part whose writer went quiet.
  *
  * Part states:  (begin) -> OPEN --commit--> COMMITTING --ok--> gone (catalog)
  *                           |                   \--error--> FAILED --abort--> gone
@@ -692,9 +695,27 @@ static cpr_status put_range(cpr_store *store, const cpr_part_id *id, const cpr_r
     return st;
 }
 
+/* W3: an empty batch to a direct part says its writer is still at work (the
+ * rows go to the pool, not here): the part is not idle. 1 if it was one. */
+static int touch_direct(cpr_store *store, const cpr_part_id *id)
+{
+    open_part *part = cpri_open_part_get(store, id);
+    if (!part)
+        return 0;
+    pthread_mutex_lock(&part->mu);
+    int direct = part->direct && part->state == PART_OPEN;
+    if (direct)
+        atomic_store(&part->active_ms, now_ms());
+    pthread_mutex_unlock(&part->mu);
+    cpri_open_part_put(store, part);
+    return direct;
+}
+
 cpr_status cpr_store_put_rows(cpr_store *store, const cpr_part_id *id,
                               const cpr_row_batch *batch)
 {
+    if (store && id && id->job && batch && batch->n == 0 && touch_direct(store, id))
+        return CPR_OK;
     if (store && batch && !batch->ids && batch->n)
         return put_range(store, id, batch);
     open_part *part = NULL;
@@ -917,6 +938,23 @@ static cpr_status check_headers(cpr_store *store, const open_part *part,
     return st;
 }
 
+/* The index the part took (put_segment) is exactly this one. */
+static int same_index(const open_part *part, const cpr_store_block_ref *refs, size_t n,
+                      uint64_t size)
+{
+    if (part->meta.seg_bytes != size || part->meta.n_blocks != n)
+        return 0;
+    for (size_t i = 0; i < n; i++) {
+        const cpri_block_ref *b = &part->meta.blocks[i];
+        const cpr_store_block_ref *r = &refs[i];
+        if (b->table != r->table || b->n != r->n || b->first != r->first_row ||
+            b->last != r->last_row || b->offset != r->offset || b->len != r->len ||
+            b->crc != r->crc32c)
+            return 0;
+    }
+    return 1;
+}
+
 cpr_status cpr_store_put_segment(cpr_store *store, const cpr_part_id *id,
                                  const cpr_store_block_ref *refs, size_t n, uint64_t size)
 {
@@ -931,9 +969,12 @@ cpr_status cpr_store_put_segment(cpr_store *store, const cpr_part_id *id,
         st = cpr_fail(CPR_FAILED_PRECONDITION, "put_segment: part %s/%u/%llu has no segment "
                       "of its own; ask for one with direct_segment first", id->job, id->shard,
                       (unsigned long long)id->checkpoint);
-    else if (part->direct_put)
-        st = cpr_fail(CPR_FAILED_PRECONDITION, "put_segment: part %s/%u/%llu has its "
-                      "segment's index already", id->job, id->shard,
+    else if (part->direct_put && same_index(part, refs, n, size)) {
+        unlock_part(store, part); /* taken already (a commit tried again) */
+        return CPR_OK;
+    } else if (part->direct_put)
+        st = cpr_fail(CPR_FAILED_PRECONDITION, "put_segment: part %s/%u/%llu has another "
+                      "index of its segment already", id->job, id->shard,
                       (unsigned long long)id->checkpoint);
     else if ((st = store->segs->ops->size(store->segs, part->seg_name, &have)) != CPR_OK)
         st = st == CPR_NOT_FOUND
@@ -1330,9 +1371,10 @@ static cpr_status commit_locked(cpr_store *store, open_part *part)
         st = cpri_space_check(store, CPRI_SPACE_CATALOG, "commit");
     if (st) /* nothing changed yet: the part stays open */
         return st;
+    if (part->direct && !part->direct_put && /* W3: no rows; whatever was written goes */
+        (st = store->segs->ops->remove(store->segs, part->seg_name)) != CPR_OK)
+        return st; /* the part stays open */
     part->state = PART_COMMITTING;
-    if (part->direct && !part->direct_put) /* W3: no rows; whatever was written goes */
-        (void)store->segs->ops->remove(store->segs, part->seg_name);
     st = finish_rows(store, part);
     if (st == CPR_OK)
         st = finish_blobs(store, part);

@@ -8,8 +8,10 @@
  *    CRC or table, a block left out, a segment not finished) is refused,
  *    naming what differs, and the part is unchanged: the right index is
  *    then taken;
- *  - a direct part takes no rows through put_rows; put_segment needs a
- *    direct part; a store on a local disk refuses direct writes;
+ *  - a direct part takes no rows through put_rows (an empty batch, its
+ *    writer's sign of life, is taken); the same index given twice is taken,
+ *    another one not; put_segment needs a direct part; a store on a local
+ *    disk refuses direct writes;
  *  - an aborted part's segment is removed from the pool.
  * Exits 77 when the cluster is not there.
  */
@@ -158,8 +160,16 @@ static void test_direct_part_round_trip(void **unused)
     cpr_store_block_ref refs[3];
     uint64_t size = 0;
     write_segment(&e, name, 1, refs, &size, NULL);
+    /* The writer's touch while it writes: an empty batch, taken; rows are not. */
+    uint64_t one = 7;
+    cpr_row_batch none = {.table = 0};
+    assert_status(CPR_OK, cpr_store_put_rows(e.store, &p.id, &none));
+    assert_status(CPR_FAILED_PRECONDITION, tu_put_rows(e.store, &p.id, &T[0], &one, 1, 1));
     assert_status(CPR_OK, cpr_store_put_segment(e.store, &p.id, refs, 3, size));
-    assert_status(CPR_FAILED_PRECONDITION, cpr_store_put_segment(e.store, &p.id, refs, 3, size));
+    /* The same index again (a commit tried again) is taken; another is not. */
+    assert_status(CPR_OK, cpr_store_put_segment(e.store, &p.id, refs, 3, size));
+    assert_status(CPR_FAILED_PRECONDITION, cpr_store_put_segment(e.store, &p.id, refs, 2,
+                                                                  refs[2].offset));
     assert_status(CPR_OK, cpr_store_commit(e.store, &p.id, 2500));
     cpr_part_info *parts = NULL;
     size_t n = 0;
