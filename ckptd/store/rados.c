@@ -936,6 +936,103 @@ cpr_status cpri_rados_catalog_load_prefix(cpri_rados *r, const void *prefix, siz
     return st;
 }
 
+#define LOAD_MANY_MAX 4 /* prefixes one cpri_rados_catalog_load_many reads */
+
+/* Hand every record of iterator `it` to fn (keys unhexed into *kbuf). */
+static cpr_status deliver_records(cpri_rados *r, rados_omap_iter_t it, unsigned char **kbuf,
+                                  size_t *kcap, cpri_kv_fn fn, void *ctx)
+{
+    for (;;) {
+        char *key, *val;
+        size_t klen, vlen;
+        if (rados_omap_get_next2(it, &key, &val, &klen, &vlen) < 0 || !key)
+            return CPR_OK;
+        if (klen / 2 > *kcap) {
+            unsigned char *g = realloc(*kbuf, klen / 2);
+            if (!g)
+                return cpr_fail(CPR_NO_MEMORY, "out of memory loading the catalog");
+            *kbuf = g;
+            *kcap = klen / 2;
+        }
+        if (unhex(key, klen, *kbuf) != 0)
+            return cpr_fail(CPR_CORRUPT, "RADOS: catalog object %s in %s has a key that is not "
+                            "hex (%.*s): not written by CPR", CATALOG_OBJECT, r->where,
+                            (int)(klen < 64 ? klen : 64), key);
+        if (fn(ctx, *kbuf, klen / 2, val, vlen))
+            return CPR_OK;
+    }
+}
+
+cpr_status cpri_rados_catalog_load_many(cpri_rados *r, const void *key, size_t klen, char **val,
+                                       size_t *vlen, const unsigned char *prefixes, size_t n,
+                                       size_t plen, cpri_kv_fn fn, void *ctx, int *complete)
+{
+    char *hk = hex_key(key, klen), *hp[LOAD_MANY_MAX] = {0};
+    size_t hklen = 2 * klen;
+    rados_omap_iter_t kit = NULL, it[LOAD_MANY_MAX] = {0};
+    unsigned char more[LOAD_MANY_MAX] = {0};
+    int kprval = 0, prval[LOAD_MANY_MAX] = {0};
+    unsigned char *kbuf = NULL;
+    size_t kcap = 0;
+    *val = NULL;
+    *vlen = 0;
+    *complete = 0;
+    if (n > LOAD_MANY_MAX)
+        BUG("cpri_rados_catalog_load_many: more prefixes than LOAD_MANY_MAX");
+    cpr_status st = hk ? CPR_OK : cpr_fail(CPR_NO_MEMORY, "out of memory reading the catalog");
+    for (size_t i = 0; st == CPR_OK && i < n; i++)
+        if (!(hp[i] = hex_key(prefixes + i * plen, plen)))
+            st = cpr_fail(CPR_NO_MEMORY, "out of memory reading the catalog");
+    rados_read_op_t op = st ? NULL : rados_create_read_op();
+    if (op) {
+        const char *keys[1] = {hk};
+        rados_read_op_omap_get_vals_by_keys2(op, keys, 1, &hklen, &kit, &kprval);
+        for (size_t i = 0; i < n; i++)
+            rados_read_op_omap_get_vals2(op, "", hp[i], LOAD_PAGE, &it[i], &more[i], &prval[i]);
+        int rc = rados_read_op_operate(op, r->io, CATALOG_OBJECT, 0);
+        int bad = rc < 0 && rc != -ENOENT ? -rc : kprval < 0 ? -kprval : 0;
+        for (size_t i = 0; rc == 0 && !bad && i < n; i++)
+            bad = prval[i] < 0 ? -prval[i] : 0;
+        if (bad)
+            st = cpr_fail(CPR_IO, "RADOS: reading the catalog object %s in %s: %s",
+                          CATALOG_OBJECT, r->where, strerror(bad));
+        char *k, *v;
+        size_t kl, vl;
+        if (st == CPR_OK && rc == 0 && kit && rados_omap_get_next2(kit, &k, &v, &kl, &vl) == 0 &&
+            k) {
+            if (!(*val = malloc(vl ? vl : 1)))
+                st = cpr_fail(CPR_NO_MEMORY, "out of memory reading the catalog");
+            else {
+                memcpy(*val, v, vl);
+                *vlen = vl;
+            }
+        }
+        int whole = 1;
+        for (size_t i = 0; i < n; i++)
+            whole &= !more[i];
+        for (size_t i = 0; st == CPR_OK && rc == 0 && whole && i < n; i++)
+            if (it[i])
+                st = deliver_records(r, it[i], &kbuf, &kcap, fn, ctx);
+        *complete = st == CPR_OK && whole; /* ENOENT: a store never written, and complete */
+        if (kit)
+            rados_omap_get_end(kit); /* allocated with the operation, whatever it did */
+        for (size_t i = 0; i < n; i++)
+            if (it[i])
+                rados_omap_get_end(it[i]);
+        rados_release_read_op(op);
+    }
+    if (st) {
+        free(*val);
+        *val = NULL;
+        *vlen = 0;
+    }
+    for (size_t i = 0; i < n; i++)
+        free(hp[i]);
+    free(hk);
+    free(kbuf);
+    return st;
+}
+
 cpr_status cpri_rados_catalog_get(cpri_rados *r, const void *key, size_t klen, char **val,
                                  size_t *vlen)
 {

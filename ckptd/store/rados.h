@@ -68,7 +68,9 @@
  *      every part, whichever gateway committed it. A gateway also reloads a
  *      job before it lists it, gives its latest cut or plans a restore,
  *      without waiting for its own fold or retention pass; a reload that
- *      one of them raced starts over (store.c, refresh_once).
+ *      one of them raced starts over (store.c, refresh_once). A job known
+ *      here is reloaded by one read operation (its id record and its three
+ *      kinds of records), page by page only when it has more than a page.
  *
  * Memory of the writers:
  *  R10. A backend has at most WRITES_IN_FLIGHT (4) chunk writes in flight,
@@ -170,6 +172,14 @@ cpr_status cpri_rados_catalog_load(cpri_rados *r, cpri_kv_fn fn, void *ctx);
 /* The records whose keys start with prefix[0..plen), in key order. */
 cpr_status cpri_rados_catalog_load_prefix(cpri_rados *r, const void *prefix, size_t plen,
                                          cpri_kv_fn fn, void *ctx);
+/* One record (as cpri_rados_catalog_get) and the records of n prefixes of
+ * plen bytes each (as cpri_rados_catalog_load_prefix, prefix after prefix),
+ * read by one operation: one round trip instead of n + 1. *complete is 0
+ * when a prefix holds more records than one read returns: then what fn saw
+ * is a part only, and the caller must read again with the calls above. */
+cpr_status cpri_rados_catalog_load_many(cpri_rados *r, const void *key, size_t klen, char **val,
+                                       size_t *vlen, const unsigned char *prefixes, size_t n,
+                                       size_t plen, cpri_kv_fn fn, void *ctx, int *complete);
 
 /* R9. Take or renew this gateway's hold on job `job_id` (a lease of
  * LEASE_S seconds): *held is 1 when this gateway is the job's holder now,

@@ -357,6 +357,7 @@ typedef struct pool_record {
 typedef struct pool_records {
     pool_record *r;
     size_t n, cap;
+    int oom;             /* a record could not be kept: the reload fails */
 } pool_records;
 
 static int keep_record(void *ctx, const void *key, size_t klen, const void *val, size_t vlen)
@@ -366,7 +367,7 @@ static int keep_record(void *ctx, const void *key, size_t klen, const void *val,
         size_t cap = pr->cap ? 2 * pr->cap : 64;
         pool_record *grown = realloc(pr->r, cap * sizeof *grown);
         if (!grown)
-            return 1;
+            return pr->oom = 1;
         pr->r = grown;
         pr->cap = cap;
     }
@@ -376,7 +377,7 @@ static int keep_record(void *ctx, const void *key, size_t klen, const void *val,
     if (!rec->key || !rec->val) {
         free(rec->key);
         free(rec->val);
-        return 1;
+        return pr->oom = 1;
     }
     memcpy(rec->key, key, klen);
     memcpy(rec->val, val, vlen);
@@ -386,6 +387,7 @@ static int keep_record(void *ctx, const void *key, size_t klen, const void *val,
     return 0;
 }
 
+/* Free and empty (ready for reuse). */
 static void pool_records_free(pool_records *pr)
 {
     for (size_t i = 0; i < pr->n; i++) {
@@ -393,6 +395,7 @@ static void pool_records_free(pool_records *pr)
         free(pr->r[i].val);
     }
     free(pr->r);
+    memset(pr, 0, sizeof *pr);
 }
 
 /* The job's part, fold and floor records in memory, from `pr` (key order:
@@ -450,12 +453,55 @@ static uint64_t job_gen_locked(cpr_store *store, const char *name)
     return job ? job->catalog_gen : 0;
 }
 
-static uint64_t job_gen(cpr_store *store, const char *name)
+static const char RECORD_TYPES[] = {'F', 'M', 'B'}; /* as at open: floor, parts, folds */
+
+/* The job's id record and its records of RECORD_TYPES, read from the pool:
+ * *id 0 when the pool has no such job. A job known here by id `known` (0:
+ * not known) is read by one operation (cpri_rados_catalog_load_many),
+ * unless it has more records than one read returns. */
+static cpr_status read_job(cpr_store *store, const unsigned char *jkey, size_t jlen,
+                           uint32_t known, uint32_t *id, pool_records *pr)
 {
-    pthread_mutex_lock(&store->mu);
-    uint64_t gen = job_gen_locked(store, name);
-    pthread_mutex_unlock(&store->mu);
-    return gen;
+    unsigned char prefixes[sizeof RECORD_TYPES][5];
+    char *val = NULL;
+    size_t vlen = 0;
+    int complete = 0;
+    cpr_status st = CPR_OK;
+    *id = 0;
+    if (known) {
+        for (size_t t = 0; t < sizeof RECORD_TYPES; t++) {
+            prefixes[t][0] = (unsigned char)RECORD_TYPES[t];
+            cpri_put_be32(prefixes[t] + 1, known);
+        }
+        st = cpri_rados_catalog_load_many(store->rados, jkey, jlen, &val, &vlen, prefixes[0],
+                                          sizeof RECORD_TYPES, 5, keep_record, pr, &complete);
+        if (st == CPR_OK && complete && val && vlen == 4 &&
+            cpri_get_be32((const unsigned char *)val) == known) {
+            free(val);
+            *id = known;
+            return pr->oom ? cpr_fail(CPR_NO_MEMORY, "out of memory reloading a job") : CPR_OK;
+        }
+        free(val);
+        val = NULL;
+        pool_records_free(pr); /* read it again, the long way */
+        if (st)
+            return st;
+    }
+    st = cpri_rados_catalog_get(store->rados, jkey, jlen, &val, &vlen);
+    if (st || !val || vlen != 4) {
+        free(val);
+        return st;
+    }
+    *id = cpri_get_be32((const unsigned char *)val);
+    free(val);
+    for (size_t t = 0; st == CPR_OK && t < sizeof RECORD_TYPES; t++) {
+        unsigned char prefix[5] = {(unsigned char)RECORD_TYPES[t]};
+        cpri_put_be32(prefix + 1, *id);
+        st = cpri_rados_catalog_load_prefix(store->rados, prefix, 5, keep_record, pr);
+    }
+    if (st == CPR_OK && pr->oom)
+        st = cpr_fail(CPR_NO_MEMORY, "out of memory reloading a job");
+    return st;
 }
 
 static cpr_status refresh_once(cpr_store *store, const char *name, int *raced)
@@ -464,29 +510,20 @@ static cpr_status refresh_once(cpr_store *store, const char *name, int *raced)
     if (!store->rados)
         return CPR_OK;
     unsigned char jkey[130];
-    size_t jlen = cpri_key_job(jkey, name), vlen = 0;
-    char *val = NULL;
-    cpr_status st = cpri_rados_catalog_get(store->rados, jkey, jlen, &val, &vlen);
-    if (st || !val || vlen != 4) {
-        free(val);
-        return st;
-    }
-    uint32_t id = cpri_get_be32((const unsigned char *)val);
-    free(val);
+    size_t jlen = cpri_key_job(jkey, name);
     pool_records pr = {0};
-    unsigned char prefix[5];
-    const char types[] = {'F', 'M', 'B'}; /* as at open: the floor, parts, folds */
+    uint32_t id = 0;
     /* commit_mu from before the pool is read until the job is rebuilt: a
      * commit of this gateway's that landed in between would otherwise be
      * in memory, missing from what was read, and lost by the rebuild. */
     pthread_mutex_lock(&store->commit_mu);
-    uint64_t gen = job_gen(store, name); /* before the first read */
-    for (size_t t = 0; st == CPR_OK && t < sizeof types; t++) {
-        prefix[0] = (unsigned char)types[t];
-        cpri_put_be32(prefix + 1, id);
-        st = cpri_rados_catalog_load_prefix(store->rados, prefix, 5, keep_record, &pr);
-    }
-    if (st) {
+    pthread_mutex_lock(&store->mu);
+    const cpri_job *known = cpri_catalog_find(&store->catalog, name);
+    uint32_t known_id = known ? known->id : 0;
+    uint64_t gen = job_gen_locked(store, name); /* before the first read */
+    pthread_mutex_unlock(&store->mu);
+    cpr_status st = read_job(store, jkey, jlen, known_id, &id, &pr);
+    if (st || !id) {
         pthread_mutex_unlock(&store->commit_mu);
         pool_records_free(&pr);
         return st;
@@ -527,8 +564,8 @@ static cpr_status refresh_once(cpr_store *store, const char *name, int *raced)
     /* RocksDB, the local copy (R1): the job's records as the pool has them. */
     rocksdb_writebatch_t *wb = rocksdb_writebatch_create();
     rocksdb_iterator_t *it;
-    for (size_t t = 0; st == CPR_OK && t < sizeof types; t++) {
-        prefix[0] = (unsigned char)types[t];
+    for (size_t t = 0; st == CPR_OK && t < sizeof RECORD_TYPES; t++) {
+        unsigned char prefix[5] = {(unsigned char)RECORD_TYPES[t]};
         cpri_put_be32(prefix + 1, id);
         it = rocksdb_create_iterator(store->db, store->read_opts);
         for (rocksdb_iter_seek(it, (const char *)prefix, 5); rocksdb_iter_valid(it);

@@ -20,7 +20,9 @@
  *    gateway that planned its read before (store_internal.h S8);
  *  - a gateway in the middle of a fold or retention pass (fold_mu held)
  *    still reloads a job before it lists it, gives its latest cut or
- *    restores it (R9): parts committed through another gateway are there.
+ *    restores it (R9): parts committed through another gateway are there;
+ *  - a job with more records than one read of the catalog returns reloads
+ *    whole, on a gateway that knows it and on one that does not.
  * Exits 77 when the cluster is not there.
  */
 #define _GNU_SOURCE
@@ -302,6 +304,36 @@ static void test_reads_during_a_fold_see_other_gateways(void **unused)
     gw_stop(&a);
 }
 
+/* R9: a job with more records than one read of the catalog returns (1024)
+ * reloads whole on a gateway that knows it (one operation would return a
+ * part only: the reload reads again, page by page). */
+static void test_reload_of_a_long_job(void **unused)
+{
+    (void)unused;
+    new_namespace("long");
+    gateway a, b;
+    gw_start(&a, "cpr-shared-a");
+    gw_start(&b, "cpr-shared-b");
+    enum { PARTS = 1100 };
+    for (uint64_t ckpt = 1; ckpt <= PARTS; ckpt++) {
+        cpr_part_spec p = tu_part("long", 0, 1, ckpt, CPR_KIND_FULL, T, 1);
+        tu_write_part_ok(a.store, &p, ckpt % 50, 1);
+    }
+    for (int pass = 0; pass < 2; pass++) { /* B: the job unknown, then known */
+        cpr_part_info *parts = NULL;
+        size_t n = 0;
+        assert_status(CPR_OK, cpr_store_list(b.store, "long", &parts, &n));
+        assert_int_equal(n, PARTS + pass);
+        assert_int_equal(parts[n - 1].checkpoint, PARTS + pass);
+        free(parts);
+        cpr_part_spec p = tu_part("long", 0, 1, PARTS + 1, CPR_KIND_FULL, T, 1);
+        if (pass == 0)
+            tu_write_part_ok(a.store, &p, 7, 1);
+    }
+    gw_stop(&b);
+    gw_stop(&a);
+}
+
 int main(void)
 {
     g_conf = getenv("CPR_TEST_RADOS_CONF");
@@ -316,6 +348,7 @@ int main(void)
         cmocka_unit_test(test_one_holder_per_job),
         cmocka_unit_test(test_removed_part_readable_meanwhile),
         cmocka_unit_test(test_reads_during_a_fold_see_other_gateways),
+        cmocka_unit_test(test_reload_of_a_long_job),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
