@@ -329,13 +329,15 @@ void cpri_node_writer_set_segment(cpri_node_writer *w, cpri_direct *d, const cha
     w->direct = d;
     snprintf(w->segment, sizeof w->segment, "%s", segment);
     w->index.direct = 1;
-    w->touched_s = cpri_now_s();
+    w->touched_s = 0; /* the first block says so at once */
 }
 
 /* While the rows go to the pool the node hears nothing of the part, and
  * would take it for abandoned after its idle timeout (ckptd
  * --idle-part-timeout-s, 600 s by default): an empty batch on the rows
- * stream every DIRECT_TOUCH_S says the writer is at work (store_write.c W3). */
+ * stream with the first block and every DIRECT_TOUCH_S after says the writer
+ * is at work (store_write.c W3); the stream it opens also ties the part to
+ * this writer's connection, as a writer's PutRows does. */
 #define DIRECT_TOUCH_S 60.0
 
 static cpr_status direct_touch(cpri_node_writer *w)
