@@ -85,9 +85,9 @@ static cpr_status allow(cpri_rpc_call *c, cpri_server *srv, const char *job, uns
 
 /* ---- unary methods ----------------------------------------------------------------- */
 
-/* Direct writes (BeginRequest.direct): the client names this daemon's own
- * store, which other processes reach. */
-static int direct_writes(const cpri_server *srv, const char *direct)
+/* Direct reads and writes: the store the client names (RestoreRequest or
+ * BeginRequest.direct) is this daemon's own, which other processes reach. */
+static int my_store(const cpri_server *srv, const char *direct)
 {
     const char *mine = cpr_store_shared_id(srv->store);
     return direct && *direct && mine && strcmp(direct, mine) == 0;
@@ -129,7 +129,7 @@ static void h_begin(cpri_rpc_call *c, void *app)
         if (st == CPR_OK)
             st = cpri_leases_grant(srv->leases, &b.spec.id, &lease);
         char segment[CPR_STORE_OBJECT_MAX] = "";
-        if (st == CPR_OK && direct_writes(srv, b.direct) &&
+        if (st == CPR_OK && my_store(srv, b.direct) &&
             cpr_store_direct_segment(srv->store, &b.spec.id, segment, sizeof segment) != CPR_OK) {
             cpri_log(CPR_LOG_WARN, "Begin of %s/%u/%llu: no direct writes (%s); the part "
                      "takes its rows here", b.spec.id.job, b.spec.id.shard,
@@ -658,9 +658,7 @@ static cpr_status send_block(void *ctx, const void *block, size_t block_len)
  * this daemon writes. */
 static int direct_reads(const cpri_server *srv, const cpri_wire_restore *q)
 {
-    const char *mine = cpr_store_shared_id(srv->store);
-    return q->direct[0] && mine && strcmp(q->direct, mine) == 0 &&
-           q->plan_version == CPR_STORE_PLAN_VERSION;
+    return my_store(srv, q->direct) && q->plan_version == CPR_STORE_PLAN_VERSION;
 }
 
 #define PLAN_PIECE_BYTES ((size_t)1 << 20) /* under any gRPC message limit */

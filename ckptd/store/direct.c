@@ -11,7 +11,6 @@
  * the store named (store_write.c W3), padded to 8 as the store pads them
  * (W1), each one's entry of the index noted as it goes.
  */
-#include <ctype.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -116,34 +115,12 @@ struct cpr_store_writer {
     cpri_obj_writer *w;
 };
 
-/* Object names as the store makes them: "<job>/<rest>", [A-Za-z0-9._-],
- * neither part "." or "..". */
-static int object_name_ok(const char *s)
-{
-    size_t len = strlen(s), slashes = 0;
-    const char *slash = strchr(s, '/');
-    if (len == 0 || len >= CPR_STORE_OBJECT_MAX || !slash || slash == s || !slash[1])
-        return 0;
-    if (strncmp(s, "./", 2) == 0 || strncmp(s, "../", 3) == 0 || strcmp(slash, "/.") == 0 ||
-        strcmp(slash, "/..") == 0)
-        return 0;
-    for (const char *c = s; *c; c++) {
-        if (*c == '/') {
-            slashes++;
-            continue;
-        }
-        if (!isalnum((unsigned char)*c) && *c != '.' && *c != '_' && *c != '-')
-            return 0;
-    }
-    return slashes == 1;
-}
-
 cpr_status cpr_store_writer_create(cpr_store_reader *r, const char *object, cpr_store_writer **out)
 {
     if (!out)
         return cpr_fail(CPR_INVALID_ARGUMENT, "cpr_store_writer_create: out must be set");
     *out = NULL;
-    if (!r || !object || !object_name_ok(object))
+    if (!r || !object || !cpri_seg_name_ok(object, strlen(object)))
         return cpr_fail(CPR_INVALID_ARGUMENT, "cpr_store_writer_create: a reader and the "
                         "object name cpr_store_direct_segment gave (\"job/name\") must be "
                         "set");

@@ -20,7 +20,6 @@
  * on the way, is refused with a message, never merged (the merge relies on
  * the order of candidates, M1, and on every index being in range).
  */
-#define _GNU_SOURCE /* memmem */
 #include <stdlib.h>
 #include <string.h>
 
@@ -103,23 +102,6 @@ static size_t left(const cpri_rbuf *r)
 static cpr_status bad(const char *why)
 {
     return cpr_fail(CPR_INVALID_ARGUMENT, "restore plan refused: %s", why);
-}
-
-/* A segment name as the store makes them: "<job>/<rest>" of [A-Za-z0-9._-]. */
-static int name_ok(const unsigned char *s, size_t n)
-{
-    size_t slash = 0;
-    if (n == 0 || n >= CPR_SEG_NAME_MAX || s[0] == '.' || s[0] == '/')
-        return 0;
-    for (size_t i = 0; i < n; i++) {
-        unsigned char c = s[i];
-        if (c == '/')
-            slash++;
-        else if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-                   c == '.' || c == '_' || c == '-'))
-            return 0;
-    }
-    return slash == 1 && s[n - 1] != '/' && !memmem(s, n, "/.", 2);
 }
 
 static int cand_before(const cpri_merge_cand *x, const cpri_merge_cand *y)
@@ -212,7 +194,7 @@ static cpr_status decode(cpri_rbuf *r, cpri_merge_plan *p)
         CPRI_GET(r, n);
         if (r->bad)
             return bad("truncated in its segment names");
-        if (left(r) < n || !name_ok(r->p + r->off, n))
+        if (left(r) < n || !cpri_seg_name_ok(r->p + r->off, n))
             return bad("a segment name that the store does not make");
         p->objects[i] = strndup((const char *)r->p + r->off, n);
         if (!p->objects[i])

@@ -5,7 +5,7 @@
  * segment readers' pins (S7), and the filesystem helpers the other store
  * files share. Layout and invariants: store_internal.h.
  */
-#define _XOPEN_SOURCE 700
+#define _GNU_SOURCE /* memmem */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -1323,6 +1323,23 @@ uint64_t cpri_store_sweep_segments(cpr_store *store)
 }
 
 /* ---- segment names and readers (S7) ------------------------------------ */
+
+int cpri_seg_name_ok(const void *name, size_t n)
+{
+    const unsigned char *s = name;
+    size_t slash = 0;
+    if (n == 0 || n >= CPR_SEG_NAME_MAX || s[0] == '.' || s[0] == '/')
+        return 0;
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = s[i];
+        if (c == '/')
+            slash++;
+        else if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                   c == '.' || c == '_' || c == '-'))
+            return 0;
+    }
+    return slash == 1 && s[n - 1] != '/' && !memmem(s, n, "/.", 2);
+}
 
 void cpri_seg_part_name(char *out, const char *job, uint32_t shard, uint64_t ckpt,
                        uint64_t token)

@@ -92,7 +92,7 @@
 #include "meta.h"
 
 #define CPR_STORE_FORMAT 2       /* the 'V' record; docs/format.md */
-#define CPR_SEG_NAME_MAX 400     /* longest segment (or blob) object name */
+#define CPR_SEG_NAME_MAX CPR_STORE_OBJECT_MAX /* longest segment (or blob) object name */
 
 typedef struct open_blob {
     char name[CPR_NAME_MAX + 1];
@@ -260,6 +260,10 @@ uint64_t cpri_tree_bytes(const char *path);
 uint64_t cpri_store_sweep(cpr_store *store);
 uint64_t cpri_store_sweep_segments(cpr_store *store);
 
+/* 1 when name[0..n) has the form of the names below: "<job>/<rest>" of
+ * [A-Za-z0-9._-], neither part starting with '.' (what a plan or a direct
+ * writer may name; no path or object of another kind). */
+int cpri_seg_name_ok(const void *name, size_t n);
 /* Segment object names (out holds CPR_SEG_NAME_MAX bytes). */
 void cpri_seg_part_name(char *out, const char *job, uint32_t shard, uint64_t ckpt,
                        uint64_t token);
