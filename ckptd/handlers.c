@@ -696,7 +696,12 @@ static void h_restore(cpri_rpc_call *c, void *app)
         st = allow(c, srv, q.query.job, CPRI_RIGHT_READ, "Restore");
         if (st == CPR_OK)
             st = cpri_rpc_start(c);
-        if (st == CPR_OK) { /* refused, or the client went away: no slot */
+        if (st == CPR_OK && direct_reads(srv, &q)) {
+            /* A plan takes no slot: the gate bounds what streaming restores
+             * read and send here (restore_gate.c), and a plan is a catalog
+             * lookup; the client reads the rows from the pool. */
+            st = send_plan(srv, &q.query, &o);
+        } else if (st == CPR_OK) { /* refused, or the client went away: no slot */
             if (cpri_restore_gate_enter(srv->restore_gate)) {
                 cpri_restore_gate_stats gs;
                 cpri_restore_gate_stats_get(srv->restore_gate, &gs);
@@ -705,9 +710,7 @@ static void h_restore(cpri_rpc_call *c, void *app)
                         "clients are not reading them?)", q.query.job, gs.slots,
                         RESTORE_STALL_S);
             }
-            if (direct_reads(srv, &q))
-                st = send_plan(srv, &q.query, &o);
-            else if (q.blocks)
+            if (q.blocks)
                 st = cpr_store_restore_blocks(srv->store, &q.query, send_block, &o, NULL);
             else
                 st = cpr_store_restore(srv->store, &q.query, send_rows, &o, NULL);

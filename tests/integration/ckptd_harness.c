@@ -440,3 +440,63 @@ cpr_status ch_get_blob(cpri_rpc *rpc, const cpr_part_id *id, uint8_t **data, siz
     *len = b.len;
     return CPR_OK;
 }
+
+/* ---- a restore held unread -------------------------------------------------------- */
+
+static cpr_status held_msg(void *ctx, const uint8_t *msg, size_t len)
+{
+    (void)msg;
+    (void)len;
+    ch_held_restore *h = ctx;
+    pthread_mutex_lock(&h->mu);
+    h->messages++;
+    h->started = 1;
+    pthread_cond_broadcast(&h->cv);
+    while (!h->release)
+        pthread_cond_wait(&h->cv, &h->mu);
+    pthread_mutex_unlock(&h->mu);
+    return CPR_OK;
+}
+
+static void *held_main(void *arg)
+{
+    ch_held_restore *h = arg;
+    cpr_restore_query q = {.job = h->job, .batch_rows = 1000};
+    uint8_t *buf;
+    size_t len;
+    h->st = cpri_wire_restore_encode(&q, &buf, &len);
+    if (h->st == CPR_OK) {
+        h->st = cpri_rpc_server_stream(h->rpc, CH_SVC "Restore", buf, len, 60.0, held_msg, h);
+        free(buf);
+    }
+    pthread_mutex_lock(&h->mu);
+    h->started = 1; /* also when it failed before any message */
+    pthread_cond_broadcast(&h->cv);
+    pthread_mutex_unlock(&h->mu);
+    return NULL;
+}
+
+void ch_hold_restore(ch_held_restore *h, cpri_rpc *rpc, const char *job)
+{
+    memset(h, 0, sizeof *h);
+    h->rpc = rpc;
+    h->job = job;
+    pthread_mutex_init(&h->mu, NULL);
+    pthread_cond_init(&h->cv, NULL);
+    assert_int_equal(0, pthread_create(&h->thread, NULL, held_main, h));
+    pthread_mutex_lock(&h->mu);
+    while (!h->started)
+        pthread_cond_wait(&h->cv, &h->mu);
+    pthread_mutex_unlock(&h->mu);
+}
+
+void ch_release_restore(ch_held_restore *h)
+{
+    pthread_mutex_lock(&h->mu);
+    h->release = 1;
+    pthread_cond_broadcast(&h->cv);
+    pthread_mutex_unlock(&h->mu);
+    pthread_join(h->thread, NULL);
+    pthread_cond_destroy(&h->cv);
+    pthread_mutex_destroy(&h->mu);
+}

@@ -8,6 +8,7 @@
 #ifndef CPR_CKPTD_HARNESS_H
 #define CPR_CKPTD_HARNESS_H
 
+#include <pthread.h>
 #include <sys/types.h>
 
 #include "channel.h"
@@ -74,6 +75,26 @@ cpr_status ch_restore(cpri_rpc *rpc, const char *job, uint64_t as_of, uint64_t v
 /* Committed parts of `job` (count, and whether `ckpt` is one of them). */
 cpr_status ch_list(cpri_rpc *rpc, const char *job, size_t *n, uint64_t ckpt, int *has_ckpt,
                    size_t *open_parts);
+
+/* A Restore of `job` (every row, batches of 1000) that takes its first
+ * message and then stops reading until released: once the daemon's stream
+ * has filled the flow-control window it blocks, holding its restore slot
+ * (ckptd/restore_gate.c). The job must restore to more than the window
+ * (2 MiB). ch_hold_restore returns once the first message came (or the
+ * call failed before any: see st); ch_release_restore lets it read to its
+ * end and joins it: then st and messages are final. */
+typedef struct ch_held_restore {
+    cpri_rpc *rpc;
+    const char *job;
+    pthread_t thread;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int started, release;
+    size_t messages;
+    cpr_status st;
+} ch_held_restore;
+void ch_hold_restore(ch_held_restore *h, cpri_rpc *rpc, const char *job);
+void ch_release_restore(ch_held_restore *h);
 
 /* Write `text` to `path`, mode 0600 (an auth file: ckptd warns otherwise). */
 void ch_write_private(const char *path, const char *text);

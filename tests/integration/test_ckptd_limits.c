@@ -301,51 +301,6 @@ static void test_streams_per_connection(void **unused)
 
 /* ---- --restore-streams --------------------------------------------------------------- */
 
-typedef struct held_restore {
-    cpri_rpc *rpc;
-    const char *job;
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    int started, release;
-    size_t messages;
-    cpr_status st;
-} held_restore;
-
-/* Takes its first message, then stops reading until released: the daemon's
- * stream fills the 2 MiB window and blocks while it holds its slot. */
-static cpr_status held_msg(void *ctx, const uint8_t *msg, size_t len)
-{
-    (void)msg;
-    (void)len;
-    held_restore *h = ctx;
-    pthread_mutex_lock(&h->mu);
-    h->messages++;
-    h->started = 1;
-    pthread_cond_broadcast(&h->cv);
-    while (!h->release)
-        pthread_cond_wait(&h->cv, &h->mu);
-    pthread_mutex_unlock(&h->mu);
-    return CPR_OK;
-}
-
-static void *held_main(void *arg)
-{
-    held_restore *h = arg;
-    cpr_restore_query q = {.job = h->job, .batch_rows = 1000};
-    uint8_t *buf;
-    size_t len;
-    h->st = cpri_wire_restore_encode(&q, &buf, &len);
-    if (h->st == CPR_OK) {
-        h->st = cpri_rpc_server_stream(h->rpc, CH_SVC "Restore", buf, len, 60.0, held_msg, h);
-        free(buf);
-    }
-    pthread_mutex_lock(&h->mu);
-    h->started = 1; /* also when it failed before any message */
-    pthread_cond_broadcast(&h->cv);
-    pthread_mutex_unlock(&h->mu);
-    return NULL;
-}
-
 /* --restore-streams 1: restore A takes the one slot and its client stops
  * reading it after the first message (the daemon's sends then wait on flow
  * control); restore B, which the same client reads meanwhile, waits for the
@@ -368,15 +323,8 @@ static void test_restore_streams_unread_stream(void **unused)
     assert_status(CPR_OK, ch_put_rows(b, &id, 0, rows, 0, NULL, NULL));
     assert_status(CPR_OK, ch_commit(b, &id, rows));
 
-    held_restore h = {.rpc = a, .job = "rs"};
-    pthread_mutex_init(&h.mu, NULL);
-    pthread_cond_init(&h.cv, NULL);
-    pthread_t t;
-    assert_int_equal(0, pthread_create(&t, NULL, held_main, &h));
-    pthread_mutex_lock(&h.mu);
-    while (!h.started)
-        pthread_cond_wait(&h.cv, &h.mu);
-    pthread_mutex_unlock(&h.mu);
+    ch_held_restore h;
+    ch_hold_restore(&h, a, "rs");
     assert_int_equal(1, (int)h.messages); /* A is in, holding the slot */
 
     double t0 = cpri_now_s();
@@ -391,15 +339,9 @@ static void test_restore_streams_unread_stream(void **unused)
     assert_true(took >= 0.9);
     assert_true(took < CH_TIMEOUT_S / 2);
 
-    pthread_mutex_lock(&h.mu);
-    h.release = 1;
-    pthread_cond_broadcast(&h.cv);
-    pthread_mutex_unlock(&h.mu);
-    pthread_join(t, NULL);
+    ch_release_restore(&h);
     assert_status(CPR_OK, h.st);
     assert_true(h.messages > 1);
-    pthread_cond_destroy(&h.cv);
-    pthread_mutex_destroy(&h.mu);
     cpri_rpc_close(a);
     cpri_rpc_close(b);
     ch_stop(&d);

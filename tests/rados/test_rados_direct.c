@@ -15,7 +15,11 @@
  *    the segment;
  *  - a pool that does not exist fails cpr_client_open with CPR_NOT_FOUND;
  *  - ckptd counts the plans it sent (restore_plans_total): the direct
- *    client's restores only.
+ *    client's restores only;
+ *  - a plan takes no restore slot: with --restore-streams 1 held by a
+ *    streaming restore whose client stops reading, a direct restore is
+ *    answered without waiting for the slot (restore_stream_waits_total
+ *    stays 0 while the stream holds it).
  * Direct writes (docs/client.md): a client with direct_writes writes its
  * parts' rows into the pool itself, ckptd checking each segment's index at
  * commit:
@@ -210,16 +214,25 @@ static void damage(const char *ns, const char *object, long at)
 }
 
 /* A ckptd on namespace "<what>-<pid>-<time>" (ns[64]) of the test pool, with
- * metrics, in a fresh *dir; target[300] gets its grpc:// address. */
-static void start_gateway(const char *what, char *ns, char **dir, ch_daemon *d, char *target)
+ * metrics and `restore_streams` (NULL: its default), in a fresh *dir;
+ * target[300] gets its grpc:// address. */
+static void start_gateway_with(const char *what, const char *restore_streams, char *ns,
+                               char **dir, ch_daemon *d, char *target)
 {
     snprintf(ns, 64, "%s-%d-%ld", what, (int)getpid(), (long)time(NULL));
     *dir = tu_mkdtemp("cpr-rados-direct");
     const char *const args[] = {"--backend", "rados", "--rados-pool", "cpr",
                                 "--rados-conf", g_conf, "--rados-namespace", ns,
-                                "--metrics-listen", "127.0.0.1:0", NULL};
+                                "--metrics-listen", "127.0.0.1:0",
+                                restore_streams ? "--restore-streams" : NULL, restore_streams,
+                                NULL};
     ch_start_args(d, *dir, args);
     snprintf(target, 300, "grpc://%s", d->addr);
+}
+
+static void start_gateway(const char *what, char *ns, char **dir, ch_daemon *d, char *target)
+{
+    start_gateway_with(what, NULL, ns, dir, d, target);
 }
 
 static void test_direct_reads(void **unused)
@@ -395,6 +408,61 @@ static void test_direct_writes(void **unused)
     free(dir);
 }
 
+/* ---- a plan takes no restore slot ---------------------------------------------------- */
+
+static double metric_now(const ch_daemon *d, const char *series)
+{
+    int code = 0;
+    char *metrics = NULL;
+    assert_status(CPR_OK, ch_http_get(d->metrics_addr, "/metrics", &code, &metrics));
+    assert_int_equal(code, 200);
+    double v = ch_metric(metrics, series);
+    free(metrics);
+    return v;
+}
+
+static void test_plan_takes_no_slot(void **unused)
+{
+    (void)unused;
+    char ns[64], target[300], *dir = NULL;
+    ch_daemon d;
+    start_gateway_with("slot", "1", ns, &dir, &d, target);
+    write_job(target);
+    /* Job "big" restores to twice a stream's window (ckptd_harness.h). */
+    cpri_rpc *rpc = NULL;
+    assert_status(CPR_OK, cpri_rpc_open(d.addr, &rpc));
+    cpr_part_id big = {"big", 0, 1};
+    assert_status(CPR_OK, ch_begin(rpc, "big", 1));
+    assert_status(CPR_OK, ch_put_rows(rpc, &big, 0, ch_table.rows, 0, NULL, NULL));
+    assert_status(CPR_OK, ch_commit(rpc, &big, ch_table.rows));
+    ch_held_restore h;
+    ch_hold_restore(&h, rpc, "big");
+    assert_int_equal(h.messages, 1);
+    assert_true(metric_now(&d, "cpr_ckptd_restore_streams") == 1); /* the one slot, held */
+
+    cpr_client *direct = NULL;
+    open_direct(target, "cpr", ns, &direct);
+    cpr_row_range shard0[1] = {{0, ROWS}};
+    cpr_restore_query q = {.job = "direct", .ranges = shard0, .n_ranges = 1};
+    seen z;
+    restore_checked(direct, &q, &z);
+    assert_int_equal(z.n, ROWS);
+    free(z.ids);
+    /* Still held (so held throughout), and the plan never waited for it. */
+    assert_true(metric_now(&d, "cpr_ckptd_restore_streams") == 1);
+    assert_true(metric_now(&d, "cpr_ckptd_restore_stream_waits_total") == 0);
+    assert_true(metric_now(&d, "cpr_ckptd_restore_plans_total") == 1);
+
+    ch_release_restore(&h);
+    assert_status(CPR_OK, h.st);
+    assert_true(h.messages > 1);
+    cpr_client_close(direct);
+    cpri_rpc_close(rpc);
+    ch_stop(&d);
+    tu_rmtree(dir);
+    free(dir);
+}
+
 int main(void)
 {
     g_conf = getenv("CPR_TEST_RADOS_CONF");
@@ -405,6 +473,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_direct_reads),
         cmocka_unit_test(test_direct_writes),
+        cmocka_unit_test(test_plan_takes_no_slot),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
