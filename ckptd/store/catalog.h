@@ -44,6 +44,8 @@ typedef struct cpri_job {
     uint32_t open_blobs;         /* blob files being written by its open parts (O1) */
     uint64_t pool_hash;          /* in RADOS: hash of its records as last reloaded from
                                     the pool (store.c, R9), 0: never */
+    uint64_t fresh_seq;          /* in RADOS: the reloads_begun number of its last whole
+                                    reload (store.c, R9), 0: none */
     uint64_t catalog_gen;        /* in RADOS: this gateway's writes of its fold,
                                     part-removal and floor records to the pool, counted
                                     in the same hold of the store's mu as the write (a

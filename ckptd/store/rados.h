@@ -71,6 +71,12 @@
  *      one of them raced starts over (store.c, refresh_once). A job known
  *      here is reloaded by one read operation (its id record and its three
  *      kinds of records), page by page only when it has more than a page.
+ *      Readers share reloads: a reload that began reading the pool after a
+ *      reader arrived holds every commit that preceded the reader, so it
+ *      serves that reader (reloads run one at a time under commit_mu and
+ *      are numbered, store->reloads_begun; a job remembers the number of
+ *      its last whole reload, fresh_seq): restores of every shard arriving
+ *      at once cost a reload or two, not one each in a row.
  *
  * Memory of the writers:
  *  R10. A backend has at most WRITES_IN_FLIGHT (4) chunk writes in flight,

@@ -504,7 +504,8 @@ static cpr_status read_job(cpr_store *store, const unsigned char *jkey, size_t j
     return st;
 }
 
-static cpr_status refresh_once(cpr_store *store, const char *name, int *raced)
+static cpr_status refresh_once(cpr_store *store, const char *name, const uint64_t *arrived,
+                               int *raced)
 {
     *raced = 0;
     if (!store->rados)
@@ -519,8 +520,17 @@ static cpr_status refresh_once(cpr_store *store, const char *name, int *raced)
     pthread_mutex_lock(&store->commit_mu);
     pthread_mutex_lock(&store->mu);
     const cpri_job *known = cpri_catalog_find(&store->catalog, name);
+    if (arrived && known && known->fresh_seq > *arrived) {
+        /* A reload that began reading the pool after this reader arrived
+         * (reloads run one at a time, under commit_mu) has finished: what
+         * it read holds every commit that preceded the reader. */
+        pthread_mutex_unlock(&store->mu);
+        pthread_mutex_unlock(&store->commit_mu);
+        return CPR_OK;
+    }
     uint32_t known_id = known ? known->id : 0;
     uint64_t gen = job_gen_locked(store, name); /* before the first read */
+    uint64_t seq = ++store->reloads_begun;
     pthread_mutex_unlock(&store->mu);
     cpr_status st = read_job(store, jkey, jlen, known_id, &id, &pr);
     if (st || !id) {
@@ -552,6 +562,7 @@ static cpr_status refresh_once(cpr_store *store, const char *name, int *raced)
     }
     cpri_job *job = cpri_catalog_find(&store->catalog, name);
     if (job && job->id == id && job->pool_hash == hash) {
+        job->fresh_seq = seq;
         pthread_mutex_unlock(&store->mu);
         pthread_mutex_unlock(&store->commit_mu);
         pool_records_free(&pr);
@@ -594,8 +605,10 @@ static cpr_status refresh_once(cpr_store *store, const char *name, int *raced)
         st = cpri_rocks_error(err, "copying a job's records from RADOS");
     if (st == CPR_OK)
         st = rebuild_job(job, &pr);
-    if (st == CPR_OK)
+    if (st == CPR_OK) {
         job->pool_hash = hash;
+        job->fresh_seq = seq;
+    }
     pthread_mutex_unlock(&store->mu);
     pthread_mutex_unlock(&store->commit_mu);
     pool_records_free(&pr);
@@ -630,12 +643,13 @@ cpr_status cpri_store_hold_job(cpr_store *store, const char *name, int *held)
 /* R9: refresh_once until no write of this gateway's raced it. After
  * REFRESH_TRIES races, with fold_mu, which every such writer holds (fold.c
  * D3): unless the caller holds it already, in which case no race happens. */
-static cpr_status refresh_job(cpr_store *store, const char *name, int have_fold_mu)
+static cpr_status refresh_job(cpr_store *store, const char *name, const uint64_t *arrived,
+                              int have_fold_mu)
 {
     int raced = 0;
     cpr_status st = CPR_OK;
     for (int i = 0; i < REFRESH_TRIES; i++) {
-        st = refresh_once(store, name, &raced);
+        st = refresh_once(store, name, arrived, &raced);
         if (st || !raced)
             return st;
     }
@@ -643,7 +657,7 @@ static cpr_status refresh_job(cpr_store *store, const char *name, int have_fold_
         return cpr_fail(CPR_INTERNAL, "job %s: its records changed here while they were "
                         "reloaded, although retention and folding are held", name);
     pthread_mutex_lock(&store->fold_mu);
-    st = refresh_once(store, name, &raced);
+    st = refresh_once(store, name, arrived, &raced);
     pthread_mutex_unlock(&store->fold_mu);
     if (st == CPR_OK && raced)
         st = cpr_fail(CPR_INTERNAL, "job %s: its records changed here while they were "
@@ -653,7 +667,7 @@ static cpr_status refresh_job(cpr_store *store, const char *name, int have_fold_
 
 cpr_status cpri_store_refresh_job(cpr_store *store, const char *name)
 {
-    return refresh_job(store, name, 1);
+    return refresh_job(store, name, NULL, 1);
 }
 
 /* R9 for readers (list, latest cut, restore). They do not wait for a fold
@@ -661,14 +675,33 @@ cpr_status cpri_store_refresh_job(cpr_store *store, const char *name)
  * reads and writes segments): a reload is only retried when one of them
  * published meanwhile. Skipping the reload instead served, during every
  * fold, what this gateway knew before: parts committed through another
- * gateway were missing from lists, cuts and restores. */
-void cpri_store_refresh_for_read(cpr_store *store, const char *name)
+ * gateway were missing from lists, cuts and restores.
+ *
+ * Readers share reloads: one that began reading the pool after the reader
+ * arrived serves it (refresh_once). Reloads run one at a time (commit_mu),
+ * so N restores of a job arriving at once cost one or two reloads, not N
+ * in a row. */
+uint64_t cpri_store_reloads_begun(cpr_store *store)
+{
+    pthread_mutex_lock(&store->mu);
+    uint64_t n = store->reloads_begun;
+    pthread_mutex_unlock(&store->mu);
+    return n;
+}
+
+void cpri_store_refresh_since(cpr_store *store, const char *name, uint64_t arrived)
 {
     if (!store->rados || !name || cpri_check_job_name(name) != CPR_OK)
         return;
-    if (refresh_job(store, name, 0) != CPR_OK) /* the local copy serves */
+    if (refresh_job(store, name, &arrived, 0) != CPR_OK) /* the local copy serves */
         cpri_log(CPR_LOG_WARN, "store %s: job %s not reloaded from RADOS: %s", store->dir, name,
                  cpr_errmsg());
+}
+
+void cpri_store_refresh_for_read(cpr_store *store, const char *name)
+{
+    if (store->rados)
+        cpri_store_refresh_since(store, name, cpri_store_reloads_begun(store));
 }
 
 /* ---- open / close ------------------------------------------------------ */

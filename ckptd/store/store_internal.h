@@ -179,6 +179,9 @@ struct cpr_store {
                                           (restore.c M2) */
     doomed_seg *doomed;          /* removed from the catalog, still readable */
     pthread_mutex_t commit_mu;   /* commit order per shard vs. each other and GC */
+    uint64_t reloads_begun;      /* in RADOS, under mu: job reloads that began reading
+                                    the pool (store.c, R9: a read shares one that began
+                                    after it arrived) */
     pthread_mutex_t recovery_mu; /* recovery records' compare-and-set (S6) */
     pthread_mutex_t fold_mu;     /* one fold (or GC) writes folds at a time */
     struct cpri_fold_worker *folder; /* background folding (fold.c); NULL: off */
@@ -219,9 +222,14 @@ uint64_t cpri_store_bytes(cpr_store *store); /* in RADOS: and the pool's (one re
  * failed WAL append may abort the process) and cpr_store_health says so. */
 /* rados.h R9: reload job `name` from the pool (caller holds fold_mu), or
  * for a reader (retried when a fold or retention of this gateway published
- * meanwhile; the local copy serves if it fails). No-ops for local stores. */
+ * meanwhile; the local copy serves if it fails). No-ops for local stores.
+ * A reader that arrived when reloads_begun was `arrived` is served by any
+ * reload of the job that began after (cpri_store_refresh_since): readers
+ * arriving together share one. */
 cpr_status cpri_store_refresh_job(cpr_store *store, const char *name);
 void cpri_store_refresh_for_read(cpr_store *store, const char *name);
+uint64_t cpri_store_reloads_begun(cpr_store *store);
+void cpri_store_refresh_since(cpr_store *store, const char *name, uint64_t arrived);
 /* rados.h R9: *held = may this gateway run retention and folding of job
  * `name` now (reloaded from the pool when so). Caller holds fold_mu. */
 cpr_status cpri_store_hold_job(cpr_store *store, const char *name, int *held);

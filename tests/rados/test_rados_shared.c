@@ -22,7 +22,10 @@
  *    still reloads a job before it lists it, gives its latest cut or
  *    restores it (R9): parts committed through another gateway are there;
  *  - a job with more records than one read of the catalog returns reloads
- *    whole, on a gateway that knows it and on one that does not.
+ *    whole, on a gateway that knows it and on one that does not;
+ *  - readers share reloads: a reader is served by a reload that began after
+ *    it arrived (no reload of its own), and one arriving later reloads and
+ *    sees what another gateway committed in between.
  * Exits 77 when the cluster is not there.
  */
 #define _GNU_SOURCE
@@ -334,6 +337,55 @@ static void test_reload_of_a_long_job(void **unused)
     gw_stop(&a);
 }
 
+/* Parts of job `name` in s's memory, without a reload. */
+static size_t parts_in_memory(cpr_store *s, const char *name)
+{
+    pthread_mutex_lock(&s->mu);
+    const cpri_job *job = cpri_catalog_find(&s->catalog, name);
+    size_t n = job ? job->n_parts : 0;
+    pthread_mutex_unlock(&s->mu);
+    return n;
+}
+
+/* R9: readers arriving together share one reload. */
+static void test_readers_share_a_reload(void **unused)
+{
+    (void)unused;
+    new_namespace("share");
+    gateway a, b;
+    gw_start(&a, "cpr-shared-a");
+    gw_start(&b, "cpr-shared-b");
+    for (uint64_t ckpt = 1; ckpt <= 3; ckpt++) { /* A knows the job: one of its parts */
+        cpr_part_spec p = tu_part("s", 0, 1, ckpt, CPR_KIND_FULL, T, 1);
+        tu_write_part_ok(ckpt == 1 ? a.store : b.store, &p, 0, 10);
+        if (ckpt == 1)
+            assert_int_equal(parts_in_memory(a.store, "s"), 1);
+    }
+    /* Reader 1 arrives after B's commits; its reload (the first since it
+     * arrived) brings them. */
+    uint64_t arrived = cpri_store_reloads_begun(a.store);
+    cpri_store_refresh_since(a.store, "s", arrived);
+    assert_int_equal(cpri_store_reloads_begun(a.store), arrived + 1);
+    assert_int_equal(parts_in_memory(a.store, "s"), 3);
+    /* Reader 2 arrived with reader 1 (it waited behind that reload): served
+     * by it, no reload of its own, even though B committed since. */
+    cpr_part_spec p4 = tu_part("s", 0, 1, 4, CPR_KIND_FULL, T, 1);
+    tu_write_part_ok(b.store, &p4, 0, 10);
+    cpri_store_refresh_since(a.store, "s", arrived);
+    assert_int_equal(cpri_store_reloads_begun(a.store), arrived + 1);
+    assert_int_equal(parts_in_memory(a.store, "s"), 3);
+    /* A reader arriving now reloads and sees checkpoint 4. */
+    cpr_part_info *parts = NULL;
+    size_t n = 0;
+    assert_status(CPR_OK, cpr_store_list(a.store, "s", &parts, &n));
+    assert_int_equal(n, 4);
+    assert_int_equal(parts[3].checkpoint, 4);
+    free(parts);
+    assert_int_equal(cpri_store_reloads_begun(a.store), arrived + 2);
+    gw_stop(&b);
+    gw_stop(&a);
+}
+
 int main(void)
 {
     g_conf = getenv("CPR_TEST_RADOS_CONF");
@@ -349,6 +401,7 @@ int main(void)
         cmocka_unit_test(test_removed_part_readable_meanwhile),
         cmocka_unit_test(test_reads_during_a_fold_see_other_gateways),
         cmocka_unit_test(test_reload_of_a_long_job),
+        cmocka_unit_test(test_readers_share_a_reload),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
