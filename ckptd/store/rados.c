@@ -64,7 +64,11 @@ static cpr_status rados_err(int rc, const char *fmt_what, const char *obj)
                     : e == ETIMEDOUT            ? CPR_UNAVAILABLE
                     : e == ENOSPC || e == EDQUOT ? CPR_RESOURCE_EXHAUSTED
                     : e == ENOMEM               ? CPR_NO_MEMORY
+                    : e == EPERM || e == EACCES ? CPR_PERMISSION_DENIED
                                                 : CPR_IO;
+    if (st == CPR_PERMISSION_DENIED) /* cephx: the user's caps (deploy/ceph/README.md) */
+        return cpr_fail(st, "RADOS: %s %s: %s (the cephx user lacks the right: its osd caps "
+                        "on the pool)", fmt_what, obj ? obj : "", strerror(e));
     return cpr_fail(st, "RADOS: %s %s: %s", fmt_what, obj ? obj : "", strerror(e));
 }
 
@@ -96,6 +100,23 @@ cpr_status cpri_rados_connect(const cpri_rados_target *t, cpri_rados **out)
     rados_conf_set(r->cluster, "rados_mon_op_timeout", OP_TIMEOUT_S);
     rados_conf_set(r->cluster, "rados_osd_op_timeout", OP_TIMEOUT_S);
     rc = rados_connect(r->cluster);
+    char user[160];
+    snprintf(user, sizeof user, "client.%s", t->user && *t->user ? t->user : "admin");
+    if (rc == -ENOENT) { /* cephx: no keyring holds the user's key */
+        st = cpr_fail(CPR_UNAUTHENTICATED,
+                      "RADOS: no key for %s in the keyrings %s names (its keyring "
+                      "setting; by default /etc/ceph/$cluster.$name.keyring): give that "
+                      "user's keyring (deploy/ceph/README.md) or name another user",
+                      user, t->conf ? t->conf : "the default configuration");
+        goto fail_shutdown;
+    }
+    if (rc == -EACCES || rc == -EPERM) {
+        st = cpr_fail(CPR_UNAUTHENTICATED,
+                      "RADOS: the cluster refused %s: %s (does the cluster know the user, "
+                      "with the key of its keyring? ceph auth get %s)",
+                      user, strerror(-rc), user);
+        goto fail_shutdown;
+    }
     if (rc < 0) {
         st = cpr_fail(rc == -ETIMEDOUT ? CPR_UNAVAILABLE : CPR_IO,
                       "RADOS: cannot connect with %s: %s (is the cluster up, and the "

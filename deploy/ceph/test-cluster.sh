@@ -2,12 +2,14 @@
 # SPDX-License-Identifier: Apache-2.0
 # A small Ceph cluster for tests and benchmarks, from Debian's packages, in
 # one directory, bound to 127.0.0.1: one monitor, N memstore OSDs (data in
-# the OSDs' memory: it measures the code path, not a disk), auth none, and a
-# pool replicated N ways (at most 3) across them.
+# the OSDs' memory: it measures the code path, not a disk), auth none (or
+# cephx), and a pool replicated N ways (at most 3) across them.
 #
-#   deploy/ceph/test-cluster.sh start DIR [--osds N] [--pool NAME] [--mgr]
+#   deploy/ceph/test-cluster.sh start DIR [--osds N] [--pool NAME] [--mgr] [--cephx]
 #       prints DIR/ceph.conf once the pool takes writes; --mgr also starts a
-#       manager (ceph-mgr), which pool usage and free space (ceph df) need
+#       manager (ceph-mgr), which pool usage and free space (ceph df) need;
+#       --cephx turns authentication on, with every key in DIR
+#       (DIR/ceph.client.admin.keyring: every right; ceph.conf names it)
 #   deploy/ceph/test-cluster.sh stop DIR              stops every daemon of DIR
 #   deploy/ceph/test-cluster.sh kill-osd DIR ID       SIGKILL one OSD
 #   deploy/ceph/test-cluster.sh start-osd DIR ID      start it again (memstore: empty;
@@ -17,11 +19,11 @@
 #
 # Exit 77 from start when the packages (ceph-mon, ceph-osd, ceph-common) are
 # missing, so a test that needs the cluster can skip. Never for production:
-# no authentication, no disks. deploy/ceph/README.md says how to point ckptd
+# no disks, keys in a plain directory (or no authentication at all). deploy/ceph/README.md says how to point ckptd
 # at a real cluster.
 set -euo pipefail
 
-usage() { sed -n '8,16p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+usage() { sed -n '8,18p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 [[ $# -ge 2 ]] || usage
 cmd=$1 dir=$2
 shift 2
@@ -54,12 +56,13 @@ start_osd() {
 
 case $cmd in
 start)
-  osds=3 pool=cpr mgr=0
+  osds=3 pool=cpr mgr=0 auth=none
   while [[ $# -gt 0 ]]; do
     case $1 in
       --osds) osds=$2; shift 2 ;;
       --pool) pool=$2; shift 2 ;;
       --mgr) mgr=1; shift ;;
+      --cephx) auth=cephx; shift ;;
       *) usage ;;
     esac
   done
@@ -77,9 +80,10 @@ start)
 fsid = $fsid
 mon host = v2:127.0.0.1:$port
 public network = 127.0.0.0/8
-auth cluster required = none
-auth service required = none
-auth client required = none
+auth cluster required = $auth
+auth service required = $auth
+auth client required = $auth
+keyring = $dir/\$cluster.\$name.keyring
 auth allow insecure global id reclaim = false
 ms bind ipv6 = false
 run dir = $dir/run
@@ -94,6 +98,7 @@ osd pool default min size = $(((size + 1) / 2))
 osd crush chooseleaf type = 0
 osd memory target = 939524096
 mon allow pool delete = true
+mon allow pool size one = true
 mon warn on pool no redundancy = false
 mon osd down out interval = 0
 osd op num shards = 1
@@ -108,20 +113,44 @@ admin socket = $dir/run/\$name.asok
 admin socket = $dir/run/\$name.asok
 CONF
   monmaptool --create --fsid "$fsid" --addv a "[v2:127.0.0.1:$port]" "$dir/monmap" >/dev/null
-  ceph-mon -c "$dir/ceph.conf" -i a --mkfs --monmap "$dir/monmap" >"$dir/log/mkfs.mon" 2>&1
+  mkfs_keys=()
+  if [[ $auth == cephx ]]; then
+    # The monitors' key, and the admin's (every right), which the monitor
+    # starts knowing; OSDs get theirs from the admin below.
+    ceph-authtool --create-keyring "$dir/ceph.mon.a.keyring" --gen-key -n mon. \
+      --cap mon 'allow *' >/dev/null
+    ceph-authtool --create-keyring "$dir/ceph.client.admin.keyring" --gen-key -n client.admin \
+      --cap mon 'allow *' --cap osd 'allow *' --cap mgr 'allow *' >/dev/null
+    ceph-authtool "$dir/ceph.mon.a.keyring" --import-keyring "$dir/ceph.client.admin.keyring" \
+      >/dev/null
+    chmod 600 "$dir"/*.keyring
+    mkfs_keys=(--keyring "$dir/ceph.mon.a.keyring")
+  fi
+  ceph-mon -c "$dir/ceph.conf" -i a --mkfs --monmap "$dir/monmap" "${mkfs_keys[@]}" \
+    >"$dir/log/mkfs.mon" 2>&1
   ceph-mon -c "$dir/ceph.conf" -i a 2>>"$dir/log/stderr.mon"
   for ((i = 0; i < osds; i++)); do
     id=$(ceph_ osd create)
     mkdir -p "$dir/osd/$id"
+    if [[ $auth == cephx ]]; then
+      ceph_ auth get-or-create "osd.$id" mon 'allow profile osd' osd 'allow *' \
+        mgr 'allow profile osd' -o "$dir/ceph.osd.$id.keyring" >/dev/null
+    fi
     start_osd "$id"
   done
   ceph_ osd pool create "$pool" 32 32 >/dev/null 2>&1
-  ceph_ osd pool set "$pool" size "$size" >/dev/null 2>&1
+  # One OSD, one replica: Ceph asks to be told twice (and the conf allows it).
+  ceph_ osd pool set "$pool" size "$size" $( ((size == 1)) && echo --yes-i-really-mean-it) \
+    >/dev/null 2>&1
   ceph_ osd pool application enable "$pool" cpr >/dev/null 2>&1
   wait_ready "$pool" 60
   if ((mgr)); then
     command -v ceph-mgr >/dev/null || { echo "test-cluster: ceph-mgr missing" >&2; exit 77; }
     mkdir -p "$dir/mgr/x"
+    if [[ $auth == cephx ]]; then
+      ceph_ auth get-or-create mgr.x mon 'allow profile mgr' osd 'allow *' mds 'allow *' \
+        -o "$dir/ceph.mgr.x.keyring" >/dev/null
+    fi
     ceph-mgr -c "$dir/ceph.conf" -i x --mgr-data "$dir/mgr/x" 2>>"$dir/log/stderr.mgr"
   fi
   echo "$dir/ceph.conf"

@@ -16,7 +16,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -24,16 +23,12 @@
 #include "ckptd_harness.h"
 #include "testutil.h"
 
-static char g_cluster[4096], g_conf[4200];
-static const char *g_script;
+static tu_cluster g_cl;
+static const char *g_conf; /* g_cl.conf */
 
 static int cluster(const char *verb, const char *arg)
 {
-    char cmd[8192];
-    snprintf(cmd, sizeof cmd, "'%s' %s '%s' %s >/dev/null", g_script, verb, g_cluster,
-             arg ? arg : "");
-    int rc = system(cmd);
-    return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
+    return tu_cluster_run(&g_cl, verb, arg);
 }
 
 #define ROWS 100000 /* every row of ch_table: ~4 MiB, a segment chunk */
@@ -94,22 +89,12 @@ static void test_osd_lost_mid_save(void **unused)
 
 int main(void)
 {
-    g_script = getenv("CPR_TEST_CEPH_SCRIPT");
-    if (!g_script)
-        return 77;
-    char *dir = tu_mkdtemp("cpr-ceph");
-    snprintf(g_cluster, sizeof g_cluster, "%s", dir);
-    snprintf(g_conf, sizeof g_conf, "%s/ceph.conf", dir);
-    free(dir);
-    int rc = cluster("start", NULL);
-    if (rc != 0) {
-        fprintf(stderr, "test cluster did not start (%d)%s\n", rc, rc == 77 ? ": skipped" : "");
-        cluster("stop", NULL);
+    int rc = tu_cluster_start(&g_cl, NULL);
+    if (rc != 0)
         return rc == 77 ? 77 : 1;
-    }
+    g_conf = g_cl.conf;
     const struct CMUnitTest tests[] = {cmocka_unit_test(test_osd_lost_mid_save)};
     int failed = cmocka_run_group_tests(tests, NULL, NULL);
-    cluster("stop", NULL);
-    tu_rmtree(g_cluster);
+    tu_cluster_stop(&g_cl);
     return failed;
 }

@@ -16,7 +16,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -25,25 +24,14 @@
 #include "cpr/store.h"
 #include "testutil.h"
 
-static const char *g_script;
-static char g_cluster[4096], g_conf[4200];
-
-/* test-cluster.sh VERB DIR [ARG] */
-static int run(const char *verb, const char *arg)
-{
-    char cmd[8192];
-    snprintf(cmd, sizeof cmd, "'%s' %s '%s' %s >/dev/null", g_script, verb, g_cluster,
-             arg ? arg : "");
-    int rc = system(cmd);
-    return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
-}
+static tu_cluster g_cl;
+static const char *g_conf; /* g_cl.conf */
 
 static int ceph(const char *args)
 {
     char cmd[8192];
     snprintf(cmd, sizeof cmd, "ceph -c '%s' %s >/dev/null 2>&1", g_conf, args);
-    int rc = system(cmd);
-    return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
+    return tu_system(cmd);
 }
 
 static const cpr_table_schema T[] = {{.table = 0, .rows = 1000, .dim = 4, .state_dim = 0}};
@@ -115,22 +103,12 @@ static void test_pool_reserve_and_quota(void **unused)
 
 int main(void)
 {
-    g_script = getenv("CPR_TEST_CEPH_SCRIPT");
-    if (!g_script)
-        return 77;
-    char *dir = tu_mkdtemp("cpr-ceph-space");
-    snprintf(g_cluster, sizeof g_cluster, "%s", dir);
-    snprintf(g_conf, sizeof g_conf, "%s/ceph.conf", dir);
-    free(dir);
-    int rc = run("start", "--mgr");
-    if (rc != 0) {
-        fprintf(stderr, "test cluster did not start (%d)%s\n", rc, rc == 77 ? ": skipped" : "");
-        run("stop", NULL);
+    int rc = tu_cluster_start(&g_cl, "--mgr");
+    if (rc != 0)
         return rc == 77 ? 77 : 1;
-    }
+    g_conf = g_cl.conf;
     const struct CMUnitTest tests[] = {cmocka_unit_test(test_pool_reserve_and_quota)};
     int failed = cmocka_run_group_tests(tests, NULL, NULL);
-    run("stop", NULL);
-    tu_rmtree(g_cluster);
+    tu_cluster_stop(&g_cl);
     return failed;
 }

@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "cpr/crc32c.h"
@@ -372,4 +373,46 @@ void tu_assert_blob(cpr_store *s, const cpr_part_id *id, const char *name,
     for (uint64_t i = 0; i < size; i++)
         assert_int_equal(b.data[i], tu_blob_byte(id->shard, id->checkpoint, i));
     free(b.data);
+}
+
+/* ---- a Ceph test cluster of the test's own ------------------------------------------ */
+
+int tu_system(const char *cmd)
+{
+    int rc = system(cmd);
+    return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
+}
+
+int tu_cluster_run(const tu_cluster *c, const char *verb, const char *arg)
+{
+    char cmd[8192];
+    snprintf(cmd, sizeof cmd, "'%s' %s '%s' %s >/dev/null", c->script, verb, c->dir,
+             arg ? arg : "");
+    return tu_system(cmd);
+}
+
+int tu_cluster_start(tu_cluster *c, const char *flags)
+{
+    memset(c, 0, sizeof *c);
+    c->script = getenv("CPR_TEST_CEPH_SCRIPT");
+    if (!c->script) {
+        fprintf(stderr, "no CPR_TEST_CEPH_SCRIPT (deploy/ceph/test-cluster.sh): skipped\n");
+        return 77;
+    }
+    char *dir = tu_mkdtemp("cpr-ceph");
+    snprintf(c->dir, sizeof c->dir, "%s", dir);
+    snprintf(c->conf, sizeof c->conf, "%s/ceph.conf", dir);
+    free(dir);
+    int rc = tu_cluster_run(c, "start", flags);
+    if (rc != 0) {
+        fprintf(stderr, "test cluster did not start (%d)%s\n", rc, rc == 77 ? ": skipped" : "");
+        tu_cluster_stop(c);
+    }
+    return rc;
+}
+
+void tu_cluster_stop(tu_cluster *c)
+{
+    tu_cluster_run(c, "stop", NULL);
+    tu_rmtree(c->dir);
 }

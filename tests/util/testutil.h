@@ -24,6 +24,25 @@ uint64_t tu_count_files(const char *path);
  * tests: fails the test if the file cannot be changed). */
 void tu_flip_byte(const char *path, uint64_t offset);
 
+/* A Ceph test cluster of a test's own (deploy/ceph/test-cluster.sh, named
+ * by $CPR_TEST_CEPH_SCRIPT), in a fresh temporary directory. */
+typedef struct tu_cluster {
+    const char *script;
+    char dir[4096];
+    char conf[4200]; /* dir/ceph.conf */
+} tu_cluster;
+/* Start one with test-cluster.sh's start flags (NULL: none): 0 when it
+ * runs; 77 when $CPR_TEST_CEPH_SCRIPT is not set or the packages are
+ * missing (the test skips); another exit status when it did not start
+ * (said on stderr; stopped and removed). */
+int tu_cluster_start(tu_cluster *c, const char *flags);
+/* system(cmd): the shell's exit status (-1 if it did not exit). */
+int tu_system(const char *cmd);
+/* test-cluster.sh VERB DIR [ARG], its output dropped: its exit status. */
+int tu_cluster_run(const tu_cluster *c, const char *verb, const char *arg);
+/* Stop every daemon of it and remove its directory. */
+void tu_cluster_stop(tu_cluster *c);
+
 /* In cmocka tests: fail with both status names and cpr_errmsg() unless
  * `expr` returns `want`. */
 #define assert_status(want, expr)                                              \
