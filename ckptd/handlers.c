@@ -511,6 +511,15 @@ static void abort_touched(cpri_server *srv, const touched *t)
 typedef cpr_status (*apply_fn)(cpri_server *srv, const cpri_principal *who, const uint8_t *msg,
                                size_t len, touched *t, uint64_t *rows, uint64_t *bytes);
 
+/* The store took the call and failed writing it (its disk or pool: I/O, a
+ * RADOS user without the right, a cluster that does not answer): the part
+ * is not as it was, and the stream's failure aborts it. The store's other
+ * refusals (a bad batch, a checksum) leave the part as it was. */
+static int write_failed(cpr_status st)
+{
+    return st == CPR_IO || st == CPR_PERMISSION_DENIED || st == CPR_UNAVAILABLE;
+}
+
 static cpr_status apply_rows(cpri_server *srv, const cpri_principal *who, const uint8_t *msg,
                              size_t len, touched *t, uint64_t *rows, uint64_t *bytes)
 {
@@ -524,11 +533,12 @@ static cpr_status apply_rows(cpri_server *srv, const cpri_principal *who, const 
     if (st == CPR_OK)
         st = may_touch(t, &r.id);
     cpr_block_header h = {0};
+    int stored = st == CPR_OK;
     if (st == CPR_OK && r.block) /* stored as it came: the client's encoding */
         st = cpr_store_put_block(srv->store, &r.id, r.block, r.block_len);
     else if (st == CPR_OK)
         st = cpr_store_put_rows(srv->store, &r.id, &r.batch);
-    if (st == CPR_OK || st == CPR_IO) /* refused batches leave the part as it was */
+    if (st == CPR_OK || (stored && write_failed(st))) /* refused batches leave the part */
         touch_part(t, &r.id, r.lease);
     if (st == CPR_OK && r.block && cpr_block_header_parse(r.block, r.block_len, &h) == CPR_OK) {
         *rows += h.n;
@@ -555,10 +565,11 @@ static cpr_status apply_chunk(cpri_server *srv, const cpri_principal *who, const
         st = cpri_leases_check(srv->leases, &ch.id, ch.lease, "put_blob");
     if (st == CPR_OK)
         st = may_touch(t, &ch.id);
+    int stored = st == CPR_OK;
     if (st == CPR_OK)
         st = cpr_store_put_blob(srv->store, &ch.id, ch.name, ch.offset, ch.data, ch.len,
                                 ch.crc32c);
-    if (st == CPR_OK || st == CPR_IO) /* refused chunks leave the part as it was */
+    if (st == CPR_OK || (stored && write_failed(st))) /* refused chunks leave the part */
         touch_part(t, &ch.id, ch.lease);
     if (st == CPR_OK)
         *bytes += ch.len;
@@ -620,13 +631,14 @@ static void h_put_blob(cpri_rpc_call *c, void *app) { client_stream(c, app, appl
 typedef struct restore_out {
     cpri_rpc_call *c;
     const char *job;
-    cpri_restore_gate *gate; /* told of every message sent (restore_gate.c G2) */
+    cpri_restore_gate *gate; /* told of every message sent (restore_gate.c G2); NULL
+                                for a plan, which holds no slot */
 } restore_out;
 
 static cpr_status restore_send(restore_out *o, uint8_t *buf, size_t len)
 {
     cpr_status st = cpri_rpc_send(o->c, buf, len, "restore");
-    if (st == CPR_OK)
+    if (st == CPR_OK && o->gate) /* a plan holds no slot: its sends are no one's progress */
         cpri_restore_gate_progress(o->gate);
     return st;
 }
@@ -700,6 +712,7 @@ static void h_restore(cpri_rpc_call *c, void *app)
             /* A plan takes no slot: the gate bounds what streaming restores
              * read and send here (restore_gate.c), and a plan is a catalog
              * lookup; the client reads the rows from the pool. */
+            o.gate = NULL;
             st = send_plan(srv, &q.query, &o);
         } else if (st == CPR_OK) { /* refused, or the client went away: no slot */
             if (cpri_restore_gate_enter(srv->restore_gate)) {

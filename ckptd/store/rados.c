@@ -68,7 +68,8 @@ static cpr_status rados_err(int rc, const char *fmt_what, const char *obj)
                                                 : CPR_IO;
     if (st == CPR_PERMISSION_DENIED) /* cephx: the user's caps (deploy/ceph/README.md) */
         return cpr_fail(st, "RADOS: %s %s: %s (the cephx user lacks the right: its osd caps "
-                        "on the pool)", fmt_what, obj ? obj : "", strerror(e));
+                        "on the pool, r to read, w to write, x for the leases' locks)",
+                        fmt_what, obj ? obj : "", strerror(e));
     return cpr_fail(st, "RADOS: %s %s: %s", fmt_what, obj ? obj : "", strerror(e));
 }
 
@@ -100,20 +101,32 @@ cpr_status cpri_rados_connect(const cpri_rados_target *t, cpri_rados **out)
     rados_conf_set(r->cluster, "rados_mon_op_timeout", OP_TIMEOUT_S);
     rados_conf_set(r->cluster, "rados_osd_op_timeout", OP_TIMEOUT_S);
     rc = rados_connect(r->cluster);
-    char user[160];
+    char user[160], mon[512] = "", auth[128] = "";
     snprintf(user, sizeof user, "client.%s", t->user && *t->user ? t->user : "admin");
-    if (rc == -ENOENT) { /* cephx: no keyring holds the user's key */
+    if (rc == -ENOENT || rc == -EACCES || rc == -EPERM) {
+        rados_conf_get(r->cluster, "mon_host", mon, sizeof mon);
+        rados_conf_get(r->cluster, "auth_client_required", auth, sizeof auth);
+    }
+    if (rc == -ENOENT && !mon[0]) {
+        st = cpr_fail(CPR_INVALID_ARGUMENT, "RADOS: %s names no monitor: give the cluster's "
+                      "configuration (--rados-conf FILE with mon host = ...)",
+                      t->conf ? t->conf : "the default configuration (none found?)");
+        goto fail_shutdown;
+    }
+    if (rc == -ENOENT && strstr(auth, "cephx")) { /* no key for the user */
         st = cpr_fail(CPR_UNAUTHENTICATED,
-                      "RADOS: no key for %s in the keyrings %s names (its keyring "
-                      "setting; by default /etc/ceph/$cluster.$name.keyring): give that "
-                      "user's keyring (deploy/ceph/README.md) or name another user",
+                      "RADOS: no key for %s: no keyring that %s names (its keyring "
+                      "setting; by default /etc/ceph/$cluster.$name.keyring) holds it, or "
+                      "this process cannot read it; give that user's keyring "
+                      "(deploy/ceph/README.md) or name another user",
                       user, t->conf ? t->conf : "the default configuration");
         goto fail_shutdown;
     }
-    if (rc == -EACCES || rc == -EPERM) {
+    if ((rc == -EACCES || rc == -EPERM) && strstr(auth, "cephx")) {
         st = cpr_fail(CPR_UNAUTHENTICATED,
-                      "RADOS: the cluster refused %s: %s (does the cluster know the user, "
-                      "with the key of its keyring? ceph auth get %s)",
+                      "RADOS: the cluster refused %s: %s (does the cluster know the user with "
+                      "the key of its keyring, and may it read the monitors, mon 'allow r'? "
+                      "ceph auth get %s)",
                       user, strerror(-rc), user);
         goto fail_shutdown;
     }

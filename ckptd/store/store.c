@@ -514,6 +514,14 @@ static cpr_status refresh_once(cpr_store *store, const char *name, const uint64_
     size_t jlen = cpri_key_job(jkey, name);
     pool_records pr = {0};
     uint32_t id = 0;
+    if (arrived) { /* served already (below): no wait for commit_mu */
+        pthread_mutex_lock(&store->mu);
+        const cpri_job *known = cpri_catalog_find(&store->catalog, name);
+        int served = known && known->fresh_seq > *arrived;
+        pthread_mutex_unlock(&store->mu);
+        if (served)
+            return CPR_OK;
+    }
     /* commit_mu from before the pool is read until the job is rebuilt: a
      * commit of this gateway's that landed in between would otherwise be
      * in memory, missing from what was read, and lost by the rebuild. */
@@ -608,6 +616,9 @@ static cpr_status refresh_once(cpr_store *store, const char *name, const uint64_
     if (st == CPR_OK) {
         job->pool_hash = hash;
         job->fresh_seq = seq;
+    } else if (job) { /* maybe rebuilt in part: no reader may take it as is */
+        job->pool_hash = 0;
+        job->fresh_seq = 0;
     }
     pthread_mutex_unlock(&store->mu);
     pthread_mutex_unlock(&store->commit_mu);

@@ -126,7 +126,7 @@ CONF
     chmod 600 "$dir"/*.keyring
     mkfs_keys=(--keyring "$dir/ceph.mon.a.keyring")
   fi
-  ceph-mon -c "$dir/ceph.conf" -i a --mkfs --monmap "$dir/monmap" "${mkfs_keys[@]}" \
+  ceph-mon -c "$dir/ceph.conf" -i a --mkfs --monmap "$dir/monmap" ${mkfs_keys[@]+"${mkfs_keys[@]}"} \
     >"$dir/log/mkfs.mon" 2>&1
   ceph-mon -c "$dir/ceph.conf" -i a 2>>"$dir/log/stderr.mon"
   for ((i = 0; i < osds; i++)); do
@@ -135,6 +135,7 @@ CONF
     if [[ $auth == cephx ]]; then
       ceph_ auth get-or-create "osd.$id" mon 'allow profile osd' osd 'allow *' \
         mgr 'allow profile osd' -o "$dir/ceph.osd.$id.keyring" >/dev/null
+      chmod 600 "$dir/ceph.osd.$id.keyring"
     fi
     start_osd "$id"
   done
@@ -150,6 +151,7 @@ CONF
     if [[ $auth == cephx ]]; then
       ceph_ auth get-or-create mgr.x mon 'allow profile mgr' osd 'allow *' mds 'allow *' \
         -o "$dir/ceph.mgr.x.keyring" >/dev/null
+      chmod 600 "$dir/ceph.mgr.x.keyring"
     fi
     ceph-mgr -c "$dir/ceph.conf" -i x --mgr-data "$dir/mgr/x" 2>>"$dir/log/stderr.mgr"
   fi

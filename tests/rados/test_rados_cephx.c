@@ -15,7 +15,8 @@
  *    commits, and a plain client restores its rows exactly;
  *  - a user without a key in the keyrings, and one whose key the cluster
  *    does not know, are refused at cpr_client_open with
- *    CPR_UNAUTHENTICATED, by name.
+ *    CPR_UNAUTHENTICATED, by name; a configuration naming no monitor with
+ *    CPR_INVALID_ARGUMENT, saying so.
  * Exits 77 when the Ceph packages are missing.
  */
 #define _GNU_SOURCE
@@ -243,6 +244,21 @@ static void test_unknown_user(void **unused)
         assert_non_null(strstr(cpr_errmsg(), want));
         assert_null(c);
     }
+    /* A configuration that names no monitor is that, not a missing key. */
+    char conf[4300];
+    snprintf(conf, sizeof conf, "%s/no-mon.conf", g_cl.dir);
+    FILE *f = fopen(conf, "w");
+    assert_non_null(f);
+    fprintf(f, "[global]\nauth client required = cephx\n");
+    fclose(f);
+    cpr_client_options o = {0};
+    o.store.rados_pool = "cpr";
+    o.store.rados_conf = conf;
+    o.store.rados_user = "cpr-reader";
+    cpr_client *c = NULL;
+    assert_status(CPR_INVALID_ARGUMENT, cpr_client_open(target, &o, &c));
+    assert_non_null(strstr(cpr_errmsg(), "names no monitor"));
+    assert_null(c);
     ch_stop(&d);
     tu_rmtree(dir);
     free(dir);

@@ -19,7 +19,9 @@
  *  - a plan takes no restore slot: with --restore-streams 1 held by a
  *    streaming restore whose client stops reading, a direct restore is
  *    answered without waiting for the slot (restore_stream_waits_total
- *    stays 0 while the stream holds it).
+ *    stays 0 while the stream holds it); and a streaming restore waiting
+ *    for that slot still goes in over the limit while plans go out
+ *    back to back (a plan's sends are no holder's progress).
  * Direct writes (docs/client.md): a client with direct_writes writes its
  * parts' rows into the pool itself, ckptd checking each segment's index at
  * commit:
@@ -33,7 +35,9 @@
  * Exits 77 when the cluster is not there.
  */
 #define _GNU_SOURCE
+#include <pthread.h>
 #include <setjmp.h>
+#include <stdatomic.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -46,6 +50,7 @@
 #include <cmocka.h>
 
 #include "ckptd_harness.h"
+#include "cpr_common.h"
 #include "cpr/client.h"
 #include "cpr/crc32c.h"
 #include "testutil.h"
@@ -421,6 +426,27 @@ static double metric_now(const ch_daemon *d, const char *series)
     return v;
 }
 
+/* A streaming restore of "big" on a connection of its own. */
+typedef struct waiter {
+    const char *addr;
+    _Atomic int done;
+    cpr_status st;
+    uint64_t rows;
+    int bad;
+} waiter;
+
+static void *waiter_main(void *arg)
+{
+    waiter *w = arg;
+    cpri_rpc *rpc = NULL;
+    w->st = cpri_rpc_open(w->addr, &rpc);
+    if (w->st == CPR_OK)
+        w->st = ch_restore(rpc, "big", 0, 1, &w->rows, &w->bad);
+    cpri_rpc_close(rpc);
+    atomic_store(&w->done, 1);
+    return NULL;
+}
+
 static void test_plan_takes_no_slot(void **unused)
 {
     (void)unused;
@@ -452,6 +478,29 @@ static void test_plan_takes_no_slot(void **unused)
     assert_true(metric_now(&d, "cpr_ckptd_restore_streams") == 1);
     assert_true(metric_now(&d, "cpr_ckptd_restore_stream_waits_total") == 0);
     assert_true(metric_now(&d, "cpr_ckptd_restore_plans_total") == 1);
+
+    /* A streaming restore waiting for the slot goes in over the limit once
+     * the holder has sent nothing for a second, however many plans go out
+     * meanwhile: a plan's sends are no slot holder's progress (G2). */
+    waiter w = {.addr = d.addr};
+    pthread_t wt;
+    assert_int_equal(0, pthread_create(&wt, NULL, waiter_main, &w));
+    size_t plans = 0;
+    double deadline = cpri_now_s() + 15.0;
+    while (!atomic_load(&w.done) && cpri_now_s() < deadline) {
+        restore_checked(direct, &q, &z);
+        free(z.ids);
+        plans++;
+    }
+    int in_time = atomic_load(&w.done); /* not let in only once the plans stopped */
+    pthread_join(wt, NULL);
+    print_message("  %zu plans while the waiter waited\n", plans);
+    assert_true(in_time);
+    assert_true(plans > 1);
+    assert_status(CPR_OK, w.st);
+    assert_int_equal(w.rows, ch_table.rows);
+    assert_false(w.bad);
+    assert_true(metric_now(&d, "cpr_ckptd_restore_stream_over_limit_total") == 1);
 
     ch_release_restore(&h);
     assert_status(CPR_OK, h.st);
