@@ -8,8 +8,10 @@ A 2 M x 64 float32 table with row-wise Adagrad state (one float a row):
   torch.save      + flush + fsync of {"weight", "state"}; torch.load from a
                   cold cache (the file's pages evicted with posix_fadvise);
   cpr async_save  a FULL save through cpr.torch to a ckptd started here on
-                  127.0.0.1 with its store in the same directory: the stall
-                  (the call) and the time until every part committed;
+                  127.0.0.1 (--transport unix: on a Unix-domain socket, as
+                  a ckptd on the trainer's host) with its store in the same
+                  directory: the stall (the call) and the time until every
+                  part committed;
   memcpy          a copy of the same bytes between resident buffers;
   cpr restore     Checkpointer.load(): every row back into the live table in
                   place (zeroed first), the store's pages evicted first;
@@ -22,7 +24,7 @@ torch.load / cpr restore (goal >= 1), partial_speedup = torch.load / cpr
 partial (goal >= 5), and each time against the raw disk's.
 
 Usage: bench.py --ckptd build/ckptd/ckptd [--dir DIR] [--rows N] [--dim D]
-                [--shards S] [--repeat K] [--json]
+                [--shards S] [--repeat K] [--transport tcp|unix] [--json]
 """
 import argparse
 import json
@@ -80,8 +82,8 @@ def raw_disk(path, nbytes):
     return write_s, read_s
 
 
-def start_ckptd(binary, store, log):
-    proc = subprocess.Popen([binary, "--listen", "127.0.0.1:0", "--data-dir", store,
+def start_ckptd(binary, store, log, listen):
+    proc = subprocess.Popen([binary, "--listen", listen, "--data-dir", store,
                              "--gc-interval-s", "0", "--log-level", "warn"],
                             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=log)
     deadline = time.monotonic() + 30
@@ -110,6 +112,10 @@ def main(argv):
     p.add_argument("--dim", type=int, default=64)
     p.add_argument("--shards", type=int, default=8)
     p.add_argument("--repeat", type=int, default=5, help="rounds; medians are reported")
+    p.add_argument("--transport", choices=("tcp", "unix", "local"), default="tcp",
+                   help="how the client reaches the store: ckptd on 127.0.0.1 (default), "
+                   "ckptd on a Unix-domain socket (on the trainer's host), or local "
+                   "(the store in this process, local://: no ckptd)")
     p.add_argument("--json", action="store_true")
     a = p.parse_args(argv)
     if a.rows < a.shards or a.dim < 1 or a.repeat < 1:
@@ -130,10 +136,16 @@ def main(argv):
         # Each round measures the disk, torch and CPR one after the other, so
         # that all three see the same state of this VM's disk (its speed
         # drifts by 2x over minutes). ckptd runs no retention or folding here.
-        proc, addr = start_ckptd(a.ckptd, os.path.join(work, "store"), log)
+        if a.transport == "local":  # the store in this process: no ckptd
+            target = "local://" + os.path.join(work, "store")
+        else:
+            listen = ("unix:" + os.path.join(work, "ckptd.sock") if a.transport == "unix"
+                      else "127.0.0.1:0")
+            proc, addr = start_ckptd(a.ckptd, os.path.join(work, "store"), log, listen)
+            target = addr if addr.startswith("unix:") else "grpc://" + addr
         # Staging holds a whole save, and sending waits for the copy to end
         # (defer_send): the stall is the copy alone (docs/python.md).
-        client = cpr.Client("grpc://" + addr, staging_bytes=nbytes + (64 << 20),
+        client = cpr.Client(target, staging_bytes=nbytes + (64 << 20),
                             defer_send=True)
         for rnd in range(a.repeat):
             w_s, r_s = raw_disk(os.path.join(work, "raw"), nbytes)
@@ -202,6 +214,7 @@ def main(argv):
     m = {k: median(v) for k, v in r.items()}
     out = {
         "rows": a.rows, "dim": a.dim, "shards": a.shards, "bytes": nbytes, "repeat": a.repeat,
+        "transport": a.transport,
         **m,
         "stall_over_torch_save": m["cpr_stall_s"] / m["torch_save_s"],
         "stall_over_memcpy": m["cpr_stall_s"] / m["memcpy_s"],
