@@ -25,10 +25,13 @@
  *    whole, on a gateway that knows it and on one that does not;
  *  - readers share reloads: a reader is served by a reload that began after
  *    it arrived (no reload of its own), and one arriving later reloads and
- *    sees what another gateway committed in between.
+ *    sees what another gateway committed in between; readers let go at once,
+ *    round after round, each see every part committed through the other
+ *    gateway before they started.
  * Exits 77 when the cluster is not there.
  */
 #define _GNU_SOURCE
+#include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -386,6 +389,71 @@ static void test_readers_share_a_reload(void **unused)
     gw_stop(&a);
 }
 
+/* R9 under real concurrency: readers of gateway A let go together after
+ * gateway B committed checkpoint `round` each see it, however their reloads
+ * were shared. */
+#define READERS 8
+#define ROUNDS 6
+
+typedef struct reader_arg {
+    cpr_store *store;
+    pthread_barrier_t *go;
+    uint64_t newest, cut;
+    cpr_status st;
+} reader_arg;
+
+static void *reader_main(void *p)
+{
+    reader_arg *r = p;
+    pthread_barrier_wait(r->go);
+    cpr_part_info *parts = NULL;
+    size_t n = 0;
+    r->st = cpr_store_list(r->store, "conc", &parts, &n);
+    r->newest = r->st == CPR_OK && n ? parts[n - 1].checkpoint : 0;
+    free(parts);
+    if (r->st == CPR_OK)
+        r->st = cpr_store_latest_cut(r->store, "conc", &r->cut);
+    return NULL;
+}
+
+static void test_concurrent_readers_see_earlier_commits(void **unused)
+{
+    (void)unused;
+    new_namespace("conc");
+    gateway a, b;
+    gw_start(&a, "cpr-shared-a");
+    gw_start(&b, "cpr-shared-b");
+    cpr_part_spec first = tu_part("conc", 0, 1, 1, CPR_KIND_FULL, T, 1);
+    tu_write_part_ok(a.store, &first, 0, 5); /* A knows the job */
+    uint64_t before = cpri_store_reloads_begun(a.store);
+    for (uint64_t round = 2; round < 2 + ROUNDS; round++) {
+        cpr_part_spec p = tu_part("conc", 0, 1, round, CPR_KIND_FULL, T, 1);
+        tu_write_part_ok(b.store, &p, 0, 5);
+        pthread_barrier_t go;
+        assert_int_equal(0, pthread_barrier_init(&go, NULL, READERS));
+        reader_arg args[READERS];
+        pthread_t t[READERS];
+        for (int i = 0; i < READERS; i++) {
+            args[i] = (reader_arg){.store = a.store, .go = &go};
+            assert_int_equal(0, pthread_create(&t[i], NULL, reader_main, &args[i]));
+        }
+        for (int i = 0; i < READERS; i++) {
+            pthread_join(t[i], NULL);
+            assert_status(CPR_OK, args[i].st);
+            assert_int_equal(args[i].newest, round);
+            assert_int_equal(args[i].cut, round);
+        }
+        pthread_barrier_destroy(&go);
+    }
+    /* Each reader lists and cuts (two reads each): print how many reloads
+     * that took, for the record. */
+    print_message("  %llu reloads for %d reads\n",
+                  (unsigned long long)(cpri_store_reloads_begun(a.store) - before),
+                  2 * READERS * ROUNDS);
+    gw_stop(&b);
+    gw_stop(&a);
+}
+
 int main(void)
 {
     g_conf = getenv("CPR_TEST_RADOS_CONF");
@@ -402,6 +470,7 @@ int main(void)
         cmocka_unit_test(test_reads_during_a_fold_see_other_gateways),
         cmocka_unit_test(test_reload_of_a_long_job),
         cmocka_unit_test(test_readers_share_a_reload),
+        cmocka_unit_test(test_concurrent_readers_see_earlier_commits),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
