@@ -139,11 +139,13 @@ CONF
     fi
     start_osd "$id"
   done
-  ceph_ osd pool create "$pool" 32 32 >/dev/null 2>&1
+  # The pool's set-up, its output in log/setup (set -e would otherwise end
+  # the script without a word).
+  setup() { "$@" >>"$dir/log/setup" 2>&1 || { echo "test-cluster: '$*' failed: see $dir/log/setup" >&2; exit 1; }; }
+  setup ceph_ osd pool create "$pool" 32 32
   # One OSD, one replica: Ceph asks to be told twice (and the conf allows it).
-  ceph_ osd pool set "$pool" size "$size" $( ((size == 1)) && echo --yes-i-really-mean-it) \
-    >/dev/null 2>&1
-  ceph_ osd pool application enable "$pool" cpr >/dev/null 2>&1
+  setup ceph_ osd pool set "$pool" size "$size" $( ((size == 1)) && echo --yes-i-really-mean-it)
+  setup ceph_ osd pool application enable "$pool" cpr
   wait_ready "$pool" 60
   if ((mgr)); then
     command -v ceph-mgr >/dev/null || { echo "test-cluster: ceph-mgr missing" >&2; exit 77; }
