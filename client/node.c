@@ -387,22 +387,10 @@ static cpr_status direct_block(cpri_node_writer *w, const void *block, size_t le
     return direct_touch(w);
 }
 
-typedef struct id_at {
-    uint64_t id;
-    size_t at;
-} id_at;
-
-static int id_at_cmp(const void *a, const void *b)
-{
-    const id_at *x = a, *y = b;
-    return x->id < y->id ? -1 : x->id > y->id;
-}
-
 #define DIRECT_BLOCK_ROWS_MAX 65536u /* rows of a block made of a batch */
 
-/* A batch of rows as f32 blocks of ascending ids (the store sorts such a
- * batch when it takes it itself: the same order, the same refusal of an id
- * given twice). */
+/* A batch of rows as f32 blocks of ascending ids, in the order the store
+ * takes such a batch itself (cpri_batch_order: an id given twice refused). */
 static cpr_status direct_rows(cpri_node_writer *w, const cpr_row_batch *b)
 {
     if (b->n == 0)
@@ -411,21 +399,8 @@ static cpr_status direct_rows(cpri_node_writer *w, const cpr_row_batch *b)
         return cpr_fail(CPR_INVALID_ARGUMENT, "a batch of %zu rows with %zu values and %zu "
                         "state values", b->n, b->values_count, b->state_count);
     uint32_t dim = (uint32_t)(b->values_count / b->n), sdim = (uint32_t)(b->state_count / b->n);
-    id_at *order = malloc(b->n * sizeof *order);
-    if (!order)
-        return cpr_fail(CPR_NO_MEMORY, "out of memory sorting a batch of %zu rows", b->n);
-    int sorted = 1;
-    for (size_t i = 0; i < b->n; i++) {
-        order[i] = (id_at){b->ids ? b->ids[i] : b->range_begin + i, i};
-        sorted &= i == 0 || order[i - 1].id < order[i].id;
-    }
-    if (!sorted)
-        qsort(order, b->n, sizeof *order, id_at_cmp);
-    cpr_status st = CPR_OK;
-    for (size_t i = 1; st == CPR_OK && i < b->n; i++)
-        if (order[i].id == order[i - 1].id)
-            st = cpr_fail(CPR_INVALID_ARGUMENT, "row id %llu appears twice in one batch",
-                          (unsigned long long)order[i].id);
+    cpri_id_index *order = NULL;
+    cpr_status st = cpri_batch_order(b, &order);
     for (size_t first = 0; st == CPR_OK && first < b->n; first += DIRECT_BLOCK_ROWS_MAX) {
         uint32_t k = (uint32_t)(b->n - first < DIRECT_BLOCK_ROWS_MAX ? b->n - first
                                                                      : DIRECT_BLOCK_ROWS_MAX);
@@ -443,11 +418,11 @@ static cpr_status direct_rows(cpri_node_writer *w, const cpr_row_batch *b)
         uint64_t *ids = (uint64_t *)(w->block + l.ids);
         float *vals = (float *)(w->block + l.values), *state = (float *)(w->block + l.state);
         for (uint32_t r = 0; r < k; r++) {
-            const id_at *o = &order[first + r];
-            ids[r] = o->id;
-            memcpy(vals + (size_t)r * dim, b->values + o->at * dim, (size_t)dim * 4);
+            size_t at = order ? order[first + r].index : first + r;
+            ids[r] = b->ids ? b->ids[at] : b->range_begin + at;
+            memcpy(vals + (size_t)r * dim, b->values + at * dim, (size_t)dim * 4);
             if (sdim)
-                memcpy(state + (size_t)r * sdim, b->state + o->at * sdim, (size_t)sdim * 4);
+                memcpy(state + (size_t)r * sdim, b->state + at * sdim, (size_t)sdim * 4);
         }
         st = cpr_block_seal(w->block, b->table, k, dim, sdim, 0);
         if (st == CPR_OK)

@@ -94,6 +94,21 @@ void cpri_codec_portable(int on);
 #include <stdlib.h>
 
 #include "cpr/block.h"
+#include "cpr/types.h"
+
+/* A row of a batch in the order to take it: its id and its index in the
+ * batch. */
+typedef struct cpri_id_index {
+    uint64_t id;
+    size_t index;
+} cpri_id_index;
+
+/* The order of a batch's rows by ascending id, for whoever writes them as
+ * blocks (the store's put_rows, the client's direct writes): *order NULL
+ * when they ascend already (a range batch, ids NULL, always does), else a
+ * malloc'd permutation of b->n entries the caller frees. An id given twice
+ * is CPR_INVALID_ARGUMENT, naming it. */
+CPR_INTERNAL_API cpr_status cpri_batch_order(const cpr_row_batch *b, cpri_id_index **order);
 
 /* The CRC32C a cpr_row_batch of an opened (so checked) row block's rows
  * carries (ids || values || state), derived from the block's own CRC

@@ -103,3 +103,38 @@ size_t cpr_cuts(const cpr_part_info *parts, size_t n, uint64_t floor, uint64_t *
 
 _Static_assert(CPR_STATUS_COUNT_ <= CPR_STATS_ERRORS,
                "cpr_store_stats.errors must have a slot for every status");
+
+/* ---- the order of a batch's rows ------------------------------------------ */
+
+static int id_index_cmp(const void *a, const void *b)
+{
+    const cpri_id_index *x = a, *y = b;
+    return x->id < y->id ? -1 : x->id > y->id;
+}
+
+cpr_status cpri_batch_order(const cpr_row_batch *b, cpri_id_index **order)
+{
+    *order = NULL;
+    if (!b->ids)
+        return CPR_OK;
+    size_t i = 1;
+    while (i < b->n && b->ids[i - 1] < b->ids[i])
+        i++;
+    if (i >= b->n)
+        return CPR_OK;
+    cpri_id_index *o = malloc(b->n * sizeof *o);
+    if (!o)
+        return cpr_fail(CPR_NO_MEMORY, "out of memory sorting a batch of %zu rows", b->n);
+    for (i = 0; i < b->n; i++)
+        o[i] = (cpri_id_index){b->ids[i], i};
+    qsort(o, b->n, sizeof *o, id_index_cmp);
+    for (i = 1; i < b->n; i++) {
+        if (o[i].id == o[i - 1].id) {
+            unsigned long long dup = (unsigned long long)o[i].id;
+            free(o);
+            return cpr_fail(CPR_INVALID_ARGUMENT, "row id %llu appears twice in one batch", dup);
+        }
+    }
+    *order = o;
+    return CPR_OK;
+}

@@ -397,44 +397,6 @@ static cpr_status validate_batch(const open_part *part, const cpr_row_batch *b,
     return CPR_OK;
 }
 
-typedef struct id_index {
-    uint64_t id;
-    size_t index;
-} id_index;
-
-static int id_index_cmp(const void *a, const void *b)
-{
-    const id_index *x = a, *y = b;
-    return x->id < y->id ? -1 : x->id > y->id;
-}
-
-/* The order in which to write a batch's rows (NULL order: as given). */
-static cpr_status batch_order(const cpr_row_batch *b, id_index **order)
-{
-    size_t i = 1;
-    while (i < b->n && b->ids[i - 1] < b->ids[i])
-        i++;
-    *order = NULL;
-    if (i >= b->n)
-        return CPR_OK;
-    id_index *o = malloc(b->n * sizeof *o);
-    if (!o)
-        return cpr_fail(CPR_NO_MEMORY, "out of memory sorting a batch of %zu rows", b->n);
-    for (i = 0; i < b->n; i++)
-        o[i] = (id_index){b->ids[i], i};
-    qsort(o, b->n, sizeof *o, id_index_cmp);
-    for (i = 1; i < b->n; i++) {
-        if (o[i].id == o[i - 1].id) {
-            unsigned long long dup = (unsigned long long)o[i].id;
-            free(o);
-            return cpr_fail(CPR_INVALID_ARGUMENT, "row id %llu appears twice in one "
-                            "batch", dup);
-        }
-    }
-    *order = o;
-    return CPR_OK;
-}
-
 /* ---- blocks into the segment ------------------------------------------ */
 
 #define BLOCK_TARGET (1u << 20)    /* bytes of a block put_rows builds */
@@ -590,7 +552,7 @@ void cpri_block_builder_release(block_builder *bb)
 /* Rows of a validated batch into blocks: straight from the caller's arrays
  * when they are sorted and large, through the builder otherwise (W2). */
 static cpr_status write_rows(cpr_store *store, open_part *part, const cpr_row_batch *b,
-                             const cpr_table_schema *t, const id_index *order)
+                             const cpr_table_schema *t, const cpri_id_index *order)
 {
     block_builder *bb = &part->bb;
     size_t per_block = BLOCK_TARGET / row_bytes_of(t->dim, t->state_dim);
@@ -720,14 +682,14 @@ cpr_status cpr_store_put_rows(cpr_store *store, const cpr_part_id *id,
         return put_range(store, id, batch);
     open_part *part = NULL;
     const cpr_table_schema *schema = NULL;
-    id_index *order = NULL;
+    cpri_id_index *order = NULL;
     int backwards = 0;
     cpr_status st = lock_for_put(store, id, "put_rows", &part);
     if (st)
         return cpri_store_count(store, st);
     st = validate_batch(part, batch, &schema);
     if (st == CPR_OK)
-        st = batch_order(batch, &order);
+        st = cpri_batch_order(batch, &order);
     if (st == CPR_OK && batch->n)
         st = check_order(part, batch->table, order ? order[0].id : batch->ids[0], &backwards);
     if (st == CPR_OK && batch->n) {
