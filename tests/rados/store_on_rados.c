@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "cpr/store.h"
+#include "testutil.h"
 
 cpr_status __real_cpr_store_open(const char *dir, const cpr_store_options *opts,
                                  cpr_store **out);
@@ -59,12 +60,9 @@ unsigned cpr_test_rados_segments(const char *dir, const char *part)
 cpr_status __wrap_cpr_store_open(const char *dir, const cpr_store_options *opts,
                                  cpr_store **out)
 {
-    const char *conf = getenv("CPR_TEST_RADOS_CONF");
-    if (!conf || access(conf, R_OK) != 0) {
-        fprintf(stderr, "no test Ceph cluster (CPR_TEST_RADOS_CONF=%s): skipped\n",
-                conf ? conf : "");
+    const char *conf = tu_rados_conf();
+    if (!conf)
         exit(77);
-    }
     cpr_store_options o = {0};
     if (opts)
         o = *opts;

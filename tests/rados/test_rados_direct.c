@@ -514,11 +514,8 @@ static void test_plan_takes_no_slot(void **unused)
 
 int main(void)
 {
-    g_conf = getenv("CPR_TEST_RADOS_CONF");
-    if (!g_conf || access(g_conf, R_OK) != 0) {
-        fprintf(stderr, "no test Ceph cluster (CPR_TEST_RADOS_CONF): skipped\n");
+    if (!(g_conf = tu_rados_conf()))
         return 77;
-    }
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_direct_reads),
         cmocka_unit_test(test_direct_writes),

@@ -307,11 +307,8 @@ static void test_abort_removes_segment(void **unused)
 
 int main(void)
 {
-    g_conf = getenv("CPR_TEST_RADOS_CONF");
-    if (!g_conf || access(g_conf, R_OK) != 0) {
-        printf("skipped: no test cluster (CPR_TEST_RADOS_CONF)\n");
+    if (!(g_conf = tu_rados_conf()))
         return 77;
-    }
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_direct_part_round_trip),
         cmocka_unit_test(test_wrong_index_refused),

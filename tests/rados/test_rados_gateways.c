@@ -315,11 +315,8 @@ static void test_client_over_two_gateways(void **unused)
 
 int main(void)
 {
-    g_conf = getenv("CPR_TEST_RADOS_CONF");
-    if (!g_conf || access(g_conf, R_OK) != 0) {
-        fprintf(stderr, "no test Ceph cluster (CPR_TEST_RADOS_CONF): skipped\n");
+    if (!(g_conf = tu_rados_conf()))
         return 77;
-    }
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_node_loss),
         cmocka_unit_test(test_two_gateways_race),

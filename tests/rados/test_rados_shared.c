@@ -456,11 +456,8 @@ static void test_concurrent_readers_see_earlier_commits(void **unused)
 
 int main(void)
 {
-    g_conf = getenv("CPR_TEST_RADOS_CONF");
-    if (!g_conf || access(g_conf, R_OK) != 0) {
-        printf("skipped: no test cluster (CPR_TEST_RADOS_CONF)\n");
+    if (!(g_conf = tu_rados_conf()))
         return 77;
-    }
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_reopen_keeps_live_gateways_parts),
         cmocka_unit_test(test_job_ids_from_the_pool),

@@ -416,3 +416,13 @@ void tu_cluster_stop(tu_cluster *c)
     tu_cluster_run(c, "stop", NULL);
     tu_rmtree(c->dir);
 }
+
+const char *tu_rados_conf(void)
+{
+    const char *conf = getenv("CPR_TEST_RADOS_CONF");
+    if (!conf || access(conf, R_OK) != 0) {
+        fprintf(stderr, "no test Ceph cluster (CPR_TEST_RADOS_CONF): skipped\n");
+        return NULL;
+    }
+    return conf;
+}

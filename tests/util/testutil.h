@@ -24,6 +24,10 @@ uint64_t tu_count_files(const char *path);
  * tests: fails the test if the file cannot be changed). */
 void tu_flip_byte(const char *path, uint64_t offset);
 
+/* The ceph.conf of the run's shared test cluster ($CPR_TEST_RADOS_CONF,
+ * readable), or NULL (said on stderr: the caller skips, exit 77). */
+const char *tu_rados_conf(void);
+
 /* A Ceph test cluster of a test's own (deploy/ceph/test-cluster.sh, named
  * by $CPR_TEST_CEPH_SCRIPT), in a fresh temporary directory. */
 typedef struct tu_cluster {
