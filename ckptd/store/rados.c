@@ -11,6 +11,7 @@
 #include <inttypes.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stddef.h>
 #include <sys/types.h>
 #include <time.h>
 #include <rados/librados.h>
@@ -204,6 +205,14 @@ const char *cpri_rados_where(const cpri_rados *r)
 
 /* ---- segments ---------------------------------------------------------------------- */
 
+/* A read buffer: this header, then the bytes (R11). The header is the
+ * malloc'd pointer, so a caller may free() a delivered owner. */
+typedef struct read_buf {
+    struct read_buf *next;   /* in the spares */
+    size_t cap;              /* bytes after the header */
+    max_align_t align[];
+} read_buf;
+
 typedef struct rados_backend {
     cpri_backend base;
     cpri_rados *r;
@@ -212,6 +221,13 @@ typedef struct rados_backend {
     unsigned in_flight;          /* chunk writes submitted and not completed (R10) */
     unsigned char *spare[SPARE_CHUNKS]; /* idle CHUNK_BYTES buffers (R10) */
     size_t n_spare;
+    /* Reads (R11), under mu: */
+    uint64_t read_bytes;         /* of reads issued and not yet delivered */
+    unsigned readers;            /* open readers */
+    uint64_t read_peak;          /* the most read_bytes has been */
+    read_buf *read_spare;        /* released read buffers, kept while readers are open */
+    uint64_t read_spare_bytes;
+    uint64_t read_reused;        /* reads into a kept buffer */
 } rados_backend;
 
 /* An idle chunk buffer, already faulted in, or NULL. */
@@ -593,9 +609,54 @@ static cpr_status rb_list(cpri_backend *base, cpri_obj_list_fn fn, void *ctx)
     return st;
 }
 
+static const cpri_backend_ops rados_ops;
+
+/* ---- reads (R11) ------------------------------------------------------------------- */
+
+#define READ_BUF_ROUND ((size_t)64 << 10) /* sizes rounded up, so blocks share buffers */
+#define READ_OWN_MIN 2                    /* reads a reader may have out over the budget */
+#define READ_BUDGET (rados_ops.read_ahead_bytes)
+
+/* A buffer of at least len bytes: a released one that fits, or a new one. */
+static read_buf *read_buf_take(rados_backend *be, size_t len)
+{
+    size_t cap = (len + READ_BUF_ROUND - 1) / READ_BUF_ROUND * READ_BUF_ROUND;
+    pthread_mutex_lock(&be->mu);
+    read_buf **pp = &be->read_spare, *b = NULL;
+    for (; *pp; pp = &(*pp)->next)
+        if ((*pp)->cap >= cap && (*pp)->cap - cap <= (*pp)->cap / 4) {
+            b = *pp;
+            *pp = b->next;
+            be->read_spare_bytes -= b->cap;
+            be->read_reused++;
+            break;
+        }
+    pthread_mutex_unlock(&be->mu);
+    if (!b && (b = malloc(sizeof *b + cap)) != NULL)
+        b->cap = cap;
+    return b;
+}
+
+/* Keep a released buffer for the next read while readers are open and the
+ * spares stay within the budget; free it otherwise. */
+static void read_buf_give(rados_backend *be, read_buf *b)
+{
+    if (!b)
+        return;
+    pthread_mutex_lock(&be->mu);
+    if (be->readers && be->read_spare_bytes + b->cap <= READ_BUDGET) {
+        b->next = be->read_spare;
+        be->read_spare = b;
+        be->read_spare_bytes += b->cap;
+        b = NULL;
+    }
+    pthread_mutex_unlock(&be->mu);
+    free(b);
+}
+
 /* One extent: its buffer and the chunk reads that fill it. */
 typedef struct extent_read {
-    unsigned char *buf;
+    read_buf *buf;
     size_t n_pieces;
     rados_completion_t *c;
     size_t *want;          /* bytes each piece must return */
@@ -607,6 +668,7 @@ struct cpri_obj_reader {
     const cpri_obj_extent *ext;
     extent_read *er;
     size_t n, issued, delivered, window;
+    uint64_t budget_bytes; /* of this reader's reads counted in be->read_bytes */
 };
 
 static void extent_wait(extent_read *e)
@@ -630,6 +692,34 @@ static void extent_release(extent_read *e)
     e->n_pieces = 0;
 }
 
+/* May reader r issue extent k? Its first READ_OWN_MIN reads ahead always
+ * (so every reader makes progress), more while all readers' reads in flight
+ * stay within the budget. Counts what it lets through. */
+static int read_admit(cpri_obj_reader *r, size_t k)
+{
+    rados_backend *be = r->be;
+    size_t len = r->ext[k].len;
+    int ok;
+    pthread_mutex_lock(&be->mu);
+    ok = k < r->delivered + READ_OWN_MIN || be->read_bytes + len <= READ_BUDGET;
+    if (ok) {
+        be->read_bytes += len;
+        r->budget_bytes += len;
+        if (be->read_bytes > be->read_peak)
+            be->read_peak = be->read_bytes;
+    }
+    pthread_mutex_unlock(&be->mu);
+    return ok;
+}
+
+static void read_settle(cpri_obj_reader *r, size_t len)
+{
+    pthread_mutex_lock(&r->be->mu);
+    r->be->read_bytes -= len;
+    r->budget_bytes -= len;
+    pthread_mutex_unlock(&r->be->mu);
+}
+
 static cpr_status issue(cpri_obj_reader *r, size_t k)
 {
     const cpri_obj_extent *x = &r->ext[k];
@@ -638,12 +728,13 @@ static cpr_status issue(cpri_obj_reader *r, size_t k)
     uint64_t last = x->len ? (x->offset + x->len - 1) / CHUNK_BYTES : first;
     size_t pieces = x->len ? (size_t)(last - first + 1) : 0;
     e->issued = 1;
-    e->buf = malloc(x->len ? x->len : 1);
+    e->buf = read_buf_take(r->be, x->len);
     e->c = calloc(pieces ? pieces : 1, sizeof *e->c);
     e->want = calloc(pieces ? pieces : 1, sizeof *e->want);
     if (!e->buf || !e->c || !e->want)
         return cpr_fail(CPR_NO_MEMORY, "out of memory reading %s", x->object);
     e->n_pieces = pieces;
+    char *dst = (char *)(e->buf + 1);
     size_t pos = 0;
     for (size_t i = 0; i < e->n_pieces; i++) {
         uint64_t chunk = first + i;
@@ -654,7 +745,7 @@ static cpr_status issue(cpri_obj_reader *r, size_t k)
         e->want[i] = take;
         int rc = rados_aio_create_completion2(NULL, NULL, &e->c[i]);
         if (rc == 0)
-            rc = rados_aio_read(r->be->r->io, name, e->c[i], (char *)e->buf + pos, take, off);
+            rc = rados_aio_read(r->be->r->io, name, e->c[i], dst + pos, take, off);
         if (rc < 0) {
             if (e->c[i])
                 rados_aio_release(e->c[i]);
@@ -672,8 +763,22 @@ static void reader_free(cpri_obj_reader *r)
         if (r->er[k].issued) {
             extent_release(&r->er[k]);
             if (k >= r->delivered)
-                free(r->er[k].buf); /* never handed out */
+                read_buf_give(r->be, r->er[k].buf); /* never handed out */
         }
+    pthread_mutex_lock(&r->be->mu);
+    r->be->read_bytes -= r->budget_bytes;
+    read_buf *spares = NULL;
+    if (--r->be->readers == 0) { /* the last reader: nothing to keep buffers for */
+        spares = r->be->read_spare;
+        r->be->read_spare = NULL;
+        r->be->read_spare_bytes = 0;
+    }
+    pthread_mutex_unlock(&r->be->mu);
+    while (spares) {
+        read_buf *b = spares;
+        spares = b->next;
+        free(b);
+    }
     free(r->er);
     free(r);
 }
@@ -692,6 +797,9 @@ static cpr_status rb_read_start(cpri_backend *base, const cpri_obj_extent *ext, 
     r->ext = ext;
     r->n = n;
     r->window = depth > READ_DEPTH_MAX ? READ_DEPTH_MAX : depth ? depth : 1;
+    pthread_mutex_lock(&r->be->mu);
+    r->be->readers++;
+    pthread_mutex_unlock(&r->be->mu);
     *out = r;
     return CPR_OK;
 }
@@ -700,7 +808,8 @@ static cpr_status rb_read_next(cpri_obj_reader *r, void **owner, const unsigned 
 {
     if (r->delivered >= r->n)
         return cpr_fail(CPR_INTERNAL, "segment read past its %zu extents", r->n);
-    while (r->issued < r->n && r->issued < r->delivered + r->window) {
+    while (r->issued < r->n && r->issued < r->delivered + r->window &&
+           read_admit(r, r->issued)) {
         cpr_status st = issue(r, r->issued);
         r->issued++;
         if (st)
@@ -725,22 +834,31 @@ static cpr_status rb_read_next(cpri_obj_reader *r, void **owner, const unsigned 
                             "(%d of %zu bytes)", name, rc, e->want[i]);
     }
     extent_release(e);
+    read_settle(r, r->ext[k].len);
     *owner = e->buf;
-    *data = e->buf;
+    *data = (const unsigned char *)(e->buf + 1);
     r->delivered++;
     return CPR_OK;
 }
 
 static void rb_read_release(cpri_obj_reader *r, void *owner)
 {
-    (void)r;
-    free(owner);
+    read_buf_give(r->be, owner);
 }
 
 static void rb_read_end(cpri_obj_reader *r)
 {
     if (r)
         reader_free(r);
+}
+
+void cpri_backend_rados_read_stats(cpri_backend *base, cpri_rados_read_stats *out)
+{
+    rados_backend *be = (rados_backend *)base;
+    pthread_mutex_lock(&be->mu);
+    *out = (cpri_rados_read_stats){be->read_bytes, be->read_peak, READ_BUDGET,
+                                   be->read_spare_bytes, be->read_reused, be->readers};
+    pthread_mutex_unlock(&be->mu);
 }
 
 static void rb_close(cpri_backend *base)
@@ -755,9 +873,11 @@ static void rb_close(cpri_backend *base)
 
 static const cpri_backend_ops rados_ops = {
     .name = "rados",
-    /* 64 MiB, 32 blocks a restore: 8 blocks left the restore 10-15% slower
-     * on the test cluster (docs/performance.md, 2026-11-28) */
-    .read_ahead_bytes = (uint64_t)64 << 20,
+    /* All readers of a backend together (R11): 32 MiB, what rados bench
+     * keeps in flight (8 reads of 4 MiB). Each reader has at most 32 blocks
+     * out: 8 left a lone restore 10-15% slower on the test cluster
+     * (docs/performance.md, 2026-11-28). */
+    .read_ahead_bytes = (uint64_t)32 << 20,
     .read_depth = 32,
     .create = rb_create,
     .append = rb_append,

@@ -94,6 +94,25 @@
  *      docs/performance.md, 50 times a copy). The cluster gets no faster
  *      with more writes in flight: rados bench writes with 2.
  *
+ * Memory of the readers:
+ *  R11. All readers of a backend together have at most read_ahead_bytes
+ *      (32 MiB) of reads issued and not yet delivered, except that each
+ *      reader may always have its next READ_OWN_MIN (2) out, so that every
+ *      reader makes progress whatever the others hold: a reader never waits
+ *      for room, it issues fewer reads ahead. The split by restores at
+ *      start (restore.c, M2) sampled how many read at that moment, so the
+ *      first of 16 restores arriving together each took a whole window and
+ *      their reads in flight came to most of the checkpoint (about 270 at
+ *      once): more reads in flight than the cluster serves well (rados bench
+ *      seq of the same objects drops to 0.55x at 300) and as many fresh
+ *      buffers, each page faulted in by librados' copy. A delivered buffer
+ *      given back (read_release) is kept for the next read of a similar
+ *      size while any reader is open, up to read_ahead_bytes of spares,
+ *      and the last reader to end frees them: concurrent and long restores
+ *      reuse memory already mapped, and an idle client or daemon holds none.
+ *      A buffer's header (read_buf) is the malloc'd pointer handed out as
+ *      the owner, so free() of a delivered owner stays allowed (backend.h).
+ *
  * Thread safety: a cpri_rados is shared by the store's threads (librados'
  * I/O contexts are thread-safe for operations); a writer or reader is used
  * by one thread at a time.
@@ -131,6 +150,19 @@ const char *cpri_rados_where(const cpri_rados *r);
 
 /* The segment backend on `r` (borrowed until the backend is closed). */
 cpr_status cpri_backend_rados_open(cpri_rados *r, cpri_backend **out);
+
+/* What the readers of a RADOS backend hold (R11), for tests and metrics. */
+typedef struct cpri_rados_read_stats {
+    uint64_t in_flight;   /* bytes of reads issued and not yet delivered */
+    uint64_t peak;        /* the most in_flight has been since open */
+    uint64_t budget;      /* read_ahead_bytes */
+    uint64_t spare_bytes; /* given-back buffers kept for the next reads */
+    uint64_t reused;      /* reads into a kept buffer, since open */
+    unsigned readers;     /* open readers */
+} cpri_rados_read_stats;
+
+/* be must be a RADOS backend (cpri_backend_rados_open). */
+void cpri_backend_rados_read_stats(cpri_backend *be, cpri_rados_read_stats *out);
 
 /* One change of a catalog write: a put, or a delete when del is set. */
 typedef struct cpri_kv_change {

@@ -35,6 +35,8 @@
  *      (fetch_depth), at least FETCH_DEPTH_MIN blocks each. Read-ahead
  *      beyond that buys nothing the other streams do not already keep
  *      busy, and every byte of it is memory a cold daemon must fault in.
+ *      The split is taken at each restore's start; the RADOS backend also
+ *      holds all its readers together to read_ahead_bytes (rados.h R11).
  *  M3. The catalog is read only under store->mu, in plan(); the restore is
  *      registered as a reader there (S7), so the segments it planned to
  *      read outlive any GC or fold that removes their records.
