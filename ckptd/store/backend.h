@@ -42,6 +42,10 @@ typedef struct cpri_backend_ops {
      * wait on round trips, and more of them in flight keep it busy. */
     uint64_t read_ahead_bytes;
     unsigned read_depth;
+    /* The backend holds its readers to read_ahead_bytes itself, as they
+     * read (RADOS: rados.h R11): a restore asks for read_depth and splits
+     * nothing at its start. */
+    int shares_read_ahead;
     /* Create `object` (replacing a leftover of the same name). */
     cpr_status (*create)(cpri_backend *be, const char *object, cpri_obj_writer **out);
     cpr_status (*append)(cpri_obj_writer *w, const void *data, size_t len);

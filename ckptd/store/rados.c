@@ -12,6 +12,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <sys/types.h>
 #include <time.h>
 #include <rados/librados.h>
@@ -216,7 +217,7 @@ typedef struct read_buf {
 typedef struct rados_backend {
     cpri_backend base;
     cpri_rados *r;
-    pthread_mutex_t mu;          /* guards the two below */
+    pthread_mutex_t mu;          /* guards the fields below */
     pthread_cond_t room;         /* a chunk write completed */
     unsigned in_flight;          /* chunk writes submitted and not completed (R10) */
     unsigned char *spare[SPARE_CHUNKS]; /* idle CHUNK_BYTES buffers (R10) */
@@ -224,6 +225,7 @@ typedef struct rados_backend {
     /* Reads (R11), under mu: */
     uint64_t read_bytes;         /* of reads issued and not yet delivered */
     unsigned readers;            /* open readers */
+    unsigned readers_peak;       /* the most readers open at once */
     uint64_t read_peak;          /* the most read_bytes has been */
     read_buf *read_spare;        /* released read buffers, kept while readers are open */
     uint64_t read_spare_bytes;
@@ -614,15 +616,19 @@ static const cpri_backend_ops rados_ops;
 /* ---- reads (R11) ------------------------------------------------------------------- */
 
 #define READ_BUF_ROUND ((size_t)64 << 10) /* sizes rounded up, so blocks share buffers */
+#define READ_BUF_SMALL ((size_t)4 << 10)  /* ... and reads below 64 KiB to this */
 #define READ_OWN_MIN 2                    /* reads a reader may have out over the budget */
 #define READ_BUDGET (rados_ops.read_ahead_bytes)
 
 /* A buffer of at least len bytes: a released one that fits, or a new one. */
 static read_buf *read_buf_take(rados_backend *be, size_t len)
 {
-    size_t cap = (len + READ_BUF_ROUND - 1) / READ_BUF_ROUND * READ_BUF_ROUND;
+    if (len > SIZE_MAX / 2)
+        return NULL;
+    size_t round = len < READ_BUF_ROUND ? READ_BUF_SMALL : READ_BUF_ROUND;
+    size_t cap = (len + round - 1) / round * round;
     pthread_mutex_lock(&be->mu);
-    read_buf **pp = &be->read_spare, *b = NULL;
+    read_buf **pp = &be->read_spare, *b = NULL, *evict = NULL;
     for (; *pp; pp = &(*pp)->next)
         if ((*pp)->cap >= cap && (*pp)->cap - cap <= (*pp)->cap / 4) {
             b = *pp;
@@ -631,7 +637,15 @@ static read_buf *read_buf_take(rados_backend *be, size_t len)
             be->read_reused++;
             break;
         }
+    if (!b && be->read_spare) { /* none fits: the oldest spare makes room */
+        for (pp = &be->read_spare; (*pp)->next; pp = &(*pp)->next)
+            ;
+        evict = *pp;
+        *pp = NULL;
+        be->read_spare_bytes -= evict->cap;
+    }
     pthread_mutex_unlock(&be->mu);
+    free(evict);
     if (!b && (b = malloc(sizeof *b + cap)) != NULL)
         b->cap = cap;
     return b;
@@ -694,14 +708,18 @@ static void extent_release(extent_read *e)
 
 /* May reader r issue extent k? Its first READ_OWN_MIN reads ahead always
  * (so every reader makes progress), more while all readers' reads in flight
- * stay within the budget. Counts what it lets through. */
+ * stay within the budget and its own within its share of it (so a reader
+ * whose consumer stalls holds no more than its share). Counts what it lets
+ * through. */
 static int read_admit(cpri_obj_reader *r, size_t k)
 {
     rados_backend *be = r->be;
     size_t len = r->ext[k].len;
     int ok;
     pthread_mutex_lock(&be->mu);
-    ok = k < r->delivered + READ_OWN_MIN || be->read_bytes + len <= READ_BUDGET;
+    ok = k < r->delivered + READ_OWN_MIN ||
+         (be->read_bytes + len <= READ_BUDGET &&
+          r->budget_bytes + len <= READ_BUDGET / (be->readers ? be->readers : 1));
     if (ok) {
         be->read_bytes += len;
         r->budget_bytes += len;
@@ -798,7 +816,8 @@ static cpr_status rb_read_start(cpri_backend *base, const cpri_obj_extent *ext, 
     r->n = n;
     r->window = depth > READ_DEPTH_MAX ? READ_DEPTH_MAX : depth ? depth : 1;
     pthread_mutex_lock(&r->be->mu);
-    r->be->readers++;
+    if (++r->be->readers > r->be->readers_peak)
+        r->be->readers_peak = r->be->readers;
     pthread_mutex_unlock(&r->be->mu);
     *out = r;
     return CPR_OK;
@@ -857,7 +876,8 @@ void cpri_backend_rados_read_stats(cpri_backend *base, cpri_rados_read_stats *ou
     rados_backend *be = (rados_backend *)base;
     pthread_mutex_lock(&be->mu);
     *out = (cpri_rados_read_stats){be->read_bytes, be->read_peak, READ_BUDGET,
-                                   be->read_spare_bytes, be->read_reused, be->readers};
+                                   be->read_spare_bytes, be->read_reused, be->readers,
+                                   be->readers_peak};
     pthread_mutex_unlock(&be->mu);
 }
 
@@ -874,11 +894,12 @@ static void rb_close(cpri_backend *base)
 static const cpri_backend_ops rados_ops = {
     .name = "rados",
     /* All readers of a backend together (R11): 32 MiB, what rados bench
-     * keeps in flight (8 reads of 4 MiB). Each reader has at most 32 blocks
-     * out: 8 left a lone restore 10-15% slower on the test cluster
-     * (docs/performance.md, 2026-11-28). */
+     * keeps in flight (8 reads of 4 MiB), each reader its share and its next
+     * two. A lone restore keeps about 30 blocks of 1 MiB out: 8 left it
+     * 10-15% slower on the test cluster (docs/performance.md, 2026-11-28). */
     .read_ahead_bytes = (uint64_t)32 << 20,
     .read_depth = 32,
+    .shares_read_ahead = 1,
     .create = rb_create,
     .append = rb_append,
     .written = rb_written,

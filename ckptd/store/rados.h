@@ -96,10 +96,13 @@
  *
  * Memory of the readers:
  *  R11. All readers of a backend together have at most read_ahead_bytes
- *      (32 MiB) of reads issued and not yet delivered, except that each
- *      reader may always have its next READ_OWN_MIN (2) out, so that every
- *      reader makes progress whatever the others hold: a reader never waits
- *      for room, it issues fewer reads ahead. The split by restores at
+ *      (32 MiB) of reads issued and not yet delivered, and each at most its
+ *      share of it (read_ahead_bytes over the readers open), except that
+ *      each reader may always have its next READ_OWN_MIN (2) out, so that
+ *      every reader makes progress whatever the others hold, and a reader
+ *      whose consumer stalls (a stream's client not reading) holds at most
+ *      its share: a reader never waits for room, it issues fewer reads
+ *      ahead. restore.c takes no split of its own for such a backend (M2). The split by restores at
  *      start (restore.c, M2) sampled how many read at that moment, so the
  *      first of 16 restores arriving together each took a whole window and
  *      their reads in flight came to most of the checkpoint (about 270 at
@@ -107,8 +110,9 @@
  *      seq of the same objects drops to 0.55x at 300) and as many fresh
  *      buffers, each page faulted in by librados' copy. A delivered buffer
  *      given back (read_release) is kept for the next read of a similar
- *      size while any reader is open, up to read_ahead_bytes of spares,
- *      and the last reader to end frees them: concurrent and long restores
+ *      size while any reader is open, up to read_ahead_bytes of spares
+ *      (a read that none fits frees the oldest), and the last reader to
+ *      end frees them: concurrent and long restores
  *      reuse memory already mapped, and an idle client or daemon holds none.
  *      A buffer's header (read_buf) is the malloc'd pointer handed out as
  *      the owner, so free() of a delivered owner stays allowed (backend.h).
@@ -159,6 +163,7 @@ typedef struct cpri_rados_read_stats {
     uint64_t spare_bytes; /* given-back buffers kept for the next reads */
     uint64_t reused;      /* reads into a kept buffer, since open */
     unsigned readers;     /* open readers */
+    unsigned readers_peak; /* the most readers open at once, since open */
 } cpri_rados_read_stats;
 
 /* be must be a RADOS backend (cpri_backend_rados_open). */

@@ -35,8 +35,10 @@
  *      (fetch_depth), at least FETCH_DEPTH_MIN blocks each. Read-ahead
  *      beyond that buys nothing the other streams do not already keep
  *      busy, and every byte of it is memory a cold daemon must fault in.
- *      The split is taken at each restore's start; the RADOS backend also
- *      holds all its readers together to read_ahead_bytes (rados.h R11).
+ *      The split is taken at each restore's start, from the restores
+ *      reading then; a backend that holds its readers to read_ahead_bytes
+ *      as they read (shares_read_ahead: RADOS, rados.h R11) gets no split,
+ *      only read_depth.
  *  M3. The catalog is read only under store->mu, in plan(); the restore is
  *      registered as a reader there (S7), so the segments it planned to
  *      read outlive any GC or fold that removes their records.
@@ -806,6 +808,8 @@ static cpr_status out_reserve(out_batch *o, const cpr_table_schema *t, size_t ca
 static unsigned fetch_depth(const cpri_backend_ops *ops, const cpri_merge_plan *p,
                             unsigned reading)
 {
+    if (ops->shares_read_ahead)
+        return ops->read_depth;
     uint64_t bytes = 0;
     for (size_t i = 0; i < p->n_cands; i++)
         bytes += p->cands[i].ref.len;

@@ -11,7 +11,10 @@
  *  - reads go into buffers given back by earlier reads (some reuse is
  *    certain: a reader held to its two reads gives a block back before it
  *    issues the next);
- *  - once the last reader ends, nothing is in flight and no buffer is kept.
+ *  - once the last reader ends, nothing is in flight and no buffer is kept;
+ *  - restores whose consumer fails after its first batch end with reads
+ *    still in flight: each returns the consumer's error, and the same holds
+ *    after them (their buffers and their part of the budget came back).
  * Exits 77 when the cluster is not there.
  */
 #define _GNU_SOURCE
@@ -46,6 +49,8 @@ typedef struct reader {
     uint32_t shard;
     uint64_t next;      /* the next row expected */
     size_t wrong;       /* rows out of order or with other values */
+    int fail_after_first; /* the consumer fails on its second batch */
+    size_t batches;
     cpr_status st;
 } reader;
 
@@ -53,6 +58,8 @@ typedef struct reader {
 static cpr_status check_batch(void *ctx, const cpr_row_batch *b)
 {
     reader *r = ctx;
+    if (r->fail_after_first && r->batches++ > 0)
+        return CPR_FAILED_PRECONDITION;
     uint64_t *ids = malloc((b->n + 1) * sizeof *ids);
     if (!ids)
         return CPR_NO_MEMORY;
@@ -136,6 +143,23 @@ static void test_readers_share_the_read_ahead(void **unused)
                   after.budget / 1e6, (unsigned long long)(after.reused - before.reused));
     assert_true(after.peak <= after.budget + SHARDS * 2 * block_max);
     assert_true(after.reused > before.reused);
+    assert_true(after.readers_peak >= 2); /* they did overlap */
+    assert_int_equal(after.readers, 0);
+    assert_int_equal(after.in_flight, 0);
+    assert_int_equal(after.spare_bytes, 0);
+
+    /* Consumers that fail early: the merges end with reads in flight. */
+    for (uint32_t s = 0; s < SHARDS; s++) {
+        rs[s] = (reader){.store = store, .shard = s, .fail_after_first = 1};
+        assert_int_equal(pthread_create(&th[s], NULL, restore_main, &rs[s]), 0);
+    }
+    for (uint32_t s = 0; s < SHARDS; s++)
+        pthread_join(th[s], NULL);
+    for (uint32_t s = 0; s < SHARDS; s++) {
+        assert_status(CPR_FAILED_PRECONDITION, rs[s].st);
+        assert_int_equal(rs[s].wrong, 0);
+    }
+    cpri_backend_rados_read_stats(store->segs, &after);
     assert_int_equal(after.readers, 0);
     assert_int_equal(after.in_flight, 0);
     assert_int_equal(after.spare_bytes, 0);
