@@ -90,6 +90,27 @@ static void *restore_main(void *arg)
     return NULL;
 }
 
+/* Restore every shard at once, each in its own thread, into rs. */
+static void restore_all(cpr_store *store, reader *rs, int fail_after_first)
+{
+    pthread_t th[SHARDS];
+    for (uint32_t s = 0; s < SHARDS; s++) {
+        rs[s] = (reader){.store = store, .shard = s, .fail_after_first = fail_after_first};
+        assert_int_equal(pthread_create(&th[s], NULL, restore_main, &rs[s]), 0);
+    }
+    for (uint32_t s = 0; s < SHARDS; s++)
+        pthread_join(th[s], NULL);
+}
+
+/* No reader open, nothing in flight, no buffer kept; the stats in *out. */
+static void assert_idle(cpr_store *store, cpri_rados_read_stats *out)
+{
+    cpri_backend_rados_read_stats(store->segs, out);
+    assert_int_equal(out->readers, 0);
+    assert_int_equal(out->in_flight, 0);
+    assert_int_equal(out->spare_bytes, 0);
+}
+
 static void test_readers_share_the_read_ahead(void **unused)
 {
     (void)unused;
@@ -120,13 +141,7 @@ static void test_readers_share_the_read_ahead(void **unused)
     assert_true(total > 2 * before.budget); /* the budget binds */
 
     reader rs[SHARDS];
-    pthread_t th[SHARDS];
-    for (uint32_t s = 0; s < SHARDS; s++) {
-        rs[s] = (reader){.store = store, .shard = s};
-        assert_int_equal(pthread_create(&th[s], NULL, restore_main, &rs[s]), 0);
-    }
-    for (uint32_t s = 0; s < SHARDS; s++)
-        pthread_join(th[s], NULL);
+    restore_all(store, rs, 0);
     for (uint32_t s = 0; s < SHARDS; s++) {
         assert_status(CPR_OK, rs[s].st);
         assert_int_equal(rs[s].next, (uint64_t)(s + 1) * SHARD_ROWS);
@@ -134,7 +149,7 @@ static void test_readers_share_the_read_ahead(void **unused)
     }
 
     cpri_rados_read_stats after;
-    cpri_backend_rados_read_stats(store->segs, &after);
+    assert_idle(store, &after);
     /* A block: about 1 MiB of rows (store_write.c, BLOCK_TARGET) and at
      * most 64 KiB of header, index and padding. */
     uint64_t block_max = (1u << 20) + (64u << 10);
@@ -144,25 +159,14 @@ static void test_readers_share_the_read_ahead(void **unused)
     assert_true(after.peak <= after.budget + SHARDS * 2 * block_max);
     assert_true(after.reused > before.reused);
     assert_true(after.readers_peak >= 2); /* they did overlap */
-    assert_int_equal(after.readers, 0);
-    assert_int_equal(after.in_flight, 0);
-    assert_int_equal(after.spare_bytes, 0);
 
     /* Consumers that fail early: the merges end with reads in flight. */
-    for (uint32_t s = 0; s < SHARDS; s++) {
-        rs[s] = (reader){.store = store, .shard = s, .fail_after_first = 1};
-        assert_int_equal(pthread_create(&th[s], NULL, restore_main, &rs[s]), 0);
-    }
-    for (uint32_t s = 0; s < SHARDS; s++)
-        pthread_join(th[s], NULL);
+    restore_all(store, rs, 1);
     for (uint32_t s = 0; s < SHARDS; s++) {
         assert_status(CPR_FAILED_PRECONDITION, rs[s].st);
         assert_int_equal(rs[s].wrong, 0);
     }
-    cpri_backend_rados_read_stats(store->segs, &after);
-    assert_int_equal(after.readers, 0);
-    assert_int_equal(after.in_flight, 0);
-    assert_int_equal(after.spare_bytes, 0);
+    assert_idle(store, &after);
 
     cpr_store_close(store);
     tu_rmtree(tmp);
