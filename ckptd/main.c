@@ -35,6 +35,7 @@ typedef struct settings {
     char metrics_listen[256];
     char backend[16], rados_conf[4096], rados_pool[256], rados_namespace[256], rados_user[256];
     int allow_plaintext;
+    int buffered_reads;
     uint64_t threads, retain, max_message_mb, min_free_mb, max_memory_mb;
     uint64_t max_open_parts, max_open_parts_per_job, max_open_blobs, max_open_blobs_per_job;
     uint64_t max_streams, restore_streams;
@@ -54,6 +55,7 @@ static void usage(FILE *out)
           "             [--max-open-parts N] [--max-open-parts-per-job N]\n"
           "             [--max-open-blobs N] [--max-open-blobs-per-job N]\n"
           "             [--max-streams-per-connection N] [--restore-streams N]\n"
+          "             [--reads direct|buffered]\n"
           "             [--backend local|rados --rados-pool POOL [--rados-conf FILE]\n"
           "              [--rados-namespace NS] [--rados-user USER]]\n"
           "       ckptd --version | --help\n"
@@ -121,6 +123,12 @@ static void usage(FILE *out)
           "                       turn, or go in after a second in which none of those\n"
           "                       served sent anything; a direct read's plan takes no\n"
           "                       slot\n"
+          "  --reads MODE         how segments on the local disk are read: direct\n"
+          "                       (default: O_DIRECT, several reads in flight) or\n"
+          "                       buffered (through the page cache, the kernel reading\n"
+          "                       ahead: faster where the host still caches recent\n"
+          "                       writes, as virtual machines and network disks do;\n"
+          "                       docs/store.md, \"Reads\")\n"
           "  --backend B          where segments and the catalog live: local (default: the\n"
           "                       data directory) or rados (a Ceph pool: a committed part\n"
           "                       outlives this node; the data directory keeps a copy of\n"
@@ -180,6 +188,11 @@ static int set(settings *s, const char *key, const char *value)
         if (strcmp(value, "yes") != 0 && strcmp(value, "no") != 0)
             return fail_usage("--allow-plaintext: use yes or no");
         s->allow_plaintext = strcmp(value, "yes") == 0;
+    }
+    else if (strcmp(key, "reads") == 0) {
+        if (strcmp(value, "direct") != 0 && strcmp(value, "buffered") != 0)
+            return fail_usage("--reads: use direct or buffered");
+        s->buffered_reads = strcmp(value, "buffered") == 0;
     }
     else if (strcmp(key, "threads") == 0)
         st = cpri_cli_u64("--threads", value, 1, 100000, &s->threads);
@@ -295,7 +308,7 @@ static int parse_args(int argc, char **argv, settings *s)
                                        "max-memory-mb", "metrics-listen", "max-open-parts",
                                        "max-open-parts-per-job", "max-open-blobs",
                                        "max-open-blobs-per-job", "max-streams-per-connection",
-                                       "restore-streams",
+                                       "restore-streams", "reads",
                                        "backend", "rados-conf", "rados-pool",
                                        "rados-namespace", "rados-user"};
     for (int i = 1; i < argc; i++) {
@@ -410,7 +423,8 @@ int main(int argc, char **argv)
                             .max_open_parts_per_job = (uint32_t)s.max_open_parts_per_job,
                             .max_open_blobs = (uint32_t)s.max_open_blobs,
                             .max_open_blobs_per_job = (uint32_t)s.max_open_blobs_per_job,
-                            .max_buffer_bytes = (s.max_memory_mb << 20) / 5 * 2};
+                            .max_buffer_bytes = (s.max_memory_mb << 20) / 5 * 2,
+                            .buffered_reads = s.buffered_reads};
     if (strcmp(s.backend, "rados") == 0) {
         so.rados_pool = s.rados_pool;
         so.rados_conf = s.rados_conf[0] ? s.rados_conf : NULL;

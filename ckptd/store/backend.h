@@ -78,7 +78,10 @@ struct cpri_backend {
 
 /* Segments as files under `root` (created if missing): <root>/j_<job>/<rest>.seg,
  * written with io_uring and O_DIRECT (blobio.h). no_sync skips fdatasync
- * and directory fsyncs (tests of non-durability only). */
-cpr_status cpri_backend_local_open(const char *root, int no_sync, cpri_backend **out);
+ * and directory fsyncs (tests of non-durability only). Reads are O_DIRECT
+ * with several in flight, or with `buffered` one pread at a time through
+ * the page cache, the kernel reading ahead (cpr_store_options.buffered_reads). */
+cpr_status cpri_backend_local_open(const char *root, int no_sync, int buffered,
+                                   cpri_backend **out);
 
 #endif /* CPR_STORE_BACKEND_H */

@@ -27,6 +27,7 @@ typedef struct local_backend {
     cpri_backend base;
     char *root;
     int no_sync;
+    int buffered;          /* reads through the page cache (backend.h) */
 } local_backend;
 
 struct cpri_obj_writer {
@@ -168,7 +169,9 @@ static cpr_status open_window(cpri_obj_reader *r)
             cpr_status st = object_path(r->be, r->names[k], &path, NULL);
             if (st)
                 return st;
-            r->fds[k] = cpri_bfile_open_read(path, 1);
+            r->fds[k] = cpri_bfile_open_read(path, !r->be->buffered);
+            if (r->fds[k] >= 0 && r->be->buffered) /* read-ahead: the kernel's, doubled */
+                (void)posix_fadvise(r->fds[k], 0, 0, POSIX_FADV_SEQUENTIAL);
             if (r->fds[k] < 0)
                 st = errno == ENOENT
                          ? cpr_fail(CPR_CORRUPT, "segment file %s is missing", path)
@@ -234,8 +237,9 @@ static cpr_status local_read_start(cpri_backend *base, const cpri_obj_extent *ex
     }
     free(last);
     cpr_status st = open_window(r);
-    if (st == CPR_OK)
-        st = cpri_fetcher_create(r->reqs, n, depth, &r->fetch);
+    if (st == CPR_OK) /* buffered: one read at a time, the kernel reads ahead */
+        st = cpri_fetcher_create(r->reqs, n, r->be->buffered ? 1 : depth, r->be->buffered,
+                                 &r->fetch);
     if (st) {
         reader_free(r);
         return st;
@@ -359,7 +363,8 @@ static const cpri_backend_ops local_ops = {
     .close = local_close,
 };
 
-cpr_status cpri_backend_local_open(const char *root, int no_sync, cpri_backend **out)
+cpr_status cpri_backend_local_open(const char *root, int no_sync, int buffered,
+                                   cpri_backend **out)
 {
     local_backend *be = calloc(1, sizeof *be);
     if (!be || !(be->root = strdup(root))) {
@@ -383,6 +388,7 @@ cpr_status cpri_backend_local_open(const char *root, int no_sync, cpri_backend *
     }
     be->base.ops = &local_ops;
     be->no_sync = no_sync;
+    be->buffered = buffered;
     *out = &be->base;
     return CPR_OK;
 }

@@ -747,7 +747,7 @@ static cpr_status fetch_submit(cpri_fetcher *f)
     return CPR_OK;
 }
 
-cpr_status cpri_fetcher_create(const cpri_fetch_req *reqs, size_t n, unsigned depth,
+cpr_status cpri_fetcher_create(const cpri_fetch_req *reqs, size_t n, unsigned depth, int sync,
                               cpri_fetcher **out)
 {
     cpri_fetcher *f = calloc(1, sizeof *f);
@@ -762,7 +762,7 @@ cpr_status cpri_fetcher_create(const cpri_fetch_req *reqs, size_t n, unsigned de
     f->reqs = reqs;
     f->n = n;
     f->depth = depth;
-    f->have_ring = n > 0 && io_uring_queue_init(depth, &f->ring, 0) == 0;
+    f->have_ring = !sync && n > 0 && io_uring_queue_init(depth, &f->ring, 0) == 0;
     *out = f;
     return CPR_OK;
 }

@@ -67,9 +67,11 @@ typedef struct cpri_fetcher cpri_fetcher;
  * flight, delivered in order by cpri_fetcher_next. Reads are aligned to
  * CPR_IO_ALIGN (O_DIRECT); each goes to its own buffer, so the caller may
  * hold several delivered extents at once. Memory in flight: depth extents,
- * plus up to FETCH_POOL released buffers kept for reuse.
+ * plus up to FETCH_POOL released buffers kept for reuse. `sync`: no
+ * io_uring, each extent read by pread when it is asked for (descriptors
+ * without O_DIRECT, whose read-ahead is the kernel's).
  */
-cpr_status cpri_fetcher_create(const cpri_fetch_req *reqs, size_t n, unsigned depth,
+cpr_status cpri_fetcher_create(const cpri_fetch_req *reqs, size_t n, unsigned depth, int sync,
                               cpri_fetcher **out);
 
 /* The next extent's bytes at *data (aligned like its offset modulo

@@ -1106,7 +1106,8 @@ cpr_status cpr_store_open(const char *dir, const cpr_store_options *opts,
     if (st == CPR_OK && store->opts.rados_pool)
         st = open_rados(store);
     else if (st == CPR_OK)
-        st = cpri_backend_local_open(store->segs_dir, store->opts.no_sync, &store->segs);
+        st = cpri_backend_local_open(store->segs_dir, store->opts.no_sync,
+                                          store->opts.buffered_reads, &store->segs);
     if (st == CPR_OK)
         st = load_catalog(store);
     if (st)

@@ -24,7 +24,8 @@ torch.load / cpr restore (goal >= 1), partial_speedup = torch.load / cpr
 partial (goal >= 5), and each time against the raw disk's.
 
 Usage: bench.py --ckptd build/ckptd/ckptd [--dir DIR] [--rows N] [--dim D]
-                [--shards S] [--repeat K] [--transport tcp|unix] [--json]
+                [--shards S] [--repeat K] [--transport tcp|unix|local]
+                [--reads direct|buffered] [--json]
 """
 import argparse
 import json
@@ -82,9 +83,9 @@ def raw_disk(path, nbytes):
     return write_s, read_s
 
 
-def start_ckptd(binary, store, log, listen):
+def start_ckptd(binary, store, log, listen, reads):
     proc = subprocess.Popen([binary, "--listen", listen, "--data-dir", store,
-                             "--gc-interval-s", "0", "--log-level", "warn"],
+                             "--gc-interval-s", "0", "--log-level", "warn", "--reads", reads],
                             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=log)
     deadline = time.monotonic() + 30
     line = b""
@@ -116,6 +117,9 @@ def main(argv):
                    help="how the client reaches the store: ckptd on 127.0.0.1 (default), "
                    "ckptd on a Unix-domain socket (on the trainer's host), or local "
                    "(the store in this process, local://: no ckptd)")
+    p.add_argument("--reads", choices=("direct", "buffered"), default="direct",
+                   help="how the store reads its segments: O_DIRECT (default) or through "
+                   "the page cache (ckptd --reads buffered; docs/store.md, \"Reads\")")
     p.add_argument("--json", action="store_true")
     a = p.parse_args(argv)
     if a.rows < a.shards or a.dim < 1 or a.repeat < 1:
@@ -141,12 +145,13 @@ def main(argv):
         else:
             listen = ("unix:" + os.path.join(work, "ckptd.sock") if a.transport == "unix"
                       else "127.0.0.1:0")
-            proc, addr = start_ckptd(a.ckptd, os.path.join(work, "store"), log, listen)
+            proc, addr = start_ckptd(a.ckptd, os.path.join(work, "store"), log, listen,
+                                     a.reads)
             target = addr if addr.startswith("unix:") else "grpc://" + addr
         # Staging holds a whole save, and sending waits for the copy to end
         # (defer_send): the stall is the copy alone (docs/python.md).
         client = cpr.Client(target, staging_bytes=nbytes + (64 << 20),
-                            defer_send=True)
+                            defer_send=True, buffered_reads=a.reads == "buffered")
         for rnd in range(a.repeat):
             w_s, r_s = raw_disk(os.path.join(work, "raw"), nbytes)
             r["raw_write_s"].append(w_s)
@@ -215,6 +220,7 @@ def main(argv):
     out = {
         "rows": a.rows, "dim": a.dim, "shards": a.shards, "bytes": nbytes, "repeat": a.repeat,
         "transport": a.transport,
+        "reads": a.reads,
         **m,
         "stall_over_torch_save": m["cpr_stall_s"] / m["torch_save_s"],
         "stall_over_memcpy": m["cpr_stall_s"] / m["memcpy_s"],

@@ -93,6 +93,13 @@ typedef struct cpr_store_options {
     const char *rados_namespace;     /* stores sharing a pool each take their own
                                         (NULL: the pool's default namespace) */
     const char *rados_user;          /* cephx user, without "client." (NULL: admin) */
+    int buffered_reads;     /* 1: read segments on the local disk through the
+                               page cache (one pread a block, the kernel's
+                               sequential read-ahead) instead of O_DIRECT reads
+                               in flight: faster where the host still caches
+                               recent writes (virtual machines, network block
+                               devices), a copy more per byte elsewhere
+                               (docs/store.md, "Reads"). Writes stay O_DIRECT. */
 } cpr_store_options;
 
 /* Identifies a part. `job` is borrowed for the duration of the call. */

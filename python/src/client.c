@@ -39,15 +39,15 @@ static int client_init(cprpy_client *c, PyObject *args, PyObject *kw)
                              "thread_cpus", "retain_cuts", "no_sync", "no_fold", "token",
                              "tls_ca_file", "tls_cert_file", "tls_key_file", "rados_pool",
                              "rados_conf", "rados_namespace", "rados_user", "direct_writes",
-                             NULL};
+                             "buffered_reads", NULL};
     const char *target;
     cpr_client_options o;
     memset(&o, 0, sizeof o);
     PyObject *retries = Py_None;
-    int defer = 0, no_sync = 0, no_fold = 0, direct_writes = 0;
+    int defer = 0, no_sync = 0, no_fold = 0, direct_writes = 0, buffered_reads = 0;
     const char *cpus = NULL;
     unsigned int retain = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "s|$nnddOdpzO&ppzzzzzzzzp", kwlist, &target,
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "s|$nnddOdpzO&ppzzzzzzzzpp", kwlist, &target,
                                      (Py_ssize_t *)&o.staging_bytes,
                                      (Py_ssize_t *)&o.message_bytes, &o.call_timeout_s,
                                      &o.stream_timeout_s, &retries, &o.backoff_s, &defer, &cpus,
@@ -55,7 +55,7 @@ static int client_init(cprpy_client *c, PyObject *args, PyObject *kw)
                                      &o.tls_ca_file, &o.tls_cert_file, &o.tls_key_file,
                                      &o.store.rados_pool, &o.store.rados_conf,
                                      &o.store.rados_namespace, &o.store.rados_user,
-                                     &direct_writes))
+                                     &direct_writes, &buffered_reads))
         return -1;
     if ((Py_ssize_t)o.staging_bytes < 0 || (Py_ssize_t)o.message_bytes < 0) {
         cprpy_raise(CPR_INVALID_ARGUMENT, "staging_bytes and message_bytes must be >= 0");
@@ -79,6 +79,7 @@ static int client_init(cprpy_client *c, PyObject *args, PyObject *kw)
     o.store.retain_cuts = retain;
     o.store.no_sync = no_sync;
     o.store.no_fold = no_fold;
+    o.store.buffered_reads = buffered_reads;
     if (c->client) {
         cprpy_raise(CPR_FAILED_PRECONDITION, "the client is already open");
         return -1;
@@ -1026,7 +1027,8 @@ PyTypeObject cprpy_ClientType = {
               "stream_timeout_s=0, retries=None, backoff_s=0, defer_send=False, "
               "thread_cpus=None, retain_cuts=0, no_sync=False, no_fold=False, token=None, "
               "tls_ca_file=None, tls_cert_file=None, tls_key_file=None, rados_pool=None, "
-              "rados_conf=None, rados_namespace=None, rados_user=None, direct_writes=False)\n\n"
+              "rados_conf=None, rados_namespace=None, rados_user=None, direct_writes=False, "
+              "buffered_reads=False)\n\n"
               "A CPR client. target: 'grpc://host:port[,host:port...]' (or 'host:port'), "
               "'grpcs://host:port[,...]' (TLS), 'unix:/path', or 'local:///dir' (the store "
               "in-process). token: the bearer token of a ckptd with --auth-file; tls_*: PEM "
@@ -1035,6 +1037,8 @@ PyTypeObject cprpy_ClientType = {
               "options): for local://, where the store lives; for a ckptd whose store is "
               "there, direct reads (restores read the pool themselves, docs/client.md); with "
               "direct_writes=True, parts write their rows into the pool themselves too. "
+              "buffered_reads=True (local:// only): the store reads its segments through "
+              "the page cache, not with O_DIRECT (as ckptd's --reads buffered). "
               "Zero options take "
               "the library's defaults (docs/client.md); retries=0 never retries. "
               "Thread-safe; a context manager (closes on exit).",

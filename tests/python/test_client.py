@@ -59,10 +59,12 @@ def write_job(c, job):
     return (v1, s1, w1), (want_v, want_s), mine
 
 
-@pytest.fixture(params=["grpc", "local"])
+@pytest.fixture(params=["grpc", "local", "local-buffered"])
 def any_client(request, ckptd, tmp_path):
+    """Through ckptd, with the store in-process, and in-process reading its
+    segments through the page cache (buffered_reads)."""
     target = ckptd.target if request.param == "grpc" else "local://" + str(tmp_path / "store")
-    with cpr.Client(target) as c:
+    with cpr.Client(target, buffered_reads=request.param == "local-buffered") as c:
         yield c
 
 

@@ -6,7 +6,9 @@
  * a fresh store in its own temporary directory. Rows are filled with
  * tu_value/tu_state, so every restored float identifies the table, row and
  * checkpoint it came from and is checked bit for bit against the version the
- * query should resolve to.
+ * query should resolve to. Every test runs twice: on a store reading its
+ * segments with O_DIRECT (the default), and on one reading them through the
+ * page cache (cpr_store_options.buffered_reads).
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -855,23 +857,28 @@ static void test_restore_plan_direct(void **state)
     free(plan);
 }
 
-#define STORE_TEST(fn) cmocka_unit_test_setup_teardown(fn, tu_store_setup, tu_store_teardown)
+#define STORE_TESTS(setup)                                                                 \
+    {                                                                                      \
+        cmocka_unit_test_setup_teardown(test_restore_unordered, setup, tu_store_teardown),   \
+        cmocka_unit_test_setup_teardown(test_restore_selection, setup, tu_store_teardown),   \
+        cmocka_unit_test_setup_teardown(test_restore_as_of, setup, tu_store_teardown),       \
+        cmocka_unit_test_setup_teardown(test_restore_many_versions, setup, tu_store_teardown), \
+        cmocka_unit_test_setup_teardown(test_restore_matches_model, setup, tu_store_teardown), \
+        cmocka_unit_test_setup_teardown(test_restore_plan_direct, setup, tu_store_teardown), \
+        cmocka_unit_test_setup_teardown(test_restore_batches_and_errors, setup,              \
+                                        tu_store_teardown),                                  \
+        cmocka_unit_test_setup_teardown(test_restore_default_batch_bytes, setup,             \
+                                        tu_store_teardown),                                  \
+        cmocka_unit_test_setup_teardown(test_latest_cut, setup, tu_store_teardown),          \
+        cmocka_unit_test_setup_teardown(test_verify_and_gc, setup, tu_store_teardown),       \
+        cmocka_unit_test_setup_teardown(test_concurrent_shards, setup, tu_store_teardown),   \
+        cmocka_unit_test_setup_teardown(test_concurrent_same_part, setup, tu_store_teardown), \
+    }
 
 int main(void)
 {
-    const struct CMUnitTest tests[] = {
-        STORE_TEST(test_restore_unordered),
-        STORE_TEST(test_restore_selection),
-        STORE_TEST(test_restore_as_of),
-        STORE_TEST(test_restore_many_versions),
-        STORE_TEST(test_restore_matches_model),
-        STORE_TEST(test_restore_plan_direct),
-        STORE_TEST(test_restore_batches_and_errors),
-        STORE_TEST(test_restore_default_batch_bytes),
-        STORE_TEST(test_latest_cut),
-        STORE_TEST(test_verify_and_gc),
-        STORE_TEST(test_concurrent_shards),
-        STORE_TEST(test_concurrent_same_part),
-    };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    const struct CMUnitTest direct[] = STORE_TESTS(tu_store_setup);
+    const struct CMUnitTest buffered[] = STORE_TESTS(tu_store_setup_buffered);
+    int failed = cmocka_run_group_tests_name("O_DIRECT reads", direct, NULL, NULL);
+    return failed + cmocka_run_group_tests_name("buffered reads", buffered, NULL, NULL);
 }

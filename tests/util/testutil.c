@@ -225,7 +225,7 @@ int tu_store_teardown(void **state)
     return 0;
 }
 
-int tu_store_setup(void **state)
+static int store_setup(void **state, const cpr_store_options *o)
 {
     tu_store_fixture *f = calloc(1, sizeof *f);
     if (!f)
@@ -236,12 +236,23 @@ int tu_store_setup(void **state)
     f->path = malloc(len);
     if (f->path) {
         snprintf(f->path, len, "%s/store", f->dir); /* open must create it */
-        if (cpr_store_open(f->path, NULL, &f->store) == CPR_OK)
+        if (cpr_store_open(f->path, o, &f->store) == CPR_OK)
             return 0;
         fprintf(stderr, "cpr_store_open: %s\n", cpr_errmsg());
     }
     tu_store_teardown(state);
     return -1;
+}
+
+int tu_store_setup(void **state)
+{
+    return store_setup(state, NULL);
+}
+
+int tu_store_setup_buffered(void **state)
+{
+    cpr_store_options o = {.buffered_reads = 1};
+    return store_setup(state, &o);
 }
 
 uint64_t tu_row_bytes(const cpr_table_schema *t)

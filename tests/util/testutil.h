@@ -107,6 +107,8 @@ typedef struct tu_store_fixture {
 /* cmocka setup/teardown: *state becomes / is a tu_store_fixture. Setup
  * returns -1 (and cleans up) if the store cannot be opened. */
 int tu_store_setup(void **state);
+/* The same with cpr_store_options.buffered_reads: reads through the page cache. */
+int tu_store_setup_buffered(void **state);
 int tu_store_teardown(void **state);
 
 /* Payload bytes of one row: id, values, state. */
