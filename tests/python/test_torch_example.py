@@ -49,11 +49,14 @@ def test_strategies(data, ckptd, job):
         assert abs(r["auc"] - none["auc"]) < 0.02
 
 
-@pytest.mark.parametrize("transport", ["tcp", "unix", "local"])
-def test_bench_runs_and_checks_what_it_restores(tmp_path, transport):
-    """bench.py on a small table, through each way to the store: every restore
-    it times is checked bit for bit inside; here, that it ran and reported
-    every figure."""
+@pytest.mark.parametrize("transport,reads", [("tcp", "direct"), ("unix", "direct"),
+                                             ("local", "direct"), ("tcp", "buffered"),
+                                             ("local", "buffered")])
+def test_bench_runs_and_checks_what_it_restores(tmp_path, transport, reads):
+    """bench.py on a small table, through each way to the store and each way
+    of reading it (ckptd --reads, Client(buffered_reads=)): every restore it
+    times is checked bit for bit inside; here, that it ran and reported every
+    figure."""
     ckptd = os.environ.get("CPR_CKPTD")
     if not ckptd:
         pytest.skip("CPR_CKPTD is not set; run through ctest")
@@ -61,11 +64,11 @@ def test_bench_runs_and_checks_what_it_restores(tmp_path, transport):
     bench = os.path.join(HERE, "..", "..", "examples", "torch_dlrm", "bench.py")
     out = subprocess.run([sys.executable, bench, "--ckptd", ckptd, "--dir", str(tmp_path),
                           "--rows", "4000", "--dim", "8", "--repeat", "1",
-                          "--transport", transport, "--json"],
+                          "--transport", transport, "--reads", reads, "--json"],
                          check=True, capture_output=True, text=True, env=env, timeout=300)
     r = json.loads(out.stdout)
     for key in ("stall_over_torch_save", "restore_speedup", "partial_speedup",
                 "torch_load_vs_raw", "cpr_restore_vs_raw", "stall_over_memcpy"):
         assert r[key] > 0, key
     assert r["bytes"] == 4000 * 8 * 4 + 4000 * 4 and len(r["runs"]["cpr_stall_s"]) == 1
-    assert r["transport"] == transport
+    assert r["transport"] == transport and r["reads"] == reads
