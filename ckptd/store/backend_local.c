@@ -205,6 +205,8 @@ static cpr_status local_read_start(cpri_backend *base, const cpri_obj_extent *ex
     r->be = (local_backend *)base;
     r->n = n;
     depth = depth > FETCH_DEPTH_MAX ? FETCH_DEPTH_MAX : depth ? depth : 1;
+    if (r->be->buffered) /* one read at a time: the kernel reads ahead */
+        depth = 1;
     r->window = (size_t)depth + 1;
     /* Objects by name (extents of one object are usually adjacent: look
      * back one before searching), and each extent's next of its object. */
@@ -237,9 +239,8 @@ static cpr_status local_read_start(cpri_backend *base, const cpri_obj_extent *ex
     }
     free(last);
     cpr_status st = open_window(r);
-    if (st == CPR_OK) /* buffered: one read at a time, the kernel reads ahead */
-        st = cpri_fetcher_create(r->reqs, n, r->be->buffered ? 1 : depth, r->be->buffered,
-                                 &r->fetch);
+    if (st == CPR_OK)
+        st = cpri_fetcher_create(r->reqs, n, depth, r->be->buffered, &r->fetch);
     if (st) {
         reader_free(r);
         return st;
