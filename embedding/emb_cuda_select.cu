@@ -5,10 +5,11 @@
  * semantics of emb_cpu.c (see emb_cuda.cu for part 1 and the overall design).
  *
  * Selection runs over the shard's rows on the device: DELTA compacts the
- * dirty rows (CUB DeviceSelect, order kept); MFU and TOPK_NORM radix-sort
- * the shard's (key, index) pairs by key, descending and stable, so equal
- * keys stay in ascending row order (ties toward lower ids), keep the first
- * min(budget, non-zero keys) and sort those indices ascending. The SSU
+ * dirty rows (CUB DeviceSelect, order kept); MFU and TOPK_NORM compact the
+ * rows with a non-zero key into words key << 32 | ~index, radix-sort those
+ * descending (equal keys in ascending row order: ties toward lower ids),
+ * keep the first min(budget, non-zero keys) and sort their indices
+ * ascending. The SSU
  * sample is host state shared with the CPU backend (emb_ssu.c). Rows cross to and from the host through a pinned staging
  * buffer in chunks, on the table's stream; every call has completed when it
  * returns.
@@ -149,47 +150,60 @@ out:
     return st;
 }
 
-/* keys[i] = the i-th shard row's key (count, or the bits of its non-negative
- * norm, which order like the floats), idx[i] = i; *nonzero += non-zero keys. */
-static __global__ void topk_keys_kernel(const uint32_t *source, uint64_t first, uint64_t stride,
-                                        uint64_t n, uint32_t *keys, uint32_t *idx, ull *nonzero)
+/* The shard's rows with a non-zero key, compacted: out[j] = key << 32 |
+ * (~i & 0xffffffff) for the i-th shard row, in no particular order (one
+ * atomic per warp); *count = how many. A descending sort of these orders by
+ * key, and equal keys by ascending i: ties toward lower ids. */
+static __global__ void topk_compact_kernel(const uint32_t *source, uint64_t first,
+                                           uint64_t stride, uint64_t n, uint64_t *out, ull *count)
 {
     for (uint64_t base = blockIdx.x * (uint64_t)blockDim.x; base < n;
          base += (uint64_t)gridDim.x * blockDim.x) {
         uint64_t i = base + threadIdx.x;
         uint32_t key = i < n ? source[first + i * stride] : 0;
-        if (i < n) {
-            keys[i] = key;
-            idx[i] = (uint32_t)i;
-        }
-        int c = __syncthreads_count(key != 0);
-        if (threadIdx.x == 0)
-            atomicAdd(nonzero, (ull)c);
+        unsigned lane = threadIdx.x & 31, mask = __ballot_sync(0xffffffffu, key != 0);
+        ull at = 0;
+        if (lane == 0 && mask)
+            at = atomicAdd(count, (ull)__popc(mask));
+        at = __shfl_sync(0xffffffffu, at, 0);
+        if (key)
+            out[at + __popc(mask & ((1u << lane) - 1))] =
+                (uint64_t)key << 32 | (~(uint32_t)i & 0xffffffffu);
     }
 }
 
+/* idx[j] = the shard-row index of sorted[j] (topk_compact_kernel's low word). */
+static __global__ void topk_index_kernel(const uint64_t *sorted, uint64_t n, uint32_t *idx)
+{
+    for (uint64_t j = blockIdx.x * (uint64_t)blockDim.x + threadIdx.x; j < n;
+         j += (uint64_t)gridDim.x * blockDim.x)
+        idx[j] = ~(uint32_t)sorted[j];
+}
+
 typedef struct topk_scratch {
-    uint32_t *keys_in, *keys_out, *idx_in, *idx_out;
-    ull *nonzero;
+    uint64_t *pairs_in, *pairs_out; /* topk_compact_kernel's words */
+    uint32_t *idx_in, *idx_out;
+    ull *count;
     void *temp;
     size_t temp_bytes;
 } topk_scratch;
 
+/* Room for all n rows of a shard (the temporary storage CUB asks for n
+ * items, enough for fewer). */
 static cpr_status topk_scratch_get(emb_cuda_table *b, uint64_t n, topk_scratch *s)
 {
     size_t bytes[2] = {0, 0};
     cpr_status st = CPR_OK;
     memset(s, 0, sizeof *s);
-    CHECK(cub::DeviceRadixSort::SortPairsDescending(NULL, bytes[0], s->keys_in, s->keys_out,
-                                                    s->idx_in, s->idx_out, (int)n, 0, 32,
-                                                    b->stream));
-    CHECK(cub::DeviceRadixSort::SortKeys(NULL, bytes[1], s->idx_out, s->idx_in, (int)n, 0, 32,
+    CHECK(cub::DeviceRadixSort::SortKeysDescending(NULL, bytes[0], s->pairs_in, s->pairs_out,
+                                                   (int)n, 0, 64, b->stream));
+    CHECK(cub::DeviceRadixSort::SortKeys(NULL, bytes[1], s->idx_in, s->idx_out, (int)n, 0, 32,
                                          b->stream));
     s->temp_bytes = bytes[0] > bytes[1] ? bytes[0] : bytes[1];
     {
-        emb_scratch_part parts[] = {{(void **)&s->keys_in, n * 4}, {(void **)&s->keys_out, n * 4},
-                                    {(void **)&s->idx_in, n * 4},  {(void **)&s->idx_out, n * 4},
-                                    {(void **)&s->nonzero, 8},     {&s->temp, s->temp_bytes}};
+        emb_scratch_part parts[] = {{(void **)&s->pairs_in, n * 8}, {(void **)&s->pairs_out, n * 8},
+                                    {(void **)&s->idx_in, n * 4},   {(void **)&s->idx_out, n * 4},
+                                    {(void **)&s->count, 8},        {&s->temp, s->temp_bytes}};
         st = emb_scratch_get(b, parts, 6);
     }
 out:
@@ -197,33 +211,34 @@ out:
 }
 
 /* MFU / TOPK_NORM: the rows with the largest non-zero keys, at most k, ties
- * toward lower ids, ascending (as emb_select.c's cpri_emb_topk). */
+ * toward lower ids, ascending (as emb_select.c's cpri_emb_topk). Only the
+ * rows with a non-zero key are sorted: a save's interval touches a small
+ * part of a large shard, and sorting all 10 M rows' pairs took most of a
+ * 47 K-row MFU save's 0.5 ms selection on an H200. */
 static cpr_status select_topk(cpr_emb *t, emb_cuda_table *b, uint32_t shard,
                               const uint32_t *source, uint64_t k, uint64_t *ids, size_t *count)
 {
     uint64_t n = cpri_emb_geom_shard_rows(t, shard), first = cpri_emb_geom_first(t, shard);
-    uint64_t stride = cpri_emb_geom_stride(t), take;
+    uint64_t stride = cpri_emb_geom_stride(t), nonzero, take;
     uint32_t *picked = NULL;
     topk_scratch s;
     cpr_status st = CPR_OK;
-    if (k == 0) {
+    if (k == 0 || n == 0) {
         *count = 0;
         return CPR_OK;
     }
     st = topk_scratch_get(b, n, &s);
     if (st)
         goto out;
-    CHECK(cudaMemsetAsync(s.nonzero, 0, sizeof(ull), b->stream));
-    topk_keys_kernel<<<emb_blocks(n, 256), 256, 0, b->stream>>>(source, first, stride, n,
-                                                                 s.keys_in, s.idx_in, s.nonzero);
+    CHECK(cudaMemsetAsync(s.count, 0, sizeof(ull), b->stream));
+    topk_compact_kernel<<<emb_blocks(n, 256), 256, 0, b->stream>>>(source, first, stride, n,
+                                                                    s.pairs_in, s.count);
     CHECK_LAUNCH();
-    CHECK(cub::DeviceRadixSort::SortPairsDescending(s.temp, s.temp_bytes, s.keys_in, s.keys_out,
-                                                    s.idx_in, s.idx_out, (int)n, 0, 32,
-                                                    b->stream));
-    CHECK(cudaMemcpyAsync(b->pinned_small, s.nonzero, sizeof(ull), cudaMemcpyDeviceToHost,
+    CHECK(cudaMemcpyAsync(b->pinned_small, s.count, sizeof(ull), cudaMemcpyDeviceToHost,
                           b->stream));
     CHECK(cudaStreamSynchronize(b->stream));
-    take = b->pinned_small[0] < k ? b->pinned_small[0] : k;
+    nonzero = b->pinned_small[0];
+    take = nonzero < k ? nonzero : k;
     if (take) {
         picked = (uint32_t *)malloc(take * sizeof *picked);
         if (!picked) {
@@ -231,9 +246,15 @@ static cpr_status select_topk(cpr_emb *t, emb_cuda_table *b, uint32_t shard,
                           (unsigned long long)take);
             goto out;
         }
-        CHECK(cub::DeviceRadixSort::SortKeys(s.temp, s.temp_bytes, s.idx_out, s.idx_in,
+        CHECK(cub::DeviceRadixSort::SortKeysDescending(s.temp, s.temp_bytes, s.pairs_in,
+                                                       s.pairs_out, (int)nonzero, 0, 64,
+                                                       b->stream));
+        topk_index_kernel<<<emb_blocks(take, 256), 256, 0, b->stream>>>(s.pairs_out, take,
+                                                                        s.idx_in);
+        CHECK_LAUNCH();
+        CHECK(cub::DeviceRadixSort::SortKeys(s.temp, s.temp_bytes, s.idx_in, s.idx_out,
                                              (int)take, 0, 32, b->stream));
-        CHECK(cudaMemcpyAsync(picked, s.idx_in, take * sizeof *picked, cudaMemcpyDeviceToHost,
+        CHECK(cudaMemcpyAsync(picked, s.idx_out, take * sizeof *picked, cudaMemcpyDeviceToHost,
                               b->stream));
         CHECK(cudaStreamSynchronize(b->stream));
         for (uint64_t i = 0; i < take; i++)
@@ -256,10 +277,13 @@ extern "C" cpr_status cpri_emb_cuda_select(cpr_emb *t, uint32_t shard, cpr_polic
     cpr_status st = CPR_OK;
     CHECK(cudaSetDevice(b->device));
     switch (policy) {
-    case CPR_POLICY_FULL:
-        for (uint64_t i = 0; i < rows; i++)
-            ids[count++] = cpri_emb_geom_row(t, shard, i);
+    case CPR_POLICY_FULL: { /* as emb_cpu.c: a call per row took 23 ms at 10 M rows */
+        uint64_t row = cpri_emb_geom_first(t, shard), stride = cpri_emb_geom_stride(t);
+        for (uint64_t i = 0; i < rows; i++, row += stride)
+            ids[i] = row;
+        count = rows;
         break;
+    }
     case CPR_POLICY_DELTA:
         st = select_delta(t, b, shard, ids, cap, &count);
         break;
@@ -326,6 +350,14 @@ static __global__ void save_begin_kernel(const uint64_t *ids, size_t n, uint32_t
         sum += __shfl_down_sync(0xffffffffu, sum, off);
     if ((threadIdx.x & 31) == 0 && sum)
         atomicAdd(count_sum, sum);
+}
+
+/* ids[i] = first + i * stride: a shard's rows in order. */
+static __global__ void shard_rows_kernel(uint64_t *ids, size_t n, uint64_t first, uint64_t stride)
+{
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x)
+        ids[i] = first + i * stride;
 }
 
 static cpr_status pending_alloc(emb_cuda_table *b, const cpr_emb_save *save,
@@ -460,8 +492,18 @@ extern "C" cpr_status cpri_emb_cuda_save_begin(cpr_emb *t, cpr_emb_save *save)
         goto out;
     CHECK(cudaMemsetAsync(sum_dev, 0, sizeof(ull), b->stream));
     if (save->n) {
-        CHECK(cudaMemcpyAsync(p->d_ids, save->ids, save->n * sizeof(uint64_t),
-                              cudaMemcpyHostToDevice, b->stream));
+        if (save->policy == CPR_POLICY_FULL &&
+            save->n == cpri_emb_geom_shard_rows(t, save->shard)) {
+            /* Strictly ascending rows of the shard (cpr_emb_save_begin checked),
+             * as many as it has: its rows in order, written here rather than
+             * copied from pageable memory (80 MB at 10 M rows). */
+            shard_rows_kernel<<<emb_blocks(save->n, 256), 256, 0, b->stream>>>(
+                p->d_ids, save->n, cpri_emb_geom_first(t, save->shard), cpri_emb_geom_stride(t));
+            CHECK_LAUNCH();
+        } else {
+            CHECK(cudaMemcpyAsync(p->d_ids, save->ids, save->n * sizeof(uint64_t),
+                                  cudaMemcpyHostToDevice, b->stream));
+        }
         save_begin_kernel<<<emb_blocks(save->n, 256), 256, 0, b->stream>>>(
             p->d_ids, save->n, b->counts, b->norm, b->dirty, p->d_counts, p->d_norm,
             p->d_dirty, sum_dev);
