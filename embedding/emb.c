@@ -390,6 +390,58 @@ cpr_status cpr_emb_select(cpr_emb *t, uint32_t shard, cpr_policy policy, cpr_bud
 
 /* ---- saves -------------------------------------------------------------------- */
 
+/* An ended save's ids array: kept for the next save if it is the larger (E1). */
+static void keep_spare_ids(cpr_emb *t, uint64_t *ids, size_t cap)
+{
+    if (!t->spare_ids || cap > t->spare_cap) {
+        free(t->spare_ids);
+        t->spare_ids = ids;
+        t->spare_cap = cap;
+    } else {
+        free(ids);
+    }
+}
+
+/* Copies ids[0..n), n > 0, to dst and returns whether they are strictly
+ * ascending rows of `shard`: one pass, no branch per row. Ascending ids of
+ * a range shard (or of the only shard) lie in it when the first and the
+ * last do, so only a modulo table of several shards checks each row's
+ * shard. (A FULL save of 10 M rows spent 25 ms of its stall on an H200
+ * host checking them, a call per row, and copying them in a second pass.) */
+static int save_ids_copy(const cpr_emb *t, uint32_t shard, const uint64_t *ids, size_t n,
+                         uint64_t *dst)
+{
+    uint64_t first = cpri_emb_geom_first(t, shard), shard_rows = cpri_emb_geom_shard_rows(t, shard);
+    int bad = 0;
+    dst[0] = ids[0];
+    for (size_t i = 1; i < n; i++) {
+        dst[i] = ids[i];
+        bad |= ids[i] <= ids[i - 1];
+    }
+    if (bad || ids[n - 1] >= t->cfg.rows)
+        return 0;
+    if (t->cfg.num_shards == 1 || t->cfg.scheme == CPR_SHARD_RANGE)
+        return ids[0] >= first && ids[n - 1] - first < shard_rows;
+    uint64_t shards = t->cfg.num_shards;
+    for (size_t i = 0; i < n; i++)
+        bad |= ids[i] % shards != shard;
+    return !bad;
+}
+
+/* The error of the first bad id (save_ids_valid found one). */
+static cpr_status save_ids_error(const cpr_emb *t, uint32_t shard, const uint64_t *ids, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        if (ids[i] >= t->cfg.rows || cpri_emb_geom_shard_of(t, ids[i]) != shard)
+            return cpr_fail(CPR_INVALID_ARGUMENT, "row %llu is not a row of shard %u",
+                            (unsigned long long)ids[i], shard);
+        if (i && ids[i] <= ids[i - 1])
+            return cpr_fail(CPR_INVALID_ARGUMENT, "save ids must be strictly ascending "
+                            "(as cpr_emb_select returns them)");
+    }
+    return cpr_fail(CPR_INTERNAL, "save ids: a check found no bad id twice");
+}
+
 cpr_status cpr_emb_save_begin(cpr_emb *t, uint32_t shard, cpr_policy policy,
                               const uint64_t *ids, size_t n, cpr_emb_save **out)
 {
@@ -398,14 +450,6 @@ cpr_status cpr_emb_save_begin(cpr_emb *t, uint32_t shard, cpr_policy policy,
         st = cpr_fail(CPR_INVALID_ARGUMENT, "unknown policy %d", (int)policy);
     if (st == CPR_OK && n && !ids)
         st = cpr_fail(CPR_INVALID_ARGUMENT, "save of %zu rows without ids", n);
-    for (size_t i = 0; st == CPR_OK && i < n; i++) {
-        if (ids[i] >= t->cfg.rows || cpri_emb_geom_shard_of(t, ids[i]) != shard)
-            st = cpr_fail(CPR_INVALID_ARGUMENT, "row %llu is not a row of shard %u",
-                          (unsigned long long)ids[i], shard);
-        else if (i && ids[i] <= ids[i - 1])
-            st = cpr_fail(CPR_INVALID_ARGUMENT, "save ids must be strictly ascending "
-                          "(as cpr_emb_select returns them)");
-    }
     if (st)
         return st;
     cpr_emb_save *save = calloc(1, sizeof *save);
@@ -421,8 +465,12 @@ cpr_status cpr_emb_save_begin(cpr_emb *t, uint32_t shard, cpr_policy policy,
         free(save);
         return cpr_fail(CPR_NO_MEMORY, "out of memory starting a save of %zu rows", n);
     }
-    if (n)
-        memcpy(save->ids, ids, n * sizeof *ids);
+    if (n && !save_ids_copy(t, shard, ids, n, save->ids)) {
+        st = save_ids_error(t, shard, ids, n);
+        keep_spare_ids(t, save->ids, save->cap);
+        free(save);
+        return st;
+    }
     save->table = t;
     save->shard = shard;
     save->policy = policy;
@@ -544,13 +592,7 @@ cpr_status cpr_emb_save_fill_encoded(void *ctx, size_t first, size_t k, uint32_t
 static void save_end(cpr_emb *t, cpr_emb_save *save, int committed)
 {
     DISPATCH(t, save_end, t, save, committed);
-    if (!t->spare_ids || save->cap > t->spare_cap) { /* keep the larger array (E1) */
-        free(t->spare_ids);
-        t->spare_ids = save->ids;
-        t->spare_cap = save->cap;
-    } else {
-        free(save->ids);
-    }
+    keep_spare_ids(t, save->ids, save->cap);
     free(save);
 }
 
