@@ -104,16 +104,50 @@ size_t cpri_emb_ssu_select(cpri_emb_ssu *s, uint32_t shard, uint64_t budget, uin
     return n;
 }
 
+/* The index of `row` in ids[0..n) (ascending), or n. */
+static size_t find_id(const uint64_t *ids, size_t n, uint64_t row)
+{
+    size_t lo = 0, hi = n;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (ids[mid] < row)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo < n && ids[lo] == row ? lo : n;
+}
+
+/* held[] comes zeroed. A save of many rows against a small sample (a FULL
+ * save: 10 M ids, a 20 ms pass on an H200 host) looks each member up in
+ * the ascending ids instead; otherwise one pass over the ids without a
+ * branch per id (a member bit is a coin flip to the branch predictor: a
+ * 47 K-row save spent 0.23 ms here). */
 void cpri_emb_ssu_hold(cpri_emb_ssu *s, uint32_t shard, const uint64_t *ids, size_t n,
                       uint8_t *held)
 {
-    for (size_t i = 0; i < n; i++) {
-        if (BIT_GET(s->member, ids[i]) && !BIT_GET(s->held, ids[i])) {
+    cpri_emb_ssu_list *l = &s->lists[shard];
+    uint64_t count = 0;
+    if (l->len < n / 32) {
+        for (size_t j = 0; j < l->len; j++) { /* the list holds exactly the members */
+            uint64_t row = l->ids[j];
+            size_t i;
+            if (BIT_GET(s->held, row) || (i = find_id(ids, n, row)) == n)
+                continue;
             held[i] = 1;
-            BIT_SET(s->held, ids[i]);
-            s->lists[shard].held++;
+            BIT_SET(s->held, row);
+            count++;
+        }
+    } else {
+        for (size_t i = 0; i < n; i++) {
+            uint64_t w = ids[i] >> 6, bit = 1ull << (ids[i] & 63);
+            uint64_t take = (s->member[w] & ~s->held[w] & bit) != 0;
+            held[i] = (uint8_t)take;
+            s->held[w] |= bit & (0 - take);
+            count += take;
         }
     }
+    l->held += count;
 }
 
 /* Remove `row` from the bitmaps; the caller compacts the list (U1). */

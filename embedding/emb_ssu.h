@@ -58,7 +58,8 @@ uint64_t cpri_emb_ssu_count(const cpri_emb_ssu *s, uint32_t shard);
 /* The oldest members not held, at most min(budget, cap), ascending into ids. */
 size_t cpri_emb_ssu_select(cpri_emb_ssu *s, uint32_t shard, uint64_t budget,
                           uint64_t *ids, size_t cap);
-/* Save begin: hold the members among ids[0..n); held[i] = 1 for each. */
+/* Save begin: hold the members among ids[0..n) (ascending); held[i] = 1 for
+ * each, held[] zeroed by the caller. */
 void cpri_emb_ssu_hold(cpri_emb_ssu *s, uint32_t shard, const uint64_t *ids, size_t n,
                       uint8_t *held);
 /* Save end: committed, the held rows leave the sample; aborted, they are
