@@ -4,11 +4,14 @@
 # benchmark reports, not how fast): --help exits 0, usage errors exit 2, the
 # JSON has every policy with a stall, its memcpy baseline and their ratio,
 # within its budget, --codec int8 runs, and --device cuda without a device fails
-# with CPR_CUDA (exit 1); with one, it reports the device-to-host baseline.
-# Usage: test_bench_save_cli.sh CPR_BENCH_BINARY
+# with CPR_CUDA (exit 1); with one, it must run and report the device-to-host
+# baseline. Whether there is a device is test_cuda_device's answer (exit 77:
+# none), so a failing CUDA path on a GPU machine fails this test.
+# Usage: test_bench_save_cli.sh CPR_BENCH_BINARY [TEST_CUDA_DEVICE_BINARY]
 set -euo pipefail
 
 tool=$1
+probe=${2:-}
 work=$(mktemp -d "${TMPDIR:-/tmp}/cpr-bench-save.XXXXXX")
 trap 'rm -rf "$work"' EXIT
 fail() { echo "test_bench_save_cli: $*" >&2; exit 1; }
@@ -50,9 +53,23 @@ PY
 python3 -c 'import json,sys; r=json.load(open(sys.argv[1])); assert r["codec"]=="int8" and all(p["background_ms"]>0 for p in r["policies"].values()), r' \
     "$work/int8.json" || fail "--codec int8: $(cat "$work/int8.json")"
 
+have_device=unknown
+if [[ -n "$probe" ]]; then
+    prc=0
+    "$probe" > /dev/null 2>&1 || prc=$?
+    case $prc in
+    0) have_device=yes ;;
+    77) have_device=no ;;
+    *) fail "$probe (is there a CUDA device?) exited $prc" ;;
+    esac
+fi
 rc=0
 "$tool" save --rows 20000 --bags 512 --rounds 1 --device cuda --codec int8 --json \
     > "$work/cuda.json" 2> "$work/cuda.err" || rc=$?
+[[ $have_device == yes && $rc != 0 ]] &&
+    fail "--device cuda on a machine with a CUDA device exited $rc: $(cat "$work/cuda.err")"
+[[ $have_device == no && $rc == 0 ]] &&
+    fail "--device cuda ran, but test_cuda_device found no CUDA device"
 if [[ $rc == 0 ]]; then
     python3 -c 'import json,sys; r=json.load(open(sys.argv[1])); assert r["device"]=="cuda" and r["d2h_gb_s"]>0 and r["codec"]=="int8", r' \
         "$work/cuda.json" || fail "--device cuda: $(cat "$work/cuda.json")"
