@@ -72,6 +72,11 @@ uint64_t cpri_emb_geom_row(const cpr_emb *t, uint32_t shard, uint64_t i)
     return cpri_emb_geom_first(t, shard) + i * cpri_emb_geom_stride(t);
 }
 
+int cpri_emb_save_whole_shard(const cpr_emb *t, const cpr_emb_save *save)
+{
+    return save->n && save->n == cpri_emb_geom_shard_rows(t, save->shard);
+}
+
 uint32_t cpr_emb_shard_of(const cpr_emb *t, uint64_t row) { return cpri_emb_geom_shard_of(t, row); }
 uint64_t cpr_emb_shard_rows(const cpr_emb *t, uint32_t shard)
 {
@@ -477,7 +482,7 @@ cpr_status cpr_emb_save_begin(cpr_emb *t, uint32_t shard, cpr_policy policy,
     save->n = n;
     st = DISPATCH(t, save_begin, t, save);
     if (st) {
-        free(save->ids);
+        keep_spare_ids(t, save->ids, save->cap);
         free(save);
         return st;
     }

@@ -791,7 +791,9 @@ cpr_status cpri_emb_cpu_save_begin(cpr_emb *t, cpr_emb_save *save)
         save->n == cpri_emb_geom_shard_rows(t, save->shard)) /* every count goes to 0 (T2) */
         cpri_emb_touched_clear_shard(&b->touched, save->shard);
     if (p->sampled) /* held rows keep their place in the sample until commit */
-        cpri_emb_ssu_hold(&b->ssu, save->shard, save->ids, save->n, p->sampled);
+        cpri_emb_ssu_hold(&b->ssu, save->shard, save->ids, save->n,
+                          cpri_emb_save_whole_shard(t, save) ? cpri_emb_geom_stride(t) : 0,
+                          p->sampled);
     p->unsaved_at_begin = sc->unsaved;
     p->save = save;
     p->next = b->open;

@@ -520,7 +520,9 @@ extern "C" cpr_status cpri_emb_cuda_save_begin(cpr_emb *t, cpr_emb_save *save)
     p->count_sum = b->pinned_small[0];
     p->unsaved_at_begin = b->pinned_small[1];
     if (p->sampled) /* held rows keep their place in the sample until commit */
-        cpri_emb_ssu_hold(&b->ssu, save->shard, save->ids, save->n, p->sampled);
+        cpri_emb_ssu_hold(&b->ssu, save->shard, save->ids, save->n,
+                          cpri_emb_save_whole_shard(t, save) ? cpri_emb_geom_stride(t) : 0,
+                          p->sampled);
     p->save = save;
     p->next = b->open;
     b->open = p;

@@ -101,6 +101,10 @@ uint64_t cpri_emb_geom_first(const cpr_emb *t, uint32_t shard);
 uint64_t cpri_emb_geom_stride(const cpr_emb *t);
 /* The i-th row of a shard. */
 uint64_t cpri_emb_geom_row(const cpr_emb *t, uint32_t shard, uint64_t i);
+/* Whether a begun save holds every row of its shard: as many ids as the
+ * shard has rows, which cpr_emb_save_begin checked are strictly ascending
+ * rows of it, so ids[i] = cpri_emb_geom_row(t, shard, i). */
+int cpri_emb_save_whole_shard(const cpr_emb *t, const cpr_emb_save *save);
 
 /* Backend entry points: identical signatures for cpu_ and cuda_. */
 #define CPR_EMB_BACKEND(prefix)                                                          \

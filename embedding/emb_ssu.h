@@ -59,9 +59,10 @@ uint64_t cpri_emb_ssu_count(const cpri_emb_ssu *s, uint32_t shard);
 size_t cpri_emb_ssu_select(cpri_emb_ssu *s, uint32_t shard, uint64_t budget,
                           uint64_t *ids, size_t cap);
 /* Save begin: hold the members among ids[0..n) (ascending); held[i] = 1 for
- * each, held[] zeroed by the caller. */
+ * each, held[] zeroed by the caller. stride: 0, or the shard's stride when
+ * the ids are every row of the shard (ids[i] = ids[0] + i * stride). */
 void cpri_emb_ssu_hold(cpri_emb_ssu *s, uint32_t shard, const uint64_t *ids, size_t n,
-                      uint8_t *held);
+                      uint64_t stride, uint8_t *held);
 /* Save end: committed, the held rows leave the sample; aborted, they are
  * released at their old place. */
 void cpri_emb_ssu_end(cpri_emb_ssu *s, uint32_t shard, const uint64_t *ids, size_t n,

@@ -668,52 +668,69 @@ static void test_ssu_abort_keeps_age(void **unused)
     free(rest);
 }
 
-/* Saves hold the SSU members among their rows in two ways (emb_ssu.c): a
- * save of many rows against a small sample looks each member up (a FULL
- * save of a large shard), any other save goes over its ids. Either way
- * exactly the members among the save's rows are held: taken out of the
- * sample on commit, given back in their order on abort. */
-static void test_ssu_hold_both_ways(void **unused)
+/* Saves hold the SSU members among their rows in three ways (emb_ssu.c): a
+ * save of every row of a shard computes each member's index, a save of many
+ * rows against a tiny sample looks each member up, any other goes over its
+ * ids. Each way holds exactly the members among the save's rows that no
+ * other open save holds: taken out of the sample on commit, given back in
+ * their order on abort. Range and modulo shards. */
+static void test_ssu_hold_every_way(void **unused)
 {
     (void)unused;
-    cpr_emb_config c = {.rows = 40000, .dim = 1, .num_shards = 2, .track = CPR_TRACK_ALL,
-                        .ssu_rate = 1.0, .ssu_capacity = 40000};
-    const size_t used_counts[] = {100, 3000}; /* under and over shard rows / 32 */
-    for (size_t k = 0; k < 2; k++) {
-        model m;
-        model_init(&m, &c);
-        size_t used = used_counts[k];
-        int64_t *rows = tl_calloc(used, sizeof *rows);
-        for (size_t i = 0; i < used; i++) /* shard 1 is rows 20000..39999 */
-            rows[i] = 20000 + (int64_t)((i * 7919) % 20000);
-        backward_rows(&m, rows, NULL, used);
-        size_t n_members, n_full, n_half = 0;
-        uint64_t *members = tl_select(m.t, 1, CPR_POLICY_SSU, tl_rows_budget(c.rows), &n_members);
-        assert_int_equal(n_members, used);
-        uint64_t *full = tl_select(m.t, 1, CPR_POLICY_FULL, tl_rows_budget(1), &n_full);
-        assert_int_equal(n_full, 20000);
-        uint64_t *half = tl_calloc(n_full / 2, sizeof *half); /* every other row */
-        for (size_t i = 0; i < n_full; i += 2)
-            half[n_half++] = full[i];
-        size_t half_members = 0;
-        for (size_t i = 0; i < n_members; i++)
-            half_members += (members[i] - 20000) % 2 == 0;
-        /* DELTA of every other row: only the members among them are held. */
-        model_save s;
-        model_begin(&m, &s, 1, CPR_POLICY_DELTA, half, n_half);
-        assert_int_equal(tl_stats(m.t, 1).sampled_rows, n_members - half_members);
-        model_end(&m, &s, 0);
-        /* FULL, aborted: every member held, then back in its place. */
-        model_begin(&m, &s, 1, CPR_POLICY_FULL, full, n_full);
-        assert_int_equal(tl_stats(m.t, 1).sampled_rows, 0);
-        model_end(&m, &s, 0);
-        expect_select(m.t, 1, CPR_POLICY_SSU, tl_rows_budget(c.rows), members, n_members);
-        /* FULL, committed: the sample is empty. */
-        model_begin(&m, &s, 1, CPR_POLICY_FULL, full, n_full);
-        model_end(&m, &s, 1);
-        assert_int_equal(tl_stats(m.t, 1).sampled_rows, 0);
-        free(rows), free(members), free(full), free(half);
-        model_free(&m);
+    const size_t used_counts[] = {10, 3000, 20000}; /* 20000: every row of shard 1 */
+    const cpr_shard_scheme schemes[] = {CPR_SHARD_RANGE, CPR_SHARD_MODULO};
+    for (size_t sc = 0; sc < 2; sc++) {
+        for (size_t k = 0; k < 3; k++) {
+            cpr_emb_config c = {.rows = 40000, .dim = 1, .num_shards = 2, .scheme = schemes[sc],
+                                .track = CPR_TRACK_ALL, .ssu_rate = 1.0, .ssu_capacity = 40000};
+            model m;
+            model_init(&m, &c);
+            size_t used = used_counts[k], n_members, n_full, n_half = 0, n_top;
+            int64_t *rows = tl_calloc(used, sizeof *rows);
+            for (size_t i = 0; i < used; i++) { /* distinct rows of shard 1 (7919 is prime) */
+                uint64_t j = (i * 7919) % 20000;
+                rows[i] = (int64_t)(schemes[sc] == CPR_SHARD_RANGE ? 20000 + j : 2 * j + 1);
+            }
+            backward_rows(&m, rows, NULL, used);
+            uint64_t *members = tl_select(m.t, 1, CPR_POLICY_SSU, tl_rows_budget(c.rows),
+                                          &n_members);
+            assert_int_equal(n_members, used);
+            uint64_t *full = tl_select(m.t, 1, CPR_POLICY_FULL, tl_rows_budget(1), &n_full);
+            assert_int_equal(n_full, 20000);
+            uint64_t *half = tl_calloc(n_full / 2, sizeof *half); /* every other row */
+            for (size_t i = 0; i < n_full; i += 2)
+                half[n_half++] = full[i];
+            size_t half_members = 0;
+            for (size_t i = 0, h = 0; i < n_members; i++) { /* both ascending */
+                while (h < n_half && half[h] < members[i])
+                    h++;
+                half_members += h < n_half && half[h] == members[i];
+            }
+            /* DELTA of every other row: only the members among them are held. */
+            model_save s, top;
+            model_begin(&m, &s, 1, CPR_POLICY_DELTA, half, n_half);
+            assert_int_equal(tl_stats(m.t, 1).sampled_rows, n_members - half_members);
+            model_end(&m, &s, 0);
+            expect_select(m.t, 1, CPR_POLICY_SSU, tl_rows_budget(c.rows), members, n_members);
+            /* An MFU save holds 5 members; a FULL save begun beside it holds
+             * the others, once: aborted, they are back in their order. */
+            uint64_t *topids = tl_select(m.t, 1, CPR_POLICY_MFU, tl_rows_budget(5), &n_top);
+            assert_int_equal(n_top, 5);
+            model_begin(&m, &top, 1, CPR_POLICY_MFU, topids, n_top);
+            assert_int_equal(tl_stats(m.t, 1).sampled_rows, n_members - 5);
+            model_begin(&m, &s, 1, CPR_POLICY_FULL, full, n_full);
+            assert_int_equal(tl_stats(m.t, 1).sampled_rows, 0);
+            model_end(&m, &s, 0);
+            assert_int_equal(tl_stats(m.t, 1).sampled_rows, n_members - 5);
+            model_end(&m, &top, 1); /* its 5 leave the sample */
+            assert_int_equal(tl_stats(m.t, 1).sampled_rows, n_members - 5);
+            /* FULL, committed: the sample is empty. */
+            model_begin(&m, &s, 1, CPR_POLICY_FULL, full, n_full);
+            model_end(&m, &s, 1);
+            assert_int_equal(tl_stats(m.t, 1).sampled_rows, 0);
+            free(rows), free(members), free(full), free(half), free(topids);
+            model_free(&m);
+        }
     }
 }
 
@@ -971,7 +988,7 @@ int main(void)
         cmocka_unit_test(test_ssu_rate),
         cmocka_unit_test(test_ssu_oldest_first),
         cmocka_unit_test(test_ssu_abort_keeps_age),
-        cmocka_unit_test(test_ssu_hold_both_ways),
+        cmocka_unit_test(test_ssu_hold_every_way),
         cmocka_unit_test(test_save_begin_commit),
         cmocka_unit_test(test_save_abort_restores),
         cmocka_unit_test(test_save_errors),
