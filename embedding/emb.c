@@ -433,7 +433,7 @@ static int save_ids_copy(const cpr_emb *t, uint32_t shard, const uint64_t *ids, 
     return !bad;
 }
 
-/* The error of the first bad id (save_ids_valid found one). */
+/* The error of the first bad id (save_ids_copy found one). */
 static cpr_status save_ids_error(const cpr_emb *t, uint32_t shard, const uint64_t *ids, size_t n)
 {
     for (size_t i = 0; i < n; i++) {
