@@ -943,8 +943,6 @@ static cpr_status check_ids(const cpr_part *p, const rows_src *r, const schema *
                             r->ids[i] >= t->rows ? "not below the table's rows in the schema"
                                                  : "below the gather's row_base",
                             p->job, p->id.shard, (unsigned long long)p->id.checkpoint);
-        if (i && r->ids[i] <= r->ids[i - 1])
-            *ascend = 0;
     }
     return CPR_OK;
 }

@@ -226,15 +226,8 @@ void cpri_emb_ssu_unhold(uint8_t *held, const uint64_t *save_ids, size_t save_n,
                         const uint64_t *ids, size_t n)
 {
     for (size_t i = 0; i < n; i++) {
-        size_t lo = 0, hi = save_n; /* save ids are ascending: binary search */
-        while (lo < hi) {
-            size_t mid = lo + (hi - lo) / 2;
-            if (save_ids[mid] < ids[i])
-                lo = mid + 1;
-            else
-                hi = mid;
-        }
-        if (lo < save_n && save_ids[lo] == ids[i])
-            held[lo] = 0;
+        size_t at = find_id(save_ids, save_n, ids[i]); /* save ids are ascending */
+        if (at < save_n)
+            held[at] = 0;
     }
 }
