@@ -71,6 +71,20 @@ CPR_INTERNAL_API int cpri_name_valid(const char *name);
 #else
 #include <string.h>
 
+/* The first index i of ids[0..n) (ascending) with ids[i] >= id; n if none. */
+static inline size_t cpri_lower_bound_u64(const uint64_t *ids, size_t n, uint64_t id)
+{
+    size_t lo = 0, hi = n;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (ids[mid] < id)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
 /* One scattered row's floats: an inline loop for the short rows of
  * embeddings (a library memcpy call per row of 16 floats, and another for
  * its one state value, cost more than the copy), memcpy beyond. Used by the

@@ -107,15 +107,8 @@ size_t cpri_emb_ssu_select(cpri_emb_ssu *s, uint32_t shard, uint64_t budget, uin
 /* The index of `row` in ids[0..n) (ascending), or n. */
 static size_t find_id(const uint64_t *ids, size_t n, uint64_t row)
 {
-    size_t lo = 0, hi = n;
-    while (lo < hi) {
-        size_t mid = lo + (hi - lo) / 2;
-        if (ids[mid] < row)
-            lo = mid + 1;
-        else
-            hi = mid;
-    }
-    return lo < n && ids[lo] == row ? lo : n;
+    size_t at = cpri_lower_bound_u64(ids, n, row);
+    return at < n && ids[at] == row ? at : n;
 }
 
 /* held[] comes zeroed. The members among the ids, found the cheapest way:

@@ -197,19 +197,6 @@ static void *reader_main(void *arg)
 
 /* ---- the run -------------------------------------------------------------------------- */
 
-static size_t lower_bound(const uint64_t *ids, size_t n, uint64_t id)
-{
-    size_t lo = 0, hi = n;
-    while (lo < hi) {
-        size_t mid = lo + (hi - lo) / 2;
-        if (ids[mid] < id)
-            lo = mid + 1;
-        else
-            hi = mid;
-    }
-    return lo;
-}
-
 static cpr_status shards_init(const bench_opts *opts, uint32_t count, cpr_client *client,
                               pthread_barrier_t *phase, shard *sh)
 {
@@ -223,8 +210,8 @@ static cpr_status shards_init(const bench_opts *opts, uint32_t count, cpr_client
         cpr_status st = bench_data_init(&s->d, opts);
         if (st)
             return st;
-        s->prio_lo = lower_bound(s->d.priority_ids, s->d.n_priority, s->lo);
-        s->prio_hi = lower_bound(s->d.priority_ids, s->d.n_priority, s->hi);
+        s->prio_lo = cpri_lower_bound_u64(s->d.priority_ids, s->d.n_priority, s->lo);
+        s->prio_hi = cpri_lower_bound_u64(s->d.priority_ids, s->d.n_priority, s->hi);
     }
     return CPR_OK;
 }
