@@ -85,8 +85,8 @@ static cpr_status allow(cpri_rpc_call *c, cpri_server *srv, const char *job, uns
 
 /* ---- unary methods ----------------------------------------------------------------- */
 
-/* Direct reads and writes: the store the client names (RestoreRequest or
- * BeginRequest.direct) is this daemon's own, which other processes reach. */
+/* Direct writes: the store the client names (BeginRequest.direct) is this
+ * daemon's own, in a pool other processes reach. */
 static int my_store(const cpri_server *srv, const char *direct)
 {
     const char *mine = cpr_store_shared_id(srv->store);
@@ -666,11 +666,15 @@ static cpr_status send_block(void *ctx, const void *block, size_t block_len)
     return st == CPR_OK ? restore_send(o, buf, len) : st;
 }
 
-/* Direct reads: asked for, of this daemon's own store, in a plan version
- * this daemon writes. */
+/* Direct reads: asked for, of this daemon's own store's storage, in a plan
+ * version this daemon writes. */
 static int direct_reads(const cpri_server *srv, const cpri_wire_restore *q)
 {
-    return my_store(srv, q->direct) && q->plan_version == CPR_STORE_PLAN_VERSION;
+    /* the pool's name, or a local directory's (direct.c D1): a client that
+     * names it reads the same storage */
+    const char *mine = cpr_store_read_id(srv->store);
+    return q->direct && *q->direct && mine && strcmp(q->direct, mine) == 0 &&
+           q->plan_version == CPR_STORE_PLAN_VERSION;
 }
 
 #define PLAN_PIECE_BYTES ((size_t)1 << 20) /* under any gRPC message limit */

@@ -252,15 +252,17 @@ cpr_status cpr_client_open(const char *target, const cpr_client_options *opts,
     c->opts.thread_cpus = NULL; /* borrowed for the call only */
     if (st == CPR_OK)
         st = open_target(c, target, &c->opts);
-    if (st == CPR_OK && !c->local && c->opts.store.rados_pool && *c->opts.store.rados_pool)
-        st = cpri_direct_open(&c->opts.store, &c->direct);
-    else if (st == CPR_OK && !c->local && c->opts.direct_writes)
+    int pool = c->opts.store.rados_pool && *c->opts.store.rados_pool;
+    int dir = c->opts.store.local_dir && *c->opts.store.local_dir;
+    if (st == CPR_OK && !c->local && c->opts.direct_writes && !pool)
         st = cpr_fail(CPR_INVALID_ARGUMENT, "cpr_client_open: direct_writes needs the pool "
                       "of the daemons' store (store.rados_pool, and rados_conf, "
                       "rados_namespace, rados_user as their --rados-* options)");
+    else if (st == CPR_OK && !c->local && (pool || dir))
+        st = cpri_direct_open(&c->opts.store, &c->direct);
     if (!c->local) /* borrowed for the call only: the reader holds what it needs */
         c->opts.store.rados_pool = c->opts.store.rados_conf = c->opts.store.rados_namespace =
-            c->opts.store.rados_user = NULL;
+            c->opts.store.rados_user = c->opts.store.local_dir = NULL;
     /* Borrowed for the call only (read by open_target). */
     c->opts.token = c->opts.tls_ca_file = c->opts.tls_cert_file = c->opts.tls_key_file = NULL;
     if (st) {

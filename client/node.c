@@ -561,7 +561,10 @@ cpr_status cpri_direct_open(const cpr_store_options *opts, cpri_direct **out)
         char why[512];
         snprintf(why, sizeof why, "%s", api->errmsg());
         free(d);
-        return cpr_fail(st, "direct reads from pool %s: %s", opts->rados_pool, why);
+        return cpr_fail(st, "direct reads from %s %s: %s",
+                        opts->rados_pool && *opts->rados_pool ? "pool" : "directory",
+                        opts->rados_pool && *opts->rados_pool ? opts->rados_pool
+                                                              : opts->local_dir, why);
     }
     snprintf(d->id, sizeof d->id, "%s", api->reader_id(d->reader));
     *out = d;

@@ -2,48 +2,175 @@
 /*
  * Direct reads (include/cpr/store.h, cpr_store_reader_*): a restore run by a
  * process that does not open the store, over the segments of a store in
- * Ceph RADOS, from the plan a gateway made (cpr_store_restore_plan;
- * restore.c M4). The plan is checked as it is decoded (plan.c), and every
- * block as the store's own restore checks one (restore.c load_next): its
- * CRC32C and its header against the plan's record of it.
+ * Ceph RADOS or in a directory on a disk it can read, from the plan a
+ * gateway made (cpr_store_restore_plan; restore.c M4). The plan is checked
+ * as it is decoded (plan.c), and every block as the store's own restore
+ * checks one (restore.c load_next): its CRC32C and its header against the
+ * plan's record of it.
+ *
+ *  D1. A store on a local disk is named by DIR/store-id, "local:" and 32
+ *      random hex digits written at its first open (cpri_local_id). A
+ *      reader given DIR reads that name, and ckptd answers a restore with a
+ *      plan only when the name the client sends is its store's, so a client
+ *      on another host, or pointed at another directory, gets rows as
+ *      before. A copy of a directory carries its name; a reader of the copy
+ *      then misses segments or finds other bytes, and both are CPR_CORRUPT
+ *      (every block is checked), never rows of another state.
  *
  * Direct writes (cpr_store_writer_*): blocks appended to a segment object
  * the store named (store_write.c W3), padded to 8 as the store pads them
- * (W1), each one's entry of the index noted as it goes.
+ * (W1), each one's entry of the index noted as it goes. RADOS only.
  */
+#include <errno.h>
+#include <fcntl.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
+#include <unistd.h>
 
 #include "cpr/block.h"
 #include "cpr/store.h"
+#include "cpr_common.h"
 #include "rados.h"
 #include "restore.h"
 #include "store_internal.h"
 
+#define LOCAL_ID_FILE "store-id"
+#define LOCAL_ID_PREFIX "local:"
+#define LOCAL_ID_HEX 32
+
 struct cpr_store_reader {
-    cpri_rados *rados;
+    cpri_rados *rados;        /* NULL: a local directory's reader */
     cpri_backend *segs;
+    char local_id[48];
     _Atomic unsigned reading; /* restores reading at once (restore.c M2) */
 };
+
+static int local_id_ok(const char *id)
+{
+    size_t p = sizeof LOCAL_ID_PREFIX - 1;
+    if (strlen(id) != p + LOCAL_ID_HEX || strncmp(id, LOCAL_ID_PREFIX, p) != 0)
+        return 0;
+    for (size_t i = p; id[i]; i++)
+        if (!((id[i] >= '0' && id[i] <= '9') || (id[i] >= 'a' && id[i] <= 'f')))
+            return 0;
+    return 1;
+}
+
+static cpr_status read_local_id(const char *path, char *out)
+{
+    char buf[64] = "";
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return errno == ENOENT ? CPR_NOT_FOUND
+                               : cpr_fail(CPR_IO, "open %s: %s", path, strerror(errno));
+    int got = fgets(buf, sizeof buf, f) != NULL;
+    fclose(f);
+    buf[strcspn(buf, "\n")] = 0;
+    if (!got || !local_id_ok(buf))
+        return cpr_fail(CPR_CORRUPT, "%s does not hold a store's name (\"%s%.*s\"); remove "
+                        "it and open the store again to write a new one", path,
+                        LOCAL_ID_PREFIX, LOCAL_ID_HEX, "<hex digits>");
+    snprintf(out, 48, "%s", buf);
+    return CPR_OK;
+}
+
+/* Write path's name anew: a temporary file, synced, renamed over it, the
+ * directory synced (a crash leaves the old state or the new). */
+static cpr_status write_local_id(const char *dir, const char *path, char *out)
+{
+    unsigned char r[LOCAL_ID_HEX / 2];
+    if (getrandom(r, sizeof r, 0) != (ssize_t)sizeof r)
+        return cpr_fail(CPR_INTERNAL, "getrandom for the store's name failed: %s",
+                        strerror(errno));
+    char id[48];
+    size_t at = (size_t)snprintf(id, sizeof id, "%s", LOCAL_ID_PREFIX);
+    for (size_t i = 0; i < sizeof r; i++)
+        at += (size_t)snprintf(id + at, sizeof id - at, "%02x", r[i]);
+    char tmp[4200];
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    cpr_status st = CPR_OK;
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0)
+        return cpr_fail(CPR_IO, "create %s: %s", tmp, strerror(errno));
+    size_t len = strlen(id);
+    id[len] = '\n';
+    if (write(fd, id, len + 1) != (ssize_t)(len + 1) || fsync(fd) != 0)
+        st = cpr_fail(CPR_IO, "write %s: %s", tmp, strerror(errno));
+    id[len] = 0;
+    close(fd);
+    if (st == CPR_OK && rename(tmp, path) != 0)
+        st = cpr_fail(CPR_IO, "rename %s: %s", tmp, strerror(errno));
+    if (st == CPR_OK) {
+        int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        if (dfd < 0 || fsync(dfd) != 0)
+            st = cpr_fail(CPR_IO, "fsync %s: %s", dir, strerror(errno));
+        if (dfd >= 0)
+            close(dfd);
+    }
+    if (st) {
+        unlink(tmp);
+        return st;
+    }
+    snprintf(out, 48, "%s", id);
+    return CPR_OK;
+}
+
+cpr_status cpri_local_id(const char *dir, int create, char *out)
+{
+    char *path = cpri_path_join(dir, LOCAL_ID_FILE);
+    if (!path)
+        return cpr_fail(CPR_NO_MEMORY, "out of memory naming %s/%s", dir, LOCAL_ID_FILE);
+    cpr_status st = read_local_id(path, out);
+    if (st == CPR_NOT_FOUND && create)
+        st = write_local_id(dir, path, out);
+    else if (st == CPR_NOT_FOUND)
+        st = cpr_fail(CPR_NOT_FOUND, "%s is missing: %s is not the directory of a CPR "
+                      "store (give ckptd's --dir, or the path of local://)", path, dir);
+    free(path);
+    return st;
+}
+
+static cpr_status open_local(const cpr_store_options *o, cpr_store_reader *r)
+{
+    cpr_status st = cpri_local_id(o->local_dir, 0, r->local_id);
+    char *segs = st ? NULL : cpri_path_join(o->local_dir, "segments");
+    if (st)
+        return st;
+    if (!segs)
+        return cpr_fail(CPR_NO_MEMORY, "out of memory opening a segment reader");
+    /* no_sync: this backend only reads */
+    st = cpri_backend_local_open(segs, 1, o->buffered_reads, &r->segs);
+    free(segs);
+    return st;
+}
 
 cpr_status cpr_store_reader_open(const cpr_store_options *o, cpr_store_reader **out)
 {
     if (!out)
         return cpr_fail(CPR_INVALID_ARGUMENT, "cpr_store_reader_open: out must be set");
     *out = NULL;
-    if (!o || !o->rados_pool || !*o->rados_pool)
-        return cpr_fail(CPR_INVALID_ARGUMENT, "direct reads need the store's Ceph pool: set "
-                        "rados_pool (with rados_conf, rados_namespace and rados_user as "
-                        "ckptd's --rados-* options give them)");
+    int pool = o && o->rados_pool && *o->rados_pool, dir = o && o->local_dir && *o->local_dir;
+    if (pool == dir)
+        return cpr_fail(CPR_INVALID_ARGUMENT, "direct reads need %s: set rados_pool (with "
+                        "rados_conf, rados_namespace and rados_user as ckptd's --rados-* "
+                        "options give them) for a store in Ceph RADOS, or local_dir (ckptd's "
+                        "--dir) for a store on this host's disk",
+                        pool ? "one store, not both" : "the store's storage");
     cpr_store_reader *r = calloc(1, sizeof *r);
     if (!r)
         return cpr_fail(CPR_NO_MEMORY, "out of memory opening a segment reader");
-    cpri_rados_target t = {o->rados_conf, o->rados_user, o->rados_pool, o->rados_namespace};
-    cpr_status st = cpri_rados_connect(&t, &r->rados);
-    if (st == CPR_OK)
-        st = cpri_backend_rados_open(r->rados, &r->segs);
+    cpr_status st;
+    if (dir) {
+        st = open_local(o, r);
+    } else {
+        cpri_rados_target t = {o->rados_conf, o->rados_user, o->rados_pool, o->rados_namespace};
+        st = cpri_rados_connect(&t, &r->rados);
+        if (st == CPR_OK)
+            st = cpri_backend_rados_open(r->rados, &r->segs);
+    }
     if (st) {
         cpr_store_reader_close(r);
         return st;
@@ -54,7 +181,7 @@ cpr_status cpr_store_reader_open(const cpr_store_options *o, cpr_store_reader **
 
 const char *cpr_store_reader_id(const cpr_store_reader *r)
 {
-    return r ? cpri_rados_identity(r->rados) : NULL;
+    return !r ? NULL : r->rados ? cpri_rados_identity(r->rados) : r->local_id;
 }
 
 void cpr_store_reader_close(cpr_store_reader *r)
@@ -63,7 +190,8 @@ void cpr_store_reader_close(cpr_store_reader *r)
         return;
     if (r->segs)
         r->segs->ops->close(r->segs);
-    cpri_rados_close(r->rados);
+    if (r->rados)
+        cpri_rados_close(r->rados);
     free(r);
 }
 
@@ -95,7 +223,7 @@ cpr_status cpr_store_reader_restore(cpr_store_reader *r, const void *plan, size_
         return st;
     caller_fn c = {fn, ctx, 0};
     st = cpri_merge_run_rows(r->segs, &r->reading, &p, call_fn, &c, &res);
-    if (st == CPR_CORRUPT && !c.failed) { /* a block of the pool: say where it was read */
+    if (st == CPR_CORRUPT && !c.failed) { /* a stored block: say where it was read */
         char why[400]; /* cpr_fail writes the buffer cpr_errmsg reads */
         snprintf(why, sizeof why, "%s", cpr_errmsg());
         st = cpr_fail(st, "direct read (restore again if its plan is old): %s", why);
@@ -124,6 +252,9 @@ cpr_status cpr_store_writer_create(cpr_store_reader *r, const char *object, cpr_
         return cpr_fail(CPR_INVALID_ARGUMENT, "cpr_store_writer_create: a reader and the "
                         "object name cpr_store_direct_segment gave (\"job/name\") must be "
                         "set");
+    if (!r->rados)
+        return cpr_fail(CPR_FAILED_PRECONDITION, "cpr_store_writer_create: direct writes "
+                        "need a store in Ceph RADOS; this reader reads a local directory");
     cpr_store_writer *w = calloc(1, sizeof *w);
     if (!w)
         return cpr_fail(CPR_NO_MEMORY, "out of memory opening a segment writer");

@@ -44,9 +44,9 @@
  *      read outlive any GC or fold that removes their records.
  *  M4. Direct reads (cpr_store_restore_plan): the plan leaves the process
  *      (plan.c encodes it) and another process runs the merge over the
- *      pool (direct.c). Its reads come after this store has stopped
- *      counting it as a reader, so what keeps its segments is S8: in RADOS
- *      a segment stays DOOM_GRACE_S after its record goes. A segment read
+ *      pool or directory (direct.c). Its reads come after this store has
+ *      stopped counting it as a reader, so what keeps its segments is S8: a
+ *      segment stays DOOM_GRACE_S after its record goes. A segment read
  *      later is missing, never other bytes (names are never reused), and
  *      every block is checked against its catalog record as here.
  *  M5. After the merge takes a row from cursor w, w's following rows whose
@@ -987,14 +987,14 @@ cpr_status cpr_store_restore_plan(cpr_store *store, const cpr_restore_query *q, 
                         "must be set");
     *plan = NULL;
     *len = 0;
-    if (!cpr_store_shared_id(store))
-        return cpr_fail(CPR_FAILED_PRECONDITION, "direct reads need a store in Ceph RADOS: "
-                        "the segments of a local directory are its own process's to read");
     cpri_merge_plan p = {0};
     cpri_store_refresh_for_read(store, q ? q->job : NULL); /* rados.h R9 */
     cpr_status st = plan_query(store, q, 1, &p);
     if (st == CPR_OK) {
-        /* M4: the segments outlive this reader by DOOM_GRACE_S (S8) */
+        /* M4: the segments outlive this reader by DOOM_GRACE_S (S8); a
+         * local store keeps them so from now on (set before the leave that
+         * may doom them) */
+        atomic_store(&store->plans_served, 1);
         cpri_store_reader_leave(store);
         unsigned char *buf = NULL;
         st = cpri_merge_plan_encode(&p, &buf, len);

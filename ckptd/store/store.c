@@ -1105,7 +1105,7 @@ cpr_status cpr_store_open(const char *dir, const cpr_store_options *opts,
     st = check_format(store, dir);
     if (st == CPR_OK && store->opts.rados_pool)
         st = open_rados(store);
-    else if (st == CPR_OK)
+    else if (st == CPR_OK && (st = cpri_local_id(dir, 1, store->local_id)) == CPR_OK)
         st = cpri_backend_local_open(store->segs_dir, store->opts.no_sync,
                                           store->opts.buffered_reads, &store->segs);
     if (st == CPR_OK)
@@ -1468,7 +1468,8 @@ void cpri_store_reap_doomed(cpr_store *store)
 
 void cpri_store_doom_locked(cpr_store *store, const char *name)
 {
-    if (!store->readers && !store->rados) {
+    int grace = store->rados || atomic_load(&store->plans_served); /* S8 */
+    if (!store->readers && !grace) {
         store->segs->ops->remove(store->segs, name);
         return;
     }
@@ -1477,7 +1478,7 @@ void cpri_store_doom_locked(cpr_store *store, const char *name)
         cpri_log(CPR_LOG_WARN, "out of memory: segment %s stays until the next open", name);
         return;
     }
-    d->due_s = store->rados ? cpri_now_s() + DOOM_GRACE_S : 0; /* S8 */
+    d->due_s = grace ? cpri_now_s() + DOOM_GRACE_S : 0; /* S8 */
     snprintf(d->name, sizeof d->name, "%s", name);
     d->next = store->doomed;
     store->doomed = d;
@@ -1635,6 +1636,11 @@ cpr_status cpr_store_list_jobs(cpr_store *store, char ***names, size_t *n)
 const char *cpr_store_shared_id(const cpr_store *store)
 {
     return store && store->rados ? cpri_rados_identity(store->rados) : NULL;
+}
+
+const char *cpr_store_read_id(const cpr_store *store)
+{
+    return !store ? NULL : store->rados ? cpri_rados_identity(store->rados) : store->local_id;
 }
 
 /* Appends to out[0..cap) what fmt says, keeping it terminated. */

@@ -10,6 +10,9 @@
  *   DIR/segments/j_<job>/<shard>-f<ckpt>.<token>.seg  a fold (fold.c)
  *   DIR/blobs/j_<job>/<shard>-<ckpt>/b_<name>          blob files of committed parts
  *   DIR/staging/j_<job>/<shard>-<ckpt>.<seq>/blobs/    an open part's blobs
+ *   DIR/store-id                 "local:<32 hex digits>", random, written at
+ *                                the first open: what direct readers on this
+ *                                host name the directory by (direct.c D1)
  *
  * Segments are immutable objects behind backend.h, named with a token
  * unique to one begin (or one fold), so nothing ever renames or rewrites
@@ -73,7 +76,11 @@
  *      doomed object also waits DOOM_GRACE_S (store.c) after its record
  *      went, so that a restore or blob read another gateway planned before
  *      has that long to read it. At close the objects still waiting stay
- *      (no record names them) for the open-time sweep (R7).
+ *      (no record names them) for the open-time sweep (R7). A store on a
+ *      local disk does the same once it has handed a plan to a direct
+ *      reader on its host (plans_served; direct.c D1): until then nobody
+ *      reads its segments but itself, and a doomed one goes at once (S7).
+ *      At its close the waiting ones go.
  */
 #ifndef CPR_STORE_INTERNAL_H
 #define CPR_STORE_INTERNAL_H
@@ -167,6 +174,8 @@ struct cpr_store {
     rocksdb_writeoptions_t *sync_write;
     cpri_backend *segs;           /* segment objects (backend.h) */
     struct cpri_rados *rados;     /* the store in RADOS (rados.h R1); NULL: local only */
+    char local_id[48];            /* a local store's "local:<hex>" (direct.c D1); else "" */
+    _Atomic int plans_served;     /* a direct reader got a plan (S8) */
     uint32_t gateway_id;         /* in RADOS: this gateway's id (rados.h R6); else 0 */
     pthread_mutex_t mu;          /* catalog, open_parts, job commit order, doomed */
     cpri_catalog catalog;
@@ -284,6 +293,9 @@ void cpri_seg_blob_name(char *out, const char *seg, const char *blob);
 /* S7: a reader of segments registers under store->mu before it leaves the
  * critical section in which it planned from the catalog, and leaves when it
  * has read everything (removing what became doomed meanwhile). */
+/* D1: DIR/store-id's name into out[48]; with `create`, written first when
+ * missing. CPR_NOT_FOUND when missing (and not created). */
+cpr_status cpri_local_id(const char *dir, int create, char *out);
 void cpri_store_reader_enter_locked(cpr_store *store);
 void cpri_store_reader_leave(cpr_store *store);
 /* Remove a segment now if no reader runs, else when the last one leaves.

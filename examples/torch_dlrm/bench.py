@@ -25,7 +25,7 @@ partial (goal >= 5), and each time against the raw disk's.
 
 Usage: bench.py --ckptd build/ckptd/ckptd [--dir DIR] [--rows N] [--dim D]
                 [--shards S] [--repeat K] [--transport tcp|unix|local]
-                [--reads direct|buffered] [--json]
+                [--reads direct|buffered] [--direct-reads] [--json]
 """
 import argparse
 import json
@@ -120,8 +120,13 @@ def main(argv):
     p.add_argument("--reads", choices=("direct", "buffered"), default="direct",
                    help="how the store reads its segments: O_DIRECT (default) or through "
                    "the page cache (ckptd --reads buffered; docs/store.md, \"Reads\")")
+    p.add_argument("--direct-reads", action="store_true",
+                   help="tcp/unix: the client reads ckptd's directory itself, ckptd only "
+                   "plans (Client(local_dir=...); docs/client.md, \"Direct reads\")")
     p.add_argument("--json", action="store_true")
     a = p.parse_args(argv)
+    if a.direct_reads and a.transport == "local":
+        p.error("--direct-reads is for a ckptd (--transport tcp or unix)")
     if a.rows < a.shards or a.dim < 1 or a.repeat < 1:
         p.error("--rows >= --shards, --dim >= 1, --repeat >= 1")
     torch.set_num_threads(1)
@@ -151,7 +156,8 @@ def main(argv):
         # Staging holds a whole save, and sending waits for the copy to end
         # (defer_send): the stall is the copy alone (docs/python.md).
         client = cpr.Client(target, staging_bytes=nbytes + (64 << 20),
-                            defer_send=True, buffered_reads=a.reads == "buffered")
+                            defer_send=True, buffered_reads=a.reads == "buffered",
+                            local_dir=os.path.join(work, "store") if a.direct_reads else None)
         for rnd in range(a.repeat):
             w_s, r_s = raw_disk(os.path.join(work, "raw"), nbytes)
             r["raw_write_s"].append(w_s)
@@ -221,6 +227,7 @@ def main(argv):
         "rows": a.rows, "dim": a.dim, "shards": a.shards, "bytes": nbytes, "repeat": a.repeat,
         "transport": a.transport,
         "reads": a.reads,
+        "direct_reads": a.direct_reads,
         **m,
         "stall_over_torch_save": m["cpr_stall_s"] / m["torch_save_s"],
         "stall_over_memcpy": m["cpr_stall_s"] / m["memcpy_s"],

@@ -175,6 +175,12 @@ CPR_API cpr_status cpr_store_part_location(cpr_store *store, const cpr_part_id *
  * one namespace share it), or NULL (a local directory: this store's own).
  * Valid until the store is closed. */
 CPR_API const char *cpr_store_shared_id(const cpr_store *store);
+/* What direct readers name this store's storage by (cpr_store_reader_id):
+ * cpr_store_shared_id's for a store in Ceph RADOS; for a store on a local
+ * disk "local:" and 32 hex digits, kept in DIR/store-id (written at its
+ * first open), which a reader given DIR as local_dir reads. Never NULL for
+ * an open store. Valid until the store is closed. */
+CPR_API const char *cpr_store_read_id(const cpr_store *store);
 
 /* Largest consistent cut of `job`. CPR_NOT_FOUND if the job has none. */
 CPR_API cpr_status cpr_store_latest_cut(cpr_store *store, const char *job,
@@ -221,8 +227,9 @@ CPR_API cpr_status cpr_store_restore_blocks(cpr_store *store, const cpr_restore_
  * segments went fails with CPR_CORRUPT ("missing"), never with other rows,
  * and a new plan is the remedy. Plans are versioned
  * (CPR_STORE_PLAN_VERSION, docs/format.md); a plan of another version is
- * refused with CPR_INVALID_ARGUMENT. cpr_store_restore_plan needs a store
- * with a shared id (Ceph RADOS; else CPR_FAILED_PRECONDITION).
+ * refused with CPR_INVALID_ARGUMENT. A store on a local disk plans too
+ * (its readers open its directory: local_dir); once it has, its removed
+ * segments wait out the same 300 s (until it closes).
  */
 #define CPR_STORE_PLAN_VERSION 1u
 CPR_API cpr_status cpr_store_restore_plan(cpr_store *store, const cpr_restore_query *query,
@@ -230,17 +237,20 @@ CPR_API cpr_status cpr_store_restore_plan(cpr_store *store, const cpr_restore_qu
                                           cpr_restore_result *result);
 
 /*
- * A reader of a store's storage in Ceph RADOS, without opening the store (no
- * catalog, no gateway; any number of readers at once). `opts` names the
- * storage as for cpr_store_open (rados_pool, rados_conf, rados_namespace,
- * rados_user); its other fields are ignored. Errors: CPR_INVALID_ARGUMENT
- * (no rados_pool), CPR_UNAVAILABLE (no monitor answers), CPR_NOT_FOUND (no
- * such pool). On success *out owns the reader: cpr_store_reader_close.
+ * A reader of a store's storage, without opening the store (no catalog, no
+ * gateway; any number of readers at once). `opts` names the storage: a
+ * store in Ceph RADOS as for cpr_store_open (rados_pool, rados_conf,
+ * rados_namespace, rados_user), or a store on a disk this process reads by
+ * its directory (local_dir; buffered_reads as for cpr_store_open); its
+ * other fields are ignored. Errors: CPR_INVALID_ARGUMENT (neither or both
+ * named), CPR_UNAVAILABLE (no monitor answers), CPR_NOT_FOUND (no such
+ * pool; a directory without DIR/store-id), CPR_CORRUPT (a store-id that is
+ * not a name). On success *out owns the reader: cpr_store_reader_close.
  * Thread-safe: restores may run on it at once.
  */
 typedef struct cpr_store_reader cpr_store_reader;
 CPR_API cpr_status cpr_store_reader_open(const cpr_store_options *opts, cpr_store_reader **out);
-/* The storage's name, as cpr_store_shared_id gives it for a store on it. */
+/* The storage's name, as cpr_store_read_id gives it for a store on it. */
 CPR_API const char *cpr_store_reader_id(const cpr_store_reader *r);
 /* Run a plan of cpr_store_restore_plan into fn (cpr_store_restore's
  * delivery). A damaged or missing block is CPR_CORRUPT naming the pool,

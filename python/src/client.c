@@ -39,7 +39,7 @@ static int client_init(cprpy_client *c, PyObject *args, PyObject *kw)
                              "thread_cpus", "retain_cuts", "no_sync", "no_fold", "token",
                              "tls_ca_file", "tls_cert_file", "tls_key_file", "rados_pool",
                              "rados_conf", "rados_namespace", "rados_user", "direct_writes",
-                             "buffered_reads", NULL};
+                             "buffered_reads", "local_dir", NULL};
     const char *target;
     cpr_client_options o;
     memset(&o, 0, sizeof o);
@@ -47,7 +47,7 @@ static int client_init(cprpy_client *c, PyObject *args, PyObject *kw)
     int defer = 0, no_sync = 0, no_fold = 0, direct_writes = 0, buffered_reads = 0;
     const char *cpus = NULL;
     unsigned int retain = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "s|$nnddOdpzO&ppzzzzzzzzpp", kwlist, &target,
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "s|$nnddOdpzO&ppzzzzzzzzppz", kwlist, &target,
                                      (Py_ssize_t *)&o.staging_bytes,
                                      (Py_ssize_t *)&o.message_bytes, &o.call_timeout_s,
                                      &o.stream_timeout_s, &retries, &o.backoff_s, &defer, &cpus,
@@ -55,7 +55,7 @@ static int client_init(cprpy_client *c, PyObject *args, PyObject *kw)
                                      &o.tls_ca_file, &o.tls_cert_file, &o.tls_key_file,
                                      &o.store.rados_pool, &o.store.rados_conf,
                                      &o.store.rados_namespace, &o.store.rados_user,
-                                     &direct_writes, &buffered_reads))
+                                     &direct_writes, &buffered_reads, &o.store.local_dir))
         return -1;
     if ((Py_ssize_t)o.staging_bytes < 0 || (Py_ssize_t)o.message_bytes < 0) {
         cprpy_raise(CPR_INVALID_ARGUMENT, "staging_bytes and message_bytes must be >= 0");
@@ -1028,7 +1028,7 @@ PyTypeObject cprpy_ClientType = {
               "thread_cpus=None, retain_cuts=0, no_sync=False, no_fold=False, token=None, "
               "tls_ca_file=None, tls_cert_file=None, tls_key_file=None, rados_pool=None, "
               "rados_conf=None, rados_namespace=None, rados_user=None, direct_writes=False, "
-              "buffered_reads=False)\n\n"
+              "buffered_reads=False, local_dir=None)\n\n"
               "A CPR client. target: 'grpc://host:port[,host:port...]' (or 'host:port'), "
               "'grpcs://host:port[,...]' (TLS), 'unix:/path', or 'local:///dir' (the store "
               "in-process). token: the bearer token of a ckptd with --auth-file; tls_*: PEM "
@@ -1037,7 +1037,9 @@ PyTypeObject cprpy_ClientType = {
               "options): for local://, where the store lives; for a ckptd whose store is "
               "there, direct reads (restores read the pool themselves, docs/client.md); with "
               "direct_writes=True, parts write their rows into the pool themselves too. "
-              "buffered_reads=True (local:// only): the store reads its segments through "
+              "local_dir: the --data-dir of a ckptd on this host: direct reads from its "
+              "directory (restores read the segment files themselves; docs/client.md). "
+              "buffered_reads=True (local:// and local_dir): segments are read through "
               "the page cache, not with O_DIRECT (as ckptd's --reads buffered). "
               "Zero options take "
               "the library's defaults (docs/client.md); retries=0 never retries. "

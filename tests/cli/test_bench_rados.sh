@@ -24,8 +24,6 @@ fail() { echo "test_bench_rados: $*" >&2; exit 1; }
     fail "rpc --direct --direct-writes: $(tail -5 "$work/direct.err")"
 rc=0; "$bench" store --direct --rows 1000 > /dev/null 2>&1 || rc=$?
 [[ $rc == 2 ]] || fail "store --direct: exit $rc, want 2"
-rc=0; "$bench" rpc --direct --rows 1000 > /dev/null 2>&1 || rc=$?
-[[ $rc == 2 ]] || fail "rpc --direct without --backend rados: exit $rc, want 2"
 rc=0; "$bench" rpc --direct-writes --rows 1000 > /dev/null 2>&1 || rc=$?
 [[ $rc == 2 ]] || fail "rpc --direct-writes without --backend rados: exit $rc, want 2"
 rc=0; "$bench" store --backend rados --direct-writes --rows 1000 > /dev/null 2>&1 || rc=$?

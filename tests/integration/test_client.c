@@ -107,9 +107,9 @@ static void assert_blob(cpr_client *c, const char *job, uint32_t shard, uint64_t
 
 /* ---- one node: every kind, every query shape ------------------------------------ */
 
-static void round_trip(const char *target)
+static void round_trip_opts(const char *target, const cpr_client_options *given)
 {
-    cpr_client_options o = {.message_bytes = 4096, .backoff_s = 0.01};
+    cpr_client_options o = *given;
     cpr_client *c;
     tu_rows rows;
     cpr_restore_result res;
@@ -257,6 +257,77 @@ static void round_trip(const char *target)
     assert_status(CPR_OK, cpr_client_verify(c, "rt", NULL, NULL, &vr));
     assert_true(vr.rows_checked >= 6000 + 200 + 20 + 6000 + 100);
     cpr_client_close(c);
+}
+
+static void round_trip(const char *target)
+{
+    cpr_client_options o = {.message_bytes = 4096, .backoff_s = 0.01};
+    round_trip_opts(target, &o);
+}
+
+static double plans_sent(const ch_daemon *d)
+{
+    int code = 0;
+    char *body = NULL;
+    assert_status(CPR_OK, ch_http_get(d->metrics_addr, "/metrics", &code, &body));
+    assert_int_equal(code, 200);
+    double v = ch_metric(body, "cpr_ckptd_restore_plans_total");
+    free(body);
+    return v;
+}
+
+/* Direct reads from a daemon's directory on this host (docs/client.md,
+ * "Direct reads"): every restore of the round trip is planned by ckptd and
+ * read from the segment files by the client, with the same rows; pointed at
+ * another store's directory the client gets rows from ckptd, as before; a
+ * directory that holds no store fails the open. Both read modes. */
+static void test_direct_local_reads(void **state)
+{
+    (void)state;
+    ch_daemon d;
+    char *dir = tu_mkdtemp("cpr-ckptd");
+    char listen[400], other[4200];
+    snprintf(listen, sizeof listen, "unix:%s/ckptd.sock", dir);
+    const char *const args[] = {"--listen", listen, "--metrics-listen", "127.0.0.1:0", NULL};
+    ch_start_args(&d, dir, args);
+    assert_true(plans_sent(&d) == 0);
+    cpr_client_options o = {.message_bytes = 4096, .backoff_s = 0.01};
+    o.store.local_dir = dir;
+    round_trip_opts(d.addr, &o);
+    double planned = plans_sent(&d);
+    assert_true(planned >= 5); /* every restore of the round trip */
+
+    /* Buffered reads of the same store, then another store's directory: no
+     * plan, rows from ckptd, the same answer. */
+    snprintf(other, sizeof other, "%s/other", dir);
+    cpr_store *s = NULL;
+    assert_status(CPR_OK, cpr_store_open(other, NULL, &s));
+    cpr_store_close(s);
+    for (int i = 0; i < 2; i++) {
+        cpr_client *c = NULL;
+        o.store.local_dir = i ? other : dir;
+        o.store.buffered_reads = !i;
+        assert_status(CPR_OK, cpr_client_open(d.addr, &o, &c));
+        tu_rows rows = {0};
+        cpr_restore_result res = {0};
+        cpr_restore_query q = {.job = "rt", .as_of = 1};
+        restore(c, &q, NULL, 0, &rows, &res);
+        assert_int_equal(rows.n, 6000);
+        tu_assert_rows(rows.rows, &tables[0], 0, 1, 3000, 1);
+        tu_rows_free(&rows);
+        cpr_client_close(c);
+        assert_true(plans_sent(&d) == planned + 1); /* the first only */
+    }
+
+    cpr_client *c = NULL;
+    o.store.local_dir = "/nonexistent-cpr-dir";
+    assert_status(CPR_NOT_FOUND, cpr_client_open(d.addr, &o, &c));
+    assert_non_null(strstr(cpr_errmsg(), "store-id"));
+    o.store.local_dir = dir;
+    o.direct_writes = 1; /* RADOS only */
+    assert_status(CPR_INVALID_ARGUMENT, cpr_client_open(d.addr, &o, &c));
+    assert_null(c);
+    ch_daemon_down(&d, dir);
 }
 
 static void test_local_round_trip(void **state)
@@ -1232,6 +1303,7 @@ int main(int argc, char **argv)
     signal(SIGPIPE, SIG_IGN);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_unix_round_trip),
+        cmocka_unit_test(test_direct_local_reads),
         cmocka_unit_test(test_bad_targets),
         cmocka_unit_test(test_local_round_trip),
         cmocka_unit_test(test_ranges_and_gathers),

@@ -440,6 +440,45 @@ def test_part_codecs(any_client, job, codec):
         any_client.begin(job, 0, 2, tables=[(0, 500, 32, 1)], codec="int3")
 
 
+def assert_same_restores(plain, direct, job):
+    """Restores of three shapes through ckptd and by direct reads: the same
+    state, ids and bits."""
+    for query in ({}, {"as_of": 1}, {"ranges": [(5, 400)], "modulo": 3, "remainder": 1}):
+        a, ra = plain.restore(job, **query)
+        b, rb = direct.restore(job, **query)
+        assert ra.as_of == rb.as_of and ra.rows == rb.rows > 0
+        for t in a:
+            assert np.array_equal(np.asarray(a[t].ids), np.asarray(b[t].ids))
+            assert same_bits(a[t].values, b[t].values)
+
+
+def test_direct_reads_from_the_daemons_directory(tmp_path, job):
+    """A client on ckptd's host given its --data-dir (local_dir) restores by
+    reading the segment files itself (ckptd sends the plan; docs/client.md,
+    "Direct reads"): the same rows and bits as through ckptd, with O_DIRECT
+    and with buffered reads; a directory without a store is refused."""
+    from conftest import Daemon
+    binary = os.environ.get("CPR_CKPTD")
+    if not binary:
+        pytest.skip("CPR_CKPTD (the ckptd binary) is not set; run through ctest")
+    store = tmp_path / "store"
+    d = Daemon(binary, store, tmp_path / "ckptd.log")
+    try:
+        with cpr.Client(d.target) as plain:
+            (v1, s1, w1), (v2, s2), mine = write_job(plain, job)
+            for buffered in (False, True):
+                with cpr.Client(d.target, local_dir=str(store),
+                                buffered_reads=buffered) as direct:
+                    assert_same_restores(plain, direct, job)
+                    got, _ = direct.restore(job)
+                    check_rows(got[T0], np.arange(T0_ROWS), v2, s2)
+        assert (store / "store-id").read_text().startswith("local:")
+        with pytest.raises(cpr.NotFoundError, match="store-id"):
+            cpr.Client(d.target, local_dir=str(tmp_path))
+    finally:
+        assert d.stop() == 0
+
+
 def test_direct_reads_from_the_pool(tmp_path, job):
     """A client given ckptd's Ceph pool restores by reading the pool itself
     (ckptd sends the plan): the same rows and bits as through ckptd; with
@@ -457,13 +496,7 @@ def test_direct_reads_from_the_pool(tmp_path, job):
                 cpr.Client(d.target, rados_pool="cpr", rados_conf=conf,
                            rados_namespace=ns) as direct:
             (v1, s1, w1), (v2, s2), mine = write_job(plain, job)
-            for query in ({}, {"as_of": 1}, {"ranges": [(5, 400)], "modulo": 3, "remainder": 1}):
-                a, ra = plain.restore(job, **query)
-                b, rb = direct.restore(job, **query)
-                assert ra.as_of == rb.as_of and ra.rows == rb.rows > 0
-                for t in a:
-                    assert np.array_equal(np.asarray(a[t].ids), np.asarray(b[t].ids))
-                    assert same_bits(a[t].values, b[t].values)
+            assert_same_restores(plain, direct, job)
             got, _ = direct.restore(job)
             check_rows(got[T0], np.arange(T0_ROWS), v2, s2)
         # Direct writes: the same job written into the pool by the client itself

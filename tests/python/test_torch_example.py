@@ -51,12 +51,17 @@ def test_strategies(data, ckptd, job):
 
 @pytest.mark.parametrize("transport,reads", [("tcp", "direct"), ("unix", "direct"),
                                              ("local", "direct"), ("tcp", "buffered"),
-                                             ("local", "buffered")])
+                                             ("local", "buffered"), ("unix", "plan"),
+                                             ("unix", "plan-buffered")])
 def test_bench_runs_and_checks_what_it_restores(tmp_path, transport, reads):
     """bench.py on a small table, through each way to the store and each way
-    of reading it (ckptd --reads, Client(buffered_reads=)): every restore it
-    times is checked bit for bit inside; here, that it ran and reported every
+    of reading it (ckptd --reads, Client(buffered_reads=); "plan": the client
+    reads ckptd's directory itself, --direct-reads): every restore it times is
+    checked bit for bit inside; here, that it ran and reported every
     figure."""
+    direct = reads.startswith("plan")
+    if direct:
+        reads = "buffered" if reads.endswith("buffered") else "direct"
     ckptd = os.environ.get("CPR_CKPTD")
     if not ckptd:
         pytest.skip("CPR_CKPTD is not set; run through ctest")
@@ -64,7 +69,8 @@ def test_bench_runs_and_checks_what_it_restores(tmp_path, transport, reads):
     bench = os.path.join(HERE, "..", "..", "examples", "torch_dlrm", "bench.py")
     out = subprocess.run([sys.executable, bench, "--ckptd", ckptd, "--dir", str(tmp_path),
                           "--rows", "4000", "--dim", "8", "--repeat", "1",
-                          "--transport", transport, "--reads", reads, "--json"],
+                          "--transport", transport, "--reads", reads, "--json"]
+                         + (["--direct-reads"] if direct else []),
                          check=True, capture_output=True, text=True, env=env, timeout=300)
     r = json.loads(out.stdout)
     for key in ("stall_over_torch_save", "restore_speedup", "partial_speedup",
@@ -72,3 +78,4 @@ def test_bench_runs_and_checks_what_it_restores(tmp_path, transport, reads):
         assert r[key] > 0, key
     assert r["bytes"] == 4000 * 8 * 4 + 4000 * 4 and len(r["runs"]["cpr_stall_s"]) == 1
     assert r["transport"] == transport and r["reads"] == reads
+    assert r["direct_reads"] == direct

@@ -799,10 +799,11 @@ static void test_restore_matches_model(void **state)
 
 /* ---- direct reads ------------------------------------------------------------ */
 
-/* A restore's plan run by a reader of the store's pool (include/cpr/store.h):
+/* A restore's plan run by a reader of the store's storage (include/cpr/store.h):
  * the same rows as the store's own restore, and still after retention
- * dropped the planned part (restore.c M4: the segment waits out S8's grace).
- * A store on a local disk has no plan to give. */
+ * dropped the planned part (restore.c M4: the segment waits out S8's grace,
+ * in RADOS always, on a local disk once a plan was served). A local store's
+ * reader is given its directory (direct.c D1). */
 static void test_restore_plan_direct(void **state)
 {
     tu_store_fixture *f = *state;
@@ -815,13 +816,8 @@ static void test_restore_plan_direct(void **state)
     void *plan = NULL;
     size_t len = 0;
     cpr_restore_result res = {0};
-    const char *id = cpr_store_shared_id(f->store);
-    if (!id) {
-        assert_int_equal(cpr_store_restore_plan(f->store, &q, &plan, &len, &res),
-                         CPR_FAILED_PRECONDITION);
-        assert_null(plan);
-        return;
-    }
+    const char *id = cpr_store_read_id(f->store), *shared = cpr_store_shared_id(f->store);
+    assert_non_null(id);
     assert_int_equal(cpr_store_restore_plan(f->store, &q, &plan, &len, &res), CPR_OK);
     assert_int_equal(res.as_of, 1);
     assert_int_equal(res.rows, 0);
@@ -829,13 +825,21 @@ static void test_restore_plan_direct(void **state)
     cpr_gc_report gc;
     assert_int_equal(cpr_store_gc_floor(f->store, "d", 2, &gc), CPR_OK);
     assert_int_equal(gc.parts_removed, 1);
-    /* "rados:FSID/POOL/NS": the reader names the same pool and namespace */
     char pool[128] = "", ns[128] = "";
-    const char *p = strchr(id, '/');
-    assert_non_null(p);
-    assert_int_equal(sscanf(p + 1, "%127[^/]/%127s", pool, ns), 2);
-    cpr_store_options o = {.rados_pool = pool, .rados_namespace = ns,
-                           .rados_conf = getenv("CPR_TEST_RADOS_CONF")};
+    cpr_store_options o = {0};
+    if (shared) {
+        /* "rados:FSID/POOL/NS": the reader names the same pool and namespace */
+        assert_string_equal(id, shared);
+        const char *p = strchr(id, '/');
+        assert_non_null(p);
+        assert_int_equal(sscanf(p + 1, "%127[^/]/%127s", pool, ns), 2);
+        o = (cpr_store_options){.rados_pool = pool, .rados_namespace = ns,
+                                .rados_conf = getenv("CPR_TEST_RADOS_CONF")};
+    } else {
+        assert_int_equal(strncmp(id, "local:", 6), 0);
+        assert_int_equal(strlen(id), 6 + 32);
+        o.local_dir = f->path;
+    }
     cpr_store_reader *r = NULL;
     assert_int_equal(cpr_store_reader_open(&o, &r), CPR_OK);
     assert_string_equal(cpr_store_reader_id(r), id);
@@ -853,8 +857,46 @@ static void test_restore_plan_direct(void **state)
                      CPR_CORRUPT);
     assert_int_equal(none.n, 0);
     tu_rows_free(&none);
+    if (!shared) { /* direct writes are RADOS's only */
+        cpr_store_writer *w = NULL;
+        assert_int_equal(cpr_store_writer_create(r, "d/x", &w), CPR_FAILED_PRECONDITION);
+        assert_null(w);
+    }
     cpr_store_reader_close(r);
     free(plan);
+}
+
+/* A local store's name (direct.c D1) is its directory's, kept across opens;
+ * a reader needs exactly one store named, and a directory that holds one. */
+static void test_local_reader_names(void **state)
+{
+    tu_store_fixture *f = *state;
+    char id[64];
+    if (cpr_store_shared_id(f->store))
+        skip();
+    snprintf(id, sizeof id, "%s", cpr_store_read_id(f->store));
+    cpr_store_close(f->store);
+    f->store = NULL;
+    assert_int_equal(cpr_store_open(f->path, NULL, &f->store), CPR_OK);
+    assert_string_equal(cpr_store_read_id(f->store), id);
+    cpr_store_reader *r = NULL;
+    cpr_store_options none = {0}, both = {.local_dir = f->path, .rados_pool = "p"};
+    cpr_store_options not_a_store = {.local_dir = f->dir};
+    assert_int_equal(cpr_store_reader_open(&none, &r), CPR_INVALID_ARGUMENT);
+    assert_int_equal(cpr_store_reader_open(&both, &r), CPR_INVALID_ARGUMENT);
+    assert_int_equal(cpr_store_reader_open(&not_a_store, &r), CPR_NOT_FOUND);
+    assert_non_null(strstr(cpr_errmsg(), "store-id"));
+    assert_null(r);
+    /* a damaged name is reported, not taken */
+    char path[4200];
+    snprintf(path, sizeof path, "%s/store-id", f->path);
+    FILE *fp = fopen(path, "w");
+    assert_non_null(fp);
+    fputs("local:nothex\n", fp);
+    fclose(fp);
+    cpr_store_options here = {.local_dir = f->path};
+    assert_int_equal(cpr_store_reader_open(&here, &r), CPR_CORRUPT);
+    assert_null(r);
 }
 
 #define STORE_TESTS(setup)                                                                 \
@@ -865,6 +907,7 @@ static void test_restore_plan_direct(void **state)
         cmocka_unit_test_setup_teardown(test_restore_many_versions, setup, tu_store_teardown), \
         cmocka_unit_test_setup_teardown(test_restore_matches_model, setup, tu_store_teardown), \
         cmocka_unit_test_setup_teardown(test_restore_plan_direct, setup, tu_store_teardown), \
+        cmocka_unit_test_setup_teardown(test_local_reader_names, setup, tu_store_teardown),  \
         cmocka_unit_test_setup_teardown(test_restore_batches_and_errors, setup,              \
                                         tu_store_teardown),                                  \
         cmocka_unit_test_setup_teardown(test_restore_default_batch_bytes, setup,             \

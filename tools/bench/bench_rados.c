@@ -109,7 +109,8 @@ int bench_backend_json(cpri_json *root, const bench_opts *opts, int raw_direct)
     if (!ro->enabled)
         return cpri_json_add_string(root, "backend", "local") ||
                cpri_json_add_string(root, "baseline", "raw disk") ||
-               cpri_json_add_bool(root, "raw_direct", raw_direct) ? -1 : 0;
+               cpri_json_add_bool(root, "raw_direct", raw_direct) ||
+               cpri_json_add_bool(root, "direct_reads", opts->direct) ? -1 : 0;
     return cpri_json_add_string(root, "backend", "rados") ||
            cpri_json_add_string(root, "baseline", "rados bench (no raw-disk baseline)") ||
            cpri_json_add_string(root, "rados_pool", ro->pool) ||

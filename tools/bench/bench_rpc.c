@@ -261,9 +261,10 @@ static void *timed_barrier(void *arg)
     return NULL;
 }
 
-/* --direct: the client reads the pool's blocks itself (direct reads);
- * --direct-writes: it writes its parts' segments there itself. */
-static cpr_status open_client(const bench_opts *opts, const bench_daemon *d,
+/* --direct: the client reads the stored blocks itself (direct reads), from
+ * the pool or from the daemon's directory `dir`; --direct-writes: it writes
+ * its parts' segments into the pool itself. */
+static cpr_status open_client(const bench_opts *opts, const bench_daemon *d, const char *dir,
                               cpr_client **client)
 {
     char target[300];
@@ -271,6 +272,8 @@ static cpr_status open_client(const bench_opts *opts, const bench_daemon *d,
     memset(&o, 0, sizeof o);
     if (opts->direct || opts->direct_writes)
         o.store = bench_store_options(opts);
+    if (opts->direct && !opts->rados.enabled)
+        o.store.local_dir = dir;
     o.direct_writes = opts->direct_writes;
     if (strncmp(d->addr, "unix:", 5) == 0)
         snprintf(target, sizeof target, "%s", d->addr);
@@ -296,7 +299,7 @@ cpr_status bench_rpc_run(const bench_opts *opts, const char *data_dir, uint32_t 
     cpr_status st = daemon_start(opts, data_dir, use_unix, &d);
     res->open_s = cpri_now_s() - t0;
     if (st == CPR_OK)
-        st = open_client(opts, &d, &client);
+        st = open_client(opts, &d, data_dir, &client);
     if (st == CPR_OK)
         st = shards_init(opts, count, client, &phase, sh);
     if (st == CPR_OK) {
@@ -340,7 +343,7 @@ cpr_status bench_rpc_run(const bench_opts *opts, const char *data_dir, uint32_t 
         res->reopen_s = cpri_now_s() - t0;
     }
     if (st == CPR_OK)
-        st = open_client(opts, &d, &client);
+        st = open_client(opts, &d, data_dir, &client);
     if (st == CPR_OK) {
         for (uint32_t i = 0; i < count; i++)
             sh[i].client = client;

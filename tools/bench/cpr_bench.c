@@ -114,9 +114,10 @@ static void usage(FILE *out)
           "                  (ingest_ratio_median, restore_ratio_median), every\n"
           "                  round's ratios, and the figures of the median restore\n"
           "                  round\n"
-          "  --direct        (with --backend rados) the clients read the stored blocks\n"
-          "                  from the pool themselves, ckptd answering restores with\n"
-          "                  where they lie (direct reads, docs/client.md)\n"
+          "  --direct        the clients read the stored blocks themselves, from the\n"
+          "                  pool (--backend rados) or ckptd's directory on this host,\n"
+          "                  ckptd answering restores with where they lie (direct\n"
+          "                  reads, docs/client.md)\n"
           "  --direct-writes (with --backend rados) the clients write their parts'\n"
           "                  rows into the pool themselves, ckptd checking each\n"
           "                  segment's index at commit (direct writes)\n"
@@ -303,9 +304,9 @@ static int parse_store_args(int argc, char **argv, bench_opts *opts)
     }
     if (bench_rados_check_opts(opts))
         return -1;
-    if ((opts->direct || opts->direct_writes) && !opts->rados.enabled) {
-        fprintf(stderr, "cpr-bench: --direct%s works on segments in a Ceph pool: it needs "
-                "--backend rados\n", opts->direct ? "" : "-writes");
+    if (opts->direct_writes && !opts->rados.enabled) {
+        fprintf(stderr, "cpr-bench: --direct-writes works on segments in a Ceph pool: it "
+                "needs --backend rados\n");
         return -1;
     }
     if (opts->rados.enabled && opts->chain) {

@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
+# cpr-bench rpc on a small table over a Unix socket (not a timing test: it
+# checks what the benchmark reports): through ckptd, and with --direct (the
+# client reads ckptd's directory itself, ckptd only plans: docs/client.md,
+# "Direct reads"). cpr-bench exits 1 when a restore misses or alters a row.
+#   test_bench_rpc_cli.sh CPR_BENCH
+set -euo pipefail
+bench=$1
+work=$(mktemp -d "${TMPDIR:-/tmp}/cpr-bench-rpc.XXXXXX")
+trap 'rm -rf "$work"' EXIT
+fail() { echo "test_bench_rpc_cli: $*" >&2; exit 1; }
+
+for mode in plain direct; do
+    flag=(); [[ $mode == direct ]] && flag=(--direct)
+    "$bench" rpc --rows 20000 --shards 2 --transport unix --rounds 1 "${flag[@]}" --json \
+        > "$work/$mode.json" 2> "$work/$mode.err" || fail "rpc $mode: $(tail -5 "$work/$mode.err")"
+done
+rc=0; "$bench" rpc --direct-writes --rows 1000 > /dev/null 2>&1 || rc=$?
+[[ $rc == 2 ]] || fail "rpc --direct-writes without --backend rados: exit $rc, want 2"
+python3 - "$work/plain.json" "$work/direct.json" << 'PY' || fail "unexpected JSON: $(cat "$work/direct.json")"
+import json, sys
+plain, direct = (json.load(open(p)) for p in sys.argv[1:3])
+assert plain["store"]["direct_reads"] is False and direct["store"]["direct_reads"] is True
+for r in (plain, direct):
+    run = r["runs"][0]
+    assert run["shards"] == 2 and run["transport"] == "unix", run
+    assert run["restore_mb_s"] > 0 and run["ingest_mb_s"] > 0, run
+PY
+echo "test_bench_rpc_cli: ok"
