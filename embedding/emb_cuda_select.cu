@@ -150,40 +150,63 @@ out:
     return st;
 }
 
-/* The shard's rows with a non-zero key, compacted: out[j] = key << 32 |
- * (~i & 0xffffffff) for the i-th shard row, in no particular order (one
- * atomic per warp); *count = how many. A descending sort of these orders by
- * key, and equal keys by ascending i: ties toward lower ids. */
+/* The shard's rows with a non-zero key, compacted: out[j] = key << shift |
+ * (n - 1 - i) for the i-th shard row (n <= 2^shift), in no particular order
+ * (one atomic per warp); *count = how many, *max_key = the largest key. A
+ * descending sort of these orders by key, and equal keys by ascending i:
+ * ties toward lower ids. The sort needs only the low shift + bits(max_key)
+ * bits: for a shard of 50 K rows and counts below 256, 24 of 64 (three
+ * radix passes instead of eight). */
 static __global__ void topk_compact_kernel(const uint32_t *source, uint64_t first,
-                                           uint64_t stride, uint64_t n, uint64_t *out, ull *count)
+                                           uint64_t stride, uint64_t n, unsigned shift,
+                                           uint64_t *out, ull *count, unsigned *max_key)
 {
     for (uint64_t base = blockIdx.x * (uint64_t)blockDim.x; base < n;
          base += (uint64_t)gridDim.x * blockDim.x) {
         uint64_t i = base + threadIdx.x;
         uint32_t key = i < n ? source[first + i * stride] : 0;
         unsigned lane = threadIdx.x & 31, mask = __ballot_sync(0xffffffffu, key != 0);
+        unsigned top = key;
+        for (int o = 16; o > 0; o /= 2) {
+            unsigned other = __shfl_down_sync(0xffffffffu, top, o);
+            top = other > top ? other : top;
+        }
         ull at = 0;
-        if (lane == 0 && mask)
+        if (lane == 0 && mask) {
             at = atomicAdd(count, (ull)__popc(mask));
+            atomicMax(max_key, top);
+        }
         at = __shfl_sync(0xffffffffu, at, 0);
         if (key)
-            out[at + __popc(mask & ((1u << lane) - 1))] =
-                (uint64_t)key << 32 | (~(uint32_t)i & 0xffffffffu);
+            out[at + __popc(mask & ((1u << lane) - 1))] = (uint64_t)key << shift | (n - 1 - i);
     }
 }
 
-/* idx[j] = the shard-row index of sorted[j] (topk_compact_kernel's low word). */
-static __global__ void topk_index_kernel(const uint64_t *sorted, uint64_t n, uint32_t *idx)
+/* idx[j] = the shard-row index of sorted[j] (topk_compact_kernel's low bits). */
+static __global__ void topk_index_kernel(const uint64_t *sorted, uint64_t take, uint64_t n,
+                                         unsigned shift, uint32_t *idx)
 {
-    for (uint64_t j = blockIdx.x * (uint64_t)blockDim.x + threadIdx.x; j < n;
+    uint64_t low = shift < 64 ? ((uint64_t)1 << shift) - 1 : ~(uint64_t)0;
+    for (uint64_t j = blockIdx.x * (uint64_t)blockDim.x + threadIdx.x; j < take;
          j += (uint64_t)gridDim.x * blockDim.x)
-        idx[j] = ~(uint32_t)sorted[j];
+        idx[j] = (uint32_t)(n - 1 - (sorted[j] & low));
+}
+
+/* Bits needed for values up to v (0 for 0). */
+static unsigned bit_len(uint64_t v)
+{
+    unsigned b = 0;
+    while (v) {
+        b++;
+        v >>= 1;
+    }
+    return b;
 }
 
 typedef struct topk_scratch {
     uint64_t *pairs_in, *pairs_out; /* topk_compact_kernel's words */
     uint32_t *idx_in, *idx_out;
-    ull *count;
+    ull *count;             /* count, then the largest key (as an unsigned) */
     void *temp;
     size_t temp_bytes;
 } topk_scratch;
@@ -203,7 +226,7 @@ static cpr_status topk_scratch_get(emb_cuda_table *b, uint64_t n, topk_scratch *
     {
         emb_scratch_part parts[] = {{(void **)&s->pairs_in, n * 8}, {(void **)&s->pairs_out, n * 8},
                                     {(void **)&s->idx_in, n * 4},   {(void **)&s->idx_out, n * 4},
-                                    {(void **)&s->count, 8},        {&s->temp, s->temp_bytes}};
+                                    {(void **)&s->count, 16},       {&s->temp, s->temp_bytes}};
         st = emb_scratch_get(b, parts, 6);
     }
 out:
@@ -220,7 +243,8 @@ static cpr_status select_topk(cpr_emb *t, emb_cuda_table *b, uint32_t shard,
 {
     uint64_t n = cpri_emb_geom_shard_rows(t, shard), first = cpri_emb_geom_first(t, shard);
     uint64_t stride = cpri_emb_geom_stride(t), nonzero, take;
-    uint32_t *picked = NULL;
+    unsigned shift = bit_len(n - 1), key_bits, *max_key;
+    uint32_t *picked = NULL, *heap = NULL;
     topk_scratch s;
     cpr_status st = CPR_OK;
     if (k == 0 || n == 0) {
@@ -230,30 +254,40 @@ static cpr_status select_topk(cpr_emb *t, emb_cuda_table *b, uint32_t shard,
     st = topk_scratch_get(b, n, &s);
     if (st)
         goto out;
-    CHECK(cudaMemsetAsync(s.count, 0, sizeof(ull), b->stream));
+    max_key = (unsigned *)(s.count + 1);
+    CHECK(cudaMemsetAsync(s.count, 0, 2 * sizeof(ull), b->stream));
     topk_compact_kernel<<<emb_blocks(n, 256), 256, 0, b->stream>>>(source, first, stride, n,
-                                                                    s.pairs_in, s.count);
+                                                                    shift, s.pairs_in, s.count,
+                                                                    max_key);
     CHECK_LAUNCH();
-    CHECK(cudaMemcpyAsync(b->pinned_small, s.count, sizeof(ull), cudaMemcpyDeviceToHost,
+    CHECK(cudaMemcpyAsync(b->pinned_small, s.count, 2 * sizeof(ull), cudaMemcpyDeviceToHost,
                           b->stream));
     CHECK(cudaStreamSynchronize(b->stream));
     nonzero = b->pinned_small[0];
+    key_bits = bit_len((uint32_t)b->pinned_small[1]);
     take = nonzero < k ? nonzero : k;
     if (take) {
-        picked = (uint32_t *)malloc(take * sizeof *picked);
+        /* The picked indexes land in the table's pinned staging (a copy to
+         * pageable memory goes through the driver's own, synchronously). */
+        if (emb_pinned_get(b, take * sizeof *picked) == CPR_OK &&
+            b->pinned_bytes >= take * sizeof *picked) {
+            picked = (uint32_t *)b->pinned;
+        } else {
+            picked = heap = (uint32_t *)malloc(take * sizeof *picked);
+        }
         if (!picked) {
             st = cpr_fail(CPR_NO_MEMORY, "out of memory selecting %llu rows",
                           (unsigned long long)take);
             goto out;
         }
         CHECK(cub::DeviceRadixSort::SortKeysDescending(s.temp, s.temp_bytes, s.pairs_in,
-                                                       s.pairs_out, (int)nonzero, 0, 64,
-                                                       b->stream));
-        topk_index_kernel<<<emb_blocks(take, 256), 256, 0, b->stream>>>(s.pairs_out, take,
-                                                                        s.idx_in);
+                                                       s.pairs_out, (int)nonzero, 0,
+                                                       (int)(shift + key_bits), b->stream));
+        topk_index_kernel<<<emb_blocks(take, 256), 256, 0, b->stream>>>(s.pairs_out, take, n,
+                                                                        shift, s.idx_in);
         CHECK_LAUNCH();
         CHECK(cub::DeviceRadixSort::SortKeys(s.temp, s.temp_bytes, s.idx_in, s.idx_out,
-                                             (int)take, 0, 32, b->stream));
+                                             (int)take, 0, (int)(shift ? shift : 1), b->stream));
         CHECK(cudaMemcpyAsync(picked, s.idx_out, take * sizeof *picked, cudaMemcpyDeviceToHost,
                               b->stream));
         CHECK(cudaStreamSynchronize(b->stream));
@@ -262,7 +296,7 @@ static cpr_status select_topk(cpr_emb *t, emb_cuda_table *b, uint32_t shard,
     }
     *count = (size_t)take;
 out:
-    free(picked);
+    free(heap);
     return st;
 }
 
@@ -516,13 +550,23 @@ extern "C" cpr_status cpri_emb_cuda_save_begin(cpr_emb *t, cpr_emb_save *save)
                           b->stream));
     CHECK(cudaMemcpyAsync(b->pinned_small + 1, &b->shards_dev[save->shard].unsaved,
                           sizeof(ull), cudaMemcpyDeviceToHost, b->stream));
-    CHECK(cudaStreamSynchronize(b->stream));
-    p->count_sum = b->pinned_small[0];
-    p->unsaved_at_begin = b->pinned_small[1];
-    if (p->sampled) /* held rows keep their place in the sample until commit */
+    /* Held rows keep their place in the sample until commit. The hold is
+     * host work: it runs while the device gathers, and is undone if the
+     * device fails. */
+    if (p->sampled)
         cpri_emb_ssu_hold(&b->ssu, save->shard, save->ids, save->n,
                           cpri_emb_save_whole_shard(t, save) ? cpri_emb_geom_stride(t) : 0,
                           p->sampled);
+    {
+        cudaError_t e = cudaStreamSynchronize(b->stream);
+        if (e != cudaSuccess) {
+            if (p->sampled)
+                cpri_emb_ssu_end(&b->ssu, save->shard, save->ids, save->n, p->sampled, 0);
+            CHECK(e);
+        }
+    }
+    p->count_sum = b->pinned_small[0];
+    p->unsaved_at_begin = b->pinned_small[1];
     p->save = save;
     p->next = b->open;
     b->open = p;
