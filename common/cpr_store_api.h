@@ -16,7 +16,8 @@
 
 #include "cpr/store.h"
 
-#define CPR_STORE_API_ABI 5u
+/* 6: cpr_store_options gained local_dir (read by reader_open) */
+#define CPR_STORE_API_ABI 6u
 
 typedef struct cpri_store_api {
     uint32_t abi;   /* CPR_STORE_API_ABI of the store that filled it */

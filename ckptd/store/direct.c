@@ -62,45 +62,66 @@ static int local_id_ok(const char *id)
 static cpr_status read_local_id(const char *path, char *out)
 {
     char buf[64] = "";
+    cpr_status st = CPR_OK;
     FILE *f = fopen(path, "r");
     if (!f)
-        return errno == ENOENT ? CPR_NOT_FOUND
-                               : cpr_fail(CPR_IO, "open %s: %s", path, strerror(errno));
-    int got = fgets(buf, sizeof buf, f) != NULL;
-    fclose(f);
-    buf[strcspn(buf, "\n")] = 0;
-    if (!got || !local_id_ok(buf))
-        return cpr_fail(CPR_CORRUPT, "%s does not hold a store's name (\"%s%.*s\"); remove "
-                        "it and open the store again to write a new one", path,
-                        LOCAL_ID_PREFIX, LOCAL_ID_HEX, "<hex digits>");
-    snprintf(out, 48, "%s", buf);
+        st = errno == ENOENT ? CPR_NOT_FOUND
+                             : cpr_fail(CPR_IO, "open %s: %s", path, strerror(errno));
+    if (f) {
+        int got = fgets(buf, sizeof buf, f) != NULL;
+        fclose(f);
+        buf[strcspn(buf, "\n")] = 0;
+        if (!got || !local_id_ok(buf))
+            st = cpr_fail(CPR_CORRUPT, "%s does not hold a store's name (\"%s\" and %d hex "
+                          "digits); reopening the store writes a new one", path,
+                          LOCAL_ID_PREFIX, LOCAL_ID_HEX);
+    }
+    if (st == CPR_OK)
+        snprintf(out, 48, "%s", buf);
+    return st;
+}
+
+/* A new random name, "local:" and LOCAL_ID_HEX hex digits, into id[48]. */
+static cpr_status new_local_id(char *id)
+{
+    unsigned char r[LOCAL_ID_HEX / 2];
+    size_t got = 0;
+    while (got < sizeof r) {
+        ssize_t n = getrandom(r + got, sizeof r - got, 0);
+        if (n < 0 && errno != EINTR)
+            return cpr_fail(CPR_IO, "getrandom for the store's name failed: %s",
+                            strerror(errno));
+        got += n > 0 ? (size_t)n : 0;
+    }
+    size_t at = (size_t)snprintf(id, 48, "%s", LOCAL_ID_PREFIX);
+    for (size_t i = 0; i < sizeof r; i++)
+        at += (size_t)snprintf(id + at, 48 - at, "%02x", r[i]);
     return CPR_OK;
 }
 
-/* Write path's name anew: a temporary file, synced, renamed over it, the
+/* Write a new name to path: a temporary file, synced, renamed over it, the
  * directory synced (a crash leaves the old state or the new). */
 static cpr_status write_local_id(const char *dir, const char *path, char *out)
 {
-    unsigned char r[LOCAL_ID_HEX / 2];
-    if (getrandom(r, sizeof r, 0) != (ssize_t)sizeof r)
-        return cpr_fail(CPR_INTERNAL, "getrandom for the store's name failed: %s",
-                        strerror(errno));
-    char id[48];
-    size_t at = (size_t)snprintf(id, sizeof id, "%s", LOCAL_ID_PREFIX);
-    for (size_t i = 0; i < sizeof r; i++)
-        at += (size_t)snprintf(id + at, sizeof id - at, "%02x", r[i]);
-    char tmp[4200];
+    char id[48], line[64], tmp[4200];
+    cpr_status st = new_local_id(id);
+    int fd = -1;
     snprintf(tmp, sizeof tmp, "%s.tmp", path);
-    cpr_status st = CPR_OK;
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0)
-        return cpr_fail(CPR_IO, "create %s: %s", tmp, strerror(errno));
-    size_t len = strlen(id);
-    id[len] = '\n';
-    if (write(fd, id, len + 1) != (ssize_t)(len + 1) || fsync(fd) != 0)
-        st = cpr_fail(CPR_IO, "write %s: %s", tmp, strerror(errno));
-    id[len] = 0;
-    close(fd);
+    if (st == CPR_OK && (fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644)) < 0)
+        st = cpr_fail(errno == ENOSPC ? CPR_RESOURCE_EXHAUSTED : CPR_IO, "create %s: %s", tmp,
+                      strerror(errno));
+    if (st == CPR_OK) {
+        int len = snprintf(line, sizeof line, "%s\n", id);
+        ssize_t w = write(fd, line, (size_t)len);
+        if (w != len)
+            st = cpr_fail(w < 0 && errno == ENOSPC ? CPR_RESOURCE_EXHAUSTED : CPR_IO,
+                          "write %s: %s", tmp, w < 0 ? strerror(errno) : "short write");
+        else if (fsync(fd) != 0)
+            st = cpr_fail(errno == ENOSPC ? CPR_RESOURCE_EXHAUSTED : CPR_IO, "fsync %s: %s",
+                          tmp, strerror(errno));
+    }
+    if (fd >= 0)
+        close(fd);
     if (st == CPR_OK && rename(tmp, path) != 0)
         st = cpr_fail(CPR_IO, "rename %s: %s", tmp, strerror(errno));
     if (st == CPR_OK) {
@@ -110,39 +131,39 @@ static cpr_status write_local_id(const char *dir, const char *path, char *out)
         if (dfd >= 0)
             close(dfd);
     }
-    if (st) {
+    if (st == CPR_OK)
+        snprintf(out, 48, "%s", id);
+    else
         unlink(tmp);
-        return st;
-    }
-    snprintf(out, 48, "%s", id);
-    return CPR_OK;
+    return st;
 }
 
 cpr_status cpri_local_id(const char *dir, int create, char *out)
 {
     char *path = cpri_path_join(dir, LOCAL_ID_FILE);
-    if (!path)
-        return cpr_fail(CPR_NO_MEMORY, "out of memory naming %s/%s", dir, LOCAL_ID_FILE);
-    cpr_status st = read_local_id(path, out);
-    if (st == CPR_NOT_FOUND && create)
+    cpr_status st = path ? read_local_id(path, out)
+                         : cpr_fail(CPR_NO_MEMORY, "out of memory naming %s/%s", dir,
+                                    LOCAL_ID_FILE);
+    if (path && create && (st == CPR_NOT_FOUND || st == CPR_CORRUPT)) {
+        if (st == CPR_CORRUPT)
+            cpri_log(CPR_LOG_WARN, "%s; writing a new one", cpr_errmsg());
         st = write_local_id(dir, path, out);
-    else if (st == CPR_NOT_FOUND)
+    } else if (st == CPR_NOT_FOUND) {
         st = cpr_fail(CPR_NOT_FOUND, "%s is missing: %s is not the directory of a CPR "
-                      "store (give ckptd's --dir, or the path of local://)", path, dir);
+                      "store (give ckptd's --data-dir, or the path of local://)", path, dir);
+    }
     free(path);
     return st;
 }
 
 static cpr_status open_local(const cpr_store_options *o, cpr_store_reader *r)
 {
+    char *segs = NULL;
     cpr_status st = cpri_local_id(o->local_dir, 0, r->local_id);
-    char *segs = st ? NULL : cpri_path_join(o->local_dir, "segments");
-    if (st)
-        return st;
-    if (!segs)
-        return cpr_fail(CPR_NO_MEMORY, "out of memory opening a segment reader");
-    /* no_sync: this backend only reads */
-    st = cpri_backend_local_open(segs, 1, o->buffered_reads, &r->segs);
+    if (st == CPR_OK && !(segs = cpri_path_join(o->local_dir, "segments")))
+        st = cpr_fail(CPR_NO_MEMORY, "out of memory opening a segment reader");
+    if (st == CPR_OK) /* no_sync: this backend only reads */
+        st = cpri_backend_local_open(segs, 1, o->buffered_reads, &r->segs);
     free(segs);
     return st;
 }
@@ -157,7 +178,7 @@ cpr_status cpr_store_reader_open(const cpr_store_options *o, cpr_store_reader **
         return cpr_fail(CPR_INVALID_ARGUMENT, "direct reads need %s: set rados_pool (with "
                         "rados_conf, rados_namespace and rados_user as ckptd's --rados-* "
                         "options give them) for a store in Ceph RADOS, or local_dir (ckptd's "
-                        "--dir) for a store on this host's disk",
+                        "--data-dir) for a store on this host's disk",
                         pool ? "one store, not both" : "the store's storage");
     cpr_store_reader *r = calloc(1, sizeof *r);
     if (!r)

@@ -987,14 +987,18 @@ cpr_status cpr_store_restore_plan(cpr_store *store, const cpr_restore_query *q, 
                         "must be set");
     *plan = NULL;
     *len = 0;
+    if (!cpr_store_read_id(store))
+        return cpr_fail(CPR_FAILED_PRECONDITION, "this store has no name for direct readers "
+                        "(its store-id could not be read or written: see the log); restore "
+                        "through it");
     cpri_merge_plan p = {0};
     cpri_store_refresh_for_read(store, q ? q->job : NULL); /* rados.h R9 */
+    /* S8: set before planning, so that every segment doomed from the plan
+     * on waits out the grace (one doomed before it is not in the plan) */
+    atomic_store(&store->plans_served, 1);
     cpr_status st = plan_query(store, q, 1, &p);
     if (st == CPR_OK) {
-        /* M4: the segments outlive this reader by DOOM_GRACE_S (S8); a
-         * local store keeps them so from now on (set before the leave that
-         * may doom them) */
-        atomic_store(&store->plans_served, 1);
+        /* M4: the segments outlive this reader by DOOM_GRACE_S (S8) */
         cpri_store_reader_leave(store);
         unsigned char *buf = NULL;
         st = cpri_merge_plan_encode(&p, &buf, len);

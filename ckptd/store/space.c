@@ -155,6 +155,11 @@ static cpr_status check_pool(cpr_store *store, cpri_space_need need, const char 
                                              : "rows and blobs stop there");
 }
 
+int cpri_space_low(cpr_store *store)
+{
+    return !store->rados && cpri_space_free_bytes(store) < floor_of(store, CPRI_SPACE_BEGIN);
+}
+
 cpr_status cpri_space_check(cpr_store *store, cpri_space_need need, const char *op)
 {
     cpr_status pool = check_pool(store, need, op);

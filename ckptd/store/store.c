@@ -1105,9 +1105,16 @@ cpr_status cpr_store_open(const char *dir, const cpr_store_options *opts,
     st = check_format(store, dir);
     if (st == CPR_OK && store->opts.rados_pool)
         st = open_rados(store);
-    else if (st == CPR_OK && (st = cpri_local_id(dir, 1, store->local_id)) == CPR_OK)
+    else if (st == CPR_OK)
         st = cpri_backend_local_open(store->segs_dir, store->opts.no_sync,
                                           store->opts.buffered_reads, &store->segs);
+    if (st == CPR_OK && !store->opts.rados_pool &&
+        cpri_local_id(dir, 1, store->local_id) != CPR_OK) {
+        /* D1: the name serves direct reads only; without one the store
+         * works, and restores go through it */
+        cpri_log(CPR_LOG_WARN, "store %s: no direct reads (%s)", dir, cpr_errmsg());
+        store->local_id[0] = 0;
+    }
     if (st == CPR_OK)
         st = load_catalog(store);
     if (st)
@@ -1468,7 +1475,9 @@ void cpri_store_reap_doomed(cpr_store *store)
 
 void cpri_store_doom_locked(cpr_store *store, const char *name)
 {
-    int grace = store->rados || atomic_load(&store->plans_served); /* S8 */
+    /* S8: in RADOS always; a local store once it planned for a direct
+     * reader, unless its disk is short of room */
+    int grace = store->rados || (atomic_load(&store->plans_served) && !cpri_space_low(store));
     if (!store->readers && !grace) {
         store->segs->ops->remove(store->segs, name);
         return;
@@ -1640,7 +1649,11 @@ const char *cpr_store_shared_id(const cpr_store *store)
 
 const char *cpr_store_read_id(const cpr_store *store)
 {
-    return !store ? NULL : store->rados ? cpri_rados_identity(store->rados) : store->local_id;
+    if (!store)
+        return NULL;
+    if (store->rados)
+        return cpri_rados_identity(store->rados);
+    return store->local_id[0] ? store->local_id : NULL;
 }
 
 /* Appends to out[0..cap) what fmt says, keeping it terminated. */

@@ -78,9 +78,12 @@
  *      has that long to read it. At close the objects still waiting stay
  *      (no record names them) for the open-time sweep (R7). A store on a
  *      local disk does the same once it has handed a plan to a direct
- *      reader on its host (plans_served; direct.c D1): until then nobody
- *      reads its segments but itself, and a doomed one goes at once (S7).
- *      At its close the waiting ones go.
+ *      reader on its host (plans_served, set before the plan is made;
+ *      direct.c D1): until then nobody reads its segments but itself, and
+ *      a doomed one goes at once (S7). Its disk comes first: below the
+ *      Begin floor (space.c) a doomed segment goes at once, grace or not
+ *      (a direct reader then finds it missing and plans again). At its
+ *      close the waiting ones go.
  */
 #ifndef CPR_STORE_INTERNAL_H
 #define CPR_STORE_INTERNAL_H
@@ -174,7 +177,8 @@ struct cpr_store {
     rocksdb_writeoptions_t *sync_write;
     cpri_backend *segs;           /* segment objects (backend.h) */
     struct cpri_rados *rados;     /* the store in RADOS (rados.h R1); NULL: local only */
-    char local_id[48];            /* a local store's "local:<hex>" (direct.c D1); else "" */
+    char local_id[48];            /* a local store's "local:<hex>" (direct.c D1); ""
+                                     in RADOS, or when it could not be read or made */
     _Atomic int plans_served;     /* a direct reader got a plan (S8) */
     uint32_t gateway_id;         /* in RADOS: this gateway's id (rados.h R6); else 0 */
     pthread_mutex_t mu;          /* catalog, open_parts, job commit order, doomed */
@@ -219,6 +223,9 @@ typedef enum cpri_space_need {
 uint64_t cpri_space_free_bytes(const cpr_store *store);
 /* CPR_OK, or CPR_RESOURCE_EXHAUSTED naming `op`, the free and needed bytes. */
 cpr_status cpri_space_check(cpr_store *store, cpri_space_need need, const char *op);
+/* 1 when a local store's disk is below the Begin floor (no statvfs error
+ * counts as low); always 0 in RADOS. */
+int cpri_space_low(cpr_store *store);
 /* The GC tier, releasing the ballast if that makes the room (F2). */
 cpr_status cpri_space_check_gc(cpr_store *store);
 /* Put the ballast back if it is gone and there is room (F2). */
@@ -293,8 +300,9 @@ void cpri_seg_blob_name(char *out, const char *seg, const char *blob);
 /* S7: a reader of segments registers under store->mu before it leaves the
  * critical section in which it planned from the catalog, and leaves when it
  * has read everything (removing what became doomed meanwhile). */
-/* D1: DIR/store-id's name into out[48]; with `create`, written first when
- * missing. CPR_NOT_FOUND when missing (and not created). */
+/* D1: DIR/store-id's name into out[48]. A reader (!create): CPR_NOT_FOUND
+ * when missing, CPR_CORRUPT when it holds no name, CPR_IO when unreadable.
+ * The store (create): a missing or damaged one is written anew. */
 cpr_status cpri_local_id(const char *dir, int create, char *out);
 void cpri_store_reader_enter_locked(cpr_store *store);
 void cpri_store_reader_leave(cpr_store *store);

@@ -178,8 +178,10 @@ CPR_API const char *cpr_store_shared_id(const cpr_store *store);
 /* What direct readers name this store's storage by (cpr_store_reader_id):
  * cpr_store_shared_id's for a store in Ceph RADOS; for a store on a local
  * disk "local:" and 32 hex digits, kept in DIR/store-id (written at its
- * first open), which a reader given DIR as local_dir reads. Never NULL for
- * an open store. Valid until the store is closed. */
+ * first open, and again when damaged), which a reader given DIR as
+ * local_dir reads. NULL when the open could not read or write that file (it
+ * logs why): the store works, without direct reads. Valid until the store
+ * is closed. */
 CPR_API const char *cpr_store_read_id(const cpr_store *store);
 
 /* Largest consistent cut of `job`. CPR_NOT_FOUND if the job has none. */
@@ -229,7 +231,9 @@ CPR_API cpr_status cpr_store_restore_blocks(cpr_store *store, const cpr_restore_
  * (CPR_STORE_PLAN_VERSION, docs/format.md); a plan of another version is
  * refused with CPR_INVALID_ARGUMENT. A store on a local disk plans too
  * (its readers open its directory: local_dir); once it has, its removed
- * segments wait out the same 300 s (until it closes).
+ * segments wait out the same 300 s (until it closes, or at once while its
+ * disk is below the free-space reserve); without a cpr_store_read_id it
+ * refuses with CPR_FAILED_PRECONDITION.
  */
 #define CPR_STORE_PLAN_VERSION 1u
 CPR_API cpr_status cpr_store_restore_plan(cpr_store *store, const cpr_restore_query *query,
@@ -245,7 +249,8 @@ CPR_API cpr_status cpr_store_restore_plan(cpr_store *store, const cpr_restore_qu
  * other fields are ignored. Errors: CPR_INVALID_ARGUMENT (neither or both
  * named), CPR_UNAVAILABLE (no monitor answers), CPR_NOT_FOUND (no such
  * pool; a directory without DIR/store-id), CPR_CORRUPT (a store-id that is
- * not a name). On success *out owns the reader: cpr_store_reader_close.
+ * not a name), CPR_IO (a store-id this process may not read). On success
+ * *out owns the reader: cpr_store_reader_close.
  * Thread-safe: restores may run on it at once.
  */
 typedef struct cpr_store_reader cpr_store_reader;
@@ -253,8 +258,9 @@ CPR_API cpr_status cpr_store_reader_open(const cpr_store_options *opts, cpr_stor
 /* The storage's name, as cpr_store_read_id gives it for a store on it. */
 CPR_API const char *cpr_store_reader_id(const cpr_store_reader *r);
 /* Run a plan of cpr_store_restore_plan into fn (cpr_store_restore's
- * delivery). A damaged or missing block is CPR_CORRUPT naming the pool,
- * segment and offset, and none of its rows is delivered. */
+ * delivery). A damaged or missing block is CPR_CORRUPT naming the pool or
+ * file, segment and offset, and none of its rows is delivered; a segment
+ * file this process may not read is CPR_IO. */
 CPR_API cpr_status cpr_store_reader_restore(cpr_store_reader *r, const void *plan, size_t len,
                                             cpr_row_fn fn, void *ctx,
                                             cpr_restore_result *result);
@@ -296,7 +302,8 @@ CPR_API cpr_status cpr_store_put_segment(cpr_store *store, const cpr_part_id *id
                                          uint64_t size);
 
 /* A segment written through reader r (borrowed: close it after the writer).
- * `object` is the name cpr_store_direct_segment gave. One thread at a time. */
+ * `object` is the name cpr_store_direct_segment gave. One thread at a time.
+ * A reader of a local directory writes nothing: CPR_FAILED_PRECONDITION. */
 typedef struct cpr_store_writer cpr_store_writer;
 CPR_API cpr_status cpr_store_writer_create(cpr_store_reader *r, const char *object,
                                            cpr_store_writer **out);

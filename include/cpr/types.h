@@ -102,7 +102,7 @@ typedef struct cpr_store_options {
                                (docs/store.md, "Reads"). Writes stay O_DIRECT. */
     const char *local_dir;  /* cpr_store_reader_open (and a client's direct
                                reads): the directory of a store on a disk
-                               this process can read (ckptd's --dir on the
+                               this process can read (ckptd's --data-dir on the
                                same host), its segments read from there
                                (docs/client.md, "Direct reads"). Ignored by
                                cpr_store_open. Borrowed for the call. */

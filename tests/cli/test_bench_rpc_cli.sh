@@ -2,8 +2,9 @@
 # SPDX-License-Identifier: Apache-2.0
 # cpr-bench rpc on a small table over a Unix socket (not a timing test: it
 # checks what the benchmark reports): through ckptd, and with --direct (the
-# client reads ckptd's directory itself, ckptd only plans: docs/client.md,
-# "Direct reads"). cpr-bench exits 1 when a restore misses or alters a row.
+# client given ckptd's directory: docs/client.md, "Direct reads"; that ckptd
+# then only plans is tested by test_client's test_direct_local_reads, which
+# counts the plans). cpr-bench exits 1 when a restore misses or alters a row.
 #   test_bench_rpc_cli.sh CPR_BENCH
 set -euo pipefail
 bench=$1

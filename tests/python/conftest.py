@@ -14,9 +14,10 @@ import pytest
 STARTUP_TIMEOUT_S = 30.0
 
 
-def _read_line(fd, deadline):
+def _read_lines(fd, deadline):
+    """ckptd's stdout up to its address line (its metrics' line comes first)."""
     data = b""
-    while not data.endswith(b"\n"):
+    while b"ckptd listening on " not in data or not data.endswith(b"\n"):
         left = deadline - time.monotonic()
         if left <= 0 or not select.select([fd], [], [], left)[0]:
             raise RuntimeError("ckptd printed no address line within %.0f s" % STARTUP_TIMEOUT_S)
@@ -24,7 +25,7 @@ def _read_line(fd, deadline):
         if not chunk:
             break
         data += chunk
-    return data.decode(errors="replace")
+    return data.decode(errors="replace").splitlines()
 
 
 class Daemon:
@@ -36,13 +37,24 @@ class Daemon:
             [binary, "--listen", "127.0.0.1:0", "--data-dir", str(data_dir),
              "--gc-interval-s", "0", "--log-level", "warn", *extra],
             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=self.log)
-        line = _read_line(self.proc.stdout.fileno(), time.monotonic() + STARTUP_TIMEOUT_S)
-        prefix = "ckptd listening on "
-        if not line.startswith(prefix):
+        lines = _read_lines(self.proc.stdout.fileno(), time.monotonic() + STARTUP_TIMEOUT_S)
+        found = {k: l[len(k):].strip() for l in lines
+                 for k in ("ckptd listening on ", "ckptd metrics on ") if l.startswith(k)}
+        if "ckptd listening on " not in found:
             self.proc.kill()
-            raise RuntimeError("unexpected first line from ckptd: %r" % line)
-        self.address = line[len(prefix):].strip()
+            raise RuntimeError("unexpected output from ckptd: %r" % lines)
+        self.address = found["ckptd listening on "]
+        self.metrics_address = found.get("ckptd metrics on ")
         self.target = "grpc://" + self.address
+
+    def metric(self, series):
+        """The value of a sample of the daemon's /metrics (with --metrics-listen)."""
+        import urllib.request
+        with urllib.request.urlopen("http://%s/metrics" % self.metrics_address, timeout=10) as r:
+            for line in r.read().decode().splitlines():
+                if line.startswith(series + " "):
+                    return float(line.split()[-1])
+        return None
 
     def stop(self):
         self.proc.send_signal(signal.SIGTERM)

@@ -462,16 +462,20 @@ def test_direct_reads_from_the_daemons_directory(tmp_path, job):
     if not binary:
         pytest.skip("CPR_CKPTD (the ckptd binary) is not set; run through ctest")
     store = tmp_path / "store"
-    d = Daemon(binary, store, tmp_path / "ckptd.log")
+    d = Daemon(binary, store, tmp_path / "ckptd.log", ["--metrics-listen", "127.0.0.1:0"])
+    plans = "cpr_ckptd_restore_plans_total"
     try:
         with cpr.Client(d.target) as plain:
             (v1, s1, w1), (v2, s2), mine = write_job(plain, job)
+            assert d.metric(plans) == 0
             for buffered in (False, True):
                 with cpr.Client(d.target, local_dir=str(store),
                                 buffered_reads=buffered) as direct:
+                    before = d.metric(plans)
                     assert_same_restores(plain, direct, job)
                     got, _ = direct.restore(job)
                     check_rows(got[T0], np.arange(T0_ROWS), v2, s2)
+                    assert d.metric(plans) == before + 4  # every restore was planned
         assert (store / "store-id").read_text().startswith("local:")
         with pytest.raises(cpr.NotFoundError, match="store-id"):
             cpr.Client(d.target, local_dir=str(tmp_path))

@@ -21,6 +21,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "cpr/crc32c.h"
 #include "cpr/store.h"
@@ -841,15 +843,21 @@ static void test_restore_plan_direct(void **state)
         o.local_dir = f->path;
     }
     cpr_store_reader *r = NULL;
-    assert_int_equal(cpr_store_reader_open(&o, &r), CPR_OK);
-    assert_string_equal(cpr_store_reader_id(r), id);
-    tu_rows rows = {0};
-    cpr_restore_result got = {0};
-    assert_int_equal(cpr_store_reader_restore(r, plan, len, tu_collect, &rows, &got), CPR_OK);
-    assert_int_equal(got.as_of, 1);
-    assert_int_equal(rows.n, 600);
-    tu_assert_rows(rows.rows, t, 0, 1, 600, 1);
-    tu_rows_free(&rows);
+    for (int buffered = 0; buffered < (shared ? 1 : 2); buffered++) { /* both read modes */
+        o.buffered_reads = buffered;
+        assert_int_equal(cpr_store_reader_open(&o, &r), CPR_OK);
+        assert_string_equal(cpr_store_reader_id(r), id);
+        tu_rows rows = {0};
+        cpr_restore_result got = {0};
+        assert_int_equal(cpr_store_reader_restore(r, plan, len, tu_collect, &rows, &got),
+                         CPR_OK);
+        assert_int_equal(got.as_of, 1);
+        assert_int_equal(rows.n, 600);
+        tu_assert_rows(rows.rows, t, 0, 1, 600, 1);
+        tu_rows_free(&rows);
+        if (!buffered && !shared)
+            cpr_store_reader_close(r);
+    }
     /* a damaged plan is refused, and nothing is delivered */
     ((unsigned char *)plan)[len / 2] ^= 0x10;
     tu_rows none = {0};
@@ -887,7 +895,8 @@ static void test_local_reader_names(void **state)
     assert_int_equal(cpr_store_reader_open(&not_a_store, &r), CPR_NOT_FOUND);
     assert_non_null(strstr(cpr_errmsg(), "store-id"));
     assert_null(r);
-    /* a damaged name is reported, not taken */
+    /* a damaged name is reported to readers, not taken; the store's next
+     * open writes a new one */
     char path[4200];
     snprintf(path, sizeof path, "%s/store-id", f->path);
     FILE *fp = fopen(path, "w");
@@ -897,6 +906,62 @@ static void test_local_reader_names(void **state)
     cpr_store_options here = {.local_dir = f->path};
     assert_int_equal(cpr_store_reader_open(&here, &r), CPR_CORRUPT);
     assert_null(r);
+    cpr_store_close(f->store);
+    assert_int_equal(cpr_store_open(f->path, NULL, &f->store), CPR_OK);
+    assert_non_null(cpr_store_read_id(f->store));
+    assert_string_not_equal(cpr_store_read_id(f->store), id);
+    assert_int_equal(cpr_store_reader_open(&here, &r), CPR_OK);
+    assert_string_equal(cpr_store_reader_id(r), cpr_store_read_id(f->store));
+    cpr_store_reader_close(r);
+    /* a name that cannot be written (a directory in its place): the store
+     * opens and works, without direct reads */
+    cpr_store_close(f->store);
+    assert_int_equal(unlink(path), 0);
+    assert_int_equal(mkdir(path, 0700), 0);
+    assert_int_equal(cpr_store_open(f->path, NULL, &f->store), CPR_OK);
+    assert_null(cpr_store_read_id(f->store));
+    cpr_restore_query q = {.job = "nothing"};
+    void *plan = NULL;
+    size_t len = 0;
+    assert_int_equal(cpr_store_restore_plan(f->store, &q, &plan, &len, NULL),
+                     CPR_FAILED_PRECONDITION);
+    assert_null(plan);
+    assert_int_equal(rmdir(path), 0);
+}
+
+/* S8 yields to the disk: a local store short of room (below the Begin floor,
+ * here a reserve larger than any disk) removes a doomed segment at once,
+ * planned or not; a direct reader of the old plan is told it is missing. */
+static void test_plan_grace_yields_to_a_full_disk(void **state)
+{
+    tu_store_fixture *f = *state;
+    if (cpr_store_shared_id(f->store))
+        skip();
+    for (uint64_t ckpt = 1; ckpt <= 2; ckpt++) {
+        cpr_part_spec full = tu_part("g", 0, 1, ckpt, CPR_KIND_FULL, one_table, 1);
+        tu_write_part_ok(f->store, &full, 0, 300);
+    }
+    cpr_store_close(f->store);
+    cpr_store_options full_disk = {.min_free_bytes = UINT64_MAX / 4};
+    assert_int_equal(cpr_store_open(f->path, &full_disk, &f->store), CPR_OK);
+    cpr_restore_query q = {.job = "g", .as_of = 1};
+    void *plan = NULL;
+    size_t len = 0;
+    assert_int_equal(cpr_store_restore_plan(f->store, &q, &plan, &len, NULL), CPR_OK);
+    cpr_gc_report gc;
+    assert_int_equal(cpr_store_gc_floor(f->store, "g", 2, &gc), CPR_OK);
+    assert_int_equal(gc.parts_removed, 1);
+    cpr_store_options o = {.local_dir = f->path};
+    cpr_store_reader *r = NULL;
+    assert_int_equal(cpr_store_reader_open(&o, &r), CPR_OK);
+    tu_rows rows = {0};
+    assert_int_equal(cpr_store_reader_restore(r, plan, len, tu_collect, &rows, NULL),
+                     CPR_CORRUPT);
+    assert_non_null(strstr(cpr_errmsg(), "missing"));
+    assert_int_equal(rows.n, 0);
+    tu_rows_free(&rows);
+    cpr_store_reader_close(r);
+    free(plan);
 }
 
 #define STORE_TESTS(setup)                                                                 \
@@ -908,6 +973,8 @@ static void test_local_reader_names(void **state)
         cmocka_unit_test_setup_teardown(test_restore_matches_model, setup, tu_store_teardown), \
         cmocka_unit_test_setup_teardown(test_restore_plan_direct, setup, tu_store_teardown), \
         cmocka_unit_test_setup_teardown(test_local_reader_names, setup, tu_store_teardown),  \
+        cmocka_unit_test_setup_teardown(test_plan_grace_yields_to_a_full_disk, setup,        \
+                                        tu_store_teardown),                                  \
         cmocka_unit_test_setup_teardown(test_restore_batches_and_errors, setup,              \
                                         tu_store_teardown),                                  \
         cmocka_unit_test_setup_teardown(test_restore_default_batch_bytes, setup,             \
