@@ -76,8 +76,8 @@ static cpr_status read_local_id(const char *path, char *out)
                           "digits); reopening the store writes a new one", path,
                           LOCAL_ID_PREFIX, LOCAL_ID_HEX);
     }
-    if (st == CPR_OK)
-        snprintf(out, 48, "%s", buf);
+    if (st == CPR_OK) /* local_id_ok: 38 characters */
+        memcpy(out, buf, strlen(buf) + 1);
     return st;
 }
 
