@@ -311,22 +311,33 @@ cpr_status cpri_emb_touched_topk(cpri_emb_touched *s, const cpr_emb *t, uint32_t
             memcpy(sel_keys, cand_keys, cand * sizeof *sel_keys);
             kth = kth_largest(sel_keys, cand, k);
         }
+        /* Both loops below are branch-free (keys around the k-th one come in
+         * no order, and a branch on each cost most of an MFU save's selection
+         * in make demo): every candidate is written, the cursor moves only
+         * for those taken. Writes stay in bounds: at most k - 1 keys are
+         * above the k-th (kth_small, kth_largest), and the loop over ids
+         * stops once k are taken. */
         if (by_bitmap) { /* ascending: the first ties are the lowest ids */
             size_t above = 0;
             for (size_t i = 0; i < cand; i++)
                 above += cand_keys[i] > kth;
             size_t ties = k - above;
-            for (size_t i = 0; i < cand; i++)
-                if (cand_keys[i] > kth || (cand_keys[i] == kth && ties && ties--))
-                    ids[out++] = cand_ids[i];
+            for (size_t i = 0; i < cand && out < k; i++) {
+                uint32_t key = cand_keys[i];
+                size_t tie = (key == kth) & (ties != 0);
+                ids[out] = cand_ids[i];
+                out += (key > kth) | tie;
+                ties -= tie;
+            }
         } else {
-            uint64_t *ties = s->scratch_ids2;
+            uint64_t *ties = s->scratch_ids2; /* room for every candidate (reserve_scratch) */
             size_t n_ties = 0;
             for (size_t i = 0; i < cand; i++) {
-                if (cand_keys[i] > kth)
-                    ids[out++] = cand_ids[i];
-                else if (cand_keys[i] == kth)
-                    ties[n_ties++] = cand_ids[i];
+                uint32_t key = cand_keys[i];
+                ids[out] = cand_ids[i];
+                out += key > kth;
+                ties[n_ties] = cand_ids[i];
+                n_ties += key == kth;
             }
             /* The lowest ids among the ties fill the budget (cpri_emb_topk's rule). */
             if (n_ties > k - out)
