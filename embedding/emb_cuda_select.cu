@@ -6,10 +6,10 @@
  *
  * Selection runs over the shard's rows on the device: DELTA compacts the
  * dirty rows (CUB DeviceSelect, order kept); MFU and TOPK_NORM compact the
- * rows with a non-zero key into words key << 32 | ~index, radix-sort those
- * descending (equal keys in ascending row order: ties toward lower ids),
- * keep the first min(budget, non-zero keys) and sort their indices
- * ascending. The SSU
+ * rows with a non-zero key into words key << shift | (n - 1 - index),
+ * radix-sort those descending on their low shift + bits(largest key) bits
+ * (equal keys in ascending row order: ties toward lower ids), keep the
+ * first min(budget, non-zero keys) and sort their indices ascending. The SSU
  * sample is host state shared with the CPU backend (emb_ssu.c). Rows cross to and from the host through a pinned staging
  * buffer in chunks, on the table's stream; every call has completed when it
  * returns.
@@ -152,7 +152,8 @@ out:
 
 /* The shard's rows with a non-zero key, compacted: out[j] = key << shift |
  * (n - 1 - i) for the i-th shard row (n <= 2^shift), in no particular order
- * (one atomic per warp); *count = how many, *max_key = the largest key. A
+ * (one atomicAdd and one atomicMax per block and round); *count = how
+ * many, *max_key = the largest key. A
  * descending sort of these orders by key, and equal keys by ascending i:
  * ties toward lower ids. The sort needs only the low shift + bits(max_key)
  * bits: for a shard of 50 K rows and counts below 256, 24 of 64 (three
