@@ -17,16 +17,27 @@
 /* ---- restore ----------------------------------------------------------------------- */
 
 /* One node's part of a restore, retried on CPR_UNAVAILABLE while nothing has
- * been delivered (after that a repeat would deliver rows twice). */
+ * been delivered (after that a repeat would deliver rows twice). A direct
+ * read that fails with CPR_IO or CPR_CORRUPT before delivering a row (a
+ * segment this process may not read, one removed since the plan, a copy of
+ * the store that differs) is asked once more without direct reads: the
+ * node then reads and checks the blocks itself, and its answer stands. */
 static cpr_status restore_node(cpr_client *c, cpri_node *node, const cpr_restore_query *q,
                                cpr_row_fn fn, void *ctx, uint64_t *rows, uint64_t *bytes)
 {
+    cpri_direct *direct = c->direct;
     for (unsigned attempt = 0;; attempt++) {
         uint64_t r = 0, b = 0;
-        cpr_status st = cpri_node_restore(node, q, c->direct, c->opts.stream_timeout_s, fn, ctx,
+        cpr_status st = cpri_node_restore(node, q, direct, c->opts.stream_timeout_s, fn, ctx,
                                           &r, &b);
         *rows += r;
         *bytes += b;
+        if ((st == CPR_IO || st == CPR_CORRUPT) && direct && r == 0) {
+            cpri_log(CPR_LOG_WARN, "restore of %s from %s: %s; reading through the daemon",
+                     q->job, cpri_node_name(node), cpr_errmsg());
+            direct = NULL;
+            continue;
+        }
         if (st != CPR_UNAVAILABLE)
             return st;
         if (r) {

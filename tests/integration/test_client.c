@@ -280,6 +280,7 @@ static double plans_sent(const ch_daemon *d)
  * "Direct reads"): every restore of the round trip is planned by ckptd and
  * read from the segment files by the client, with the same rows; pointed at
  * another store's directory the client gets rows from ckptd, as before; a
+ * direct read that fails before a row is asked again through ckptd; a
  * directory that holds no store fails the open. Both read modes. */
 static void test_direct_local_reads(void **state)
 {
@@ -317,6 +318,32 @@ static void test_direct_local_reads(void **state)
         tu_rows_free(&rows);
         cpr_client_close(c);
         assert_true(plans_sent(&d) == planned + 1); /* the first only */
+    }
+
+    /* A copy of the directory carries the store's name (direct.c D1), so
+     * ckptd plans; its segments differ (gone here), the direct read fails
+     * before a row is delivered, and the client asks again for rows: the
+     * same answer, one plan more. */
+    char copy[4200], cmd[27000];
+    snprintf(copy, sizeof copy, "%s/copy", dir);
+    snprintf(cmd, sizeof cmd, "mkdir -p '%s' && cp '%s/store-id' '%s/' && cp -r '%s/segments' "
+             "'%s/' && find '%s/segments' -name '*.seg' -delete", copy, dir, copy, dir, copy,
+             copy);
+    assert_int_equal(system(cmd), 0);
+    {
+        cpr_client *cc = NULL;
+        o.store.local_dir = copy;
+        o.store.buffered_reads = 0;
+        assert_status(CPR_OK, cpr_client_open(d.addr, &o, &cc));
+        tu_rows rows = {0};
+        cpr_restore_result res = {0};
+        cpr_restore_query q = {.job = "rt", .as_of = 1};
+        restore(cc, &q, NULL, 0, &rows, &res);
+        assert_int_equal(rows.n, 6000);
+        tu_assert_rows(rows.rows, &tables[0], 0, 1, 3000, 1);
+        tu_rows_free(&rows);
+        cpr_client_close(cc);
+        assert_true(plans_sent(&d) == planned + 2);
     }
 
     cpr_client *c = NULL;
