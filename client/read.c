@@ -26,6 +26,7 @@ static cpr_status restore_node(cpr_client *c, cpri_node *node, const cpr_restore
                                cpr_row_fn fn, void *ctx, uint64_t *rows, uint64_t *bytes)
 {
     cpri_direct *direct = c->direct;
+    char direct_why[512] = ""; /* why a direct read gave up, for a failed retry's message */
     for (unsigned attempt = 0;; attempt++) {
         uint64_t r = 0, b = 0;
         cpr_status st = cpri_node_restore(node, q, direct, c->opts.stream_timeout_s, fn, ctx,
@@ -33,10 +34,16 @@ static cpr_status restore_node(cpr_client *c, cpri_node *node, const cpr_restore
         *rows += r;
         *bytes += b;
         if ((st == CPR_IO || st == CPR_CORRUPT) && direct && r == 0) {
+            snprintf(direct_why, sizeof direct_why, "%s", cpr_errmsg());
             cpri_log(CPR_LOG_WARN, "restore of %s from %s: %s; reading through the daemon",
-                     q->job, cpri_node_name(node), cpr_errmsg());
+                     q->job, cpri_node_name(node), direct_why);
             direct = NULL;
             continue;
+        }
+        if (st != CPR_OK && st != CPR_UNAVAILABLE && direct_why[0]) {
+            char why[1024];
+            snprintf(why, sizeof why, "%s", cpr_errmsg());
+            return cpr_fail(st, "%s (through the daemon, after the %s)", why, direct_why);
         }
         if (st != CPR_UNAVAILABLE)
             return st;
