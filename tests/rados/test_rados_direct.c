@@ -10,8 +10,9 @@
  *  - a client pointed at another namespace is answered with bytes, and
  *    still right;
  *  - a block damaged in the pool fails the direct restore with CPR_CORRUPT
- *    from the client's own read (ckptd never read it), and nothing of it
- *    is delivered; through ckptd it fails too, and ckptd's verify names
+ *    from the client's own read, and nothing of it is delivered (the client
+ *    then asks ckptd for the rows, which finds the same: the message names
+ *    both); through ckptd it fails too, and ckptd's verify names
  *    the segment;
  *  - a pool that does not exist fails cpr_client_open with CPR_NOT_FOUND;
  *  - ckptd counts the plans it sent (restore_plans_total): the direct
