@@ -276,6 +276,22 @@ static double plans_sent(const ch_daemon *d)
     return v;
 }
 
+/* A client opened with `o` restores the round trip's job as of checkpoint 1:
+ * its FULL part, rows and bits. */
+static void restore_first_part(const char *target, const cpr_client_options *o)
+{
+    cpr_client *c = NULL;
+    tu_rows rows = {0};
+    cpr_restore_result res = {0};
+    cpr_restore_query q = {.job = "rt", .as_of = 1};
+    assert_status(CPR_OK, cpr_client_open(target, o, &c));
+    restore(c, &q, NULL, 0, &rows, &res);
+    assert_int_equal(rows.n, 6000);
+    tu_assert_rows(rows.rows, &tables[0], 0, 1, 3000, 1);
+    tu_rows_free(&rows);
+    cpr_client_close(c);
+}
+
 /* Direct reads from a daemon's directory on this host (docs/client.md,
  * "Direct reads"): every restore of the round trip is planned by ckptd and
  * read from the segment files by the client, with the same rows; pointed at
@@ -305,18 +321,9 @@ static void test_direct_local_reads(void **state)
     assert_status(CPR_OK, cpr_store_open(other, NULL, &s));
     cpr_store_close(s);
     for (int i = 0; i < 2; i++) {
-        cpr_client *c = NULL;
         o.store.local_dir = i ? other : dir;
         o.store.buffered_reads = !i;
-        assert_status(CPR_OK, cpr_client_open(d.addr, &o, &c));
-        tu_rows rows = {0};
-        cpr_restore_result res = {0};
-        cpr_restore_query q = {.job = "rt", .as_of = 1};
-        restore(c, &q, NULL, 0, &rows, &res);
-        assert_int_equal(rows.n, 6000);
-        tu_assert_rows(rows.rows, &tables[0], 0, 1, 3000, 1);
-        tu_rows_free(&rows);
-        cpr_client_close(c);
+        restore_first_part(d.addr, &o);
         assert_true(plans_sent(&d) == planned + 1); /* the first only */
     }
 
@@ -330,21 +337,10 @@ static void test_direct_local_reads(void **state)
              "'%s/' && find '%s/segments' -name '*.seg' -delete", copy, dir, copy, dir, copy,
              copy);
     assert_int_equal(system(cmd), 0);
-    {
-        cpr_client *cc = NULL;
-        o.store.local_dir = copy;
-        o.store.buffered_reads = 0;
-        assert_status(CPR_OK, cpr_client_open(d.addr, &o, &cc));
-        tu_rows rows = {0};
-        cpr_restore_result res = {0};
-        cpr_restore_query q = {.job = "rt", .as_of = 1};
-        restore(cc, &q, NULL, 0, &rows, &res);
-        assert_int_equal(rows.n, 6000);
-        tu_assert_rows(rows.rows, &tables[0], 0, 1, 3000, 1);
-        tu_rows_free(&rows);
-        cpr_client_close(cc);
-        assert_true(plans_sent(&d) == planned + 2);
-    }
+    o.store.local_dir = copy;
+    o.store.buffered_reads = 0;
+    restore_first_part(d.addr, &o);
+    assert_true(plans_sent(&d) == planned + 2);
 
     cpr_client *c = NULL;
     o.store.local_dir = "/nonexistent-cpr-dir";
