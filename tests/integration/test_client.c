@@ -265,6 +265,20 @@ static void round_trip(const char *target)
     round_trip_opts(target, &o);
 }
 
+/* A ckptd on a Unix-domain socket in a new temporary directory (returned;
+ * ch_daemon_down removes it), with its metrics on 127.0.0.1 if `metrics`. */
+static char *unix_daemon(ch_daemon *d, int metrics)
+{
+    char *dir = tu_mkdtemp("cpr-ckptd");
+    char listen[400];
+    snprintf(listen, sizeof listen, "unix:%s/ckptd.sock", dir);
+    const char *const args[] = {"--listen", listen, metrics ? "--metrics-listen" : NULL,
+                                "127.0.0.1:0", NULL};
+    ch_start_args(d, dir, args);
+    assert_string_equal(d->addr, listen);
+    return dir;
+}
+
 static double plans_sent(const ch_daemon *d)
 {
     int code = 0;
@@ -302,11 +316,8 @@ static void test_direct_local_reads(void **state)
 {
     (void)state;
     ch_daemon d;
-    char *dir = tu_mkdtemp("cpr-ckptd");
-    char listen[400], other[4200];
-    snprintf(listen, sizeof listen, "unix:%s/ckptd.sock", dir);
-    const char *const args[] = {"--listen", listen, "--metrics-listen", "127.0.0.1:0", NULL};
-    ch_start_args(&d, dir, args);
+    char other[4200];
+    char *dir = unix_daemon(&d, 1);
     assert_true(plans_sent(&d) == 0);
     cpr_client_options o = {.message_bytes = 4096, .backoff_s = 0.01};
     o.store.local_dir = dir;
@@ -379,14 +390,8 @@ static void test_unix_round_trip(void **state)
 {
     (void)state;
     ch_daemon d;
-    char *dir = tu_mkdtemp("cpr-ckptd");
-    char listen[400], target[512];
-    snprintf(listen, sizeof listen, "unix:%s/ckptd.sock", dir);
-    const char *const args[] = {"--listen", listen, NULL};
-    ch_start_args(&d, dir, args);
-    assert_string_equal(d.addr, listen);
-    snprintf(target, sizeof target, "%s", d.addr);
-    round_trip(target);
+    char *dir = unix_daemon(&d, 0);
+    round_trip(d.addr);
     ch_daemon_down(&d, dir);
 }
 
