@@ -517,9 +517,17 @@ class Checkpointer:
                     base, end = int(ids[0]), int(ids[-1]) + 1
                     vw, vs = vw[base:end], None if vs is None else vs[base:end]
                     q.update(ranges=[(base, end)], row_base=base)
+                # full: the rewound rows' trackers start over here, and so
+                # need no word of which rows came back (nothing runs between
+                # this wipe and the restore); partial: the restored rows'
+                # trackers are cleared after it, whatever they saw since the
+                # failure.
+                flags = None
                 if plan.action == "full":
-                    t.wipe_shard(entry.shard)  # the rewound rows' trackers start over
-                work.append((i, vw, vs, np.zeros(len(vw), np.uint8), base, q))
+                    t.wipe_shard(entry.shard)
+                else:
+                    flags = np.zeros(len(vw), np.uint8)
+                work.append((i, vw, vs, flags, base, q))
 
         def restore(job):
             i, vw, vs, flags, _, q = job
@@ -531,7 +539,8 @@ class Checkpointer:
                     min(len(work), self.restore_threads)) as pool:
                 results = list(pool.map(restore, work))
             for (i, _, _, flags, base, _), res in zip(work, results):
-                self.trackers[i].restored(np.flatnonzero(flags) + base)
+                if flags is not None:
+                    self.trackers[i].restored(np.flatnonzero(flags) + base)
                 rows += res.rows
         dense = "keep"
         for entry in plan.shards:

@@ -171,6 +171,13 @@ def test_full_recovery_restores_the_cut_and_rewinds(client, job):
         assert torch.equal(tr.emb_opt.state[tr.model.emb[t].weight]["sum"], s_cut[t])
     for k, v in tr.model.mlp.state_dict().items():
         assert torch.equal(v, mlp_cut[k])
+    # Every row is back at the cut: no tracker holds anything unsaved.
+    for tracker in tr.ckpt.trackers:
+        for shard in range(SHARDS):
+            st = tracker.stats(shard)
+            assert (st.unsaved_events, st.dirty_rows, st.sampled_rows, st.touched_rows) == (
+                0, 0, 0, 0), (shard, st)
+            assert len(tracker.select(shard, "mfu", rows=7)) == 0
     # Training goes on from the cut. A later partial recovery restores each
     # row's newest version on the new timeline: from a save made since, or
     # from the cut; never from the part written after the cut and left
