@@ -29,6 +29,16 @@
  *      where the codec changed instead, a fold of a FULL in f32 and MFU
  *      parts in int8 came out as a block every few rows: 17 453 blocks for
  *      one table of 50 000 rows, a restore 30 times slower than from f32.
+ *  D6. The background folds a shard once the parts after its base (its
+ *      FULL or fold) are at least BG_MIN_PARTS and hold at least the base's
+ *      bytes, or are BG_FORCE_PARTS whatever their size (cpri_fold_due). A
+ *      fold rewrites about the base's bytes, so its writes stay under the
+ *      bytes saved since the last one, while a restore reads at most about
+ *      twice the shard's live bytes (plus its newest part). Folding at a
+ *      quarter of the base instead, `make demo`'s MFU run (parts of an
+ *      eighth of a shard every 0.35 s) folded twice the bytes it saved, on
+ *      the core its saves stream on (docs/performance.md, "Folds at the
+ *      base's size").
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -43,9 +53,8 @@
 #include "restore.h"
 #include "store_internal.h"
 
-#define BG_MIN_PARTS 4       /* parts after the base before a background fold */
+#define BG_MIN_PARTS 4       /* parts after the base before a background fold (D6) */
 #define BG_FORCE_PARTS 32    /* ... whatever their size */
-#define BG_MIN_FRACTION 4    /* ... or when they hold base_bytes / this */
 
 #define FOLD_BLOCK_BYTES (1u << 20) /* rows of one codec gather up to this (D5) */
 
@@ -374,7 +383,12 @@ static void chain_of(const cpri_job *job, uint32_t shard, uint64_t *newest, size
     }
 }
 
-/* Under store->mu: shards to fold (background: also by size). */
+int cpri_fold_due(size_t parts, uint64_t after_bytes, uint64_t base_bytes)
+{
+    return parts >= BG_FORCE_PARTS || (parts >= BG_MIN_PARTS && after_bytes >= base_bytes);
+}
+
+/* Under store->mu: shards to fold (background: by cpri_fold_due). */
 static cpr_status find_chains(cpr_store *store, const char *only, uint32_t min_parts,
                               int background, fold_todo **out, size_t *n)
 {
@@ -404,10 +418,7 @@ static cpr_status find_chains(cpr_store *store, const char *only, uint32_t min_p
             uint64_t newest, after, base;
             size_t parts;
             chain_of(job, shard, &newest, &parts, &after, &base);
-            int due = parts >= min_parts;
-            if (background)
-                due = parts >= BG_FORCE_PARTS ||
-                      (parts >= BG_MIN_PARTS && after * BG_MIN_FRACTION >= base);
+            int due = background ? cpri_fold_due(parts, after, base) : parts >= min_parts;
             if (!due || newest <= job->floor)
                 continue;
             if (count == cap) {
@@ -503,6 +514,15 @@ cpr_status cpr_store_fold(cpr_store *store, const char *job, uint32_t min_parts,
     if (st == CPR_OK && folded)
         *folded = count;
     return cpri_store_count(store, st);
+}
+
+cpr_status cpri_fold_background_pass(cpr_store *store, uint64_t *folded)
+{
+    uint64_t count = 0;
+    cpr_status st = fold_pass(store, NULL, 0, 1, &count);
+    if (folded)
+        *folded = count;
+    return st;
 }
 
 /* ---- the background thread --------------------------------------------------- */

@@ -356,6 +356,14 @@ cpr_status cpri_fold_start(cpr_store *store);
 void cpri_fold_stop(cpr_store *store);
 void cpri_fold_poke(cpr_store *store);
 
+/* fold.c D6: whether the background folds a shard whose base (FULL or
+ * fold) holds base_bytes and is followed by `parts` parts of after_bytes. */
+int cpri_fold_due(size_t parts, uint64_t after_bytes, uint64_t base_bytes);
+
+/* One pass of the background's rule on this thread, without its pauses
+ * (tests); *folded (may be NULL) gets the folds written. */
+cpr_status cpri_fold_background_pass(cpr_store *store, uint64_t *folded);
+
 /* 1 if the record of this part failed to decode at open (S5). */
 int cpri_store_is_damaged(const cpr_store *store, uint32_t job_id, uint32_t shard, uint64_t ckpt);
 /* Under store->mu: CPR_CORRUPT (with a message) if a damaged fold record of

@@ -12,7 +12,10 @@
  *    the fold is about to start) leaves no visible half-fold: every restore
  *    is exact after the restart, verify finds nothing, and the unfinished
  *    segment is swept. RocksDB is not fork-safe, so every process that uses
- *    the store is a fresh fork of a parent that never opens it.
+ *    the store is a fresh fork of a parent that never opens it;
+ *  - the background's rule (fold.c D6): a shard is folded once the parts
+ *    after its FULL hold its bytes (four parts at least), or once they are
+ *    32 whatever their size, and not before.
  */
 #ifndef _DEFAULT_SOURCE
 #define _DEFAULT_SOURCE
@@ -36,6 +39,7 @@
 
 #include "cpr/store.h"
 #include "cpr/rng.h"
+#include "store_internal.h"
 #include "testutil.h"
 
 #define ROWS 3000u
@@ -477,6 +481,107 @@ static void test_sigkill_while_folding(void **state)
     free(dir);
 }
 
+/* The bytes of part (shard, c) of `job`, as the catalog counts them. */
+static uint64_t part_bytes(cpr_store *st, const char *job, uint32_t shard, uint64_t c)
+{
+    cpr_part_info *parts = NULL;
+    size_t n = 0;
+    uint64_t bytes = 0;
+    assert_int_equal(cpr_store_list(st, job, &parts, &n), CPR_OK);
+    for (size_t i = 0; i < n; i++)
+        if (parts[i].shard == shard && parts[i].checkpoint == c)
+            bytes = parts[i].bytes;
+    free(parts);
+    assert_true(bytes > 0);
+    return bytes;
+}
+
+/* Write part (shard, c) of job "rule" (2 shards): `ids`, n of them. */
+static void rule_part(cpr_store *st, uint32_t shard, uint64_t c, cpr_kind kind,
+                      const uint64_t *ids, size_t n)
+{
+    cpr_part_spec spec = tu_part("rule", shard, SHARDS, c, kind, &g_t, 1);
+    assert_int_equal(cpr_store_begin(st, &spec), CPR_OK);
+    assert_int_equal(tu_put_rows(st, &spec.id, &g_t, ids, n, c), CPR_OK);
+    assert_int_equal(cpr_store_commit(st, &spec.id, n), CPR_OK);
+}
+
+static void test_background_rule(void **state)
+{
+    (void)state;
+    char *dir = tu_mkdtemp("cpr-fold-rule");
+    cpr_store *st;
+    assert_int_equal(cpr_store_open(dir, &g_no_fold, &st), CPR_OK);
+    uint64_t *ids = malloc(ROWS * sizeof *ids);
+    uint64_t folded = 0, c = 1;
+
+    /* Shard 0: a FULL of its rows, then parts of an eighth of them each, as
+     * `make demo`'s MFU saves are. The old rule (a quarter of the base)
+     * folded after the fourth part; this one after about the eighth. */
+    size_t n = 0;
+    for (uint64_t r = 0; r < ROWS; r += SHARDS)
+        ids[n++] = r;
+    rule_part(st, 0, c, CPR_KIND_FULL, ids, n);
+    uint64_t base = part_bytes(st, "rule", 0, c), after = 0;
+    size_t parts = 0, folded_after = 0;
+    while (!folded_after && parts < 20) {
+        c++;
+        n = 0;
+        for (uint64_t r = 0; r < ROWS; r += SHARDS)
+            if ((r / SHARDS) % 8 == c % 8)
+                ids[n++] = r;
+        rule_part(st, 0, c, CPR_KIND_PRIORITY, ids, n);
+        after += part_bytes(st, "rule", 0, c);
+        parts++;
+        assert_int_equal(cpri_fold_background_pass(st, &folded), CPR_OK);
+        assert_int_equal(folded, parts >= 4 && after >= base);
+        if (folded)
+            folded_after = parts;
+    }
+    print_message("  shard 0 (base %" PRIu64 " bytes) folded after %zu parts of %" PRIu64
+                  " bytes\n", base, folded_after, after);
+    assert_true(folded_after >= 8 && folded_after <= 9);
+    assert_int_equal(cpri_fold_background_pass(st, &folded), CPR_OK);
+    assert_int_equal(folded, 0); /* the fold is shard 0's base now */
+
+    /* Shard 1: a FULL, then parts of one row each: folded at the 32nd. */
+    n = 0;
+    for (uint64_t r = 1; r < ROWS; r += SHARDS)
+        ids[n++] = r;
+    rule_part(st, 1, ++c, CPR_KIND_FULL, ids, n);
+    for (parts = 1; parts <= 32; parts++) {
+        uint64_t one = 1 + 2 * parts;
+        rule_part(st, 1, ++c, CPR_KIND_PRIORITY, &one, 1);
+        assert_int_equal(cpri_fold_background_pass(st, &folded), CPR_OK);
+        assert_int_equal(folded, parts == 32);
+    }
+
+    /* Folding changed no answer: the newest rows are as written. */
+    tu_rows rows = {0};
+    cpr_restore_query q = {.job = "rule", .batch_rows = 100};
+    cpr_restore_result res;
+    assert_int_equal(tu_restore(st, &q, &rows, &res), CPR_OK);
+    assert_int_equal(rows.n, ROWS);
+    for (size_t i = 0; i < rows.n; i++) {
+        uint64_t r = rows.rows[i].id, want = 1;
+        if (r % SHARDS == 0) {
+            for (uint64_t k = 2; k <= 1 + folded_after; k++)
+                if ((r / SHARDS) % 8 == k % 8)
+                    want = k;
+        } else {
+            want = folded_after + 2; /* shard 1's FULL */
+            if (r >= 3 && r <= 1 + 2 * 32)
+                want += (r - 1) / 2;
+        }
+        tu_assert_row(&rows.rows[i], &g_t, r, want);
+    }
+    tu_rows_free(&rows);
+    free(ids);
+    cpr_store_close(st);
+    tu_rmtree(dir);
+    free(dir);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -484,6 +589,7 @@ int main(void)
          * store (RocksDB is not fork-safe). */
         cmocka_unit_test(test_sigkill_while_folding),
         cmocka_unit_test(test_chain_of_200_exact),
+        cmocka_unit_test(test_background_rule),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
