@@ -30,15 +30,18 @@
  *      parts in int8 came out as a block every few rows: 17 453 blocks for
  *      one table of 50 000 rows, a restore 30 times slower than from f32.
  *  D6. The background folds a shard once the parts after its base (its
- *      FULL or fold) are at least BG_MIN_PARTS and hold at least the base's
- *      bytes, or are BG_FORCE_PARTS whatever their size (cpri_fold_due). A
- *      fold rewrites about the base's bytes, so its writes stay under the
- *      bytes saved since the last one, while a restore reads at most about
- *      twice the shard's live bytes (plus its newest part). Folding at a
- *      quarter of the base instead, `make demo`'s MFU run (parts of an
- *      eighth of a shard every 0.35 s) folded twice the bytes it saved, on
- *      the core its saves stream on (docs/performance.md, "Folds at the
- *      base's size").
+ *      FULL or fold) are at least BG_MIN_PARTS and hold a quarter of the
+ *      base's bytes, or are BG_FORCE_PARTS whatever their size
+ *      (cpri_fold_due): a restore reads at most about 1.25 times the shard's
+ *      live bytes plus its newest part. The price is write amplification: a
+ *      fold rewrites about the base's bytes, so `make demo`'s MFU run (parts
+ *      of an eighth of a shard every 0.35 s) folds twice the bytes it saves.
+ *      Folding at the base's size instead halved that and took some
+ *      background off MFU, but made each partial recovery's load read and
+ *      merge twice the parts: with the demo's eight failures, SSU lost more
+ *      in loads than it gained (docs/performance.md, "Folds at the base's
+ *      size: tried, not kept"). Which side wins depends on how often
+ *      restores come against saves, which the store does not know.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -55,6 +58,7 @@
 
 #define BG_MIN_PARTS 4       /* parts after the base before a background fold (D6) */
 #define BG_FORCE_PARTS 32    /* ... whatever their size */
+#define BG_MIN_FRACTION 4    /* ... or when they hold base_bytes / this */
 
 #define FOLD_BLOCK_BYTES (1u << 20) /* rows of one codec gather up to this (D5) */
 
@@ -385,7 +389,8 @@ static void chain_of(const cpri_job *job, uint32_t shard, uint64_t *newest, size
 
 int cpri_fold_due(size_t parts, uint64_t after_bytes, uint64_t base_bytes)
 {
-    return parts >= BG_FORCE_PARTS || (parts >= BG_MIN_PARTS && after_bytes >= base_bytes);
+    return parts >= BG_FORCE_PARTS ||
+           (parts >= BG_MIN_PARTS && after_bytes * BG_MIN_FRACTION >= base_bytes);
 }
 
 /* Under store->mu: shards to fold (background: by cpri_fold_due). */
