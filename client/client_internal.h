@@ -104,10 +104,12 @@ void cpri_direct_close(cpri_direct *d); /* NULL is a no-op */
 const char *cpri_direct_id(const cpri_direct *d);
 /* Rows are checked against their checksum before `fn` sees them. With
  * `direct` (may be NULL), a grpc node asks for the blocks of that store by
- * location and reads them from the pool. */
+ * location and reads them from the pool or its directory; *direct_failed
+ * (may be NULL) is then 1 if the failure was that read's, not the node's
+ * or fn's. */
 cpr_status cpri_node_restore(cpri_node *node, const cpr_restore_query *q, cpri_direct *direct,
                             double timeout_s, cpr_row_fn fn, void *ctx, uint64_t *rows,
-                            uint64_t *bytes);
+                            uint64_t *bytes, int *direct_failed);
 /* fn(ctx, size, offset, data, len) per chunk, checked; size is the blob's length. */
 typedef cpr_status (*cpri_node_chunk_fn)(void *ctx, uint64_t size, uint64_t offset,
                                         const void *data, size_t len);

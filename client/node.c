@@ -745,10 +745,11 @@ static cpr_status remote_rows(void *ctx, const uint8_t *msg, size_t len)
 
 cpr_status cpri_node_restore(cpri_node *n, const cpr_restore_query *q, cpri_direct *direct,
                             double timeout_s, cpr_row_fn fn, void *ctx, uint64_t *rows,
-                            uint64_t *bytes)
+                            uint64_t *bytes, int *direct_failed)
 {
     rows_in in = {.node = n, .fn = fn, .ctx = ctx};
     cpr_status st;
+    int ran_direct = 0;
     if (n->store) {
         st = n->api->restore(n->store, q, local_rows, &in, NULL);
         if (!in.fn_failed)
@@ -761,8 +762,10 @@ cpr_status cpri_node_restore(cpri_node *n, const cpr_restore_query *q, cpri_dire
         if (st == CPR_OK)
             st = cpri_rpc_server_stream(n->rpc, SVC "Restore", req, len, timeout_s,
                                        remote_rows, &in);
-        if (st == CPR_OK && in.plan_seen)
+        if (st == CPR_OK && in.plan_seen) {
             st = direct_run(&in);
+            ran_direct = st != CPR_OK && !in.fn_failed;
+        }
         free(in.plan);
         free(req);
         free(in.scratch);
@@ -770,6 +773,8 @@ cpr_status cpri_node_restore(cpri_node *n, const cpr_restore_query *q, cpri_dire
     }
     *rows = in.rows;
     *bytes = in.bytes;
+    if (direct_failed)
+        *direct_failed = ran_direct;
     return st;
 }
 

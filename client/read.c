@@ -27,13 +27,14 @@ static cpr_status restore_node(cpr_client *c, cpri_node *node, const cpr_restore
 {
     cpri_direct *direct = c->direct;
     char direct_why[512] = ""; /* why a direct read gave up, for a failed retry's message */
-    for (unsigned attempt = 0;; attempt++) {
+    for (unsigned attempt = 0;;) {
         uint64_t r = 0, b = 0;
+        int direct_failed = 0;
         cpr_status st = cpri_node_restore(node, q, direct, c->opts.stream_timeout_s, fn, ctx,
-                                          &r, &b);
+                                          &r, &b, &direct_failed);
         *rows += r;
         *bytes += b;
-        if ((st == CPR_IO || st == CPR_CORRUPT) && direct && r == 0) {
+        if ((st == CPR_IO || st == CPR_CORRUPT) && direct_failed && r == 0) {
             snprintf(direct_why, sizeof direct_why, "%s", cpr_errmsg());
             cpri_log(CPR_LOG_WARN, "restore of %s from %s: %s; reading through the daemon",
                      q->job, cpri_node_name(node), direct_why);
@@ -53,7 +54,7 @@ static cpr_status restore_node(cpr_client *c, cpri_node *node, const cpr_restore
             return cpr_fail(st, "%s (after %llu rows had been delivered, so not retried)", why,
                             (unsigned long long)r);
         }
-        if (!cpri_client_backoff(c, attempt))
+        if (!cpri_client_backoff(c, attempt++)) /* the fallback is no attempt */
             return st;
     }
 }
