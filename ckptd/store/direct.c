@@ -32,6 +32,7 @@
 
 #include "cpr/block.h"
 #include "cpr/store.h"
+#include "blobio.h"
 #include "cpr_common.h"
 #include "rados.h"
 #include "restore.h"
@@ -44,7 +45,7 @@
 struct cpr_store_reader {
     cpri_rados *rados;        /* NULL: a local directory's reader */
     cpri_backend *segs;
-    char local_id[48];
+    char local_id[CPRI_LOCAL_ID_CAP];
     _Atomic unsigned reading; /* restores reading at once (restore.c M2) */
 };
 
@@ -81,7 +82,7 @@ static cpr_status read_local_id(const char *path, char *out)
     return st;
 }
 
-/* A new random name, "local:" and LOCAL_ID_HEX hex digits, into id[48]. */
+/* A new random name, "local:" and LOCAL_ID_HEX hex digits, into id[CPRI_LOCAL_ID_CAP]. */
 static cpr_status new_local_id(char *id)
 {
     unsigned char r[LOCAL_ID_HEX / 2];
@@ -93,9 +94,9 @@ static cpr_status new_local_id(char *id)
                             strerror(errno));
         got += n > 0 ? (size_t)n : 0;
     }
-    size_t at = (size_t)snprintf(id, 48, "%s", LOCAL_ID_PREFIX);
+    size_t at = (size_t)snprintf(id, CPRI_LOCAL_ID_CAP, "%s", LOCAL_ID_PREFIX);
     for (size_t i = 0; i < sizeof r; i++)
-        at += (size_t)snprintf(id + at, 48 - at, "%02x", r[i]);
+        at += (size_t)snprintf(id + at, CPRI_LOCAL_ID_CAP - at, "%02x", r[i]);
     return CPR_OK;
 }
 
@@ -103,7 +104,7 @@ static cpr_status new_local_id(char *id)
  * directory synced (a crash leaves the old state or the new). */
 static cpr_status write_local_id(const char *dir, const char *path, char *out)
 {
-    char id[48], line[64], tmp[4200];
+    char id[CPRI_LOCAL_ID_CAP], line[64], tmp[4200];
     cpr_status st = new_local_id(id);
     int fd = -1;
     snprintf(tmp, sizeof tmp, "%s.tmp", path);
@@ -124,15 +125,10 @@ static cpr_status write_local_id(const char *dir, const char *path, char *out)
         close(fd);
     if (st == CPR_OK && rename(tmp, path) != 0)
         st = cpr_fail(CPR_IO, "rename %s: %s", tmp, strerror(errno));
-    if (st == CPR_OK) {
-        int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-        if (dfd < 0 || fsync(dfd) != 0)
-            st = cpr_fail(CPR_IO, "fsync %s: %s", dir, strerror(errno));
-        if (dfd >= 0)
-            close(dfd);
-    }
+    if (st == CPR_OK && cpri_fsync_dir(dir) != 0)
+        st = cpr_fail(CPR_IO, "fsync %s: %s", dir, strerror(errno));
     if (st == CPR_OK)
-        snprintf(out, 48, "%s", id);
+        snprintf(out, CPRI_LOCAL_ID_CAP, "%s", id);
     else
         unlink(tmp);
     return st;

@@ -32,7 +32,7 @@
  *  D6. The background folds a shard once the parts after its base (its
  *      FULL or fold) are at least BG_MIN_PARTS and hold a quarter of the
  *      base's bytes, or are BG_FORCE_PARTS whatever their size
- *      (cpri_fold_due): a restore reads at most about 1.25 times the shard's
+ *      (fold_due): a restore reads at most about 1.25 times the shard's
  *      live bytes plus its newest part. The price is write amplification: a
  *      fold rewrites about the base's bytes, so `make demo`'s MFU run (parts
  *      of an eighth of a shard every 0.35 s) folds twice the bytes it saves.
@@ -387,13 +387,15 @@ static void chain_of(const cpri_job *job, uint32_t shard, uint64_t *newest, size
     }
 }
 
-int cpri_fold_due(size_t parts, uint64_t after_bytes, uint64_t base_bytes)
+/* D6: does the background fold a shard whose base (FULL or fold) holds
+ * base_bytes and is followed by `parts` parts of after_bytes? */
+static int fold_due(size_t parts, uint64_t after_bytes, uint64_t base_bytes)
 {
     return parts >= BG_FORCE_PARTS ||
            (parts >= BG_MIN_PARTS && after_bytes * BG_MIN_FRACTION >= base_bytes);
 }
 
-/* Under store->mu: shards to fold (background: by cpri_fold_due). */
+/* Under store->mu: shards to fold (background: by fold_due). */
 static cpr_status find_chains(cpr_store *store, const char *only, uint32_t min_parts,
                               int background, fold_todo **out, size_t *n)
 {
@@ -423,7 +425,7 @@ static cpr_status find_chains(cpr_store *store, const char *only, uint32_t min_p
             uint64_t newest, after, base;
             size_t parts;
             chain_of(job, shard, &newest, &parts, &after, &base);
-            int due = background ? cpri_fold_due(parts, after, base) : parts >= min_parts;
+            int due = background ? fold_due(parts, after, base) : parts >= min_parts;
             if (!due || newest <= job->floor)
                 continue;
             if (count == cap) {
@@ -547,8 +549,7 @@ static void *fold_main(void *arg)
         pthread_mutex_unlock(&fw->mu);
         if (stop)
             break;
-        uint64_t folded = 0;
-        cpr_status st = fold_pass(store, NULL, 0, 1, &folded);
+        cpr_status st = cpri_fold_background_pass(store, NULL);
         if (st)
             cpri_log(CPR_LOG_WARN, "background folding failed (%s); restores read the "
                     "parts instead", cpr_errmsg());

@@ -889,6 +889,16 @@ static int db_is_empty(cpr_store *store)
 /* The 'V' record: a new store gets this build's format; any other format
  * is refused with a message that says which. Format 1 (rows as RocksDB
  * keys) has no 'V' record but has 'M' records. */
+/* D1 (direct.c): the local store's name. It serves direct reads only; without
+ * one the store works, and restores go through it. */
+static void local_name(cpr_store *store, const char *dir)
+{
+    if (cpri_local_id(dir, 1, store->local_id) != CPR_OK) {
+        cpri_log(CPR_LOG_WARN, "store %s: no direct reads (%s)", dir, cpr_errmsg());
+        store->local_id[0] = 0;
+    }
+}
+
 static cpr_status check_format(cpr_store *store, const char *dir)
 {
     size_t vlen = 0;
@@ -1105,15 +1115,11 @@ cpr_status cpr_store_open(const char *dir, const cpr_store_options *opts,
     st = check_format(store, dir);
     if (st == CPR_OK && store->opts.rados_pool)
         st = open_rados(store);
-    else if (st == CPR_OK)
+    else if (st == CPR_OK) {
         st = cpri_backend_local_open(store->segs_dir, store->opts.no_sync,
-                                          store->opts.buffered_reads, &store->segs);
-    if (st == CPR_OK && !store->opts.rados_pool &&
-        cpri_local_id(dir, 1, store->local_id) != CPR_OK) {
-        /* D1: the name serves direct reads only; without one the store
-         * works, and restores go through it */
-        cpri_log(CPR_LOG_WARN, "store %s: no direct reads (%s)", dir, cpr_errmsg());
-        store->local_id[0] = 0;
+                                     store->opts.buffered_reads, &store->segs);
+        if (st == CPR_OK)
+            local_name(store, dir);
     }
     if (st == CPR_OK)
         st = load_catalog(store);
@@ -1649,10 +1655,8 @@ const char *cpr_store_shared_id(const cpr_store *store)
 
 const char *cpr_store_read_id(const cpr_store *store)
 {
-    if (!store)
-        return NULL;
-    if (store->rados)
-        return cpri_rados_identity(store->rados);
+    if (!store || store->rados)
+        return cpr_store_shared_id(store);
     return store->local_id[0] ? store->local_id : NULL;
 }
 

@@ -167,6 +167,8 @@ typedef struct doomed_seg {
 
 struct cpri_fold_worker;
 
+#define CPRI_LOCAL_ID_CAP 48 /* a local store's name, "local:" and 32 hex digits, + NUL */
+
 struct cpr_store {
     char *dir;
     char *db_dir, *blobs_dir, *staging_dir, *segs_dir;
@@ -177,7 +179,7 @@ struct cpr_store {
     rocksdb_writeoptions_t *sync_write;
     cpri_backend *segs;           /* segment objects (backend.h) */
     struct cpri_rados *rados;     /* the store in RADOS (rados.h R1); NULL: local only */
-    char local_id[48];            /* a local store's "local:<hex>" (direct.c D1); ""
+    char local_id[CPRI_LOCAL_ID_CAP]; /* a local store's "local:<hex>" (direct.c D1); ""
                                      in RADOS, or when it could not be read or made */
     _Atomic int plans_served;     /* a direct reader got a plan (S8) */
     uint32_t gateway_id;         /* in RADOS: this gateway's id (rados.h R6); else 0 */
@@ -300,7 +302,7 @@ void cpri_seg_blob_name(char *out, const char *seg, const char *blob);
 /* S7: a reader of segments registers under store->mu before it leaves the
  * critical section in which it planned from the catalog, and leaves when it
  * has read everything (removing what became doomed meanwhile). */
-/* D1: DIR/store-id's name into out[48]. A reader (!create): CPR_NOT_FOUND
+/* D1: DIR/store-id's name into out[CPRI_LOCAL_ID_CAP]. A reader (!create): CPR_NOT_FOUND
  * when missing, CPR_CORRUPT when it holds no name, CPR_IO when unreadable.
  * The store (create): a missing or damaged one is written anew. */
 cpr_status cpri_local_id(const char *dir, int create, char *out);
@@ -355,10 +357,6 @@ cpr_status cpri_fold_shard(cpr_store *store, const char *job, uint32_t shard, ui
 cpr_status cpri_fold_start(cpr_store *store);
 void cpri_fold_stop(cpr_store *store);
 void cpri_fold_poke(cpr_store *store);
-
-/* fold.c D6: whether the background folds a shard whose base (FULL or
- * fold) holds base_bytes and is followed by `parts` parts of after_bytes. */
-int cpri_fold_due(size_t parts, uint64_t after_bytes, uint64_t base_bytes);
 
 /* One pass of the background's rule on this thread, without its pauses
  * (tests); *folded (may be NULL) gets the folds written. */
