@@ -2,10 +2,12 @@
 /* The shared ckptd launcher (launch.h). */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -72,12 +74,52 @@ cpr_status cpri_ckptd_spawn(const char *ckptd, const char *dir, const char *list
     return CPR_OK;
 }
 
+/* Wait for the child to exit, at most `seconds`: 1 if it did (status set). */
+static int wait_within(pid_t pid, double seconds, int *status)
+{
+    int fd = (int)syscall(SYS_pidfd_open, pid, 0);
+    if (fd >= 0) {
+        struct pollfd p = {.fd = fd, .events = POLLIN};
+        int rc;
+        do
+            rc = poll(&p, 1, (int)(seconds * 1000));
+        while (rc < 0 && errno == EINTR);
+        close(fd);
+        if (rc == 0)
+            return 0;
+    } /* without pidfds (Linux < 5.3) the wait is unbounded */
+    return waitpid(pid, status, 0) == pid;
+}
+
+/* The daemon's threads, to stderr, where gdb is installed: what it was
+ * doing when it did not stop. */
+static void dump_stacks(pid_t pid)
+{
+    char spid[32];
+    snprintf(spid, sizeof spid, "%d", (int)pid);
+    pid_t gdb = fork();
+    if (gdb == 0) {
+        dup2(STDERR_FILENO, STDOUT_FILENO);
+        execlp("gdb", "gdb", "-batch", "-nx", "-p", spid, "-ex", "thread apply all bt",
+               (char *)NULL);
+        _exit(127);
+    }
+    if (gdb > 0)
+        waitpid(gdb, NULL, 0);
+}
+
 cpr_status cpri_ckptd_stop(cpri_ckptd_proc *d)
 {
     int status = 0;
     kill(d->pid, SIGTERM);
-    if (waitpid(d->pid, &status, 0) != d->pid)
-        return cpr_fail(CPR_IO, "waitpid ckptd: %s", strerror(errno));
+    if (!wait_within(d->pid, CPRI_CKPTD_STOP_S, &status)) {
+        fprintf(stderr, "ckptd (pid %d) did not stop within %d s of SIGTERM; its threads:\n",
+                (int)d->pid, CPRI_CKPTD_STOP_S);
+        dump_stacks(d->pid);
+        cpri_ckptd_kill(d);
+        return cpr_fail(CPR_TIMEOUT, "ckptd did not stop within %d s of SIGTERM (its threads "
+                        "are printed above)", CPRI_CKPTD_STOP_S);
+    }
     if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
         return cpr_fail(CPR_INTERNAL, "ckptd did not exit cleanly on SIGTERM (status %d)",
                         status);

@@ -28,7 +28,13 @@ typedef struct cpri_ckptd_proc {
 cpr_status cpri_ckptd_spawn(const char *ckptd, const char *dir, const char *listen,
                            const char *const *extra, cpri_ckptd_proc *out);
 
-/* SIGTERM, wait; CPR_INTERNAL unless it exited with status 0. */
+/* How long a stop waits: ckptd stops in well under a second. */
+#define CPRI_CKPTD_STOP_S 60
+
+/* SIGTERM, wait; CPR_INTERNAL unless it exited with status 0. A daemon
+ * still running after CPRI_CKPTD_STOP_S has its threads' stacks printed to
+ * stderr (by gdb, where installed), is killed, and CPR_TIMEOUT returned:
+ * a hang at shutdown is a failure that says where, not a suite timeout. */
 cpr_status cpri_ckptd_stop(cpri_ckptd_proc *d);
 
 /* SIGKILL, reaped. */
