@@ -111,14 +111,18 @@ out:
     return st;
 }
 
-/* Pinned staging of at least `bytes` (at most EMB_STAGING_BYTES asked):
- * grown by doubling from EMB_STAGING_MIN_BYTES. Pinning is paid per page (a
- * fixed 32 MiB a table cost a partial recovery of 26 small tables about
- * 0.8 GiB of pinned memory and most of its time). */
+/* Pinned staging of at least `bytes`, or of EMB_STAGING_BYTES when more is
+ * asked (the caller checks pinned_bytes then, and goes without): grown by
+ * doubling from EMB_STAGING_MIN_BYTES. Pinning is paid per page (a fixed
+ * 32 MiB a table cost a partial recovery of 26 small tables about 0.8 GiB
+ * of pinned memory and most of its time). A staging already at the most is
+ * kept: asking above it must not unpin and pin the same size again. */
 EMB_HIDDEN cpr_status emb_pinned_get(emb_cuda_table *b, size_t bytes)
 {
     cpr_status st = CPR_OK;
     size_t cap = b->pinned_bytes ? b->pinned_bytes : EMB_STAGING_MIN_BYTES;
+    if (bytes > EMB_STAGING_BYTES)
+        bytes = EMB_STAGING_BYTES;
     if (b->pinned && b->pinned_bytes >= bytes)
         return CPR_OK;
     while (cap < bytes && cap < EMB_STAGING_BYTES)
