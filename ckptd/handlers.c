@@ -85,12 +85,17 @@ static cpr_status allow(cpri_rpc_call *c, cpri_server *srv, const char *job, uns
 
 /* ---- unary methods ----------------------------------------------------------------- */
 
+/* A client's `direct` names storage this daemon has (`mine`, NULL: none). */
+static int names_mine(const char *direct, const char *mine)
+{
+    return direct && *direct && mine && strcmp(direct, mine) == 0;
+}
+
 /* Direct writes: the store the client names (BeginRequest.direct) is this
  * daemon's own, in a pool other processes reach. */
 static int my_store(const cpri_server *srv, const char *direct)
 {
-    const char *mine = cpr_store_shared_id(srv->store);
-    return direct && *direct && mine && strcmp(direct, mine) == 0;
+    return names_mine(direct, cpr_store_shared_id(srv->store));
 }
 
 /* Commit of a part whose rows are in its own segment (CommitRequest.direct):
@@ -672,8 +677,7 @@ static int direct_reads(const cpri_server *srv, const cpri_wire_restore *q)
 {
     /* the pool's name, or a local directory's (direct.c D1): a client that
      * names it reads the same storage */
-    const char *mine = cpr_store_read_id(srv->store);
-    return q->direct && *q->direct && mine && strcmp(q->direct, mine) == 0 &&
+    return names_mine(q->direct, cpr_store_read_id(srv->store)) &&
            q->plan_version == CPR_STORE_PLAN_VERSION;
 }
 

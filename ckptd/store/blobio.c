@@ -623,6 +623,36 @@ int cpri_fsync_dir(const char *path)
     return rc;
 }
 
+cpr_status cpri_replace_file(const char *dir, const char *path, const void *bytes, size_t len)
+{
+    char tmp[4200];
+    cpr_status st = CPR_OK;
+    int fd = -1;
+    if (snprintf(tmp, sizeof tmp, "%s.tmp", path) >= (int)sizeof tmp)
+        return cpr_fail(CPR_INVALID_ARGUMENT, "path too long: %s", path);
+    if ((fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644)) < 0)
+        st = io_error("create", tmp, errno);
+    if (st == CPR_OK) {
+        ssize_t w = write(fd, bytes, len);
+        if (w < 0)
+            st = io_error("write", tmp, errno);
+        else if ((size_t)w != len)
+            st = cpr_fail(CPR_RESOURCE_EXHAUSTED, "short write to %s: the file system is full",
+                          tmp);
+        else if (fsync(fd) != 0)
+            st = io_error("fsync", tmp, errno);
+    }
+    if (fd >= 0)
+        close(fd);
+    if (st == CPR_OK && rename(tmp, path) != 0)
+        st = io_error("rename", tmp, errno);
+    if (st == CPR_OK && cpri_fsync_dir(dir) != 0)
+        st = io_error("fsync", dir, errno);
+    if (st != CPR_OK)
+        unlink(tmp);
+    return st;
+}
+
 /* ---- extent reads ------------------------------------------------------- */
 
 int cpri_bfile_open_read(const char *path, int direct)

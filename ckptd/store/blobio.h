@@ -45,6 +45,11 @@ cpr_status cpri_bfile_read(const char *path, uint64_t size, int direct,
  * with errno set. */
 int cpri_fsync_dir(const char *path);
 
+/* Replace `path` (in directory `dir`) with `len` bytes, crash-safely: a
+ * temporary file beside it, synced, renamed over it, the directory synced;
+ * a crash leaves the old file or the new. */
+cpr_status cpri_replace_file(const char *dir, const char *path, const void *bytes, size_t len);
+
 /* ---- extent reads: several files, several reads in flight --------------- */
 
 #define CPR_IO_ALIGN 4096u

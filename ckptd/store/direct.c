@@ -100,37 +100,18 @@ static cpr_status new_local_id(char *id)
     return CPR_OK;
 }
 
-/* Write a new name to path: a temporary file, synced, renamed over it, the
- * directory synced (a crash leaves the old state or the new). */
+/* Write a new name to path (cpri_replace_file: a crash leaves the old state
+ * or the new). */
 static cpr_status write_local_id(const char *dir, const char *path, char *out)
 {
-    char id[CPRI_LOCAL_ID_CAP], line[64], tmp[4200];
+    char id[CPRI_LOCAL_ID_CAP], line[64];
     cpr_status st = new_local_id(id);
-    int fd = -1;
-    snprintf(tmp, sizeof tmp, "%s.tmp", path);
-    if (st == CPR_OK && (fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644)) < 0)
-        st = cpr_fail(errno == ENOSPC ? CPR_RESOURCE_EXHAUSTED : CPR_IO, "create %s: %s", tmp,
-                      strerror(errno));
     if (st == CPR_OK) {
         int len = snprintf(line, sizeof line, "%s\n", id);
-        ssize_t w = write(fd, line, (size_t)len);
-        if (w != len)
-            st = cpr_fail(w < 0 && errno == ENOSPC ? CPR_RESOURCE_EXHAUSTED : CPR_IO,
-                          "write %s: %s", tmp, w < 0 ? strerror(errno) : "short write");
-        else if (fsync(fd) != 0)
-            st = cpr_fail(errno == ENOSPC ? CPR_RESOURCE_EXHAUSTED : CPR_IO, "fsync %s: %s",
-                          tmp, strerror(errno));
+        st = cpri_replace_file(dir, path, line, (size_t)len);
     }
-    if (fd >= 0)
-        close(fd);
-    if (st == CPR_OK && rename(tmp, path) != 0)
-        st = cpr_fail(CPR_IO, "rename %s: %s", tmp, strerror(errno));
-    if (st == CPR_OK && cpri_fsync_dir(dir) != 0)
-        st = cpr_fail(CPR_IO, "fsync %s: %s", dir, strerror(errno));
     if (st == CPR_OK)
         snprintf(out, CPRI_LOCAL_ID_CAP, "%s", id);
-    else
-        unlink(tmp);
     return st;
 }
 

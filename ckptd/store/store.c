@@ -992,15 +992,9 @@ static cpr_status gateway_id(cpr_store *store, char *desc, size_t cap, uint32_t 
             break;
     }
     if (st == CPR_OK) {
-        char tmp[4096], line[16];
-        snprintf(tmp, sizeof tmp, "%s.tmp", path);
-        snprintf(line, sizeof line, "%08x\n", id);
-        f = fopen(tmp, "w");
-        int bad = !f || fputs(line, f) < 0 || fflush(f) != 0 || fsync(fileno(f)) != 0;
-        if (f && fclose(f) != 0)
-            bad = 1;
-        if (bad || rename(tmp, path) != 0)
-            st = cpr_fail(CPR_IO, "cannot write %s: %s", path, strerror(errno));
+        char line[16];
+        int len = snprintf(line, sizeof line, "%08x\n", id);
+        st = cpri_replace_file(store->dir, path, line, (size_t)len);
     }
     free(path);
     if (st == CPR_OK)
