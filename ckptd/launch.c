@@ -9,6 +9,7 @@
 #include <sys/prctl.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "cpr_common.h"
@@ -50,24 +51,54 @@ cpr_status cpri_ckptd_spawn(const char *ckptd, const char *dir, const char *list
         _exit(127);
     }
     close(fds[1]);
-    FILE *from = fdopen(fds[0], "r");
-    char line[400] = "";
     /* The daemon prints its address once it serves (its metrics' first, if
-     * any); EOF means it died. */
-    int ok = 0;
+     * any); EOF means it died, and silence past CPRI_CKPTD_START_S that it
+     * hangs. */
+    char acc[1024];
+    size_t have = 0;
+    int ok = 0, silent = 0;
+    struct timespec t0, now;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
     out->metrics_addr[0] = '\0';
-    while (!ok && from && fgets(line, sizeof line, from))
-        if (sscanf(line, "ckptd listening on %255s", out->addr) == 1)
-            ok = 1;
-        else
-            sscanf(line, "ckptd metrics on %255s", out->metrics_addr);
-    if (from)
-        fclose(from);
-    else
-        close(fds[0]);
+    while (!ok) {
+        clock_gettime(CLOCK_MONOTONIC, &now);
+        long ms = CPRI_CKPTD_START_S * 1000L - ((now.tv_sec - t0.tv_sec) * 1000L +
+                                                (now.tv_nsec - t0.tv_nsec) / 1000000L);
+        struct pollfd p = {.fd = fds[0], .events = POLLIN};
+        int rc = ms > 0 ? poll(&p, 1, (int)ms) : 0;
+        if (rc < 0 && errno == EINTR)
+            continue;
+        if (rc <= 0) {
+            silent = rc == 0;
+            break;
+        }
+        ssize_t n = read(fds[0], acc + have, sizeof acc - 1 - have);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            break;
+        have += (size_t)n;
+        acc[have] = '\0';
+        char *nl;
+        while (!ok && (nl = memchr(acc, '\n', have)) != NULL) {
+            *nl = '\0';
+            if (sscanf(acc, "ckptd listening on %255s", out->addr) == 1)
+                ok = 1;
+            else
+                sscanf(acc, "ckptd metrics on %255s", out->metrics_addr);
+            have -= (size_t)(nl + 1 - acc);
+            memmove(acc, nl + 1, have + 1);
+        }
+        if (have == sizeof acc - 1) /* a line longer than any we look for */
+            have = 0;
+    }
+    close(fds[0]);
     out->pid = pid;
     if (!ok) {
         cpri_ckptd_kill(out);
+        if (silent)
+            return cpr_fail(CPR_TIMEOUT, "ckptd (%s) did not say it serves within %d s (see "
+                            "its messages above)", ckptd, CPRI_CKPTD_START_S);
         return cpr_fail(CPR_UNAVAILABLE, "ckptd (%s) did not start (see its messages above)",
                         ckptd);
     }
@@ -85,10 +116,20 @@ static int wait_within(pid_t pid, double seconds, int *status)
             rc = poll(&p, 1, (int)(seconds * 1000));
         while (rc < 0 && errno == EINTR);
         close(fd);
-        if (rc == 0)
+        return rc > 0 && waitpid(pid, status, 0) == pid;
+    }
+    /* No pidfds (Linux < 5.3, or a seccomp profile refusing them): look
+     * every 10 ms; the pause bounds the wait, it synchronises nothing. */
+    for (int i = 0; i < (int)(seconds * 100); i++) {
+        pid_t got = waitpid(pid, status, WNOHANG);
+        if (got == pid)
+            return 1;
+        if (got < 0)
             return 0;
-    } /* without pidfds (Linux < 5.3) the wait is unbounded */
-    return waitpid(pid, status, 0) == pid;
+        struct timespec pause = {0, 10000000L};
+        nanosleep(&pause, NULL);
+    }
+    return 0;
 }
 
 /* The daemon's threads, to stderr, where gdb is installed: what it was
@@ -100,8 +141,8 @@ static void dump_stacks(pid_t pid)
     pid_t gdb = fork();
     if (gdb == 0) {
         dup2(STDERR_FILENO, STDOUT_FILENO);
-        execlp("gdb", "gdb", "-batch", "-nx", "-p", spid, "-ex", "thread apply all bt",
-               (char *)NULL);
+        execlp("timeout", "timeout", "120", "gdb", "-batch", "-nx", "-p", spid, "-ex",
+               "thread apply all bt", (char *)NULL);
         _exit(127);
     }
     if (gdb > 0)

@@ -23,12 +23,15 @@ typedef struct cpri_ckptd_proc {
  * `listen` (NULL: 127.0.0.1:0, a free port), with retention off and
  * warnings only, plus the flags in `extra` (NULL-terminated, at most 16;
  * may be NULL). Returns once the daemon serves (it prints its address after
- * binding). CPR_UNAVAILABLE if it exits first (its stderr says why).
+ * binding). CPR_UNAVAILABLE if it exits first (its stderr says why),
+ * CPR_TIMEOUT (and killed) if it says nothing for CPRI_CKPTD_START_S.
  */
 cpr_status cpri_ckptd_spawn(const char *ckptd, const char *dir, const char *listen,
                            const char *const *extra, cpri_ckptd_proc *out);
 
-/* How long a stop waits: ckptd stops in well under a second. */
+/* How long a start waits for the daemon's address (a RADOS store connects
+ * first), and a stop for its exit: ckptd stops in well under a second. */
+#define CPRI_CKPTD_START_S 120
 #define CPRI_CKPTD_STOP_S 60
 
 /* SIGTERM, wait; CPR_INTERNAL unless it exited with status 0. A daemon

@@ -21,11 +21,23 @@ start_daemon() {
     daemon_addr[$name]=${line#ckptd listening on }
 }
 
-# stop_daemon NAME: SIGTERM, and the daemon must exit 0.
+# stop_daemon NAME: SIGTERM, and the daemon must exit 0 within 60 s (else
+# its threads are printed, through gdb where installed, and it is killed).
 stop_daemon() {
-    local name=$1 rc=0
-    kill -TERM "${daemon_pid[$name]}"
-    wait "${daemon_pid[$name]}" || rc=$?
+    local name=$1 rc=0 pid=${daemon_pid[$1]} i
+    kill -TERM "$pid"
+    for ((i = 0; i < 600; i++)); do # a deadline, not synchronisation
+        kill -0 "$pid" 2> /dev/null || break
+        # a zombie is done: only wait can tell its status
+        [[ $(awk '{print $3}' "/proc/$pid/stat" 2> /dev/null) == Z ]] && break
+        sleep 0.1
+    done
+    if kill -0 "$pid" 2> /dev/null && [[ $(awk '{print $3}' "/proc/$pid/stat") != Z ]]; then
+        echo "ckptd $name did not stop within 60 s of SIGTERM; its threads:" >&2
+        timeout 120 gdb -batch -nx -p "$pid" -ex "thread apply all bt" >&2 2>&1 || true
+        kill -KILL "$pid"
+    fi
+    wait "$pid" || rc=$?
     unset "daemon_pid[$name]"
     [[ $rc == 0 ]] || fail "ckptd $name exited $rc after SIGTERM: $(tail -5 "$work/$name.log")"
 }

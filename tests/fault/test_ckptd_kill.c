@@ -26,6 +26,7 @@
 #include <cmocka.h>
 
 #include "ckptd_harness.h"
+#include "cpr_common.h"
 #include "testutil.h"
 
 #define ROWS 500
@@ -131,6 +132,53 @@ static void test_sigterm_during_load(void **unused)
     free(dir);
 }
 
+/* The vanishing client of test_client_vanishes, run as this program again
+ * (a fresh process: gRPC does not survive fork() in a process that has used
+ * it): begin a part, send a batch, wait (at most 60 s) until the daemon
+ * has applied it, and exit without finishing the stream. 0 when it did. */
+static int vanishing_client(const char *addr)
+{
+    cpri_rpc *rpc;
+    cpr_part_id id = {"gone", 0, 1};
+    cpri_rpc_stream *s;
+    if (cpri_rpc_open(addr, &rpc) || ch_begin(rpc, "gone", 1) ||
+        cpri_rpc_stream_open(rpc, CH_SVC "PutRows", CH_TIMEOUT_S, &s))
+        return 1;
+    uint64_t ids[10] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9};
+    float values[80], state[10];
+    cpr_row_batch b;
+    tu_fill_batch(&b, ch_table.table, ids, 10, ch_table.dim, ch_table.state_dim, 1, values,
+                  state);
+    uint8_t *buf;
+    size_t len;
+    if (cpri_wire_rows_encode(&id, ch_lease_of(&id), &b, 0, 0, &buf, &len) ||
+        cpri_rpc_stream_send(s, buf, len))
+        return 1;
+    /* So that the test is about a stream that wrote something and then
+     * lost its client. */
+    for (double t0 = cpri_now_s(); cpri_now_s() - t0 < 60;) {
+        uint8_t *req, *resp;
+        size_t rl, n;
+        cpr_part_info *parts;
+        uint64_t cut;
+        int applied = 0;
+        if (cpri_wire_list_encode("gone", &req, &rl) == CPR_OK &&
+            cpri_rpc_unary(rpc, CH_SVC "List", req, rl, 5.0, &resp, &n) == CPR_OK) {
+            if (cpri_wire_list_response_decode(resp, n, &parts, &n, &cut) == CPR_OK) {
+                applied = n == 1 && parts[0].rows == 10;
+                free(parts);
+            }
+            free(resp);
+        }
+        free(req);
+        if (applied)
+            _exit(0); /* gone without finishing the stream */
+        struct timespec pause = {0, 10000000L}; /* the poll's interval */
+        nanosleep(&pause, NULL);
+    }
+    return 2;
+}
+
 /* A client process that dies mid-PutRows: its part is aborted, not left
  * open for anyone to commit half-written. */
 static void test_client_vanishes(void **unused)
@@ -142,45 +190,8 @@ static void test_client_vanishes(void **unused)
     pid_t child = fork();
     assert_true(child >= 0);
     if (child == 0) {
-        cpri_rpc *rpc;
-        cpr_part_id id = {"gone", 0, 1};
-        cpri_rpc_stream *s;
-        if (cpri_rpc_open(d.addr, &rpc) || ch_begin(rpc, "gone", 1) ||
-            cpri_rpc_stream_open(rpc, CH_SVC "PutRows", CH_TIMEOUT_S, &s))
-            _exit(1);
-        uint64_t ids[10] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9};
-        float values[80], state[10];
-        cpr_row_batch b;
-        tu_fill_batch(&b, ch_table.table, ids, 10, ch_table.dim, ch_table.state_dim, 1, values,
-                      state);
-        uint8_t *buf;
-        size_t len;
-        if (cpri_wire_rows_encode(&id, ch_lease_of(&id), &b, 0, 0, &buf, &len) ||
-            cpri_rpc_stream_send(s, buf, len))
-            _exit(1);
-        /* Wait (bounded) until the daemon has applied the batch, so the test
-         * is about a stream that wrote something and then lost its client. */
-        for (int tries = 0; tries < 500; tries++) {
-            uint8_t *req, *resp;
-            size_t rl, n;
-            cpr_part_info *parts;
-            uint64_t cut;
-            int applied = 0;
-            if (cpri_wire_list_encode("gone", &req, &rl) == CPR_OK &&
-                cpri_rpc_unary(rpc, CH_SVC "List", req, rl, 5.0, &resp, &n) == CPR_OK) {
-                if (cpri_wire_list_response_decode(resp, n, &parts, &n, &cut) == CPR_OK) {
-                    applied = n == 1 && parts[0].rows == 10;
-                    free(parts);
-                }
-                free(resp);
-            }
-            free(req);
-            if (applied)
-                _exit(0); /* gone without finishing the stream */
-            struct timespec pause = {0, 10000000L};
-            nanosleep(&pause, NULL);
-        }
-        _exit(2);
+        execl("/proc/self/exe", "test_ckptd_kill", "--vanishing-client", d.addr, (char *)NULL);
+        _exit(127);
     }
     int status;
     assert_int_equal(waitpid(child, &status, 0), child);
@@ -309,8 +320,10 @@ static void test_kill_during_commit(void **unused)
     free(dir);
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
+    if (argc == 3 && strcmp(argv[1], "--vanishing-client") == 0)
+        return vanishing_client(argv[2]);
     signal(SIGPIPE, SIG_IGN);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_kill_during_put_rows),

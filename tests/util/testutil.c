@@ -40,8 +40,8 @@ static void dump_threads(pid_t pid)
     pid_t gdb = fork();
     if (gdb == 0) {
         dup2(STDERR_FILENO, STDOUT_FILENO);
-        execlp("gdb", "gdb", "-batch", "-nx", "-p", spid, "-ex", "thread apply all bt",
-               (char *)NULL);
+        execlp("timeout", "timeout", "120", "gdb", "-batch", "-nx", "-p", spid, "-ex",
+               "thread apply all bt", (char *)NULL);
         fprintf(stderr, "(gdb is not installed: no stacks)\n");
         _exit(127);
     }
