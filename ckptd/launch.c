@@ -43,6 +43,8 @@ cpr_status cpri_ckptd_spawn(const char *ckptd, const char *dir, const char *list
     }
     if (pid == 0) {
         prctl(PR_SET_PDEATHSIG, SIGKILL); /* never outlive the parent */
+        /* a hang's stacks: gdb, run by the parent, may attach (Yama) */
+        prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY);
         dup2(fds[1], STDOUT_FILENO);
         close(fds[0]);
         close(fds[1]);
@@ -105,7 +107,8 @@ cpr_status cpri_ckptd_spawn(const char *ckptd, const char *dir, const char *list
     return CPR_OK;
 }
 
-/* Wait for the child to exit, at most `seconds`: 1 if it did (status set). */
+/* Wait for child `pid` to exit, at most `seconds`: 1 if it did (status
+ * set), 0 if it still runs, -1 if it cannot be waited for (errno). */
 static int wait_within(pid_t pid, double seconds, int *status)
 {
     int fd = (int)syscall(SYS_pidfd_open, pid, 0);
@@ -116,47 +119,60 @@ static int wait_within(pid_t pid, double seconds, int *status)
             rc = poll(&p, 1, (int)(seconds * 1000));
         while (rc < 0 && errno == EINTR);
         close(fd);
-        return rc > 0 && waitpid(pid, status, 0) == pid;
-    }
-    /* No pidfds (Linux < 5.3, or a seccomp profile refusing them): look
-     * every 10 ms; the pause bounds the wait, it synchronises nothing. */
-    for (int i = 0; i < (int)(seconds * 100); i++) {
-        pid_t got = waitpid(pid, status, WNOHANG);
-        if (got == pid)
-            return 1;
-        if (got < 0)
+        if (rc == 0)
             return 0;
-        struct timespec pause = {0, 10000000L};
-        nanosleep(&pause, NULL);
+    } else if (errno != ESRCH) {
+        /* No pidfds (Linux < 5.3, or a seccomp profile refusing them): look
+         * every 10 ms; the pause bounds the wait, it synchronises nothing. */
+        for (int i = 0; i < (int)(seconds * 100); i++) {
+            pid_t got = waitpid(pid, status, WNOHANG);
+            if (got == pid)
+                return 1;
+            if (got < 0 && errno != EINTR)
+                return -1;
+            struct timespec pause = {0, 10000000L};
+            nanosleep(&pause, NULL);
+        }
+        return 0;
     }
-    return 0;
+    /* it exited (or ESRCH: reaped already, which waitpid reports) */
+    pid_t got;
+    while ((got = waitpid(pid, status, 0)) < 0 && errno == EINTR) {
+    }
+    return got == pid ? 1 : -1;
 }
 
-/* The daemon's threads, to stderr, where gdb is installed: what it was
- * doing when it did not stop. */
-static void dump_stacks(pid_t pid)
+void cpri_dump_stacks(pid_t pid, int timeout_s)
 {
-    char spid[32];
+    char spid[32], limit[32];
     snprintf(spid, sizeof spid, "%d", (int)pid);
+    snprintf(limit, sizeof limit, "%d", timeout_s);
     pid_t gdb = fork();
     if (gdb == 0) {
         dup2(STDERR_FILENO, STDOUT_FILENO);
-        execlp("timeout", "timeout", "120", "gdb", "-batch", "-nx", "-p", spid, "-ex",
-               "thread apply all bt", (char *)NULL);
+        execlp("timeout", "timeout", limit, "gdb", "-batch", "-nx", "-iex",
+               "set debuginfod enabled off", "-p", spid, "-ex", "thread apply all bt",
+               (char *)NULL);
+        static const char why[] = "(no stacks: cannot run timeout or gdb)\n";
+        ssize_t unused = write(STDERR_FILENO, why, sizeof why - 1);
+        (void)unused;
         _exit(127);
     }
-    if (gdb > 0)
-        waitpid(gdb, NULL, 0);
+    while (gdb > 0 && waitpid(gdb, NULL, 0) < 0 && errno == EINTR) {
+    }
 }
 
 cpr_status cpri_ckptd_stop(cpri_ckptd_proc *d)
 {
     int status = 0;
     kill(d->pid, SIGTERM);
-    if (!wait_within(d->pid, CPRI_CKPTD_STOP_S, &status)) {
-        fprintf(stderr, "ckptd (pid %d) did not stop within %d s of SIGTERM; its threads:\n",
-                (int)d->pid, CPRI_CKPTD_STOP_S);
-        dump_stacks(d->pid);
+    int waited = wait_within(d->pid, CPRI_CKPTD_STOP_S, &status);
+    if (waited < 0)
+        return cpr_fail(CPR_IO, "waitpid ckptd (pid %d): %s", (int)d->pid, strerror(errno));
+    if (waited == 0) {
+        cpri_log(CPR_LOG_ERROR, "ckptd (pid %d) did not stop within %d s of SIGTERM; its "
+                 "threads follow", (int)d->pid, CPRI_CKPTD_STOP_S);
+        cpri_dump_stacks(d->pid, 60);
         cpri_ckptd_kill(d);
         return cpr_fail(CPR_TIMEOUT, "ckptd did not stop within %d s of SIGTERM (its threads "
                         "are printed above)", CPRI_CKPTD_STOP_S);

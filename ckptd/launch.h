@@ -24,7 +24,8 @@ typedef struct cpri_ckptd_proc {
  * warnings only, plus the flags in `extra` (NULL-terminated, at most 16;
  * may be NULL). Returns once the daemon serves (it prints its address after
  * binding). CPR_UNAVAILABLE if it exits first (its stderr says why),
- * CPR_TIMEOUT (and killed) if it says nothing for CPRI_CKPTD_START_S.
+ * CPR_TIMEOUT (and killed) if it has not printed its address
+ * CPRI_CKPTD_START_S after the start.
  */
 cpr_status cpri_ckptd_spawn(const char *ckptd, const char *dir, const char *listen,
                            const char *const *extra, cpri_ckptd_proc *out);
@@ -39,6 +40,10 @@ cpr_status cpri_ckptd_spawn(const char *ckptd, const char *dir, const char *list
  * stderr (by gdb, where installed), is killed, and CPR_TIMEOUT returned:
  * a hang at shutdown is a failure that says where, not a suite timeout. */
 cpr_status cpri_ckptd_stop(cpri_ckptd_proc *d);
+
+/* The stacks of every thread of process `pid`, to stderr, by gdb (under
+ * `timeout timeout_s`); a line saying why not where gdb is missing. */
+void cpri_dump_stacks(pid_t pid, int timeout_s);
 
 /* SIGKILL, reaped. */
 void cpri_ckptd_kill(cpri_ckptd_proc *d);

@@ -30,6 +30,7 @@ PACKAGES=(
   python3-torch                      # cpr.torch and examples/torch_dlrm
   gnuplot-nox                        # cpr-analyze --plot-dir (run as a program; optional at runtime)
   openssl                            # tests: certificates for TLS and mutual TLS, made at test time
+  gdb                                # tests: a hanging test prints its threads (tests/util/watchdog.c)
 )
 
 missing=()

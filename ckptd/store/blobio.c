@@ -630,25 +630,28 @@ cpr_status cpri_replace_file(const char *dir, const char *path, const void *byte
     int fd = -1;
     if (snprintf(tmp, sizeof tmp, "%s.tmp", path) >= (int)sizeof tmp)
         return cpr_fail(CPR_INVALID_ARGUMENT, "path too long: %s", path);
-    if ((fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644)) < 0)
+    fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0) {
         st = io_error("create", tmp, errno);
-    if (st == CPR_OK) {
-        ssize_t w = write(fd, bytes, len);
-        if (w < 0)
-            st = io_error("write", tmp, errno);
-        else if ((size_t)w != len)
-            st = cpr_fail(CPR_RESOURCE_EXHAUSTED, "short write to %s: the file system is full",
-                          tmp);
-        else if (fsync(fd) != 0)
-            st = io_error("fsync", tmp, errno);
+        goto out;
     }
+    ssize_t w = write(fd, bytes, len);
+    if (w < 0)
+        st = io_error("write", tmp, errno);
+    else if ((size_t)w != len)
+        st = cpr_fail(CPR_RESOURCE_EXHAUSTED, "short write to %s: the file system is full", tmp);
+    else if (fsync(fd) != 0)
+        st = io_error("fsync", tmp, errno);
+    if (st)
+        goto out;
+    if (rename(tmp, path) != 0)
+        st = io_error("rename", tmp, errno);
+    else if (cpri_fsync_dir(dir) != 0)
+        st = io_error("fsync", dir, errno);
+out:
     if (fd >= 0)
         close(fd);
-    if (st == CPR_OK && rename(tmp, path) != 0)
-        st = io_error("rename", tmp, errno);
-    if (st == CPR_OK && cpri_fsync_dir(dir) != 0)
-        st = io_error("fsync", dir, errno);
-    if (st != CPR_OK)
+    if (st)
         unlink(tmp);
     return st;
 }

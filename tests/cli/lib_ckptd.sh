@@ -24,18 +24,21 @@ start_daemon() {
 # stop_daemon NAME: SIGTERM, and the daemon must exit 0 within 60 s (else
 # its threads are printed, through gdb where installed, and it is killed).
 stop_daemon() {
-    local name=$1 rc=0 pid=${daemon_pid[$1]} i
+    local name=$1 rc=0 pid=${daemon_pid[$1]} i running=1
     kill -TERM "$pid"
     for ((i = 0; i < 600; i++)); do # a deadline, not synchronisation
-        kill -0 "$pid" 2> /dev/null || break
-        # a zombie is done: only wait can tell its status
-        [[ $(awk '{print $3}' "/proc/$pid/stat" 2> /dev/null) == Z ]] && break
+        # gone, or a zombie (exited: only wait can tell its status)
+        if ! kill -0 "$pid" 2> /dev/null ||
+            [[ $(awk '{print $3}' "/proc/$pid/stat" 2> /dev/null) != [RSDT] ]]; then
+            running=0
+            break
+        fi
         sleep 0.1
     done
-    if kill -0 "$pid" 2> /dev/null && [[ $(awk '{print $3}' "/proc/$pid/stat") != Z ]]; then
+    if ((running)); then
         echo "ckptd $name did not stop within 60 s of SIGTERM; its threads:" >&2
-        timeout 120 gdb -batch -nx -p "$pid" -ex "thread apply all bt" >&2 2>&1 || true
-        kill -KILL "$pid"
+        timeout 60 gdb -batch -nx -p "$pid" -ex "thread apply all bt" >&2 2>&1 || true
+        kill -KILL "$pid" 2> /dev/null || true
     fi
     wait "$pid" || rc=$?
     unset "daemon_pid[$name]"

@@ -80,7 +80,8 @@ static void *save_wide(void *arg)
     uint64_t lease = 0;
     /* No cmocka assertion on this thread: its failure would jump to the main
      * thread's stack. A failure is w->st, which the main thread checks. */
-    if ((w->st = cpri_wire_begin_encode(&spec, &buf, &len)) != CPR_OK) {
+    w->st = cpri_wire_begin_encode(&spec, &buf, &len);
+    if (w->st != CPR_OK) {
         snprintf(w->why, sizeof w->why, "%s", cpr_errmsg());
         cpri_rpc_close(rpc);
         return NULL;
@@ -120,8 +121,9 @@ static void *save_wide(void *arg)
         cpr_status end = cpri_rpc_stream_finish(s, NULL, NULL);
         w->st = st ? st : end;
     }
-    if (w->st == CPR_OK && (w->st = cpri_wire_commit_encode(&id, lease, WIDE_ROWS, &buf, &len)) ==
-                               CPR_OK)
+    if (w->st == CPR_OK)
+        w->st = cpri_wire_commit_encode(&id, lease, WIDE_ROWS, &buf, &len);
+    if (w->st == CPR_OK)
         w->st = ch_unary(rpc, CH_SVC "Commit", buf, len);
     if (w->st)
         snprintf(w->why, sizeof w->why, "%s", cpr_errmsg());

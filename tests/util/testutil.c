@@ -1,102 +1,22 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* Implementation of testutil.h. */
-#define _GNU_SOURCE
+#define _XOPEN_SOURCE 700
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <setjmp.h>
 #include <cmocka.h>
 
-#include <dirent.h>
-#include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>
-#include <pthread.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "cpr/crc32c.h"
 #include "testutil.h"
-
-/* ---- the watchdog --------------------------------------------------------------------- */
-
-/* A test that hangs in CI is killed by ctest with nothing said of where. With
- * CPR_TEST_WATCHDOG_S set (tests/CMakeLists.txt sets it below each test's
- * TIMEOUT), a thread of every test that links this file prints, once that
- * many seconds pass, the stacks of the test's threads and of its children
- * (a ckptd it started, say) through gdb where installed, then aborts: the
- * children die with it (PR_SET_PDEATHSIG, ckptd/launch.c). The wait is a
- * timeout, never synchronisation. */
-static void dump_threads(pid_t pid)
-{
-    char spid[32];
-    snprintf(spid, sizeof spid, "%d", (int)pid);
-    fprintf(stderr, "--- threads of pid %s ---\n", spid);
-    pid_t gdb = fork();
-    if (gdb == 0) {
-        dup2(STDERR_FILENO, STDOUT_FILENO);
-        execlp("timeout", "timeout", "120", "gdb", "-batch", "-nx", "-p", spid, "-ex",
-               "thread apply all bt", (char *)NULL);
-        fprintf(stderr, "(gdb is not installed: no stacks)\n");
-        _exit(127);
-    }
-    if (gdb > 0)
-        waitpid(gdb, NULL, 0);
-}
-
-static void *watchdog_main(void *arg)
-{
-    double seconds = *(double *)arg;
-    struct timespec left = {(time_t)seconds, (long)((seconds - (double)(time_t)seconds) * 1e9)};
-    while (nanosleep(&left, &left) != 0 && errno == EINTR) {
-    }
-    fprintf(stderr, "\n*** the test is still running after %g s (CPR_TEST_WATCHDOG_S): "
-            "its threads and its children's follow, then it aborts ***\n", seconds);
-    dump_threads(getpid());
-    DIR *tasks = opendir("/proc/self/task");
-    struct dirent *t;
-    while (tasks && (t = readdir(tasks))) {
-        if (t->d_name[0] == '.')
-            continue;
-        char path[300];
-        snprintf(path, sizeof path, "/proc/self/task/%s/children", t->d_name);
-        FILE *f = fopen(path, "r");
-        int child;
-        while (f && fscanf(f, "%d", &child) == 1)
-            dump_threads((pid_t)child);
-        if (f)
-            fclose(f);
-    }
-    if (tasks)
-        closedir(tasks);
-    abort();
-    return NULL;
-}
-
-__attribute__((constructor)) static void start_watchdog(void)
-{
-    static double seconds;
-    const char *v = getenv("CPR_TEST_WATCHDOG_S");
-    seconds = v ? strtod(v, NULL) : 0;
-    if (!(seconds > 0))
-        return;
-    pthread_t thread;
-    pthread_attr_t attr;
-    pthread_attr_init(&attr);
-    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-    if (pthread_create(&thread, &attr, watchdog_main, &seconds) != 0)
-        fprintf(stderr, "(no watchdog: cannot start its thread)\n");
-    else
-        pthread_setname_np(thread, "cpr-watchdog");
-    pthread_attr_destroy(&attr);
-}
-
-/* ---- temporary directories and files ------------------------------------------------- */
 
 char *tu_mkdtemp(const char *prefix)
 {
