@@ -17,6 +17,51 @@
 
 #define MAX_EXTRA 16
 
+/* The daemon prints its address once it serves (its metrics' first, if
+ * any): read from its stdout `fd` until that line. 1 if it came; 0 at EOF
+ * (it died) or, with *silent set, after CPRI_CKPTD_START_S of waiting. */
+static int read_address(int fd, cpri_ckptd_proc *out, int *silent)
+{
+    char acc[1024];
+    size_t have = 0;
+    int ok = 0;
+    struct timespec t0, now;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    out->metrics_addr[0] = '\0';
+    while (!ok) {
+        clock_gettime(CLOCK_MONOTONIC, &now);
+        long ms = CPRI_CKPTD_START_S * 1000L - ((now.tv_sec - t0.tv_sec) * 1000L +
+                                                (now.tv_nsec - t0.tv_nsec) / 1000000L);
+        struct pollfd p = {.fd = fd, .events = POLLIN};
+        int rc = ms > 0 ? poll(&p, 1, (int)ms) : 0;
+        if (rc < 0 && errno == EINTR)
+            continue;
+        if (rc <= 0) {
+            *silent = rc == 0;
+            break;
+        }
+        ssize_t n = read(fd, acc + have, sizeof acc - 1 - have);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            break;
+        have += (size_t)n;
+        acc[have] = '\0';
+        for (char *nl = memchr(acc, '\n', have); !ok && nl; nl = memchr(acc, '\n', have)) {
+            *nl = '\0';
+            if (sscanf(acc, "ckptd listening on %255s", out->addr) == 1)
+                ok = 1;
+            else
+                sscanf(acc, "ckptd metrics on %255s", out->metrics_addr);
+            have -= (size_t)(nl + 1 - acc);
+            memmove(acc, nl + 1, have + 1);
+        }
+        if (have == sizeof acc - 1) /* a line longer than any we look for */
+            have = 0;
+    }
+    return ok;
+}
+
 cpr_status cpri_ckptd_spawn(const char *ckptd, const char *dir, const char *listen,
                            const char *const *extra, cpri_ckptd_proc *out)
 {
@@ -53,47 +98,7 @@ cpr_status cpri_ckptd_spawn(const char *ckptd, const char *dir, const char *list
         _exit(127);
     }
     close(fds[1]);
-    /* The daemon prints its address once it serves (its metrics' first, if
-     * any); EOF means it died, and silence past CPRI_CKPTD_START_S that it
-     * hangs. */
-    char acc[1024];
-    size_t have = 0;
-    int ok = 0, silent = 0;
-    struct timespec t0, now;
-    clock_gettime(CLOCK_MONOTONIC, &t0);
-    out->metrics_addr[0] = '\0';
-    while (!ok) {
-        clock_gettime(CLOCK_MONOTONIC, &now);
-        long ms = CPRI_CKPTD_START_S * 1000L - ((now.tv_sec - t0.tv_sec) * 1000L +
-                                                (now.tv_nsec - t0.tv_nsec) / 1000000L);
-        struct pollfd p = {.fd = fds[0], .events = POLLIN};
-        int rc = ms > 0 ? poll(&p, 1, (int)ms) : 0;
-        if (rc < 0 && errno == EINTR)
-            continue;
-        if (rc <= 0) {
-            silent = rc == 0;
-            break;
-        }
-        ssize_t n = read(fds[0], acc + have, sizeof acc - 1 - have);
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n <= 0)
-            break;
-        have += (size_t)n;
-        acc[have] = '\0';
-        char *nl;
-        while (!ok && (nl = memchr(acc, '\n', have)) != NULL) {
-            *nl = '\0';
-            if (sscanf(acc, "ckptd listening on %255s", out->addr) == 1)
-                ok = 1;
-            else
-                sscanf(acc, "ckptd metrics on %255s", out->metrics_addr);
-            have -= (size_t)(nl + 1 - acc);
-            memmove(acc, nl + 1, have + 1);
-        }
-        if (have == sizeof acc - 1) /* a line longer than any we look for */
-            have = 0;
-    }
+    int silent = 0, ok = read_address(fds[0], out, &silent);
     close(fds[0]);
     out->pid = pid;
     if (!ok) {
