@@ -886,9 +886,6 @@ static int db_is_empty(cpr_store *store)
     return empty;
 }
 
-/* The 'V' record: a new store gets this build's format; any other format
- * is refused with a message that says which. Format 1 (rows as RocksDB
- * keys) has no 'V' record but has 'M' records. */
 /* D1 (direct.c): the local store's name. It serves direct reads only; without
  * one the store works, and restores go through it. */
 static void local_name(cpr_store *store, const char *dir)
@@ -899,6 +896,9 @@ static void local_name(cpr_store *store, const char *dir)
     }
 }
 
+/* The 'V' record: a new store gets this build's format; any other format
+ * is refused with a message that says which. Format 1 (rows as RocksDB
+ * keys) has no 'V' record but has 'M' records. */
 static cpr_status check_format(cpr_store *store, const char *dir)
 {
     size_t vlen = 0;
