@@ -4,6 +4,7 @@
 #include <pthread.h>
 #include <setjmp.h>
 #include <signal.h>
+#include <errno.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -337,16 +338,46 @@ int ch_wait_no_open_parts(cpri_rpc *rpc, const char *job, double seconds)
     return ch_poll(no_open_parts, &q, seconds);
 }
 
-cpr_status ch_http_get(const char *addr, const char *path, int *code, char **body)
+/* HOST:PORT (IPv4) as a socket address. */
+static struct sockaddr_in inet_addr_of(const char *addr)
 {
     char host[64];
-    int port = 0;
     const char *colon = strrchr(addr, ':');
     assert_non_null(colon);
     snprintf(host, sizeof host, "%.*s", (int)(colon - addr), addr);
-    port = (int)strtol(colon + 1, NULL, 10);
+    int port = (int)strtol(colon + 1, NULL, 10);
     struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
     assert_int_equal(inet_pton(AF_INET, host, &sa.sin_addr), 1);
+    return sa;
+}
+
+int ch_hold_addr(const char *addr)
+{
+    struct sockaddr_in sa = inet_addr_of(addr);
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0), on = 1;
+    assert_true(fd >= 0);
+    assert_int_equal(setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &on, sizeof on), 0);
+    if (bind(fd, (struct sockaddr *)&sa, sizeof sa) != 0)
+        fail_msg("cannot hold %s, the address of a daemon just stopped: %s (another "
+                 "process took its port)", addr, strerror(errno));
+    return fd;
+}
+
+int ch_stop_held(ch_daemon *d)
+{
+    ch_stop(d);
+    return ch_hold_addr(d->addr);
+}
+
+int ch_kill_held(ch_daemon *d)
+{
+    ch_kill(d);
+    return ch_hold_addr(d->addr);
+}
+
+cpr_status ch_http_get(const char *addr, const char *path, int *code, char **body)
+{
+    struct sockaddr_in sa = inet_addr_of(addr);
     int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
     assert_true(fd >= 0);
     if (connect(fd, (struct sockaddr *)&sa, sizeof sa) != 0) {

@@ -31,6 +31,13 @@ void ch_start_args(ch_daemon *d, const char *dir, const char *const *extra);
 void ch_stop(ch_daemon *d);
 /* SIGKILL, reaped. */
 void ch_kill(ch_daemon *d);
+/* A daemon's address that stays dead: a socket bound to it (not listening,
+ * so that connections are refused) until the caller closes the returned
+ * fd; no other process can take the port meanwhile. ch_stop_held and
+ * ch_kill_held stop the daemon and hold its address at once. */
+int ch_hold_addr(const char *addr);
+int ch_stop_held(ch_daemon *d);
+int ch_kill_held(ch_daemon *d);
 /* A daemon on a fresh temporary directory (returned, malloc'd); `target`
  * gets grpc://ADDR. ch_daemon_down stops it (clean exit asserted) and removes
  * and frees the directory. */

@@ -20,6 +20,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 #include <grpc/grpc.h>
@@ -461,7 +462,7 @@ static void test_stream_open_reports_status(void **unused)
     cpri_rpc *rpc;
     cpri_rpc_stream *s = NULL;
     ch_start(&d, dir);
-    ch_stop(&d); /* its port is now closed */
+    int held = ch_stop_held(&d); /* its port is now closed, and stays so */
     assert_status(CPR_OK, cpri_rpc_open(d.addr, &rpc));
     /* The call fails as it starts (not wait-for-ready): the open says so. */
     assert_status(CPR_UNAVAILABLE, cpri_rpc_stream_open(rpc, CH_SVC "PutRows", CH_TIMEOUT_S, &s));
@@ -470,6 +471,7 @@ static void test_stream_open_reports_status(void **unused)
     assert_non_null(strstr(cpr_errmsg(), d.addr)); /* where, and gRPC's why */
     print_message("  refused stream: %s\n", cpr_errmsg());
     cpri_rpc_close(rpc);
+    close(held);
     tu_rmtree(dir);
     free(dir);
 }

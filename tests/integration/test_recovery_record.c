@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
@@ -198,7 +199,7 @@ static void test_placement_and_down(void **state)
     cpr_client_close(c);
 
     /* Node 1 down: its jobs' records are unreachable, and say so. */
-    ch_stop(&d[1]);
+    int held = ch_stop_held(&d[1]); /* and no other daemon answers there */
     cpr_client_options o = {.retries = 1, .backoff_s = 0.01, .call_timeout_s = 5};
     assert_status(CPR_OK, cpr_client_open(target, &o, &c));
     uint64_t gen = 0;
@@ -209,6 +210,7 @@ static void test_placement_and_down(void **state)
     assert_non_null(strstr(cpr_errmsg(), "unknown"));
     assert_record(c, jobs[0], 1, "p", 1); /* the other node still answers */
     cpr_client_close(c);
+    close(held);
     tu_rmtree(dir[1]);
     free(dir[1]);
     ch_daemon_down(&d[0], dir[0]);
