@@ -78,6 +78,16 @@ def _array(t):
     return t.detach().numpy()
 
 
+def _abort_all(parts):
+    """Abort each part, ignoring the aborts' own errors (a node that is gone
+    fails them too): the error that failed the save is the one to raise."""
+    for p in parts:
+        try:
+            p.abort()
+        except cpr.Error:
+            pass
+
+
 class SaveResult:
     """What a committed save wrote."""
 
@@ -194,6 +204,7 @@ class Checkpointer:
         # plan recorded before it began (load() and recover() record anew).
         self.generation = client.recovery_get(job)[0]
         self.abandoned = (0, 0)  # ids written after the cut a full recovery rewound to
+        self._full_next = False  # training started over: the next save is FULL
         self.next_checkpoint = self._first_free_checkpoint()
 
     # ---- set-up ----------------------------------------------------------------
@@ -240,12 +251,15 @@ class Checkpointer:
             self._before[i].append((uniq, self.weights[i].detach()[uniq].clone()))
 
     def close(self):
-        """Wait for the save in flight and remove the hooks."""
-        self.wait()
-        for h in self._hooks:
-            h.remove()
-        self._hooks = []
-        self._pool.shutdown(wait=True)
+        """Wait for the save in flight and remove the hooks (also when that
+        save failed: its error is raised after)."""
+        try:
+            self.wait()
+        finally:
+            for h in self._hooks:
+                h.remove()
+            self._hooks = []
+            self._pool.shutdown(wait=True)
 
     # ---- tracking --------------------------------------------------------------
 
@@ -331,6 +345,8 @@ class Checkpointer:
         caller's stall is selection and the copy of the chosen rows."""
         policy = self.policy if policy is None else _policy(policy)
         self.wait()  # one save in flight: the previous one lands first
+        if self._full_next:  # the first save of a timeline started from scratch
+            policy = cpr.Policy.FULL
         budget, codec = self.budget, self.codec
         if policy is None or codec == "auto":  # the estimator's choices
             self._track()
@@ -369,20 +385,21 @@ class Checkpointer:
                         part.put_blob(DENSE_BLOB, blob)
                         nbytes += len(blob)
         except BaseException:
-            for p in parts:
-                p.abort()
+            # The rows go back to the trackers first; an abort that fails too
+            # (the node that failed the save) must not hide why it failed.
             for ts in tsaves:
                 ts.abort()
+            _abort_all(parts)
             raise
         stall = time.perf_counter() - t0
+        self._full_next = False
 
         def land():  # the background: streams, then commits, every shard's part
             try:
                 for p in parts:
                     p.commit()
             except BaseException:
-                for p in parts:
-                    p.abort()
+                _abort_all(parts)
                 raise
             return SaveResult(ckpt, step, policy, rows, nbytes, stall, time.perf_counter() - t0)
 
@@ -458,7 +475,10 @@ class Checkpointer:
         latest consistent cut, and the dense state from its blob; training
         rewinds to RecoveryResult.rewind_step. mode None: the estimator's
         choice, or partial without one. dense_replica: the dense state
-        survives on other processes (default: True for partial)."""
+        survives on other processes (default: True for partial). A plan of
+        action "restart-from-scratch" (nothing consistent was committed)
+        restores nothing: the caller re-initializes the tables and dense
+        state, and the next save is FULL whatever its policy."""
         failed = sorted(int(s) for s in failed)
         # The save in flight may have failed with the node: its rows go back
         # to the trackers (its parts were aborted) and recovery goes on.
@@ -485,15 +505,23 @@ class Checkpointer:
         stored = sum(e.source == "store" for e in plan.shards)
         if self.estimator is not None and stored:
             self.estimator.loaded(time.perf_counter() - t0, stored)
-        if plan.action == "full" and self.next_checkpoint - 1 > plan.cut:
-            # Parts after the cut belong to the timeline training left: later
-            # plans ignore them, and new ids stay above them (ids only grow).
-            # Their row versions would still show through a later restore "as
-            # of" a newer id wherever no save since rewrote the row, so a
-            # FULL save of the restored state starts the new timeline at once
-            # (in the background; a later recovery waits for it to land).
+        if plan.action != "partial" and self.next_checkpoint - 1 > plan.cut:
+            # Parts after the cut (every part, when training starts over)
+            # belong to the timeline training left: later plans ignore them,
+            # and new ids stay above them (ids only grow). Their row versions
+            # would still show through a later restore "as of" a newer id
+            # wherever no save since rewrote the row, so a FULL save starts
+            # the new timeline: of the restored state at once (in the
+            # background; a later recovery waits for it to land), or, from
+            # scratch, the next save, once the caller has re-initialized.
             self.abandoned = (plan.cut, self.next_checkpoint - 1)
-            self.async_save(plan.rewind_step, cpr.Policy.FULL)
+            if plan.action == "full":
+                self.async_save(plan.rewind_step, cpr.Policy.FULL)
+        if plan.action == "restart-from-scratch":
+            for t in self.trackers:  # every row starts over
+                for shard in self.shards:
+                    t.wipe_shard(shard)
+            self._full_next = True
         return result
 
     def _execute(self, plan, gen, lost_events):

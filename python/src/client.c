@@ -12,6 +12,9 @@
  *   C3  Every Part whose C handle is live is on the `parts` list. close()
  *       clears their handles first (cpr_client_close frees them), so a
  *       Part used afterwards raises instead of touching freed memory.
+ *   C4  abort(job, shard, checkpoint) of a part that a Part of this client
+ *       holds takes that Part's `busy` for the call (refused if another
+ *       thread is inside one of its calls), as the C API requires.
  */
 #include "cprpy.h"
 
@@ -19,6 +22,8 @@
 #include <string.h>
 
 #include "cpr/types.h"
+
+const char cprpy_ended_by_close[] = "aborted when its client closed";
 
 cpr_client *cprpy_client_enter(cprpy_client *c)
 {
@@ -104,7 +109,7 @@ static void client_close_now(cprpy_client *c)
     for (cprpy_part *p = c->parts; p;) {
         cprpy_part *next = p->next;
         p->part = NULL;
-        p->ended = "aborted when its client closed";
+        p->ended = cprpy_ended_by_close;
         p->prev = p->next = NULL;
         p = next;
     }
@@ -154,13 +159,18 @@ static PyObject *client_enter_ctx(cprpy_client *c, PyObject *unused)
     return Py_NewRef((PyObject *)c);
 }
 
+/* with cpr.Client(...) as c: closed at the end; a close that fails (another
+ * thread inside a call) does not mask an exception leaving the block. */
 static PyObject *client_exit_ctx(cprpy_client *c, PyObject *args)
 {
-    (void)args;
+    PyObject *type = PyTuple_GET_SIZE(args) > 0 ? PyTuple_GET_ITEM(args, 0) : Py_None;
     PyObject *r = client_close(c, NULL);
-    if (!r)
-        return NULL;
-    Py_DECREF(r);
+    if (!r) {
+        if (type == Py_None)
+            return NULL;
+        PyErr_Clear();
+    }
+    Py_XDECREF(r);
     Py_RETURN_FALSE;
 }
 
@@ -693,6 +703,21 @@ static PyObject *client_read_blob(cprpy_client *c, PyObject *args)
     return b;
 }
 
+/* This client's live Part for (job, shard, checkpoint), if any (C3). */
+static cprpy_part *part_of(cprpy_client *c, PyObject *job, uint32_t shard, uint64_t ckpt)
+{
+    for (cprpy_part *p = c->parts; p; p = p->next) {
+        if (p->shard != shard || p->checkpoint != ckpt)
+            continue;
+        int same = PyUnicode_Compare(p->job, job);
+        if (same == -1 && PyErr_Occurred())
+            PyErr_Clear();
+        else if (same == 0)
+            return p;
+    }
+    return NULL;
+}
+
 static PyObject *client_abort(cprpy_client *c, PyObject *args)
 {
     PyObject *job;
@@ -702,14 +727,29 @@ static PyObject *client_abort(cprpy_client *c, PyObject *args)
     if (!PyArg_ParseTuple(args, "UO&O&", &job, cprpy_u32, &shard, cprpy_u64, &ckpt) ||
         cprpy_job(job, &j) < 0)
         return NULL;
+    /* C4: cpr_client_abort stops this client's own handle for the part,
+     * which no other thread may be using meanwhile (part.c P2). */
+    cprpy_part *mine = part_of(c, job, shard, ckpt);
+    if (mine && mine->busy)
+        return cprpy_raise(CPR_FAILED_PRECONDITION,
+                           "part %s/%u/%llu is in use by another thread; abort it once that "
+                           "call has returned", j, shard, ckpt);
     cpr_client *cl = cprpy_client_enter(c);
     if (!cl)
         return NULL;
+    if (mine) { /* kept alive and busy: no dealloc or call of it meanwhile */
+        Py_INCREF(mine);
+        mine->busy = 1;
+    }
     cpr_status st;
     Py_BEGIN_ALLOW_THREADS
     st = cpr_client_abort(cl, j, shard, ckpt);
     Py_END_ALLOW_THREADS
     cprpy_client_leave(c);
+    if (mine) {
+        mine->busy = 0;
+        Py_DECREF(mine);
+    }
     if (st != CPR_OK)
         return cprpy_raise_status(st);
     Py_RETURN_NONE;

@@ -115,6 +115,9 @@ typedef struct cprpy_client {
     PyObject *weakrefs;
 } cprpy_client;
 
+/* A Part's `ended` when its client's close ended it (compared by address). */
+extern const char cprpy_ended_by_close[];
+
 struct cprpy_part {
     PyObject_HEAD
     cprpy_client *client; /* strong reference */

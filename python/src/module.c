@@ -140,6 +140,19 @@ static int add_errors(PyObject *m)
 
 /* A torch tensor exports no buffer: its .numpy() (after .detach(), which
  * shares storage) is a zero-copy view of a CPU tensor. */
+/* o's str (as_str) or repr as UTF-8 for a message, or "?"; never leaves an
+ * error set. *hold gets the string object, to release after use. */
+static const char *describe(PyObject *o, int as_str, PyObject **hold)
+{
+    *hold = as_str ? PyObject_Str(o) : PyObject_Repr(o);
+    const char *s = *hold ? PyUnicode_AsUTF8(*hold) : NULL;
+    if (!s) {
+        PyErr_Clear();
+        return "?";
+    }
+    return s;
+}
+
 static PyObject *tensor_as_array(PyObject *obj)
 {
     if (!PyObject_HasAttrString(obj, "numpy") || !PyObject_HasAttrString(obj, "detach"))
@@ -165,11 +178,12 @@ int cprpy_buffer_get(PyObject *obj, cprpy_dtype dtype, int writable, const char 
                 /* .numpy() refused (a CUDA tensor, say): say so with its reason. */
                 PyObject *type, *value, *tb;
                 PyErr_Fetch(&type, &value, &tb);
-                PyObject *s = value ? PyObject_Str(value) : NULL;
+                PyObject *s = NULL;
+                const char *why = value ? describe(value, 1, &s) : "?";
                 cprpy_raise(CPR_INVALID_ARGUMENT,
                             "%s: a %s cannot be read in place (%s); pass a CPU tensor or a "
                             "NumPy array",
-                            what, Py_TYPE(obj)->tp_name, s ? PyUnicode_AsUTF8(s) : "?");
+                            what, Py_TYPE(obj)->tp_name, why);
                 Py_XDECREF(s);
                 Py_XDECREF(type);
                 Py_XDECREF(value);
@@ -423,9 +437,9 @@ static int parse_enum(PyObject *o, const char *what, const char *(*name)(int), i
             strncat(list, list[0] ? ", " : "", sizeof list - strlen(list) - 1);
             strncat(list, name(i), sizeof list - strlen(list) - 1);
         }
-    PyObject *r = PyObject_Repr(o);
-    cprpy_raise(CPR_INVALID_ARGUMENT, "%s: %s is not one of %s", what,
-                r ? PyUnicode_AsUTF8(r) : "?", list);
+    PyObject *r = NULL;
+    const char *shown = describe(o, 0, &r);
+    cprpy_raise(CPR_INVALID_ARGUMENT, "%s: %s is not one of %s", what, shown, list);
     Py_XDECREF(r);
     return -1;
 }
@@ -520,9 +534,9 @@ static int conv_unsigned(PyObject *o, unsigned long long max, unsigned long long
     *v = PyLong_AsUnsignedLongLong(o);
     if ((*v == (unsigned long long)-1 && PyErr_Occurred()) || *v > max) {
         PyErr_Clear();
-        PyObject *r = PyObject_Repr(o);
-        cprpy_raise(CPR_INVALID_ARGUMENT, "%s is not an int in [0, %llu]",
-                    r ? PyUnicode_AsUTF8(r) : "?", max);
+        PyObject *r = NULL;
+        const char *shown = describe(o, 0, &r);
+        cprpy_raise(CPR_INVALID_ARGUMENT, "%s is not an int in [0, %llu]", shown, max);
         Py_XDECREF(r);
         return 0;
     }

@@ -325,12 +325,20 @@ static PyObject *part_enter_ctx(cprpy_part *p, PyObject *unused)
 }
 
 /* with client.begin(...) as part: commit on a clean exit, abort on an
- * exception (whose propagation an abort error must not mask). */
+ * exception (whose propagation an abort error must not mask). A clean exit
+ * from a part that ended in the block by its client's close raises: nothing
+ * was committed, and the caller did not say so (commit or abort). */
 static PyObject *part_exit_ctx(cprpy_part *p, PyObject *args)
 {
     PyObject *type = PyTuple_GET_SIZE(args) > 0 ? PyTuple_GET_ITEM(args, 0) : Py_None;
-    if (!p->part)
-        Py_RETURN_FALSE;
+    if (!p->part) {
+        if (type != Py_None || p->ended != cprpy_ended_by_close)
+            Py_RETURN_FALSE; /* committed or aborted in the block */
+        return cprpy_raise(CPR_FAILED_PRECONDITION,
+                           "part %s/%u/%llu was %s inside its with block: nothing was "
+                           "committed", PyUnicode_AsUTF8(p->job), p->shard,
+                           (unsigned long long)p->checkpoint, p->ended);
+    }
     if (type == Py_None) {
         PyObject *r = finish(p, 1);
         if (!r)

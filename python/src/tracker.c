@@ -233,6 +233,10 @@ static PyObject *tracker_select(cprpy_tracker *k, PyObject *args, PyObject *kw)
         free(ids);
         return st == CPR_NO_MEMORY && !ids ? PyErr_NoMemory() : cprpy_raise_status(st);
     }
+    if (n < cap / 2) { /* a budget's few rows: keep no room for the whole shard */
+        uint64_t *fit = realloc(ids, (n ? n : 1) * sizeof *ids);
+        ids = fit ? fit : ids;
+    }
     return cprpy_array_new(ids, 'Q', n, 0);
 }
 

@@ -244,6 +244,17 @@ def test_closed_client(ckptd, job):
     with cpr.Client(ckptd.target) as c2:
         with pytest.raises(cpr.NotFoundError):
             c2.list(job)  # the open part was aborted on the daemon
+    # Closed inside a part's with block: the clean exit says nothing was
+    # committed, instead of passing for a commit.
+    c3 = cpr.Client(ckptd.target)
+    with pytest.raises(cpr.FailedPreconditionError, match="nothing was committed"):
+        with c3.begin(job, 0, 2, tables=SCHEMA[:1]) as p3:
+            p3.put_rows(T0, np.array([1]), np.ones((1, T0_DIM), np.float32),
+                        np.ones((1, 1), np.float32))
+            c3.close()
+    with cpr.Client(ckptd.target) as c2:
+        with pytest.raises(cpr.NotFoundError):
+            c2.list(job)
 
 
 def test_every_status_has_its_exception():
@@ -374,6 +385,51 @@ def test_abort_by_id(ckptd, client, job):
     with client.begin(job, 0, 1, tables=SCHEMA[:1]):
         pass
     assert [x.rows for x in client.list(job)] == [0]
+
+
+def test_abort_by_id_races_the_parts_own_commit(tmp_path, job):
+    """client.abort of a part that another thread is committing through its
+    Part: one of the two is refused or fails, and nothing crashes (the C
+    API forbids the abort while another thread uses the handle)."""
+    outcomes = {}
+    with cpr.Client("local://%s" % (tmp_path / "store"), no_sync=True) as c:
+        values, state = np.ones((500, T0_DIM), np.float32), np.ones((500, 1), np.float32)
+        for ckpt in range(1, 101):
+            p = c.begin(job, 0, ckpt, tables=SCHEMA[:1])
+            p.put_range(T0, 0, values, state)
+            go = threading.Barrier(2)
+            got = {}
+
+            def commit():
+                go.wait()
+                try:
+                    p.commit()
+                    got["commit"] = "ok"
+                except cpr.Error as e:
+                    got["commit"] = type(e).__name__
+            t = threading.Thread(target=commit)
+            t.start()
+            go.wait()
+            try:
+                c.abort(job, 0, ckpt)
+                got["abort"] = "ok"
+            except cpr.Error as e:
+                got["abort"] = type(e).__name__
+            t.join()
+            # Never both: a committed part is not aborted, an aborted one
+            # does not commit.
+            assert not (got["commit"] == "ok" and got["abort"] == "ok"), got
+            if p.state == "open":  # its commit was refused: the abort held it
+                assert got["commit"] == "FailedPreconditionError", got
+                p.abort()
+            assert p.state in ("committed", "aborted (its commit failed)", "aborted"), p.state
+            outcomes[ckpt] = got["commit"]
+        try:
+            committed = {x.checkpoint for x in c.list(job) if x.committed}
+        except cpr.NotFoundError:
+            committed = set()
+    # Exactly the parts whose commit returned are in the store.
+    assert committed == {k for k, v in outcomes.items() if v == "ok"}
 
 
 def test_type_stubs_cover_the_module():

@@ -297,6 +297,32 @@ def test_a_new_process_loads_the_cut_not_an_old_plan(client, job):
     fresh.ckpt.close()
 
 
+def test_a_restart_from_scratch_leaves_the_old_timeline(client, job):
+    """load() with no consistent cut starts over: the old run's rows never
+    come back through a later restore, and the next save is FULL."""
+    old = torch.full((8, 2), 7.0)
+    a = cpr.torch.Checkpointer(client, job, [old], num_shards=2, shards=[0], policy="full",
+                               hooks=False)
+    a.save(10)  # shard 0 only: no cut
+    a.close()
+    fresh = torch.full((8, 2), 1.0)  # a new process's initial table
+    b = cpr.torch.Checkpointer(client, job, [fresh], num_shards=2, policy="mfu", budget=0.5,
+                               hooks=False)
+    assert b.load().plan.action == "restart-from-scratch"
+    with torch.no_grad():
+        fresh[0] = fresh[4] = 2.0
+    b.observe(0, torch.tensor([0, 4]))
+    b.step()
+    saved = b.save(20)
+    assert saved.policy == cpr.Policy.FULL and saved.rows == 8
+    expect = fresh.clone()
+    b.simulate_failure(0)
+    assert b.recover([0], "partial").plan.action == "partial"
+    assert torch.equal(fresh, expect)  # none of the old run's 7s
+    assert b.save(30).policy == cpr.Policy.MFU  # FULL once, then the policy
+    b.close()
+
+
 @pytest.mark.parametrize("r4,codec", [(None, "int8"), (20.0, "int4"), (0.003, "bf16")])
 def test_auto_codec_follows_the_estimator(client, job, r4, codec):
     # 3600 s at an MTBF of 60 s: 60 failures, each restoring 1 shard of
