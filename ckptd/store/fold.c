@@ -327,7 +327,9 @@ cpr_status cpri_fold_shard(cpr_store *store, const char *job_name, uint32_t shar
         m.committed_unix_ms = (int64_t)now.tv_sec * 1000 + now.tv_nsec / 1000000;
         uint64_t seg_bytes = m.seg_bytes, rows = m.rows;
         int attempted = 0;
-        st = publish_fold(store, job_name, &m, replace, &attempted);
+        st = cpri_store_renew_job(store, job_name); /* rados.h R9: still the holder */
+        if (st == CPR_OK)
+            st = publish_fold(store, job_name, &m, replace, &attempted);
         if (attempted)
             name[0] = '\0'; /* a record may name it: only the sweep at open decides */
         if (st == CPR_OK) {

@@ -35,6 +35,8 @@
 #define OP_TIMEOUT_S "60"             /* an OSD or monitor that does not answer */
 
 #define LEASE_S 30                    /* a gateway's lease (R6) */
+#define LEASE_MARGIN_S 10             /* R6: counted as lapsed this long before the
+                                         lease can have, from a renewal's sending */
 #define GATEWAY_LOCK "cpr.gateway"
 #define JOB_LOCK "cpr.job"
 
@@ -53,6 +55,7 @@ struct cpri_rados {
     pthread_cond_t cv;
     int stop;
     atomic_int lease_lost;
+    _Atomic double lease_until;  /* R6: cpri_now_s() past which it may have lapsed */
     uint32_t jobs[256];          /* jobs this gateway held (R9), released at close */
     size_t n_jobs;
 };
@@ -157,7 +160,11 @@ cpr_status cpri_rados_connect(const cpri_rados_target *t, cpri_rados **out)
              t->ns ? t->ns : "");
     snprintf(r->pool, sizeof r->pool, "%s", t->pool);
     pthread_mutex_init(&r->mu, NULL);
-    pthread_cond_init(&r->cv, NULL);
+    pthread_condattr_t ca; /* the renewer's waits: on the clock of cpri_now_s */
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&r->cv, &ca);
+    pthread_condattr_destroy(&ca);
     *out = r;
     return CPR_OK;
 fail:
@@ -454,7 +461,16 @@ static cpr_status rb_finish(cpri_obj_writer *w, uint64_t *size)
         char name[512], val[32];
         chunk_name(name, sizeof name, w->object, 0);
         int n = snprintf(val, sizeof val, "%" PRIu64, w->written);
-        int rc = rados_setxattr(w->be->r->io, name, SIZE_XATTR, val, (size_t)n);
+        /* R6: asserted to exist, not created: another gateway that saw this
+         * one's lease lapse may have swept the chunks meanwhile (R7). */
+        rados_write_op_t op = rados_create_write_op();
+        int rc = -ENOMEM;
+        if (op) {
+            rados_write_op_assert_exists(op);
+            rados_write_op_setxattr(op, SIZE_XATTR, val, (size_t)n);
+            rc = rados_write_op_operate(op, w->be->r->io, name, NULL, 0);
+            rados_release_write_op(op);
+        }
         if (rc < 0)
             st = rados_err(rc, "finishing", name);
     }
@@ -488,17 +504,22 @@ static void rb_discard(cpri_obj_writer *w)
     free(object);
 }
 
-/* Number of chunks of a finished segment (0: no cpr.size, or missing). */
-static uint64_t finished_chunks(rados_backend *be, const char *object)
+/* *chunks of a finished segment (0: no cpr.size, or missing); a failure
+ * to tell (the cluster's, not the object's absence) is returned. */
+static cpr_status finished_chunks(rados_backend *be, const char *object, uint64_t *chunks)
 {
     char name[512], val[32];
     chunk_name(name, sizeof name, object, 0);
     int n = rados_getxattr(be->r->io, name, SIZE_XATTR, val, sizeof val - 1);
-    if (n <= 0)
-        return 0;
+    *chunks = 0;
+    if (n == -ENOENT || n == -ENODATA || n == 0)
+        return CPR_OK;
+    if (n < 0)
+        return rados_err(n, "reading the size of", name);
     val[n] = 0;
     uint64_t bytes = strtoull(val, NULL, 10);
-    return bytes ? (bytes + CHUNK_BYTES - 1) / CHUNK_BYTES : 1;
+    *chunks = bytes ? (bytes + CHUNK_BYTES - 1) / CHUNK_BYTES : 1;
+    return CPR_OK;
 }
 
 /* A finished segment's size: its cpr.size (R2: set once every chunk is
@@ -528,18 +549,24 @@ static cpr_status rados_remove_object(cpri_backend *base, const char *object)
 {
     rados_backend *be = (rados_backend *)base;
     char name[512];
-    uint64_t n = finished_chunks(be, object);
+    uint64_t n = 0;
+    cpr_status st = finished_chunks(be, object, &n);
+    if (st)
+        return st; /* removing nothing is better than removing a prefix */
     if (n == 0) { /* unfinished or absent (R4): probe */
         unsigned misses = 0;
         for (uint64_t i = 0; misses <= WRITE_DEPTH; i++) {
             chunk_name(name, sizeof name, object, i);
             uint64_t psize;
             time_t pmtime;
-            if (rados_stat(be->r->io, name, &psize, &pmtime) == 0) {
+            int rc = rados_stat(be->r->io, name, &psize, &pmtime);
+            if (rc == 0) {
                 n = i + 1;
                 misses = 0;
-            } else {
+            } else if (rc == -ENOENT) {
                 misses++;
+            } else {
+                return rados_err(rc, "looking for the objects of", name);
             }
         }
     }
@@ -683,6 +710,8 @@ struct cpri_obj_reader {
     extent_read *er;
     size_t n, issued, delivered, window;
     uint64_t budget_bytes; /* of this reader's reads counted in be->read_bytes */
+    cpr_status failed;     /* the first failure: every later read returns it */
+    char why[512];         /* ... and its message */
 };
 
 static void extent_wait(extent_read *e)
@@ -823,10 +852,10 @@ static cpr_status rb_read_start(cpri_backend *base, const cpri_obj_extent *ext, 
     return CPR_OK;
 }
 
-static cpr_status rb_read_next(cpri_obj_reader *r, void **owner, const unsigned char **data)
+/* The next extent's read, checked; a failure leaves the reader's state
+ * mid-way (rb_read_next makes it sticky). */
+static cpr_status read_next(cpri_obj_reader *r)
 {
-    if (r->delivered >= r->n)
-        return cpr_fail(CPR_INTERNAL, "segment read past its %zu extents", r->n);
     while (r->issued < r->n && r->issued < r->delivered + r->window &&
            read_admit(r, r->issued)) {
         cpr_status st = issue(r, r->issued);
@@ -852,6 +881,23 @@ static cpr_status rb_read_next(cpri_obj_reader *r, void **owner, const unsigned 
                             "RADOS: segment object %s ends before the extent read "
                             "(%d of %zu bytes)", name, rc, e->want[i]);
     }
+    return CPR_OK;
+}
+
+static cpr_status rb_read_next(cpri_obj_reader *r, void **owner, const unsigned char **data)
+{
+    if (r->failed) /* an extent half-issued or unchecked: never delivered */
+        return cpr_fail(r->failed, "%s", r->why);
+    if (r->delivered >= r->n)
+        return cpr_fail(CPR_INTERNAL, "segment read past its %zu extents", r->n);
+    cpr_status st = read_next(r);
+    if (st) {
+        r->failed = st;
+        snprintf(r->why, sizeof r->why, "%s", cpr_errmsg());
+        return st;
+    }
+    size_t k = r->delivered;
+    extent_read *e = &r->er[k];
     extent_release(e);
     read_settle(r, r->ext[k].len);
     *owner = e->buf;
@@ -1055,6 +1101,10 @@ cpr_status cpri_rados_catalog_load_prefix(cpri_rados *r, const void *prefix, siz
     int stop = 0;
     while (st == CPR_OK && more && !stop) {
         rados_read_op_t op = rados_create_read_op();
+        if (!op) {
+            st = cpr_fail(CPR_NO_MEMORY, "out of memory loading the catalog");
+            break;
+        }
         rados_omap_iter_t it = NULL;
         int prval = 0;
         more = 0;
@@ -1114,8 +1164,9 @@ cpr_status cpri_rados_catalog_load_prefix(cpri_rados *r, const void *prefix, siz
 #define LOAD_MANY_MAX 4 /* prefixes one cpri_rados_catalog_load_many reads */
 
 /* Hand every record of iterator `it` to fn (keys unhexed into *kbuf). */
+/* *stopped: fn asked to stop (cpri_kv_fn). */
 static cpr_status deliver_records(cpri_rados *r, rados_omap_iter_t it, unsigned char **kbuf,
-                                  size_t *kcap, cpri_kv_fn fn, void *ctx)
+                                  size_t *kcap, cpri_kv_fn fn, void *ctx, int *stopped)
 {
     for (;;) {
         char *key, *val;
@@ -1133,8 +1184,10 @@ static cpr_status deliver_records(cpri_rados *r, rados_omap_iter_t it, unsigned 
             return cpr_fail(CPR_CORRUPT, "RADOS: catalog object %s in %s has a key that is not "
                             "hex (%.*s): not written by CPR", CATALOG_OBJECT, r->where,
                             (int)(klen < 64 ? klen : 64), key);
-        if (fn(ctx, *kbuf, klen / 2, val, vlen))
+        if (fn(ctx, *kbuf, klen / 2, val, vlen)) {
+            *stopped = 1;
             return CPR_OK;
+        }
     }
 }
 
@@ -1159,13 +1212,17 @@ cpr_status cpri_rados_catalog_load_many(cpri_rados *r, const void *key, size_t k
         if (!(hp[i] = hex_key(prefixes + i * plen, plen)))
             st = cpr_fail(CPR_NO_MEMORY, "out of memory reading the catalog");
     rados_read_op_t op = st ? NULL : rados_create_read_op();
+    if (st == CPR_OK && !op)
+        st = cpr_fail(CPR_NO_MEMORY, "out of memory reading the catalog");
     if (op) {
         const char *keys[1] = {hk};
         rados_read_op_omap_get_vals_by_keys2(op, keys, 1, &hklen, &kit, &kprval);
         for (size_t i = 0; i < n; i++)
             rados_read_op_omap_get_vals2(op, "", hp[i], LOAD_PAGE, &it[i], &more[i], &prval[i]);
         int rc = rados_read_op_operate(op, r->io, CATALOG_OBJECT, 0);
-        int bad = rc < 0 && rc != -ENOENT ? -rc : kprval < 0 ? -kprval : 0;
+        /* ENOENT: no catalog object yet; the sub-operations' values then
+         * say EIO (nothing to decode) and mean nothing. */
+        int bad = rc < 0 && rc != -ENOENT ? -rc : rc == 0 && kprval < 0 ? -kprval : 0;
         for (size_t i = 0; rc == 0 && !bad && i < n; i++)
             bad = prval[i] < 0 ? -prval[i] : 0;
         if (bad)
@@ -1185,9 +1242,10 @@ cpr_status cpri_rados_catalog_load_many(cpri_rados *r, const void *key, size_t k
         int whole = 1;
         for (size_t i = 0; i < n; i++)
             whole &= !more[i];
-        for (size_t i = 0; st == CPR_OK && rc == 0 && whole && i < n; i++)
+        int stopped = 0;
+        for (size_t i = 0; st == CPR_OK && rc == 0 && whole && !stopped && i < n; i++)
             if (it[i])
-                st = deliver_records(r, it[i], &kbuf, &kcap, fn, ctx);
+                st = deliver_records(r, it[i], &kbuf, &kcap, fn, ctx, &stopped);
         *complete = st == CPR_OK && whole; /* ENOENT: a store never written, and complete */
         if (kit)
             rados_omap_get_end(kit); /* allocated with the operation, whatever it did */
@@ -1216,6 +1274,10 @@ cpr_status cpri_rados_catalog_get(cpri_rados *r, const void *key, size_t klen, c
         return cpr_fail(CPR_NO_MEMORY, "out of memory reading the catalog");
     size_t hklen = 2 * klen;
     rados_read_op_t op = rados_create_read_op();
+    if (!op) {
+        free(hk);
+        return cpr_fail(CPR_NO_MEMORY, "out of memory reading the catalog");
+    }
     rados_omap_iter_t it = NULL;
     int prval = 0;
     const char *keys[1] = {hk};
@@ -1287,20 +1349,35 @@ static int lock_gateway(cpri_rados *r, uint8_t flags)
                                 &tv, flags);
 }
 
+/* R6: take (flags 0) or renew the gateway's lock; on success the lease
+ * holds until LEASE_S from the call's sending, at the OSD's count, so here
+ * until LEASE_S - LEASE_MARGIN_S from it. */
+static int lease_gateway(cpri_rados *r, uint8_t flags)
+{
+    double sent = cpri_now_s();
+    int rc = lock_gateway(r, flags);
+    if (rc == 0)
+        atomic_store(&r->lease_until, sent + LEASE_S - LEASE_MARGIN_S);
+    return rc;
+}
+
 static void *renew_main(void *arg)
 {
     cpri_rados *r = arg;
     pthread_mutex_lock(&r->mu);
     while (!r->stop) {
         struct timespec until;
-        clock_gettime(CLOCK_REALTIME, &until);
+        clock_gettime(CLOCK_MONOTONIC, &until);
         until.tv_sec += LEASE_S / 3;
         while (!r->stop && pthread_cond_timedwait(&r->cv, &r->mu, &until) != ETIMEDOUT)
             ;
         if (r->stop)
             break;
         pthread_mutex_unlock(&r->mu);
-        int rc = lock_gateway(r, LIBRADOS_LOCK_FLAG_MAY_RENEW);
+        /* MUST_RENEW: a lease that lapsed meanwhile (others may have seen
+         * this gateway dead and swept its objects, R7) is not taken again
+         * as if nothing had happened. */
+        int rc = lease_gateway(r, LIBRADOS_LOCK_FLAG_MUST_RENEW);
         if (rc < 0 && !atomic_exchange(&r->lease_lost, 1))
             cpri_log(CPR_LOG_ERROR, "RADOS %s: gateway %08x could not renew its lease (%s); "
                      "it stops writing the catalog", r->where, r->gw_id, strerror(-rc));
@@ -1317,7 +1394,7 @@ cpr_status cpri_rados_gateway_start(cpri_rados *r, uint32_t id, const char *desc
     snprintf(r->gw_cookie, sizeof r->gw_cookie, "%016llx",
              (unsigned long long)rados_get_instance_id(r->cluster));
     snprintf(r->gw_desc, sizeof r->gw_desc, "%s", desc);
-    int rc = lock_gateway(r, 0);
+    int rc = lease_gateway(r, 0);
     if (rc == -EBUSY || rc == -EEXIST) {
         /* A crashed earlier process of this directory: fence it, then take
          * over (R6). */
@@ -1334,7 +1411,7 @@ cpr_status cpri_rados_gateway_start(cpri_rados *r, uint32_t id, const char *desc
                          "gateway %08x", r->where, client, addr, id);
             rados_break_lock(r->io, r->gw_object, GATEWAY_LOCK, client, cookie);
         }
-        rc = lock_gateway(r, 0);
+        rc = lease_gateway(r, 0);
     }
     if (rc < 0)
         return rados_err(rc, "cannot take the gateway lock on", r->gw_object);
@@ -1360,6 +1437,12 @@ cpr_status cpri_rados_gateway_check(cpri_rados *r)
     if (atomic_load(&r->lease_lost))
         return cpr_fail(CPR_UNAVAILABLE, "RADOS %s: this gateway (%08x) lost its lease; "
                         "restart ckptd", r->where, r->gw_id);
+    double late = cpri_now_s() - atomic_load(&r->lease_until);
+    if (late > 0) /* a renewal still out, or the cluster slow to answer */
+        return cpr_fail(CPR_UNAVAILABLE, "RADOS %s: this gateway's (%08x) lease has not been "
+                        "renewed for %.0f s (the cluster is slow to answer); it writes "
+                        "nothing until the renewal comes back: try again", r->where,
+                        r->gw_id, late + LEASE_S - LEASE_MARGIN_S);
     return CPR_OK;
 }
 
@@ -1401,6 +1484,24 @@ cpr_status cpri_rados_job_hold(cpri_rados *r, uint32_t job_id, int *held)
     if (rc == 0 || rc == -EBUSY || rc == -EEXIST)
         return CPR_OK;
     return rados_err(rc, "cannot take the job lock on", object);
+}
+
+cpr_status cpri_rados_job_renew(cpri_rados *r, uint32_t job_id)
+{
+    char object[32], cookie[32];
+    snprintf(object, sizeof object, "cpr.job.%08x", job_id);
+    snprintf(cookie, sizeof cookie, "gw-%08x", r->gw_id);
+    struct timeval tv = {LEASE_S, 0};
+    int rc = rados_lock_exclusive(r->io, object, JOB_LOCK, cookie, r->gw_desc, &tv,
+                                  LIBRADOS_LOCK_FLAG_MUST_RENEW);
+    if (rc == 0)
+        return CPR_OK;
+    if (rc == -ENOENT || rc == -EBUSY || rc == -EEXIST)
+        return cpr_fail(CPR_FAILED_PRECONDITION, "RADOS %s: this gateway's hold on job "
+                        "%08x lapsed during its retention or fold pass (another gateway may "
+                        "run them now); the pass stops and the next one starts over",
+                        r->where, job_id);
+    return rados_err(rc, "cannot renew the job lock on", object);
 }
 
 /* ---- the pool's free space ------------------------------------------------------------ */

@@ -47,8 +47,15 @@
  *      renewed every LEASE_S / 3. At open, a lock still held on its own id
  *      is a crashed earlier process of the same directory (RocksDB's lock
  *      rules out a live one): the gateway fences it (blocklists its address)
- *      and breaks the lock. A gateway that fails to renew stops writing the
- *      catalog (CPR_UNAVAILABLE).
+ *      and breaks the lock. Renewals must renew (LIBRADOS_LOCK_FLAG_MUST_RENEW):
+ *      a lease that lapsed is never quietly taken again, since others may
+ *      have seen the gateway dead meanwhile (R7). A gateway that fails to
+ *      renew stops writing the catalog for good (CPR_UNAVAILABLE), and one
+ *      whose last successful renewal was sent LEASE_S - LEASE_MARGIN_S ago
+ *      or more (the renewal is still out) stops until one comes back: the
+ *      margin is what a commit's catalog write has to land while the lease
+ *      still holds. A segment's finishing write asserts that its first
+ *      object exists, so that a segment swept meanwhile never finishes.
  *  R7. Every segment and blob object a gateway creates carries its id in
  *      the token of its name (token = id << 32 | sequence). The open-time
  *      sweep (store_internal.h S2) removes an object no record names only
@@ -62,8 +69,10 @@
  *      never replaced through another.
  *  R9. One holder per job: retention and folding of a job run only on the
  *      gateway holding the RADOS lock "cpr.job" on object cpr.job.<id> (a
- *      lease of LEASE_S seconds, taken or renewed at each pass; the others
- *      skip the job), and the holder first reloads the job's records from
+ *      lease of LEASE_S seconds, taken or renewed at each pass, and renewed
+ *      (must renew) again before each fold is published and before a pass
+ *      drops parts, the pass stopping if it lapsed; the others skip the
+ *      job), and the holder first reloads the job's records from
  *      the pool (store.c, cpri_store_refresh_job), so that it decides on
  *      every part, whichever gateway committed it. A gateway also reloads a
  *      job before it lists it, gives its latest cut or plans a restore,
@@ -228,6 +237,11 @@ cpr_status cpri_rados_catalog_load_many(cpri_rados *r, const void *key, size_t k
  * LEASE_S seconds): *held is 1 when this gateway is the job's holder now,
  * 0 when another gateway is. */
 cpr_status cpri_rados_job_hold(cpri_rados *r, uint32_t job_id, int *held);
+/* R9. Renew a hold taken by cpri_rados_job_hold before a step that must
+ * run under it (publishing a fold, dropping parts): CPR_FAILED_PRECONDITION
+ * when it lapsed meanwhile (never taken again here: another gateway may
+ * hold the job now). */
+cpr_status cpri_rados_job_renew(cpri_rados *r, uint32_t job_id);
 
 /* R6. Hold gateway `id`'s lease until cpri_rados_close (renewed by a
  * thread of its own); `desc` ("host:directory") is the lock's description. */

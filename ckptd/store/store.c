@@ -649,6 +649,17 @@ cpr_status cpri_store_hold_job(cpr_store *store, const char *name, int *held)
     return st;
 }
 
+cpr_status cpri_store_renew_job(cpr_store *store, const char *name)
+{
+    if (!store->rados)
+        return CPR_OK;
+    pthread_mutex_lock(&store->mu);
+    cpri_job *job = cpri_catalog_find(&store->catalog, name);
+    uint32_t id = job ? job->id : 0;
+    pthread_mutex_unlock(&store->mu);
+    return id ? cpri_rados_job_renew(store->rados, id) : CPR_OK;
+}
+
 #define REFRESH_TRIES 3
 
 /* R9: refresh_once until no write of this gateway's raced it. After

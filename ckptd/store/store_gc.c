@@ -230,6 +230,8 @@ static cpr_status gc_one(cpr_store *store, const char *job_name, const gc_goal *
         rep->versions_removed -= rows; /* kept, in the fold (added back by G3's count) */
     }
     if (st == CPR_OK && n_shards)
+        st = cpri_store_renew_job(store, job_name); /* rados.h R9: still the holder */
+    if (st == CPR_OK && n_shards)
         st = drop_below(store, job_name, rep);
     free(shards);
     pthread_mutex_lock(&store->mu);

@@ -251,6 +251,9 @@ void cpri_store_refresh_since(cpr_store *store, const char *name, uint64_t arriv
 /* rados.h R9: *held = may this gateway run retention and folding of job
  * `name` now (reloaded from the pool when so). Caller holds fold_mu. */
 cpr_status cpri_store_hold_job(cpr_store *store, const char *name, int *held);
+/* rados.h R9: renew that hold before a step that must run under it;
+ * CPR_FAILED_PRECONDITION if it lapsed. CPR_OK locally. */
+cpr_status cpri_store_renew_job(cpr_store *store, const char *name);
 cpr_status cpri_catalog_write(cpr_store *store, rocksdb_writebatch_t *wb, const char *what);
 /* In RADOS: the same, iff every condition holds in the pool (rados.h R8);
  * CPR_FAILED_PRECONDITION, nothing written, when one does not. Locally the

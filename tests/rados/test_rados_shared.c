@@ -27,7 +27,9 @@
  *    it arrived (no reload of its own), and one arriving later reloads and
  *    sees what another gateway committed in between; readers let go at once,
  *    round after round, each see every part committed through the other
- *    gateway before they started.
+ *    gateway before they started;
+ *  - a gateway whose lease ended under it stops committing at its next
+ *    renewal, instead of taking the lease back (R6).
  * Exits 77 when the cluster is not there.
  */
 #define _GNU_SOURCE
@@ -255,6 +257,75 @@ static void test_one_holder_per_job(void **unused)
     gw_stop(&a);
 }
 
+/* The output of a shell command (at most cap - 1 bytes); its exit status. */
+static int run_cmd(const char *cmd, char *out, size_t cap)
+{
+    FILE *p = popen(cmd, "r");
+    assert_non_null(p);
+    size_t n = fread(out, 1, cap - 1, p);
+    out[n] = '\0';
+    return pclose(p);
+}
+
+/* The value of "key":"value" in JSON text (no escapes), into out. */
+static void json_string(const char *text, const char *key, char *out, size_t cap)
+{
+    char pat[64];
+    snprintf(pat, sizeof pat, "\"%s\":\"", key);
+    const char *v = strstr(text, pat);
+    assert_non_null(v);
+    v += strlen(pat);
+    const char *end = strchr(v, '"');
+    assert_non_null(end);
+    snprintf(out, cap, "%.*s", (int)(end - v), v);
+}
+
+/* R6: a gateway whose lease ended under it (broken here, as its lapse
+ * would end it: others may then have seen it dead and swept its objects)
+ * does not take it back at its next renewal; it stops committing. */
+static void test_lapsed_lease_stops_commits(void **unused)
+{
+    (void)unused;
+    new_namespace("lapse");
+    gateway a;
+    gw_start(&a, "cpr-shared-lapse");
+    cpr_part_spec first = tu_part("l", 0, 1, 1, CPR_KIND_FULL, T, 1);
+    tu_write_part_ok(a.store, &first, 0, 40);
+    char base[512], cmd[1024], out[4096], locker[128], cookie[128];
+    snprintf(base, sizeof base, "rados -c '%s' -p cpr -N '%s'", g_conf, g_ns);
+    snprintf(cmd, sizeof cmd, "%s lock info cpr.gw.%08x cpr.gateway --format json", base,
+             a.store->gateway_id);
+    assert_int_equal(run_cmd(cmd, out, sizeof out), 0);
+    const char *lockers = strstr(out, "\"lockers\"");
+    assert_non_null(lockers);
+    json_string(lockers, "name", locker, sizeof locker);
+    json_string(lockers, "cookie", cookie, sizeof cookie);
+    snprintf(cmd, sizeof cmd, "%s lock break cpr.gw.%08x cpr.gateway %s --lock-cookie %s",
+             base, a.store->gateway_id, locker, cookie);
+    assert_int_equal(run_cmd(cmd, out, sizeof out), 0);
+    /* Its next renewal (every LEASE_S / 3 = 10 s) must renew, and fails:
+     * commits fail from then on (polled; a part a try). */
+    cpr_status st = CPR_OK;
+    uint64_t ckpt = 2;
+    struct timespec t0, now, pause = {0, 100 * 1000 * 1000};
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    for (now = t0; st == CPR_OK && now.tv_sec - t0.tv_sec < 60; ckpt++) {
+        cpr_part_spec s = tu_part("l", 0, 1, ckpt, CPR_KIND_FULL, T, 1);
+        uint64_t ids[4] = {0, 1, 2, 3};
+        st = tu_write_part(a.store, &s, ids, 4, 4, 0, 1);
+        if (st == CPR_OK)
+            nanosleep(&pause, NULL);
+        clock_gettime(CLOCK_MONOTONIC, &now);
+    }
+    print_message("  lapsed lease: commits refused after %ld s: %s\n",
+                  (long)(now.tv_sec - t0.tv_sec), cpr_errmsg());
+    assert_int_equal(st, CPR_UNAVAILABLE);
+    assert_non_null(strstr(cpr_errmsg(), "lost its lease"));
+    /* What it committed before stays. */
+    assert_restores(a.store, "l", 1, 0, 40, 1);
+    gw_stop(&a);
+}
+
 /* S8: the holder's retention removes a part another gateway may still be
  * reading; its objects wait out a grace, so that read completes. */
 static void test_removed_part_readable_meanwhile(void **unused)
@@ -468,6 +539,7 @@ int main(void)
         cmocka_unit_test(test_reload_of_a_long_job),
         cmocka_unit_test(test_readers_share_a_reload),
         cmocka_unit_test(test_concurrent_readers_see_earlier_commits),
+        cmocka_unit_test(test_lapsed_lease_stops_commits),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
