@@ -629,15 +629,22 @@ static cpr_status refresh_once(cpr_store *store, const char *name, const uint64_
 /* R9: may this gateway run retention or folding of job `name`? Locally
  * always; in RADOS when it holds the job's lease, after reloading the job
  * from the pool. The caller holds fold_mu. */
+/* Job `name`'s id here, 0 if it is not known. */
+static uint32_t job_id_of(cpr_store *store, const char *name)
+{
+    pthread_mutex_lock(&store->mu);
+    cpri_job *job = cpri_catalog_find(&store->catalog, name);
+    uint32_t id = job ? job->id : 0;
+    pthread_mutex_unlock(&store->mu);
+    return id;
+}
+
 cpr_status cpri_store_hold_job(cpr_store *store, const char *name, int *held)
 {
     *held = 1;
     if (!store->rados)
         return CPR_OK;
-    pthread_mutex_lock(&store->mu);
-    cpri_job *job = cpri_catalog_find(&store->catalog, name);
-    uint32_t id = job ? job->id : 0;
-    pthread_mutex_unlock(&store->mu);
+    uint32_t id = job_id_of(store, name);
     if (!id)
         return CPR_OK; /* nothing of it here */
     cpr_status st = cpri_rados_job_hold(store->rados, id, held);
@@ -653,10 +660,7 @@ cpr_status cpri_store_renew_job(cpr_store *store, const char *name)
 {
     if (!store->rados)
         return CPR_OK;
-    pthread_mutex_lock(&store->mu);
-    cpri_job *job = cpri_catalog_find(&store->catalog, name);
-    uint32_t id = job ? job->id : 0;
-    pthread_mutex_unlock(&store->mu);
+    uint32_t id = job_id_of(store, name);
     return id ? cpri_rados_job_renew(store->rados, id) : CPR_OK;
 }
 
