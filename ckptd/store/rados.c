@@ -56,8 +56,8 @@ struct cpri_rados {
     int stop;
     atomic_int lease_lost;
     _Atomic double lease_until;  /* R6: cpri_now_s() past which it may have lapsed */
-    uint32_t jobs[256];          /* jobs this gateway held (R9), released at close */
-    size_t n_jobs;
+    uint32_t *jobs;              /* jobs this gateway held (R9), released at close */
+    size_t n_jobs, cap_jobs;
 };
 
 /* ---- connection ------------------------------------------------------------------ */
@@ -194,6 +194,7 @@ void cpri_rados_close(cpri_rados *r)
         }
         rados_unlock(r->io, r->gw_object, GATEWAY_LOCK, r->gw_cookie);
     }
+    free(r->jobs);
     pthread_mutex_destroy(&r->mu);
     pthread_cond_destroy(&r->cv);
     rados_ioctx_destroy(r->io);
@@ -1477,7 +1478,15 @@ cpr_status cpri_rados_job_hold(cpri_rados *r, uint32_t job_id, int *held)
         int known = 0;
         for (size_t i = 0; i < r->n_jobs && !known; i++)
             known = r->jobs[i] == job_id;
-        if (!known && r->n_jobs < sizeof r->jobs / sizeof r->jobs[0])
+        if (!known && r->n_jobs == r->cap_jobs) { /* if this fails, the lease ends it */
+            size_t cap = r->cap_jobs ? 2 * r->cap_jobs : 64;
+            uint32_t *grown = realloc(r->jobs, cap * sizeof *grown);
+            if (grown) {
+                r->jobs = grown;
+                r->cap_jobs = cap;
+            }
+        }
+        if (!known && r->n_jobs < r->cap_jobs)
             r->jobs[r->n_jobs++] = job_id;
         pthread_mutex_unlock(&r->mu);
     }
