@@ -34,6 +34,7 @@
 #define MAX_NODES 256
 #define MAX_MESSAGE_BYTES ((size_t)16 << 20)
 #define MAX_TIMEOUT_S (30.0 * 24 * 3600)
+#define MAX_BACKOFF_S 30.0 /* one pause between attempts at most */
 
 /* ---- options, open, close ------------------------------------------------------- */
 
@@ -63,6 +64,8 @@ static void fill_defaults(cpr_client_options *o)
         o->retries = 0;
     if (!(o->backoff_s > 0))
         o->backoff_s = 0.1;
+    if (o->backoff_s > MAX_BACKOFF_S) /* also catches infinity */
+        o->backoff_s = MAX_BACKOFF_S;
 }
 
 static cpr_status add_node(cpr_client *c, cpri_node *n)
@@ -338,6 +341,8 @@ int cpri_client_backoff(const cpr_client *c, unsigned attempt)
     if (attempt >= c->opts.retries)
         return 0;
     double backoff = c->opts.backoff_s * (double)(1u << (attempt < 16 ? attempt : 16));
+    if (backoff > MAX_BACKOFF_S) /* many retries: the pauses stop doubling */
+        backoff = MAX_BACKOFF_S;
     cpri_log(CPR_LOG_INFO, "retrying in %.2f s after: %s", backoff, cpr_errmsg());
     pause_s(backoff);
     return 1;

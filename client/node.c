@@ -515,7 +515,11 @@ cpr_status cpri_node_list_where(cpri_node *n, const char *job, double timeout_s,
             cpr_part_id id = {job, (*parts)[i].shard, (*parts)[i].checkpoint};
             if (n->api->part_location(n->store, &id, buf, sizeof buf) != CPR_OK)
                 snprintf(buf, sizeof buf, "unknown: %s", n->api->errmsg());
-            where[i] = strdup(buf);
+            if (!(where[i] = strdup(buf))) {
+                cpr_names_free(where, i);
+                where = NULL;
+                break;
+            }
         }
         if (st == CPR_OK && locations && !where) {
             free(*parts);

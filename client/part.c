@@ -784,7 +784,9 @@ static cpr_status check_spec(cpr_client *c, const cpr_part_spec *spec, cpr_part 
     if (spec->codec > CPR_CODEC_INT4)
         return cpr_fail(CPR_INVALID_ARGUMENT, "codec %u: give 0-4 (f32, bf16, f16, int8, "
                         "int4; cpr/codec.h)", spec->codec);
-    return CPR_OK;
+    /* Here, not only on the node: an async part stages rows before its
+     * Begin is answered, in blocks sized by these dims. */
+    return cpri_check_part_tables(spec);
 }
 
 /* The part's writer and sender; on failure the part is freed (and, when the
@@ -953,6 +955,9 @@ static cpr_status stage_block(cpr_part *p, const rows_src *r, const schema *t, s
 {
     cpr_status st = CPR_OK;
     size_t bytes = cpr_block_size((uint32_t)k, t->dim, t->state_dim, 0);
+    if (bytes == 0) /* check_spec's dims make this unreachable */
+        return cpr_fail(CPR_INTERNAL, "%zu rows of table %u (dim %u, state_dim %u) make no "
+                        "valid block", k, t->table, t->dim, t->state_dim);
     cpr_block_layout l;
     cpr_block_layout_of((uint32_t)k, t->dim, t->state_dim, 0, &l);
     /* Rows the caller encodes into the sender's buffer (send_fill_encoded)

@@ -106,6 +106,11 @@ static cpr_status reconcile(cpr_client *c, const char *job, uint64_t expected, c
             *again = 1;
             return lost;
         }
+        if (lost == CPR_TIMEOUT) /* the put may still be on its way */
+            return cpr_fail(lost, "%s (the recovery record of job %s was still at generation "
+                            "%llu when read back; the put timed out and may yet take "
+                            "effect: read the record again)", why, job,
+                            (unsigned long long)expected);
         return cpr_fail(lost, "%s (the recovery record of job %s is still at generation "
                         "%llu: not recorded)", why, job, (unsigned long long)expected);
     case PUT_LOST_RACE:
@@ -138,6 +143,18 @@ cpr_status cpr_client_recovery_put(cpr_client *c, const char *job, uint64_t expe
         if (st == CPR_OK) {
             *generation = gen;
             return CPR_OK;
+        }
+        if (st == CPR_FAILED_PRECONDITION && attempt > 0) {
+            /* A resend refused: the first send, whose answer was lost, may
+             * have been delayed and applied meanwhile. */
+            char why[1024];
+            snprintf(why, sizeof why, "%s", cpr_errmsg());
+            uint64_t now = 0;
+            if (read_back(c, job, expected, plan, len, &now) == PUT_APPLIED) {
+                *generation = now;
+                return CPR_OK;
+            }
+            return cpr_fail(st, "%s", why);
         }
         if (st != CPR_UNAVAILABLE && st != CPR_TIMEOUT)
             return st;

@@ -66,6 +66,15 @@ CPR_INTERNAL_API double cpri_now_s(void);
 /* 1 if `name` is 1..128 chars of [A-Za-z0-9._-]. */
 CPR_INTERNAL_API int cpri_name_valid(const char *name);
 
+/* A part's tables (cpr/types.h): 0..CPRI_MAX_TABLES_PER_PART of them, each
+ * with rows >= 1, dim 1..CPRI_MAX_DIM, state_dim 0..CPRI_MAX_DIM, no table
+ * twice. CPR_INVALID_ARGUMENT, naming the table, otherwise. The store checks
+ * every Begin with it; the client before it stages a row. */
+#define CPRI_MAX_TABLES_PER_PART 4096u /* schema checks are quadratic in this */
+#define CPRI_MAX_DIM 65536u            /* cpr/block.h's limit */
+struct cpr_part_spec;
+CPR_INTERNAL_API cpr_status cpri_check_part_tables(const struct cpr_part_spec *spec);
+
 #ifdef __cplusplus
 }
 #else

@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The shared data model's functions (cpr/types.h): names of kinds and
- * policies, freeing name lists, and the one implementation of the
+ * policies, freeing name lists, the one check of a part's tables that the
+ * store and the client make, and the one implementation of the
  * consistent-cut rule that the store, the client and the planner use.
  */
 #include <stdlib.h>
@@ -9,6 +10,28 @@
 
 #include "cpr/types.h"
 #include "cpr_common.h"
+
+cpr_status cpri_check_part_tables(const cpr_part_spec *spec)
+{
+    if (spec->n_tables > CPRI_MAX_TABLES_PER_PART || (spec->n_tables && !spec->tables))
+        return cpr_fail(CPR_INVALID_ARGUMENT, "a part declares 0-%u tables; got %zu",
+                        CPRI_MAX_TABLES_PER_PART, spec->n_tables);
+    for (size_t i = 0; i < spec->n_tables; i++) {
+        const cpr_table_schema *t = &spec->tables[i];
+        if (t->rows == 0 || t->dim == 0 || t->dim > CPRI_MAX_DIM ||
+            t->state_dim > CPRI_MAX_DIM)
+            return cpr_fail(CPR_INVALID_ARGUMENT,
+                            "table %u: rows must be >= 1, dim 1-%u and state_dim "
+                            "0-%u (got rows %llu, dim %u, state_dim %u)",
+                            t->table, CPRI_MAX_DIM, CPRI_MAX_DIM,
+                            (unsigned long long)t->rows, t->dim, t->state_dim);
+        for (size_t j = 0; j < i; j++)
+            if (spec->tables[j].table == t->table)
+                return cpr_fail(CPR_INVALID_ARGUMENT,
+                                "table %u is declared twice in one part", t->table);
+    }
+    return CPR_OK;
+}
 
 const char *cpr_kind_name(cpr_kind kind)
 {

@@ -34,7 +34,6 @@
 #define RANGE_BYTES 16
 #define CAND_BYTES (CPRI_BLOCK_REF_BYTES + 28) /* ref, object, shard, checkpoint, seq, fold */
 #define MAX_ITEMS (1u << 24)
-#define MAX_DIM 65536u
 
 cpr_status cpri_merge_plan_encode(const cpri_merge_plan *p, unsigned char **buf, size_t *len)
 {
@@ -177,7 +176,7 @@ static cpr_status decode(cpri_rbuf *r, cpri_merge_plan *p)
         CPRI_GET(r, t->state_dim);
         CPRI_GET(r, zero);
         CPRI_GET(r, t->rows);
-        if (t->dim == 0 || t->dim > MAX_DIM || t->state_dim > MAX_DIM)
+        if (t->dim == 0 || t->dim > CPRI_MAX_DIM || t->state_dim > CPRI_MAX_DIM)
             return bad("a table's dims out of range");
         if (i && t->table <= p->tables[i - 1].table)
             return bad("tables not in ascending order");

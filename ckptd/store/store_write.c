@@ -57,9 +57,7 @@
 #include "store_internal.h"
 #include "rados.h"
 
-#define MAX_TABLES_PER_PART 4096u   /* schema checks are quadratic in this */
 #define MAX_BATCH_ROWS (1u << 24)     /* rows in one put_rows call */
-#define MAX_DIM 65536u
 #define MAX_BLOBS_PER_PART 1024u
 #define MAX_OUT_OF_ORDER 1024u /* each out-of-order batch is a block every restore merges */
 
@@ -70,27 +68,6 @@ static uint64_t now_ms(void)
 }
 
 /* ---- begin ------------------------------------------------------------- */
-
-static cpr_status validate_tables(const cpr_part_spec *spec)
-{
-    if (spec->n_tables > MAX_TABLES_PER_PART || (spec->n_tables && !spec->tables))
-        return cpr_fail(CPR_INVALID_ARGUMENT, "a part declares 0-%u tables; got %zu",
-                        MAX_TABLES_PER_PART, spec->n_tables);
-    for (size_t i = 0; i < spec->n_tables; i++) {
-        const cpr_table_schema *t = &spec->tables[i];
-        if (t->rows == 0 || t->dim == 0 || t->dim > MAX_DIM || t->state_dim > MAX_DIM)
-            return cpr_fail(CPR_INVALID_ARGUMENT,
-                            "table %u: rows must be >= 1, dim 1-%u and state_dim "
-                            "0-%u (got rows %llu, dim %u, state_dim %u)",
-                            t->table, MAX_DIM, MAX_DIM, (unsigned long long)t->rows,
-                            t->dim, t->state_dim);
-        for (size_t j = 0; j < i; j++)
-            if (spec->tables[j].table == t->table)
-                return cpr_fail(CPR_INVALID_ARGUMENT,
-                                "table %u is declared twice in one part", t->table);
-    }
-    return CPR_OK;
-}
 
 static cpr_status validate_spec(const cpr_part_spec *spec)
 {
@@ -110,7 +87,7 @@ static cpr_status validate_spec(const cpr_part_spec *spec)
         return cpr_fail(CPR_INVALID_ARGUMENT, "DELTA base %llu must be below its "
                         "checkpoint %llu", (unsigned long long)spec->base,
                         (unsigned long long)spec->id.checkpoint);
-    return validate_tables(spec);
+    return cpri_check_part_tables(spec);
 }
 
 /* Dims must agree with committed parts (C4) and with open parts of the job. */

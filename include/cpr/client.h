@@ -78,7 +78,7 @@ typedef struct cpr_client_options {
     unsigned retries;         /* extra attempts for calls that are safe to
                                  repeat, on CPR_UNAVAILABLE only (default 3) */
     double backoff_s;         /* first pause between attempts, doubling
-                                 (default 0.1 s) */
+                                 up to 30 s a pause (default 0.1 s) */
     int no_retries;           /* 1: never retry (overrides `retries`) */
     int defer_send;           /* 1: a part's staged data is sent only once
                                  cpr_part_commit is called (or when a put

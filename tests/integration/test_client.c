@@ -1032,6 +1032,22 @@ static void async_begin(const char *target)
     spec.num_shards = 0;
     assert_status(CPR_INVALID_ARGUMENT, cpr_client_begin_async(c, &spec, &p));
     spec.num_shards = 1;
+    /* So do the tables' (rows would be staged in blocks sized by them
+     * before the node could refuse them). */
+    cpr_table_schema bad[2] = {tables[0], tables[1]};
+    cpr_part_spec bad_spec = spec;
+    bad_spec.tables = bad;
+    const struct { uint32_t dim, state_dim, table1; } cases[] = {
+        {0, 0, 1}, {65537, 0, 1}, {8, 65537, 1}, {8, 1, 0 /* table 0 twice */}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        bad[0].dim = cases[i].dim;
+        bad[0].state_dim = cases[i].state_dim;
+        bad[1].table = cases[i].table1 ? tables[1].table : bad[0].table;
+        assert_status(CPR_INVALID_ARGUMENT, cpr_client_begin_async(c, &bad_spec, &p));
+        assert_null(p);
+        assert_status(CPR_INVALID_ARGUMENT, cpr_client_begin(c, &bad_spec, &p));
+        assert_null(p);
+    }
     /* Puts right away; the sender begins the part first. */
     assert_status(CPR_OK, cpr_client_begin_async(c, &spec, &p));
     assert_status(CPR_OK, put_rows(p, 0, 1, 300, 3));

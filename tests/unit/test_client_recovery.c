@@ -32,7 +32,8 @@ typedef enum put_script {
     PUT_APPLIED_LOST,     /* applied, answer lost: UNAVAILABLE */
     PUT_APPLIED_TIMEOUT,  /* applied, deadline passed: TIMEOUT */
     PUT_LOST,             /* never arrived: UNAVAILABLE */
-    PUT_LOST_TIMEOUT      /* never arrived: TIMEOUT */
+    PUT_LOST_TIMEOUT,     /* never arrived: TIMEOUT */
+    PUT_DELAYED           /* UNAVAILABLE; applied late, just before the next put */
 } put_script;
 
 struct cpri_node {
@@ -43,6 +44,10 @@ struct cpri_node {
     unsigned n_puts;
     unsigned get_failures; /* the next gets that fail with UNAVAILABLE */
     unsigned gets;
+    int delayed;          /* a PUT_DELAYED put on its way: */
+    uint64_t d_expected;
+    unsigned char d_plan[64];
+    size_t d_len;
 };
 
 static cpr_status fake_store(cpri_node *n, uint64_t expected, const void *plan, size_t len)
@@ -64,6 +69,17 @@ cpr_status cpri_node_recovery_put(cpri_node *n, const char *job, uint64_t expect
     (void)timeout_s;
     put_script what = n->n_puts < 8 ? n->puts[n->n_puts] : PUT_OK;
     n->n_puts++;
+    if (n->delayed) { /* the earlier put lands first */
+        n->delayed = 0;
+        (void)fake_store(n, n->d_expected, n->d_plan, n->d_len);
+    }
+    if (what == PUT_DELAYED) {
+        n->delayed = 1;
+        n->d_expected = expected;
+        memcpy(n->d_plan, plan, len);
+        n->d_len = len;
+        return cpr_fail(CPR_UNAVAILABLE, "connection reset");
+    }
     if (what == PUT_LOST)
         return cpr_fail(CPR_UNAVAILABLE, "connection refused");
     if (what == PUT_LOST_TIMEOUT)
@@ -191,6 +207,20 @@ static void test_not_applied_is_sent_again(void **state)
     assert_int_equal(f->node.n_puts, 1);
 }
 
+/* The first send's answer is lost and it lands late, after the read-back
+ * (not applied yet) and just before the resend, which is refused: the
+ * record holds our plan at expected + 1, so the put succeeded. */
+static void test_resend_refused_after_a_late_landing(void **state)
+{
+    fixture *f = *state;
+    uint64_t gen = 0;
+    script(f, PUT_DELAYED, PUT_OK, PUT_OK);
+    assert_status(CPR_OK, cpr_client_recovery_put(&f->client, "j", 0, "mine", 4, &gen));
+    assert_int_equal(gen, 1);
+    assert_int_equal(f->node.n_puts, 2);
+    assert_int_equal(f->node.generation, 1);
+}
+
 static void test_someone_else_won(void **state)
 {
     fixture *f = *state;
@@ -253,6 +283,8 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_applied_answer_lost, setup, teardown),
         cmocka_unit_test_setup_teardown(test_not_applied_is_sent_again, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_resend_refused_after_a_late_landing, setup,
+                                        teardown),
         cmocka_unit_test_setup_teardown(test_someone_else_won, setup, teardown),
         cmocka_unit_test_setup_teardown(test_outcome_unknown, setup, teardown),
         cmocka_unit_test_setup_teardown(test_get_retried, setup, teardown),
