@@ -30,6 +30,11 @@
  *     their flags never clear while they are open), so a hot row pays the
  *     guard once a save, not once a step. `cow` stays set until the save
  *     ends: drop_pending needs every open save's rows.
+ * A1. A row applied (restored) while an open save holds it is in that
+ *     save's `stale` list: the save stores the row's copy from before the
+ *     apply, so when it commits the row is tracked as updated again
+ *     (mark_stale: dirty, listed, count at least 1) and the next save takes
+ *     it; when it aborts the row equals its stored copy and stays clean.
  */
 #define _GNU_SOURCE /* madvise, sched_getaffinity */
 #include <math.h>
@@ -66,6 +71,9 @@ typedef struct pending {
     uint64_t unsaved_at_begin;
     int wiped;              /* the shard was wiped while this save was open */
     cpri_emb_snap snap;     /* the rows' begin-time values, copy on write */
+    uint64_t *stale;        /* rows applied while this save held them: at its
+                               commit they differ from what it stored */
+    size_t n_stale, cap_stale;
     struct cpu_table *table; /* for the tracker moves (S5) */
     size_t cap;             /* rows the arrays hold (a spare is reused, E1) */
     struct pending *next;   /* open saves of the table */
@@ -384,6 +392,23 @@ static void list_touched(cpu_table *b, uint32_t shard, uint64_t row)
         cpri_emb_touched_zero_norm(&b->touched, shard);
 }
 
+/* The row differs from what a committed save stored of it (its copy from
+ * before an apply): tracked as updated at least once, so that the next save
+ * of any policy that saves updated rows takes it again. */
+static void mark_stale(cpr_emb *t, uint64_t row)
+{
+    cpu_table *b = CPU(t);
+    uint32_t shard = cpri_emb_geom_shard_of(t, row);
+    if (b->has_counts && b->trk[row].count == 0) {
+        b->trk[row].count = 1;
+        b->shards[shard].unsaved++;
+    }
+    if (b->dirty)
+        BIT_SET(b->dirty, row);
+    if (b->touched.listed)
+        list_touched(b, shard, row);
+}
+
 /* Trackers of `row` after an update by `n_occ` occurrences (first at `first`). */
 static void track_row(cpr_emb *t, uint64_t row, const occ *first, size_t n_occ, double change)
 {
@@ -399,7 +424,8 @@ static void track_row(cpr_emb *t, uint64_t row, const occ *first, size_t n_occ, 
         b->trk[row].norm += (float)change;
     if (b->touched.listed)
         list_touched(b, shard, row);
-    if (b->ssu.member && !cpri_emb_ssu_is_member(&b->ssu, row)) {
+    if (b->ssu.member && (!cpri_emb_ssu_is_member(&b->ssu, row) ||
+                          cpri_emb_ssu_is_held(&b->ssu, row))) { /* U4 when held */
         for (size_t k = 0; k < n_occ; k++) {
             uint64_t pos = (uint64_t)first[k].pos_hi << 32 | first[k].pos_lo;
             if (cpri_emb_sampled(t->cfg.seed, b->calls, pos, t->ssu_threshold)) {
@@ -679,6 +705,7 @@ static void free_pending(pending *p)
     free(p->norm);
     free(p->dirty);
     free(p->sampled);
+    free(p->stale);
     free(p);
 }
 
@@ -954,9 +981,12 @@ void cpri_emb_cpu_save_end(cpr_emb *t, cpr_emb_save *save, int committed)
         sc->unsaved -= saved < sc->unsaved ? saved : sc->unsaved;
         if (p->sampled)
             cpri_emb_ssu_end(&b->ssu, save->shard, save->ids, save->n, p->sampled, 1);
+        for (size_t i = 0; i < p->n_stale; i++) /* A1 */
+            mark_stale(t, p->stale[i]);
     } else if (!p->wiped) {
         restore_pending(t, save, p);
     }
+    p->n_stale = 0;
     sc->open_saves--;
     if (consistent_policy(save->policy))
         sc->open_consistent = 0;
@@ -989,7 +1019,9 @@ static void clear_trackers(cpr_emb *t, uint64_t row)
 
 /* The row now equals a stored copy: the open saves holding it (their
  * guards moved its trackers into them) drop its pending values, so that an
- * abort does not give the row back counts, norm or dirt it no longer has. */
+ * abort does not give the row back counts, norm or dirt it no longer has;
+ * a commit of theirs stores the row's copy from before, so each notes the
+ * row as stale then (A1). */
 static void drop_pending(cpr_emb *t, uint64_t row)
 {
     cpu_table *b = CPU(t);
@@ -1002,6 +1034,18 @@ static void drop_pending(cpr_emb *t, uint64_t row)
                                                          : p->save->n;
         if (i == p->save->n)
             continue;
+        if (p->n_stale == p->cap_stale) {
+            size_t cap = p->cap_stale ? 2 * p->cap_stale : 16;
+            uint64_t *grown = realloc(p->stale, cap * sizeof *grown);
+            if (grown) {
+                p->stale = grown;
+                p->cap_stale = cap;
+            }
+        }
+        if (p->n_stale < p->cap_stale)
+            p->stale[p->n_stale++] = row;
+        else /* no memory to wait for the end: stale now, at worst saved once more */
+            mark_stale(t, row);
         if (p->counts && p->counts[i]) { /* unsaved counts live + pending */
             __atomic_fetch_sub(&p->count_sum, p->counts[i], __ATOMIC_RELAXED);
             sc->unsaved -= p->counts[i] < sc->unsaved ? p->counts[i] : sc->unsaved;

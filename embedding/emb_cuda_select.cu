@@ -546,11 +546,8 @@ extern "C" cpr_status cpri_emb_cuda_save_begin(cpr_emb *t, cpr_emb_save *save)
                         "save; commit or abort it first", save->shard);
     CHECK(cudaSetDevice(b->device));
     st = pending_alloc(b, save, &p);
-    if (!st)
-        st = emb_scratch_get(b, parts, 1);
     if (st)
         goto out;
-    CHECK(cudaMemsetAsync(sum_dev, 0, sizeof(ull), b->stream));
     if (save->n) {
         if (save->policy == CPR_POLICY_FULL &&
             save->n == cpri_emb_geom_shard_rows(t, save->shard)) {
@@ -564,13 +561,22 @@ extern "C" cpr_status cpri_emb_cuda_save_begin(cpr_emb *t, cpr_emb_save *save)
             CHECK(cudaMemcpyAsync(p->d_ids, save->ids, save->n * sizeof(uint64_t),
                                   cudaMemcpyHostToDevice, b->stream));
         }
+        /* The snapshot before the trackers move: if it cannot be taken,
+         * nothing of the table changed. Its host fallback uses the scratch
+         * area, so the sum's place in it is taken after. */
+        st = snapshot_rows(t, b, p, save->n);
+        if (st)
+            goto out;
+    }
+    st = emb_scratch_get(b, parts, 1);
+    if (st)
+        goto out;
+    CHECK(cudaMemsetAsync(sum_dev, 0, sizeof(ull), b->stream));
+    if (save->n) {
         save_begin_kernel<<<emb_blocks(save->n, 256), 256, 0, b->stream>>>(
             p->d_ids, save->n, b->counts, b->norm, b->dirty, p->d_counts, p->d_norm,
             p->d_dirty, sum_dev);
         CHECK_LAUNCH();
-        st = snapshot_rows(t, b, p, save->n);
-        if (st)
-            goto out;
     }
     CHECK(cudaMemcpyAsync(b->pinned_small, sum_dev, sizeof(ull), cudaMemcpyDeviceToHost,
                           b->stream));

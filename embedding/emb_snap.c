@@ -14,7 +14,8 @@
 
 enum { SNAP_KEPT = 1, SNAP_RELEASED = 2, SNAP_MOVED = 4 };
 
-#define SNAP_CHUNK_ROWS 4096u
+#define SNAP_CHUNK_ROWS 4096u          /* at most, a chunk of kept rows ... */
+#define SNAP_CHUNK_BYTES ((size_t)1 << 20) /* ... and about this many bytes */
 #define SNAP_PREFETCH 8 /* rows ahead: they are scattered over the table */
 
 /* The other side holds a run for a few row copies; on a loaded machine it
@@ -41,7 +42,17 @@ static void run_unlock(cpri_emb_snap *s, size_t run)
 
 cpr_status cpri_emb_snap_init(cpri_emb_snap *s, size_t n, uint32_t dim, uint32_t state_dim)
 {
-    size_t runs = n / SNAP_RUN_ROWS + 1, n_chunks = n / SNAP_CHUNK_ROWS + 1;
+    if (n > UINT32_MAX) /* slots are 32-bit */
+        return cpr_fail(CPR_RESOURCE_EXHAUSTED, "a save of %zu rows: a save holds at most "
+                        "%u rows; save the shard in parts, or use more shards", n, UINT32_MAX);
+    /* Chunks sized for the save and its rows: a small save of wide rows
+     * does not reserve 4096 of them. */
+    size_t row_bytes = ((size_t)dim + state_dim) * sizeof(float);
+    size_t chunk_rows = row_bytes ? SNAP_CHUNK_BYTES / row_bytes : SNAP_CHUNK_ROWS;
+    chunk_rows = chunk_rows > SNAP_CHUNK_ROWS ? SNAP_CHUNK_ROWS : chunk_rows;
+    chunk_rows = chunk_rows > n ? n : chunk_rows;
+    chunk_rows = chunk_rows ? chunk_rows : 1;
+    size_t runs = n / SNAP_RUN_ROWS + 1, n_chunks = n / chunk_rows + 1;
     if (s->cap < n || !s->flags) {
         uint8_t *lock = malloc(runs), *flags = malloc(n ? n : 1);
         uint32_t *slot = malloc((n ? n : 1) * sizeof *slot);
@@ -69,6 +80,7 @@ cpr_status cpri_emb_snap_init(cpri_emb_snap *s, size_t n, uint32_t dim, uint32_t
     memset(s->flags, 0, n);
     s->released = 0;
     s->n = n;
+    s->chunk_rows = chunk_rows;
     s->dim = dim;
     s->state_dim = state_dim;
     return CPR_OK;
@@ -97,7 +109,7 @@ void cpri_emb_snap_release(cpri_emb_snap *s)
 static float *kept_row(const cpri_emb_snap *s, uint32_t slot)
 {
     size_t floats = (size_t)s->dim + s->state_dim;
-    return s->chunks[slot / SNAP_CHUNK_ROWS] + (size_t)(slot % SNAP_CHUNK_ROWS) * floats;
+    return s->chunks[slot / s->chunk_rows] + (size_t)(slot % s->chunk_rows) * floats;
 }
 
 /* Under row i's run lock: its trackers into the save, once (S5). */
@@ -125,13 +137,13 @@ cpr_status cpri_emb_snap_keep(cpri_emb_snap *s, const cpri_emb_snap_src *src, si
     run_lock(s, run);
     for (;;) {
         int need = !(s->flags[i] & (SNAP_KEPT | SNAP_RELEASED));
-        size_t c = s->kept / SNAP_CHUNK_ROWS; /* kept < n while a row needs keeping */
+        size_t c = s->kept / s->chunk_rows; /* kept < n while a row needs keeping */
         if (!need || s->chunks[c])
             break;
         /* A chunk for the kept rows, allocated outside the lock; a failure
          * leaves everything as it was. Only this thread adds kept rows (S4). */
         run_unlock(s, run);
-        s->chunks[c] = malloc(SNAP_CHUNK_ROWS * floats * sizeof(float));
+        s->chunks[c] = malloc(s->chunk_rows * floats * sizeof(float));
         if (!s->chunks[c])
             return cpr_fail(CPR_NO_MEMORY, "out of memory keeping a row of an open save");
         run_lock(s, run);

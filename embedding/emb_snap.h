@@ -54,8 +54,9 @@ typedef struct cpri_emb_snap {
     uint8_t *lock;         /* per run of SNAP_RUN_ROWS rows (atomic accesses only) */
     uint8_t *flags;        /* per row: KEPT, RELEASED (under the run's lock) */
     uint32_t *slot;        /* per KEPT row: its place among the kept rows */
-    float **chunks;        /* kept rows, SNAP_CHUNK_ROWS a chunk: values then state */
+    float **chunks;        /* kept rows, chunk_rows a chunk: values then state */
     size_t n_chunks;       /* chunk pointers allocated (each NULL until used) */
+    size_t chunk_rows;     /* at most 4096, about 1 MiB, at most the save's rows */
     size_t kept;           /* rows kept so far */
     size_t n, cap;         /* rows of the save; capacity of the per-row arrays */
     size_t released;       /* rows copied out for the last time (S6; atomic) */
@@ -63,7 +64,9 @@ typedef struct cpri_emb_snap {
 } cpri_emb_snap;
 
 /* Ready for a save of n rows (none kept or released), reusing the arrays
- * of an ended save when they are large enough (E1 in emb_cpu.c). */
+ * of an ended save when they are large enough (E1 in emb_cpu.c).
+ * CPR_RESOURCE_EXHAUSTED above UINT32_MAX rows (a kept row's slot is
+ * 32-bit). */
 cpr_status cpri_emb_snap_init(cpri_emb_snap *s, size_t n, uint32_t dim, uint32_t state_dim);
 /* Free the kept rows only (the arrays stay for the next save). */
 void cpri_emb_snap_reset(cpri_emb_snap *s);

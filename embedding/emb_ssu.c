@@ -18,10 +18,11 @@ cpr_status cpri_emb_ssu_init(cpri_emb_ssu *s, int enabled, uint64_t rows, uint32
         return CPR_OK;
     s->member = calloc((rows + 63) / 64, 8);
     s->held = calloc((rows + 63) / 64, 8);
+    s->resampled = calloc((rows + 63) / 64, 8);
     s->lists = calloc(n_shards, sizeof *s->lists);
     s->n_shards = n_shards;
     s->capacity = capacity;
-    if (!s->member || !s->held || !s->lists) {
+    if (!s->member || !s->held || !s->resampled || !s->lists) {
         cpri_emb_ssu_release(s);
         return cpr_fail(CPR_NO_MEMORY, "out of memory for the SSU sample of %llu rows",
                         (unsigned long long)rows);
@@ -36,6 +37,7 @@ void cpri_emb_ssu_release(cpri_emb_ssu *s)
     free(s->lists);
     free(s->member);
     free(s->held);
+    free(s->resampled);
     free(s->scratch);
     memset(s, 0, sizeof *s);
 }
@@ -43,8 +45,13 @@ void cpri_emb_ssu_release(cpri_emb_ssu *s)
 void cpri_emb_ssu_add(cpri_emb_ssu *s, uint32_t shard, uint64_t row)
 {
     cpri_emb_ssu_list *l = &s->lists[shard];
-    if (BIT_GET(s->member, row) || l->len >= s->capacity)
-        return; /* already sampled, or the shard's sample is full (U3) */
+    if (BIT_GET(s->member, row)) {
+        if (BIT_GET(s->held, row)) /* U4: sampled again after its save's copy */
+            BIT_SET(s->resampled, row);
+        return;
+    }
+    if (l->len >= s->capacity)
+        return; /* the shard's sample is full (U3) */
     if (l->len == l->cap) {
         size_t cap = l->cap ? l->cap * 2 : 64;
         uint64_t *grown = realloc(l->ids, cap * sizeof *grown);
@@ -165,6 +172,7 @@ static void forget_row(cpri_emb_ssu *s, cpri_emb_ssu_list *l, uint64_t row)
     BIT_CLR(s->member, row);
     if (BIT_GET(s->held, row)) {
         BIT_CLR(s->held, row);
+        BIT_CLR(s->resampled, row);
         l->held--;
     }
 }
@@ -183,20 +191,34 @@ void cpri_emb_ssu_end(cpri_emb_ssu *s, uint32_t shard, const uint64_t *ids, size
                      const uint8_t *held, int committed)
 {
     cpri_emb_ssu_list *l = &s->lists[shard];
-    int any = 0;
+    int any = 0, moved = 0;
     for (size_t i = 0; held && i < n; i++) {
         if (!held[i] || !BIT_GET(s->held, ids[i]))
             continue; /* the row left the sample meanwhile (apply, wipe) */
-        if (committed) {
+        if (committed && BIT_GET(s->resampled, ids[i])) {
+            /* U4: out of its place now (the member bit cleared for the
+             * compaction), back at the end below; resampled marks it */
+            BIT_CLR(s->member, ids[i]);
+            BIT_CLR(s->held, ids[i]);
+            l->held--;
+            any = moved = 1;
+        } else if (committed) {
             forget_row(s, l, ids[i]);
             any = 1;
         } else { /* back at its old place */
             BIT_CLR(s->held, ids[i]);
+            BIT_CLR(s->resampled, ids[i]);
             l->held--;
         }
     }
     if (any)
         compact(s, l);
+    for (size_t i = 0; moved && i < n; i++) /* in the list's room: each was in it */
+        if (held[i] && BIT_GET(s->resampled, ids[i])) {
+            BIT_CLR(s->resampled, ids[i]);
+            BIT_SET(s->member, ids[i]);
+            l->ids[l->len++] = ids[i];
+        }
 }
 
 void cpri_emb_ssu_forget(cpri_emb_ssu *s, const cpr_emb *t, const uint64_t *ids, size_t n)

@@ -8,6 +8,11 @@
  *  U2. a member held by an open save has its `held` bit set: selection skips
  *      it but it keeps its place, so an aborted save gives it back its age;
  *  U3. a shard never has more than `capacity` members (held ones included).
+ *  U4. a held member sampled again while its save is open has its
+ *      `resampled` bit set: when that save commits, the row stays a member
+ *      and moves to the end of the list (its access came after the copy the
+ *      save took), instead of leaving the sample; the bit is clear on every
+ *      row that is not held.
  * Not thread-safe (a table is used by one thread at a time).
  */
 #ifndef CPR_EMB_SSU_H
@@ -31,6 +36,7 @@ typedef struct cpri_emb_ssu_list {
 typedef struct cpri_emb_ssu {
     uint64_t *member;         /* bitmap over rows; NULL: SSU not tracked */
     uint64_t *held;           /* bitmap over rows (U2) */
+    uint64_t *resampled;      /* bitmap over rows (U4) */
     cpri_emb_ssu_list *lists;  /* one per shard */
     uint32_t n_shards;
     uint64_t capacity;        /* U3 */
@@ -48,8 +54,14 @@ static inline int cpri_emb_ssu_is_member(const cpri_emb_ssu *s, uint64_t row)
     return (int)((s->member[row >> 6] >> (row & 63)) & 1u);
 }
 
+static inline int cpri_emb_ssu_is_held(const cpri_emb_ssu *s, uint64_t row)
+{
+    return (int)((s->held[row >> 6] >> (row & 63)) & 1u);
+}
+
 /* A sampled access of `row`: it joins its shard's sample unless it is a
- * member already or the sample is full (best effort under memory pressure). */
+ * member already or the sample is full (best effort under memory pressure);
+ * a held member is marked to stay (U4). */
 void cpri_emb_ssu_add(cpri_emb_ssu *s, uint32_t shard, uint64_t row);
 /* 1 if no shard's sample has room (no row can join). */
 int cpri_emb_ssu_all_full(const cpri_emb_ssu *s);
@@ -63,7 +75,8 @@ size_t cpri_emb_ssu_select(cpri_emb_ssu *s, uint32_t shard, uint64_t budget,
  * the ids are every row of the shard (ids[i] = ids[0] + i * stride). */
 void cpri_emb_ssu_hold(cpri_emb_ssu *s, uint32_t shard, const uint64_t *ids, size_t n,
                       uint64_t stride, uint8_t *held);
-/* Save end: committed, the held rows leave the sample; aborted, they are
+/* Save end: committed, the held rows leave the sample, but for those
+ * sampled again meanwhile, which move to its end (U4); aborted, they are
  * released at their old place. */
 void cpri_emb_ssu_end(cpri_emb_ssu *s, uint32_t shard, const uint64_t *ids, size_t n,
                      const uint8_t *held, int committed);

@@ -296,6 +296,41 @@ static void test_apply_and_partial_full(void **unused)
     cpr_emb_destroy(t);
 }
 
+/* A1: a row restored (apply) while a save holding it is open, when that
+ * save commits: the save stored its copy from before, so the row is
+ * tracked as updated and the next DELTA and MFU saves take it again. */
+static void test_apply_then_commit_saves_the_row_again(void **unused)
+{
+    (void)unused;
+    snap_case c = {CPR_OPT_ROWWISE_ADAGRAD, CPR_SHARD_RANGE, 1};
+    tl_rng r = {22};
+    cpr_emb *t = make(&c);
+    train(t, &r, 6);
+    size_t n = 0;
+    uint64_t *ids = tl_select(t, 0, CPR_POLICY_DELTA, (cpr_budget){0}, &n);
+    assert_true(n >= 2);
+    cpr_emb_save *save = NULL;
+    assert_status(CPR_OK, cpr_emb_save_begin(t, 0, CPR_POLICY_DELTA, ids, n, &save));
+    float v[DIM] = {42, 42, 42, 42, 42, 42, 42, 42}, st[1] = {1};
+    assert_status(CPR_OK, cpr_emb_apply(t, &ids[1], 1, v, st));
+    float *out = tl_calloc(n * DIM, sizeof *out), *sout = tl_calloc(n, sizeof *sout);
+    assert_status(CPR_OK, cpr_emb_save_copy(t, save, 0, n, out, sout));
+    assert_true(out[DIM] != 42.0f); /* the save holds the row from before */
+    assert_status(CPR_OK, cpr_emb_save_commit(t, save));
+    for (int p = 0; p < 2; p++) {
+        cpr_policy pol = p ? CPR_POLICY_MFU : CPR_POLICY_DELTA;
+        size_t m = 0;
+        uint64_t *next = tl_select(t, 0, pol, (cpr_budget){.fraction = 1.0}, &m);
+        assert_int_equal(m, 1); /* that row only: the others were saved as they are */
+        assert_int_equal(next[0], ids[1]);
+        free(next);
+    }
+    free(out);
+    free(sout);
+    free(ids);
+    cpr_emb_destroy(t);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -303,6 +338,7 @@ int main(void)
         cmocka_unit_test(test_copy_while_training),
         cmocka_unit_test(test_copy_rules),
         cmocka_unit_test(test_apply_and_partial_full),
+        cmocka_unit_test(test_apply_then_commit_saves_the_row_again),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

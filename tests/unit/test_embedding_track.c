@@ -668,6 +668,50 @@ static void test_ssu_abort_keeps_age(void **unused)
     free(rest);
 }
 
+/* One backward of row `row` alone (a dim-1 table). */
+static void touch_row(cpr_emb *t, int64_t row)
+{
+    int64_t off = 0;
+    float grad = 1.0f;
+    assert_status(CPR_OK, cpr_emb_backward(t, &row, 1, &off, 1, CPR_POOL_SUM, &grad));
+}
+
+/* A member sampled again while an open save holds it (U4): when that save
+ * commits, the row stays in the sample, at its end, since the access came
+ * after the save's copy; an untouched one leaves; an abort changes nothing
+ * of the order. */
+static void test_ssu_resampled_while_held(void **unused)
+{
+    (void)unused;
+    cpr_emb_config c = {.rows = 64, .dim = 1, .track = CPR_TRACK_ALL, .ssu_rate = 1.0,
+                        .ssu_capacity = 64};
+    for (int commit = 0; commit < 2; commit++) {
+        cpr_emb *t = tl_create(&c);
+        const int64_t rows[] = {5, 9, 20, 33};
+        for (size_t i = 0; i < 4; i++)
+            touch_row(t, rows[i]);
+        const uint64_t held[] = {5, 9};
+        cpr_emb_save *save = NULL;
+        assert_status(CPR_OK, cpr_emb_save_begin(t, 0, CPR_POLICY_SSU, held, 2, &save));
+        float v[2];
+        assert_status(CPR_OK, cpr_emb_save_copy(t, save, 0, 2, v, NULL));
+        touch_row(t, 5); /* after the copy: its update is not in the save */
+        touch_row(t, 40); /* a new member, after 5's resampling */
+        if (commit) {
+            assert_status(CPR_OK, cpr_emb_save_commit(t, save));
+            const uint64_t want[] = {5, 20, 33, 40}; /* ascending; order below */
+            expect_select(t, 0, CPR_POLICY_SSU, tl_rows_budget(64), want, 4);
+            const uint64_t oldest[] = {20, 33, 40}; /* 5 moved to the end */
+            expect_select(t, 0, CPR_POLICY_SSU, tl_rows_budget(3), oldest, 3);
+        } else {
+            cpr_emb_save_abort(t, save);
+            const uint64_t oldest[] = {5, 9, 20}; /* their old places */
+            expect_select(t, 0, CPR_POLICY_SSU, tl_rows_budget(3), oldest, 3);
+        }
+        cpr_emb_destroy(t);
+    }
+}
+
 /* Saves hold the SSU members among their rows in three ways (emb_ssu.c): a
  * save of every row of a shard computes each member's index, a save of many
  * rows against a tiny sample looks each member up, any other goes over its
@@ -989,6 +1033,7 @@ int main(void)
         cmocka_unit_test(test_ssu_oldest_first),
         cmocka_unit_test(test_ssu_abort_keeps_age),
         cmocka_unit_test(test_ssu_hold_every_way),
+        cmocka_unit_test(test_ssu_resampled_while_held),
         cmocka_unit_test(test_save_begin_commit),
         cmocka_unit_test(test_save_abort_restores),
         cmocka_unit_test(test_save_errors),
