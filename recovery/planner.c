@@ -18,6 +18,15 @@
  *   P6  parts in the abandoned range (abandoned_after, abandoned_through] do
  *       not exist for the plan: a FULL recovery rewound training to a cut,
  *       and what was saved after it belongs to a timeline that was left.
+ *       Nor do a shard's parts after that range until its first FULL part
+ *       after it: a restore "as of" one of them would start from the
+ *       shard's newest FULL at or below it, an abandoned one (a DELTA's
+ *       base may be one too).
+ *   P7  PARTIAL: a failed shard with no FULL part in the job's present
+ *       sharding (num_shards) has its rows in parts of another sharding,
+ *       on other shards: it restores as of the newest committed part of
+ *       any shard, from every shard, its rows selected by the present
+ *       sharding (CPR_PLAN_RESHARDED), not from its own parts alone.
  */
 #include <stdarg.h>
 #include <stdio.h>
@@ -215,12 +224,53 @@ static void partial_dense(cpr_recovery_plan *plan, const cpr_plan_request *r, cp
     e->dense_shard = r->dense_shard;
 }
 
+/* P7: does `shard` have a committed FULL part in the request's sharding? */
+static int full_in_sharding(const cpr_plan_request *r, uint32_t shard)
+{
+    for (size_t i = 0; i < r->n_parts; i++) {
+        const cpr_part_info *p = &r->parts[i];
+        if (p->shard == shard && p->committed && p->kind == CPR_KIND_FULL &&
+            p->num_shards == r->num_shards)
+            return 1;
+    }
+    return 0;
+}
+
+/* P7: the newest committed part of any shard, or -1; *other: some
+ * committed part has another sharding than the request's. */
+static long newest_of_any(const cpr_plan_request *r, int *other)
+{
+    long newest = -1;
+    *other = 0;
+    for (size_t i = 0; i < r->n_parts; i++)
+        if (r->parts[i].committed) {
+            newest = (long)i;
+            *other |= r->parts[i].num_shards != r->num_shards;
+        }
+    return newest;
+}
+
 static void partial_shard(cpr_recovery_plan *plan, const cpr_plan_request *r, uint32_t shard,
                           size_t nth)
 {
     cpr_plan_shard *e = &plan->shards[shard];
     long i = newest_committed(r->parts, r->n_parts, shard);
-    if (i >= 0) {
+    int elsewhere = 0;
+    if (!full_in_sharding(r, shard)) {
+        int other = 0;
+        long any = newest_of_any(r, &other);
+        if (other) { /* P7: resharded since this shard's rows were last saved whole */
+            i = any;
+            elsewhere = 1;
+        }
+    }
+    if (elsewhere) { /* P7 */
+        plan->problems |= CPR_PLAN_RESHARDED;
+        e->source = CPR_SOURCE_STORE;
+        e->as_of = r->parts[i].checkpoint;
+        e->kind = CPR_KIND_UNSPECIFIED; /* parts of several shards */
+        e->step = r->parts[i].step;
+    } else if (i >= 0) {
         e->source = CPR_SOURCE_STORE;
         e->as_of = r->parts[i].checkpoint;
         e->kind = r->parts[i].kind;
@@ -232,7 +282,12 @@ static void partial_shard(cpr_recovery_plan *plan, const cpr_plan_request *r, ui
     partial_dense(plan, r, e);
     if (nth >= REASON_SHARDS)
         return;
-    if (i >= 0)
+    if (elsewhere)
+        reason_add(plan, "; shard %u has no FULL part in the present %u-shard layout: its "
+                   "rows restore as of checkpoint %llu from every shard's parts, selected by "
+                   "the present sharding", shard, r->num_shards,
+                   (unsigned long long)e->as_of);
+    else if (i >= 0)
         reason_add(plan, "; shard %u restores as of checkpoint %llu (%s, step %llu)", shard,
                    (unsigned long long)e->as_of, cpr_kind_name(e->kind),
                    (unsigned long long)e->step);
@@ -336,27 +391,45 @@ cpr_status cpr_recovery_plan_make(const cpr_plan_request *request, cpr_recovery_
     cpr_plan_request live = *request;
     cpr_part_info *kept = NULL;
     size_t dropped = 0;
+    size_t unbased = 0;
     if (request->abandoned_through && request->n_parts) {
+        uint32_t max_shard = 0;
+        for (size_t i = 0; i < request->n_parts; i++)
+            max_shard = request->parts[i].shard > max_shard ? request->parts[i].shard
+                                                             : max_shard;
         kept = malloc(request->n_parts * sizeof *kept);
-        if (!kept) {
+        uint8_t *based = calloc((size_t)max_shard + 1, 1); /* a FULL since the range */
+        if (!kept || !based) {
+            free(kept);
+            free(based);
             cpr_recovery_plan_destroy(plan);
             return cpr_fail(CPR_NO_MEMORY, "out of memory planning over %zu parts",
                             request->n_parts);
         }
         live.n_parts = 0;
-        for (size_t i = 0; i < request->n_parts; i++) {
-            uint64_t c = request->parts[i].checkpoint;
+        for (size_t i = 0; i < request->n_parts; i++) { /* by checkpoint: P6 */
+            const cpr_part_info *p = &request->parts[i];
+            uint64_t c = p->checkpoint;
+            if (c > request->abandoned_through && p->committed && p->kind == CPR_KIND_FULL)
+                based[p->shard] = 1;
             if (c > request->abandoned_after && c <= request->abandoned_through)
                 dropped++;
+            else if (c > request->abandoned_through && !based[p->shard])
+                unbased++;
             else
-                kept[live.n_parts++] = request->parts[i];
+                kept[live.n_parts++] = *p;
         }
+        free(based);
         live.parts = kept;
     }
     if (dropped)
         reason_add(plan, "; %zu parts of the abandoned timeline (checkpoints %llu-%llu) ignored",
                    dropped, (unsigned long long)request->abandoned_after + 1,
                    (unsigned long long)request->abandoned_through);
+    if (unbased)
+        reason_add(plan, "; %zu parts after it ignored too: their shard had no FULL part "
+                   "since, so a restore of them would start from the abandoned timeline",
+                   unbased);
     if (request->mode == CPR_RECOVERY_PARTIAL)
         plan_partial(plan, &live);
     else

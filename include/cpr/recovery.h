@@ -333,8 +333,10 @@ enum {
     CPR_PLAN_SHARD_UNSAVED = 2,   /* a failed shard has no committed part (rows INIT,
                                      or restart from scratch if asked) */
     CPR_PLAN_DENSE_UNSAVED = 4,   /* no replica and no committed dense blob part */
-    CPR_PLAN_RESHARDED = 8        /* the cut was written with another shard count:
-                                     restores must filter rows by the new sharding */
+    CPR_PLAN_RESHARDED = 8        /* the cut (FULL), or a failed shard's rows
+                                     (PARTIAL), were written with another shard
+                                     count: restores read every shard's parts and
+                                     filter rows by the new sharding */
 };
 
 /* One shard's part of a plan. Fields are only ever appended. */
@@ -381,13 +383,22 @@ typedef struct cpr_recovery_plan cpr_recovery_plan;
  * cpr_recovery_plan_problems() and explained by cpr_recovery_plan_reason().
  *   PARTIAL: each failed shard restores as of its newest committed part of
  *     any kind (FULL, DELTA or PRIORITY; "as of C" gives every row's newest
- *     version <= C); survivors keep their state. Dense state: replica if
+ *     version <= C); survivors keep their state. A failed shard with no
+ *     FULL part in the job's present sharding, when parts of another
+ *     sharding exist, restores as of the newest committed part of any
+ *     shard, from every shard's parts, its rows selected by the present
+ *     sharding (CPR_PLAN_RESHARDED). Dense state: replica if
  *     dense_replica, else the blobs of dense_shard's newest committed part.
  *   FULL: every shard restores as of the latest consistent cut C (every
  *     shard s < num_shards of the cut has a committed consistent part at
  *     exactly C, as in cpr/store.h), dense state from the blobs of
  *     (dense_shard, C), and training rewinds to the step of the cut's parts.
  *     No cut: RESTART_FROM_SCRATCH with CPR_PLAN_NO_CUT.
+ *   Abandoned (abandoned_after, abandoned_through]: those parts do not
+ *     exist for the plan, nor do a shard's later parts before its first
+ *     FULL after the range (restored "as of" them, the shard would start
+ *     from an abandoned FULL). So every shard's first save after a rewind
+ *     should be FULL, as cpr-dlrm and cpr.torch make it.
  * Errors: CPR_INVALID_ARGUMENT (parts not sorted or duplicated, a part with
  * shard >= its num_shards or an unknown kind, a failed shard out of range or
  * repeated, PARTIAL with no failed shard, bad mode), CPR_NO_MEMORY.

@@ -529,12 +529,18 @@ class Checkpointer:
         # threads (each releases the GIL; a node serves each stream on its
         # own); the trackers are told afterwards, on this thread.
         work = []
+        # After a resharding a shard's rows were written by other shards,
+        # maybe on other nodes: every shard's parts are read, and the rows
+        # selected by the present sharding below.
+        everywhere = "resharded" in plan.problems
         for entry in plan.shards:
             if entry.source != "store":
                 continue
             for i, (w, s, t) in enumerate(zip(self.weights, self.states, self.trackers)):
                 n = w.shape[0]
-                q = {"as_of": entry.as_of, "shards": [entry.shard]}
+                q = {"as_of": entry.as_of}
+                if not everywhere:
+                    q["shards"] = [entry.shard]
                 vw, vs, base = _array(w), None if s is None else _array(s), 0
                 if self.scheme == "modulo":
                     q.update(modulo=self.num_shards, remainder=entry.shard)

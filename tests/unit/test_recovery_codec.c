@@ -96,7 +96,12 @@ static void test_partial_round_trip(void **unused)
 {
     (void)unused;
     size_t n;
-    const cpr_part_info *parts = parts_of_two(&n);
+    const cpr_part_info *two = parts_of_two(&n);
+    cpr_part_info parts[5]; /* the same, written by a job of 4 shards */
+    for (size_t i = 0; i < n; i++) {
+        parts[i] = two[i];
+        parts[i].num_shards = 4;
+    }
     const uint32_t failed[] = {1, 3}; /* 3 has nothing committed: INIT */
     cpr_estimate e = {.mode = CPR_RECOVERY_PARTIAL, .policy = CPR_POLICY_MFU, .pls = 0.01,
                       .mtbf_s = 3600, .save_s = 10, .load_s = 20, .restart_s = 30,

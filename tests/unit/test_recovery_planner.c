@@ -317,6 +317,64 @@ static void test_abandoned_timeline_is_ignored(void **state)
     assert_non_null(strstr(cpr_errmsg(), "abandoned_through"));
 }
 
+/* P6: after the rewind to cut 1 (2..4 abandoned, with a FULL of shard 0 at
+ * 4), shard 0 saved a DELTA at 5 whose base is its newest FULL, the
+ * abandoned 4, and shard 1 a FULL at 5. Restored "as of 5", shard 0 would
+ * start from 4: neither its DELTA nor a cut at 5 counts until shard 0 saves
+ * a FULL on the new timeline (6). */
+static void test_parts_after_the_range_need_a_full(void **state)
+{
+    (void)state;
+    const cpr_part_info parts[] = {
+        part(0, 1, F, 100, 2, 0, 1, 1), part(1, 1, F, 100, 2, 0, 1, 1),
+        part(0, 4, F, 200, 2, 0, 1, 1), part(1, 4, F, 200, 2, 0, 0, 0),
+        part(0, 5, D, 130, 2, 4, 1, 1), part(1, 5, F, 130, 2, 0, 1, 1),
+        part(0, 6, F, 160, 2, 0, 1, 1),
+    };
+    const uint32_t shard0[] = {0};
+    cpr_plan_request r = {.parts = parts, .n_parts = 6, .num_shards = 2,
+                          .mode = CPR_RECOVERY_FULL, .abandoned_after = 1,
+                          .abandoned_through = 4};
+    cpr_recovery_plan *plan = NULL;
+    assert_status(CPR_OK, cpr_recovery_plan_make(&r, &plan));
+    assert_int_equal(1, cpr_recovery_plan_cut(plan)); /* not 5 */
+    assert_non_null(strstr(cpr_recovery_plan_reason(plan), "no FULL part since"));
+    cpr_recovery_plan_destroy(plan);
+    r.mode = CPR_RECOVERY_PARTIAL;
+    r.failed = shard0;
+    r.n_failed = 1;
+    assert_status(CPR_OK, cpr_recovery_plan_make(&r, &plan));
+    assert_entry(plan, 0, CPR_SOURCE_STORE, 1, CPR_KIND_FULL, 100); /* not the DELTA at 5 */
+    cpr_recovery_plan_destroy(plan);
+    r.n_parts = 7; /* shard 0's FULL at 6: the new timeline is based */
+    assert_status(CPR_OK, cpr_recovery_plan_make(&r, &plan));
+    assert_entry(plan, 0, CPR_SOURCE_STORE, 6, CPR_KIND_FULL, 160);
+    cpr_recovery_plan_destroy(plan);
+}
+
+/* P7: the job ran with 2 shards (cut at 10) and now runs with 4. A failed
+ * shard with no FULL part in the 4-shard layout restores from every
+ * shard's parts as of the newest one, selected by the new sharding
+ * (RESHARDED); one with a FULL of its own in the new layout restores from
+ * its own parts as usual. */
+static void test_partial_after_resharding(void **state)
+{
+    (void)state;
+    const cpr_part_info parts[] = {
+        part(0, 10, F, 100, 2, 0, 1, 1), part(1, 10, F, 100, 2, 0, 1, 1),
+        part(1, 11, P, 120, 4, 0, 1, 0), part(2, 11, F, 120, 4, 0, 1, 1),
+    };
+    const uint32_t failed[] = {1, 2, 3};
+    cpr_recovery_plan *plan = make(parts, 4, 4, CPR_RECOVERY_PARTIAL, failed, 3);
+    assert_true(cpr_recovery_plan_problems(plan) & CPR_PLAN_RESHARDED);
+    assert_false(cpr_recovery_plan_problems(plan) & CPR_PLAN_SHARD_UNSAVED);
+    assert_entry(plan, 1, CPR_SOURCE_STORE, 11, CPR_KIND_UNSPECIFIED, 120);
+    assert_entry(plan, 2, CPR_SOURCE_STORE, 11, CPR_KIND_FULL, 120);
+    assert_entry(plan, 3, CPR_SOURCE_STORE, 11, CPR_KIND_UNSPECIFIED, 120);
+    assert_entry(plan, 0, CPR_SOURCE_KEEP, 0, CPR_KIND_UNSPECIFIED, 0);
+    cpr_recovery_plan_destroy(plan);
+}
+
 static void expect_refused(const cpr_part_info *parts, size_t n, uint32_t num_shards,
                            cpr_recovery_mode mode, const uint32_t *failed, size_t n_failed,
                            const char *words)
@@ -365,6 +423,8 @@ int main(void)
         cmocka_unit_test(test_full_shard_count_rules),
         cmocka_unit_test(test_reason_carries_the_estimate),
         cmocka_unit_test(test_abandoned_timeline_is_ignored),
+        cmocka_unit_test(test_parts_after_the_range_need_a_full),
+        cmocka_unit_test(test_partial_after_resharding),
         cmocka_unit_test(test_invalid_requests),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
