@@ -347,7 +347,9 @@ cpr_status cpri_job_add_fold(cpri_job *job, cpri_part_meta *m)
     job->folds[at] = *m;
     job->n_folds++;
     memset(m, 0, sizeof *m);
-    return CPR_OK;
+    /* A fold may hold the only rows left of a table (the parts that
+     * declared it dropped below the floor): the job still has it. */
+    return cpri_job_merge_tables(job, job->folds[at].tables, job->folds[at].n_tables);
 }
 
 void cpri_job_drop_fold(cpri_job *job, size_t i)

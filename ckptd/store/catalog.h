@@ -87,7 +87,8 @@ cpr_status cpri_job_merge_tables(cpri_job *job, const cpr_table_schema *tables,
                                 size_t n);
 const cpr_table_schema *cpri_job_table(const cpri_job *job, uint32_t table);
 
-/* Take ownership of *m and insert it as a fold (replacing none). */
+/* Take ownership of *m and insert it as a fold (replacing none); its
+ * tables are merged into the job's (C4). */
 cpr_status cpri_job_add_fold(cpri_job *job, cpri_part_meta *m);
 /* Remove (and release) fold i. */
 void cpri_job_drop_fold(cpri_job *job, size_t i);

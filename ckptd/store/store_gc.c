@@ -262,8 +262,23 @@ static cpr_status gc_run(cpr_store *store, const char *job_name, const gc_goal *
         st = cpr_fail(CPR_NO_MEMORY, "out of memory for retention");
     else if (job_name && !only)
         st = cpr_fail(CPR_NOT_FOUND, "job %s has no parts", job_name);
-    for (size_t i = 0; st == CPR_OK && i < (only ? 1 : n_jobs); i++)
-        st = gc_one(store, only ? job_name : names[i], goal, &rep);
+    /* Every job gets its pass: one that fails (a damaged block its fold
+     * reads) must not stop retention of the others. The first failure is
+     * returned, its message naming the job. */
+    cpr_status first = st;
+    char why[1024] = "";
+    for (size_t i = 0; st == CPR_OK && i < (only ? 1 : n_jobs); i++) {
+        const char *name = only ? job_name : names[i];
+        cpr_status one = gc_one(store, name, goal, &rep);
+        if (one && !first) {
+            first = one;
+            snprintf(why, sizeof why, "retention of job %s: %s", name, cpr_errmsg());
+        } else if (one) {
+            cpri_log(CPR_LOG_WARN, "retention of job %s: %s", name, cpr_errmsg());
+        }
+    }
+    if (first && why[0])
+        st = cpr_fail(first, "%s", why);
     pthread_mutex_unlock(&store->fold_mu);
     free(names);
     cpri_store_reap_doomed(store); /* S8: what waited out its grace */

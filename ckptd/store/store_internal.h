@@ -322,7 +322,8 @@ void cpri_store_reap_doomed(cpr_store *store);
  *     list: incremented by begin, decremented when a part leaves the list.
  *     n_open_blobs (and a job's open_blobs) count open_blob entries of
  *     parts, incremented when a blob's first chunk creates its file and
- *     decremented when the part is freed. All under store->mu; begin and a
+ *     decremented when the part's commit finishes its blobs (or fails to)
+ *     or the part is freed, whichever comes first. All under store->mu; begin and a
  *     new blob are refused (CPR_RESOURCE_EXHAUSTED) past the caps, so the
  *     store's threads, rings and descriptors stay bounded, and past
  *     max_buffer_bytes, counting PART_BUFFER_BYTES a part and

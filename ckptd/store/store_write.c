@@ -621,6 +621,13 @@ static cpr_status put_range(cpr_store *store, const cpr_part_id *id, const cpr_r
     if (batch->n > ((size_t)1 << 24))
         return cpri_store_count(store, cpr_fail(CPR_RESOURCE_EXHAUSTED, "put_rows: %zu rows in "
                                "one call; at most 2^24", batch->n));
+    /* Before the ids are made: a request that claims many rows must carry
+     * their values (1..CPRI_MAX_DIM a row), not cost 8 bytes a row for free. */
+    if (batch->n && (batch->values_count % batch->n ||
+                     batch->values_count / batch->n - 1 >= CPRI_MAX_DIM))
+        return cpri_store_count(store, cpr_fail(CPR_INVALID_ARGUMENT, "put_rows: %zu values "
+                               "for %zu rows: give dim (1-%u) values a row", batch->values_count,
+                               batch->n, CPRI_MAX_DIM));
     uint64_t *ids = malloc(batch->n * sizeof *ids);
     if (!ids)
         return cpri_store_count(store, cpr_fail(CPR_NO_MEMORY, "out of memory for the ids of "
@@ -1147,6 +1154,7 @@ static cpr_status finish_blobs(cpr_store *store, open_part *part)
         free(b->crcs);
         b->crcs = NULL;
     }
+    cpri_store_release_blobs(store, part); /* O1: none is open any more */
     part->n_blobs = 0;
     return st;
 }

@@ -732,9 +732,120 @@ static void test_gc_sweeps_empty_staging(void **state)
     free(dir);
 }
 
+/* Rows of each of tables 0 and 1 restored from the newest state. */
+static void count_tables(cpr_store *store, size_t counts[2])
+{
+    cpr_restore_query q = {.job = "t"};
+    tu_rows rows = {0};
+    assert_status(CPR_OK, tu_restore(store, &q, &rows, NULL));
+    counts[0] = counts[1] = 0;
+    for (size_t i = 0; i < rows.n; i++)
+        counts[rows.rows[i].table == 1]++;
+    tu_rows_free(&rows);
+}
+
+/* A FULL of tables 0 and 1, then a DELTA of table 1 only: retention keeping
+ * one cut folds table 0's rows and drops the FULL, the only part that
+ * declared it. The job keeps the table, also after a reopen (the fold's
+ * record brings it back), and a restore still has its rows. */
+static void test_gc_fold_keeps_a_table_only_it_holds(void **state)
+{
+    (void)state;
+    char *dir = tu_mkdtemp("cpr-retention-fold-table");
+    const cpr_table_schema both[2] = {{.table = 0, .rows = 100, .dim = 4},
+                                      {.table = 1, .rows = 100, .dim = 4}};
+    cpr_store *store = NULL;
+    assert_status(CPR_OK, cpr_store_open(dir, &g_no_fold, &store));
+    cpr_part_spec full = tu_part("t", 0, 1, 1, CPR_KIND_FULL, both, 2);
+    cpr_part_spec delta = tu_part("t", 0, 1, 2, CPR_KIND_DELTA, &both[1], 1);
+    tu_write_part_ok(store, &full, 0, 10);
+    tu_write_part_ok(store, &delta, 0, 10);
+    size_t counts[2];
+    count_tables(store, counts);
+    assert_int_equal(counts[0], 10);
+    assert_int_equal(counts[1], 10);
+    cpr_gc_report rep;
+    assert_status(CPR_OK, cpr_store_gc(store, "t", 1, &rep));
+    assert_int_equal(rep.floor, 2);
+    assert_int_equal(rep.parts_removed, 1);
+    for (int reopen = 0; reopen < 2; reopen++) {
+        count_tables(store, counts);
+        assert_int_equal(counts[0], 10);
+        assert_int_equal(counts[1], 10);
+        cpr_store_close(store);
+        assert_status(CPR_OK, cpr_store_open(dir, &g_no_fold, &store));
+    }
+    /* The table's shape is still the job's: a part may not change it. */
+    const cpr_table_schema wider = {.table = 0, .rows = 100, .dim = 8};
+    cpr_part_spec bad = tu_part("t", 0, 1, 3, CPR_KIND_FULL, &wider, 1);
+    assert_status(CPR_INVALID_ARGUMENT, cpr_store_begin(store, &bad));
+    cpr_store_close(store);
+    tu_rmtree(dir);
+    free(dir);
+}
+
+/* The first segment file of job `job` under store `dir`, into out. */
+static void first_segment(const char *dir, const char *job, char *out, size_t cap)
+{
+    char jdir[4200];
+    snprintf(jdir, sizeof jdir, "%s/segments/j_%s", dir, job);
+    DIR *d = opendir(jdir);
+    assert_non_null(d);
+    out[0] = '\0';
+    for (struct dirent *e; !out[0] && (e = readdir(d)) != NULL;)
+        if (strstr(e->d_name, ".seg")) {
+            size_t a = strlen(jdir), b = strlen(e->d_name);
+            assert_true(a + 1 + b < cap);
+            memcpy(out, jdir, a);
+            out[a] = '/';
+            memcpy(out + a + 1, e->d_name, b + 1);
+        }
+    closedir(d);
+    assert_true(out[0] != '\0');
+}
+
+/* Retention of every job: one whose fold fails (a damaged block) is
+ * reported, by name, and the jobs after it still get their pass. */
+static void test_gc_goes_on_past_a_failing_job(void **state)
+{
+    (void)state;
+    char *dir = tu_mkdtemp("cpr-retention-failing");
+    const cpr_table_schema t = {.table = 0, .rows = 100, .dim = 4};
+    cpr_store *store = NULL;
+    assert_status(CPR_OK, cpr_store_open(dir, &g_no_fold, &store));
+    /* a: FULL then DELTA (retention folds, reading the FULL); b: two FULLs. */
+    cpr_part_spec a1 = tu_part("a", 0, 1, 1, CPR_KIND_FULL, &t, 1);
+    cpr_part_spec a2 = tu_part("a", 0, 1, 2, CPR_KIND_DELTA, &t, 1);
+    cpr_part_spec b1 = tu_part("b", 0, 1, 1, CPR_KIND_FULL, &t, 1);
+    cpr_part_spec b2 = tu_part("b", 0, 1, 2, CPR_KIND_FULL, &t, 1);
+    tu_write_part_ok(store, &a1, 0, 30);
+    char seg[4400];
+    first_segment(dir, "a", seg, sizeof seg); /* a1's, before a2 has one */
+    tu_write_part_ok(store, &a2, 0, 10);
+    tu_write_part_ok(store, &b1, 0, 30);
+    tu_write_part_ok(store, &b2, 0, 30);
+    cpr_store_close(store);
+    tu_flip_byte(seg, 200); /* inside the first block's rows */
+    assert_status(CPR_OK, cpr_store_open(dir, &g_no_fold, &store));
+    cpr_gc_report rep;
+    assert_status(CPR_CORRUPT, cpr_store_gc(store, NULL, 1, &rep));
+    assert_non_null(strstr(cpr_errmsg(), "job a"));
+    cpr_part_info *parts = NULL;
+    size_t n = 0;
+    assert_status(CPR_OK, cpr_store_list(store, "b", &parts, &n));
+    assert_int_equal(n, 1); /* b's pass ran: its cut at 1 went */
+    assert_int_equal(parts[0].checkpoint, 2);
+    free(parts);
+    cpr_store_close(store);
+    tu_rmtree(dir);
+    free(dir);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_gc_goes_on_past_a_failing_job),
+        cmocka_unit_test(test_gc_fold_keeps_a_table_only_it_holds),
         cmocka_unit_test(test_gc_reclaims_crash_leftover),
         cmocka_unit_test(test_gc_sweeps_empty_staging),
         cmocka_unit_test(test_gc_keep_two_then_one),

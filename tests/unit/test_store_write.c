@@ -798,6 +798,55 @@ static void test_abort_idle(void **state)
     tu_rows_free(&rows);
 }
 
+/* O1: the caps count blobs being written, not blobs ever written: a
+ * committed part's blobs are no longer open (they were counted for ever,
+ * until blobs and then parts were refused). */
+static void test_blob_caps_count_open_blobs(void **state)
+{
+    (void)state;
+    char *dir = tu_mkdtemp("cpr-blob-caps");
+    cpr_store_options o = {.no_sync = 1, .no_fold = 1, .max_open_blobs_per_job = 2,
+                           .max_open_blobs = 3};
+    cpr_store *s = NULL;
+    assert_status(CPR_OK, cpr_store_open(dir, &o, &s));
+    for (uint64_t c = 1; c <= 6; c++) { /* committed ones, twice the caps */
+        cpr_part_spec spec = tu_part("j", 0, 1, c, CPR_KIND_FULL, one_table, 1);
+        assert_status(CPR_OK, cpr_store_begin(s, &spec));
+        assert_status(CPR_OK, put_blob_pattern(s, &spec.id, "a", 0, 10));
+        assert_status(CPR_OK, cpr_store_commit(s, &spec.id, 0));
+    }
+    /* Open ones count: the job's cap, then the store's. */
+    cpr_part_spec open[3];
+    for (uint32_t i = 0; i < 3; i++) {
+        open[i] = tu_part(i < 2 ? "j" : "k", i, 3, 7, CPR_KIND_FULL, one_table, 1);
+        assert_status(CPR_OK, cpr_store_begin(s, &open[i]));
+        assert_status(CPR_OK, put_blob_pattern(s, &open[i].id, "a", 0, 10));
+    }
+    cpr_part_spec more = tu_part("k", 0, 3, 7, CPR_KIND_FULL, one_table, 1);
+    assert_status(CPR_OK, cpr_store_begin(s, &more));
+    assert_status(CPR_RESOURCE_EXHAUSTED, put_blob_pattern(s, &more.id, "a", 0, 10));
+    assert_status(CPR_OK, cpr_store_commit(s, &open[0].id, 0));
+    assert_status(CPR_OK, put_blob_pattern(s, &more.id, "a", 0, 10));
+    assert_status(CPR_RESOURCE_EXHAUSTED, put_blob_pattern(s, &open[1].id, "b", 0, 10));
+    assert_status(CPR_OK, cpr_store_abort(s, &open[2].id));
+    assert_status(CPR_OK, put_blob_pattern(s, &open[1].id, "b", 0, 10));
+    cpr_store_close(s);
+    tu_rmtree(dir);
+    free(dir);
+}
+
+/* A range batch must carry its rows' values before its ids are made. */
+static void test_put_range_values_checked_first(void **state)
+{
+    tu_store_fixture *f = *state;
+    cpr_part_spec spec = tu_part("j", 0, 1, 1, CPR_KIND_FULL, one_table, 1);
+    assert_status(CPR_OK, cpr_store_begin(f->store, &spec));
+    cpr_row_batch b = {.table = 1, .n = (size_t)1 << 24, .values_count = 0};
+    assert_status(CPR_INVALID_ARGUMENT, cpr_store_put_rows(f->store, &spec.id, &b));
+    assert_non_null(strstr(cpr_errmsg(), "values"));
+    assert_status(CPR_OK, cpr_store_abort(f->store, &spec.id));
+}
+
 #define STORE_TEST(fn) cmocka_unit_test_setup_teardown(fn, tu_store_setup, tu_store_teardown)
 
 int main(void)
@@ -819,6 +868,8 @@ int main(void)
         STORE_TEST(test_stats),
         STORE_TEST(test_list_jobs),
         STORE_TEST(test_abort_idle),
+        cmocka_unit_test(test_blob_caps_count_open_blobs),
+        STORE_TEST(test_put_range_values_checked_first),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
