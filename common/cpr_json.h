@@ -56,6 +56,11 @@ int cpri_json_get_bool(const cpri_json *obj, const char *key, int *out);
 /* Elements of an array (0 and NULL for anything else). */
 CPR_INTERNAL_API size_t cpri_json_array_size(const cpri_json *array);
 CPR_INTERNAL_API const cpri_json *cpri_json_array_get(const cpri_json *array, size_t i);
+/* The elements in order without the cost of an index each (array_get
+ * walks the list): the first (NULL if none or not an array), then the one
+ * after `element` (NULL after the last). */
+CPR_INTERNAL_API const cpri_json *cpri_json_array_first(const cpri_json *array);
+CPR_INTERNAL_API const cpri_json *cpri_json_array_next(const cpri_json *element);
 /* A value that is a number: 0 and *out set, else -1. */
 int cpri_json_number_value(const cpri_json *value, double *out);
 /* A value that is a string: 0 and *out set (it lives as long as the tree), else -1. */

@@ -138,6 +138,17 @@ size_t cpri_json_array_size(const cpri_json *array)
     return (size_t)cJSON_GetArraySize(AS_CJSON(array));
 }
 
+const cpri_json *cpri_json_array_first(const cpri_json *array)
+{
+    return array && cJSON_IsArray(AS_CJSON(array)) ? (const cpri_json *)AS_CJSON(array)->child
+                                                     : NULL;
+}
+
+const cpri_json *cpri_json_array_next(const cpri_json *element)
+{
+    return element ? (const cpri_json *)AS_CJSON(element)->next : NULL;
+}
+
 const cpri_json *cpri_json_array_get(const cpri_json *array, size_t i)
 {
     if (i >= cpri_json_array_size(array))

@@ -22,6 +22,7 @@
 
 #define POLICY_COUNT 5
 #define LOSS_RATIO_FLOOR 1e-9 /* a policy that lost nothing: the interval is capped by the job */
+#define TIME_FLOOR 1e-9 /* the least time the model is given (in the estimator's unit) */
 
 /* An input: the prior until `n` reaches min_samples, then an EWMA. */
 typedef struct ewma {
@@ -397,6 +398,12 @@ cpr_status cpr_estimator_decide(const cpr_estimator *est, cpr_estimate *out)
     memset(&r, 0, sizeof r);
     snprintf(r.time_unit, sizeof r.time_unit, "%s", est->time_unit);
     current_inputs(est, &r);
+    /* Measurements may be 0 (a save or load too quick for the clock): the
+     * model needs times above 0. */
+    r.save_s = fmax(r.save_s, TIME_FLOOR);
+    r.load_s = fmax(r.load_s, TIME_FLOOR);
+    r.restart_s = fmax(r.restart_s, TIME_FLOOR);
+    r.mtbf_s = fmax(r.mtbf_s, TIME_FLOOR);
     cpr_model_params p = {.mtbf_s = r.mtbf_s, .shards = c->shards, .save_s = r.save_s,
                           .load_s = r.load_s, .restart_s = r.restart_s, .job_s = c->job_s,
                           .target_pls = c->target_pls, .formula = c->formula,
@@ -416,8 +423,8 @@ cpr_status cpr_estimator_decide(const cpr_estimator *est, cpr_estimate *out)
      * the miss is visible in the estimate. */
     set_background(est, c->policy, part_frac, &p);
     if (!st)
-        st = cpr_model_background_floor(&p, 2.0 * c->target_pls * c->shards * r.mtbf_s / ratio,
-                                        &t_part);
+        st = cpr_model_background_floor(
+            &p, fmin(2.0 * c->target_pls * c->shards * r.mtbf_s / ratio, c->job_s), &t_part);
     t_part = bound(t_part, r.save_s, c->job_s);
     if (!st)
         st = cpr_model_partial(&p, t_part, &r.partial);

@@ -165,7 +165,8 @@ static cpr_status bad_plan(const char *what)
 static int as_uint(const cpri_json *v, double max, uint64_t *out)
 {
     double d;
-    if (cpri_json_number_value(v, &d) != 0 || !(d >= 0) || d > max || d != (double)(uint64_t)d)
+    if (cpri_json_number_value(v, &d) != 0 || !(d >= 0) || d > max || d >= EXACT_MAX ||
+        d != (double)(uint64_t)d) /* (the encoder refuses 2^53 and above too) */
         return -1;
     *out = (uint64_t)d;
     return 0;
@@ -212,8 +213,10 @@ static cpr_status decode_entry(cpr_recovery_plan *p, const cpri_json *t, uint64_
     return CPR_OK;
 }
 
-/* The top-level fields; allocates p->shards (all KEEP). */
-static cpr_status decode_head(const cpri_json *root, cpr_recovery_plan *p)
+/* The top-level fields; allocates p->shards (all KEEP). `count`: the
+ * entries the record holds, so that a small record cannot make a full or
+ * from-scratch plan of many shards allocate (each shard has its entry). */
+static cpr_status decode_head(const cpri_json *root, cpr_recovery_plan *p, size_t count)
 {
     uint64_t version, n, problems;
     int action;
@@ -233,6 +236,8 @@ static cpr_status decode_head(const cpri_json *root, cpr_recovery_plan *p)
         cpri_json_get_string(root, "reason", &reason) || strlen(reason) >= REASON_MAX)
         return bad_plan("a field of action, num_shards, problems, cut, rewind_step or reason "
                         "is missing or out of range");
+    if (action != CPR_PLAN_PARTIAL && n != count)
+        return bad_plan("a full or from-scratch plan has an entry for every shard");
     p->action = (cpr_plan_action)action;
     p->problems = (unsigned)problems;
     p->reason_len = strlen(reason);
@@ -247,20 +252,44 @@ static cpr_status decode_head(const cpri_json *root, cpr_recovery_plan *p)
     return CPR_OK;
 }
 
+/* What the planner's invariants (planner.c P2-P4) say a plan of its action
+ * holds: a record that breaks them was not written by CPR. */
+static cpr_status check_meaning(const cpr_recovery_plan *p)
+{
+    if (p->problems & ~(unsigned)(CPR_PLAN_NO_CUT | CPR_PLAN_SHARD_UNSAVED |
+                                  CPR_PLAN_DENSE_UNSAVED | CPR_PLAN_RESHARDED))
+        return bad_plan("\"problems\" has bits CPR does not define");
+    for (size_t i = 0; i < p->n; i++) {
+        const cpr_plan_shard *e = &p->shards[i];
+        int ok = p->action == CPR_PLAN_FULL ? e->source == CPR_SOURCE_STORE &&
+                                                  e->as_of == p->cut && p->cut >= 1
+                 : p->action == CPR_PLAN_RESTART_FROM_SCRATCH ? e->source == CPR_SOURCE_INIT
+                 : e->source != CPR_SOURCE_STORE || e->as_of >= 1;
+        if (!ok)
+            return bad_plan(p->action == CPR_PLAN_FULL
+                                ? "a full plan's shards all restore as of its cut (>= 1)"
+                            : p->action == CPR_PLAN_RESTART_FROM_SCRATCH
+                                ? "a from-scratch plan's shards all start from INIT"
+                                : "a shard restored from the store names a checkpoint >= 1");
+    }
+    return CPR_OK;
+}
+
 static cpr_status decode_tree(const cpri_json *root, cpr_recovery_plan *p)
 {
-    cpr_status st = decode_head(root, p);
+    const cpri_json *shards = cpri_json_is_object(root) ? cpri_json_get(root, "shards") : NULL;
+    size_t count = cpri_json_array_size(shards);
+    cpr_status st = decode_head(root, p, count);
     if (st)
         return st;
-    const cpri_json *shards = cpri_json_get(root, "shards");
-    size_t count = cpri_json_array_size(shards);
     /* Every plan has an entry that is not KEEP: a failed shard, or all of them. */
     if (count == 0 || count > p->n)
         return bad_plan("\"shards\" is missing, empty, or longer than num_shards");
     uint64_t next = 0;
-    for (size_t i = 0; st == CPR_OK && i < count; i++)
-        st = decode_entry(p, cpri_json_array_get(shards, i), &next);
-    return st;
+    for (const cpri_json *t = cpri_json_array_first(shards); st == CPR_OK && t;
+         t = cpri_json_array_next(t))
+        st = decode_entry(p, t, &next);
+    return st ? st : check_meaning(p);
 }
 
 cpr_status cpr_recovery_plan_decode(const void *buf, size_t len, cpr_recovery_plan **out)

@@ -39,7 +39,9 @@ static cpr_status make_plan(cpr_client *client, const char *job, const cpr_estim
     cpr_status st = CPR_OK;
     if (est) {
         st = cpr_estimator_decide(est, &e);
-        r.mode = e.mode;
+        /* A resume (no failed shard) is a FULL recovery, whatever the
+         * estimator would choose for a failure. */
+        r.mode = request->n_failed ? e.mode : CPR_RECOVERY_FULL;
         r.estimate = &e;
     }
     if (st == CPR_OK)

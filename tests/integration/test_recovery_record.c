@@ -326,6 +326,23 @@ static void test_decide_and_record_race(void **state)
     /* An expected generation the record never had is refused. */
     assert_status(CPR_FAILED_PRECONDITION,
                   cpr_recovery_decide_and_record(c, "decide", NULL, &req, 9, &plan, &gen, &won));
+    /* A resume (no failed shard) is FULL even when the estimator prefers
+     * partial recovery for failures. */
+    cpr_estimator_config ec = {.shards = 2, .job_s = 1e5, .target_pls = 0.5,
+                               .policy = CPR_POLICY_MFU, .fraction = 0.1,
+                               .prior_mtbf_s = 100, .prior_save_s = 1, .prior_load_s = 100,
+                               .prior_restart_s = 1};
+    cpr_estimator *est = NULL;
+    assert_status(CPR_OK, cpr_estimator_create(&ec, &est));
+    cpr_estimate guess;
+    assert_status(CPR_OK, cpr_estimator_decide(est, &guess));
+    assert_int_equal(guess.mode, CPR_RECOVERY_PARTIAL);
+    cpr_plan_request resume = {.num_shards = 2, .mode = CPR_RECOVERY_FULL};
+    assert_status(CPR_OK, cpr_recovery_decide_and_record(c, "decide", est, &resume, 2, &plan,
+                                                         &gen, &won));
+    assert_int_equal(cpr_recovery_plan_action(plan), CPR_PLAN_FULL);
+    cpr_recovery_plan_destroy(plan);
+    cpr_estimator_destroy(est);
     /* A job with no part at all: the plan says so, and is recorded. */
     assert_status(CPR_OK, cpr_recovery_decide_and_record(c, "empty", NULL, &req, 0, &plan, &gen,
                                                          &won));

@@ -216,6 +216,23 @@ static void test_decode_refuses_garbage(void **unused)
         "{\"cpr_plan\":1,\"action\":\"full\",\"num_shards\":1,\"problems\":0,"
         "\"cut\":1e300,\"rewind_step\":0,\"reason\":\"r\",\"shards\":[[0,\"init\",0,\"FULL\",0,"
         "\"init\",0,0]]}",
+        /* 2^53, which the encoder refuses */
+        "{\"cpr_plan\":1," HEAD ",\"shards\":[[1,\"store\",9007199254740992,\"DELTA\",30,"
+        "\"blob\",3,0]]}",
+        /* what no plan of the planner holds: a store entry as of 0 ... */
+        "{\"cpr_plan\":1," HEAD ",\"shards\":[[1,\"store\",0,\"DELTA\",30,\"blob\",3,0]]}",
+        /* ... a full plan with a shard left out (a million of them, from a
+         * few bytes) or one not restored as of the cut ... */
+        "{\"cpr_plan\":1,\"action\":\"full\",\"num_shards\":1000000,\"problems\":0,"
+        "\"cut\":1,\"rewind_step\":0,\"reason\":\"r\",\"shards\":[[0,\"store\",1,\"FULL\",0,"
+        "\"blob\",1,0]]}",
+        "{\"cpr_plan\":1,\"action\":\"full\",\"num_shards\":1,\"problems\":0,"
+        "\"cut\":2,\"rewind_step\":0,\"reason\":\"r\",\"shards\":[[0,\"store\",1,\"FULL\",0,"
+        "\"blob\",1,0]]}",
+        /* ... and problem bits CPR does not define */
+        "{\"cpr_plan\":1,\"action\":\"partial\",\"num_shards\":4,\"problems\":64,"
+        "\"cut\":0,\"rewind_step\":0,\"reason\":\"r\",\"shards\":[[1,\"store\",3,\"DELTA\",30,"
+        "\"blob\",3,0]]}",
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         cpr_status st = decode_text(bad[i]);

@@ -432,6 +432,40 @@ static void test_estimator_bounds(void **state)
     cpr_estimator_destroy(e);
 }
 
+/* Measurements of 0 (a save, load or restart too quick for the clock) and
+ * extreme priors still give a decision: the estimator never fails for a
+ * valid estimator. */
+static void test_estimator_zero_and_extreme_inputs(void **state)
+{
+    (void)state;
+    cpr_estimator_config c = est_config();
+    cpr_estimator *e = NULL;
+    cpr_estimate r;
+    for (int kind = 0; kind < 3; kind++) {
+        assert_status(CPR_OK, cpr_estimator_create(&c, &e));
+        for (int i = 0; i < 3; i++) {
+            if (kind == 0)
+                assert_status(CPR_OK, cpr_estimator_saved(e, 10.0 * (i + 1), CPR_POLICY_FULL,
+                                                          0.0, 1000));
+            else if (kind == 1)
+                assert_status(CPR_OK, cpr_estimator_loaded(e, 0.0, 1));
+            else
+                assert_status(CPR_OK, cpr_estimator_restarted(e, 0.0));
+        }
+        assert_status(CPR_OK, cpr_estimator_decide(e, &r));
+        assert_true(isfinite(r.interval_s) && r.interval_s > 0);
+        cpr_estimator_destroy(e);
+    }
+    c = est_config();
+    c.prior_mtbf_s = 1e300;
+    c.policy = CPR_POLICY_MFU;
+    c.prior_loss_ratio = 1e-12;
+    assert_status(CPR_OK, cpr_estimator_create(&c, &e));
+    assert_status(CPR_OK, cpr_estimator_decide(e, &r));
+    assert_true(isfinite(r.partial.interval_s));
+    cpr_estimator_destroy(e);
+}
+
 /* The codec rule (docs/model.md, "The codec"): R = (job / MTBF) / N
  * restores of a row from prioritized parts; the most compact codec whose
  * budget (int4: R4, int8: 289 R4, bf16: 6000 R4) covers R. */
@@ -622,6 +656,7 @@ int main(void)
         cmocka_unit_test(test_estimator_vanilla_loss_ratio_is_one),
         cmocka_unit_test(test_estimator_prioritized_loses_less_longer_interval),
         cmocka_unit_test(test_estimator_bounds),
+        cmocka_unit_test(test_estimator_zero_and_extreme_inputs),
         cmocka_unit_test(test_estimator_codec_rule),
         cmocka_unit_test(test_estimator_rejects_bad_input),
         cmocka_unit_test(test_estimator_partial_loads_scale),
