@@ -131,8 +131,17 @@ static void h_begin(cpri_rpc_call *c, void *app)
         if (st == CPR_OK)
             st = cpr_store_begin(srv->store, &b.spec);
         int begun = st == CPR_OK;
-        if (st == CPR_OK)
-            st = cpri_leases_grant(srv->leases, &b.spec.id, &lease);
+        if (st == CPR_ALREADY_EXISTS &&
+            (lease = cpri_leases_resume(srv->leases, &b.spec.id, b.token)) != 0) {
+            /* leases.h L4: open under this token: its writer's Begin again */
+            cpri_log(CPR_LOG_INFO, "Begin of %s/%u/%llu again under its token: the writer "
+                     "did not hear the first answer", b.spec.id.job, b.spec.id.shard,
+                     (unsigned long long)b.spec.id.checkpoint);
+            st = CPR_OK;
+            begun = 1; /* as if begun here: a failure below aborts it */
+        } else if (st == CPR_OK) {
+            st = cpri_leases_grant(srv->leases, &b.spec.id, b.token, &lease);
+        }
         char segment[CPR_STORE_OBJECT_MAX] = "";
         if (st == CPR_OK && my_store(srv, b.direct) &&
             cpr_store_direct_segment(srv->store, &b.spec.id, segment, sizeof segment) != CPR_OK) {

@@ -24,6 +24,7 @@ typedef struct entry {
     struct entry *next;
     uint32_t shard;
     uint64_t checkpoint, lease;
+    uint64_t token;         /* L4: the Begin's token (0: none) */
     char job[CPR_NAME_MAX + 1];
 } entry;
 
@@ -141,7 +142,8 @@ static void sweep(cpri_leases *l)
                 (unsigned long long)dropped);
 }
 
-cpr_status cpri_leases_grant(cpri_leases *l, const cpr_part_id *id, uint64_t *lease)
+cpr_status cpri_leases_grant(cpri_leases *l, const cpr_part_id *id, uint64_t token,
+                             uint64_t *lease)
 {
     uint64_t v = 0;
     while (v == 0) { /* L3 */
@@ -165,6 +167,7 @@ cpr_status cpri_leases_grant(cpri_leases *l, const cpr_part_id *id, uint64_t *le
         l->count++;
     }
     (*e)->lease = v;
+    (*e)->token = token;
     int want_sweep = l->count >= l->sweep_at;
     if (want_sweep) /* one sweep at a time: the next is due only past 2x */
         l->sweep_at = UINT64_MAX;
@@ -173,6 +176,17 @@ cpr_status cpri_leases_grant(cpri_leases *l, const cpr_part_id *id, uint64_t *le
         sweep(l);
     *lease = v;
     return CPR_OK;
+}
+
+uint64_t cpri_leases_resume(cpri_leases *l, const cpr_part_id *id, uint64_t token)
+{
+    if (token == 0)
+        return 0;
+    pthread_mutex_lock(&l->mu);
+    entry *e = *find(l, id);
+    uint64_t lease = e && e->token == token ? e->lease : 0;
+    pthread_mutex_unlock(&l->mu);
+    return lease;
 }
 
 /* Is `id` an open part in the store? 1 also when the store cannot tell. A

@@ -23,6 +23,12 @@
  *      open, not as another writer's (test_ckptd_kill's vanished client
  *      saw PERMISSION_DENIED in that window once).
  *  L3. Leases come from getrandom(2) and are never 0 (0 means "none").
+ *  L4. An entry keeps the token its Begin carried (BeginRequest.begin_token;
+ *      0: none). A Begin of a part that is open under an entry with the
+ *      same non-zero token is its writer's Begin sent again (the answer to
+ *      the first was lost): it is answered with that entry's lease, and
+ *      nothing changes. A token is a writer's secret as a lease is, drawn at
+ *      random by the client for each part.
  *
  * Thread-safety: every function may be called from any thread.
  */
@@ -38,9 +44,14 @@ typedef struct cpri_leases cpri_leases;
 cpr_status cpri_leases_create(cpr_store *store, cpri_leases **out);
 void cpri_leases_destroy(cpri_leases *l); /* NULL is a no-op */
 
-/* A fresh lease for `id` (replacing any, L1); call after the store's Begin
- * succeeded. */
-cpr_status cpri_leases_grant(cpri_leases *l, const cpr_part_id *id, uint64_t *lease);
+/* A fresh lease for `id` (replacing any, L1), remembering the Begin's
+ * token (L4); call after the store's Begin succeeded. */
+cpr_status cpri_leases_grant(cpri_leases *l, const cpr_part_id *id, uint64_t token,
+                             uint64_t *lease);
+
+/* L4: the lease of id's entry if it was granted to a Begin with `token`
+ * (not 0); 0 otherwise. */
+uint64_t cpri_leases_resume(cpri_leases *l, const cpr_part_id *id, uint64_t token);
 
 /* CPR_OK if `lease` is id's; CPR_PERMISSION_DENIED naming `op` if id has
  * another; CPR_FAILED_PRECONDITION if id has none (L2: not open). */

@@ -43,9 +43,11 @@ typedef struct cpri_direct cpri_direct;
  * store is this process's own); commit, abort and the writer present it.
  * direct (may be NULL): ask a grpc node for direct writes to that store;
  * segment[CPR_STORE_OBJECT_MAX] gets the part's segment when the node
- * agreed, else "" (segment may be NULL when direct is). */
+ * agreed, else "" (segment may be NULL when direct is). token: the part's
+ * begin token (BeginRequest.begin_token), the same on every resend. */
 cpr_status cpri_node_begin(cpri_node *node, const cpr_part_spec *spec, double timeout_s,
-                           int wait_ready, cpri_direct *direct, uint64_t *lease, char *segment);
+                           int wait_ready, cpri_direct *direct, uint64_t token,
+                           uint64_t *lease, char *segment);
 
 /* A direct part's segment as its writer left it (node.c): the index of its
  * blocks and its size. direct: the rows went to the segment. */

@@ -225,7 +225,8 @@ static cpr_status unary(cpri_node *n, const char *method, cpr_status enc, uint8_
 }
 
 cpr_status cpri_node_begin(cpri_node *n, const cpr_part_spec *spec, double timeout_s,
-                           int wait_ready, cpri_direct *direct, uint64_t *lease, char *segment)
+                           int wait_ready, cpri_direct *direct, uint64_t token,
+                           uint64_t *lease, char *segment)
 {
     *lease = 0;
     if (segment)
@@ -235,7 +236,7 @@ cpr_status cpri_node_begin(cpri_node *n, const cpr_part_spec *spec, double timeo
     uint8_t *req = NULL, *resp = NULL;
     size_t len = 0, resp_len = 0;
     const char *want = direct && segment ? direct->id : NULL;
-    cpr_status enc = cpri_wire_begin_encode_direct(spec, want, &req, &len);
+    cpr_status enc = cpri_wire_begin_encode_direct(spec, want, token, &req, &len);
     cpr_status st = unary_call(n, SVC "Begin", enc, req, len, timeout_s, wait_ready, &resp,
                                &resp_len);
     if (st == CPR_OK && want)

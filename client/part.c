@@ -79,9 +79,16 @@
  *      before the node is told, and never calls the node again: a new part
  *      of the same id, begun after the abort, cannot receive its rows, and
  *      its commit or abort cannot touch that new part.
+ *  P11. Each part draws a begin token (random, not 0) and sends it with
+ *      every Begin of it, the resends after a lost answer too: ckptd answers
+ *      a Begin of a part open under the same token with that part's lease
+ *      (ckptd/leases.h L4), so a Begin whose answer was lost does not leave
+ *      the part open and unowned until the idle reaper ends it.
  */
 #define _GNU_SOURCE /* pthread_setname_np */
 #include <pthread.h>
+#include <stdint.h>
+#include <sys/random.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -186,6 +193,7 @@ struct cpr_part {
     int begun;               /* the node has begun the part (P6) */
     size_t to_fill;          /* queued items fill has not run for (P9) */
     uint64_t lease;          /* the writer lease the node granted at Begin (0: none) */
+    uint64_t begin_token;    /* P11: this part's Begin token, the same on every resend */
     cpr_part_spec deferred;  /* cpr_client_begin_async: the Begin the sender sends */
     cpr_table_schema *deferred_tables;
     int orphaned;            /* aborted by id (cpr_client_abort): the node's part of
@@ -504,6 +512,7 @@ typedef struct begin_try {
     uint64_t lease; /* the writer's lease the node answered with */
     cpri_direct *direct; /* ask for direct writes (NULL: not) */
     char *segment;  /* the part's segment when the node agreed */
+    uint64_t token; /* P11 */
 } begin_try;
 
 /* The client's direct writes, when asked for. */
@@ -539,7 +548,7 @@ static void send_part(cpr_part *p)
 {
     if (!p->begun) { /* cpr_client_begin_async: Begin here, off the caller's thread (P6) */
         begin_try b = {p->client, p->node, &p->deferred, 1, 0, direct_writes(p->client),
-                       p->segment};
+                       p->segment, p->begin_token};
         cpr_status st = cpri_client_retry(p->client, begin_once, &b);
         if (st) {
             set_error(p, st);
@@ -728,7 +737,7 @@ static cpr_status begin_once(void *ctx)
 {
     begin_try *b = ctx;
     return cpri_node_begin(b->node, b->spec, b->client->opts.call_timeout_s, b->wait_ready,
-                           b->direct, &b->lease, b->segment);
+                           b->direct, b->token, &b->lease, b->segment);
 }
 
 static void part_free(cpr_part *p)
@@ -757,6 +766,10 @@ static cpr_status part_new(cpr_client *c, const cpr_part_spec *spec, cpr_part **
     p->node = c->nodes[cpr_client_node_of(c, spec->id.job, spec->id.shard)];
     snprintf(p->job, sizeof p->job, "%s", spec->id.job);
     p->id = (cpr_part_id){p->job, spec->id.shard, spec->id.checkpoint};
+    while (p->begin_token == 0) { /* P11: not 0 (none); best effort, 1 in 2^64 clashes */
+        if (getrandom(&p->begin_token, sizeof p->begin_token, 0) != sizeof p->begin_token)
+            p->begin_token = (uint64_t)(uintptr_t)p ^ (uint64_t)(cpri_now_s() * 1e9);
+    }
     pthread_mutex_init(&p->mu, NULL);
     pthread_cond_init(&p->wake, NULL);
     pthread_cond_init(&p->given_back, NULL);
@@ -825,7 +838,7 @@ cpr_status cpr_client_begin(cpr_client *c, const cpr_part_spec *spec, cpr_part *
         st = part_new(c, spec, &p);
     if (st)
         return st;
-    begin_try b = {c, p->node, spec, 0, 0, direct_writes(c), p->segment};
+    begin_try b = {c, p->node, spec, 0, 0, direct_writes(c), p->segment, p->begin_token};
     st = cpri_client_retry(c, begin_once, &b);
     if (st) {
         part_free(p);

@@ -202,6 +202,7 @@ cpr_status cpri_wire_begin_decode(const void *buf, size_t len, cpri_wire_begin *
     b.spec.tables = b.tables;
     b.spec.n_tables = m->n_tables;
     b.direct = str(m->direct);
+    b.token = m->begin_token;
     *out = b;
     return CPR_OK;
 }
@@ -216,11 +217,11 @@ void cpri_wire_begin_release(cpri_wire_begin *b)
 
 cpr_status cpri_wire_begin_encode(const cpr_part_spec *spec, uint8_t **buf, size_t *len)
 {
-    return cpri_wire_begin_encode_direct(spec, NULL, buf, len);
+    return cpri_wire_begin_encode_direct(spec, NULL, 0, buf, len);
 }
 
 cpr_status cpri_wire_begin_encode_direct(const cpr_part_spec *spec, const char *direct,
-                                        uint8_t **buf, size_t *len)
+                                        uint64_t token, uint8_t **buf, size_t *len)
 {
     Cpr__V1__BeginRequest m = CPR__V1__BEGIN_REQUEST__INIT;
     Cpr__V1__TableSchema *schemas = calloc(spec->n_tables + 1, sizeof *schemas);
@@ -248,6 +249,7 @@ cpr_status cpri_wire_begin_encode_direct(const cpr_part_spec *spec, const char *
     m.num_shards = spec->num_shards;
     m.base_checkpoint = spec->base;
     m.direct = (char *)(direct ? direct : "");
+    m.begin_token = token;
     st = pack(&m.base, buf, len);
 out:
     free(schemas);

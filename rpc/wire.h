@@ -25,6 +25,7 @@
 typedef struct cpri_wire_begin {
     cpr_part_spec spec;           /* id.job and tables point into the message */
     const char *direct;           /* BeginRequest.direct ("" if absent) */
+    uint64_t token;               /* BeginRequest.begin_token (0 if absent) */
     void *msg;
     cpr_table_schema *tables;
 } cpri_wire_begin;
@@ -139,9 +140,10 @@ void cpri_wire_recovery_release(cpri_wire_recovery *m);
 /* ---- encoders (requests: the client library; responses: ckptd) ------------- */
 
 cpr_status cpri_wire_begin_encode(const cpr_part_spec *spec, uint8_t **buf, size_t *len);
-/* The same asking for direct writes to store `direct` (NULL: not). */
+/* The same asking for direct writes to store `direct` (NULL: not), with
+ * the writer's begin token (0: none; BeginRequest.begin_token). */
 cpr_status cpri_wire_begin_encode_direct(const cpr_part_spec *spec, const char *direct,
-                                        uint8_t **buf, size_t *len);
+                                        uint64_t token, uint8_t **buf, size_t *len);
 /* Requests of a part carry its writer's lease (0: none; responses). dim and
  * state_dim are written as given (0 in requests). */
 cpr_status cpri_wire_rows_encode(const cpr_part_id *id, uint64_t lease, const cpr_row_batch *batch,

@@ -328,6 +328,8 @@ cpr_status cpri_fold_shard(cpr_store *store, const char *job_name, uint32_t shar
         uint64_t seg_bytes = m.seg_bytes, rows = m.rows;
         int attempted = 0;
         st = cpri_store_renew_job(store, job_name); /* rados.h R9: still the holder */
+        if (st == CPR_OK) /* F1: the segment took room since the check above */
+            st = cpri_space_check(store, CPRI_SPACE_CATALOG, "publishing a fold");
         if (st == CPR_OK)
             st = publish_fold(store, job_name, &m, replace, &attempted);
         if (attempted)

@@ -72,6 +72,57 @@ static uint64_t open_rows(cpri_rpc *rpc, const char *job)
     return rows;
 }
 
+/* A Begin of part (job, 0, ckpt) carrying begin token `token`; its lease. */
+static cpr_status begin_token(cpri_rpc *rpc, const char *job, uint64_t ckpt, uint64_t token,
+                              uint64_t *lease)
+{
+    cpr_part_spec spec = {.id = {job, 0, ckpt}, .kind = CPR_KIND_FULL, .num_shards = 1,
+                          .tables = &ch_table, .n_tables = 1};
+    uint8_t *buf, *resp = NULL;
+    size_t len, n = 0;
+    assert_status(CPR_OK, cpri_wire_begin_encode_direct(&spec, NULL, token, &buf, &len));
+    cpr_status st = cpri_rpc_unary(rpc, CH_SVC "Begin", buf, len, CH_TIMEOUT_S, &resp, &n);
+    free(buf);
+    *lease = 0;
+    if (st == CPR_OK)
+        assert_status(CPR_OK, cpri_wire_begin_response_decode(resp, n, lease));
+    free(resp);
+    return st;
+}
+
+/* leases.h L4: a writer that did not hear its Begin's answer sends it again
+ * under the same token and gets the part's lease; another token, or none,
+ * is ALREADY_EXISTS as before; once committed, even the same token is. */
+static void test_begin_again_under_its_token(void **unused)
+{
+    (void)unused;
+    char *dir = tu_mkdtemp("cpr-leases-token");
+    ch_daemon d;
+    cpri_rpc *rpc;
+    ch_start(&d, dir);
+    assert_status(CPR_OK, cpri_rpc_open(d.addr, &rpc));
+    uint64_t lease = 0, again = 0, other = 0;
+    const uint64_t token = 0x5eed5eed12345678ull;
+    assert_status(CPR_OK, begin_token(rpc, "tok", 1, token, &lease));
+    assert_true(lease != 0);
+    assert_status(CPR_OK, begin_token(rpc, "tok", 1, token, &again));
+    assert_int_equal(again, lease);
+    assert_status(CPR_ALREADY_EXISTS, begin_token(rpc, "tok", 1, token + 1, &other));
+    assert_status(CPR_ALREADY_EXISTS, begin_token(rpc, "tok", 1, 0, &other));
+    cpr_part_id id = {"tok", 0, 1};
+    assert_status(CPR_OK, put_with(rpc, &id, lease, 0, 50));
+    assert_status(CPR_OK, unary_with(rpc, &id, lease, 1, 50));
+    assert_status(CPR_ALREADY_EXISTS, begin_token(rpc, "tok", 1, token, &other));
+    /* Without a token, a part's Begin sent twice stays refused (no writer
+     * can be told from another). */
+    assert_status(CPR_OK, begin_token(rpc, "tok", 2, 0, &lease));
+    assert_status(CPR_ALREADY_EXISTS, begin_token(rpc, "tok", 2, 0, &other));
+    cpri_rpc_close(rpc);
+    ch_stop(&d);
+    tu_rmtree(dir);
+    free(dir);
+}
+
 static void test_foreign_requests_change_nothing(void **unused)
 {
     (void)unused;
@@ -224,6 +275,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_foreign_requests_change_nothing),
+        cmocka_unit_test(test_begin_again_under_its_token),
         cmocka_unit_test(test_commit_checks_blobs),
         cmocka_unit_test(test_library_commit_is_the_writers),
     };

@@ -804,11 +804,17 @@ static void first_segment(const char *dir, const char *job, char *out, size_t ca
     assert_true(out[0] != '\0');
 }
 
+/* Defined by tests/rados/store_on_rados.c when the store is in RADOS. */
+__attribute__((weak)) unsigned cpr_test_rados_segments(const char *dir, const char *part);
+
 /* Retention of every job: one whose fold fails (a damaged block) is
- * reported, by name, and the jobs after it still get their pass. */
+ * reported, by name, and the jobs after it still get their pass. (Local:
+ * it damages a segment file.) */
 static void test_gc_goes_on_past_a_failing_job(void **state)
 {
     (void)state;
+    if (cpr_test_rados_segments)
+        skip();
     char *dir = tu_mkdtemp("cpr-retention-failing");
     const cpr_table_schema t = {.table = 0, .rows = 100, .dim = 4};
     cpr_store *store = NULL;
@@ -844,8 +850,6 @@ static void test_gc_goes_on_past_a_failing_job(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_gc_goes_on_past_a_failing_job),
-        cmocka_unit_test(test_gc_fold_keeps_a_table_only_it_holds),
         cmocka_unit_test(test_gc_reclaims_crash_leftover),
         cmocka_unit_test(test_gc_sweeps_empty_staging),
         cmocka_unit_test(test_gc_keep_two_then_one),
@@ -854,6 +858,12 @@ int main(void)
         cmocka_unit_test(test_gc_given_floor),
         cmocka_unit_test(test_gc_lazy),
         cmocka_unit_test(test_gc_during_restore),
+        /* After the test that forks: with a RADOS store opened and closed
+         * in this process before its fork, the parent's open after the
+         * child's crash failed with ESHUTDOWN (its own new client fenced
+         * with the child's), which a fresh process does not do. */
+        cmocka_unit_test(test_gc_goes_on_past_a_failing_job),
+        cmocka_unit_test(test_gc_fold_keeps_a_table_only_it_holds),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -195,15 +195,18 @@ static void test_direct_write_fields(void **unused)
     uint8_t *buf;
     size_t len;
     cpri_wire_begin wb;
-    assert_int_equal(cpri_wire_begin_encode_direct(&spec, "rados:f/p/n", &buf, &len), CPR_OK);
+    assert_int_equal(cpri_wire_begin_encode_direct(&spec, "rados:f/p/n", 77, &buf, &len),
+                     CPR_OK);
     assert_int_equal(cpri_wire_begin_decode(buf, len, &wb), CPR_OK);
     assert_string_equal(wb.direct, "rados:f/p/n");
+    assert_int_equal(wb.token, 77);
     assert_int_equal(wb.spec.id.checkpoint, 7);
     cpri_wire_begin_release(&wb);
     free(buf);
     assert_int_equal(cpri_wire_begin_encode(&spec, &buf, &len), CPR_OK);
     assert_int_equal(cpri_wire_begin_decode(buf, len, &wb), CPR_OK);
     assert_string_equal(wb.direct, "");
+    assert_int_equal(wb.token, 0);
     cpri_wire_begin_release(&wb);
     free(buf);
 
