@@ -521,7 +521,7 @@ static cpri_direct *direct_writes(const cpr_client *c)
     return c->opts.direct_writes ? c->direct : NULL;
 }
 
-static cpr_status begin_once(void *ctx);
+static cpr_status begin_retry(cpr_client *c, begin_try *b);
 
 /* Fill the queued items from `it` to `last` (P9), adding how many to
  * *filled. Only the sender takes items off the queue, and the caller only
@@ -549,7 +549,7 @@ static void send_part(cpr_part *p)
     if (!p->begun) { /* cpr_client_begin_async: Begin here, off the caller's thread (P6) */
         begin_try b = {p->client, p->node, &p->deferred, 1, 0, direct_writes(p->client),
                        p->segment, p->begin_token};
-        cpr_status st = cpri_client_retry(p->client, begin_once, &b);
+        cpr_status st = begin_retry(p->client, &b);
         if (st) {
             set_error(p, st);
         } else {
@@ -740,6 +740,17 @@ static cpr_status begin_once(void *ctx)
                            b->direct, b->token, &b->lease, b->segment);
 }
 
+/* P11: with its token a Begin is safe to send again also after a timeout
+ * (the first may land later: the node then answers it with the same lease). */
+static cpr_status begin_retry(cpr_client *c, begin_try *b)
+{
+    cpr_status st = begin_once(b);
+    for (unsigned i = 0; (st == CPR_UNAVAILABLE || st == CPR_TIMEOUT) &&
+                         cpri_client_backoff(c, i); i++)
+        st = begin_once(b);
+    return st;
+}
+
 static void part_free(cpr_part *p)
 {
     free(p->enc);
@@ -839,7 +850,7 @@ cpr_status cpr_client_begin(cpr_client *c, const cpr_part_spec *spec, cpr_part *
     if (st)
         return st;
     begin_try b = {c, p->node, spec, 0, 0, direct_writes(c), p->segment, p->begin_token};
-    st = cpri_client_retry(c, begin_once, &b);
+    st = begin_retry(c, &b);
     if (st) {
         part_free(p);
         return st;

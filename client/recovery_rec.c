@@ -150,10 +150,15 @@ cpr_status cpr_client_recovery_put(cpr_client *c, const char *job, uint64_t expe
             char why[1024];
             snprintf(why, sizeof why, "%s", cpr_errmsg());
             uint64_t now = 0;
-            if (read_back(c, job, expected, plan, len, &now) == PUT_APPLIED) {
+            put_outcome got = read_back(c, job, expected, plan, len, &now);
+            if (got == PUT_APPLIED) {
                 *generation = now;
                 return CPR_OK;
             }
+            if (got == PUT_UNKNOWN)
+                return cpr_fail(CPR_UNAVAILABLE, "%s (the record of job %s could not be read "
+                                "back: whether the first send of this put took effect is "
+                                "unknown; read the record later)", why, job);
             return cpr_fail(st, "%s", why);
         }
         if (st != CPR_UNAVAILABLE && st != CPR_TIMEOUT)

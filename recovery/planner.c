@@ -26,7 +26,10 @@
  *       sharding (num_shards) has its rows in parts of another sharding,
  *       on other shards: it restores as of the newest committed part of
  *       any shard, from every shard, its rows selected by the present
- *       sharding (CPR_PLAN_RESHARDED), not from its own parts alone.
+ *       sharding (CPR_PLAN_RESHARDED), not from its own parts alone. When
+ *       the list had an abandoned timeline, as of no later than the cut it
+ *       was abandoned at: read from every shard, a restore would meet the
+ *       other shards' abandoned parts, which P6 cannot keep apart.
  */
 #include <stdarg.h>
 #include <stdio.h>
@@ -98,6 +101,9 @@ static cpr_status check_parts(const cpr_part_info *parts, size_t n)
         if (p->num_shards < 1 || p->shard >= p->num_shards)
             return cpr_fail(CPR_INVALID_ARGUMENT, "parts[%zu]: shard %u is not below its "
                             "num_shards %u", i, p->shard, p->num_shards);
+        if (p->checkpoint == 0) /* as in the store: a plan would name it and not decode */
+            return cpr_fail(CPR_INVALID_ARGUMENT, "parts[%zu]: checkpoint 0 is reserved; "
+                            "ids start at 1", i);
         if (i > 0 && (p->checkpoint < parts[i - 1].checkpoint ||
                       (p->checkpoint == parts[i - 1].checkpoint && p->shard <= parts[i - 1].shard)))
             return cpr_fail(CPR_INVALID_ARGUMENT, "parts[%zu] (checkpoint %llu, shard %u) is not "
@@ -236,32 +242,38 @@ static int full_in_sharding(const cpr_plan_request *r, uint32_t shard)
     return 0;
 }
 
-/* P7: the newest committed part of any shard, or -1; *other: some
- * committed part has another sharding than the request's. */
-static long newest_of_any(const cpr_plan_request *r, int *other)
+/* P7: the newest committed part of any shard at or below checkpoint
+ * `max`, or -1; *other: some committed part has another sharding than the
+ * request's. */
+static long newest_of_any(const cpr_plan_request *r, uint64_t max, int *other)
 {
     long newest = -1;
     *other = 0;
     for (size_t i = 0; i < r->n_parts; i++)
         if (r->parts[i].committed) {
-            newest = (long)i;
+            if (r->parts[i].checkpoint <= max)
+                newest = (long)i;
             *other |= r->parts[i].num_shards != r->num_shards;
         }
     return newest;
 }
 
+/* abandoned: the request's list had parts in its abandoned range (P6). */
 static void partial_shard(cpr_recovery_plan *plan, const cpr_plan_request *r, uint32_t shard,
-                          size_t nth)
+                          size_t nth, int abandoned)
 {
     cpr_plan_shard *e = &plan->shards[shard];
     long i = newest_committed(r->parts, r->n_parts, shard);
     int elsewhere = 0;
     if (!full_in_sharding(r, shard)) {
+        /* P7. Read from every shard, a restore would meet other shards'
+         * abandoned parts too (P6 keeps only a shard's own apart): then it
+         * goes no later than the cut training was rewound to. */
         int other = 0;
-        long any = newest_of_any(r, &other);
-        if (other) { /* P7: resharded since this shard's rows were last saved whole */
+        long any = newest_of_any(r, abandoned ? r->abandoned_after : UINT64_MAX, &other);
+        if (other) { /* resharded since this shard's rows were last saved whole */
             i = any;
-            elsewhere = 1;
+            elsewhere = i >= 0;
         }
     }
     if (elsewhere) { /* P7 */
@@ -297,13 +309,13 @@ static void partial_shard(cpr_recovery_plan *plan, const cpr_plan_request *r, ui
     reason_add(plan, ", dense state from %s", cpr_dense_source_name(e->dense));
 }
 
-static void plan_partial(cpr_recovery_plan *plan, const cpr_plan_request *r)
+static void plan_partial(cpr_recovery_plan *plan, const cpr_plan_request *r, int abandoned)
 {
     plan->action = CPR_PLAN_PARTIAL;
     for (size_t s = 0; s < plan->n; s++)
         plan->shards[s].shard = (uint32_t)s; /* KEEP, dense KEEP */
     for (size_t k = 0; k < r->n_failed; k++)
-        partial_shard(plan, r, r->failed[k], k);
+        partial_shard(plan, r, r->failed[k], k, abandoned);
     if (r->n_failed > REASON_SHARDS)
         reason_add(plan, "; and %zu more failed shards", r->n_failed - REASON_SHARDS);
     if (plan->problems & CPR_PLAN_DENSE_UNSAVED)
@@ -369,6 +381,33 @@ static void plan_full(cpr_recovery_plan *plan, const cpr_plan_request *r)
     }
 }
 
+/* P6's set of shards, ascending in ids[0..n): is `shard` in it. */
+static int has_shard(const uint32_t *ids, size_t n, uint32_t shard)
+{
+    size_t lo = 0, hi = n;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (ids[mid] < shard)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo < n && ids[lo] == shard;
+}
+
+/* Add `shard` (room for it is there); the new count. */
+static size_t add_shard(uint32_t *ids, size_t n, uint32_t shard)
+{
+    size_t at = n;
+    while (at > 0 && ids[at - 1] > shard)
+        at--;
+    if (at > 0 && ids[at - 1] == shard)
+        return n;
+    memmove(ids + at + 1, ids + at, (n - at) * sizeof *ids);
+    ids[at] = shard;
+    return n + 1;
+}
+
 cpr_status cpr_recovery_plan_make(const cpr_plan_request *request, cpr_recovery_plan **out)
 {
     if (!request || !out)
@@ -393,12 +432,12 @@ cpr_status cpr_recovery_plan_make(const cpr_plan_request *request, cpr_recovery_
     size_t dropped = 0;
     size_t unbased = 0;
     if (request->abandoned_through && request->n_parts) {
-        uint32_t max_shard = 0;
-        for (size_t i = 0; i < request->n_parts; i++)
-            max_shard = request->parts[i].shard > max_shard ? request->parts[i].shard
-                                                             : max_shard;
         kept = malloc(request->n_parts * sizeof *kept);
-        uint8_t *based = calloc((size_t)max_shard + 1, 1); /* a FULL since the range */
+        /* The shards with a FULL since the range, ascending (at most one per
+         * part; not a table by shard id, which a caller's list could make
+         * huge). */
+        uint32_t *based = malloc(request->n_parts * sizeof *based);
+        size_t n_based = 0;
         if (!kept || !based) {
             free(kept);
             free(based);
@@ -411,10 +450,10 @@ cpr_status cpr_recovery_plan_make(const cpr_plan_request *request, cpr_recovery_
             const cpr_part_info *p = &request->parts[i];
             uint64_t c = p->checkpoint;
             if (c > request->abandoned_through && p->committed && p->kind == CPR_KIND_FULL)
-                based[p->shard] = 1;
+                n_based = add_shard(based, n_based, p->shard);
             if (c > request->abandoned_after && c <= request->abandoned_through)
                 dropped++;
-            else if (c > request->abandoned_through && !based[p->shard])
+            else if (c > request->abandoned_through && !has_shard(based, n_based, p->shard))
                 unbased++;
             else
                 kept[live.n_parts++] = *p;
@@ -431,7 +470,7 @@ cpr_status cpr_recovery_plan_make(const cpr_plan_request *request, cpr_recovery_
                    "since, so a restore of them would start from the abandoned timeline",
                    unbased);
     if (request->mode == CPR_RECOVERY_PARTIAL)
-        plan_partial(plan, &live);
+        plan_partial(plan, &live, dropped + unbased > 0);
     else
         plan_full(plan, &live);
     free(kept);

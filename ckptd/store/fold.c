@@ -78,7 +78,11 @@ typedef struct fold_out {
     cpri_obj_writer *w;
     cpri_part_meta *m;
     fold_acc acc[CPR_CODEC_INT4 + 1];
+    const char *job;      /* rados.h R9: the job whose hold the fold renews ... */
+    double renewed_at;    /* ... every HOLD_RENEW_S while it reads and writes */
 } fold_out;
+
+#define HOLD_RENEW_S 10.0 /* a third of the hold's lease (rados.c LEASE_S) */
 
 /* One block of r's rows into the fold's segment and index. */
 static cpr_status fold_write(fold_out *o, const cpri_merge_rows *r)
@@ -162,6 +166,12 @@ static cpr_status fold_rows(void *ctx, const cpri_merge_rows *r)
     if (r->codec > CPR_CODEC_INT4 || !r->versions)
         return cpr_fail(CPR_INTERNAL, "fold: rows of codec %d, versions %s", (int)r->codec,
                         r->versions ? "set" : "missing");
+    if (cpri_now_s() - o->renewed_at >= HOLD_RENEW_S) { /* R9: a long fold keeps its hold */
+        cpr_status held = cpri_store_renew_job(o->store, o->job);
+        if (held)
+            return held;
+        o->renewed_at = cpri_now_s();
+    }
     fold_acc *a = &o->acc[r->codec];
     cpr_status st = CPR_OK;
     for (size_t c = 0; c <= CPR_CODEC_INT4 && st == CPR_OK; c++)
@@ -309,7 +319,8 @@ cpr_status cpri_fold_shard(cpr_store *store, const char *job_name, uint32_t shar
     m.seg_token = cpri_seg_new_token(store);
     cpri_seg_fold_name(name, job_name, shard, at, m.seg_token);
     st = store->segs->ops->create(store->segs, name, &w);
-    fold_out o = {.store = store, .w = w, .m = &m};
+    fold_out o = {.store = store, .w = w, .m = &m, .job = job_name,
+                  .renewed_at = cpri_now_s()};
     cpri_merge_sink sink = {.rows = fold_rows, .ctx = &o, .want_versions = 1, .keep_codec = 1};
     if (st == CPR_OK)
         st = cpri_merge_run(store, &p, &sink, &res);

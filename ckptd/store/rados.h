@@ -70,9 +70,10 @@
  *  R9. One holder per job: retention and folding of a job run only on the
  *      gateway holding the RADOS lock "cpr.job" on object cpr.job.<id> (a
  *      lease of LEASE_S seconds, taken or renewed at each pass, and renewed
- *      (must renew) again before each fold is published and before a pass
- *      drops parts, the pass stopping if it lapsed; the others skip the
- *      job), and the holder first reloads the job's records from
+ *      (must renew) every LEASE_S / 3 while a fold reads and writes, before
+ *      each fold is published and before a pass drops parts, the pass
+ *      stopping if it lapsed; the others skip the job), and the holder
+ *      first reloads the job's records from
  *      the pool (store.c, cpri_store_refresh_job), so that it decides on
  *      every part, whichever gateway committed it. A gateway also reloads a
  *      job before it lists it, gives its latest cut or plans a restore,

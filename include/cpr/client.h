@@ -76,7 +76,8 @@ typedef struct cpr_client_options {
                                  (default 3600 s; timeouts are capped at 30
                                  days) */
     unsigned retries;         /* extra attempts for calls that are safe to
-                                 repeat, on CPR_UNAVAILABLE only (default 3) */
+                                 repeat, on CPR_UNAVAILABLE (Begin: also on
+                                 CPR_TIMEOUT) (default 3) */
     double backoff_s;         /* first pause between attempts, doubling
                                  up to 30 s a pause (default 0.1 s) */
     int no_retries;           /* 1: never retry (overrides `retries`) */

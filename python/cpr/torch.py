@@ -204,7 +204,7 @@ class Checkpointer:
         # plan recorded before it began (load() and recover() record anew).
         self.generation = client.recovery_get(job)[0]
         self.abandoned = (0, 0)  # ids written after the cut a full recovery rewound to
-        self._full_next = False  # training started over: the next save is FULL
+        self._full_next = False  # a new timeline without its FULL base yet: saves are FULL
         self.next_checkpoint = self._first_free_checkpoint()
 
     # ---- set-up ----------------------------------------------------------------
@@ -345,7 +345,7 @@ class Checkpointer:
         caller's stall is selection and the copy of the chosen rows."""
         policy = self.policy if policy is None else _policy(policy)
         self.wait()  # one save in flight: the previous one lands first
-        if self._full_next:  # the first save of a timeline started from scratch
+        if self._full_next:  # no FULL landed since the rewind or the restart (planner P6)
             policy = cpr.Policy.FULL
         budget, codec = self.budget, self.codec
         if policy is None or codec == "auto":  # the estimator's choices
@@ -392,7 +392,6 @@ class Checkpointer:
             _abort_all(parts)
             raise
         stall = time.perf_counter() - t0
-        self._full_next = False
 
         def land():  # the background: streams, then commits, every shard's part
             try:
@@ -401,6 +400,8 @@ class Checkpointer:
             except BaseException:
                 _abort_all(parts)
                 raise
+            if policy == cpr.Policy.FULL:  # the timeline has its base (until then: FULL)
+                self._full_next = False
             return SaveResult(ckpt, step, policy, rows, nbytes, stall, time.perf_counter() - t0)
 
         with self._lock:
@@ -515,6 +516,7 @@ class Checkpointer:
             # background; a later recovery waits for it to land), or, from
             # scratch, the next save, once the caller has re-initialized.
             self.abandoned = (plan.cut, self.next_checkpoint - 1)
+            self._full_next = True  # until a FULL save lands
             if plan.action == "full":
                 self.async_save(plan.rewind_step, cpr.Policy.FULL)
         if plan.action == "restart-from-scratch":

@@ -373,6 +373,23 @@ static void test_partial_after_resharding(void **state)
     assert_entry(plan, 3, CPR_SOURCE_STORE, 11, CPR_KIND_UNSPECIFIED, 120);
     assert_entry(plan, 0, CPR_SOURCE_KEEP, 0, CPR_KIND_UNSPECIFIED, 0);
     cpr_recovery_plan_destroy(plan);
+
+    /* With an abandoned timeline (2-shard FULLs at 12 after a rewind to
+     * 10), read from every shard "as of 13" would meet old shard 1's
+     * abandoned FULL at 12: as of the cut, 10, instead. */
+    const cpr_part_info rewound[] = {
+        part(0, 10, F, 100, 2, 0, 1, 1), part(1, 10, F, 100, 2, 0, 1, 1),
+        part(0, 12, F, 140, 2, 0, 1, 1), part(1, 12, F, 140, 2, 0, 1, 1),
+        part(2, 13, F, 110, 4, 0, 1, 1),
+    };
+    const uint32_t one[] = {1};
+    cpr_plan_request r = {.parts = rewound, .n_parts = 5, .num_shards = 4, .failed = one,
+                          .n_failed = 1, .mode = CPR_RECOVERY_PARTIAL, .abandoned_after = 10,
+                          .abandoned_through = 12};
+    assert_status(CPR_OK, cpr_recovery_plan_make(&r, &plan));
+    assert_true(cpr_recovery_plan_problems(plan) & CPR_PLAN_RESHARDED);
+    assert_entry(plan, 1, CPR_SOURCE_STORE, 10, CPR_KIND_UNSPECIFIED, 100);
+    cpr_recovery_plan_destroy(plan);
 }
 
 static void expect_refused(const cpr_part_info *parts, size_t n, uint32_t num_shards,
