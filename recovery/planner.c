@@ -382,26 +382,17 @@ static void plan_full(cpr_recovery_plan *plan, const cpr_plan_request *r)
 }
 
 /* P6's set of shards, ascending in ids[0..n): is `shard` in it. */
-static int has_shard(const uint32_t *ids, size_t n, uint32_t shard)
+static int has_shard(const uint64_t *ids, size_t n, uint32_t shard)
 {
-    size_t lo = 0, hi = n;
-    while (lo < hi) {
-        size_t mid = lo + (hi - lo) / 2;
-        if (ids[mid] < shard)
-            lo = mid + 1;
-        else
-            hi = mid;
-    }
-    return lo < n && ids[lo] == shard;
+    size_t at = cpri_lower_bound_u64(ids, n, shard);
+    return at < n && ids[at] == shard;
 }
 
 /* Add `shard` (room for it is there); the new count. */
-static size_t add_shard(uint32_t *ids, size_t n, uint32_t shard)
+static size_t add_shard(uint64_t *ids, size_t n, uint32_t shard)
 {
-    size_t at = n;
-    while (at > 0 && ids[at - 1] > shard)
-        at--;
-    if (at > 0 && ids[at - 1] == shard)
+    size_t at = cpri_lower_bound_u64(ids, n, shard);
+    if (at < n && ids[at] == shard)
         return n;
     memmove(ids + at + 1, ids + at, (n - at) * sizeof *ids);
     ids[at] = shard;
@@ -436,7 +427,7 @@ cpr_status cpr_recovery_plan_make(const cpr_plan_request *request, cpr_recovery_
         /* The shards with a FULL since the range, ascending (at most one per
          * part; not a table by shard id, which a caller's list could make
          * huge). */
-        uint32_t *based = malloc(request->n_parts * sizeof *based);
+        uint64_t *based = malloc(request->n_parts * sizeof *based);
         size_t n_based = 0;
         if (!kept || !based) {
             free(kept);
