@@ -162,11 +162,17 @@ int cpri_space_low(cpr_store *store)
 
 cpr_status cpri_space_check(cpr_store *store, cpri_space_need need, const char *op)
 {
+    return cpri_space_check_more(store, need, 0, op);
+}
+
+cpr_status cpri_space_check_more(cpr_store *store, cpri_space_need need, uint64_t more,
+                                 const char *op)
+{
     cpr_status pool = check_pool(store, need, op);
     if (pool)
         return pool;
     uint64_t free_bytes = cpri_space_free_bytes(store);
-    uint64_t want = floor_of(store, need);
+    uint64_t want = floor_of(store, need) + (store->rados ? 0 : more);
     if (free_bytes >= want)
         return CPR_OK;
     const char *why = need == CPRI_SPACE_BEGIN

@@ -225,6 +225,10 @@ typedef enum cpri_space_need {
 uint64_t cpri_space_free_bytes(const cpr_store *store);
 /* CPR_OK, or CPR_RESOURCE_EXHAUSTED naming `op`, the free and needed bytes. */
 cpr_status cpri_space_check(cpr_store *store, cpri_space_need need, const char *op);
+/* The same with `more` bytes the caller writes to the local disk before the
+ * write the tier is for (a commit's buffered tails, F1); RADOS: as above. */
+cpr_status cpri_space_check_more(cpr_store *store, cpri_space_need need, uint64_t more,
+                                 const char *op);
 /* 1 when a local store's disk is below the Begin floor (no statvfs error
  * counts as low); always 0 in RADOS. */
 int cpri_space_low(cpr_store *store);

@@ -1314,8 +1314,11 @@ static cpr_status commit_locked(cpr_store *store, open_part *part)
     cpri_job *job = cpri_catalog_find_id(&store->catalog, part->job_id);
     st = job ? check_commit(job, &part->meta) : cpr_fail(CPR_INTERNAL, "job vanished");
     pthread_mutex_unlock(&store->mu);
-    if (st == CPR_OK) /* F3: a full disk leaves the part open */
-        st = cpri_space_check(store, CPRI_SPACE_CATALOG, "commit");
+    if (st == CPR_OK) /* F3: a full disk leaves the part open; F1: counting what the
+                         commit still writes (its rows' and blobs' buffered tails) */
+        st = cpri_space_check_more(store, CPRI_SPACE_CATALOG,
+                                   PART_BUFFER_BYTES + part->n_blobs * BLOB_BUFFER_BYTES,
+                                   "commit");
     if (st) /* nothing changed yet: the part stays open */
         return st;
     if (part->direct && !part->direct_put && /* W3: no rows; whatever was written goes */
