@@ -178,6 +178,8 @@ cpr_status cpri_leases_grant(cpri_leases *l, const cpr_part_id *id, uint64_t tok
     return CPR_OK;
 }
 
+static int store_has_open(cpri_leases *l, const cpr_part_id *id);
+
 uint64_t cpri_leases_resume(cpri_leases *l, const cpr_part_id *id, uint64_t token)
 {
     if (token == 0)
@@ -186,7 +188,8 @@ uint64_t cpri_leases_resume(cpri_leases *l, const cpr_part_id *id, uint64_t toke
     entry *e = *find(l, id);
     uint64_t lease = e && e->token == token ? e->lease : 0;
     pthread_mutex_unlock(&l->mu);
-    return lease;
+    /* L4: open, not committed (its entry goes a moment after the commit) */
+    return lease && store_has_open(l, id) ? lease : 0;
 }
 
 /* Is `id` an open part in the store? 1 also when the store cannot tell. A

@@ -43,6 +43,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "cpr_common.h"
 #include "flat.h"
@@ -553,12 +554,22 @@ static void *acceptor_main(void *arg)
             free_call(c);
             continue;
         }
-        dispatch(srv, c);
+        dispatch(srv, c); /* c is the handler's now: not read here again */
         pthread_mutex_lock(&srv->mu);
         int stopping = srv->stopping;
         pthread_mutex_unlock(&srv->mu);
-        if (!stopping && request_call(srv, i) != 0)
-            cpri_log(CPR_LOG_ERROR, "cannot request the next %s call", c->m->path);
+        /* The method's next call: without an outstanding request it would
+         * take no call again, so a failure (out of memory) is retried. */
+        for (int tries = 0; !stopping && request_call(srv, i) != 0; tries++) {
+            const char *path = i == srv->n_methods ? generic_method.path : srv->methods[i].path;
+            if (tries == 0)
+                cpri_log(CPR_LOG_ERROR, "cannot request the next %s call; retrying", path);
+            struct timespec pause = {0, 10 * 1000 * 1000};
+            nanosleep(&pause, NULL);
+            pthread_mutex_lock(&srv->mu);
+            stopping = srv->stopping;
+            pthread_mutex_unlock(&srv->mu);
+        }
     }
 }
 

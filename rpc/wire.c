@@ -49,6 +49,42 @@ static const char *str(const char *s)
  * adding such a message is one line, not three functions.
  */
 
+/*
+ * W1. A decoded request takes at most DECODE_FACTOR times its wire size
+ * (plus DECODE_SLACK) of memory, counted with malloc's overhead: tiny
+ * repeated items (an empty sub-message, an unknown field: 2 bytes each on
+ * the wire) cost 50 times their size decoded, so a 20 MiB request became
+ * 1 GiB before anything had checked who sent it. Every message CPR sends
+ * decodes to under 9 times its size (a Begin of 4096 one-row tables), and
+ * strings_clean bounds the items first. The memory is malloc's, so the
+ * messages are freed as before (free_unpacked with the default allocator).
+ */
+#define DECODE_FACTOR 16
+#define DECODE_SLACK ((size_t)64 << 10)
+#define ALLOC_OVERHEAD 16 /* malloc's header, about */
+
+typedef struct decode_budget {
+    size_t used, cap;
+} decode_budget;
+
+static void *budget_alloc(void *data, size_t size)
+{
+    decode_budget *b = data;
+    size_t cost = size + ALLOC_OVERHEAD;
+    if (cost < size || cost > b->cap - b->used) {
+        b->used = b->cap; /* said below: refused for its size */
+        return NULL;
+    }
+    b->used += cost;
+    return malloc(size);
+}
+
+static void budget_free(void *data, void *p)
+{
+    (void)data;
+    free(p);
+}
+
 /* Unpack `desc`'s message from buf; CPR_INVALID_ARGUMENT names the type. */
 static cpr_status unpack(const ProtobufCMessageDescriptor *desc, const void *buf, size_t len,
                          ProtobufCMessage **out)
@@ -57,7 +93,13 @@ static cpr_status unpack(const ProtobufCMessageDescriptor *desc, const void *buf
     cpr_status st = strings_clean(desc, buf, len, 0);
     if (st)
         return st;
-    *out = protobuf_c_message_unpack(desc, NULL, len, buf);
+    decode_budget b = {0, DECODE_FACTOR * len + DECODE_SLACK};
+    ProtobufCAllocator a = {budget_alloc, budget_free, &b};
+    *out = protobuf_c_message_unpack(desc, &a, len, buf);
+    if (!*out && b.used == b.cap)
+        return cpr_fail(CPR_INVALID_ARGUMENT, "%s of %zu bytes decodes to more than %zu "
+                        "bytes of items (too many repeated or unknown fields): not a message "
+                        "CPR sends", desc->short_name, len, b.cap);
     return *out ? CPR_OK : malformed(desc->short_name, len);
 }
 
@@ -344,11 +386,17 @@ static int pb_field(pb_reader *r, uint32_t *field, uint64_t *v, const uint8_t **
 
 /* protobuf-c hands string fields over as C strings: an embedded NUL would
  * silently cut "job\0other" to "job". So every request's strings are
- * checked on the wire first, nested messages included (to a depth of 8). */
+ * checked on the wire first, nested messages included (to a depth of 8).
+ * W1: so are its counts, before anything is allocated: at most
+ * ITEMS_MAX fields in one message (the store takes at most 2^20 ranges and
+ * 2^20 tables in a query) and UNKNOWN_MAX that its type does not have. */
+#define ITEMS_MAX ((size_t)2 << 20)
+#define UNKNOWN_MAX 1024
 static cpr_status strings_clean(const ProtobufCMessageDescriptor *desc, const void *buf,
                                 size_t len, int depth)
 {
     pb_reader rd = {buf, (const uint8_t *)buf + len};
+    size_t items = 0, unknown = 0;
     while (rd.p < rd.end) {
         uint32_t num;
         uint64_t v = 0;
@@ -356,8 +404,15 @@ static cpr_status strings_clean(const ProtobufCMessageDescriptor *desc, const vo
         size_t blen = 0;
         if (pb_field(&rd, &num, &v, &bytes, &blen))
             return CPR_OK; /* malformed: unpack says so */
-        const ProtobufCFieldDescriptor *f =
-            bytes ? protobuf_c_message_descriptor_get_field(desc, num) : NULL;
+        const ProtobufCFieldDescriptor *f = protobuf_c_message_descriptor_get_field(desc, num);
+        unknown += f == NULL;
+        if (++items > ITEMS_MAX || unknown > UNKNOWN_MAX)
+            return cpr_fail(CPR_INVALID_ARGUMENT, "%s has more than %s: not a message CPR "
+                            "sends", desc->short_name,
+                            unknown > UNKNOWN_MAX ? "1024 fields its type does not have"
+                                                  : "2^21 fields");
+        if (!bytes)
+            f = NULL; /* a number: no string or message to look into */
         if (f && f->type == PROTOBUF_C_TYPE_STRING && memchr(bytes, 0, blen))
             return cpr_fail(CPR_INVALID_ARGUMENT, "%s.%s holds a NUL byte: names are text "
                             "without NULs", desc->short_name, f->name);
@@ -830,11 +885,11 @@ static const char *job_or_all(const char *job)
 
 cpr_status cpri_wire_list_jobs_decode(const void *buf, size_t len)
 {
-    Cpr__V1__ListJobsRequest *m = cpr__v1__list_jobs_request__unpack(NULL, len, buf);
-    if (!m)
-        return malformed("ListJobsRequest", len);
-    cpr__v1__list_jobs_request__free_unpacked(m, NULL);
-    return CPR_OK;
+    ProtobufCMessage *m = NULL;
+    cpr_status st = unpack(&cpr__v1__list_jobs_request__descriptor, buf, len, &m); /* W1 */
+    if (m)
+        protobuf_c_message_free_unpacked(m, NULL);
+    return st;
 }
 
 cpr_status cpri_wire_list_jobs_encode(uint8_t **buf, size_t *len)

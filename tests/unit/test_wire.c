@@ -53,6 +53,45 @@ static void test_begin_roundtrip(void **unused)
     free(buf);
 }
 
+/* W1: a request of tiny repeated items (empty sub-messages, unknown
+ * fields: 2 bytes each) is refused before it decodes to 50 times its size;
+ * the largest Begin CPR sends (4096 tables, the store's limit) decodes. */
+static void test_decode_amplification_refused(void **unused)
+{
+    (void)unused;
+    size_t n = 1u << 20, len = 2 * n;
+    uint8_t *junk = malloc(len);
+    assert_non_null(junk);
+    for (size_t i = 0; i < n; i++) { /* BeginRequest.tables (field 6), empty */
+        junk[2 * i] = 0x32;
+        junk[2 * i + 1] = 0x00;
+    }
+    cpri_wire_begin b;
+    assert_int_equal(cpri_wire_begin_decode(junk, len, &b), CPR_INVALID_ARGUMENT);
+    assert_non_null(strstr(cpr_errmsg(), "decodes to more than"));
+    for (size_t i = 0; i < n; i++) { /* field 15, varint 0: unknown to every message */
+        junk[2 * i] = 0x78;
+        junk[2 * i + 1] = 0x00;
+    }
+    assert_int_equal(cpri_wire_list_jobs_decode(junk, len), CPR_INVALID_ARGUMENT);
+    assert_non_null(strstr(cpr_errmsg(), "fields its type does not have")); /* not decoded */
+    free(junk);
+
+    cpr_table_schema *many = calloc(4096, sizeof *many);
+    assert_non_null(many);
+    for (uint32_t i = 0; i < 4096; i++)
+        many[i] = (cpr_table_schema){.table = i, .rows = 1, .dim = 1};
+    cpr_part_spec spec = {.id = {"big", 0, 1}, .kind = CPR_KIND_FULL, .num_shards = 1,
+                          .tables = many, .n_tables = 4096};
+    uint8_t *buf;
+    assert_int_equal(cpri_wire_begin_encode(&spec, &buf, &len), CPR_OK);
+    assert_int_equal(cpri_wire_begin_decode(buf, len, &b), CPR_OK);
+    assert_int_equal(b.spec.n_tables, 4096);
+    cpri_wire_begin_release(&b);
+    free(buf);
+    free(many);
+}
+
 static void test_rows_roundtrip_and_lengths(void **unused)
 {
     (void)unused;
@@ -713,6 +752,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_begin_roundtrip),
+        cmocka_unit_test(test_decode_amplification_refused),
         cmocka_unit_test(test_rows_roundtrip_and_lengths),
         cmocka_unit_test(test_malformed),
         cmocka_unit_test(test_small_messages_roundtrip),
