@@ -34,7 +34,7 @@ typedef struct run_log {
     double rows_restored, bytes_restored, lost_events, update_events;
     double first_commit_t, last_commit_t, last_t;
     double auc, logloss;
-    int have_eval, have_update_events, have_summary;
+    int have_eval, have_auc, have_update_events, have_summary;
     uint32_t shards;
     double fraction;                   /* rows a prioritized save takes; 1 otherwise */
     double compute_s;                  /* failure-free time: the job's T_total */
@@ -173,12 +173,13 @@ static int ev_recovery(run_log *r, const cpri_json *ev)
 
 static int ev_eval(run_log *r, const cpri_json *ev)
 {
-    static const char *const keys[] = {"step", "auc", "logloss"};
-    double v[3];
-    if (need_numbers(r, ev, "eval", keys, v, 3))
+    static const char *const keys[] = {"step", "logloss"};
+    double v[2];
+    if (need_numbers(r, ev, "eval", keys, v, 2))
         return -1;
-    r->auc = v[1];
-    r->logloss = v[2];
+    /* "auc" is left out when the held-out part has one class (docs/dlrm.md) */
+    r->have_auc = cpri_json_get_number(ev, "auc", &r->auc) == 0;
+    r->logloss = v[1];
     r->have_eval = 1;
     return 0;
 }
@@ -339,8 +340,8 @@ static void run_model(const run_log *r, run_result *out)
 static int run_compute(run_log *r, run_result *out)
 {
     memset(out, 0, sizeof *out);
-    if (!r->have_summary)
-        r->compute_s = r->last_t - (r->stall_s + r->load_s + r->lost_s + r->restart_s);
+    if (!r->have_summary) /* the restart is emulated: never in t_s (docs/dlrm.md) */
+        r->compute_s = r->last_t - (r->stall_s + r->load_s + r->lost_s);
     if (!(r->compute_s > 0)) {
         fprintf(stderr, "cpr-analyze: report: %s: no failure-free time to divide by (no "
                 "summary event, and the events' t_s do not exceed their overheads)\n", r->path);
@@ -403,10 +404,14 @@ static void print_table(const run_log *runs, const run_result *res, size_t n)
         else
             printf("%10s ", "-");
         printf("%12.0f ", r->bytes_written);
-        if (r->have_eval)
-            printf("%7.4f %8.4f ", r->auc, r->logloss);
+        if (r->have_auc)
+            printf("%7.4f ", r->auc);
         else
-            printf("%7s %8s ", "-", "-");
+            printf("%7s ", "-");
+        if (r->have_eval)
+            printf("%8.4f ", r->logloss);
+        else
+            printf("%8s ", "-");
         if (o->have_model)
             printf("%8.3f%% %9.4g ", 100 * o->model_overhead_frac, o->model_pls);
         else
@@ -429,7 +434,8 @@ static cpri_json *model_json(const run_result *o)
 }
 
 /* Keys absent from a run: "pls" when the log has no update events, "auc"
- * and "logloss" without an eval event, "model" when it cannot be evaluated. */
+ * and "logloss" without an eval event ("auc" also when the eval had none: a
+ * held-out part of one class), "model" when it cannot be evaluated. */
 static cpri_json *run_json(const run_log *r, const run_result *o)
 {
     cpri_json *j = cpri_json_object();
@@ -463,9 +469,10 @@ static cpri_json *run_json(const run_log *r, const run_result *o)
     if (o->have_pls)
         bad |= cpri_json_add_number(j, "pls", o->pls) |
                cpri_json_add_number(j, "update_events", r->update_events);
+    if (r->have_auc)
+        bad |= cpri_json_add_number(j, "auc", r->auc);
     if (r->have_eval)
-        bad |= cpri_json_add_number(j, "auc", r->auc) |
-               cpri_json_add_number(j, "logloss", r->logloss);
+        bad |= cpri_json_add_number(j, "logloss", r->logloss);
     if (o->have_model)
         bad |= json_put(j, "model", model_json(o));
     if (o->have_slowdown)
@@ -550,7 +557,7 @@ static int write_csv(const char *path, const run_log *runs, const run_result *re
                 o->lost_frac, o->restart_frac);
         csv_opt(f, o->have_pls, o->pls);
         fprintf(f, ",%.17g", r->bytes_written);
-        csv_opt(f, r->have_eval, r->auc);
+        csv_opt(f, r->have_auc, r->auc);
         csv_opt(f, r->have_eval, r->logloss);
         csv_opt(f, o->have_model, o->model_overhead_frac);
         csv_opt(f, o->have_model, o->model_pls);

@@ -77,7 +77,9 @@ void cpri_json_free(cpri_json *root)
 
 cpri_json *cpri_json_parse(const char *text)
 {
-    return (cpri_json *)cJSON_Parse(text);
+    /* The whole text is one value: a torn line with junk after a complete
+     * object is refused, not read up to the object's end. */
+    return (cpri_json *)cJSON_ParseWithOpts(text, NULL, 1);
 }
 
 int cpri_json_is_object(const cpri_json *value)

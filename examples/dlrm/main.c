@@ -611,8 +611,12 @@ static int run(options *o)
     int usage_error = st == CPR_INVALID_ARGUMENT;
     if (st == CPR_OK)
         st = dlrm_loader_open(&o->data, &loader);
-    if (st == CPR_OK)
+    if (st == CPR_OK) {
         st = make_hooks(o, model, loader, &failures, &ck, &hooks);
+        /* So are the checkpointing flags' (--job, --ckpt, --ckpt-cpus, ...),
+         * which the client and the checkpointer check. */
+        usage_error |= st == CPR_INVALID_ARGUMENT;
+    }
     if (st == CPR_OK)
         st = dlrm_trainer_create(model, loader, &o->train, &hooks, &trainer);
     if (st == CPR_OK)

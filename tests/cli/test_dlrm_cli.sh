@@ -103,5 +103,9 @@ expect_rc 2 --data "$work/gen.tsv" --ckpt-codec-full auto
 expect_rc 2 --data "$work/gen.tsv" --fraction 0
 expect_rc 2 --data "$work/gen.tsv" --resume
 expect_rc 2 --data "$work/gen.tsv" --mtbf-steps 10 --failures 2
+# Checkpointing flags the client checks are usage errors too.
+expect_rc 2 --data "$work/gen.tsv" "${small[@]}" --steps 1 --job bad/name \
+    --ckpt "local://$work/usage-store"
+expect_rc 2 --data "$work/gen.tsv" "${small[@]}" --steps 1 --ckpt bogus://x
 expect_rc 2 --data "$work/gen.tsv" --failure-dist gamma
 echo "test_dlrm_cli: ok"
