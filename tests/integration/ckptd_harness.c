@@ -124,11 +124,17 @@ uint64_t ch_lease_of(const cpr_part_id *id)
 cpr_status ch_begin_leased(cpri_rpc *rpc, const char *job, uint32_t shard, uint32_t num_shards,
                            uint64_t ckpt, cpr_kind kind, uint64_t *lease)
 {
+    return ch_begin_token(rpc, job, shard, num_shards, ckpt, kind, 0, lease);
+}
+
+cpr_status ch_begin_token(cpri_rpc *rpc, const char *job, uint32_t shard, uint32_t num_shards,
+                          uint64_t ckpt, cpr_kind kind, uint64_t token, uint64_t *lease)
+{
     cpr_part_spec spec = {.id = {job, shard, ckpt}, .kind = kind, .num_shards = num_shards,
                           .tables = &ch_table, .n_tables = 1};
     uint8_t *buf, *resp = NULL;
     size_t len, n = 0;
-    assert_int_equal(cpri_wire_begin_encode(&spec, &buf, &len), CPR_OK);
+    assert_int_equal(cpri_wire_begin_encode_direct(&spec, NULL, token, &buf, &len), CPR_OK);
     cpr_status st = cpri_rpc_unary(rpc, CH_SVC "Begin", buf, len, CH_TIMEOUT_S, &resp, &n);
     free(buf);
     *lease = 0;

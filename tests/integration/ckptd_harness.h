@@ -75,6 +75,9 @@ cpr_status ch_get_blob(cpri_rpc *rpc, const cpr_part_id *id, uint8_t **data, siz
 /* Begin as ch_begin_part and hand back the lease (the harness keeps it too). */
 cpr_status ch_begin_leased(cpri_rpc *rpc, const char *job, uint32_t shard, uint32_t num_shards,
                            uint64_t ckpt, cpr_kind kind, uint64_t *lease);
+/* The same with BeginRequest.begin_token `token` (0: none; ckptd/leases.h L4). */
+cpr_status ch_begin_token(cpri_rpc *rpc, const char *job, uint32_t shard, uint32_t num_shards,
+                          uint64_t ckpt, cpr_kind kind, uint64_t token, uint64_t *lease);
 /* Restore `job` as of `as_of` (0: newest); *rows gets the count; returns
  * non-OK or sets *bad if any row is not exactly as written at `valued_at`. */
 cpr_status ch_restore(cpri_rpc *rpc, const char *job, uint64_t as_of, uint64_t valued_at,

@@ -76,18 +76,7 @@ static uint64_t open_rows(cpri_rpc *rpc, const char *job)
 static cpr_status begin_token(cpri_rpc *rpc, const char *job, uint64_t ckpt, uint64_t token,
                               uint64_t *lease)
 {
-    cpr_part_spec spec = {.id = {job, 0, ckpt}, .kind = CPR_KIND_FULL, .num_shards = 1,
-                          .tables = &ch_table, .n_tables = 1};
-    uint8_t *buf, *resp = NULL;
-    size_t len, n = 0;
-    assert_status(CPR_OK, cpri_wire_begin_encode_direct(&spec, NULL, token, &buf, &len));
-    cpr_status st = cpri_rpc_unary(rpc, CH_SVC "Begin", buf, len, CH_TIMEOUT_S, &resp, &n);
-    free(buf);
-    *lease = 0;
-    if (st == CPR_OK)
-        assert_status(CPR_OK, cpri_wire_begin_response_decode(resp, n, lease));
-    free(resp);
-    return st;
+    return ch_begin_token(rpc, job, 0, 1, ckpt, CPR_KIND_FULL, token, lease);
 }
 
 /* leases.h L4: a writer that did not hear its Begin's answer sends it again
