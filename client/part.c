@@ -733,9 +733,8 @@ void cpri_senders_stop(cpr_client *c)
 
 /* ---- begin ------------------------------------------------------------------------------ */
 
-static cpr_status begin_once(void *ctx)
+static cpr_status begin_once(begin_try *b)
 {
-    begin_try *b = ctx;
     return cpri_node_begin(b->node, b->spec, b->client->opts.call_timeout_s, b->wait_ready,
                            b->direct, b->token, &b->lease, b->segment);
 }

@@ -31,7 +31,7 @@ static cpr_status malformed(const char *what, size_t len)
                     "message of that type", what, len);
 }
 
-static cpr_status strings_clean(const ProtobufCMessageDescriptor *desc, const void *buf,
+static cpr_status precheck(const ProtobufCMessageDescriptor *desc, const void *buf,
                                 size_t len, int depth);
 
 /* protobuf-c gives "" for absent strings; keep the store's messages precise. */
@@ -56,7 +56,7 @@ static const char *str(const char *s)
  * the wire) cost 50 times their size decoded, so a 20 MiB request became
  * 1 GiB before anything had checked who sent it. Every message CPR sends
  * decodes to under 9 times its size (a Begin of 4096 one-row tables), and
- * strings_clean bounds the items first. The memory is malloc's, so the
+ * precheck bounds the items first. The memory is malloc's, so the
  * messages are freed as before (free_unpacked with the default allocator).
  */
 #define DECODE_FACTOR 16
@@ -90,7 +90,7 @@ static cpr_status unpack(const ProtobufCMessageDescriptor *desc, const void *buf
                          ProtobufCMessage **out)
 {
     *out = NULL;
-    cpr_status st = strings_clean(desc, buf, len, 0);
+    cpr_status st = precheck(desc, buf, len, 0);
     if (st)
         return st;
     decode_budget b = {0, DECODE_FACTOR * len + DECODE_SLACK};
@@ -392,7 +392,7 @@ static int pb_field(pb_reader *r, uint32_t *field, uint64_t *v, const uint8_t **
  * 2^20 tables in a query) and UNKNOWN_MAX that its type does not have. */
 #define ITEMS_MAX ((size_t)2 << 20)
 #define UNKNOWN_MAX 1024
-static cpr_status strings_clean(const ProtobufCMessageDescriptor *desc, const void *buf,
+static cpr_status precheck(const ProtobufCMessageDescriptor *desc, const void *buf,
                                 size_t len, int depth)
 {
     pb_reader rd = {buf, (const uint8_t *)buf + len};
@@ -417,7 +417,7 @@ static cpr_status strings_clean(const ProtobufCMessageDescriptor *desc, const vo
             return cpr_fail(CPR_INVALID_ARGUMENT, "%s.%s holds a NUL byte: names are text "
                             "without NULs", desc->short_name, f->name);
         if (f && f->type == PROTOBUF_C_TYPE_MESSAGE && depth < 8) {
-            cpr_status st = strings_clean(f->descriptor, bytes, blen, depth + 1);
+            cpr_status st = precheck(f->descriptor, bytes, blen, depth + 1);
             if (st)
                 return st;
         }
