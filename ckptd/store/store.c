@@ -901,6 +901,33 @@ static int db_is_empty(cpr_store *store)
     return empty;
 }
 
+/* Does `path` hold a file (not a directory) within `depth` levels? A
+ * directory that cannot be read counts as holding one: the caller then
+ * refuses rather than sweeps. */
+static int holds_files(const char *path, int depth)
+{
+    DIR *d = opendir(path);
+    if (!d)
+        return errno != ENOENT;
+    int found = 0;
+    struct dirent *e;
+    while (!found && (e = readdir(d)) != NULL) {
+        if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
+            continue;
+        char *sub = cpri_path_join(path, e->d_name);
+        struct stat sb;
+        if (!sub || lstat(sub, &sb) != 0)
+            found = 1;
+        else if (S_ISDIR(sb.st_mode))
+            found = depth > 1 && holds_files(sub, depth - 1);
+        else
+            found = 1;
+        free(sub);
+    }
+    closedir(d);
+    return found;
+}
+
 /* D1 (direct.c): the local store's name. It serves direct reads only; without
  * one the store works, and restores go through it. */
 static void local_name(cpr_store *store, const char *dir)
@@ -938,6 +965,18 @@ static cpr_status check_format(cpr_store *store, const char *dir)
                         "RocksDB keys, CPR 0.1); this build reads store format %u only "
                         "(docs/format.md). Export its jobs with the older cprctl, or start "
                         "a new store", dir, CPR_STORE_FORMAT);
+    /* A new catalog over a directory that already holds committed data: its
+     * db/ was lost or moved. Going on would record a new store here, and the
+     * sweep below would take every segment and blob for a crash leftover. */
+    const char *held = NULL;
+    if (!store->opts.rados_pool) /* a pool's catalog is rebuilt from the pool (R1) */
+        held = holds_files(store->segs_dir, 3) ? "segments/"
+               : holds_files(store->blobs_dir, 3) ? "blobs/" : NULL;
+    if (held)
+        return cpr_fail(CPR_FAILED_PRECONDITION, "store %s: its catalog (db/) is missing or "
+                        "empty, but %s holds checkpoint data written under one; it was left "
+                        "as it is. Put the store's db/ back, or move %s aside to start a new "
+                        "store here", dir, held, held);
     unsigned char v[4];
     format = CPR_STORE_FORMAT;
     memcpy(v, &format, 4);
@@ -1135,7 +1174,7 @@ cpr_status cpr_store_open(const char *dir, const cpr_store_options *opts,
     if (st)
         goto out;
     pthread_mutex_lock(&store->mu);
-    uint64_t swept = cpri_store_sweep(store) + cpri_store_sweep_segments(store);
+    uint64_t swept = cpri_store_sweep(store, 1) + cpri_store_sweep_segments(store);
     pthread_mutex_unlock(&store->mu);
     if (swept)
         cpri_log(CPR_LOG_INFO, "store %s: removed %llu leftovers of interrupted writes",
@@ -1374,9 +1413,13 @@ static uint64_t sweep_segments(cpr_store *store)
     return s.n;
 }
 
-uint64_t cpri_store_sweep(cpr_store *store)
+uint64_t cpri_store_sweep(cpr_store *store, int at_open)
 {
-    return sweep_root(store, store->staging_dir, 1) + sweep_root(store, store->blobs_dir, 0);
+    /* Blob directories, like segments, only at open (S2): a commit whose
+     * synced record write failed may still have landed in the WAL, and its
+     * blobs must outlive this process for the next open to decide. */
+    return sweep_root(store, store->staging_dir, 1) +
+           (at_open ? sweep_root(store, store->blobs_dir, 0) : 0);
 }
 
 uint64_t cpri_store_sweep_segments(cpr_store *store)

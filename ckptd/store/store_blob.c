@@ -114,6 +114,19 @@ static cpr_status find_blob(cpr_store *store, const cpr_part_id *id, const char 
     return CPR_OK;
 }
 
+/* A local blob file is read without a reader's hold (a file open before
+ * retention removes it stays readable): one found missing is corrupt only
+ * if its part is still committed. Removal drops the record under store->mu
+ * before the files (store_gc.c), so this answer is exact. */
+static int part_gone(cpr_store *store, const cpr_part_id *id)
+{
+    pthread_mutex_lock(&store->mu);
+    cpri_job *job = cpri_catalog_find(&store->catalog, id->job);
+    int gone = !job || !cpri_job_find_part(job, id->shard, id->checkpoint);
+    pthread_mutex_unlock(&store->mu);
+    return gone;
+}
+
 cpr_status cpr_store_read_blob(cpr_store *store, const cpr_part_id *id, const char *name,
                                uint64_t *size, cpr_blob_fn fn, void *ctx)
 {
@@ -140,6 +153,10 @@ cpr_status cpr_store_read_blob(cpr_store *store, const cpr_part_id *id, const ch
         cpri_store_reader_leave(store);
     } else {
         st = cpri_bfile_read(path, meta.size, 1, check_block, &b);
+        if (st == CPR_CORRUPT && b.bytes == 0 && part_gone(store, id))
+            st = cpr_fail(CPR_NOT_FOUND, "part %s/%u/%llu was removed by retention while "
+                          "its blob %s was being opened", id->job, id->shard,
+                          (unsigned long long)id->checkpoint, name);
     }
     atomic_fetch_add(&store->bytes_out, b.bytes);
     free(meta.crcs);

@@ -251,7 +251,7 @@ static cpr_status gc_run(cpr_store *store, const char *job_name, const gc_goal *
     rep.bytes_before = cpri_store_bytes(store);
     pthread_mutex_lock(&store->fold_mu); /* D3: no fold runs while GC sweeps */
     pthread_mutex_lock(&store->mu);
-    rep.uncommitted_removed = cpri_store_sweep(store);
+    rep.uncommitted_removed = cpri_store_sweep(store, 0);
     size_t n_jobs = store->catalog.n_jobs;
     char (*names)[CPR_NAME_MAX + 1] = malloc((n_jobs + 1) * sizeof *names);
     cpri_job *only = job_name ? cpri_catalog_find(&store->catalog, job_name) : NULL;

@@ -38,9 +38,12 @@
  *      names is durable).
  *  S2. A blob directory belongs to a committed part iff its part record
  *      exists; a directory without a record is a leftover of a crash between
- *      steps 3 and 4 and is deleted by the sweep at open and by GC. The same
- *      holds for segment objects: one that no part or fold record names is a
- *      leftover (of a crash, an abort, or a fold that did not finish).
+ *      steps 3 and 4 and is deleted by the sweep at open, never at run time:
+ *      a record whose synced write reported failure may still be in the WAL,
+ *      and only the next open knows. The same holds for segment objects: one
+ *      that no part or fold record names is a leftover (of a crash, an abort,
+ *      or a fold that did not finish). A new catalog over a directory holding
+ *      segments or blobs (db/ lost) is refused at open, never swept.
  *  S3. Everything under staging/ at open is a leftover of a crash (a store
  *      directory is opened by one process at a time) and is deleted.
  *  S4. Nothing the store ever writes changes a committed block or blob;
@@ -289,8 +292,9 @@ void cpri_rmtree(const char *path);
 uint64_t cpri_tree_bytes(const char *path);
 
 /* Leftover sweep of S2/S3 (caller holds store->mu). Returns items removed.
- * Blob and staging directories; segments only at open (sweep_segments). */
-uint64_t cpri_store_sweep(cpr_store *store);
+ * Staging directories; blob directories only at_open, as segments
+ * (sweep_segments). */
+uint64_t cpri_store_sweep(cpr_store *store, int at_open);
 uint64_t cpri_store_sweep_segments(cpr_store *store);
 
 /* 1 when name[0..n) has the form of the names below: "<job>/<rest>" of

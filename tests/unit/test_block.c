@@ -615,6 +615,49 @@ static void test_other_formats_refused(void **state)
     free(dir);
 }
 
+/* A store whose db/ was lost: the open refuses, names what to do, and
+ * neither records a new store nor sweeps the segments it cannot see. */
+static void test_lost_catalog_refused(void **state)
+{
+    (void)state;
+    char *dir = tu_mkdtemp("cpr-lostdb");
+    cpr_store *s = NULL;
+    cpr_store_options o = {.no_fold = 1};
+    assert_int_equal(cpr_store_open(dir, &o, &s), CPR_OK);
+    cpr_part_spec spec = tu_part("ld", 0, 1, 1, CPR_KIND_FULL, &g_table, 1);
+    tu_write_part_ok(s, &spec, 0, 300);
+    cpr_store_close(s);
+    char segs[4096], db_dir[4096], aside[4096];
+    snprintf(segs, sizeof segs, "%s/segments", dir);
+    snprintf(db_dir, sizeof db_dir, "%s/db", dir);
+    snprintf(aside, sizeof aside, "%s/db.aside", dir);
+    uint64_t files = tu_count_files(segs);
+    assert_true(files >= 1);
+    assert_int_equal(rename(db_dir, aside), 0);
+
+    s = NULL;
+    assert_int_equal(cpr_store_open(dir, &o, &s), CPR_FAILED_PRECONDITION);
+    assert_null(s);
+    assert_non_null(strstr(cpr_errmsg(), "db/"));
+    assert_non_null(strstr(cpr_errmsg(), "segments/"));
+    assert_int_equal(tu_count_files(segs), files); /* nothing swept */
+    /* Twice: the refused open left no format record behind. */
+    assert_int_equal(cpr_store_open(dir, &o, &s), CPR_FAILED_PRECONDITION);
+
+    /* With db/ back, everything is there. */
+    tu_rmtree(db_dir);
+    assert_int_equal(rename(aside, db_dir), 0);
+    assert_int_equal(cpr_store_open(dir, &o, &s), CPR_OK);
+    cpr_restore_query q = {.job = "ld"};
+    tu_rows rows = {0};
+    assert_int_equal(tu_restore(s, &q, &rows, NULL), CPR_OK);
+    assert_int_equal(rows.n, 300);
+    tu_rows_free(&rows);
+    cpr_store_close(s);
+    tu_rmtree(dir);
+    free(dir);
+}
+
 /* A fold record that no longer decodes: restores of its shard as of its
  * checkpoint or later fail CPR_CORRUPT (the parts it replaced may be gone),
  * earlier ones still work, and no segment is swept. */
@@ -694,6 +737,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_blocks_overlap_in_a_part, tu_store_setup,
                                         tu_store_teardown),
         cmocka_unit_test(test_other_formats_refused),
+        cmocka_unit_test(test_lost_catalog_refused),
         cmocka_unit_test(test_codec_blocks),
         cmocka_unit_test_setup_teardown(test_store_keeps_codec_blocks, tu_store_setup,
                                         tu_store_teardown),
