@@ -66,7 +66,10 @@
  *      one with a compare-and-set of 'J' and the counter 'N'. A commit's
  *      write compares 'J' (the job's id is still this one) and the part's
  *      'M' record (none yet), so a part committed through one gateway is
- *      never replaced through another.
+ *      never replaced through another. The claim's round trips run outside
+ *      store->mu (a degraded pool must not stall the gateway's other calls);
+ *      a Begin re-looks the job up after it, and two claims of one name get
+ *      the same id.
  *  R9. One holder per job: retention and folding of a job run only on the
  *      gateway holding the RADOS lock "cpr.job" on object cpr.job.<id> (a
  *      lease of LEASE_S seconds, taken or renewed at each pass, and renewed

@@ -186,10 +186,13 @@ static cpr_status new_open_part(cpr_store *store, const cpr_part_spec *spec, ope
     return CPR_OK;
 }
 
-/* R8 (under store->mu): the id of job `name` in the pool, claimed for it
- * when it has none: one compare-and-set of its 'J' record and the counter
- * 'N', retried while other gateways claim ids. */
-static cpr_status claim_job_id(cpr_store *store, const char *name, uint32_t *id)
+/* R8: the id of job `name` in the pool, claimed for it when it has none:
+ * one compare-and-set of its 'J' record and the counter 'N', retried while
+ * other gateways claim ids. Not under store->mu: these are pool round trips,
+ * which a degraded cluster can hold for long, and every call of the store
+ * would wait behind them. `floor`: the catalog's next_job_id, read under it.
+ * Two claims of one name get the same id (the 'J' record decides). */
+static cpr_status claim_job_id(cpr_store *store, const char *name, uint32_t floor, uint32_t *id)
 {
     unsigned char jkey[130], nkey[1] = {'N'}, nval[4], jval[4], old[4];
     size_t jlen = cpri_key_job(jkey, name);
@@ -212,7 +215,7 @@ static cpr_status claim_job_id(cpr_store *store, const char *name, uint32_t *id)
         if (cnt && clen == 4)
             memcpy(old, cnt, 4);
         free(cnt);
-        uint32_t cand = next > store->catalog.next_job_id ? next : store->catalog.next_job_id;
+        uint32_t cand = next > floor ? next : floor;
         if (cand == 0)
             cand = 1;
         cpri_put_be32(jval, cand);
@@ -242,12 +245,19 @@ cpr_status cpr_store_begin(cpr_store *store, const cpr_part_spec *spec)
         st = new_open_part(store, spec, &part);
     if (st)
         return cpri_store_count(store, st);
+    uint32_t job_id = 0;
     pthread_mutex_lock(&store->mu);
     job = cpri_catalog_find(&store->catalog, spec->id.job);
+    if (!job && store->rados) { /* R8: the id the pool gives this name */
+        uint32_t floor = store->catalog.next_job_id;
+        pthread_mutex_unlock(&store->mu);
+        st = claim_job_id(store, spec->id.job, floor, &job_id);
+        pthread_mutex_lock(&store->mu);
+        job = cpri_catalog_find(&store->catalog, spec->id.job); /* added meanwhile? */
+        if (job)
+            st = CPR_OK; /* by another Begin or a reload: its id is the pool's */
+    }
     int new_job = !job;
-    uint32_t job_id = 0;
-    if (new_job && store->rados) /* R8: the id the pool gives this name */
-        st = claim_job_id(store, spec->id.job, &job_id);
     if (new_job && st == CPR_OK)
         st = cpri_catalog_add_job(&store->catalog, spec->id.job, job_id, &job);
     if (st == CPR_OK && store->n_open_parts >= store->opts.max_open_parts)
