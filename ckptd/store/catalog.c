@@ -247,7 +247,11 @@ cpr_status cpri_job_add_part(cpri_job *job, cpri_part_meta *m)
 
 size_t cpri_job_drop_below(cpri_job *job, uint64_t floor)
 {
-    size_t n = lower_bound(job, floor, 0);
+    return cpri_job_drop_first(job, lower_bound(job, floor, 0));
+}
+
+size_t cpri_job_drop_first(cpri_job *job, size_t n)
+{
     if (n == 0)
         return 0; /* (parts may be NULL: memmove must not see it) */
     for (size_t i = 0; i < n; i++)

@@ -78,6 +78,8 @@ void cpri_catalog_drop_last(cpri_catalog *cat);
 cpr_status cpri_job_add_part(cpri_job *job, cpri_part_meta *m);
 /* Remove and release parts with checkpoint < floor; returns how many. */
 size_t cpri_job_drop_below(cpri_job *job, uint64_t floor);
+/* Remove and release the first n parts (in checkpoint order); n_parts: all. */
+size_t cpri_job_drop_first(cpri_job *job, size_t n);
 cpri_part_meta *cpri_job_find_part(const cpri_job *job, uint32_t shard, uint64_t ckpt);
 /* Newest committed part of `shard` (any kind, or FULL/DELTA only). */
 const cpri_part_meta *cpri_job_newest(const cpri_job *job, uint32_t shard,

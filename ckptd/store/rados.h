@@ -61,6 +61,10 @@
  *      sweep (store_internal.h S2) removes an object no record names only
  *      when its gateway is this one or holds no lock (closed, or its lease
  *      ran out): another live gateway's unfinished parts are left alone.
+ *      Which records name an object is decided after its gateway was found
+ *      closed or lapsed: the candidates' jobs are read from the pool again
+ *      then (store.c recheck_in_pool), so a part that gateway committed
+ *      after this open read the catalog, and before it closed, is kept.
  *  R8. Job ids are allocated in the catalog: a gateway meeting a job it does
  *      not know takes the id the pool's 'J' record gives, or claims the next
  *      one with a compare-and-set of 'J' and the counter 'N'. A commit's

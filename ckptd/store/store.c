@@ -402,7 +402,7 @@ static void pool_records_free(pool_records *pr)
  * per shard ascending, C2). Caller holds commit_mu and mu. */
 static cpr_status rebuild_job(cpri_job *job, const pool_records *pr)
 {
-    cpri_job_drop_below(job, UINT64_MAX);
+    cpri_job_drop_first(job, job->n_parts); /* all: a part may have id 2^64 - 1 */
     while (job->n_folds)
         cpri_job_drop_fold(job, job->n_folds - 1);
     job->floor = 0;
@@ -1174,8 +1174,9 @@ cpr_status cpr_store_open(const char *dir, const cpr_store_options *opts,
     if (st)
         goto out;
     pthread_mutex_lock(&store->mu);
-    uint64_t swept = cpri_store_sweep(store, 1) + cpri_store_sweep_segments(store);
+    uint64_t swept = cpri_store_sweep(store, 1);
     pthread_mutex_unlock(&store->mu);
+    swept += cpri_store_sweep_segments(store);
     if (swept)
         cpri_log(CPR_LOG_INFO, "store %s: removed %llu leftovers of interrupted writes",
                 dir, (unsigned long long)swept);
@@ -1397,14 +1398,60 @@ static int note_unknown_segment(void *ctx, const char *name)
     return 0;
 }
 
+static int name_cmp(const void *a, const void *b)
+{
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* R7: the candidates' jobs read again from the pool, then the candidates a
+ * record now names dropped. Their gateways were found closed or lapsed (or
+ * are this one, fenced) before this read: whatever they committed is in
+ * the pool now, also what another gateway committed after this open read
+ * the catalog and before it listed. A job that cannot be read keeps all its
+ * candidates. */
+static void recheck_in_pool(seg_sweep *s)
+{
+    cpr_store *store = s->store;
+    qsort(s->names, s->n, sizeof *s->names, name_cmp);
+    size_t kept = 0;
+    for (size_t i = 0; i < s->n;) {
+        char job[CPR_NAME_MAX + 1];
+        const char *slash = strchr(s->names[i], '/');
+        size_t len = slash ? (size_t)(slash - s->names[i]) : strlen(s->names[i]);
+        snprintf(job, sizeof job, "%.*s", (int)len, s->names[i]);
+        size_t end = i;
+        while (end < s->n && strncmp(s->names[end], s->names[i], len + 1) == 0)
+            end++;
+        cpr_status st = cpri_store_refresh_job(store, job);
+        if (st)
+            cpri_log(CPR_LOG_WARN, "store %s: job %s not read again from RADOS (%s); its %zu "
+                     "objects without a record are kept", store->dir, job, cpr_errmsg(),
+                     end - i);
+        pthread_mutex_lock(&store->mu);
+        for (; i < end; i++) {
+            if (st || segment_known(store, s->names[i]))
+                free(s->names[i]);
+            else
+                s->names[kept++] = s->names[i];
+        }
+        pthread_mutex_unlock(&store->mu);
+    }
+    s->n = kept;
+}
+
 /* Segments no record names (S2): a crash before a commit record or while a
- * fold was written. Only at open: at run time every writer removes its own
- * segment when it fails, and a sweep could race a record just written whose
- * catalog entry is not in memory yet. Caller holds store->mu. */
+ * fold was written. Only at open (the store's other threads have not
+ * started): at run time every writer removes its own segment when it
+ * fails, and a sweep could race a record just written whose catalog entry
+ * is not in memory yet. */
 static uint64_t sweep_segments(cpr_store *store)
 {
     seg_sweep s = {.store = store};
+    pthread_mutex_lock(&store->mu);
     store->segs->ops->list(store->segs, note_unknown_segment, &s);
+    pthread_mutex_unlock(&store->mu);
+    if (store->rados && s.n)
+        recheck_in_pool(&s);
     for (size_t i = 0; i < s.n; i++) {
         store->segs->ops->remove(store->segs, s.names[i]);
         free(s.names[i]);
@@ -1653,11 +1700,6 @@ cpr_status cpr_store_list(cpr_store *store, const char *job_name,
                           cpr_part_info **out, size_t *n)
 {
     return cpr_store_list_cut(store, job_name, out, n, NULL);
-}
-
-static int name_cmp(const void *a, const void *b)
-{
-    return strcmp(*(char *const *)a, *(char *const *)b);
 }
 
 /* Under store->mu: does `job` have a part (committed or open)? */

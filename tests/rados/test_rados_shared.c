@@ -29,7 +29,10 @@
  *    round after round, each see every part committed through the other
  *    gateway before they started;
  *  - a gateway whose lease ended under it stops committing at its next
- *    renewal, instead of taking the lease back (R6).
+ *    renewal, instead of taking the lease back (R6);
+ *  - a part another gateway commits while one opens, between its reading
+ *    of the catalog and its listing of the pool, is not swept by that open
+ *    (R7; the test wraps rados_nobjects_list_open to commit there).
  * Exits 77 when the cluster is not there.
  */
 #define _GNU_SOURCE
@@ -45,6 +48,7 @@
 #include <unistd.h>
 
 #include <cmocka.h>
+#include <rados/librados.h>
 
 #include "cpr/store.h"
 #include "store_internal.h" /* fold_mu: a fold or retention pass in progress */
@@ -102,6 +106,47 @@ static void assert_restores(cpr_store *s, const char *job, uint64_t as_of, uint6
     assert_int_equal(rows.n, n);
     tu_assert_rows(rows.rows, &T[0], first, 1, n, ckpt);
     tu_rows_free(&rows);
+}
+
+/* Linked with --wrap=rados_nobjects_list_open: when g_before_list is set,
+ * it runs once (cleared first) before the listing it stands in front of. */
+int __real_rados_nobjects_list_open(rados_ioctx_t io, rados_list_ctx_t *ctx);
+int __wrap_rados_nobjects_list_open(rados_ioctx_t io, rados_list_ctx_t *ctx);
+static void (*g_before_list)(void);
+
+int __wrap_rados_nobjects_list_open(rados_ioctx_t io, rados_list_ctx_t *ctx)
+{
+    void (*fn)(void) = g_before_list;
+    g_before_list = NULL;
+    if (fn)
+        fn();
+    return __real_rados_nobjects_list_open(io, ctx);
+}
+
+/* Gateway C, opened, committing part (job "race", shard 0, checkpoint 1)
+ * and closed (its lease released: it no longer counts as alive). */
+static void commit_through_another_gateway(void)
+{
+    gateway c;
+    gw_start(&c, "cpr-shared-c");
+    cpr_part_spec spec = tu_part("race", 0, 1, 1, CPR_KIND_FULL, T, 1);
+    tu_write_part_ok(c.store, &spec, 0, 40);
+    gw_stop(&c);
+}
+
+static void test_open_keeps_a_part_committed_meanwhile(void **unused)
+{
+    (void)unused;
+    new_namespace("race");
+    gateway b;
+    g_before_list = commit_through_another_gateway; /* during B's open */
+    gw_start(&b, "cpr-shared-b");
+    assert_null(g_before_list); /* it ran */
+    assert_restores(b.store, "race", 0, 0, 40, 1);
+    cpr_verify_report vr;
+    assert_status(CPR_OK, cpr_store_verify(b.store, "race", NULL, NULL, &vr));
+    assert_int_equal(vr.problems, 0);
+    gw_stop(&b);
 }
 
 static void test_reopen_keeps_live_gateways_parts(void **unused)
@@ -540,6 +585,7 @@ int main(void)
         cmocka_unit_test(test_readers_share_a_reload),
         cmocka_unit_test(test_concurrent_readers_see_earlier_commits),
         cmocka_unit_test(test_lapsed_lease_stops_commits),
+        cmocka_unit_test(test_open_keeps_a_part_committed_meanwhile),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -164,6 +164,33 @@ static void test_restore_as_of(void **state)
     }
 }
 
+/* The largest checkpoint id is a checkpoint like any other: committed,
+ * listed, restored (on RADOS each of these reloads the job from the pool,
+ * whose rebuild once kept that part and aborted on finding it twice). */
+static void test_largest_checkpoint_id(void **state)
+{
+    tu_store_fixture *f = *state;
+    cpr_part_spec full = tu_part("max", 0, 1, UINT64_MAX - 1, CPR_KIND_FULL, one_table, 1);
+    tu_write_part_ok(f->store, &full, 0, 20);
+    cpr_part_spec last = tu_part("max", 0, 1, UINT64_MAX, CPR_KIND_FULL, one_table, 1);
+    tu_write_part_ok(f->store, &last, 0, 30);
+    for (int round = 0; round < 2; round++) {
+        tu_rows rows;
+        cpr_restore_query q = {.job = "max"};
+        cpr_restore_result res;
+        assert_int_equal(tu_restore(f->store, &q, &rows, &res), CPR_OK);
+        assert_true(res.as_of == UINT64_MAX);
+        assert_int_equal(rows.n, 30);
+        tu_rows_free(&rows);
+        cpr_part_info *parts = NULL;
+        size_t n = 0;
+        assert_int_equal(cpr_store_list(f->store, "max", &parts, &n), CPR_OK);
+        assert_int_equal(n, 2);
+        assert_true(parts[1].checkpoint == UINT64_MAX);
+        free(parts);
+    }
+}
+
 /* Rows 0 and 1 get a version in each of 20 parts: more versions than the
  * restore steps over before it seeks. */
 static void test_restore_many_versions(void **state)
@@ -969,6 +996,7 @@ static void test_plan_grace_yields_to_a_full_disk(void **state)
         cmocka_unit_test_setup_teardown(test_restore_unordered, setup, tu_store_teardown),   \
         cmocka_unit_test_setup_teardown(test_restore_selection, setup, tu_store_teardown),   \
         cmocka_unit_test_setup_teardown(test_restore_as_of, setup, tu_store_teardown),       \
+        cmocka_unit_test_setup_teardown(test_largest_checkpoint_id, setup, tu_store_teardown), \
         cmocka_unit_test_setup_teardown(test_restore_many_versions, setup, tu_store_teardown), \
         cmocka_unit_test_setup_teardown(test_restore_matches_model, setup, tu_store_teardown), \
         cmocka_unit_test_setup_teardown(test_restore_plan_direct, setup, tu_store_teardown), \
