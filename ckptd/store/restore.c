@@ -301,7 +301,7 @@ static cpr_status plan_shard(cpri_merge_plan *p, const cpri_job *job, uint32_t s
     uint64_t start;
     cpr_status st = cpri_shard_sources(job, shard, as_of, &fold, &start);
     if (st == CPR_OK && p->store)
-        st = cpri_store_check_folds(p->store, job, shard, as_of); /* S5 */
+        st = cpri_store_check_folds(p->store, job, shard, start, as_of); /* S5 */
     if (st == CPR_OK && fold)
         st = add_source(p, job->name, fold, 1);
     for (size_t i = 0; st == CPR_OK && i < job->n_parts; i++) {

@@ -400,7 +400,10 @@ static void pool_records_free(pool_records *pr)
 
 /* The job's part, fold and floor records in memory, from `pr` (key order:
  * per shard ascending, C2). Caller holds commit_mu and mu. */
-static cpr_status rebuild_job(cpri_job *job, const pool_records *pr)
+static cpr_status note_damaged(cpr_store *store, uint32_t job_id, uint32_t shard, uint64_t ckpt,
+                               int fold);
+
+static cpr_status rebuild_job(cpr_store *store, cpri_job *job, const pool_records *pr)
 {
     cpri_job_drop_first(job, job->n_parts); /* all: a part may have id 2^64 - 1 */
     while (job->n_folds)
@@ -424,9 +427,12 @@ static cpr_status rebuild_job(cpri_job *job, const pool_records *pr)
         if (st == CPR_NO_MEMORY)
             break;
         if (st) { /* S5: as at open */
-            cpri_log(CPR_LOG_ERROR, "job %s: the pool's record of shard %u checkpoint %llu is "
-                     "damaged; it is ignored", job->name, shard, (unsigned long long)ckpt);
-            st = CPR_OK;
+            cpri_log(CPR_LOG_ERROR, "job %s: the pool's %s record of shard %u checkpoint %llu "
+                     "is damaged; %s (cprctl verify reports it)", job->name,
+                     key[0] == 'B' ? "fold" : "part", shard, (unsigned long long)ckpt,
+                     key[0] == 'B' ? "restores of that shard from there on fail"
+                                   : "the part is ignored");
+            st = note_damaged(store, job->id, shard, ckpt, key[0] == 'B');
             continue;
         }
         st = key[0] == 'M' ? cpri_job_add_part(job, &m) : cpri_job_add_fold(job, &m);
@@ -612,7 +618,7 @@ static cpr_status refresh_once(cpr_store *store, const char *name, const uint64_
     if (err)
         st = cpri_rocks_error(err, "copying a job's records from RADOS");
     if (st == CPR_OK)
-        st = rebuild_job(job, &pr);
+        st = rebuild_job(store, job, &pr);
     if (st == CPR_OK) {
         job->pool_hash = hash;
         job->fresh_seq = seq;
@@ -776,9 +782,16 @@ static void load_floor(cpr_store *store, cpri_job *job)
     rocksdb_free(val);
 }
 
+/* S5: under store->mu (at open, alone); once per record, for reloads. */
 static cpr_status note_damaged(cpr_store *store, uint32_t job_id, uint32_t shard, uint64_t ckpt,
                                int fold)
 {
+    for (size_t i = 0; i < store->n_damaged; i++) {
+        const damaged_part *d = &store->damaged[i];
+        if (d->job_id == job_id && d->shard == shard && d->checkpoint == ckpt &&
+            d->fold == fold)
+            return CPR_OK;
+    }
     damaged_part *grown = realloc(store->damaged, (store->n_damaged + 1) * sizeof *grown);
     if (!grown)
         return cpr_fail(CPR_NO_MEMORY, "out of memory loading part records");
@@ -797,16 +810,17 @@ int cpri_store_is_damaged(const cpr_store *store, uint32_t job_id, uint32_t shar
 }
 
 cpr_status cpri_store_check_folds(const cpr_store *store, const cpri_job *job, uint32_t shard,
-                                 uint64_t as_of)
+                                 uint64_t start, uint64_t as_of)
 {
     for (size_t i = 0; i < store->n_damaged; i++) {
         const damaged_part *d = &store->damaged[i];
-        if (d->fold && d->job_id == job->id && d->shard == shard && d->checkpoint <= as_of)
+        if (d->fold && d->job_id == job->id && d->shard == shard && d->checkpoint <= as_of &&
+            d->checkpoint > start)
             return cpr_fail(CPR_CORRUPT, "job %s shard %u: the fold record at checkpoint "
                             "%llu is damaged, and the parts it replaced may be gone; restore "
-                            "as of an earlier checkpoint, or remove the shard's parts and "
-                            "write a FULL", job->name, shard,
-                            (unsigned long long)d->checkpoint);
+                            "as of an earlier checkpoint, or write a FULL of the shard (a "
+                            "restore as of it or later does not need the fold)", job->name,
+                            shard, (unsigned long long)d->checkpoint);
     }
     return CPR_OK;
 }
@@ -1466,7 +1480,9 @@ uint64_t cpri_store_sweep(cpr_store *store, int at_open)
      * synced record write failed may still have landed in the WAL, and its
      * blobs must outlive this process for the next open to decide. */
     return sweep_root(store, store->staging_dir, 1) +
-           (at_open ? sweep_root(store, store->blobs_dir, 0) : 0);
+           (at_open && !store->n_damaged /* S5, as for segments */
+                ? sweep_root(store, store->blobs_dir, 0)
+                : 0);
 }
 
 uint64_t cpri_store_sweep_segments(cpr_store *store)

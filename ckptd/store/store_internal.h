@@ -377,10 +377,12 @@ cpr_status cpri_fold_background_pass(cpr_store *store, uint64_t *folded);
 /* 1 if the record of this part failed to decode at open (S5). */
 int cpri_store_is_damaged(const cpr_store *store, uint32_t job_id, uint32_t shard, uint64_t ckpt);
 /* Under store->mu: CPR_CORRUPT (with a message) if a damaged fold record of
- * (job, shard) at or below as_of exists (the parts it replaced may be gone,
- * so no restore of that shard as of >= its checkpoint can be trusted). */
+ * (job, shard) lies in (start, as_of]: the parts it replaced may be gone,
+ * so no restore of that shard as of >= its checkpoint can be trusted,
+ * unless it starts at a FULL or an intact fold at or after the damaged one
+ * (`start`, from cpri_shard_sources), which holds everything below it. */
 cpr_status cpri_store_check_folds(const cpr_store *store, const cpri_job *job, uint32_t shard,
-                                 uint64_t as_of);
+                                  uint64_t start, uint64_t as_of);
 
 /* Is `job` valid? Sets the error message if not. */
 cpr_status cpri_check_job_name(const char *job);

@@ -659,8 +659,9 @@ static void test_lost_catalog_refused(void **state)
 }
 
 /* A fold record that no longer decodes: restores of its shard as of its
- * checkpoint or later fail CPR_CORRUPT (the parts it replaced may be gone),
- * earlier ones still work, and no segment is swept. */
+ * checkpoint or later fail CPR_CORRUPT (the parts it replaced may be gone)
+ * until a FULL of the shard, earlier ones still work, and no segment or
+ * blob directory is swept. */
 static void test_damaged_fold_record(void **state)
 {
     (void)state;
@@ -704,8 +705,19 @@ static void test_damaged_fold_record(void **state)
     rocksdb_close(db);
     rocksdb_options_destroy(ro);
 
+    char blob_dir[4200], blob[4300]; /* a blob directory no intact record names */
+    snprintf(blob_dir, sizeof blob_dir, "%s/blobs/j_bf", dir);
+    assert_int_equal(mkdir(blob_dir, 0755), 0);
+    snprintf(blob_dir, sizeof blob_dir, "%s/blobs/j_bf/0-9", dir);
+    assert_int_equal(mkdir(blob_dir, 0755), 0);
+    snprintf(blob, sizeof blob, "%s/b_dense", blob_dir);
+    FILE *bf = fopen(blob, "w");
+    assert_non_null(bf);
+    fclose(bf);
+
     assert_int_equal(cpr_store_open(dir, &o, &s), CPR_OK);
     assert_int_equal(tu_count_files(segs), files); /* nothing swept */
+    assert_int_equal(tu_count_files(blob_dir), 1);
     cpr_restore_query q = {.job = "bf", .as_of = 3};
     tu_rows rows = {0};
     assert_int_equal(tu_restore(s, &q, &rows, NULL), CPR_CORRUPT);
@@ -717,6 +729,16 @@ static void test_damaged_fold_record(void **state)
     q.as_of = 2; /* below the fold: the parts are all there */
     assert_int_equal(tu_restore(s, &q, &rows, NULL), CPR_OK);
     assert_int_equal(rows.n, 500);
+    tu_rows_free(&rows);
+    /* A FULL after it: restores as of it on do not need the fold. */
+    cpr_part_spec full = tu_part("bf", 0, 1, 4, CPR_KIND_FULL, &g_table, 1);
+    tu_write_part_ok(s, &full, 0, 200);
+    q.as_of = 0;
+    assert_int_equal(tu_restore(s, &q, &rows, NULL), CPR_OK);
+    assert_int_equal(rows.n, 200);
+    tu_rows_free(&rows);
+    q.as_of = 3; /* still the fold's */
+    assert_int_equal(tu_restore(s, &q, &rows, NULL), CPR_CORRUPT);
     tu_rows_free(&rows);
     cpr_store_close(s);
     tu_rmtree(dir);
