@@ -29,7 +29,8 @@ double cpr_emb_tracker_bytes_per_row(unsigned track)
     if (track & CPR_TRACK_DIRTY)
         bytes += 0.125; /* one bit */
     if (track & CPR_TRACK_SSU)
-        bytes += 0.125; /* membership bit; + 8 bytes per sampled row */
+        bytes += 0.375; /* member, held and resampled bits (emb_ssu.h); + 8 bytes
+                           per sampled row */
     if (track & CPR_TRACK_NORM)
         bytes += 4;     /* float accumulator */
     return bytes;

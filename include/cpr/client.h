@@ -111,7 +111,7 @@ typedef struct cpr_client_options {
                                  machine is CPR_INVALID_ARGUMENT; a CPU the
                                  process may not use leaves a thread where it
                                  was */
-    /* Credentials (issue #11; docs/architecture.md, "Trust"). Each NULL
+    /* Credentials (issue #11; docs/operations.md, "Trust boundaries"). Each NULL
      * field falls back to its environment variable. Strings are borrowed for
      * cpr_client_open; files are read there. */
     const char *token;        /* sent as "authorization: Bearer TOKEN" on every

@@ -344,8 +344,10 @@ CPR_API cpr_status cpr_store_read_blob(cpr_store *store, const cpr_part_id *id,
  * cuts (0: the store's retain_cuts) and everything newer; remove every part
  * (its segment, blobs and record) below the oldest kept cut F, after
  * folding what the states as of F and later still need from them (a DELTA
- * chain, PRIORITY parts after a FULL) into one fold per shard; remove every
- * uncommitted leftover of a crashed writer. Retained states restore exactly
+ * chain, PRIORITY parts after a FULL) into one fold per shard; remove the
+ * staging leftovers of crashed writers (committed-looking leftovers, a
+ * segment or blob directory no record names, go at the next open: store
+ * invariant S2). Retained states restore exactly
  * as before. `report` may be NULL.
  */
 CPR_API cpr_status cpr_store_gc(cpr_store *store, const char *job, uint32_t keep,
