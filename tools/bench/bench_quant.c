@@ -98,8 +98,13 @@ int bench_quant_main(int argc, char **argv)
         }
     }
     size_t n = (size_t)o.rows, dim = (size_t)o.dim, f32_bytes = n * dim * sizeof(float);
+    size_t enc_bytes = 0; /* the largest encoding: a small row's header can outweigh f32 */
+    for (int c = 0; c < N_CODECS; c++) {
+        size_t b = n * cpr_codec_row_bytes(codecs[c], (uint32_t)dim);
+        enc_bytes = b > enc_bytes ? b : enc_bytes;
+    }
     float *x = malloc(f32_bytes), *y = malloc(f32_bytes), *copy = malloc(f32_bytes);
-    uint8_t *enc = malloc(f32_bytes);
+    uint8_t *enc = malloc(enc_bytes);
     codec_result *res = calloc(N_CODECS, sizeof *res);
     double memcpy_s[MAX_ROUNDS];
     int rc = 1;
@@ -109,7 +114,7 @@ int bench_quant_main(int argc, char **argv)
     }
     fill(x, n, dim);
     memset(y, 0, f32_bytes); /* every buffer's pages in before timing */
-    memset(enc, 0, f32_bytes);
+    memset(enc, 0, enc_bytes);
     memcpy(copy, x, f32_bytes);
     double t_all = now_s();
     for (uint64_t r = 0; r < o.rounds; r++) {
