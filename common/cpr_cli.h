@@ -10,6 +10,7 @@
 #define CPR_CLI_H
 
 #include <stdint.h>
+#include <stdio.h>
 
 #include "cpr/status.h"
 
@@ -30,5 +31,21 @@ const char *cpri_cli_value(int argc, char **argv, int *i, const char *flag, int 
 /* The PEM file `path` that option `what` names, read whole into *out
  * (malloc'd, NUL-terminated; at most 1 MiB, holding "-----BEGIN "). */
 cpr_status cpri_cli_read_pem(const char *what, const char *path, char **out);
+
+/* An output file written whole or not at all (common/outfile.c): a regular
+ * file (or a new path) through a temporary file beside it, renamed over it
+ * by commit and removed by abort or a failed commit; through a symbolic
+ * link, the file it names; a FIFO or device (/dev/stdout) written in place,
+ * never removed. Write to `f` between open and commit or abort; both free
+ * what open allocated. */
+typedef struct cpri_outfile {
+    FILE *f;
+    char *tmp;   /* NULL: written in place */
+    char *final; /* the file the rename replaces */
+} cpri_outfile;
+cpr_status cpri_outfile_open(cpri_outfile *o, const char *path);
+/* Flush, sync and rename into place (close only, in place). */
+cpr_status cpri_outfile_commit(cpri_outfile *o);
+void cpri_outfile_abort(cpri_outfile *o);
 
 #endif /* CPR_CLI_H */

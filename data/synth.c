@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "cpr/data.h"
+#include "cpr_cli.h"
 #include "cpr_common.h"
 #include "data_internal.h"
 
@@ -341,20 +342,19 @@ cpr_status cpr_synth_write(cpr_synth *s, const char *path, uint64_t rows,
     wbuf = malloc(WRITE_BUF_BYTES);
     if (!wbuf)
         return cpr_fail(CPR_NO_MEMORY, "synth: out of memory");
-    f = fopen(path, "w");
-    if (!f) {
-        st = cpr_fail(CPR_IO, "open %s: %s", path, strerror(errno));
+    /* Whole or not at all: a failure leaves what was at `path` (cpr_cli.h). */
+    cpri_outfile file;
+    st = cpri_outfile_open(&file, path);
+    if (st)
         goto out;
-    }
+    f = file.f;
     setvbuf(f, wbuf, _IOFBF, WRITE_BUF_BYTES);
     st = write_lines(s, f, path, rows, progress, ctx);
-    if (st == CPR_OK && fflush(f) != 0)
-        st = cpr_fail(CPR_IO, "write %s: %s", path, strerror(errno));
+    if (st == CPR_OK)
+        st = cpri_outfile_commit(&file);
+    else
+        cpri_outfile_abort(&file);
 out:
-    if (f && fclose(f) != 0 && st == CPR_OK)
-        st = cpr_fail(CPR_IO, "close %s: %s", path, strerror(errno));
-    if (st && f)
-        unlink(path);
     if (st == CPR_OK && progress)
         progress(ctx, rows, rows);
     free(wbuf);

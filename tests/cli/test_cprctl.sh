@@ -159,7 +159,7 @@ check_export() {
     expect_csv "$f" 1 0
     json_true 'd["rows"] == 1000 and d["as_of"] == 3 and d["dim"] == 4 and d["state_dim"] == 2'
     json_true 'd["bytes"] == '"$(stat -c %s "$f")"' and d["format"] == "csv"'
-    [[ ! -e $f.tmp ]] || fail "export left $f.tmp"
+    ls "$f".tmp* > /dev/null 2>&1 && fail "export left a temporary file"
     ok export demo 1 "$work/t1.f32" --format f32 --quiet
     grep -q '1000 rows' "$work/err" || fail "export summary: $(cat "$work/err")"
     same_csv_and_f32 "$f" "$work/t1.f32" 4 2
@@ -175,10 +175,26 @@ check_export() {
     echo "old contents" > "$work/keep.csv"
     expect_rc 1 --server "$server" export demo 9 "$work/keep.csv"
     grep -q 'CPR_NOT_FOUND' "$work/err" || fail "export of table 9: $(cat "$work/err")"
-    [[ $(cat "$work/keep.csv") == "old contents" && ! -e $work/keep.csv.tmp ]] ||
-        fail "a failed export touched FILE or left FILE.tmp"
+    [[ $(cat "$work/keep.csv") == "old contents" ]] || fail "a failed export touched FILE"
+    ls "$work"/keep.csv.tmp* > /dev/null 2>&1 && fail "a failed export left a temporary file"
     expect_rc 1 --server "$server" export demo 1 "$work/no/such/dir/t.csv"
     grep -q 'CPR_IO' "$work/err" || fail "export into a missing directory: $(cat "$work/err")"
+    # Someone else's FILE.tmp is never touched; through a link, its file is
+    # replaced and the link stays; a FIFO is written in place and stays.
+    rm -f "$work/t3.csv" "$work/t3-link.csv" "$work/fifo" # check_export runs per target
+    echo "notes" > "$work/t3.csv.tmp"
+    ln -s t3.csv "$work/t3-link.csv"
+    ok export demo 1 "$work/t3-link.csv"
+    [[ -L $work/t3-link.csv && $(cat "$work/t3.csv.tmp") == notes ]] ||
+        fail "export through a link replaced the link or touched FILE.tmp"
+    cmp -s "$work/t3.csv" "$f" || fail "export through a link wrote another table"
+    mkfifo "$work/fifo"
+    cat "$work/fifo" > "$work/from-fifo.csv" &
+    local reader=$!
+    ok export demo 1 "$work/fifo"
+    wait "$reader"
+    [[ -p $work/fifo ]] || fail "export replaced a FIFO"
+    cmp -s "$work/from-fifo.csv" "$f" || fail "export into a FIFO wrote other rows"
 }
 
 # abort: an id with no open part is OK (nothing left), a committed part is

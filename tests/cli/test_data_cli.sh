@@ -30,6 +30,16 @@ assert 0.18 <= r["positive_rate"] <= 0.32, r
 assert r["positives"] == round(r["positive_rate"] * r["rows"]), r
 PY
 
+# A failed gen leaves its -o path as it was (here a link to a full device),
+# and someone else's FILE.tmp is never touched.
+ln -s /dev/full "$work/full"
+rc=0
+"$tool" gen --rows 100000 -o "$work/full" 2> "$work/err" || rc=$?
+[[ $rc == 1 && -L $work/full && -c /dev/full ]] || fail "gen into a full device: rc $rc, link or device gone"
+echo notes > "$work/synth.tsv.tmp"
+"$tool" gen --rows 2000 --seed 7 -o "$work/synth.tsv"
+[[ $(cat "$work/synth.tsv.tmp") == notes ]] || fail "gen touched FILE.tmp"
+
 # Same seed, same bytes.
 "$tool" gen --rows 2000 --seed 7 -o "$work/again.tsv"
 cmp -s "$work/synth.tsv" "$work/again.tsv" || fail "same seed wrote different files"

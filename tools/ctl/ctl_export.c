@@ -4,9 +4,11 @@
  * or as raw little-endian float32 records (formats in cprctl --help and
  * docs/architecture.md). Rows stream from the restore callback straight into
  * a buffered FILE, so memory stays bounded by one restore batch whatever the
- * table's size. The output is written to FILE.tmp, synced and renamed only
- * once the restore succeeded: a failed or interrupted export never leaves a
- * partial FILE behind (at worst a FILE.tmp, removed on every failure we see).
+ * table's size. The output is written to a temporary FILE.tmp.XXXXXX, synced
+ * and renamed only once the restore succeeded: a failed or interrupted
+ * export never leaves a partial FILE behind (at worst the temporary file,
+ * removed on every failure we see). A FIFO or device (/dev/stdout) is
+ * written in place (cpri_outfile, common/cpr_cli.h).
  */
 #include <errno.h>
 #include <stdio.h>
@@ -14,6 +16,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "cpr_cli.h"
 #include "cpr_common.h"
 #include "ctl.h"
 
@@ -130,28 +133,19 @@ static cpr_status write_batch(void *ctx, const cpr_row_batch *b)
 
 /* ---- the file ------------------------------------------------------------------------- */
 
-/* Finish a successful export: the CSV header of an empty table, flush, and
- * for a real file: sync, close, rename over FILE. */
-static cpr_status finish(export_sink *s, const char *tmp, const char *path)
+/* Finish a successful export: the CSV header of an empty table, then the
+ * file synced and renamed into place (stdout: flushed). */
+static cpr_status finish(export_sink *s, cpri_outfile *file)
 {
     if (!s->shaped && s->c->format == CTL_FORMAT_CSV) {
         if (fputs("row\n", s->out) == EOF)
             return write_failed(s);
         s->bytes += 4;
     }
-    if (fflush(s->out) != 0)
-        return write_failed(s);
-    if (!tmp)
-        return CPR_OK;
-    if (fsync(fileno(s->out)) != 0)
-        return write_failed(s);
-    FILE *out = s->out;
+    if (!file->f)
+        return fflush(s->out) != 0 ? write_failed(s) : CPR_OK;
     s->out = NULL;
-    if (fclose(out) != 0)
-        return write_failed(s);
-    if (rename(tmp, path) != 0)
-        return cpr_fail(CPR_IO, "renaming %s to %s: %s", tmp, path, strerror(errno));
-    return CPR_OK;
+    return cpri_outfile_commit(file);
 }
 
 static int summary(const ctl *c, const export_sink *s, const cpr_restore_result *res)
@@ -179,21 +173,6 @@ static int summary(const ctl *c, const export_sink *s, const cpr_restore_result 
     return ctl_json_emit(c, &j, 0);
 }
 
-/* FILE.tmp for FILE, or NULL (stdout, or out of memory: *st says). */
-static char *temp_name(const char *path, cpr_status *st)
-{
-    *st = CPR_OK;
-    if (strcmp(path, "-") == 0)
-        return NULL;
-    size_t len = strlen(path) + sizeof ".tmp";
-    char *tmp = malloc(len);
-    if (!tmp)
-        *st = cpr_fail(CPR_NO_MEMORY, "out of memory");
-    else
-        snprintf(tmp, len, "%s.tmp", path);
-    return tmp;
-}
-
 int ctl_cmd_export(ctl *c)
 {
     const char *path = c->args[2];
@@ -203,26 +182,22 @@ int ctl_cmd_export(ctl *c)
                            .consistent = c->consistent, .tables = &c->table, .n_tables = 1};
     cpr_restore_result res = {0};
     cpr_status st = CPR_OK;
-    int created = 0;
-    char *tmp = temp_name(path, &st);
-    if (st == CPR_OK) {
-        s.out = tmp ? fopen(tmp, "wb") : stdout;
-        s.name = tmp ? tmp : "stdout";
-        created = tmp && s.out;
-        if (!s.out)
-            st = cpr_fail(CPR_IO, "creating %s: %s", tmp, strerror(errno));
+    cpri_outfile file = {0};
+    if (strcmp(path, "-") == 0) {
+        s.out = stdout;
+        s.name = "stdout";
+    } else {
+        st = cpri_outfile_open(&file, path);
+        s.out = file.f;
+        s.name = path;
     }
     if (st == CPR_OK && setvbuf(s.out, NULL, _IOFBF, OUT_BUFFER_BYTES) != 0)
         st = cpr_fail(CPR_NO_MEMORY, "out of memory for the output buffer");
     if (st == CPR_OK)
         st = cpr_client_restore(c->client, &q, NULL, 0, write_batch, &s, &res);
     if (st == CPR_OK)
-        st = finish(&s, tmp, path);
-    if (st && created) {
-        if (s.out)
-            fclose(s.out);
-        unlink(tmp); /* a failed export leaves nothing */
-    }
-    free(tmp);
+        st = finish(&s, &file); /* commits the file (or removes it) */
+    if (st)
+        cpri_outfile_abort(&file); /* a failed export leaves nothing (no-op once committed) */
     return st ? ctl_fail(c, st) : summary(c, &s, &res);
 }
