@@ -138,6 +138,13 @@ static cpr_status open_grpc_nodes(cpr_client *c, const char *list,
                             (int)len, p);
         memcpy(host_port, p, len);
         host_port[len] = '\0';
+        const char *port = host_port + (colon - p) + 1;
+        char *end = NULL;
+        errno = 0;
+        unsigned long pn = strtoul(port, &end, 10);
+        if (!(port[0] >= '0' && port[0] <= '9') || *end || errno || pn < 1 || pn > 65535)
+            return cpr_fail(CPR_INVALID_ARGUMENT, "target grpc://%s: node '%s' has port '%s'; "
+                            "a port is a number from 1 to 65535", list, host_port, port);
         for (size_t i = 0; i < c->n_nodes; i++)
             if (strcmp(cpri_node_name(c->nodes[i]), host_port) == 0)
                 return cpr_fail(CPR_INVALID_ARGUMENT, "target grpc://%s names node %s twice",

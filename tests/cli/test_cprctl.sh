@@ -303,6 +303,14 @@ check_usage() {
     grep -q -- "--bogus" "$work/err" || fail "no name of the unknown option"
     expect_rc 2 "${s[@]}" list demo other
     expect_rc 2 "${s[@]}" list 'bad/name'
+    for port in 0 99999 abc -5 12x; do
+        expect_rc 2 --server "127.0.0.1:$port" list
+        grep -q "port" "$work/err" || fail "a bad port $port: $(cat "$work/err")"
+    done
+    # A local:// target without a store: refused, nothing created there.
+    expect_rc 1 --server "local://$work/no-store-here" verify
+    grep -q 'CPR_NOT_FOUND' "$work/err" || fail "verify of no store: $(cat "$work/err")"
+    [[ ! -e $work/no-store-here ]] || fail "cprctl created a store at a mistyped path"
     expect_rc 2 "${s[@]}" inspect demo
     expect_rc 2 "${s[@]}" inspect demo abc
     grep -q "CKPT" "$work/err" || fail "the usage error does not name CKPT"

@@ -10,6 +10,7 @@
  */
 #include <stdarg.h>
 #include <stdio.h>
+#include <sys/stat.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -130,8 +131,8 @@ static void usage(FILE *out)
           "  --server TARGET  grpc://HOST:PORT[,HOST:PORT...] (ckptd daemons; the\n"
           "                   list of every node the job was written to), HOST:PORT\n"
           "                   [,...] (the same), unix:/PATH (a ckptd's socket), or\n"
-          "                   local:///ABS/PATH (the store in-process, when no\n"
-          "                   daemon has it open), or grpcs://HOST:PORT[,...] (ckptd\n"
+          "                   local:///ABS/PATH (an existing store, in-process, when\n"
+          "                   no daemon has it open), or grpcs://HOST:PORT[,...] (ckptd\n"
           "                   daemons serving TLS): the client library's targets.\n"
           "                   Default: $CPR_SERVER.\n"
           "  --token T        the bearer token a ckptd with --auth-file knows\n"
@@ -528,6 +529,24 @@ static int parse(int argc, char **argv, ctl *c, const command **cmd)
     return resolve_target(c);
 }
 
+/* Every command reads or changes a store that exists: a local:// target
+ * naming a directory without one is refused (opening it would create a
+ * store there and report an empty one). */
+static cpr_status check_local_store(const char *target)
+{
+    static const char prefix[] = "local://";
+    if (strncmp(target, prefix, sizeof prefix - 1) != 0)
+        return CPR_OK;
+    const char *dir = target + sizeof prefix - 1;
+    char db[4200];
+    struct stat sb;
+    snprintf(db, sizeof db, "%s/db", dir);
+    if (stat(db, &sb) != 0 || !S_ISDIR(sb.st_mode))
+        return cpr_fail(CPR_NOT_FOUND, "no CPR store at %s (it has no db/ directory): check "
+                        "the path in --server", dir);
+    return CPR_OK;
+}
+
 int main(int argc, char **argv)
 {
     ctl c;
@@ -545,10 +564,12 @@ int main(int argc, char **argv)
     opts.tls_ca_file = c.tls_ca;
     opts.tls_cert_file = c.tls_cert;
     opts.tls_key_file = c.tls_key;
-    cpr_status st = cpr_client_open(c.target, &opts, &c.client);
+    cpr_status st = check_local_store(c.target);
+    if (st == CPR_OK)
+        st = cpr_client_open(c.target, &opts, &c.client);
     int rc = 0;
-    if (st == CPR_INVALID_ARGUMENT) /* the target itself is malformed */
-        rc = usage_error("--server: %s", cpr_errmsg()) ? EXIT_USAGE : 0;
+    if (st == CPR_INVALID_ARGUMENT) /* the target, a TLS file or the token: the message says */
+        rc = usage_error("%s", cpr_errmsg()) ? EXIT_USAGE : 0;
     else
         rc = st ? ctl_fail(&c, st) : cmd->run(&c);
     cpr_client_close(c.client);
