@@ -170,10 +170,14 @@ void cpri_dump_stacks(pid_t pid, int timeout_s)
 cpr_status cpri_ckptd_stop(cpri_ckptd_proc *d)
 {
     int status = 0;
+    if (d->pid <= 0) /* never started, or reaped already: no pid to signal (0 is the group) */
+        return CPR_OK;
     kill(d->pid, SIGTERM);
     int waited = wait_within(d->pid, CPRI_CKPTD_STOP_S, &status);
     if (waited < 0)
         return cpr_fail(CPR_IO, "waitpid ckptd (pid %d): %s", (int)d->pid, strerror(errno));
+    if (waited == 1)
+        d->pid = 0; /* reaped: the pid may be another process's from now on */
     if (waited == 0) {
         cpri_log(CPR_LOG_ERROR, "ckptd (pid %d) did not stop within %d s of SIGTERM; its "
                  "threads follow", (int)d->pid, CPRI_CKPTD_STOP_S);
@@ -190,6 +194,9 @@ cpr_status cpri_ckptd_stop(cpri_ckptd_proc *d)
 
 void cpri_ckptd_kill(cpri_ckptd_proc *d)
 {
+    if (d->pid <= 0)
+        return;
     kill(d->pid, SIGKILL);
     waitpid(d->pid, NULL, 0);
+    d->pid = 0;
 }

@@ -40,12 +40,12 @@ cpr_status cpri_ckptd_spawn(const char *ckptd, const char *dir, const char *list
  * stderr (by gdb, where installed), is killed, and CPR_TIMEOUT returned:
  * a hang at shutdown is a failure that says where, not a suite timeout. */
 cpr_status cpri_ckptd_stop(cpri_ckptd_proc *d);
+/* SIGKILL and reap. Both set d->pid to 0 once the process is reaped, and
+ * do nothing for a pid of 0 (a failed spawn kills what it started). */
+void cpri_ckptd_kill(cpri_ckptd_proc *d);
 
 /* The stacks of every thread of process `pid`, to stderr, by gdb (under
  * `timeout timeout_s`); a line saying why not where gdb is missing. */
 void cpri_dump_stacks(pid_t pid, int timeout_s);
-
-/* SIGKILL, reaped. */
-void cpri_ckptd_kill(cpri_ckptd_proc *d);
 
 #endif /* CPR_CKPTD_LAUNCH_H */

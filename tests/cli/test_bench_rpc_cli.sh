@@ -19,6 +19,15 @@ for mode in plain direct; do
 done
 rc=0; "$bench" rpc --direct-writes --rows 1000 > /dev/null 2>&1 || rc=$?
 [[ $rc == 2 ]] || fail "rpc --direct-writes without --backend rados: exit $rc, want 2"
+# Usage errors found before any work: no ckptd there; rpc's flags given to store.
+for bad in "rpc --ckptd $work/no-such-ckptd --rows 1000" "store --shards 4 --rows 1000" \
+           "store --ckptd $work/x --rows 1000"; do
+    rc=0
+    # shellcheck disable=SC2086
+    "$bench" $bad > /dev/null 2> "$work/usage.err" || rc=$?
+    [[ $rc == 2 ]] || fail "$bad: exit $rc, want 2"
+    grep -q -- '--shards\|--ckptd' "$work/usage.err" || fail "$bad: $(cat "$work/usage.err")"
+done
 python3 - "$work/plain.json" "$work/direct.json" << 'PY' || fail "unexpected JSON: $(cat "$work/direct.json")"
 import json, sys
 plain, direct = (json.load(open(p)) for p in sys.argv[1:3])

@@ -18,7 +18,7 @@ fail() { echo "test_bench_save_cli: $*" >&2; exit 1; }
 
 "$tool" save --help > "$work/help" || fail "--help exited $?"
 grep -q -- "--device" "$work/help" || fail "--help does not name --device"
-for bad in "--device tpu" "--rows 10" "--fraction 0" "--bogus" "--codec int3"; do
+for bad in "--device tpu" "--rows 10" "--fraction 0" "--bogus" "--codec int3" "--target foo"; do
     rc=0
     # shellcheck disable=SC2086
     "$tool" save $bad > /dev/null 2> "$work/err" || rc=$?

@@ -422,8 +422,14 @@ int bench_save_main(int argc, char **argv)
     s.ids = malloc(o.rows * sizeof *s.ids);
     s.src = o.cuda ? NULL : malloc(s.cap);
     s.dst = o.cuda ? NULL : malloc(s.cap);
-    cpr_status st = s.ids && (o.cuda || (s.src && s.dst))
-                        ? CPR_OK : cpr_fail(CPR_NO_MEMORY, "out of memory");
+    /* The target first: a malformed one is a usage error, found before the
+     * table is built. */
+    cpr_status st = cpr_client_open(o.target, &copts, &s.client);
+    int usage = st == CPR_INVALID_ARGUMENT;
+    if (usage)
+        fprintf(stderr, "cpr-bench save: --target: %s\n", cpr_errmsg());
+    if (st == CPR_OK && !(s.ids && (o.cuda || (s.src && s.dst))))
+        st = cpr_fail(CPR_NO_MEMORY, "out of memory");
     if (st == CPR_OK && o.cuda) /* the device-to-pinned-host limit of this GPU */
         st = cpr_cuda_copy_bandwidth(0, 256u << 20, &(double){0}, &o.d2h_gb_s);
     if (st == CPR_OK && !o.cuda) {
@@ -435,9 +441,8 @@ int bench_save_main(int argc, char **argv)
         trained = 1;
     }
     if (st == CPR_OK)
-        st = cpr_client_open(o.target, &copts, &s.client);
-    fprintf(stderr, "cpr-bench save: training %llu warm-up batches\n",
-            (unsigned long long)o.warm_batches);
+        fprintf(stderr, "cpr-bench save: training %llu warm-up batches\n",
+                (unsigned long long)o.warm_batches);
     if (st == CPR_OK) {
         /* Accesses between two SSU saves: every policy's batches of a round. */
         double accesses = (double)o.step_batches * N_POLICIES * (double)o.bags * 4.0;
@@ -459,7 +464,9 @@ int bench_save_main(int argc, char **argv)
                 st = save_once(&o, &t, &s, policies[p], &res[p], k);
         }
     int rc = 0;
-    if (st) {
+    if (usage) {
+        rc = 2;
+    } else if (st) {
         fprintf(stderr, "cpr-bench save: %s: %s\n", cpr_status_name(st), cpr_errmsg());
         rc = 1;
     } else if (o.json) {

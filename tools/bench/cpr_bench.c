@@ -103,7 +103,8 @@ static void usage(FILE *out)
           "  --shards S      run only this shard count (default: 1, 4 and 16)\n"
           "  --transport T   tcp (127.0.0.1), unix (a Unix-domain socket: ckptd on the\n"
           "                  trainer's host) or both (default)\n"
-          "  --ckptd PATH    the daemon (default: ../ckptd/ckptd beside cpr-bench)\n"
+          "  --ckptd PATH    the daemon (default: ../ckptd/ckptd beside cpr-bench, the\n"
+          "                  build tree's; else ckptd beside it, as installed)\n"
           "  --restore-streams N  the daemon's --restore-streams (default: its own,\n"
           "                  the online CPUs, at least 2; 0: no limit)\n"
           "  --backend rados (and the --rados-* flags): ckptd keeps its store in the\n"
@@ -798,10 +799,16 @@ static int cmd_store(int argc, char **argv)
     bench_result res;
     workdir wd;
     int parsed = parse_store_args(argc, argv, &opts), out_rc = 0, ns_ours = 0;
-    if (parsed == 0 && (opts.direct || opts.direct_writes)) {
-        fprintf(stderr, "cpr-bench: --direct%s is an option of cpr-bench rpc (the store "
-                "benchmark reads and writes its pool itself)\n",
-                opts.direct ? "" : "-writes");
+    const char *rpc_only = opts.direct          ? "--direct"
+                           : opts.direct_writes ? "--direct-writes"
+                           : opts.n_shards      ? "--shards"
+                           : opts.ckptd         ? "--ckptd"
+                           : opts.transports    ? "--transport"
+                           : opts.restore_streams ? "--restore-streams"
+                                                : NULL;
+    if (parsed == 0 && rpc_only) {
+        fprintf(stderr, "cpr-bench: %s is an option of cpr-bench rpc (the store benchmark "
+                "runs the store in this process)\n", rpc_only);
         parsed = -1;
     }
     if (parsed) {
@@ -847,7 +854,8 @@ out:
 
 /* ---- cpr-bench rpc ------------------------------------------------------------ */
 
-/* ../ckptd/ckptd beside this executable (the build tree's layout). */
+/* ../ckptd/ckptd beside this executable (the build tree's layout), else
+ * ckptd beside it (an installed bin/). */
 static const char *default_ckptd(char *buf, size_t len)
 {
     char self[PATH_MAX];
@@ -859,6 +867,8 @@ static const char *default_ckptd(char *buf, size_t len)
     if (slash)
         *slash = '\0';
     snprintf(buf, len, "%s/../ckptd/ckptd", self);
+    if (access(buf, X_OK) != 0)
+        snprintf(buf, len, "%s/ckptd", self);
     return buf;
 }
 
@@ -1101,6 +1111,11 @@ static int cmd_rpc(int argc, char **argv)
     }
     if (!opts.ckptd)
         opts.ckptd = default_ckptd(ckptd, sizeof ckptd);
+    if (access(opts.ckptd, X_OK) != 0) {
+        fprintf(stderr, "cpr-bench: --ckptd: %s is not a program this user can run (%s); "
+                "name the ckptd binary\n", opts.ckptd, strerror(errno));
+        return EXIT_USAGE;
+    }
     if (!opts.transports)
         opts.transports = 3;
     memset(&store, 0, sizeof store);
