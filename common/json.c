@@ -6,6 +6,7 @@
  */
 #include <cjson/cJSON.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "cpr_json.h"
 
@@ -15,7 +16,64 @@
 cpri_json *cpri_json_object(void) { return (cpri_json *)cJSON_CreateObject(); }
 cpri_json *cpri_json_array(void) { return (cpri_json *)cJSON_CreateArray(); }
 cpri_json *cpri_json_number(double value) { return (cpri_json *)cJSON_CreateNumber(value); }
-cpri_json *cpri_json_string(const char *value) { return (cpri_json *)cJSON_CreateString(value); }
+/* Length of the valid UTF-8 sequence at s (RFC 3629: no overlong forms, no
+ * surrogates, nothing above U+10FFFF), or 0 if it is not one. */
+static size_t utf8_seq(const unsigned char *s)
+{
+    if (s[0] < 0x80)
+        return 1;
+    size_t n = s[0] >= 0xC2 && s[0] <= 0xDF ? 2 : s[0] >= 0xE0 && s[0] <= 0xEF ? 3
+             : s[0] >= 0xF0 && s[0] <= 0xF4 ? 4 : 0;
+    for (size_t i = 1; i < n; i++)
+        if ((s[i] & 0xC0) != 0x80)
+            return 0;
+    if ((s[0] == 0xE0 && s[1] < 0xA0) || (s[0] == 0xED && s[1] > 0x9F) ||
+        (s[0] == 0xF0 && s[1] < 0x90) || (s[0] == 0xF4 && s[1] > 0x8F))
+        return 0;
+    return n;
+}
+
+/* cJSON copies a string's bytes as they are, so a path or name that is not
+ * UTF-8 made output no JSON parser accepts. NULL if `s` is valid UTF-8 (use
+ * it); else a copy (malloc'd) with each invalid byte replaced by U+FFFD. */
+static char *utf8_clean(const char *s)
+{
+    const unsigned char *p = (const unsigned char *)s;
+    size_t len = 0, bad = 0;
+    while (p[len]) {
+        size_t n = utf8_seq(p + len);
+        bad += n == 0;
+        len += n ? n : 1;
+    }
+    if (!bad)
+        return NULL;
+    char *out = malloc(len + 2 * bad + 1);
+    if (!out)
+        return NULL;
+    size_t o = 0;
+    for (size_t i = 0; i < len;) {
+        size_t n = utf8_seq(p + i);
+        if (n) {
+            memcpy(out + o, p + i, n);
+            o += n;
+            i += n;
+        } else {
+            memcpy(out + o, "\xEF\xBF\xBD", 3);
+            o += 3;
+            i++;
+        }
+    }
+    out[o] = '\0';
+    return out;
+}
+
+cpri_json *cpri_json_string(const char *value)
+{
+    char *clean = value ? utf8_clean(value) : NULL;
+    cpri_json *j = (cpri_json *)cJSON_CreateString(clean ? clean : value);
+    free(clean);
+    return j;
+}
 cpri_json *cpri_json_null(void) { return (cpri_json *)cJSON_CreateNull(); }
 
 cpri_json *cpri_json_numbers(const char *const *keys, const double *values, size_t n)
@@ -36,7 +94,7 @@ int cpri_json_add_number(cpri_json *obj, const char *key, double value)
 
 int cpri_json_add_string(cpri_json *obj, const char *key, const char *value)
 {
-    return cJSON_AddStringToObject(AS_CJSON(obj), key, value) ? 0 : -1;
+    return cpri_json_add_child(obj, key, cpri_json_string(value));
 }
 
 int cpri_json_add_bool(cpri_json *obj, const char *key, int value)

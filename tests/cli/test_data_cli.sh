@@ -40,6 +40,14 @@ echo notes > "$work/synth.tsv.tmp"
 "$tool" gen --rows 2000 --seed 7 -o "$work/synth.tsv"
 [[ $(cat "$work/synth.tsv.tmp") == notes ]] || fail "gen touched FILE.tmp"
 
+# A file name that is not UTF-8 still gives JSON that parses (U+FFFD for
+# the byte that is not).
+odd=$'odd\xff\xc3(.tsv'
+cp "$work/synth.tsv" "$work/$odd"
+"$tool" stats "$work/$odd" --json > "$work/odd.json"
+python3 -c 'import json, sys; r = json.load(open(sys.argv[1], encoding="utf-8")); assert r["rows"] == 2000 and "odd\ufffd\ufffd(" in r["file"], r' "$work/odd.json" ||
+    fail "stats --json of a non-UTF-8 name: $(cat "$work/odd.json")"
+
 # Same seed, same bytes.
 "$tool" gen --rows 2000 --seed 7 -o "$work/again.tsv"
 cmp -s "$work/synth.tsv" "$work/again.tsv" || fail "same seed wrote different files"
