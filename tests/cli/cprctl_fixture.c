@@ -10,7 +10,8 @@
  * almost surely lives on more than one), table 7 (16 rows, dim 2). Job
  * "demo" also gets a recovery record: the FULL plan of a resume (cut 2,
  * rewind to step 200), recorded as generation 1 by
- * cpr_recovery_decide_and_record. `expect TABLE AS_OF` prints the CSV that
+ * cpr_recovery_decide_and_record; job "junk" has only a recovery record,
+ * of bytes that are no plan (terminal controls among them). `expect TABLE AS_OF` prints the CSV that
  * `cprctl export demo TABLE FILE` must write for that state (AS_OF 0: the
  * newest), computed from the layout, not read back from storage.
  */
@@ -102,6 +103,11 @@ static int do_write(const char *target)
             st = CPR_INTERNAL;
         }
         cpr_recovery_plan_destroy(plan);
+    }
+    if (st == CPR_OK) { /* "junk": bytes that are no plan, with terminal controls */
+        static const char junk[] = "\x1b[31mred\x07 not a plan";
+        uint64_t generation = 0;
+        st = cpr_client_recovery_put(c, "junk", 0, junk, sizeof junk - 1, &generation);
     }
     cpr_client_close(c);
     if (st) {

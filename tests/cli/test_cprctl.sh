@@ -253,6 +253,10 @@ check_gc() {
 # The fixture recorded demo's FULL resume plan (generation 1, cut 2, step 200);
 # other has no record.
 check_recovery() {
+    # Bytes that are no plan are shown, their control characters escaped.
+    expect_rc 1 --server "$server" recovery junk
+    grep -q 'x1b\[31mred\\x07 not a plan' "$work/err" || fail "recovery junk: $(cat "$work/err")"
+    if LC_ALL=C grep -q $'\x1b\|\x07' "$work/err"; then fail "raw control bytes reached stderr"; fi
     ok recovery demo
     grep -q '^generation  *1$' "$work/out" || fail "recovery: $(cat "$work/out")"
     grep -q '^action  *full$' "$work/out" || fail "recovery action: $(cat "$work/out")"

@@ -56,6 +56,22 @@ static void shard_row(ctl_table *t, const cpr_plan_shard *e)
         ctl_table_cell(t, "%s", cpr_dense_source_name(e->dense));
 }
 
+/* bytes[0..len) for a terminal: printable ASCII and the bytes of UTF-8 as
+ * they are, a control character or any other byte as \xNN (a record's
+ * bytes come from any writer; they must not drive the terminal). */
+static int put_escaped(FILE *out, const void *bytes, size_t len)
+{
+    const unsigned char *b = bytes;
+    int bad = 0;
+    for (size_t i = 0; i < len; i++) {
+        if ((b[i] >= 0x20 && b[i] < 0x7f) || b[i] >= 0x80)
+            bad |= fputc(b[i], out) == EOF;
+        else
+            bad |= fprintf(out, "\\x%02x", b[i]) < 0;
+    }
+    return bad;
+}
+
 static int print_text(const char *job, uint64_t generation, const cpr_recovery_plan *plan)
 {
     char problems[128];
@@ -83,7 +99,10 @@ static int print_text(const char *job, uint64_t generation, const cpr_recovery_p
     ctl_table_cell(&head, "%s", problems);
     int bad = ctl_table_print(&head, stdout);
     /* Outside the table, whole: a reason can be longer than a table cell. */
-    bad |= printf("reason       %s\n", cpr_recovery_plan_reason(plan)) < 0;
+    const char *reason = cpr_recovery_plan_reason(plan);
+    bad |= fputs("reason       ", stdout) == EOF;
+    bad |= put_escaped(stdout, reason, strlen(reason));
+    bad |= fputc('\n', stdout) == EOF;
     ctl_table_init(&shards, 6);
     static const char *const cols[] = {"SHARD", "SOURCE", "AS_OF", "KIND", "STEP", "DENSE"};
     for (size_t i = 0; i < 6; i++)
@@ -122,8 +141,9 @@ int ctl_cmd_recovery(ctl *c)
     if (generation && (st = cpr_recovery_plan_decode(bytes, len, &plan)) != CPR_OK) {
         /* Say what is there before failing: the generation and the bytes. */
         fprintf(stderr, "cprctl: recovery: job %s generation %llu holds %zu bytes this "
-                "cprctl cannot read as a plan: %.*s\n", job, (unsigned long long)generation,
-                len, (int)(len < 4096 ? len : 4096), (const char *)bytes);
+                "cprctl cannot read as a plan: ", job, (unsigned long long)generation, len);
+        put_escaped(stderr, bytes, len < 4096 ? len : 4096);
+        fputc('\n', stderr);
         free(bytes);
         return ctl_fail(c, st);
     }
