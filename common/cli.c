@@ -33,7 +33,9 @@ cpr_status cpri_cli_double(const char *flag, const char *text, double lo, int lo
     char *end = NULL;
     errno = 0;
     double v = strtod(text, &end);
-    int ok = text[0] != '\0' && *end == '\0' && errno == 0 && isfinite(v) &&
+    /* decimal only: strtod also takes leading spaces, hex and "inf"/"nan" */
+    int decimal = strspn(text, "0123456789+-.eE") == strlen(text);
+    int ok = text[0] != '\0' && decimal && *end == '\0' && errno == 0 && isfinite(v) &&
              (v > lo || (lo_closed && v == lo)) && (v < hi || (hi_closed && v == hi));
     if (!ok)
         return cpr_fail(CPR_INVALID_ARGUMENT, "%s: '%s' is not a number in %c%g, %g%c", flag,

@@ -18,7 +18,8 @@
 cpr_status cpri_cli_u64(const char *flag, const char *text, uint64_t min, uint64_t max,
                        uint64_t *out);
 
-/* A finite number between lo and hi; each bound is included when its
+/* A finite decimal number between lo and hi (digits, sign, point and
+ * exponent only: no spaces, no hex); each bound is included when its
  * *_closed argument is 1. */
 cpr_status cpri_cli_double(const char *flag, const char *text, double lo, int lo_closed,
                           double hi, int hi_closed, double *out);

@@ -307,6 +307,8 @@ check_usage() {
     grep -q -- "--bogus" "$work/err" || fail "no name of the unknown option"
     expect_rc 2 "${s[@]}" list demo other
     expect_rc 2 "${s[@]}" list 'bad/name'
+    expect_rc 2 "${s[@]}" --timeout 0x10 list
+    expect_rc 2 "${s[@]}" --timeout ' 1' list
     for port in 0 99999 abc -5 12x; do
         expect_rc 2 --server "127.0.0.1:$port" list
         grep -q "port" "$work/err" || fail "a bad port $port: $(cat "$work/err")"
