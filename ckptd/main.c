@@ -24,6 +24,7 @@
 #include "reaper.h"
 #include "service.h"
 #include "telemetry.h"
+#include "wire.h"
 
 #define EXIT_USAGE 2
 #define MAX_IDLE_PART_TIMEOUT_S (7.0 * 24 * 3600)
@@ -443,6 +444,8 @@ int main(int argc, char **argv)
                 .max_calls = (unsigned)s.threads,
                 .idle_timeout_s = s.idle_part_timeout_s,
                 .max_memory_bytes = ((size_t)s.max_memory_mb << 20) / 20 * MEMORY_SHARE_20THS,
+                .unary_decode_factor = CPRI_WIRE_DECODE_FACTOR,
+                .unary_decode_slack = CPRI_WIRE_DECODE_SLACK,
                 .max_streams = (unsigned)s.max_streams},
         .restore_streams = s.restore_streams_set ? (s.restore_streams ? (int)s.restore_streams
                                                                       : -1)

@@ -15,24 +15,33 @@
  *  V2. At most one batch per call is outstanding, so the next event on
  *      cpri_rpc_call.cq is the completion of the batch just started. Every
  *      batch (a stream's message, a unary answer, the final status) is
- *      waited for at most idle_timeout_s; then the call is cancelled and the
- *      wait goes on until the batch completes (failed), so V2 still holds
- *      for the final batch, and no client can hold a handler for longer.
+ *      waited for at most idle_timeout_s, the final one (answer and status:
+ *      it needs only room to write) at most FINAL_SEND_S plus a second a
+ *      MB; then the call is cancelled and the wait goes on until the batch
+ *      completes (failed), so V2 still holds for the final batch, and no
+ *      client can hold a handler for longer.
  *  V4. With max_memory_bytes, `budget` bounds the message bytes handlers
  *      hold: before a stream's RECV_MESSAGE is started, the call reserves
  *      twice the largest message (gRPC's copy and ours both exist while the
  *      message is made contiguous), and gives back all but what it keeps
  *      once it is: the buffer it keeps for messages that arrive in pieces
  *      (held until the call ends), plus the message itself when it arrived
- *      as one slice; a unary request is charged its size before it is
- *      copied. A one-slice message is given back at the next receive or
+ *      as one slice; a unary request is charged before it is copied: twice
+ *      its size, plus what its decoding may take (unary_decode_factor and
+ *      _slack, the wire layer's W1 bound), so a flood of requests built to
+ *      decode large cannot pass the budget. A one-slice message is given back at the next receive or
  *      when the call ends. A reservation waits at most idle_timeout_s for others to
  *      give back, then the call fails with RESOURCE_EXHAUSTED. Without a
  *      pending receive gRPC holds at most a stream's window of it.
- *  V3. `active` counts handler threads. Stop cancels every call, joins the
- *      acceptor (which returns at the shutdown notification, so no handler
- *      starts after it), then waits for `active` to reach zero: no handler
- *      outlives the server or what its handlers use.
+ *  V3. `active` counts handler threads, at most max_calls. Stop cancels
+ *      every call, joins the acceptor (which returns at the shutdown
+ *      notification, so no handler starts after it), then waits for
+ *      `active` to reach zero: no handler outlives the server or what its
+ *      handlers use.
+ *  V5. A call past max_calls (or whose thread cannot start) is refused on
+ *      the acceptor by a cancel with its status, never by a batch: a batch
+ *      waits for the client to take the answer, and the acceptor (or a
+ *      thread per refused call, as before) would wait with it.
  */
 #define _GNU_SOURCE
 #include <grpc/byte_buffer.h>
@@ -104,6 +113,8 @@ struct cpri_rpc_server {
     void *observe_ctx;
     size_t max_message;        /* the largest request message */
     size_t budget, budget_used; /* V4; budget 0: none. Under mu */
+    unsigned unary_decode_factor; /* V4: a unary request's charge */
+    size_t unary_decode_slack;
     pthread_cond_t budget_freed;
 };
 
@@ -146,14 +157,15 @@ static void idle_reason(const cpri_rpc_call *c, stream_dir dir, char *why, size_
 }
 
 /* Start one batch and wait for it (V2). Every batch is waited for at most
- * idle_timeout_s; then the call is cancelled, with the reason, and the
- * result is BATCH_IDLE. */
-static batch_result run_batch_for(cpri_rpc_call *c, grpc_op *ops, size_t n, stream_dir dir)
+ * `wait_s`; then the call is cancelled, with the reason, and the result is
+ * BATCH_IDLE. */
+static batch_result run_batch_within(cpri_rpc_call *c, grpc_op *ops, size_t n, stream_dir dir,
+                                     double wait_s)
 {
     gpr_timespec forever = gpr_inf_future(GPR_CLOCK_MONOTONIC);
     gpr_timespec until = gpr_time_add(gpr_now(GPR_CLOCK_MONOTONIC),
-                                      gpr_time_from_millis((int64_t)(c->srv->idle_timeout_s *
-                                                                     1000), GPR_TIMESPAN));
+                                      gpr_time_from_millis((int64_t)(wait_s * 1000),
+                                                           GPR_TIMESPAN));
     if (grpc_call_start_batch(c->call, ops, n, c, NULL) != GRPC_CALL_OK)
         return BATCH_FAILED;
     grpc_event ev = grpc_completion_queue_next(c->cq, until, NULL);
@@ -166,12 +178,21 @@ static batch_result run_batch_for(cpri_rpc_call *c, grpc_op *ops, size_t n, stre
     return BATCH_IDLE;
 }
 
+/* ... at most idle_timeout_s (a stream's messages). */
+static batch_result run_batch_for(cpri_rpc_call *c, grpc_op *ops, size_t n, stream_dir dir)
+{
+    return run_batch_within(c, ops, n, dir, c->srv->idle_timeout_s);
+}
+
 /* Every batch that sends is bounded too (the final status and a unary
  * answer included): a client that never reads cannot hold a handler. */
 static int run_batch(cpri_rpc_call *c, grpc_op *ops, size_t n)
 {
     return run_batch_for(c, ops, n, SENDING) == BATCH_OK;
 }
+
+#define FINAL_SEND_S 10.0
+#define FINAL_SEND_MIN_RATE 1e6 /* bytes a second */
 
 static grpc_byte_buffer *to_buffer(uint8_t *bytes, size_t len)
 {
@@ -216,7 +237,14 @@ static int finish_code(cpri_rpc_call *c, grpc_status_code code, cpr_status st, c
     ops[n].op = GRPC_OP_RECV_CLOSE_ON_SERVER;
     ops[n++].data.recv_close_on_server.cancelled = &cancelled;
     c->sent_initial = 1;
-    if (!run_batch(c, ops, n))
+    /* V2: the final batch within FINAL_SEND_S plus its answer's bytes at
+     * FINAL_SEND_MIN_RATE, not idle_timeout_s: it needs nothing from the
+     * client but room to write, and a client that gives none (a zero
+     * window) held a call slot for the whole idle timeout. */
+    double wait_s = FINAL_SEND_S + (double)resp_len / FINAL_SEND_MIN_RATE;
+    if (wait_s > c->srv->idle_timeout_s)
+        wait_s = c->srv->idle_timeout_s;
+    if (run_batch_within(c, ops, n, SENDING, wait_s) != BATCH_OK)
         cancelled = 1;
     for (size_t i = 0; i < n; i++)
         if (ops[i].op == GRPC_OP_SEND_MESSAGE)
@@ -244,10 +272,13 @@ static cpr_status budget_take(cpri_rpc_call *c, size_t n)
     pthread_mutex_lock(&srv->mu);
     while (srv->budget - srv->budget_used < n && rc == 0 && !srv->stopping)
         rc = pthread_cond_timedwait(&srv->budget_freed, &srv->mu, &until);
-    int ok = srv->budget - srv->budget_used >= n && !srv->stopping;
+    int stopping = srv->stopping;
+    int ok = srv->budget - srv->budget_used >= n && !stopping;
     if (ok)
         srv->budget_used += n;
     pthread_mutex_unlock(&srv->mu);
+    if (stopping)
+        return cpr_fail(CPR_UNAVAILABLE, "ckptd is stopping; retry on another node or later");
     if (!ok)
         return cpr_fail(CPR_RESOURCE_EXHAUSTED, "ckptd's memory for messages (--max-memory-mb) "
                         "stayed taken by other calls for %g s; retry later",
@@ -465,15 +496,12 @@ static void *handler_main(void *arg)
 {
     cpri_rpc_call *c = arg;
     cpri_rpc_server *srv = c->srv;
-    pthread_mutex_lock(&srv->mu);
-    int over = srv->active > srv->max_calls;
-    pthread_mutex_unlock(&srv->mu);
-    c->started = gpr_now(GPR_CLOCK_MONOTONIC);
-    cpr_status admitted = over ? cpr_fail(CPR_UNAVAILABLE, "ckptd is serving its maximum of %u "
-                                          "calls; retry later", srv->max_calls)
-                               : CPR_OK;
-    if (admitted == CPR_OK && c->payload) /* the request and its copy (V4) */
-        admitted = budget_take(c, 2 * grpc_byte_buffer_length(c->payload));
+    cpr_status admitted = CPR_OK; /* within max_calls: dispatch counted it (V3) */
+    if (admitted == CPR_OK && c->payload) { /* the request, its copy, its decoding (V4) */
+        size_t len = grpc_byte_buffer_length(c->payload);
+        admitted = budget_take(c, (2 + (size_t)srv->unary_decode_factor) * len +
+                                      srv->unary_decode_slack);
+    }
     if (admitted)
         cpri_rpc_finish(c, admitted, NULL, 0);
     else
@@ -519,18 +547,41 @@ static int request_call(cpri_rpc_server *srv, size_t i)
     return 0;
 }
 
+/* V5: a call refused on the acceptor: its status goes out with the cancel
+ * (trailers, then a reset), with no batch to wait for, so a client that
+ * reads nothing holds neither a thread nor the acceptor. */
+static void refuse(cpri_rpc_server *srv, cpri_rpc_call *c, grpc_status_code code,
+                   cpr_status st, const char *msg)
+{
+    grpc_call_cancel_with_status(c->call, code, msg, NULL);
+    if (srv->observe)
+        srv->observe(srv->observe_ctx, c->generic ? srv->n_methods : c->method_index, st, 0, 0,
+                     0.0);
+    free_call(c);
+}
+
 static void dispatch(cpri_rpc_server *srv, cpri_rpc_call *c)
 {
     pthread_t thread;
     pthread_attr_t attr;
     pthread_mutex_lock(&srv->mu);
-    srv->active++;
+    int over = srv->active >= srv->max_calls;
+    if (!over)
+        srv->active++;
     pthread_mutex_unlock(&srv->mu);
+    c->started = gpr_now(GPR_CLOCK_MONOTONIC);
+    if (over) {
+        char msg[128];
+        snprintf(msg, sizeof msg, "ckptd is serving its maximum of %u calls; retry later",
+                 srv->max_calls);
+        refuse(srv, c, GRPC_STATUS_UNAVAILABLE, CPR_UNAVAILABLE, msg);
+        return;
+    }
     pthread_attr_init(&attr);
     pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
     if (pthread_create(&thread, &attr, handler_main, c) != 0) {
-        cpri_rpc_finish(c, cpr_fail(CPR_RESOURCE_EXHAUSTED, "ckptd cannot start a thread"), NULL, 0);
-        free_call(c);
+        refuse(srv, c, GRPC_STATUS_RESOURCE_EXHAUSTED, CPR_RESOURCE_EXHAUSTED,
+               "ckptd cannot start a thread for the call; retry later");
         pthread_mutex_lock(&srv->mu);
         if (--srv->active == 0)
             pthread_cond_broadcast(&srv->idle);
@@ -601,6 +652,8 @@ cpr_status cpri_rpc_server_start(const cpri_rpc_method *methods, size_t n_method
     srv->n_methods = n_methods;
     srv->app = app;
     srv->max_calls = opts->max_calls ? opts->max_calls : 1024;
+    srv->unary_decode_factor = opts->unary_decode_factor;
+    srv->unary_decode_slack = opts->unary_decode_slack;
     srv->observe = opts->observe;
     srv->observe_ctx = opts->observe_ctx;
     srv->max_message = opts->max_message_bytes ? opts->max_message_bytes : 64u << 20;

@@ -8,13 +8,15 @@
  * Design: an acceptor thread keeps one outstanding request per method; each
  * arriving call is served by its own handler thread, synchronously (start a
  * batch, pluck its completion from a queue owned by that call), so a slow or
- * stalled client holds up nobody but itself, and not for ever: a stream on
- * which no message moves for idle_timeout_s is cancelled (so is a call whose
- * client does not read its answer or status for that long), and HTTP/2
- * keepalive pings (every 30 s, 10 s to answer) drop connections to vanished
- * hosts. A call to a method the service does not have is answered
- * UNIMPLEMENTED at once. Over max_calls concurrent calls, the next is
- * answered UNAVAILABLE.
+ * stalled client holds up only its own calls, and not for ever: a stream on
+ * which no message moves for idle_timeout_s is cancelled, a call whose
+ * client does not take its final answer and status within 10 s (plus a
+ * second a MB of answer) too, and HTTP/2 keepalive pings (every 30 s, 10 s
+ * to answer) drop connections to vanished hosts. It still takes one of
+ * max_calls slots while it holds a call: per-peer limits are not here. A
+ * call to a method the service does not have is answered UNIMPLEMENTED at
+ * once. Over max_calls concurrent calls, the next is answered UNAVAILABLE
+ * by a cancel from the acceptor, with no thread (V5).
  *
  * Statuses: a handler finishes with a cpr_status; the client sees the gRPC
  * code of cpr_status_grpc() with the message, and the exact cpr_status in
@@ -63,6 +65,11 @@ typedef struct cpri_rpc_server_options {
                                     this long is cancelled (default 600) */
     size_t max_memory_bytes;     /* the message bytes handlers may hold at once (V4 in
                                     server.c), also gRPC's resource quota (0: unbounded) */
+    unsigned unary_decode_factor;/* a unary request is charged (2 + this) times its
+                                    size plus unary_decode_slack: gRPC's copy, ours,
+                                    and what the handler's decoding may take (0, 0:
+                                    twice its size) */
+    size_t unary_decode_slack;
     unsigned max_streams;        /* concurrent calls on one connection
                                     (GRPC_ARG_MAX_CONCURRENT_STREAMS; 0: 100) */
     /* TLS (all PEM text, borrowed for the start only): with a certificate

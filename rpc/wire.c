@@ -59,8 +59,8 @@ static const char *str(const char *s)
  * precheck bounds the items first. The memory is malloc's, so the
  * messages are freed as before (free_unpacked with the default allocator).
  */
-#define DECODE_FACTOR 16
-#define DECODE_SLACK ((size_t)64 << 10)
+#define DECODE_FACTOR CPRI_WIRE_DECODE_FACTOR /* wire.h: ckptd charges it (V4) */
+#define DECODE_SLACK CPRI_WIRE_DECODE_SLACK
 #define ALLOC_OVERHEAD 16 /* malloc's header, about */
 
 typedef struct decode_budget {

@@ -15,6 +15,12 @@
 #ifndef CPR_WIRE_H
 #define CPR_WIRE_H
 
+/* W1 (wire.c): a decoded request takes at most CPRI_WIRE_DECODE_FACTOR times
+ * its wire size plus CPRI_WIRE_DECODE_SLACK of memory; the server charges
+ * that to its message budget before the handler runs (rpc/server.h). */
+#define CPRI_WIRE_DECODE_FACTOR 16
+#define CPRI_WIRE_DECODE_SLACK ((size_t)64 << 10)
+
 #include <stddef.h>
 #include <stdint.h>
 
