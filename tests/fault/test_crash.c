@@ -20,6 +20,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -813,6 +814,7 @@ static int wait_for_phase(const shared_state *sh, pid_t pid, int phase)
     while (sh->phase != phase) { /* observe the child (a phase lasts ~1 ms) */
         if ((++spins & 1023) == 0 && (now_ns() > until || waitpid(pid, NULL, WNOHANG) != 0))
             return -1;
+        sched_yield(); /* spin, but let the child (and ctest's other job) have the core */
     }
     return 0;
 }

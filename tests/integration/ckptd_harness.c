@@ -422,6 +422,17 @@ double ch_metric(const char *exposition, const char *series)
     return -1;
 }
 
+double ch_metric_now(const ch_daemon *d, const char *series)
+{
+    int code = 0;
+    char *body = NULL;
+    assert_status(CPR_OK, ch_http_get(d->metrics_addr, "/metrics", &code, &body));
+    assert_int_equal(code, 200);
+    double v = ch_metric(body, series);
+    free(body);
+    return v;
+}
+
 void ch_write_private(const char *path, const char *text)
 {
     FILE *f = fopen(path, "w");

@@ -118,6 +118,8 @@ cpr_status ch_http_get(const char *addr, const char *path, int *code, char **bod
  * `cpr_ckptd_calls_total{method="Commit",status="CPR_OK"}`) in a metrics
  * exposition; -1 if it is not there. */
 double ch_metric(const char *exposition, const char *series);
+/* ch_metric of a scrape of d's --metrics-listen now (asserts it answers). */
+double ch_metric_now(const ch_daemon *d, const char *series);
 
 /* Poll cond(ctx) until it returns non-zero, for at most `seconds` (a short
  * pause between polls). 1 if it did, 0 at the deadline. */

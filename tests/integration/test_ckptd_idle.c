@@ -399,6 +399,10 @@ static void test_unread_unary_answer_cancelled(void **unused)
      * trailers queue behind the answer's unsent bytes.) */
     print_message("  unread answer: admitted after %d tries\n", tries);
     assert_false(ended);
+    /* A refusal slower than the 0.5 s above would look admitted: one more
+     * look, and a call that ends refused after all fails the test rather
+     * than passing it with no slot held. */
+    assert_false(unread_ended(&u, 2.0) && unread_refused(&u));
     assert_true(ch_poll(serving, rpc, QUIET_LIMIT_S));
     end_unread(&u);
     cpri_rpc_close(rpc);
