@@ -319,6 +319,7 @@ check_usage() {
     [[ ! -e $work/no-store-here ]] || fail "cprctl created a store at a mistyped path"
     expect_rc 2 "${s[@]}" inspect demo
     expect_rc 2 "${s[@]}" inspect demo abc
+    expect_rc 2 "${s[@]}" inspect demo 0 # checkpoint ids start at 1
     grep -q "CKPT" "$work/err" || fail "the usage error does not name CKPT"
     expect_rc 2 "${s[@]}" recovery
     expect_rc 2 "${s[@]}" recovery demo other

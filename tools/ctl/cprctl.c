@@ -465,7 +465,7 @@ static int check_args(const command *cmd, ctl *c, const parsed *p)
         c->shard = (uint32_t)shard;
     }
     if (strcmp(cmd->name, "inspect") == 0 &&
-        cli_error(cpri_cli_u64("CKPT", c->args[1], 0, UINT64_MAX, &c->checkpoint)))
+        cli_error(cpri_cli_u64("CKPT", c->args[1], 1, UINT64_MAX, &c->checkpoint)))
         return -1;
     if (strcmp(cmd->name, "export") == 0) {
         if (cli_error(cpri_cli_u64("TABLE", c->args[1], 0, UINT32_MAX, &n)))

@@ -164,13 +164,21 @@ static cpr_status scan(const stats_opts *o, stats *s)
     if (st)
         goto out;
     s->format = cpr_criteo_format_of(reader);
-    for (;;) {
+    /* Progress on stderr once a second after the first: a Criteo day is
+     * hours of reading, a test file none. */
+    double next_progress = t0 + 1.0;
+    for (uint64_t n = 1;; n++) {
         st = cpr_criteo_next(reader, &sample);
         if (st)
             break;
         st = count_sample(s, &sample);
         if (st)
             break;
+        if ((n & 0xffff) == 0 && cpri_now_s() >= next_progress) {
+            fprintf(stderr, "cpr-data: stats: %llu rows, %.1f s\n", (unsigned long long)n,
+                    cpri_now_s() - t0);
+            next_progress = cpri_now_s() + 1.0;
+        }
     }
     if (st == CPR_NOT_FOUND)
         st = CPR_OK;
