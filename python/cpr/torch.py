@@ -29,6 +29,7 @@ and stream and commit them in the background. One save is in flight at a
 time: a save asked for while the previous one streams waits for it first.
 See docs/python.md.
 """
+import collections.abc
 import concurrent.futures
 import io
 import os
@@ -119,7 +120,7 @@ class Checkpointer:
 
     client      a ``cpr.Client``.
     job         the job's name in storage.
-    tables      embedding tables: a list or dict of ``nn.Embedding`` /
+    tables      embedding tables: a list, dict or ``nn.ModuleDict`` of ``nn.Embedding`` /
                 ``nn.EmbeddingBag`` modules or 2-D float32 CPU weight tensors.
                 Table ids in the checkpoints are their positions.
     optimizer   a ``torch.optim.Adagrad`` over the tables (its per-element
@@ -158,8 +159,9 @@ class Checkpointer:
                  ssu_rate=0.01, dense_shard=0, hooks=True, seed=0, restore_threads=None,
                  estimator=None, codec=None):
         self.client, self.job = client, job
-        self.names = list(tables) if isinstance(tables, dict) else list(range(len(tables)))
-        mods = list(tables.values()) if isinstance(tables, dict) else list(tables)
+        named = isinstance(tables, (collections.abc.Mapping, torch.nn.ModuleDict))
+        self.names = list(tables.keys()) if named else list(range(len(tables)))
+        mods = list(tables.values()) if named else list(tables)
         self.modules = mods
         self.weights = [_weight(t) for t in mods]
         self.states = [self._state_of(w, optimizer, states, name)
@@ -204,8 +206,13 @@ class Checkpointer:
         # plan recorded before it began (load() and recover() record anew).
         self.generation = client.recovery_get(job)[0]
         self.abandoned = (0, 0)  # ids written after the cut a full recovery rewound to
-        self._full_next = False  # a new timeline without its FULL base yet: saves are FULL
-        self.next_checkpoint = self._first_free_checkpoint()
+        parts = self._parts()
+        # A timeline without its FULL base yet: saves are FULL. A new job's
+        # first save is one: a PRIORITY part holds only the rows it chose,
+        # and a shard restored from PRIORITY parts alone has every other row
+        # zero (the C trainer starts with a FULL likewise).
+        self._full_next = not self._every_shard_has_full(parts)
+        self.next_checkpoint = max((p.checkpoint for p in parts), default=0) + 1
 
     # ---- set-up ----------------------------------------------------------------
 
@@ -216,8 +223,9 @@ class Checkpointer:
         elif optimizer is not None:
             if not isinstance(optimizer, torch.optim.Adagrad):
                 raise cpr.InvalidArgumentError(
-                    "optimizer: only torch.optim.Adagrad's state is known (its 'sum'); give "
-                    "the state tensors in states= for %s" % type(optimizer).__name__)
+                    "optimizer: only torch.optim.Adagrad's state is known (its 'sum'); for %s "
+                    "give its per-row state tensors in states=, or optimizer=None if it keeps "
+                    "none (SGD)" % type(optimizer).__name__)
             s = optimizer.state[weight]["sum"]
         else:
             return None
@@ -227,12 +235,15 @@ class Checkpointer:
         s = s.reshape(weight.shape[0], -1)
         return s
 
-    def _first_free_checkpoint(self):
+    def _parts(self):
         try:
-            parts = self.client.list(self.job)
+            return self.client.list(self.job)
         except cpr.NotFoundError:
-            return 1
-        return max(p.checkpoint for p in parts) + 1
+            return []
+
+    def _every_shard_has_full(self, parts):
+        full = {p.shard for p in parts if p.committed and p.kind == "FULL"}
+        return all(s in full for s in self.shards)
 
     def _hook(self, i):
         def record(module, args):

@@ -151,6 +151,42 @@ def test_partial_recovery_restores_exactly_the_failed_shard(client, job, scheme)
     tr.ckpt.close()
 
 
+def test_a_new_jobs_first_save_is_full(client, job):
+    """With a prioritized policy and no save asked FULL, the first save still
+    writes every row: a shard restored from PRIORITY parts alone would have
+    the rows they did not choose at zero."""
+    tr = Trainer(client, job, policy="mfu")
+    for _ in range(5):
+        tr.step()
+    first = tr.ckpt.save(5)
+    assert first.policy == cpr.Policy.FULL and first.rows == sum(ROWS)
+    w_first, s_first, _ = tr.snapshot()
+    for _ in range(5):
+        tr.step()
+    second = tr.ckpt.save(10)
+    assert second.policy == cpr.Policy.MFU and second.rows < sum(ROWS)
+    kinds = {p.checkpoint: p.kind for p in client.list(job)}
+    assert kinds[first.checkpoint] == "FULL" and kinds[second.checkpoint] == "PRIORITY"
+    w_saved, s_saved, _ = tr.snapshot()
+    for _ in range(3):
+        tr.step()
+    failed = 1
+    tr.ckpt.simulate_failure(failed)
+    res = tr.ckpt.recover([failed], "partial")
+    assert res.plan.action == "partial"
+    for t, n in enumerate(ROWS):
+        w = tr.model.emb[t].weight.detach()
+        for r in shard_rows(n, failed).tolist():  # each row from one of the two saves
+            assert torch.equal(w[r], w_saved[t][r]) or torch.equal(w[r], w_first[t][r]), (t, r)
+            assert w[r].abs().sum() > 0, (t, r)
+    # A checkpointer opened later on the same job finds the FULL base.
+    again = cpr.torch.Checkpointer(client, job, list(tr.model.emb), optimizer=tr.emb_opt,
+                                   num_shards=SHARDS, policy="mfu", budget=0.25, hooks=False)
+    assert not again._full_next
+    again.close()
+    tr.ckpt.close()
+
+
 def test_full_recovery_restores_the_cut_and_rewinds(client, job):
     tr = Trainer(client, job, policy="ssu")
     for _ in range(8):
@@ -204,6 +240,7 @@ def test_full_recovery_restores_the_cut_and_rewinds(client, job):
 
 def test_topk_norm_ranks_by_update_magnitude(client, job):
     tr = Trainer(client, job, policy="topk-norm")
+    assert tr.ckpt.save(0).policy == cpr.Policy.FULL  # a new job's base
     before = [e.weight.detach().clone() for e in tr.model.emb]
     tr.step(batch=64)  # one step: a row's tracked norm is its squared change
     for t, (n, tracker) in enumerate(zip(ROWS, tr.ckpt.trackers)):
@@ -240,9 +277,17 @@ def test_async_save_is_a_snapshot(client, job):
 def test_bad_tables_are_refused(client, job):
     with pytest.raises(cpr.InvalidArgumentError, match="float32"):
         cpr.torch.Checkpointer(client, job, [torch.zeros(4, 4, dtype=torch.float64)])
-    with pytest.raises(cpr.InvalidArgumentError, match="Adagrad"):
+    with pytest.raises(cpr.InvalidArgumentError, match="Adagrad.*optimizer=None"):
         w = torch.nn.Embedding(4, 4)
         cpr.torch.Checkpointer(client, job, [w], optimizer=torch.optim.SGD(w.parameters(), 0.1))
+
+
+def test_tables_in_a_module_dict(client, job):
+    tables = torch.nn.ModuleDict({"a": torch.nn.Embedding(8, 4), "b": torch.nn.Embedding(6, 4)})
+    ckpt = cpr.torch.Checkpointer(client, job, tables, num_shards=2, hooks=False)
+    assert ckpt.names == ["a", "b"]
+    assert ckpt.save(1).rows == 14
+    ckpt.close()
 
 
 def test_auto_policy_follows_the_estimator(client, job):
@@ -254,6 +299,7 @@ def test_auto_policy_follows_the_estimator(client, job):
     ckpt = cpr.torch.Checkpointer(client, job, list(model.emb), optimizer=opt,
                                   num_shards=SHARDS, policy="auto", estimator=est)
     assert est.decide().mode == "partial" and ckpt.due()
+    assert ckpt.save(0).policy == cpr.Policy.FULL  # a new job's base, whatever the estimator
     rng = np.random.default_rng(3)
     for _ in range(5):
         idx = [torch.from_numpy(rng.integers(0, n, (8, 2))) for n in ROWS]
@@ -264,7 +310,7 @@ def test_auto_policy_follows_the_estimator(client, job):
     assert res.policy == cpr.Policy.MFU and 0 < res.rows < sum(ROWS)
     assert not ckpt.due()  # the interval starts with the save
     parts = client.list(job)
-    assert {p.kind for p in parts} == {"PRIORITY"}
+    assert {p.kind for p in parts if p.checkpoint == res.checkpoint} == {"PRIORITY"}
     ckpt.simulate_failure(1)
     rec = ckpt.recover([1])  # mode from the estimator
     assert rec.plan.action == "partial"
@@ -343,8 +389,12 @@ def test_auto_codec_follows_the_estimator(client, job, r4, codec):
     model(idx).sum().backward()
     opt.step()
     ckpt.step()
-    ckpt.save(1)
-    assert {p.codecs for p in client.list(job) if p.rows} == {(codec,)}
+    assert ckpt.save(1).policy == cpr.Policy.FULL  # a new job's base: f32
+    model(idx).sum().backward()  # rows to save after it
+    opt.step()
+    ckpt.step()
+    assert ckpt.save(2).policy == cpr.Policy.MFU
+    assert {p.codecs for p in client.list(job) if p.rows and p.checkpoint == 2} == {(codec,)}
     ckpt.close()
     with pytest.raises(cpr.InvalidArgumentError, match="choose_codec"):
         cpr.torch.Checkpointer(client, job, list(model.emb), optimizer=opt, codec="auto")
