@@ -27,7 +27,10 @@ if(CPR_HAVE_CUDA)
   list(APPEND CPR_LIB_SYSTEM CUDA::cudart_static)
 endif()
 set(CPR_EMPTY_C ${CMAKE_CURRENT_BINARY_DIR}/cpr_parts.c)
-file(WRITE ${CPR_EMPTY_C} "/* The CPR libraries are made of their modules' objects. */\ntypedef int cpr_parts_;\n")
+# CONFIGURE writes only when the text changes: a re-run of cmake (every
+# make target runs it) must not touch it, or every library is linked again.
+file(CONFIGURE OUTPUT ${CPR_EMPTY_C}
+     CONTENT "/* The CPR libraries are made of their modules' objects. */\ntypedef int cpr_parts_;\n")
 
 add_library(cpr SHARED ${CPR_EMPTY_C} ${CPR_LIB_OBJECTS})
 target_link_libraries(cpr PRIVATE ${CPR_LIB_SYSTEM})

@@ -49,12 +49,19 @@ if ((${#missing[@]} == 0)); then
   exit 0
 fi
 
+export DEBIAN_FRONTEND=noninteractive
 SUDO=()
 if [[ $(id -u) != 0 ]]; then
   command -v sudo >/dev/null || { echo "install-deps: need root or sudo to install: ${missing[*]}" >&2; exit 1; }
-  SUDO=(sudo)
+  SUDO=(sudo env DEBIAN_FRONTEND=noninteractive) # sudo resets the environment
 fi
 echo "install-deps: installing ${missing[*]}"
-export DEBIAN_FRONTEND=noninteractive
-"${SUDO[@]}" apt-get update -q
-"${SUDO[@]}" apt-get install -y -q --no-install-recommends "${missing[@]}"
+# A fresh VM's apt-daily may hold apt's locks for a while: wait for them.
+LOCK=(-o DPkg::Lock::Timeout=600)
+for try in 1 2 3 4 5 6 7 8 9 10; do
+  "${SUDO[@]}" apt-get "${LOCK[@]}" update -q && break
+  [[ $try == 10 ]] && { echo "install-deps: apt-get update kept failing" >&2; exit 1; }
+  echo "install-deps: apt-get update failed (another apt holding its lists?); again in 30 s" >&2
+  sleep 30
+done
+"${SUDO[@]}" apt-get "${LOCK[@]}" install -y -q --no-install-recommends "${missing[@]}"

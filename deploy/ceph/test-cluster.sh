@@ -168,13 +168,18 @@ CONF
   echo "$dir/ceph.conf"
   ;;
 stop)
+  [[ -d $dir ]] && dir=$(cd "$dir" && pwd) # as start recorded it
+  # Only this cluster's daemons: a pid file left by a run that never stopped
+  # (Ctrl-C, a reboot) may name another process by now.
+  ours() { tr '\0' ' ' < "/proc/$1/cmdline" 2>/dev/null | grep -q "^ceph-.* $dir/ceph.conf"; }
   for pid in "$dir"/run/*.pid; do
-    kill "$(cat "$pid" 2>/dev/null)" 2>/dev/null || true
+    p=$(cat "$pid" 2>/dev/null) || continue
+    if ours "$p"; then kill "$p" 2>/dev/null || true; fi
   done
   for pid in "$dir"/run/*.pid; do
     p=$(cat "$pid" 2>/dev/null) || continue # gone meanwhile: go on with the others
-    for _ in $(seq 100); do kill -0 "$p" 2>/dev/null || break; sleep 0.1; done
-    kill -9 "$p" 2>/dev/null || true
+    for _ in $(seq 100); do ours "$p" || break; sleep 0.1; done
+    if ours "$p"; then kill -9 "$p" 2>/dev/null || true; fi
     rm -f "$pid"
   done
   ;;
