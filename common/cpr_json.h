@@ -28,6 +28,10 @@ cpri_json *cpri_json_numbers(const char *const *keys, const double *values, size
 /* Each add returns 0 on success, -1 on allocation failure. */
 int cpri_json_add_number(cpri_json *obj, const char *key, double value);
 int cpri_json_add_string(cpri_json *obj, const char *key, const char *value);
+/* A whole number written exactly: as a JSON number of its decimal digits
+ * (a double past 2^53 would round it; JSON parsers that read integers, e.g.
+ * Python's, read it exactly). */
+int cpri_json_add_u64(cpri_json *obj, const char *key, uint64_t value);
 int cpri_json_add_bool(cpri_json *obj, const char *key, int value);
 int cpri_json_add_child(cpri_json *obj, const char *key, cpri_json *child);
 int cpri_json_append(cpri_json *array, cpri_json *child);

@@ -97,6 +97,15 @@ int cpri_json_add_string(cpri_json *obj, const char *key, const char *value)
     return cpri_json_add_child(obj, key, cpri_json_string(value));
 }
 
+int cpri_json_add_u64(cpri_json *obj, const char *key, uint64_t value)
+{
+    if (value <= (1ull << 53)) /* a double holds it exactly */
+        return cpri_json_add_number(obj, key, (double)value);
+    char digits[24];
+    snprintf(digits, sizeof digits, "%llu", (unsigned long long)value);
+    return cJSON_AddRawToObject(AS_CJSON(obj), key, digits) ? 0 : -1;
+}
+
 int cpri_json_add_bool(cpri_json *obj, const char *key, int value)
 {
     return cJSON_AddBoolToObject(AS_CJSON(obj), key, value) ? 0 : -1;

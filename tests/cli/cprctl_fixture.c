@@ -158,12 +158,30 @@ static int do_expect(const char *table_text, const char *as_of_text)
     return fflush(stdout) ? 1 : 0;
 }
 
+/* Job "big": FULL parts of shard 0 at checkpoints 2^53 + 1 and 2^64 - 1,
+ * ids a double cannot hold. */
+static int do_big(const char *target)
+{
+    cpr_client *c = NULL;
+    cpr_status st = cpr_client_open(target, NULL, &c);
+    const uint64_t ids[2] = {(1ull << 53) + 1, UINT64_MAX};
+    for (int i = 0; i < 2 && st == CPR_OK; i++)
+        st = write_part(c, "big", OTHER_TABLES, 1, 0, 1, ids[i], CPR_KIND_FULL, UINT64_MAX);
+    cpr_client_close(c);
+    if (st)
+        fprintf(stderr, "cprctl_fixture: big %s: %s: %s\n", target, cpr_status_name(st),
+                cpr_errmsg());
+    return st ? 1 : 0;
+}
+
 int main(int argc, char **argv)
 {
     if (argc == 3 && strcmp(argv[1], "write") == 0)
         return do_write(argv[2]);
+    if (argc == 3 && strcmp(argv[1], "big") == 0)
+        return do_big(argv[2]);
     if (argc == 4 && strcmp(argv[1], "expect") == 0)
         return do_expect(argv[2], argv[3]);
-    fprintf(stderr, "usage: cprctl_fixture write TARGET | expect TABLE AS_OF\n");
+    fprintf(stderr, "usage: cprctl_fixture write TARGET | big TARGET | expect TABLE AS_OF\n");
     return 2;
 }

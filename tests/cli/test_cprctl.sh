@@ -275,6 +275,16 @@ check_recovery() {
     json_true 'd["generation"] == 0 and d["plan"] is None'
 }
 
+# Checkpoint ids past 2^53 come out exact in --json (last: job "big" is
+# written here, after the checks that count jobs).
+check_big_ids() {
+    "$fixture" big "$1" || fail "the fixture could not write job big to $1"
+    ok list big --json
+    json_true '[p["checkpoint"] for p in d["parts"]] == [2**53 + 1, 2**64 - 1]'
+    ok inspect big 18446744073709551615 --json
+    json_true 'd["checkpoint"] == 2**64 - 1'
+}
+
 # check_store WRITE_TARGET SERVER KIND: write the fixture's data through
 # WRITE_TARGET, then run every check with --server SERVER.
 check_store() {
@@ -289,6 +299,7 @@ check_store() {
     check_abort
     check_where
     check_gc
+    check_big_ids "$1"
 }
 
 # ---- usage ------------------------------------------------------------------------------
@@ -352,7 +363,7 @@ check_usage
 start_daemon one
 check_store "grpc://${daemon_addr[one]}" "${daemon_addr[one]}" daemon
 CPR_SERVER="grpc://${daemon_addr[one]}" "$tool" list > "$work/out" || fail "CPR_SERVER ignored"
-[[ $(cat "$work/out") == $'demo\nother' ]] || fail "list via CPR_SERVER: $(cat "$work/out")"
+[[ $(cat "$work/out") == $'big\ndemo\nother' ]] || fail "list via CPR_SERVER: $(cat "$work/out")"
 addr_one=${daemon_addr[one]}
 stop_daemon one
 expect_rc 1 --server "$addr_one" --timeout 5 list

@@ -183,9 +183,9 @@ void ctl_json_begin(const ctl *c, ctl_json *j)
     ctl_jstr(j, j->root, "command", c->command);
 }
 
-void ctl_jnum(ctl_json *j, cpri_json *obj, const char *key, double value)
+void ctl_jnum(ctl_json *j, cpri_json *obj, const char *key, uint64_t value)
 {
-    if (!obj || cpri_json_add_number(obj, key, value))
+    if (!obj || cpri_json_add_u64(obj, key, value))
         j->oom = 1;
 }
 

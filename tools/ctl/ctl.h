@@ -60,7 +60,8 @@ typedef struct ctl_json {
 
 /* Start the command's object, with "command" already in it. */
 void ctl_json_begin(const ctl *c, ctl_json *j);
-void ctl_jnum(ctl_json *j, cpri_json *obj, const char *key, double value);
+/* A whole number, exact in the JSON text up to 2^64 - 1 (cpri_json_add_u64). */
+void ctl_jnum(ctl_json *j, cpri_json *obj, const char *key, uint64_t value);
 void ctl_jstr(ctl_json *j, cpri_json *obj, const char *key, const char *value);
 void ctl_jbool(ctl_json *j, cpri_json *obj, const char *key, int value);
 /* Add `child` under `key` (obj an object) or append it (key NULL, obj an

@@ -165,9 +165,9 @@ static int summary(const ctl *c, const export_sink *s, const cpr_restore_result 
     ctl_jnum(&j, j.root, "table", c->table);
     ctl_jstr(&j, j.root, "file", c->args[2]);
     ctl_jstr(&j, j.root, "format", format);
-    ctl_jnum(&j, j.root, "as_of", (double)res->as_of);
-    ctl_jnum(&j, j.root, "rows", (double)s->rows);
-    ctl_jnum(&j, j.root, "bytes", (double)s->bytes);
+    ctl_jnum(&j, j.root, "as_of", res->as_of);
+    ctl_jnum(&j, j.root, "rows", s->rows);
+    ctl_jnum(&j, j.root, "bytes", s->bytes);
     ctl_jnum(&j, j.root, "dim", s->dim);
     ctl_jnum(&j, j.root, "state_dim", s->state_dim);
     return ctl_json_emit(c, &j, 0);

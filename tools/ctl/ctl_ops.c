@@ -47,16 +47,16 @@ static int list_jobs(ctl *c)
 static cpri_json *part_json(ctl_json *j, const cpr_part_info *p)
 {
     cpri_json *o = ctl_jobject(j);
-    ctl_jnum(j, o, "checkpoint", (double)p->checkpoint);
+    ctl_jnum(j, o, "checkpoint", p->checkpoint);
     ctl_jnum(j, o, "shard", p->shard);
     ctl_jnum(j, o, "num_shards", p->num_shards);
     ctl_jstr(j, o, "kind", cpr_kind_name(p->kind));
-    ctl_jnum(j, o, "step", (double)p->step);
-    ctl_jnum(j, o, "rows", (double)p->rows);
-    ctl_jnum(j, o, "bytes", (double)p->bytes);
+    ctl_jnum(j, o, "step", p->step);
+    ctl_jnum(j, o, "rows", p->rows);
+    ctl_jnum(j, o, "bytes", p->bytes);
     ctl_jbool(j, o, "committed", p->committed);
     ctl_jbool(j, o, "consistent", p->consistent);
-    ctl_jnum(j, o, "base", (double)p->base);
+    ctl_jnum(j, o, "base", p->base);
     cpri_json *codecs = ctl_jarray(j); /* each codec its row blocks use */
     for (int c = CPR_CODEC_F32; c <= CPR_CODEC_INT4 && codecs; c++)
         if (p->codecs & (1u << c))
@@ -135,7 +135,7 @@ static int list_parts(ctl *c, const char *job)
             ctl_jchild(&j, list, NULL, part_json(&j, &parts[i]));
         ctl_jchild(&j, j.root, "parts", list);
         if (cut)
-            ctl_jnum(&j, j.root, "latest_cut", (double)cut);
+            ctl_jnum(&j, j.root, "latest_cut", cut);
         rc = ctl_json_emit(c, &j, 0);
     } else {
         rc = print_parts(parts, n, 1) ? EXIT_FAILED : 0;
@@ -241,16 +241,16 @@ static int inspect_json(ctl *c, const cpr_part_info *at, size_t n)
     cpri_json *missing = ctl_jarray(&j);
     check_cut(at, n, &k, &j, missing, NULL);
     ctl_jstr(&j, j.root, "job", c->args[0]);
-    ctl_jnum(&j, j.root, "checkpoint", (double)c->checkpoint);
+    ctl_jnum(&j, j.root, "checkpoint", c->checkpoint);
     ctl_jbool(&j, j.root, "consistent_cut", is_cut(at, n));
     ctl_jnum(&j, j.root, "num_shards", k.num_shards);
     ctl_jbool(&j, j.root, "num_shards_agree", k.shards_agree);
     ctl_jchild(&j, j.root, "missing_shards", missing);
-    ctl_jnum(&j, j.root, "missing_count", (double)k.missing);
-    ctl_jnum(&j, j.root, "inconsistent_count", (double)k.inconsistent);
-    ctl_jnum(&j, j.root, "extra_count", (double)k.extra);
-    ctl_jnum(&j, j.root, "rows", (double)k.rows);
-    ctl_jnum(&j, j.root, "bytes", (double)k.bytes);
+    ctl_jnum(&j, j.root, "missing_count", k.missing);
+    ctl_jnum(&j, j.root, "inconsistent_count", k.inconsistent);
+    ctl_jnum(&j, j.root, "extra_count", k.extra);
+    ctl_jnum(&j, j.root, "rows", k.rows);
+    ctl_jnum(&j, j.root, "bytes", k.bytes);
     cpri_json *list = ctl_jarray(&j);
     for (size_t i = 0; i < n && list; i++)
         ctl_jchild(&j, list, NULL, part_json(&j, &at[i]));
@@ -382,10 +382,10 @@ int ctl_cmd_verify(ctl *c)
     if (job)
         ctl_jstr(&j, j.root, "job", job);
     ctl_jbool(&j, j.root, "intact", st == CPR_OK);
-    ctl_jnum(&j, j.root, "rows_checked", (double)r.rows_checked);
-    ctl_jnum(&j, j.root, "blobs_checked", (double)r.blobs_checked);
-    ctl_jnum(&j, j.root, "bytes_checked", (double)r.bytes_checked);
-    ctl_jnum(&j, j.root, "problem_count", (double)r.problems);
+    ctl_jnum(&j, j.root, "rows_checked", r.rows_checked);
+    ctl_jnum(&j, j.root, "blobs_checked", r.blobs_checked);
+    ctl_jnum(&j, j.root, "bytes_checked", r.bytes_checked);
+    ctl_jnum(&j, j.root, "problem_count", r.problems);
     ctl_jchild(&j, j.root, "problems", v.problems);
     return ctl_json_emit(c, &j, rc);
 }
@@ -403,7 +403,7 @@ int ctl_cmd_abort(ctl *c)
         ctl_json_begin(c, &j);
         ctl_jstr(&j, j.root, "job", job);
         ctl_jnum(&j, j.root, "shard", c->shard);
-        ctl_jnum(&j, j.root, "checkpoint", (double)c->checkpoint);
+        ctl_jnum(&j, j.root, "checkpoint", c->checkpoint);
         ctl_jbool(&j, j.root, "aborted", 1);
         return ctl_json_emit(c, &j, 0);
     }
@@ -430,7 +430,7 @@ int ctl_cmd_where(ctl *c)
     ctl_json_begin(c, &j);
     ctl_jstr(&j, j.root, "job", id.job);
     ctl_jnum(&j, j.root, "shard", id.shard);
-    ctl_jnum(&j, j.root, "checkpoint", (double)id.checkpoint);
+    ctl_jnum(&j, j.root, "checkpoint", id.checkpoint);
     cpri_json *places = ctl_jarray(&j);
     for (char *line = text, *nl; places && *line; line = nl + 1) { /* "NODE: LOCATION\n" */
         nl = strchr(line, '\n');
@@ -464,13 +464,13 @@ int ctl_cmd_gc(ctl *c)
         if (job)
             ctl_jstr(&j, j.root, "job", job);
         ctl_jnum(&j, j.root, "keep", c->keep);
-        ctl_jnum(&j, j.root, "floor", (double)r.floor);
-        ctl_jnum(&j, j.root, "parts_removed", (double)r.parts_removed);
-        ctl_jnum(&j, j.root, "versions_removed", (double)r.versions_removed);
-        ctl_jnum(&j, j.root, "uncommitted_removed", (double)r.uncommitted_removed);
-        ctl_jnum(&j, j.root, "bytes_before", (double)r.bytes_before);
-        ctl_jnum(&j, j.root, "bytes_after", (double)r.bytes_after);
-        ctl_jnum(&j, j.root, "bytes_reclaimed", (double)reclaimed);
+        ctl_jnum(&j, j.root, "floor", r.floor);
+        ctl_jnum(&j, j.root, "parts_removed", r.parts_removed);
+        ctl_jnum(&j, j.root, "versions_removed", r.versions_removed);
+        ctl_jnum(&j, j.root, "uncommitted_removed", r.uncommitted_removed);
+        ctl_jnum(&j, j.root, "bytes_before", r.bytes_before);
+        ctl_jnum(&j, j.root, "bytes_after", r.bytes_after);
+        ctl_jnum(&j, j.root, "bytes_reclaimed", reclaimed);
         return ctl_json_emit(c, &j, 0);
     }
     ctl_table t;
@@ -530,11 +530,11 @@ int ctl_cmd_stats(ctl *c)
         ctl_json j;
         ctl_json_begin(c, &j);
         for (int i = 0; i < N_COUNTERS; i++)
-            ctl_jnum(&j, j.root, names[i], (double)values[i]);
+            ctl_jnum(&j, j.root, names[i], values[i]);
         cpri_json *errors = ctl_jobject(&j);
         for (int k = 1; k < CPR_STATUS_COUNT_ && errors; k++)
             if (s.errors[k])
-                ctl_jnum(&j, errors, cpr_status_name((cpr_status)k), (double)s.errors[k]);
+                ctl_jnum(&j, errors, cpr_status_name((cpr_status)k), s.errors[k]);
         ctl_jchild(&j, j.root, "errors", errors);
         return ctl_json_emit(c, &j, 0);
     }

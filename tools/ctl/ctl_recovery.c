@@ -154,7 +154,7 @@ int ctl_cmd_recovery(ctl *c)
         ctl_json j;
         ctl_json_begin(c, &j);
         ctl_jstr(&j, j.root, "job", job);
-        ctl_jnum(&j, j.root, "generation", (double)generation);
+        ctl_jnum(&j, j.root, "generation", generation);
         cpri_json *p = plan ? recorded_json(bytes, len) : cpri_json_null();
         ctl_jchild(&j, j.root, "plan", p);
         rc = ctl_json_emit(c, &j, 0);
