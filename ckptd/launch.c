@@ -174,8 +174,13 @@ cpr_status cpri_ckptd_stop(cpri_ckptd_proc *d)
         return CPR_OK;
     kill(d->pid, SIGTERM);
     int waited = wait_within(d->pid, CPRI_CKPTD_STOP_S, &status);
-    if (waited < 0)
-        return cpr_fail(CPR_IO, "waitpid ckptd (pid %d): %s", (int)d->pid, strerror(errno));
+    if (waited < 0) {
+        int err = errno;
+        pid_t pid = d->pid;
+        if (err == ECHILD)
+            d->pid = 0; /* not our child (any more): never signal that pid again */
+        return cpr_fail(CPR_IO, "waitpid ckptd (pid %d): %s", (int)pid, strerror(err));
+    }
     if (waited == 1)
         d->pid = 0; /* reaped: the pid may be another process's from now on */
     if (waited == 0) {

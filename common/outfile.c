@@ -19,6 +19,24 @@
 
 #include "cpr_cli.h"
 
+/* The mode a new file gets: 0666 less the umask, read from /proc (umask()
+ * would change it for every thread while it is read); 0644 where unknown. */
+static mode_t new_file_mode(void)
+{
+    mode_t mask = 022;
+    FILE *f = fopen("/proc/self/status", "r");
+    char line[256];
+    unsigned v;
+    while (f && fgets(line, sizeof line, f))
+        if (sscanf(line, "Umask: %o", &v) == 1) {
+            mask = (mode_t)v;
+            break;
+        }
+    if (f)
+        fclose(f);
+    return 0666 & ~mask;
+}
+
 cpr_status cpri_outfile_open(cpri_outfile *o, const char *path)
 {
     *o = (cpri_outfile){0};
@@ -51,8 +69,11 @@ cpr_status cpri_outfile_open(cpri_outfile *o, const char *path)
         return cpr_fail(CPR_NO_MEMORY, "out of memory opening %s", path);
     }
     snprintf(tmp, len, "%s.tmp.XXXXXX", real);
+    /* The replaced file keeps its mode; a new one gets what open() gives. */
+    struct stat old;
+    mode_t mode = stat(real, &old) == 0 ? (old.st_mode & 07777) : new_file_mode();
     int fd = mkstemp(tmp);
-    if (fd < 0 || fchmod(fd, 0644) != 0 || !(o->f = fdopen(fd, "w"))) {
+    if (fd < 0 || fchmod(fd, mode) != 0 || !(o->f = fdopen(fd, "w"))) {
         cpr_status st = cpr_fail(errno == ENOSPC ? CPR_RESOURCE_EXHAUSTED : CPR_IO,
                                  "creating a temporary file beside %s: %s", real,
                                  strerror(errno));

@@ -144,16 +144,20 @@ typedef enum batch_result { BATCH_OK, BATCH_FAILED, BATCH_IDLE } batch_result;
 /* Which way a batch moves a message: what the client hears if it stalls. */
 typedef enum stream_dir { RECEIVING, SENDING } stream_dir;
 
-/* What a client hears when ckptd gives up on a quiet stream. */
-static void idle_reason(const cpri_rpc_call *c, stream_dir dir, char *why, size_t cap)
+/* What a client hears when ckptd gives up on a quiet stream after wait_s. */
+static void idle_reason(const cpri_rpc_call *c, stream_dir dir, double wait_s, char *why,
+                        size_t cap)
 {
     if (dir == RECEIVING)
         snprintf(why, cap, "ckptd: no message arrived on this stream for %g s "
                  "(--idle-part-timeout-s): the call was cancelled and the parts it wrote "
-                 "to aborted; begin them again", c->srv->idle_timeout_s);
+                 "to aborted; begin them again", wait_s);
+    else if (wait_s < c->srv->idle_timeout_s)
+        snprintf(why, cap, "ckptd: the client took no part of the call's answer and status "
+                 "for %g s: the call was cancelled", wait_s);
     else
         snprintf(why, cap, "ckptd: the client read no message of this stream for %g s "
-                 "(--idle-part-timeout-s): the call was cancelled", c->srv->idle_timeout_s);
+                 "(--idle-part-timeout-s): the call was cancelled", wait_s);
 }
 
 /* Start one batch and wait for it (V2). Every batch is waited for at most
@@ -172,7 +176,7 @@ static batch_result run_batch_within(cpri_rpc_call *c, grpc_op *ops, size_t n, s
     if (ev.type != GRPC_QUEUE_TIMEOUT)
         return ev.type == GRPC_OP_COMPLETE && ev.success ? BATCH_OK : BATCH_FAILED;
     char why[256];
-    idle_reason(c, dir, why, sizeof why);
+    idle_reason(c, dir, wait_s, why, sizeof why);
     grpc_call_cancel_with_status(c->call, GRPC_STATUS_DEADLINE_EXCEEDED, why, NULL);
     grpc_completion_queue_next(c->cq, forever, NULL); /* the batch, failed by the cancel */
     return BATCH_IDLE;

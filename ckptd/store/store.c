@@ -1464,8 +1464,16 @@ static uint64_t sweep_segments(cpr_store *store)
     pthread_mutex_lock(&store->mu);
     store->segs->ops->list(store->segs, note_unknown_segment, &s);
     pthread_mutex_unlock(&store->mu);
+    size_t damaged = store->n_damaged;
     if (store->rados && s.n)
         recheck_in_pool(&s);
+    if (store->n_damaged > damaged) { /* S5: a record read again may be the only one */
+        cpri_log(CPR_LOG_WARN, "store %s: a record read again from the pool is damaged; "
+                 "objects without a record are kept", store->dir);
+        for (size_t i = 0; i < s.n; i++)
+            free(s.names[i]);
+        s.n = 0;
+    }
     for (size_t i = 0; i < s.n; i++) {
         store->segs->ops->remove(store->segs, s.names[i]);
         free(s.names[i]);

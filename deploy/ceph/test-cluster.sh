@@ -171,7 +171,11 @@ stop)
   [[ -d $dir ]] && dir=$(cd "$dir" && pwd) # as start recorded it
   # Only this cluster's daemons: a pid file left by a run that never stopped
   # (Ctrl-C, a reboot) may name another process by now.
-  ours() { tr '\0' ' ' < "/proc/$1/cmdline" 2>/dev/null | grep -q "^ceph-.* $dir/ceph.conf"; }
+  ours() {
+    local cmd
+    cmd=$(tr '\0' ' ' 2>/dev/null < "/proc/$1/cmdline") || return 1
+    [[ $cmd == ceph-* && $cmd == *" $dir/ceph.conf "* ]]
+  }
   for pid in "$dir"/run/*.pid; do
     p=$(cat "$pid" 2>/dev/null) || continue
     if ours "$p"; then kill "$p" 2>/dev/null || true; fi

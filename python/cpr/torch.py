@@ -242,7 +242,8 @@ class Checkpointer:
             return []
 
     def _every_shard_has_full(self, parts):
-        full = {p.shard for p in parts if p.committed and p.kind == "FULL"}
+        full = {p.shard for p in parts  # of this layout: another's shards hold other rows
+                if p.committed and p.kind == "FULL" and p.num_shards == self.num_shards}
         return all(s in full for s in self.shards)
 
     def _hook(self, i):

@@ -56,15 +56,15 @@ static void shard_row(ctl_table *t, const cpr_plan_shard *e)
         ctl_table_cell(t, "%s", cpr_dense_source_name(e->dense));
 }
 
-/* bytes[0..len) for a terminal: printable ASCII and the bytes of UTF-8 as
- * they are, a control character or any other byte as \xNN (a record's
- * bytes come from any writer; they must not drive the terminal). */
+/* bytes[0..len) for a terminal: printable ASCII as it is, every other byte
+ * as \xNN (a record's bytes come from any writer; they must not drive the
+ * terminal, 8-bit and UTF-8 C1 controls included). */
 static int put_escaped(FILE *out, const void *bytes, size_t len)
 {
     const unsigned char *b = bytes;
     int bad = 0;
     for (size_t i = 0; i < len; i++) {
-        if ((b[i] >= 0x20 && b[i] < 0x7f) || b[i] >= 0x80)
+        if (b[i] >= 0x20 && b[i] < 0x7f)
             bad |= fputc(b[i], out) == EOF;
         else
             bad |= fprintf(out, "\\x%02x", b[i]) < 0;
