@@ -29,6 +29,7 @@
 #include "auth.h"
 #include "cpr_common.h"
 #include "leases.h"
+#include "part_fence.h" /* ckptd/store/: leases.h L5 */
 #include "restore_gate.h"
 #include "server.h"  /* rpc/: the call machinery */
 #include "service.h"
@@ -128,8 +129,9 @@ static void h_begin(cpri_rpc_call *c, void *app)
     cpr_status st = cpri_wire_begin_decode(req, req_len, &b);
     if (st == CPR_OK) {
         st = allow(c, srv, b.spec.id.job, CPRI_RIGHT_WRITE, "Begin");
+        uint64_t incarnation = 0;
         if (st == CPR_OK)
-            st = cpr_store_begin(srv->store, &b.spec);
+            st = cpri_store_begin_incarnation(srv->store, &b.spec, &incarnation);
         int begun = st == CPR_OK;
         if (st == CPR_ALREADY_EXISTS &&
             (lease = cpri_leases_resume(srv->leases, &b.spec.id, b.token)) != 0) {
@@ -140,7 +142,7 @@ static void h_begin(cpri_rpc_call *c, void *app)
             st = CPR_OK;
             begun = 1; /* as if begun here: a failure below aborts it */
         } else if (st == CPR_OK) {
-            st = cpri_leases_grant(srv->leases, &b.spec.id, b.token, &lease);
+            st = cpri_leases_grant(srv->leases, &b.spec.id, b.token, incarnation, &lease);
         }
         char segment[CPR_STORE_OBJECT_MAX] = "";
         if (st == CPR_OK && my_store(srv, b.direct) &&
@@ -157,7 +159,9 @@ static void h_begin(cpri_rpc_call *c, void *app)
         if (st && begun) {
             char why[512];
             snprintf(why, sizeof why, "%s", cpr_errmsg());
+            cpri_store_fence(incarnation); /* the part begun here (0: the resumed one) */
             cpr_store_abort(srv->store, &b.spec.id); /* nothing may stay open unleased */
+            cpri_store_fence(0);
             cpr_fail(st, "%s", why);
         }
         cpri_wire_begin_release(&b);
@@ -180,24 +184,27 @@ static void part_call(cpri_rpc_call *c, cpri_server *srv,
         /* An Abort without a lease is an override (BeginResponse in the
          * .proto); everything else presents the writer's lease. */
         int override = !commit && p.lease == 0;
-        uint64_t lease = p.lease;
+        uint64_t lease = p.lease, incarnation = 0; /* an override acts on what is open */
         st = allow(c, srv, p.id.job, override ? CPRI_RIGHT_ADMIN : CPRI_RIGHT_WRITE,
                    commit ? "Commit" : override ? "Abort by id (without the writer's lease)"
                                                 : "Abort");
         if (st) {
             lease = 0;
         } else if (!override) {
-            st = cpri_leases_check(srv->leases, &p.id, p.lease, commit ? "commit" : "abort");
+            st = cpri_leases_check(srv->leases, &p.id, p.lease, commit ? "commit" : "abort",
+                                   &incarnation);
         } else if ((lease = cpri_leases_get(srv->leases, &p.id)) != 0) {
             cpri_log(CPR_LOG_INFO, "abort of %s/%u/%llu by id, without its writer's lease",
                     p.id.job, p.id.shard, (unsigned long long)p.id.checkpoint);
         }
+        cpri_store_fence(incarnation); /* L5 */
         if (st == CPR_OK)
             st = !commit       ? cpr_store_abort(srv->store, &p.id)
                  : p.direct      ? commit_direct(srv, &p)
                  : p.check_blobs ? cpr_store_commit_blobs(srv->store, &p.id, p.rows, p.blobs,
                                                           p.blob_bytes)
                                  : cpr_store_commit(srv->store, &p.id, p.rows);
+        cpri_store_fence(0);
         if (lease && (st == CPR_OK || (!commit && st == CPR_NOT_FOUND)))
             cpri_leases_drop(srv->leases, &p.id, lease); /* L1: the part is gone */
         cpri_wire_part_release(&p);
@@ -471,6 +478,7 @@ typedef struct touched {
     char jobs[MAX_TOUCHED_PARTS][CPR_NAME_MAX + 1];
     cpr_part_id ids[MAX_TOUCHED_PARTS];
     uint64_t leases[MAX_TOUCHED_PARTS]; /* each part's, as its messages presented */
+    uint64_t incarnations[MAX_TOUCHED_PARTS]; /* and its store part's (leases.h L5) */
     size_t n;
 } touched;
 
@@ -497,7 +505,7 @@ static cpr_status may_touch(const touched *t, const cpr_part_id *id)
 }
 
 /* After writing (may_touch said yes, so there is room). */
-static void touch_part(touched *t, const cpr_part_id *id, uint64_t lease)
+static void touch_part(touched *t, const cpr_part_id *id, uint64_t lease, uint64_t incarnation)
 {
     if (touched_before(t, id))
         return;
@@ -506,6 +514,7 @@ static void touch_part(touched *t, const cpr_part_id *id, uint64_t lease)
     snprintf(t->jobs[t->n], sizeof t->jobs[0], "%s", id->job);
     t->ids[t->n] = (cpr_part_id){t->jobs[t->n], id->shard, id->checkpoint};
     t->leases[t->n] = lease;
+    t->incarnations[t->n] = incarnation;
     t->n++;
 }
 
@@ -514,8 +523,12 @@ static void abort_touched(cpri_server *srv, const touched *t)
     for (size_t i = 0; i < t->n; i++)
         /* Only the part this stream wrote to: if the reaper ended it and a
          * writer began the id again, the lease tells them apart. */
-        if (cpri_leases_get(srv->leases, &t->ids[i]) == t->leases[i] &&
-            cpr_store_abort(srv->store, &t->ids[i]) == CPR_OK) {
+        if (cpri_leases_get(srv->leases, &t->ids[i]) == t->leases[i]) {
+            cpri_store_fence(t->incarnations[i]); /* L5: not a part begun since */
+            cpr_status st = cpr_store_abort(srv->store, &t->ids[i]);
+            cpri_store_fence(0);
+            if (st != CPR_OK)
+                continue;
             cpri_leases_drop(srv->leases, &t->ids[i], t->leases[i]); /* L1 */
             cpri_log(CPR_LOG_INFO, "aborted part %s/%u/%llu after its stream broke",
                     t->jobs[i], t->ids[i].shard, (unsigned long long)t->ids[i].checkpoint);
@@ -542,18 +555,21 @@ static cpr_status apply_rows(cpri_server *srv, const cpri_principal *who, const 
     if (st)
         return st;
     st = cpri_principal_check(who, r.id.job, CPRI_RIGHT_WRITE, "PutRows");
+    uint64_t incarnation = 0;
     if (st == CPR_OK)
-        st = cpri_leases_check(srv->leases, &r.id, r.lease, "put_rows");
+        st = cpri_leases_check(srv->leases, &r.id, r.lease, "put_rows", &incarnation);
     if (st == CPR_OK)
         st = may_touch(t, &r.id);
     cpr_block_header h = {0};
     int stored = st == CPR_OK;
+    cpri_store_fence(incarnation); /* leases.h L5 */
     if (st == CPR_OK && r.block) /* stored as it came: the client's encoding */
         st = cpr_store_put_block(srv->store, &r.id, r.block, r.block_len);
     else if (st == CPR_OK)
         st = cpr_store_put_rows(srv->store, &r.id, &r.batch);
+    cpri_store_fence(0);
     if (st == CPR_OK || (stored && write_failed(st))) /* refused batches leave the part */
-        touch_part(t, &r.id, r.lease);
+        touch_part(t, &r.id, r.lease, incarnation);
     if (st == CPR_OK && r.block && cpr_block_header_parse(r.block, r.block_len, &h) == CPR_OK) {
         *rows += h.n;
         *bytes += (uint64_t)h.n * (8 + cpr_codec_row_bytes((cpr_codec)h.codec, h.dim) +
@@ -575,16 +591,19 @@ static cpr_status apply_chunk(cpri_server *srv, const cpri_principal *who, const
     if (st)
         return st;
     st = cpri_principal_check(who, ch.id.job, CPRI_RIGHT_WRITE, "PutBlob");
+    uint64_t incarnation = 0;
     if (st == CPR_OK)
-        st = cpri_leases_check(srv->leases, &ch.id, ch.lease, "put_blob");
+        st = cpri_leases_check(srv->leases, &ch.id, ch.lease, "put_blob", &incarnation);
     if (st == CPR_OK)
         st = may_touch(t, &ch.id);
     int stored = st == CPR_OK;
+    cpri_store_fence(incarnation); /* leases.h L5 */
     if (st == CPR_OK)
         st = cpr_store_put_blob(srv->store, &ch.id, ch.name, ch.offset, ch.data, ch.len,
                                 ch.crc32c);
+    cpri_store_fence(0);
     if (st == CPR_OK || (stored && write_failed(st))) /* refused chunks leave the part */
-        touch_part(t, &ch.id, ch.lease);
+        touch_part(t, &ch.id, ch.lease, incarnation);
     if (st == CPR_OK)
         *bytes += ch.len;
     cpri_wire_chunk_release(&ch);

@@ -25,6 +25,7 @@ typedef struct entry {
     uint32_t shard;
     uint64_t checkpoint, lease;
     uint64_t token;         /* L4: the Begin's token (0: none) */
+    uint64_t incarnation;   /* L5: the store's part this lease was granted for */
     char job[CPR_NAME_MAX + 1];
 } entry;
 
@@ -143,7 +144,7 @@ static void sweep(cpri_leases *l)
 }
 
 cpr_status cpri_leases_grant(cpri_leases *l, const cpr_part_id *id, uint64_t token,
-                             uint64_t *lease)
+                             uint64_t incarnation, uint64_t *lease)
 {
     uint64_t v = 0;
     while (v == 0) { /* L3 */
@@ -168,6 +169,7 @@ cpr_status cpri_leases_grant(cpri_leases *l, const cpr_part_id *id, uint64_t tok
     }
     (*e)->lease = v;
     (*e)->token = token;
+    (*e)->incarnation = incarnation;
     int want_sweep = l->count >= l->sweep_at;
     if (want_sweep) /* one sweep at a time: the next is due only past 2x */
         l->sweep_at = UINT64_MAX;
@@ -211,11 +213,13 @@ static int store_has_open(cpri_leases *l, const cpr_part_id *id)
 }
 
 cpr_status cpri_leases_check(cpri_leases *l, const cpr_part_id *id, uint64_t lease,
-                             const char *op)
+                             const char *op, uint64_t *incarnation)
 {
     pthread_mutex_lock(&l->mu);
     entry *e = *find(l, id);
     int held = e != NULL, ok = e && (e->lease ^ lease) == 0;
+    if (ok && incarnation)
+        *incarnation = e->incarnation;
     pthread_mutex_unlock(&l->mu);
     if (ok)
         return CPR_OK;

@@ -29,6 +29,12 @@
  *      the first was lost): it is answered with that entry's lease, and
  *      nothing changes. A token is a writer's secret as a lease is, drawn at
  *      random by the client for each part.
+ *  L5. An entry keeps the incarnation of the store's part it was granted
+ *      for (ckptd/store/part_fence.h S9), and every store call a lease
+ *      allows is fenced to it: if the part is aborted (the idle reaper)
+ *      and begun again by another writer between the lease check and the
+ *      call, the call finds no open part, instead of writing, committing or
+ *      aborting the new writer's part.
  *
  * Thread-safety: every function may be called from any thread.
  */
@@ -45,18 +51,21 @@ cpr_status cpri_leases_create(cpr_store *store, cpri_leases **out);
 void cpri_leases_destroy(cpri_leases *l); /* NULL is a no-op */
 
 /* A fresh lease for `id` (replacing any, L1), remembering the Begin's
- * token (L4); call after the store's Begin succeeded. */
+ * token (L4) and the store part's incarnation (L5); call after the store's
+ * Begin succeeded. */
 cpr_status cpri_leases_grant(cpri_leases *l, const cpr_part_id *id, uint64_t token,
-                             uint64_t *lease);
+                             uint64_t incarnation, uint64_t *lease);
 
 /* L4: the lease of id's entry if it was granted to a Begin with `token`
  * (not 0); 0 otherwise. */
 uint64_t cpri_leases_resume(cpri_leases *l, const cpr_part_id *id, uint64_t token);
 
-/* CPR_OK if `lease` is id's; CPR_PERMISSION_DENIED naming `op` if id has
- * another; CPR_FAILED_PRECONDITION if id has none (L2: not open). */
+/* CPR_OK if `lease` is id's, with its part's incarnation in *incarnation
+ * (may be NULL; L5: fence the store call with it); CPR_PERMISSION_DENIED
+ * naming `op` if id has another; CPR_FAILED_PRECONDITION if id has none
+ * (L2: not open). */
 cpr_status cpri_leases_check(cpri_leases *l, const cpr_part_id *id, uint64_t lease,
-                             const char *op);
+                             const char *op, uint64_t *incarnation);
 
 /* id's lease, 0 if none: an Abort without it is then an override. */
 uint64_t cpri_leases_get(cpri_leases *l, const cpr_part_id *id);

@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include "store_internal.h"
+#include "part_fence.h"
 #include "rados.h"
 
 /* ---- small helpers --------------------------------------------------- */
@@ -245,12 +246,31 @@ static int part_matches(const open_part *p, const cpr_part_id *id)
            strcmp(p->job_name, id->job) == 0;
 }
 
+/* part_fence.h S9: this thread's fence (0: none). */
+static _Thread_local uint64_t part_fence;
+
+void cpri_store_fence(uint64_t incarnation)
+{
+    part_fence = incarnation;
+}
+
+uint64_t cpri_store_part_incarnation(cpr_store *store, const cpr_part_id *id)
+{
+    uint64_t inc = 0;
+    pthread_mutex_lock(&store->mu);
+    for (open_part *p = store->open_parts; p && !inc; p = p->next)
+        if (part_matches(p, id))
+            inc = p->incarnation;
+    pthread_mutex_unlock(&store->mu);
+    return inc;
+}
+
 open_part *cpri_open_part_get(cpr_store *store, const cpr_part_id *id)
 {
     open_part *found = NULL;
     pthread_mutex_lock(&store->mu);
     for (open_part *p = store->open_parts; p; p = p->next) {
-        if (part_matches(p, id)) {
+        if (part_matches(p, id) && (!part_fence || p->incarnation == part_fence)) {
             p->refs++;
             found = p;
             break;

@@ -143,6 +143,7 @@ typedef struct open_part {
                                     (cpr_store_abort_idle) */
     cpri_obj_writer *seg;         /* the rows' segment; NULL until the first rows */
     char seg_name[CPR_SEG_NAME_MAX];
+    uint64_t incarnation;        /* part_fence.h S9: this begin's, never 0 */
     int direct;                  /* W3 (store_write.c): its segment is written by a client (direct
                                     writes): no put_rows or put_block */
     int direct_put;              /* W3: that segment's index was taken */

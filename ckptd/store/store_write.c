@@ -55,6 +55,7 @@
 #include "cpr/crc32c.h"
 #include "restore.h"
 #include "store_internal.h"
+#include "part_fence.h"
 #include "rados.h"
 
 #define MAX_BATCH_ROWS (1u << 24)     /* rows in one put_rows call */
@@ -172,9 +173,10 @@ static cpr_status new_open_part(cpr_store *store, const cpr_part_spec *spec, ope
                                   store->staging_dir);
     size_t len = base ? strlen(base) + 24 : 0;
     part->dir = base ? malloc(len) : NULL;
+    uint64_t seq = atomic_fetch_add(&store->staging_seq, 1);
+    part->incarnation = seq + 1; /* part_fence.h S9: unique to this begin, never 0 */
     if (part->dir)
-        snprintf(part->dir, len, "%s.%llu", base,
-                 (unsigned long long)atomic_fetch_add(&store->staging_seq, 1));
+        snprintf(part->dir, len, "%s.%llu", base, (unsigned long long)seq);
     free(base);
     cpr_status st = part->dir ? cpri_meta_copy_tables(&part->meta, spec->tables, spec->n_tables)
                               : cpr_fail(CPR_NO_MEMORY, "out of memory beginning a part");
@@ -236,6 +238,12 @@ static cpr_status claim_job_id(cpr_store *store, const char *name, uint32_t floo
 
 cpr_status cpr_store_begin(cpr_store *store, const cpr_part_spec *spec)
 {
+    return cpri_store_begin_incarnation(store, spec, NULL);
+}
+
+cpr_status cpri_store_begin_incarnation(cpr_store *store, const cpr_part_spec *spec,
+                                        uint64_t *incarnation)
+{
     open_part *part = NULL;
     cpri_job *job;
     cpr_status st = validate_spec(spec);
@@ -277,6 +285,8 @@ cpr_status cpr_store_begin(cpr_store *store, const cpr_part_spec *spec)
                           "cannot create %s: %s", part->dir, strerror(errno));
     }
     if (st == CPR_OK) {
+        if (incarnation)
+            *incarnation = part->incarnation;
         part->job_id = job->id;
         part->refs = 1; /* the open-parts table's reference */
         part->next = store->open_parts;

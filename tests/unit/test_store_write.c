@@ -19,6 +19,7 @@
 
 #include "cpr/crc32c.h"
 #include "cpr/store.h"
+#include "part_fence.h" /* ckptd/store/: S9 */
 #include "testutil.h"
 
 static const cpr_table_schema one_table[1] = {{1, 1000, 4, 2}};
@@ -523,6 +524,48 @@ static void test_commit_and_abort(void **state)
     assert_int_equal(b.len, 0);
 }
 
+/* part_fence.h S9: a writer fenced to the part it began never touches the
+ * part of a later Begin of the same id (ckptd's leases, L5). */
+static void test_fence_keeps_to_its_incarnation(void **state)
+{
+    tu_store_fixture *f = *state;
+    cpr_part_spec spec = tu_part("fence", 0, 1, 1, CPR_KIND_FULL, one_table, 1);
+    const cpr_table_schema *t = &one_table[0];
+    uint64_t ids[20];
+    tu_iota(ids, 0, 20);
+    uint64_t old = 0, now = 0;
+    assert_int_equal(cpri_store_begin_incarnation(f->store, &spec, &old), CPR_OK);
+    assert_true(old != 0);
+    assert_true(cpri_store_part_incarnation(f->store, &spec.id) == old);
+    cpri_store_fence(old);
+    assert_int_equal(tu_put_rows(f->store, &spec.id, t, ids, 5, 1), CPR_OK);
+    cpri_store_fence(0);
+    /* Aborted (by the idle reaper, say) and begun again by another writer. */
+    assert_int_equal(cpr_store_abort(f->store, &spec.id), CPR_OK);
+    assert_int_equal(cpri_store_begin_incarnation(f->store, &spec, &now), CPR_OK);
+    assert_true(now != 0 && now != old);
+    /* The old writer's calls find no open part: nothing of the new one changes. */
+    cpri_store_fence(old);
+    assert_int_equal(tu_put_rows(f->store, &spec.id, t, ids + 5, 5, 1),
+                     CPR_FAILED_PRECONDITION);
+    assert_int_equal(put_blob_pattern(f->store, &spec.id, "dense", 0, 10),
+                     CPR_FAILED_PRECONDITION);
+    assert_int_equal(cpr_store_commit(f->store, &spec.id, 0), CPR_FAILED_PRECONDITION);
+    assert_int_equal(cpr_store_abort(f->store, &spec.id), CPR_NOT_FOUND);
+    /* The new writer's go on. */
+    cpri_store_fence(now);
+    assert_int_equal(tu_put_rows(f->store, &spec.id, t, ids, 20, 1), CPR_OK);
+    assert_int_equal(cpr_store_commit(f->store, &spec.id, 20), CPR_OK);
+    cpri_store_fence(0);
+    tu_rows rows;
+    cpr_restore_query q = {.job = "fence"};
+    assert_int_equal(tu_restore(f->store, &q, &rows, NULL), CPR_OK);
+    assert_int_equal(rows.n, 20);
+    tu_assert_rows(rows.rows, t, 0, 1, 20, 1);
+    tu_rows_free(&rows);
+    assert_true(cpri_store_part_incarnation(f->store, &spec.id) == 0); /* committed */
+}
+
 static void test_uncommitted_invisible(void **state)
 {
     tu_store_fixture *f = *state;
@@ -861,6 +904,7 @@ int main(void)
         STORE_TEST(test_put_rows_errors),
         STORE_TEST(test_put_blob),
         STORE_TEST(test_commit_and_abort),
+        STORE_TEST(test_fence_keeps_to_its_incarnation),
         STORE_TEST(test_uncommitted_invisible),
         STORE_TEST(test_commit_order),
         STORE_TEST(test_row_sent_twice),
