@@ -503,8 +503,12 @@ static void *handler_main(void *arg)
     cpr_status admitted = CPR_OK; /* within max_calls: dispatch counted it (V3) */
     if (admitted == CPR_OK && c->payload) { /* the request, its copy, its decoding (V4) */
         size_t len = grpc_byte_buffer_length(c->payload);
-        admitted = budget_take(c, (2 + (size_t)srv->unary_decode_factor) * len +
-                                      srv->unary_decode_slack);
+        size_t charge = (2 + (size_t)srv->unary_decode_factor) * len + srv->unary_decode_slack;
+        /* At most half the budget: one that takes all of it waits for every
+         * stream's buffers to be given back (up to the idle timeout). */
+        if (srv->budget && charge > srv->budget / 2)
+            charge = srv->budget / 2 > 2 * len ? srv->budget / 2 : 2 * len;
+        admitted = budget_take(c, charge);
     }
     if (admitted)
         cpri_rpc_finish(c, admitted, NULL, 0);
