@@ -15,18 +15,42 @@
  *   C4  abort(job, shard, checkpoint) of a part that a Part of this client
  *       holds takes that Part's `busy` for the call (refused if another
  *       thread is inside one of its calls), as the C API requires.
+ *   C5  A client belongs to the process that opened it (`pid`). In a fork's
+ *       child (which has none of its threads) every call raises, and
+ *       close and deallocation forget the C handles instead of closing
+ *       them (which would wait for ever): the parent still owns them.
  */
 #include "cprpy.h"
 
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cpr/types.h"
 
 const char cprpy_ended_by_close[] = "aborted when its client closed";
 
+/* C5: the C client's threads (senders, gRPC's, the store's) live in the
+ * process that opened it; a fork's child has none of them, so it may
+ * neither use nor close it (either would wait for ever). The child forgets
+ * it: the parent still owns it. */
+int cprpy_client_forked(cprpy_client *c)
+{
+    if (!c->client || c->pid == (long)getpid())
+        return 0;
+    for (cprpy_part *p = c->parts; p; p = p->next)
+        p->part = NULL; /* not ours to abort: the parent's */
+    c->client = NULL;
+    return 1;
+}
+
 cpr_client *cprpy_client_enter(cprpy_client *c)
 {
+    if (cprpy_client_forked(c)) {
+        cprpy_raise(CPR_FAILED_PRECONDITION, "this client was opened by the parent process "
+                    "(a client does not survive fork()); open a new cpr.Client in the child");
+        return NULL;
+    }
     if (!c->client) {
         cprpy_raise(CPR_FAILED_PRECONDITION, "the client is closed; open a new cpr.Client");
         return NULL;
@@ -99,6 +123,7 @@ static int client_init(cprpy_client *c, PyObject *args, PyObject *kw)
         return -1;
     }
     c->client = cl;
+    c->pid = (long)getpid();
     Py_XSETREF(c->target, PyUnicode_FromString(target));
     return 0;
 }
@@ -124,7 +149,7 @@ static void client_close_now(cprpy_client *c)
 static PyObject *client_close(cprpy_client *c, PyObject *unused)
 {
     (void)unused;
-    if (!c->client)
+    if (!c->client || cprpy_client_forked(c))
         Py_RETURN_NONE;
     if (c->busy > 0)
         return cprpy_raise(CPR_FAILED_PRECONDITION,
@@ -143,7 +168,7 @@ static PyObject *client_close(cprpy_client *c, PyObject *unused)
 static void client_dealloc(cprpy_client *c)
 {
     /* Parts hold a reference to their client, so none is left here. */
-    if (c->client)
+    if (c->client && !cprpy_client_forked(c))
         client_close_now(c);
     if (c->weakrefs)
         PyObject_ClearWeakRefs((PyObject *)c);
@@ -188,7 +213,7 @@ static int parse_tables(PyObject *o, cpr_table_schema **out, size_t *n)
     *n = 0;
     if (!o || o == Py_None)
         return 0;
-    PyObject *seq = PySequence_Fast(o, "tables: expected a sequence of (table, rows, dim, "
+    PyObject *seq = cprpy_seq_copy(o, "tables: expected a sequence of (table, rows, dim, "
                                        "state_dim)");
     if (!seq)
         return -1;
@@ -407,7 +432,7 @@ static int parse_query(query_args *a, PyObject *job, unsigned long long as_of, i
     if (cprpy_u32_list(shards, "shards", &a->shards, &a->n_shards) < 0)
         goto fail;
     if (ranges && ranges != Py_None) {
-        PyObject *seq = PySequence_Fast(ranges, "ranges: expected a sequence of (begin, end)");
+        PyObject *seq = cprpy_seq_copy(ranges, "ranges: expected a sequence of (begin, end)");
         if (!seq)
             goto fail;
         Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);

@@ -84,6 +84,11 @@ int cprpy_parse_codec(PyObject *o, cpr_codec *out);
 /* A sequence of non-negative ints into a malloc'd uint32/uint64 array
  * (*out NULL and *n 0 for None or empty). -1 on error. */
 int cprpy_u32_list(PyObject *o, const char *what, uint32_t **out, size_t *n);
+/* A tuple copy of sequence `o` (new reference), or NULL with TypeError(what)
+ * set. Read sequences through a copy: converting an item may run Python code
+ * (its __iter__, __index__) that changes the caller's list, and the items of
+ * PySequence_Fast's view of a list are the list's, freed when it shrinks. */
+PyObject *cprpy_seq_copy(PyObject *o, const char *what);
 /* "O&" converters: an int in [0, 2^64) into an unsigned long long, an int
  * in [0, 2^32) into an unsigned int; InvalidArgumentError otherwise. */
 int cprpy_u64(PyObject *o, void *out);
@@ -109,6 +114,7 @@ typedef struct cprpy_part cprpy_part;
 typedef struct cprpy_client {
     PyObject_HEAD
     cpr_client *client;   /* NULL once closed */
+    long pid;             /* the process that opened it (C5: a fork's child does not own it) */
     PyObject *target;
     int busy;             /* calls in flight on other threads (GIL held to change) */
     cprpy_part *parts;    /* open Part objects of this client (a list through them) */
@@ -132,6 +138,9 @@ struct cprpy_part {
 
 /* The client's C handle for a call, or NULL with an error set (closed). */
 cpr_client *cprpy_client_enter(cprpy_client *c);
+/* C5 (client.c): 1 if `c` was opened by another process (a fork's parent);
+ * its handles are then forgotten here, never used or closed. */
+int cprpy_client_forked(cprpy_client *c);
 void cprpy_client_leave(cprpy_client *c);
 
 /* A new Plan owning `plan`. */

@@ -489,13 +489,23 @@ int cprpy_parse_codec(PyObject *o, cpr_codec *out)
     return 0;
 }
 
+PyObject *cprpy_seq_copy(PyObject *o, const char *what)
+{
+    PyObject *t = PySequence_Tuple(o); /* any iterable, as PySequence_Fast took */
+    if (!t && PyErr_ExceptionMatches(PyExc_TypeError)) {
+        PyErr_Clear();
+        PyErr_SetString(PyExc_TypeError, what);
+    }
+    return t;
+}
+
 int cprpy_u32_list(PyObject *o, const char *what, uint32_t **out, size_t *n)
 {
     *out = NULL;
     *n = 0;
     if (!o || o == Py_None)
         return 0;
-    PyObject *seq = PySequence_Fast(o, what);
+    PyObject *seq = cprpy_seq_copy(o, what);
     if (!seq)
         return -1;
     Py_ssize_t len = PySequence_Fast_GET_SIZE(seq);
@@ -695,7 +705,7 @@ PyObject *cprpy_part_info(const cpr_part_info *p)
 
 int cprpy_part_info_from(PyObject *o, cpr_part_info *out)
 {
-    PyObject *seq = PySequence_Fast(o, "a part: expected a cpr.PartInfo or a 10-sequence");
+    PyObject *seq = cprpy_seq_copy(o, "a part: expected a cpr.PartInfo or a 10-sequence");
     if (!seq)
         return -1;
     int rc = -1; /* the 11th field, codecs, does not matter to a plan */

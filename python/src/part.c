@@ -59,6 +59,12 @@ PyObject *cprpy_part_new(cprpy_client *c, cpr_part *part, PyObject *job, uint32_
 /* P1/P2: the handle for one call, or NULL with an error set. */
 static cpr_part *enter(cprpy_part *p)
 {
+    if (cprpy_client_forked(p->client))
+        return (cpr_part *)cprpy_raise(CPR_FAILED_PRECONDITION,
+                                       "part %s/%u/%llu belongs to the parent process (a "
+                                       "client does not survive fork())",
+                                       PyUnicode_AsUTF8(p->job), p->shard,
+                                       (unsigned long long)p->checkpoint);
     if (!p->part)
         return (cpr_part *)cprpy_raise(CPR_FAILED_PRECONDITION,
                                        "part %s/%u/%llu is %s; begin a new part to write more",
@@ -355,6 +361,7 @@ static PyObject *part_exit_ctx(cprpy_part *p, PyObject *args)
 
 static void part_dealloc(cprpy_part *p)
 {
+    cprpy_client_forked(p->client); /* C5: a fork's child forgets the parent's part */
     if (p->part) {
         /* Busy while the GIL is released (client.c C2): the client cannot
          * close under the abort. */

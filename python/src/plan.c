@@ -219,7 +219,7 @@ PyObject *cprpy_plan_recovery(PyObject *self, PyObject *args, PyObject *kw)
                                      &dense_shard, &restart, cprpy_u64, &ab_after, cprpy_u64,
                                      &ab_through))
         return NULL;
-    PyObject *seq = PySequence_Fast(parts, "parts: expected a sequence of cpr.PartInfo");
+    PyObject *seq = cprpy_seq_copy(parts, "parts: expected a sequence of cpr.PartInfo");
     if (!seq)
         return NULL;
     request_args a;

@@ -455,6 +455,57 @@ def test_type_stubs_cover_the_module():
         assert members - declared[name] == set(), name
 
 
+def test_sequences_changed_while_they_are_read(client, job):
+    """An item whose __iter__ empties the list being read (a segfault when
+    the list's own items were read): the arguments are copied first."""
+    class Evil:
+        def __init__(self, row):
+            self.row, self.lst = row, None
+
+        def __iter__(self):
+            self.lst.clear()
+            return iter(self.row)
+
+    e = Evil((0, 100, 8, 0))
+    tables = [e] + [(i, 100, 8, 0) for i in range(1, 64)]
+    e.lst = tables
+    with client.begin(job, 0, 1, tables=tables) as part:
+        part.put_rows(63, np.arange(3, dtype=np.int64), np.ones((3, 8), np.float32))
+    e = Evil((0, 10))
+    ranges = [e] + [(i, i + 1) for i in range(10, 60)]
+    e.lst = ranges
+    rows, _ = client.restore(job, ranges=ranges)
+    assert list(np.asarray(rows[63].ids)) == [0, 1, 2]  # the ranges as passed: [0, 10) ...
+    [part] = client.list(job)
+    e = Evil(tuple(part))
+    plist = [e]
+    e.lst = plist  # emptied while its only item is read
+    assert cpr.plan_recovery(plist, 1, [0], "partial").action == "partial"
+
+
+def test_a_forked_child_cannot_use_the_parents_client(tmp_path, job):
+    """A client's threads live in its process: in a fork's child a call
+    raises (it waited for ever) and the parent's part is left alone."""
+    import os
+    c = cpr.Client("local://%s" % (tmp_path / "store"))
+    part = c.begin(job, 0, 1, tables=[(0, 10, 2, 0)])
+    pid = os.fork()
+    if pid == 0:  # leave with os._exit: the libraries' exit handlers need their threads
+        code = 1
+        try:
+            c.list_jobs()
+        except cpr.FailedPreconditionError as e:
+            code = 0 if "fork" in str(e) else 2
+        except BaseException:
+            code = 3
+        os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    part.commit()
+    assert [p.committed for p in c.list(job)] == [True]
+    c.close()
+
+
 def test_negative_and_oversized_ints_are_refused(client, job):
     with pytest.raises(cpr.InvalidArgumentError, match="-1"):
         client.begin(job, 0, -1, tables=SCHEMA[:1])  # would end the shard's ids for ever
