@@ -109,15 +109,18 @@ static int client_init(cprpy_client *c, PyObject *args, PyObject *kw)
     o.store.no_sync = no_sync;
     o.store.no_fold = no_fold;
     o.store.buffered_reads = buffered_reads;
-    if (c->client) {
-        cprpy_raise(CPR_FAILED_PRECONDITION, "the client is already open");
+    if (c->client || c->opening) {
+        cprpy_raise(CPR_FAILED_PRECONDITION, "the client is already open%s",
+                    c->client ? "" : "ing on another thread");
         return -1;
     }
     cpr_client *cl = NULL;
     cpr_status st;
+    c->opening = 1; /* two __init__ at once must not both open (one would leak) */
     Py_BEGIN_ALLOW_THREADS
     st = cpr_client_open(target, &o, &cl);
     Py_END_ALLOW_THREADS
+    c->opening = 0;
     if (st != CPR_OK) {
         cprpy_raise_status(st);
         return -1;

@@ -115,6 +115,7 @@ typedef struct cprpy_client {
     PyObject_HEAD
     cpr_client *client;   /* NULL once closed */
     long pid;             /* the process that opened it (C5: a fork's child does not own it) */
+    int opening;          /* __init__ is opening it, the GIL released (C1) */
     PyObject *target;
     int busy;             /* calls in flight on other threads (GIL held to change) */
     cprpy_part *parts;    /* open Part objects of this client (a list through them) */

@@ -34,7 +34,7 @@ static void unlink_part(cprpy_part *p)
 PyObject *cprpy_part_new(cprpy_client *c, cpr_part *part, PyObject *job, uint32_t shard,
                          uint64_t checkpoint)
 {
-    cprpy_part *p = PyObject_New(cprpy_part, &cprpy_PartType);
+    cprpy_part *p = PyObject_GC_New(cprpy_part, &cprpy_PartType);
     if (!p) {
         Py_BEGIN_ALLOW_THREADS
         cpr_part_abort(&part);
@@ -53,7 +53,17 @@ PyObject *cprpy_part_new(cprpy_client *c, cpr_part *part, PyObject *job, uint32_
     if (c->parts)
         c->parts->prev = p;
     c->parts = p;
+    PyObject_GC_Track((PyObject *)p);
     return (PyObject *)p;
+}
+
+/* A Part holds its Client: the collector must see that edge, or a cycle
+ * through it (a Client subclass keeping its Part in an attribute) keeps the
+ * client, its threads and its store open until exit. */
+static int part_traverse(cprpy_part *p, visitproc visit, void *arg)
+{
+    Py_VISIT(p->client);
+    return 0;
 }
 
 /* P1/P2: the handle for one call, or NULL with an error set. */
@@ -361,6 +371,7 @@ static PyObject *part_exit_ctx(cprpy_part *p, PyObject *args)
 
 static void part_dealloc(cprpy_part *p)
 {
+    PyObject_GC_UnTrack((PyObject *)p);
     cprpy_client_forked(p->client); /* C5: a fork's child forgets the parent's part */
     if (p->part) {
         /* Busy while the GIL is released (client.c C2): the client cannot
@@ -377,7 +388,7 @@ static void part_dealloc(cprpy_part *p)
     }
     Py_XDECREF(p->job);
     Py_XDECREF(p->client);
-    PyObject_Free(p);
+    PyObject_GC_Del(p);
 }
 
 static PyObject *part_repr(cprpy_part *p)
@@ -439,7 +450,8 @@ PyTypeObject cprpy_PartType = {
     .tp_basicsize = sizeof(cprpy_part),
     .tp_dealloc = (destructor)part_dealloc,
     .tp_repr = (reprfunc)part_repr,
-    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    .tp_traverse = (traverseproc)part_traverse,
     .tp_doc = "A part being written; from Client.begin. A context manager: commits on a "
               "clean exit, aborts on an exception. Used by one thread at a time.",
     .tp_methods = part_methods,

@@ -483,6 +483,27 @@ def test_sequences_changed_while_they_are_read(client, job):
     assert cpr.plan_recovery(plist, 1, [0], "partial").action == "partial"
 
 
+def test_a_part_kept_by_its_client_is_collected(tmp_path, job):
+    """A cycle through a Part (a Client subclass keeping its Part) is
+    collected: the client closes and its store is free again."""
+    import gc
+    import weakref
+
+    class MyClient(cpr.Client):
+        pass
+
+    target = "local://%s" % (tmp_path / "store")
+    c = MyClient(target)
+    c.current = c.begin(job, 0, 1, tables=[(0, 10, 2, 0)])
+    alive = weakref.ref(c)
+    del c
+    gc.collect()
+    assert alive() is None
+    with cpr.Client(target) as again:  # the store was closed: it opens
+        with pytest.raises(cpr.NotFoundError):
+            again.list(job)  # the part was aborted, not committed
+
+
 def test_a_forked_child_cannot_use_the_parents_client(tmp_path, job):
     """A client's threads live in its process: in a fork's child a call
     raises (it waited for ever) and the parent's part is left alone."""
