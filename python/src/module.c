@@ -413,11 +413,13 @@ PyObject *cprpy_array_new(void *data, char format, size_t n, size_t cols)
 static int parse_enum(PyObject *o, const char *what, const char *(*name)(int), int count,
                       int *out)
 {
-    if (PyLong_Check(o)) {
-        long v = PyLong_AsLong(o);
+    if (PyIndex_Check(o) && !PyUnicode_Check(o)) {
+        PyObject *i = PyNumber_Index(o);
+        long v = i ? PyLong_AsLong(i) : -1;
+        Py_XDECREF(i);
         if (v == -1 && PyErr_Occurred())
-            return -1;
-        if (v >= 0 && v < count && name((int)v)) {
+            PyErr_Clear(); /* too large: refused below, as any other value */
+        else if (v >= 0 && v < count && name((int)v)) {
             *out = (int)v;
             return 0;
         }
@@ -516,8 +518,11 @@ int cprpy_u32_list(PyObject *o, const char *what, uint32_t **out, size_t *n)
         return -1;
     }
     for (Py_ssize_t i = 0; i < len; i++) {
-        unsigned long x = PyLong_AsUnsignedLong(PySequence_Fast_GET_ITEM(seq, i));
-        if ((x == (unsigned long)-1 && PyErr_Occurred()) || x > UINT32_MAX) {
+        PyObject *item = PySequence_Fast_GET_ITEM(seq, i);
+        PyObject *idx = PyIndex_Check(item) ? PyNumber_Index(item) : NULL; /* NumPy ints */
+        unsigned long x = idx ? PyLong_AsUnsignedLong(idx) : (unsigned long)-1;
+        Py_XDECREF(idx);
+        if (!idx || (x == (unsigned long)-1 && PyErr_Occurred()) || x > UINT32_MAX) {
             PyErr_Clear();
             free(v);
             Py_DECREF(seq);
@@ -537,11 +542,15 @@ int cprpy_u32_list(PyObject *o, const char *what, uint32_t **out, size_t *n)
  * ids for ever (ids only grow). */
 static int conv_unsigned(PyObject *o, unsigned long long max, unsigned long long *v)
 {
-    if (!PyLong_Check(o)) {
+    /* An int, or what stands for one (__index__: NumPy's integer scalars). */
+    PyObject *i = PyIndex_Check(o) ? PyNumber_Index(o) : NULL;
+    if (!i) {
+        PyErr_Clear();
         PyErr_Format(PyExc_TypeError, "expected an int, got %s", Py_TYPE(o)->tp_name);
         return 0;
     }
-    *v = PyLong_AsUnsignedLongLong(o);
+    *v = PyLong_AsUnsignedLongLong(i);
+    Py_DECREF(i);
     if ((*v == (unsigned long long)-1 && PyErr_Occurred()) || *v > max) {
         PyErr_Clear();
         PyObject *r = NULL;
@@ -758,6 +767,8 @@ static PyObject *mod_status_name(PyObject *self, PyObject *arg)
     long v = PyLong_AsLong(arg);
     if (v == -1 && PyErr_Occurred())
         return NULL;
+    if (v < INT_MIN || v > INT_MAX) /* not a status: its name is the unknown one's */
+        v = -1;
     return PyUnicode_FromString(cpr_status_name((cpr_status)v));
 }
 

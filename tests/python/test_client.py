@@ -527,6 +527,16 @@ def test_a_forked_child_cannot_use_the_parents_client(tmp_path, job):
     c.close()
 
 
+def test_numpy_integers_are_ints(client, job):
+    with client.begin(job, np.int64(0), np.uint32(1), tables=[(np.int32(0), 10, 2, 0)],
+                      kind=np.int8(1), num_shards=np.int16(1)) as p:
+        p.put_rows(np.uint8(0), np.arange(3, dtype=np.int64), np.ones((3, 2), np.float32))
+    [info] = client.list(job)
+    assert (info.shard, info.checkpoint, info.kind, info.rows) == (0, 1, "FULL", 3)
+    rows, _ = client.restore(job, shards=[np.int64(0)], tables=[np.uint16(0)])
+    assert len(rows[0].ids) == 3
+
+
 def test_negative_and_oversized_ints_are_refused(client, job):
     with pytest.raises(cpr.InvalidArgumentError, match="-1"):
         client.begin(job, 0, -1, tables=SCHEMA[:1])  # would end the shard's ids for ever
@@ -538,6 +548,11 @@ def test_negative_and_oversized_ints_are_refused(client, job):
         cpr.Tracker(-5)
     with pytest.raises(TypeError):
         client.begin(job, "0", 1, tables=SCHEMA[:1])
+    with pytest.raises(TypeError):
+        client.begin(job, 0.0, 1, tables=SCHEMA[:1])
+    with pytest.raises(cpr.InvalidArgumentError):
+        client.begin(job, 0, 1, tables=SCHEMA[:1], kind=2 ** 70)  # not OverflowError
+    assert cpr.status_name(2 ** 40) == cpr.status_name(-1)  # not a status truncated into one
     with pytest.raises(cpr.NotFoundError):
         client.list(job)  # nothing was begun
     with client.begin(job, 0, 1, tables=[(0, 10, 2, 1)]) as p:
