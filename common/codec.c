@@ -20,6 +20,10 @@
  *      row's +0 and -0 a min or max keeps depends on the order it compares
  *      them in (MINPS keeps its second operand, the portable loop its
  *      first, a GPU warp its own order), and the bytes must not.
+ *  Q5. The top level decodes to a finite value: where levels x scale + bias
+ *      rounds past FLT_MAX (a row reaching FLT_MAX), the scale steps down
+ *      an ulp at a time until it does not (finite_top; the GPU encoder,
+ *      embedding/emb_cuda_codec.cu, alike). Finite rows never restore inf.
  */
 #include "cpr/codec.h"
 
@@ -166,6 +170,15 @@ static cpr_status row_range(const float *x, uint32_t dim, size_t row, float *lo,
     return CPR_OK;
 }
 
+/* Q5: the largest scale <= `scale` whose top level, decoded as dec_int_row
+ * does (a multiply, then an add), is finite. A few ulps at most. */
+static float finite_top(float lo, float scale, int levels)
+{
+    for (int i = 0; i < 64 && scale > 0 && !isfinite((float)levels * scale + lo); i++)
+        scale = nextafterf(scale, 0.0f);
+    return scale;
+}
+
 /* Quantize one row with levels (255 or 15) steps from bias. */
 /* The multiplier of a scale: 1 / scale, or 0 for a constant row. A scale so
  * small that its inverse overflows (a row of subnormals) divides instead
@@ -257,6 +270,7 @@ static cpr_status enc_int_row(const float *x, uint32_t dim, size_t row, int leve
         greedy_range(x, dim, levels, &lo, &hi);
     float scale = (hi - lo) / (float)levels;
     canonical_zeros(&lo, &scale);
+    scale = finite_top(lo, scale, levels);
     put_header(out, scale, lo);
     if (levels == 255) {
         quantize(x, dim, lo, scale, levels, out + 8);
@@ -410,6 +424,7 @@ KERNEL static int enc_int_row_avx2(const float *x, uint32_t dim, int levels, uin
         return 0;
     float scale = (hi - lo) / (float)levels;
     canonical_zeros(&lo, &scale);
+    scale = finite_top(lo, scale, levels);
     float inv = inverse(scale);
     int divide = !isfinite(inv);
     put_header(out, scale, lo);

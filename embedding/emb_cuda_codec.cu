@@ -117,6 +117,10 @@ static __global__ void encode_kernel(enc_args a)
             scale = 0.0f;
         if (lo == 0.0f)
             lo = 0.0f;
+        /* Q5 of common/codec.c: the top level decodes finite (same steps) */
+        for (int i = 0; i < 64 && scale > 0.0f &&
+                        !finite(__fadd_rn(__fmul_rn((float)levels, scale), lo)); i++)
+            scale = nextafterf(scale, 0.0f);
         float inv = scale > 0.0f ? __fdiv_rn(1.0f, scale) : 0.0f;
         int divide = !finite(inv);
         if (lane < 8) { /* the header, byte by byte: rows need not be aligned */

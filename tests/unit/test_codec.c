@@ -231,6 +231,38 @@ static void test_special_values(void **state)
     cpri_codec_portable(0);
 }
 
+/* Q5: a finite row reaching FLT_MAX never decodes to inf (its top level
+ * rounded past FLT_MAX), under either int codec and either path. */
+static void test_top_level_stays_finite(void **state)
+{
+    (void)state;
+    const cpr_codec ints[2] = {CPR_CODEC_INT8, CPR_CODEC_INT4};
+    float rows[3][17];
+    for (int j = 0; j < 17; j++) {
+        rows[0][j] = j % 2 ? FLT_MAX : 0x1.faf4eep+126f; /* rounded to inf before */
+        rows[1][j] = FLT_MAX - (float)j * 0x1p+104f;
+        rows[2][j] = j ? FLT_MAX : 0x1p+127f;
+    }
+    for (int portable = 0; portable < 2; portable++) {
+        cpri_codec_portable(portable);
+        for (int c = 0; c < 2; c++)
+            for (int r = 0; r < 3; r++) {
+                uint8_t enc[2 * 17 + 16];
+                float back[17];
+                assert_status(CPR_OK, cpr_codec_encode(ints[c], 0, rows[r], 1, 17, enc));
+                assert_status(CPR_OK, cpr_codec_decode(ints[c], enc, 1, 17, back));
+                for (int j = 0; j < 17; j++) {
+                    assert_true(isfinite(back[j]));
+                    /* within a step (and its rounding) of the value */
+                    float scale;
+                    memcpy(&scale, enc, 4);
+                    assert_true(fabsf(back[j] - rows[r][j]) <= scale * 1.01f);
+                }
+            }
+    }
+    cpri_codec_portable(0);
+}
+
 /* The greedy search never loses more than min/max on the rows it is for. */
 static void test_greedy(void **state)
 {
@@ -299,6 +331,7 @@ int main(void)
         cmocka_unit_test(test_round_trips),
         cmocka_unit_test(test_row_bytes_and_names),
         cmocka_unit_test(test_special_values),
+        cmocka_unit_test(test_top_level_stays_finite),
         cmocka_unit_test(test_greedy),
         cmocka_unit_test(test_kernels_match_portable),
     };
