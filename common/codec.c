@@ -24,6 +24,9 @@
  *      rounds past FLT_MAX (a row reaching FLT_MAX), the scale steps down
  *      an ulp at a time until it does not (finite_top; the GPU encoder,
  *      embedding/emb_cuda_codec.cu, alike). Finite rows never restore inf.
+ *  Q6. Encoded bytes may start at any address: 16-bit values are read and
+ *      written with memcpy (get16/put16) or unaligned vector moves, never
+ *      through a uint16_t pointer.
  */
 #include "cpr/codec.h"
 
@@ -124,7 +127,22 @@ static float bf16_value(uint16_t h)
     return x;
 }
 
-static cpr_status enc_bf16_row(const float *x, uint32_t dim, size_t row, uint16_t *out)
+/* Encoded rows start at any byte (the public API takes void *): 16-bit
+ * values are moved with memcpy, never through a uint16_t pointer that may
+ * be misaligned (Q6). */
+static uint16_t get16(const unsigned char *p, uint32_t j)
+{
+    uint16_t h;
+    memcpy(&h, p + 2 * (size_t)j, 2);
+    return h;
+}
+
+static void put16(unsigned char *p, uint32_t j, uint16_t h)
+{
+    memcpy(p + 2 * (size_t)j, &h, 2);
+}
+
+static cpr_status enc_bf16_row(const float *x, uint32_t dim, size_t row, unsigned char *out)
 {
     for (uint32_t j = 0; j < dim; j++) {
         if (!isfinite(x[j]))
@@ -133,12 +151,12 @@ static cpr_status enc_bf16_row(const float *x, uint32_t dim, size_t row, uint16_
         if ((h & 0x7f80u) == 0x7f80u)
             return cpr_fail(CPR_INVALID_ARGUMENT, "row %zu, value %u (%g) rounds beyond "
                             "bf16's largest value", row, j, (double)x[j]);
-        out[j] = h;
+        put16(out, j, h);
     }
     return CPR_OK;
 }
 
-static cpr_status enc_f16_row(const float *x, uint32_t dim, size_t row, uint16_t *out)
+static cpr_status enc_f16_row(const float *x, uint32_t dim, size_t row, unsigned char *out)
 {
     for (uint32_t j = 0; j < dim; j++) {
         if (!isfinite(x[j]))
@@ -147,7 +165,7 @@ static cpr_status enc_f16_row(const float *x, uint32_t dim, size_t row, uint16_t
             return cpr_fail(CPR_INVALID_ARGUMENT, "row %zu, value %u (%g) is beyond f16's "
                             "range (|x| < 65520): use bf16 or an int codec", row, j,
                             (double)x[j]);
-        out[j] = fp16_ieee_from_fp32_value(x[j]);
+        put16(out, j, fp16_ieee_from_fp32_value(x[j]));
     }
     return CPR_OK;
 }
@@ -309,7 +327,7 @@ KERNEL static int all_finite8(__m256 v)
     return _mm256_movemask_ps(_mm256_cmp_ps(d, _mm256_setzero_ps(), _CMP_EQ_OQ)) == 0xff;
 }
 
-KERNEL static int enc_bf16_row_avx2(const float *x, uint32_t dim, uint16_t *out)
+KERNEL static int enc_bf16_row_avx2(const float *x, uint32_t dim, unsigned char *out)
 {
     const __m256i round = _mm256_set1_epi32(0x7fff), one = _mm256_set1_epi32(1);
     const __m256i expmask = _mm256_set1_epi32(0x7f80);
@@ -325,7 +343,7 @@ KERNEL static int enc_bf16_row_avx2(const float *x, uint32_t dim, uint16_t *out)
         if (_mm256_movemask_epi8(_mm256_cmpeq_epi32(e, expmask)))
             return 0;
         __m256i p = _mm256_permute4x64_epi64(_mm256_packus_epi32(h, h), 0xd8);
-        _mm_storeu_si128((__m128i *)(out + j), _mm256_castsi256_si128(p));
+        _mm_storeu_si128((__m128i_u *)(void *)(out + 2 * (size_t)j), _mm256_castsi256_si128(p));
     }
     for (; j < dim; j++) {
         if (!isfinite(x[j]))
@@ -333,23 +351,24 @@ KERNEL static int enc_bf16_row_avx2(const float *x, uint32_t dim, uint16_t *out)
         uint16_t h = bf16_bits(x[j]);
         if ((h & 0x7f80u) == 0x7f80u)
             return 0;
-        out[j] = h;
+        put16(out, j, h);
     }
     return 1;
 }
 
-KERNEL static void dec_bf16_row_avx2(const uint16_t *in, uint32_t dim, float *x)
+KERNEL static void dec_bf16_row_avx2(const unsigned char *in, uint32_t dim, float *x)
 {
     uint32_t j = 0;
     for (; j + 8 <= dim; j += 8) {
-        __m256i h = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(in + j)));
+        __m256i h = _mm256_cvtepu16_epi32(
+            _mm_loadu_si128((const __m128i_u *)(const void *)(in + 2 * (size_t)j)));
         _mm256_storeu_ps(x + j, _mm256_castsi256_ps(_mm256_slli_epi32(h, 16)));
     }
     for (; j < dim; j++)
-        x[j] = bf16_value(in[j]);
+        x[j] = bf16_value(get16(in, j));
 }
 
-KERNEL static int enc_f16_row_avx2(const float *x, uint32_t dim, uint16_t *out)
+KERNEL static int enc_f16_row_avx2(const float *x, uint32_t dim, unsigned char *out)
 {
     const __m256 limit = _mm256_set1_ps(F16_LIMIT);
     const __m256 absmask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
@@ -360,23 +379,25 @@ KERNEL static int enc_f16_row_avx2(const float *x, uint32_t dim, uint16_t *out)
         /* a < limit is false for NaN, infinities and what f16 cannot hold */
         if (_mm256_movemask_ps(_mm256_cmp_ps(a, limit, _CMP_LT_OQ)) != 0xff)
             return 0;
-        _mm_storeu_si128((__m128i *)(out + j), _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT));
+        _mm_storeu_si128((__m128i_u *)(void *)(out + 2 * (size_t)j),
+                         _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT));
     }
     for (; j < dim; j++) {
         if (!(fabsf(x[j]) < F16_LIMIT))
             return 0;
-        out[j] = fp16_ieee_from_fp32_value(x[j]);
+        put16(out, j, fp16_ieee_from_fp32_value(x[j]));
     }
     return 1;
 }
 
-KERNEL static void dec_f16_row_avx2(const uint16_t *in, uint32_t dim, float *x)
+KERNEL static void dec_f16_row_avx2(const unsigned char *in, uint32_t dim, float *x)
 {
     uint32_t j = 0;
     for (; j + 8 <= dim; j += 8)
-        _mm256_storeu_ps(x + j, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(in + j))));
+        _mm256_storeu_ps(x + j, _mm256_cvtph_ps(
+            _mm_loadu_si128((const __m128i_u *)(const void *)(in + 2 * (size_t)j))));
     for (; j < dim; j++)
-        x[j] = fp16_ieee_to_fp32_value(in[j]);
+        x[j] = fp16_ieee_to_fp32_value(get16(in, j));
 }
 
 /* 8 quantized values of [x, x + 8) as u8 in the low 8 bytes: times inv, or
@@ -547,17 +568,17 @@ cpr_status cpr_codec_encode(cpr_codec codec, unsigned flags, const float *rows, 
             break;
         case CPR_CODEC_BF16:
 #ifdef CODEC_X86
-            if (k && enc_bf16_row_avx2(x, dim, (uint16_t *)(void *)o))
+            if (k && enc_bf16_row_avx2(x, dim, o))
                 break;
 #endif
-            st = enc_bf16_row(x, dim, i, (uint16_t *)(void *)o);
+            st = enc_bf16_row(x, dim, i, o);
             break;
         case CPR_CODEC_F16:
 #ifdef CODEC_X86
-            if (k && enc_f16_row_avx2(x, dim, (uint16_t *)(void *)o))
+            if (k && enc_f16_row_avx2(x, dim, o))
                 break;
 #endif
-            st = enc_f16_row(x, dim, i, (uint16_t *)(void *)o);
+            st = enc_f16_row(x, dim, i, o);
             break;
         case CPR_CODEC_INT8:
         case CPR_CODEC_INT4: {
@@ -594,27 +615,26 @@ cpr_status cpr_codec_decode(cpr_codec codec, const void *in, size_t n, uint32_t 
     for (size_t i = 0; i < n; i++) {
         const uint8_t *e = (const uint8_t *)in + i * rb;
         float *x = rows + i * dim;
-        const uint16_t *h = (const uint16_t *)(const void *)e;
         switch (codec) {
         case CPR_CODEC_BF16:
 #ifdef CODEC_X86
             if (k) {
-                dec_bf16_row_avx2(h, dim, x);
+                dec_bf16_row_avx2(e, dim, x);
                 break;
             }
 #endif
             for (uint32_t j = 0; j < dim; j++)
-                x[j] = bf16_value(h[j]);
+                x[j] = bf16_value(get16(e, j));
             break;
         case CPR_CODEC_F16:
 #ifdef CODEC_X86
             if (k) {
-                dec_f16_row_avx2(h, dim, x);
+                dec_f16_row_avx2(e, dim, x);
                 break;
             }
 #endif
             for (uint32_t j = 0; j < dim; j++)
-                x[j] = fp16_ieee_to_fp32_value(h[j]);
+                x[j] = fp16_ieee_to_fp32_value(get16(e, j));
             break;
         default:
 #ifdef CODEC_X86
