@@ -138,18 +138,23 @@ def main():
                   + "\n  ".join(seen) + "\nckptd's log:\n"
                   + open(os.path.join(work, "ckptd.log")).read()[-2000:])
             return 1
+        # Any refusal until then is retried: on a loaded machine a stats call
+        # may also run past its own 5 s deadline; only never being served fails.
+        last = []
         while time.monotonic() - t0 < SERVED_WITHIN_S:
             rc, err = stats(cprctl, addr)
             if rc == 0:
                 print("ok: slots taken by a client that takes no answer came back after %.1f s"
                       % (time.monotonic() - t0))
                 return 0
-            if "maximum of 4 calls" not in err:
-                print("FAIL: stats: rc %d %s" % (rc, err.strip()))
+            if p.poll() is not None:
+                print("FAIL: ckptd exited (%s) while the slots were taken" % p.returncode)
                 return 1
+            last = (last + ["%.2f s: rc %d %s" % (time.monotonic() - t0, rc,
+                                                  err.strip()[:200])])[-5:]
             time.sleep(0.2)  # a retry pace, not a synchronisation
-        print("FAIL: the slots stayed taken for %.0f s (the idle timeout is 3600 s)"
-              % SERVED_WITHIN_S)
+        print("FAIL: not served for %.0f s (the idle timeout is 3600 s); the last refusals:\n  "
+              % SERVED_WITHIN_S + "\n  ".join(last))
         return 1
     finally:
         p.terminate()
