@@ -89,6 +89,7 @@ EMB_HIDDEN cpr_status emb_scratch_get(emb_cuda_table *b, emb_scratch_part *parts
     for (int i = 0; i < n; i++)
         total += align_up(parts[i].bytes);
     if (total > b->scratch_bytes) {
+        size_t old_bytes = b->scratch_bytes;
         grown = total + total / 4;
         CHECK(cudaStreamSynchronize(b->stream));
         CHECK(cudaFree(b->scratch));
@@ -96,7 +97,15 @@ EMB_HIDDEN cpr_status emb_scratch_get(emb_cuda_table *b, emb_scratch_part *parts
         b->scratch_bytes = 0;
         if (cudaMalloc(&b->scratch, grown) != cudaSuccess) {
             cudaGetLastError();
+            /* Keep what the table had, so that a caller that can work in
+             * smaller pieces (gather_to_host) still has it. */
             b->scratch = NULL;
+            if (old_bytes && cudaMalloc(&b->scratch, old_bytes) == cudaSuccess) {
+                b->scratch_bytes = old_bytes;
+            } else {
+                cudaGetLastError();
+                b->scratch = NULL;
+            }
             return cpr_fail(CPR_NO_MEMORY, "out of device memory for %zu bytes of "
                             "temporaries", grown);
         }

@@ -478,8 +478,18 @@ static cpr_status gather_to_host(const cpr_emb *t, emb_cuda_table *b, const uint
     float *dev = NULL, *host;
     emb_scratch_part parts[] = {{(void **)&dev, chunk * row_bytes}};
     cpr_status st = emb_pinned_get(b, chunk * row_bytes);
-    if (!st)
+    if (!st) {
         st = emb_scratch_get(b, parts, 1);
+        /* This runs when the device is short of memory (the snapshot's own
+         * allocation failed): gather in pieces that the scratch the table
+         * already held fits (a smaller chunk: the pinned staging holds it). */
+        size_t fits = b->scratch_bytes & ~(size_t)255; /* align_up stays within */
+        if (st == CPR_NO_MEMORY && fits >= row_bytes && fits / row_bytes < chunk) {
+            chunk = fits / row_bytes;
+            parts[0].bytes = chunk * row_bytes;
+            st = emb_scratch_get(b, parts, 1);
+        }
+    }
     if (st)
         goto out;
     host = (float *)b->pinned;

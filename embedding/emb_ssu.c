@@ -66,8 +66,10 @@ void cpri_emb_ssu_add(cpri_emb_ssu *s, uint32_t shard, uint64_t row)
 
 int cpri_emb_ssu_all_full(const cpri_emb_ssu *s)
 {
+    /* A shard with held members is not "full" for this purpose: an add of a
+     * held member marks it resampled (U4), so sampling must still run. */
     for (uint32_t i = 0; i < s->n_shards; i++)
-        if (s->lists[i].len < s->capacity)
+        if (s->lists[i].len < s->capacity || s->lists[i].held)
             return 0;
     return 1;
 }

@@ -63,7 +63,8 @@ static inline int cpri_emb_ssu_is_held(const cpri_emb_ssu *s, uint64_t row)
  * member already or the sample is full (best effort under memory pressure);
  * a held member is marked to stay (U4). */
 void cpri_emb_ssu_add(cpri_emb_ssu *s, uint32_t shard, uint64_t row);
-/* 1 if no shard's sample has room (no row can join). */
+/* 1 if no shard's sample has room and none holds members: no add can
+ * change anything (a held member's add marks it, U4). */
 int cpri_emb_ssu_all_full(const cpri_emb_ssu *s);
 /* Members of `shard` not held by a save. */
 uint64_t cpri_emb_ssu_count(const cpri_emb_ssu *s, uint32_t shard);
