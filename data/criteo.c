@@ -27,7 +27,7 @@
 #include "data_internal.h"
 
 #define READ_BUF_BYTES (256u * 1024u) /* > CPR_CRITEO_MAX_LINE + 1 */
-#define REASON_BYTES 192
+#define REASON_BYTES 256
 #define MAX_INT_DIGITS 18             /* fits int64 exactly */
 
 static const char CSV_HEADER[] =
@@ -235,13 +235,35 @@ static void field_name(size_t i, char *out, size_t cap)
         snprintf(out, cap, "C%zu", i - CPR_CRITEO_DENSE);
 }
 
+/* A field's first bytes as text a terminal shows as they are: a byte
+ * outside printable ASCII as \xHH (a NUL would cut the message, an escape
+ * sequence would act on the terminal). */
+#define SHOWN_BYTES 32
+static void shown_field(const char *at, size_t len, char out[4 * SHOWN_BYTES + 1])
+{
+    static const char hex[] = "0123456789abcdef";
+    size_t o = 0;
+    for (size_t k = 0; k < len && k < SHOWN_BYTES; k++) {
+        unsigned char c = (unsigned char)at[k];
+        if (c >= 0x20 && c < 0x7f && c != '\\') {
+            out[o++] = (char)c;
+        } else {
+            out[o++] = '\\';
+            out[o++] = 'x';
+            out[o++] = hex[c >> 4];
+            out[o++] = hex[c & 15];
+        }
+    }
+    out[o] = '\0';
+}
+
 static int bad_field(const fields *f, size_t i, const char *what, char *why)
 {
-    char name[8];
-    int shown = f->len[i] > 32 ? 32 : (int)f->len[i];
+    char name[8], shown[4 * SHOWN_BYTES + 1];
     field_name(i, name, sizeof name);
-    snprintf(why, REASON_BYTES, "field %zu (%s): '%.*s'%s is not %s", i + 1, name,
-             shown, f->at[i], f->len[i] > 32 ? "..." : "", what);
+    shown_field(f->at[i], f->len[i], shown);
+    snprintf(why, REASON_BYTES, "field %zu (%s): '%s'%s is not %s", i + 1, name, shown,
+             f->len[i] > SHOWN_BYTES ? "..." : "", what);
     return -1;
 }
 
@@ -466,7 +488,36 @@ static cpr_status peek_first_line(cpr_criteo_reader *r, size_t *len)
     }
 }
 
-/* Settle the format from the first line and consume a CSV header. */
+/* The format of a file without a CSV header: that of the first of the lines
+ * read so far (at most FORMAT_PROBE_LINES) that has a Criteo line's 39
+ * separators of one kind, so that a blank, comment or broken first line does
+ * not decide it; none: from the first line (a TAB => TSV, else a ',' => CSV,
+ * otherwise TSV). */
+#define FORMAT_PROBE_LINES 64
+static cpr_criteo_format guess_format(const char *buf, size_t n, const char *first,
+                                      size_t first_len)
+{
+    const char *p = buf, *end = buf + n;
+    for (int i = 0; i < FORMAT_PROBE_LINES && p < end; i++) {
+        const char *nl = memchr(p, '\n', (size_t)(end - p));
+        if (!nl)
+            break; /* a line not read whole */
+        size_t tabs = 0, commas = 0;
+        for (const char *c = p; c < nl; c++) {
+            tabs += *c == '\t';
+            commas += *c == ',';
+        }
+        if (tabs == CPR_CRITEO_FIELDS - 1)
+            return CPR_CRITEO_TSV;
+        if (commas == CPR_CRITEO_FIELDS - 1 && tabs == 0)
+            return CPR_CRITEO_CSV;
+        p = nl + 1;
+    }
+    return !memchr(first, '\t', first_len) && memchr(first, ',', first_len) ? CPR_CRITEO_CSV
+                                                                          : CPR_CRITEO_TSV;
+}
+
+/* Settle the format (from the first lines) and consume a CSV header. */
 static cpr_status detect_format(cpr_criteo_reader *r)
 {
     size_t len = 0, header_len = sizeof CSV_HEADER - 1;
@@ -476,8 +527,7 @@ static cpr_status detect_format(cpr_criteo_reader *r)
     const char *first = r->buf;
     int header = r->format != CPR_CRITEO_TSV && len >= 6 && memcmp(first, "label,", 6) == 0;
     if (r->format == CPR_CRITEO_AUTO)
-        r->format = header || (!memchr(first, '\t', len) && memchr(first, ',', len))
-                        ? CPR_CRITEO_CSV : CPR_CRITEO_TSV;
+        r->format = header ? CPR_CRITEO_CSV : guess_format(r->buf, r->tail, first, len);
     r->sep = r->format == CPR_CRITEO_CSV ? ',' : '\t';
     if (!header)
         return CPR_OK;

@@ -20,6 +20,7 @@
 #include <fcntl.h>
 #include <math.h>
 #include <stdlib.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "cpr/crc32c.h"
@@ -186,6 +187,14 @@ cpr_status dlrm_loader_open(const dlrm_loader_options *opts, dlrm_loader **out)
     cpr_criteo_pos start;
     if (st)
         return st;
+    /* The loader counts the lines first, rewinds at every epoch and seeks on
+     * a resume: a pipe would be read by the count and lost to training. */
+    struct stat sb;
+    if (stat(opts->path, &sb) == 0 && !S_ISREG(sb.st_mode))
+        return cpr_fail(CPR_INVALID_ARGUMENT, "%s: not a regular file: training data must be "
+                        "a file the loader can read more than once (lines are counted, "
+                        "epochs rewind, resumes seek); write the stream to a file first",
+                        opts->path);
     l = calloc(1, sizeof *l);
     if (!l || !(l->path = strdup(opts->path))) {
         free(l);

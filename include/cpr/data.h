@@ -56,9 +56,10 @@ CPR_API uint64_t cpr_criteo_hash_missing(uint32_t table);
 typedef struct cpr_criteo_reader cpr_criteo_reader;
 
 typedef enum cpr_criteo_format {
-    CPR_CRITEO_AUTO = 0, /* from the first line: "label,..." => CSV with a
-                            header; a TAB => TSV; else a ',' => CSV without
-                            header; otherwise TSV */
+    CPR_CRITEO_AUTO = 0, /* a first line "label,..." => CSV with a header;
+                            else the first of the first 64 lines with 39
+                            TABs => TSV, or 39 commas => CSV; else from the
+                            first line: a TAB => TSV, a ',' => CSV, or TSV */
     CPR_CRITEO_TSV = 1,  /* Kaggle train.txt / Terabyte day_N: no header */
     CPR_CRITEO_CSV = 2   /* comma separated; a "label," header is skipped */
 } cpr_criteo_format;

@@ -37,6 +37,21 @@ static int grow(samples *s)
     return 0;
 }
 
+/* The first malformed line's reason, for a file none of whose lines is a row. */
+typedef struct first_reason {
+    uint64_t line;
+    char text[256];
+} first_reason;
+
+static void note_malformed(void *ctx, uint64_t line, const char *reason)
+{
+    first_reason *f = ctx;
+    if (!f->line) {
+        f->line = line;
+        snprintf(f->text, sizeof f->text, "%s", reason);
+    }
+}
+
 PyObject *cprpy_read_criteo(PyObject *self, PyObject *args, PyObject *kw)
 {
     (void)self;
@@ -47,7 +62,12 @@ PyObject *cprpy_read_criteo(PyObject *self, PyObject *args, PyObject *kw)
     if (!PyArg_ParseTupleAndKeywords(args, kw, "s|O&$O&p", kwlist, &path, cprpy_u64, &rows,
                                      cprpy_u64, &max_lines, &skip))
         return NULL;
-    cpr_criteo_options o = {.rows_per_table = rows, .skip_malformed = skip};
+    if (rows > (unsigned long long)INT64_MAX) /* the row indices are int64 */
+        return cprpy_raise(CPR_INVALID_ARGUMENT, "read_criteo: rows_per_table %llu is above "
+                           "2^63 - 1, the largest int64 row index", rows);
+    first_reason first = {0, ""};
+    cpr_criteo_options o = {.rows_per_table = rows, .skip_malformed = skip,
+                            .on_malformed = note_malformed, .malformed_ctx = &first};
     cpr_criteo_reader *r = NULL;
     samples s = {0};
     cpr_status st;
@@ -71,6 +91,13 @@ PyObject *cprpy_read_criteo(PyObject *self, PyObject *args, PyObject *kw)
     }
     if (st == CPR_NOT_FOUND && r) /* the end of the file */
         st = CPR_OK;
+    /* Skipping malformed lines must not turn a file that is not Criteo rows
+     * (or read in the wrong format) into an empty data set. */
+    if (st == CPR_OK && s.n == 0 && first.line)
+        st = cpr_fail(CPR_INVALID_ARGUMENT, "%s: none of its lines is a Criteo row (%llu "
+                      "malformed; line %llu: %s): is it a Criteo TSV or CSV file?", path,
+                      (unsigned long long)cpr_criteo_malformed(r),
+                      (unsigned long long)first.line, first.text);
     Py_END_ALLOW_THREADS
     PyObject *out = NULL;
     if (oom)

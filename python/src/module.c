@@ -787,7 +787,9 @@ static PyMethodDef module_methods[] = {
      "Criteo lines (TSV, or CSV with its header) parsed and hashed as cpr-dlrm does "
      "(docs/data.md): labels float32 (n,), dense float32 (n, 13) = log(1 + max(x, 0)), "
      "sparse int64 (n, 26) row indices into tables of rows_per_table rows (0: the "
-     "library's default). max_lines 0 reads the whole file."},
+     "library's default). max_lines 0 reads the whole file. Malformed lines are skipped "
+     "(skip_malformed) or raise; a file with no well-formed line raises "
+     "InvalidArgumentError either way."},
     {"failure_schedule", (PyCFunction)(void (*)(void))cprpy_failure_schedule,
      METH_VARARGS | METH_KEYWORDS,
      "failure_schedule(mean_steps, horizon_steps, num_shards, *, seed=0, law='exponential', "

@@ -67,6 +67,12 @@ head -n 3 "$work/synth.tsv" >> "$work/bad.tsv"
 rc=0; "$tool" stats "$work/bad.tsv" --strict > /dev/null 2>&1 || rc=$?
 [[ $rc == 1 ]] || fail "--strict on a malformed line exited $rc, not 1"
 
+# A file none of whose lines is a row: statistics of nothing are a failure.
+printf 'not\na criteo file\n' > "$work/prose.txt"
+rc=0; "$tool" stats "$work/prose.txt" > /dev/null 2> "$work/err" || rc=$?
+[[ $rc == 1 ]] || fail "stats of a file with no row exited $rc, not 1"
+grep -q "none of its 2 lines is a Criteo row" "$work/err" || fail "no row: $(cat "$work/err")"
+
 # Exit codes.
 "$tool" --help > /dev/null || fail "--help did not exit 0"
 "$tool" gen --help > /dev/null || fail "gen --help did not exit 0"

@@ -97,6 +97,12 @@ expect_rc 2 --data "$work/gen.tsv" --top 16-2
 expect_rc 2 --data "$work/gen.tsv" --no-such-flag
 expect_rc 2 --data "$work/gen.tsv" --steps
 expect_rc 1 --data "$work/missing.tsv" "${small[@]}" --steps 1
+# A pipe would be read by the line count and lost to training: refused.
+rc=0
+cat "$work/gen.tsv" | "$dlrm" --data /dev/stdin "${small[@]}" --steps 1 > /dev/null \
+    2> "$work/err" || rc=$?
+[[ $rc == 1 ]] || fail "a pipe as --data exited $rc, not 1: $(cat "$work/err")"
+grep -q "not a regular file" "$work/err" || fail "a pipe as --data: $(cat "$work/err")"
 expect_rc 2 --data "$work/gen.tsv" --policy bogus
 expect_rc 2 --data "$work/gen.tsv" --recovery sometimes
 expect_rc 2 --data "$work/gen.tsv" --ckpt-codec-full auto

@@ -85,3 +85,20 @@ def test_torch_indices():
     idx = torch.tensor([[1, 2], [2, 2]])
     t.observe(idx.reshape(-1))
     assert list(np.asarray(t.select(0, "mfu", rows=1))) == [2]
+
+
+def test_read_criteo_refuses_a_file_with_no_row(tmp_path):
+    """Skipping malformed lines does not turn a file that is not Criteo rows
+    into an empty data set; a broken first line does not decide the format."""
+    prose = tmp_path / "prose.txt"
+    prose.write_text("not\na criteo file\n")
+    with pytest.raises(cpr.InvalidArgumentError, match="none of its lines is a Criteo row"):
+        cpr.read_criteo(str(prose))
+    with pytest.raises(cpr.InvalidArgumentError, match="2\\^63"):
+        cpr.read_criteo(str(prose), 2**64 - 1)
+    row = "\t".join(["1"] + [str(i) for i in range(13)] + ["0000000b"] * 26)
+    tsv = tmp_path / "comment.tsv"
+    tsv.write_text("# day_0, first rows\n" + row + "\n" + row + "\n")
+    labels, dense, sparse = (np.asarray(x) for x in cpr.read_criteo(str(tsv), 1000))
+    assert labels.tolist() == [1.0, 1.0]
+    assert sparse.shape == (2, 26) and (sparse >= 0).all() and (sparse < 1000).all()

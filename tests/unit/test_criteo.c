@@ -395,6 +395,53 @@ static void test_malformed_strict(void **state)
     free(path);
 }
 
+/* AUTO decides from the first line with a Criteo line's 39 separators: a
+ * blank or comment first line (with a comma in it) no longer makes a TSV
+ * file CSV, every row of it malformed. */
+static void test_auto_past_a_broken_first_line(void **state)
+{
+    fixture *f = *state;
+    char text[4096], line[1024];
+    size_t len = (size_t)snprintf(text, sizeof text, "# day_0, first rows\n\n");
+    for (int i = 1; i <= 2; i++) {
+        good_line(line, sizeof line, i & 1, "0000000b");
+        len += (size_t)snprintf(text + len, sizeof text - len, "%s", line);
+    }
+    char *path = path_in(f->dir, "comment.tsv");
+    write_text(path, text, len);
+    cpr_criteo_options opts = {.skip_malformed = 1};
+    cpr_criteo_reader *r = NULL;
+    cpr_criteo_sample s;
+    assert_int_equal(cpr_criteo_open(path, &opts, &r), CPR_OK);
+    assert_int_equal(cpr_criteo_format_of(r), CPR_CRITEO_TSV);
+    assert_int_equal(cpr_criteo_next(r, &s), CPR_OK);
+    assert_int_equal(s.raw[0], 11);
+    assert_int_equal(cpr_criteo_next(r, &s), CPR_OK);
+    assert_int_equal(cpr_criteo_next(r, &s), CPR_NOT_FOUND);
+    assert_int_equal(cpr_criteo_malformed(r), 2);
+    cpr_criteo_close(r);
+    free(path);
+}
+
+/* A field quoted in a message shows bytes outside printable ASCII as \xHH:
+ * a NUL does not cut the message short, an escape reaches no terminal. */
+static void test_message_escapes_bytes(void **state)
+{
+    fixture *f = *state;
+    char line[1024];
+    good_line(line, sizeof line, 0, "0000000c");
+    size_t len = strlen(line);
+    char *c1 = strstr(line, "0000000c"); /* C1: "0\0\x1b[2Jab" (8 bytes) */
+    memcpy(c1, "0\0\x1b[2Jab", 8);
+    char *path = path_in(f->dir, "escape.tsv");
+    write_text(path, line, len);
+    cpr_criteo_reader *r = NULL;
+    assert_int_equal(cpr_criteo_open(path, NULL, &r), CPR_OK);
+    assert_bad_line(r, path, 1, "(C1): '0\\x00\\x1b[2Jab' is not 1-8 hex digits");
+    cpr_criteo_close(r);
+    free(path);
+}
+
 static void test_open_errors(void **state)
 {
     fixture *f = *state;
@@ -767,6 +814,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_tsv_kaggle, setup, teardown),
         cmocka_unit_test_setup_teardown(test_malformed_skip, setup, teardown),
         cmocka_unit_test_setup_teardown(test_malformed_strict, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_auto_past_a_broken_first_line, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_message_escapes_bytes, setup, teardown),
         cmocka_unit_test_setup_teardown(test_open_errors, setup, teardown),
         cmocka_unit_test(test_seek_resume),
         cmocka_unit_test_setup_teardown(test_synth_reproducible, setup, teardown),

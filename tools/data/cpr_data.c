@@ -58,7 +58,8 @@ static void usage(FILE *out)
           "  -h, --help         print this help\n"
           "\n"
           "Progress and malformed lines go to stderr. Exit status: 0 done, 1 a\n"
-          "failure (or a malformed line with --strict), 2 bad command line.\n",
+          "failure (or a malformed line with --strict, or no line a row), 2 bad\n"
+          "command line.\n",
           out);
 }
 

@@ -283,6 +283,13 @@ int data_stats_run(const stats_opts *o)
         fprintf(stderr, "cpr-data: stats: %s: %s\n", cpr_status_name(st), cpr_errmsg());
     else
         rc = (o->json ? print_json(o, s) : print_table(s)) ? EXIT_FAILED : 0;
+    if (!st && rc == 0 && s->rows == 0 && s->malformed > 0) {
+        /* Statistics of nothing: the file is not Criteo rows as read. */
+        fprintf(stderr, "cpr-data: stats: %s: none of its %llu lines is a Criteo row as %s "
+                "(see the reasons above): is it a Criteo TSV or CSV file?\n", o->path,
+                (unsigned long long)s->lines, s->format == CPR_CRITEO_CSV ? "CSV" : "TSV");
+        rc = EXIT_FAILED;
+    }
     for (int t = 0; t < CPR_CRITEO_SPARSE; t++) {
         free(s->values[t].slots);
         free(s->hashed[t].slots);
