@@ -102,6 +102,13 @@ cpr_status cpri_rpc_open_with(const char *host_port, const cpri_rpc_options *o, 
          * 0.1 s would fail attempts to a slow or distant daemon. */
         {GRPC_ARG_INTEGER, GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, {.integer = RECONNECT_MIN_MS}},
         {GRPC_ARG_INTEGER, GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, {.integer = RECONNECT_MAX_MS}},
+        /* No retry filter in the call stack. CPR retries its calls itself
+         * (client.c), and with the filter (on by default, no policy set)
+         * libgrpc 1.51 crashed the client in CallCombiner::Start when a
+         * stream's finishing batch met a connection refused by a daemon
+         * that had just stopped (tests/python/test_restarts.py: writers
+         * with blobs against SIGTERM restarts). */
+        {GRPC_ARG_INTEGER, GRPC_ARG_ENABLE_RETRIES, {.integer = 0}},
     };
     grpc_channel_args args = {sizeof arg / sizeof arg[0], arg};
     grpc_channel_credentials *creds = credentials(o);

@@ -31,10 +31,10 @@ def _read_lines(fd, deadline):
 class Daemon:
     """A ckptd process serving a temporary directory on 127.0.0.1."""
 
-    def __init__(self, binary, data_dir, log_path, extra=()):
+    def __init__(self, binary, data_dir, log_path, extra=(), listen="127.0.0.1:0"):
         self.log = open(log_path, "ab")
         self.proc = subprocess.Popen(
-            [binary, "--listen", "127.0.0.1:0", "--data-dir", str(data_dir),
+            [binary, "--listen", listen, "--data-dir", str(data_dir),
              "--gc-interval-s", "0", "--log-level", "warn", *extra],
             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=self.log)
         lines = _read_lines(self.proc.stdout.fileno(), time.monotonic() + STARTUP_TIMEOUT_S)
@@ -45,7 +45,8 @@ class Daemon:
             raise RuntimeError("unexpected output from ckptd: %r" % lines)
         self.address = found["ckptd listening on "]
         self.metrics_address = found.get("ckptd metrics on ")
-        self.target = "grpc://" + self.address
+        self.target = (self.address if self.address.startswith("unix:")
+                       else "grpc://" + self.address)
 
     def metric(self, series):
         """The value of a sample of the daemon's /metrics (with --metrics-listen)."""
