@@ -216,7 +216,34 @@ static int compute_consistent(const cpri_job *job, const cpri_part_meta *m)
     if (job->floor && m->checkpoint == job->floor)
         return 1;
     const cpri_part_meta *base = cpri_job_find_part(job, m->shard, m->base);
-    return base && base->kind != CPR_KIND_PRIORITY && base->consistent;
+    if (base)
+        return base->kind != CPR_KIND_PRIORITY && base->consistent;
+    /* C3: a base that retention removed, vouched for by the shard's fold
+     * at the floor (its `base`: the complete chain it holds). */
+    const cpri_part_meta *f = job->floor && m->base && m->base < job->floor
+                                  ? cpri_job_fold_at_most(job, m->shard, job->floor)
+                                  : NULL;
+    return f && f->checkpoint == job->floor && f->base == m->base;
+}
+
+void cpri_job_settle_consistency(cpri_job *job)
+{
+    for (size_t i = 0; i < job->n_parts; i++) /* (checkpoint, shard) order: bases first */
+        job->parts[i].consistent = compute_consistent(job, &job->parts[i]);
+}
+
+uint64_t cpri_job_chain_head(const cpri_job *job, uint32_t shard, uint64_t at)
+{
+    /* The newest FULL or DELTA of the shard below `at`, and the fold below
+     * `at` that may stand for one retention removed: a complete chain, or 0. */
+    const cpri_part_meta *p = NULL;
+    for (size_t i = 0; i < job->n_parts && job->parts[i].checkpoint < at; i++)
+        if (job->parts[i].shard == shard && job->parts[i].kind != CPR_KIND_PRIORITY)
+            p = &job->parts[i];
+    const cpri_part_meta *f = at ? cpri_job_fold_at_most(job, shard, at - 1) : NULL;
+    if (f && f->base && (!p || p->checkpoint < f->base))
+        return f->base; /* its part is gone (below the floor): the fold vouched for it */
+    return p && p->consistent ? p->checkpoint : 0;
 }
 
 cpr_status cpri_job_add_part(cpri_job *job, cpri_part_meta *m)

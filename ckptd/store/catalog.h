@@ -12,7 +12,16 @@
  *      part's `consistent` flag is computed once, when it is added.
  *  C3. A DELTA is consistent iff its base part (same shard) is committed and
  *      consistent, or it sits exactly at the job's retention floor (GC only
- *      ever raises the floor to a consistent cut, deleting older parts).
+ *      ever raises the floor to a consistent cut, deleting older parts), or
+ *      its base lies below the floor and the shard's fold at the floor holds
+ *      that base's complete chain: a fold records in `base` the newest
+ *      consistent FULL or DELTA of its shard below it (cpri_job_chain_head;
+ *      0 for none, and in folds written before this rule). A shard outside
+ *      the floor's cut (a job resharded) may keep a DELTA above the floor
+ *      on a base below it; without the fold's word such a DELTA turned
+ *      inconsistent at the next open, and the job's latest cut went back.
+ *      Folds load after parts at open, so the flags are settled once all
+ *      records are in (cpri_job_settle_consistency).
  *  C4. tables[] of a job holds one schema per table id ever declared; dims
  *      never change within a job.
  *  C5. parts[] holds every part whose record exists, also below the floor
@@ -96,6 +105,13 @@ cpr_status cpri_job_add_fold(cpri_job *job, cpri_part_meta *m);
 void cpri_job_drop_fold(cpri_job *job, size_t i);
 /* Newest fold of `shard` with checkpoint <= max (NULL: none). */
 const cpri_part_meta *cpri_job_fold_at_most(const cpri_job *job, uint32_t shard, uint64_t max);
+/* C3: every part's `consistent` computed again, once all of the job's part,
+ * fold and floor records are loaded. */
+void cpri_job_settle_consistency(cpri_job *job);
+/* C3: what a fold of `shard` at `at` records in its `base`: the checkpoint of
+ * the shard's newest FULL or DELTA below `at` if that one is consistent (or
+ * the one an older fold vouched for), else 0. */
+uint64_t cpri_job_chain_head(const cpri_job *job, uint32_t shard, uint64_t at);
 
 /* Consistent cuts at or above the floor, newest first; returns how many
  * exist (writes at most max). */

@@ -284,6 +284,7 @@ cpr_status cpri_fold_shard(cpr_store *store, const char *job_name, uint32_t shar
     char name[CPR_SEG_NAME_MAX] = "";
     cpri_obj_writer *w = NULL;
     int reading = 0, needed = 0;
+    uint64_t chain_head = 0;
     if (bytes)
         *bytes = 0;
     if (rows_out)
@@ -300,6 +301,7 @@ cpr_status cpri_fold_shard(cpr_store *store, const char *job_name, uint32_t shar
     if (st == CPR_OK && (needed = needs_fold(job, shard, at))) {
         p.store = store;
         st = cpri_merge_plan_build(&p, job, at, NULL, 0, 1, shard);
+        chain_head = cpri_job_chain_head(job, shard, at);
         if (st == CPR_OK)
             st = cpri_meta_copy_tables(&m, job->tables, job->n_tables);
         if (st == CPR_OK) {
@@ -315,6 +317,7 @@ cpr_status cpri_fold_shard(cpr_store *store, const char *job_name, uint32_t shar
     m.shard = shard;
     m.checkpoint = at;
     m.kind = CPR_KIND_FULL; /* a fold's record is a part record of its rows */
+    m.base = chain_head; /* catalog C3: the complete chain it holds, or 0 */
     m.num_shards = shard + 1;
     m.seg_token = cpri_seg_new_token(store);
     cpri_seg_fold_name(name, job_name, shard, at, m.seg_token);

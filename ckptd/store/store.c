@@ -457,6 +457,8 @@ static cpr_status rebuild_job(cpr_store *store, cpri_job *job, const pool_record
         }
         st = key[0] == 'M' ? cpri_job_add_part(job, &m) : cpri_job_add_fold(job, &m);
     }
+    if (st == CPR_OK)
+        cpri_job_settle_consistency(job); /* C3: the floor came after the folds */
     return st;
 }
 
@@ -900,6 +902,8 @@ static cpr_status load_catalog(cpr_store *store)
         st = load_parts(store, it, 'M');
     if (st == CPR_OK)
         st = load_parts(store, it, 'B');
+    for (size_t j = 0; st == CPR_OK && j < store->catalog.n_jobs; j++)
+        cpri_job_settle_consistency(store->catalog.jobs[j]); /* C3: folds are in */
     rocksdb_iter_destroy(it);
     return st;
 }

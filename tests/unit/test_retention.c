@@ -832,6 +832,63 @@ static void test_gc_fold_keeps_a_table_only_it_holds(void **state)
     free(dir);
 }
 
+/* Catalog C3: a job resharded so that shard 1 is outside the floor's cut
+ * keeps a DELTA above the floor on a FULL below it. Retention folds shard 1
+ * at the floor and removes the FULL; the DELTA stays consistent, and the
+ * job's latest cut stays 3, after the store is opened again (the fold's
+ * `base` vouches for the chain). Before, the reopen turned the DELTA
+ * inconsistent and the latest cut went back to 2. */
+static void test_gc_keeps_a_delta_on_a_folded_base(void **state)
+{
+    (void)state;
+    char *dir = tu_mkdtemp("cpr-retention-delta-base");
+    const cpr_table_schema t = {.table = 0, .rows = 100, .dim = 4};
+    cpr_store *store = NULL;
+    assert_status(CPR_OK, cpr_store_open(dir, &g_no_fold, &store));
+    cpr_part_spec p[5] = {
+        tu_part("r", 0, 2, 1, CPR_KIND_FULL, &t, 1), /* cut 1: two shards */
+        tu_part("r", 1, 2, 1, CPR_KIND_FULL, &t, 1),
+        tu_part("r", 0, 1, 2, CPR_KIND_FULL, &t, 1), /* cut 2: one shard */
+        tu_part("r", 0, 2, 3, CPR_KIND_FULL, &t, 1), /* cut 3: two again, */
+        tu_part("r", 1, 2, 3, CPR_KIND_DELTA, &t, 1), /* shard 1 a DELTA on 1 */
+    };
+    p[4].base = 1;
+    for (size_t i = 0; i < 5; i++)
+        tu_write_part_ok(store, &p[i], 10 * i, 10);
+    cpr_gc_report rep;
+    assert_status(CPR_OK, cpr_store_gc_floor(store, "r", 2, &rep));
+    assert_int_equal(rep.parts_removed, 2);
+    tu_rows before = {0}, after = {0};
+    cpr_restore_query q = {.job = "r", .as_of = 3};
+    assert_status(CPR_OK, tu_restore(store, &q, &before, NULL));
+    for (int reopen = 0; reopen < 2; reopen++) {
+        uint64_t cut = 0;
+        assert_status(CPR_OK, cpr_store_latest_cut(store, "r", &cut));
+        assert_int_equal(cut, 3);
+        cpr_part_info *info = NULL;
+        size_t n = 0;
+        assert_status(CPR_OK, cpr_store_list(store, "r", &info, &n));
+        int seen = 0;
+        for (size_t i = 0; i < n; i++)
+            if (info[i].shard == 1 && info[i].checkpoint == 3) {
+                assert_true(info[i].consistent);
+                seen = 1;
+            }
+        assert_true(seen);
+        free(info);
+        cpr_store_close(store);
+        assert_status(CPR_OK, cpr_store_open(dir, &g_no_fold, &store));
+    }
+    assert_status(CPR_OK, tu_restore(store, &q, &after, NULL));
+    assert_rows_equal(&before, &after);
+    assert_int_equal(after.n, 30); /* shard 0: its c3; shard 1: c1 (in the fold) and c3 */
+    tu_rows_free(&before);
+    tu_rows_free(&after);
+    cpr_store_close(store);
+    tu_rmtree(dir);
+    free(dir);
+}
+
 /* The first segment file of job `job` under store `dir`, into out. */
 static void first_segment(const char *dir, const char *job, char *out, size_t cap)
 {
@@ -910,6 +967,7 @@ int main(void)
          * with the child's), which a fresh process does not do. */
         cmocka_unit_test(test_gc_goes_on_past_a_failing_job),
         cmocka_unit_test(test_gc_fold_keeps_a_table_only_it_holds),
+        cmocka_unit_test(test_gc_keeps_a_delta_on_a_folded_base),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
