@@ -56,7 +56,9 @@ CPR_API void cpr_store_close(cpr_store *store);
 
 /*
  * Open a part for writing. Errors: CPR_INVALID_ARGUMENT (bad name, kind,
- * schema, duplicate table, dim mismatch with earlier parts of the job),
+ * schema, duplicate table, dim mismatch with earlier parts of the job, a
+ * shard not below num_shards, a DELTA base not below its own checkpoint;
+ * checked before the part's state),
  * CPR_ALREADY_EXISTS (the part is committed or already open),
  * CPR_FAILED_PRECONDITION (checkpoint id not above the shard's newest
  * committed part or the retention floor; DELTA without a committed base).
@@ -107,7 +109,8 @@ CPR_API cpr_status cpr_store_put_blob(cpr_store *store, const cpr_part_id *id,
  * the writer sent; a mismatch fails with CPR_INVALID_ARGUMENT and the part
  * stays open (abort it or send the missing rows). Errors:
  * CPR_FAILED_PRECONDITION (no open part, already committed, a newer part of
- * the shard committed first, DELTA base no longer the newest).
+ * the shard committed first, DELTA base no longer the newest, the retention
+ * floor raised to or past the part's checkpoint while it was open).
  */
 CPR_API cpr_status cpr_store_commit(cpr_store *store, const cpr_part_id *id,
                             uint64_t rows_sent);
@@ -372,8 +375,9 @@ CPR_API cpr_status cpr_store_gc_lazy(cpr_store *store, cpr_gc_report *report);
  * every committed part at exactly `floor` in this store must be consistent.
  * A floor at or below the current one changes nothing (CPR_OK; the report
  * gives the current floor). Errors: CPR_INVALID_ARGUMENT (bad job name,
- * floor 0), CPR_NOT_FOUND (the job has no parts), CPR_FAILED_PRECONDITION
- * (floor above the job's newest committed checkpoint in this store, or a
+ * floor 0), CPR_NOT_FOUND (the store knows no such job), CPR_FAILED_PRECONDITION
+ * (floor above the job's newest committed checkpoint in this store, which
+ * is 0 while it has only open parts, or a
  * part at `floor` that is not consistent: a PRIORITY part or a DELTA with an
  * incomplete chain). `report` may be NULL.
  */
