@@ -160,12 +160,14 @@ static cpr_status read_line(cpr_criteo_reader *r, const char **line, size_t *len
 /* [-]digits[.0...]: Criteo integers, as the CSV variant writes them too. */
 static int parse_int_field(const char *p, size_t n, double *out)
 {
-    size_t i = 0, digits = 0;
+    size_t i = 0, digits = 0, significant = 0; /* leading zeros bound nothing */
     int64_t value = 0;
     int negative = n > 0 && p[0] == '-';
     i = (size_t)negative;
     for (; i < n && p[i] >= '0' && p[i] <= '9'; i++, digits++) {
-        if (digits == MAX_INT_DIGITS)
+        if (value == 0 && p[i] == '0')
+            continue;
+        if (significant++ == MAX_INT_DIGITS)
             return -1;
         value = value * 10 + (p[i] - '0');
     }
@@ -276,7 +278,7 @@ static int parse_dense(const fields *f, cpr_criteo_sample *s, char *why)
         if (f->len[i] == 0)
             continue;
         if (parse_int_field(f->at[i], f->len[i], &x))
-            return bad_field(f, i, "an integer", why);
+            return bad_field(f, i, "an integer (at most 18 digits)", why);
         s->dense[d] = (float)log1p(x > 0 ? x : 0);
         s->dense_present |= 1u << d;
     }

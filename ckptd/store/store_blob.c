@@ -73,6 +73,10 @@ static cpr_status find_blob(cpr_store *store, const cpr_part_id *id, const char 
     cpri_job *job = cpri_catalog_find(&store->catalog, id->job);
     const cpri_part_meta *m = job ? cpri_job_find_part(job, id->shard, id->checkpoint) : NULL;
     const cpri_blob_meta *b = m ? cpri_meta_blob(m, name) : NULL;
+    if (!m && job && id->checkpoint < job->floor)
+        return cpr_fail(CPR_NOT_FOUND, "no committed part %s/%u/%llu: retention removed the "
+                        "job's parts below its floor, checkpoint %llu", id->job, id->shard,
+                        (unsigned long long)id->checkpoint, (unsigned long long)job->floor);
     if (!m)
         return cpr_fail(CPR_NOT_FOUND, "no committed part %s/%u/%llu", id->job,
                         id->shard, (unsigned long long)id->checkpoint);

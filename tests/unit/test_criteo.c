@@ -442,6 +442,32 @@ static void test_message_escapes_bytes(void **state)
     free(path);
 }
 
+/* An integer's bound is on its significant digits: leading zeros are
+ * read, 19 significant digits are refused with the bound named. */
+static void test_integer_digits(void **state)
+{
+    fixture *f = *state;
+    char text[4096], line[1024];
+    size_t len = 0;
+    const char *i1[] = {"0000000000000000000000001", "1234567890123456789"};
+    for (int k = 0; k < 2; k++) {
+        good_line(line, sizeof line, 1, "0000000d");
+        char *tab = strchr(line, '\t'); /* I1 is "0": replace it */
+        len += (size_t)snprintf(text + len, sizeof text - len, "1\t%s%s", i1[k],
+                                strchr(tab + 1, '\t'));
+    }
+    char *path = path_in(f->dir, "digits.tsv");
+    write_text(path, text, len);
+    cpr_criteo_reader *r = NULL;
+    cpr_criteo_sample s;
+    assert_int_equal(cpr_criteo_open(path, NULL, &r), CPR_OK);
+    assert_int_equal(cpr_criteo_next(r, &s), CPR_OK);
+    assert_true(s.dense[0] > 0.69f && s.dense[0] < 0.70f); /* log(1 + 1) */
+    assert_bad_line(r, path, 2, "is not an integer (at most 18 digits)");
+    cpr_criteo_close(r);
+    free(path);
+}
+
 static void test_open_errors(void **state)
 {
     fixture *f = *state;
@@ -816,6 +842,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_malformed_strict, setup, teardown),
         cmocka_unit_test_setup_teardown(test_auto_past_a_broken_first_line, setup, teardown),
         cmocka_unit_test_setup_teardown(test_message_escapes_bytes, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_integer_digits, setup, teardown),
         cmocka_unit_test_setup_teardown(test_open_errors, setup, teardown),
         cmocka_unit_test(test_seek_resume),
         cmocka_unit_test_setup_teardown(test_synth_reproducible, setup, teardown),
