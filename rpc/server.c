@@ -26,7 +26,8 @@
  *      message is made contiguous), and gives back all but what it keeps
  *      once it is: the buffer it keeps for messages that arrive in pieces
  *      (held until the call ends), plus the message itself when it arrived
- *      as one slice; a unary request is charged before it is copied: twice
+ *      as one slice, plus the message's size again for the handler's decode
+ *      of it (a PutBlob chunk's or a row block's bytes are copied); a unary request is charged before it is copied: twice
  *      its size, plus what its decoding may take (unary_decode_factor and
  *      _slack, the wire layer's W1 bound), so a flood of requests built to
  *      decode large cannot pass the budget. A one-slice message is given back at the next receive or
@@ -456,8 +457,10 @@ cpri_rpc_recv_result cpri_rpc_recv(cpri_rpc_call *c, const uint8_t **msg, size_t
     }
     c->have_received = 1;
     c->bytes_in += *len;
-    /* gRPC's copy is gone, or it is the message itself (V4) */
-    budget_keep(c, kept_bytes(c) + (c->received ? *len : 0));
+    /* gRPC's copy is gone, or it is the message itself; and its decoding
+     * (protobuf-c copies a bytes field: about the message's size) until the
+     * next receive (V4) */
+    budget_keep(c, kept_bytes(c) + (c->received ? *len : 0) + *len);
     return CPR_RPC_MESSAGE;
 }
 
