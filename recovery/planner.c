@@ -230,13 +230,23 @@ static void partial_dense(cpr_recovery_plan *plan, const cpr_plan_request *r, cp
     e->dense_shard = r->dense_shard;
 }
 
-/* P7: does `shard` have a committed FULL part in the request's sharding? */
+/* P7: does `shard` have a committed FULL part in the request's sharding,
+ * newer than every committed part of another sharding? A FULL from before
+ * the job last changed its sharding (4 shards, then 2, then 4 again) holds
+ * the shard's rows as they were then, not since: the rows the other
+ * sharding saved are newer. */
 static int full_in_sharding(const cpr_plan_request *r, uint32_t shard)
 {
+    uint64_t resharded = 0; /* the newest checkpoint of another sharding */
+    for (size_t i = 0; i < r->n_parts; i++) {
+        const cpr_part_info *p = &r->parts[i];
+        if (p->committed && p->num_shards != r->num_shards && p->checkpoint > resharded)
+            resharded = p->checkpoint;
+    }
     for (size_t i = 0; i < r->n_parts; i++) {
         const cpr_part_info *p = &r->parts[i];
         if (p->shard == shard && p->committed && p->kind == CPR_KIND_FULL &&
-            p->num_shards == r->num_shards)
+            p->num_shards == r->num_shards && p->checkpoint > resharded)
             return 1;
     }
     return 0;

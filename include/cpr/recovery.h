@@ -384,8 +384,10 @@ typedef struct cpr_recovery_plan cpr_recovery_plan;
  *   PARTIAL: each failed shard restores as of its newest committed part of
  *     any kind (FULL, DELTA or PRIORITY; "as of C" gives every row's newest
  *     version <= C); survivors keep their state. A failed shard with no
- *     FULL part in the job's present sharding, when parts of another
- *     sharding exist, restores as of the newest committed part of any
+ *     FULL part in the job's present sharding newer than every part of
+ *     another sharding (none since the job last changed its sharding),
+ *     when parts of another sharding exist, restores as of the newest
+ *     committed part of any
  *     shard, from every shard's parts, its rows selected by the present
  *     sharding (CPR_PLAN_RESHARDED). Dense state: replica if
  *     dense_replica, else the blobs of dense_shard's newest committed part.

@@ -392,6 +392,29 @@ static void test_partial_after_resharding(void **state)
     cpr_recovery_plan_destroy(plan);
 }
 
+/* P7: a FULL from before the job last changed its sharding does not count.
+ * 4 shards at 1, 2 shards at 2, 4 again at 3 (shards 0-2 saved; shard 3
+ * failed before its first save there). Shard 3's FULL at 1 holds its rows
+ * as they were before the 2-shard period: it restores from every shard as
+ * of 3 (RESHARDED), not as of 1. Shard 1's newest part is its 2-shard FULL
+ * at 2, which held other rows: it restores from every shard too. */
+static void test_partial_full_before_a_resharding(void **state)
+{
+    (void)state;
+    const cpr_part_info parts[] = {
+        part(0, 1, F, 100, 4, 0, 1, 1), part(1, 1, F, 100, 4, 0, 1, 1),
+        part(2, 1, F, 100, 4, 0, 1, 1), part(3, 1, F, 100, 4, 0, 1, 1),
+        part(0, 2, F, 200, 2, 0, 1, 1), part(1, 2, F, 200, 2, 0, 1, 1),
+        part(0, 3, F, 300, 4, 0, 1, 1), part(2, 3, F, 300, 4, 0, 1, 1),
+    };
+    const uint32_t failed[] = {1, 3};
+    cpr_recovery_plan *plan = make(parts, 8, 4, CPR_RECOVERY_PARTIAL, failed, 2);
+    assert_true(cpr_recovery_plan_problems(plan) & CPR_PLAN_RESHARDED);
+    assert_entry(plan, 1, CPR_SOURCE_STORE, 3, CPR_KIND_UNSPECIFIED, 300);
+    assert_entry(plan, 3, CPR_SOURCE_STORE, 3, CPR_KIND_UNSPECIFIED, 300);
+    cpr_recovery_plan_destroy(plan);
+}
+
 static void expect_refused(const cpr_part_info *parts, size_t n, uint32_t num_shards,
                            cpr_recovery_mode mode, const uint32_t *failed, size_t n_failed,
                            const char *words)
@@ -442,6 +465,7 @@ int main(void)
         cmocka_unit_test(test_abandoned_timeline_is_ignored),
         cmocka_unit_test(test_parts_after_the_range_need_a_full),
         cmocka_unit_test(test_partial_after_resharding),
+        cmocka_unit_test(test_partial_full_before_a_resharding),
         cmocka_unit_test(test_invalid_requests),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
