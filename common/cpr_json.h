@@ -21,6 +21,11 @@ cpri_json *cpri_json_array(void);
 /* A lone number or string (copied), for cpri_json_append to an array; NULL on
  * allocation failure. */
 cpri_json *cpri_json_number(double value);
+/* 1 if the NUL-terminated s is valid UTF-8 (what cpri_json_string keeps as
+ * it is; it replaces each invalid byte with U+FFFD). */
+int cpri_utf8_valid(const char *s);
+/* An integer, printed exactly (cpri_json_number may round one past 2^52). */
+cpri_json *cpri_json_u64(uint64_t value);
 cpri_json *cpri_json_string(const char *value);
 cpri_json *cpri_json_null(void);
 /* An object of n numbers, keys[i]: values[i]; NULL on allocation failure. */

@@ -33,6 +33,15 @@ static size_t utf8_seq(const unsigned char *s)
     return n;
 }
 
+int cpri_utf8_valid(const char *s)
+{
+    const unsigned char *p = (const unsigned char *)s;
+    for (size_t n; *p; p += n)
+        if ((n = utf8_seq(p)) == 0)
+            return 0;
+    return 1;
+}
+
 /* cJSON copies a string's bytes as they are, so a path or name that is not
  * UTF-8 made output no JSON parser accepts. NULL if `s` is valid UTF-8 (use
  * it); else a copy (malloc'd) with each invalid byte replaced by U+FFFD. */
@@ -97,13 +106,22 @@ int cpri_json_add_string(cpri_json *obj, const char *key, const char *value)
     return cpri_json_add_child(obj, key, cpri_json_string(value));
 }
 
+/* Integers as their digits: cJSON prints a number with 15 significant
+ * digits when that reads back within a relative DBL_EPSILON, which rounds
+ * integers from about 4.5e15 on (9007199254740979 printed as
+ * 9.00719925474098e+15). */
 int cpri_json_add_u64(cpri_json *obj, const char *key, uint64_t value)
 {
-    if (value <= (1ull << 53)) /* a double holds it exactly */
-        return cpri_json_add_number(obj, key, (double)value);
     char digits[24];
     snprintf(digits, sizeof digits, "%llu", (unsigned long long)value);
     return cJSON_AddRawToObject(AS_CJSON(obj), key, digits) ? 0 : -1;
+}
+
+cpri_json *cpri_json_u64(uint64_t value)
+{
+    char digits[24];
+    snprintf(digits, sizeof digits, "%llu", (unsigned long long)value);
+    return (cpri_json *)cJSON_CreateRaw(digits);
 }
 
 int cpri_json_add_bool(cpri_json *obj, const char *key, int value)

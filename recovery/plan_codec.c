@@ -79,10 +79,10 @@ static cpri_json *entry_tuple(const cpr_plan_shard *e)
 {
     cpri_json *t = cpri_json_array();
     cpri_json *items[TUPLE_FIELDS] = {
-        cpri_json_number(e->shard), cpri_json_string(cpr_shard_source_name(e->source)),
-        cpri_json_number((double)e->as_of), cpri_json_string(cpr_kind_name(e->kind)),
-        cpri_json_number((double)e->step), cpri_json_string(cpr_dense_source_name(e->dense)),
-        cpri_json_number((double)e->dense_checkpoint), cpri_json_number(e->dense_shard)};
+        cpri_json_u64(e->shard), cpri_json_string(cpr_shard_source_name(e->source)),
+        cpri_json_u64(e->as_of), cpri_json_string(cpr_kind_name(e->kind)),
+        cpri_json_u64(e->step), cpri_json_string(cpr_dense_source_name(e->dense)),
+        cpri_json_u64(e->dense_checkpoint), cpri_json_u64(e->dense_shard)};
     int bad = !t;
     for (int i = 0; i < TUPLE_FIELDS; i++) {
         if (!bad && items[i] && cpri_json_append(t, items[i]) == 0)
@@ -103,10 +103,10 @@ static cpri_json *plan_tree(const cpr_recovery_plan *p)
     int bad = !root || !shards;
     bad = bad || cpri_json_add_number(root, "cpr_plan", CPR_PLAN_ENCODING) ||
           cpri_json_add_string(root, "action", cpr_plan_action_name(p->action)) ||
-          cpri_json_add_number(root, "num_shards", (double)p->n) ||
+          cpri_json_add_u64(root, "num_shards", p->n) ||
           cpri_json_add_number(root, "problems", p->problems) ||
-          cpri_json_add_number(root, "cut", (double)p->cut) ||
-          cpri_json_add_number(root, "rewind_step", (double)p->rewind_step) ||
+          cpri_json_add_u64(root, "cut", p->cut) ||
+          cpri_json_add_u64(root, "rewind_step", p->rewind_step) ||
           cpri_json_add_string(root, "reason", p->reason);
     for (size_t i = 0; !bad && i < p->n; i++) {
         const cpr_plan_shard *e = &p->shards[i];
@@ -233,7 +233,8 @@ static cpr_status decode_head(const cpri_json *root, cpr_recovery_plan *p, size_
         get_uint(root, "problems", 255, &problems) ||
         get_uint(root, "cut", EXACT_MAX, &p->cut) ||
         get_uint(root, "rewind_step", EXACT_MAX, &p->rewind_step) ||
-        cpri_json_get_string(root, "reason", &reason) || strlen(reason) >= REASON_MAX)
+        cpri_json_get_string(root, "reason", &reason) || strlen(reason) >= REASON_MAX ||
+        !cpri_utf8_valid(reason)) /* what the encoder writes, so decode, encode is stable */
         return bad_plan("a field of action, num_shards, problems, cut, rewind_step or reason "
                         "is missing or out of range");
     if (action != CPR_PLAN_PARTIAL && n != count)

@@ -38,6 +38,7 @@
 
 #include "cpr/recovery.h"
 #include "cpr_common.h"
+#include "cpr_json.h"
 #include "plan_internal.h"
 
 #define REASON_SHARDS 8 /* failed shards named in the reason; the rest are counted */
@@ -188,6 +189,12 @@ static void add_decision(cpr_recovery_plan *plan, const cpr_plan_request *r)
     if (e->time_unit[0])
         snprintf(u, sizeof u, "%.*s", (int)strnlen(e->time_unit, sizeof e->time_unit),
                  e->time_unit);
+    /* The reason travels as JSON text: bytes that are not UTF-8 would come
+     * back as U+FFFD (3 bytes each), another reason, maybe past its cap. */
+    if (!cpri_utf8_valid(u))
+        for (char *c = u; *c; c++)
+            if ((unsigned char)*c < 0x20 || (unsigned char)*c >= 0x7f)
+                *c = '?';
     reason_add(plan, "%s recovery: partial overhead %.4g%% at %.4g %s (%s, PLS %.3g) %s full "
                "overhead %.4g%% at %.4g %s; mtbf %.4g %s, save %.4g %s, load %.4g %s, restart "
                "%.4g %s, %llu failures seen",

@@ -159,6 +159,55 @@ static void test_survivors_left_out(void **unused)
     cpr_recovery_plan_destroy(plan);
 }
 
+/* Ids below 2^53 come back exactly: cJSON's printing had rounded
+ * 9007199254740979 to 9.00719925474098e+15 (…980), a plan naming another
+ * checkpoint than the one planned. */
+static void test_large_exact_ids_round_trip(void **unused)
+{
+    (void)unused;
+    const uint64_t ids[] = {9007199254740979ull, (1ull << 53) - 1, 4503599627370497ull,
+                            1234567890123457ull};
+    for (size_t k = 0; k < sizeof ids / sizeof ids[0]; k++) {
+        const cpr_part_info big = part(0, ids[k], F, ids[k] - 2, 1, 0, 1);
+        const uint32_t failed[] = {0};
+        cpr_plan_request r = {.parts = &big, .n_parts = 1, .num_shards = 1, .failed = failed,
+                              .n_failed = 1, .mode = CPR_RECOVERY_PARTIAL};
+        cpr_recovery_plan *plan = make(&r);
+        assert_int_equal(cpr_recovery_plan_shard(plan, 0)->as_of, ids[k]);
+        assert_round_trip(plan);
+        cpr_recovery_plan_destroy(plan);
+    }
+}
+
+/* A time unit that is not UTF-8 (a caller's Latin-1 "\xb5s") does not
+ * change the reason on its way through the codec: the JSON encoder would
+ * write U+FFFD for each bad byte, and with 64 failed shards the reason at
+ * its cap then grew past it and no process could decode the plan. A
+ * reason that is not UTF-8 is refused by the decoder. */
+static void test_reason_with_a_non_utf8_unit(void **unused)
+{
+    (void)unused;
+    enum { SHARDS = 64 };
+    cpr_part_info parts[SHARDS];
+    uint32_t failed[SHARDS];
+    for (uint32_t i = 0; i < SHARDS; i++) {
+        parts[i] = part(i, 3, F, 30, SHARDS, 0, 1);
+        failed[i] = i;
+    }
+    cpr_estimate e = {.mode = CPR_RECOVERY_PARTIAL, .policy = CPR_POLICY_MFU, .pls = 0.01,
+                      .mtbf_s = 3600, .save_s = 10, .load_s = 20, .restart_s = 30};
+    memcpy(e.time_unit, "\xb5s", 3);
+    for (size_t n_failed = 1; n_failed <= SHARDS; n_failed += SHARDS - 1) {
+        cpr_plan_request r = {.parts = parts, .n_parts = SHARDS, .num_shards = SHARDS,
+                              .failed = failed, .n_failed = n_failed,
+                              .mode = CPR_RECOVERY_PARTIAL, .estimate = &e};
+        cpr_recovery_plan *plan = make(&r);
+        assert_non_null(strstr(cpr_recovery_plan_reason(plan), "?s"));
+        assert_round_trip(plan);
+        cpr_recovery_plan_destroy(plan);
+    }
+}
+
 static void test_ids_beyond_exact_refused(void **unused)
 {
     (void)unused;
@@ -198,6 +247,11 @@ static void test_decode_refuses_garbage(void **unused)
     assert_status(CPR_INVALID_ARGUMENT, cpr_recovery_plan_decode("{\"a\":1}\0x", 9, &plan));
     assert_status(CPR_FAILED_PRECONDITION, decode_text("{\"cpr_plan\":2}"));
     assert_non_null(strstr(cpr_errmsg(), "version 2"));
+    /* a reason that is not UTF-8: not what the encoder writes */
+    assert_status(CPR_INVALID_ARGUMENT,
+                  decode_text("{\"cpr_plan\":1,\"action\":\"partial\",\"num_shards\":2,"
+                              "\"problems\":0,\"cut\":0,\"rewind_step\":0,\"reason\":\"\xb5"
+                              "\",\"shards\":[[1,\"store\",3,\"DELTA\",30,\"blob\",3,0]]}"));
     static const char *const bad[] = {
         "{" HEAD ",\"shards\":[[1,\"store\",3,\"DELTA\",30,\"blob\",3,0]]}", /* no version */
         "{\"cpr_plan\":1," HEAD "}",                                          /* no shards */
@@ -281,6 +335,8 @@ int main(void)
         cmocka_unit_test(test_partial_round_trip),
         cmocka_unit_test(test_full_round_trip),
         cmocka_unit_test(test_survivors_left_out),
+        cmocka_unit_test(test_large_exact_ids_round_trip),
+        cmocka_unit_test(test_reason_with_a_non_utf8_unit),
         cmocka_unit_test(test_ids_beyond_exact_refused),
         cmocka_unit_test(test_decode_refuses_garbage),
         cmocka_unit_test(test_decode_truncations_and_mutations),
