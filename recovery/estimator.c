@@ -100,11 +100,18 @@ static cpr_codec choose_codec(const cpr_estimator_config *c, double restores)
 
 /* ---- configuration --------------------------------------------------------- */
 
+/* The largest measurement (a time in seconds: about 31,700 years) and the
+ * largest configured value (a prior may stand for "never": 1e300) the
+ * estimator takes, so that every product and sum the model forms of them
+ * stays finite and a decision never fails on overflow. */
+#define INPUT_MAX 1e12
+#define CONFIG_MAX 1e300
+
 static cpr_status check_positive(const char *field, double v)
 {
-    if (!(v > 0.0) || !isfinite(v))
-        return cpr_fail(CPR_INVALID_ARGUMENT, "%s: %g is not a positive finite number",
-                        field, v);
+    if (!(v > 0.0) || !isfinite(v) || v > CONFIG_MAX)
+        return cpr_fail(CPR_INVALID_ARGUMENT, "%s: %g is not a positive number of at most %g",
+                        field, v, CONFIG_MAX);
     return CPR_OK;
 }
 
@@ -197,8 +204,9 @@ void cpr_estimator_destroy(cpr_estimator *est)
 
 static cpr_status check_sample(const char *field, double v)
 {
-    if (!(v >= 0.0) || !isfinite(v))
-        return cpr_fail(CPR_INVALID_ARGUMENT, "%s: %g is not a finite number >= 0", field, v);
+    if (!(v >= 0.0) || !isfinite(v) || v > INPUT_MAX)
+        return cpr_fail(CPR_INVALID_ARGUMENT, "%s: %g is not a number in [0, %g]", field, v,
+                        INPUT_MAX);
     return CPR_OK;
 }
 
@@ -363,8 +371,8 @@ static void current_inputs(const cpr_estimator *e, cpr_estimate *out)
     uint32_t min = c->min_samples;
     /* Exponential failures with a Gamma(prior_failures, prior_failures *
      * prior_mtbf) prior on the rate: the posterior mean of 1/rate. */
-    out->mtbf_s = (c->prior_failures * c->prior_mtbf_s + e->now_s) /
-                  (c->prior_failures + (double)e->failures);
+    double seen = c->prior_failures + (double)e->failures;
+    out->mtbf_s = c->prior_mtbf_s * (c->prior_failures / seen) + e->now_s / seen;
     out->save_s = ewma_get(&e->save, c->prior_save_s, min);
     out->load_s = ewma_get(&e->load, c->prior_load_s, min);
     out->restart_s = ewma_get(&e->restart, c->prior_restart_s, min);

@@ -217,7 +217,8 @@ typedef struct cpr_estimator_config {
 #define CPR_INT4_MAX_RESTORES 10.0
 
 /* Create an estimator; *out owns it. CPR_INVALID_ARGUMENT names a bad
- * field; CPR_NO_MEMORY. */
+ * field (a positive value above 1e300 among them: a prior may stand for
+ * "never", and the model's sums of such values stay finite); CPR_NO_MEMORY. */
 CPR_API cpr_status cpr_estimator_create(const cpr_estimator_config *config, cpr_estimator **out);
 /* NULL is a no-op. */
 CPR_API void cpr_estimator_destroy(cpr_estimator *est);
@@ -227,7 +228,8 @@ CPR_API void cpr_estimator_destroy(cpr_estimator *est);
  * config's time_unit (seconds unless the caller counts otherwise),
  * non-decreasing across calls (an earlier time is CPR_INVALID_ARGUMENT; the
  * MTBF estimate counts time from 0). Each returns CPR_INVALID_ARGUMENT for a
- * negative, NaN or infinite value, and then records nothing.
+ * negative, NaN or infinite value or one above 1e12, and then records
+ * nothing.
  */
 
 /* A checkpoint of the whole job (all shards) under `policy`: its training

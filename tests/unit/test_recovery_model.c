@@ -463,7 +463,21 @@ static void test_estimator_zero_and_extreme_inputs(void **state)
     assert_status(CPR_OK, cpr_estimator_create(&c, &e));
     assert_status(CPR_OK, cpr_estimator_decide(e, &r));
     assert_true(isfinite(r.partial.interval_s));
+    /* Measurements past 1e12 are refused and change nothing; the largest
+     * accepted ones, with the largest prior, still decide (a load of 1e308
+     * had overflowed to inf, then NaN, and a failure at 1.7e308 made every
+     * later decision fail with CPR_INTERNAL). */
+    assert_status(CPR_INVALID_ARGUMENT, cpr_estimator_loaded(e, 1e308, 1));
+    assert_status(CPR_INVALID_ARGUMENT, cpr_estimator_failed(e, 1.7e308));
+    for (int i = 0; i < 3; i++)
+        assert_status(CPR_OK, cpr_estimator_loaded(e, 1e12, 1));
+    assert_status(CPR_OK, cpr_estimator_failed(e, 1e12));
+    assert_status(CPR_OK, cpr_estimator_decide(e, &r));
+    assert_true(isfinite(r.mtbf_s) && isfinite(r.load_s) && r.load_s >= 1e12);
+    assert_true(isfinite(r.partial.interval_s) && isfinite(r.full.interval_s));
     cpr_estimator_destroy(e);
+    c.prior_mtbf_s = 1e301; /* past the configuration's bound */
+    assert_status(CPR_INVALID_ARGUMENT, cpr_estimator_create(&c, &e));
 }
 
 /* The codec rule (docs/model.md, "The codec"): R = (job / MTBF) / N
