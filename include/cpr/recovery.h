@@ -348,7 +348,9 @@ typedef struct cpr_plan_shard {
     uint64_t as_of;           /* STORE: restore as of this checkpoint id */
     cpr_kind kind;            /* STORE: kind of the shard's part at as_of (PARTIAL),
                                  or of the cut's part (FULL) */
-    uint64_t step;            /* STORE: training step of that part; else 0 */
+    uint64_t step;            /* STORE: training step of that part (FULL
+                                 plans: the cut's rewind step, the same in
+                                 every entry); else 0 */
     cpr_dense_source dense;
     uint64_t dense_checkpoint; /* BLOB: the part holding the dense blobs */
     uint32_t dense_shard;
@@ -404,8 +406,10 @@ typedef struct cpr_recovery_plan cpr_recovery_plan;
  *     from an abandoned FULL). So every shard's first save after a rewind
  *     should be FULL, as cpr-dlrm and cpr.torch make it.
  * Errors: CPR_INVALID_ARGUMENT (parts not sorted or duplicated, a part with
- * shard >= its num_shards or an unknown kind, a failed shard out of range or
- * repeated, PARTIAL with no failed shard, bad mode), CPR_NO_MEMORY.
+ * shard >= its num_shards, checkpoint 0 or an unknown kind, a failed shard
+ * out of range or repeated, PARTIAL with no failed shard, bad mode,
+ * dense_shard >= num_shards, abandoned_through not above abandoned_after
+ * when not 0), CPR_NO_MEMORY.
  */
 CPR_API cpr_status cpr_recovery_plan_make(const cpr_plan_request *request, cpr_recovery_plan **out);
 /* NULL is a no-op. */
