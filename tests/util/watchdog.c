@@ -13,6 +13,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <pthread.h>
+#include <semaphore.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -26,9 +27,18 @@
  * before ctest's limit. */
 #define DUMP_S 8
 
+/* Posted by the watchdog's thread once it runs its own code: the thread's
+ * start-up is over. Under ASan that start-up takes the allocator's locks
+ * (AsanThread::Init frees through the quarantine), and a test that forks
+ * at once (test_retention, test_fold: their first tests fork a writer)
+ * could fork while this thread held one: the child, which inherits the lock
+ * held and no thread to release it, then hung at its first allocation. */
+static sem_t started;
+
 static void *watchdog_main(void *arg)
 {
     double seconds = *(const double *)arg;
+    sem_post(&started);
     struct timespec left = {(time_t)seconds, (long)((seconds - (double)(time_t)seconds) * 1e9)};
     while (nanosleep(&left, &left) != 0 && errno == EINTR) {
     }
@@ -73,10 +83,14 @@ __attribute__((constructor)) static void start_watchdog(void)
     pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
     sigfillset(&all); /* no signal meant for the test lands on this thread */
     pthread_sigmask(SIG_SETMASK, &all, &old);
-    if (pthread_create(&thread, &attr, watchdog_main, &seconds) != 0)
+    sem_init(&started, 0, 0);
+    if (pthread_create(&thread, &attr, watchdog_main, &seconds) != 0) {
         fprintf(stderr, "(no watchdog: cannot start its thread)\n");
-    else
+    } else {
         pthread_setname_np(thread, "cpr-watchdog");
+        while (sem_wait(&started) != 0 && errno == EINTR) { /* its start-up is over */
+        }
+    }
     pthread_sigmask(SIG_SETMASK, &old, NULL);
     pthread_attr_destroy(&attr);
 }
