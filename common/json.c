@@ -110,18 +110,16 @@ int cpri_json_add_string(cpri_json *obj, const char *key, const char *value)
  * digits when that reads back within a relative DBL_EPSILON, which rounds
  * integers from about 4.5e15 on (9007199254740979 printed as
  * 9.00719925474098e+15). */
-int cpri_json_add_u64(cpri_json *obj, const char *key, uint64_t value)
-{
-    char digits[24];
-    snprintf(digits, sizeof digits, "%llu", (unsigned long long)value);
-    return cJSON_AddRawToObject(AS_CJSON(obj), key, digits) ? 0 : -1;
-}
-
 cpri_json *cpri_json_u64(uint64_t value)
 {
     char digits[24];
     snprintf(digits, sizeof digits, "%llu", (unsigned long long)value);
     return (cpri_json *)cJSON_CreateRaw(digits);
+}
+
+int cpri_json_add_u64(cpri_json *obj, const char *key, uint64_t value)
+{
+    return cpri_json_add_child(obj, key, cpri_json_u64(value));
 }
 
 int cpri_json_add_bool(cpri_json *obj, const char *key, int value)
