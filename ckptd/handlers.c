@@ -688,6 +688,18 @@ static cpr_status send_rows(void *ctx, const cpr_row_batch *b)
     return st == CPR_OK ? restore_send(o, buf, len) : st;
 }
 
+/* RestoreRequest.versions: rows with the checkpoint that wrote each. */
+static cpr_status send_versioned_rows(void *ctx, const cpr_row_batch *b, const uint64_t *versions)
+{
+    restore_out *o = ctx;
+    uint8_t *buf;
+    size_t len;
+    uint32_t dim = b->n ? (uint32_t)(b->values_count / b->n) : 0;
+    uint32_t sdim = b->n ? (uint32_t)(b->state_count / b->n) : 0;
+    cpr_status st = cpri_wire_rows_encode_versions(b, dim, sdim, versions, &buf, &len);
+    return st == CPR_OK ? restore_send(o, buf, len) : st;
+}
+
 /* RowBatch.block: stored blocks go out as they are on disk. */
 static cpr_status send_block(void *ctx, const void *block, size_t block_len)
 {
@@ -744,7 +756,7 @@ static void h_restore(cpri_rpc_call *c, void *app)
         st = allow(c, srv, q.query.job, CPRI_RIGHT_READ, "Restore");
         if (st == CPR_OK)
             st = cpri_rpc_start(c);
-        if (st == CPR_OK && direct_reads(srv, &q)) {
+        if (st == CPR_OK && !q.versions && direct_reads(srv, &q)) {
             /* A plan takes no slot: the gate bounds what streaming restores
              * read and send here (restore_gate.c), and a plan is a catalog
              * lookup; the client reads the rows from the pool. */
@@ -759,7 +771,10 @@ static void h_restore(cpri_rpc_call *c, void *app)
                         "clients are not reading them?)", q.query.job, gs.slots,
                         RESTORE_STALL_S);
             }
-            if (q.blocks)
+            if (q.versions) /* a merge's input: rows, each with its version */
+                st = cpr_store_restore_versions(srv->store, &q.query, send_versioned_rows, &o,
+                                                NULL);
+            else if (q.blocks)
                 st = cpr_store_restore_blocks(srv->store, &q.query, send_block, &o, NULL);
             else
                 st = cpr_store_restore(srv->store, &q.query, send_rows, &o, NULL);

@@ -21,6 +21,7 @@
 #include <stdint.h>
 
 #include "cpr/client.h"
+#include "cpr/store.h" /* cpr_version_row_fn */
 
 /* ---- node.c ------------------------------------------------------------------- */
 
@@ -112,6 +113,12 @@ const char *cpri_direct_id(const cpri_direct *d);
 cpr_status cpri_node_restore(cpri_node *node, const cpr_restore_query *q, cpri_direct *direct,
                             double timeout_s, cpr_row_fn fn, void *ctx, uint64_t *rows,
                             uint64_t *bytes, int *direct_failed);
+/* The query's rows with each row's version (cpr_store_restore_versions),
+ * checked against their checksum before `fn` sees them; a daemon that does
+ * not send versions fails it with CPR_FAILED_PRECONDITION. No direct reads. */
+cpr_status cpri_node_restore_versions(cpri_node *node, const cpr_restore_query *q,
+                                     double timeout_s, cpr_version_row_fn fn, void *ctx,
+                                     uint64_t *rows, uint64_t *bytes);
 /* fn(ctx, size, offset, data, len) per chunk, checked; size is the blob's length. */
 typedef cpr_status (*cpri_node_chunk_fn)(void *ctx, uint64_t size, uint64_t offset,
                                         const void *data, size_t len);
@@ -167,6 +174,12 @@ cpr_status cpri_client_retry(const cpr_client *c, cpri_attempt_fn call, void *ct
 /* Before retry number `attempt` (0-based): 0 if no retries are left, else
  * pause for the backoff and return 1. */
 int cpri_client_backoff(const cpr_client *c, unsigned attempt);
+
+/* merge.c: restore from the nodes with want[i] set, merging their rows by
+ * version (each row once, its newest version over all of them). */
+cpr_status cpri_restore_merged(cpr_client *c, const cpr_restore_query *q, const uint8_t *want,
+                               cpr_row_fn fn, void *ctx, uint64_t *rows, uint64_t *bytes,
+                               size_t *asked, size_t *missing);
 
 /* Nodes i and j named one shared store in their last List (gateways). */
 int cpri_client_same_store(cpr_client *c, size_t i, size_t j);

@@ -710,6 +710,29 @@ static cpr_status direct_run(rows_in *in)
     return st;
 }
 
+/* A restored batch of arrays: lengths that match its dims, and its CRC32C
+ * (over the rows, then the versions when `with_versions`); *rows_crc (may
+ * be NULL) the rows'. */
+static cpr_status check_batch(const cpri_node *n, const cpri_wire_rows *w, int with_versions,
+                              uint32_t *rows_crc)
+{
+    const cpr_row_batch *b = &w->batch;
+    if (b->n && (b->values_count != b->n * (size_t)w->dim ||
+                 b->state_count != b->n * (size_t)w->state_dim))
+        return cpr_fail(CPR_INTERNAL, "%s sent a row batch whose lengths do not match its dim",
+                        n->name);
+    uint32_t crc = cpr_crc32c_rows(b->ids, b->n, b->values, b->values_count, b->state,
+                                   b->state_count);
+    if (rows_crc)
+        *rows_crc = crc;
+    if (with_versions)
+        crc = cpr_crc32c(crc, w->versions, b->n * 8);
+    if (crc != b->crc32c)
+        return cpr_fail(CPR_CORRUPT, "%s: a restored row batch of table %u failed its checksum "
+                        "in transit", n->name, b->table);
+    return CPR_OK;
+}
+
 static cpr_status remote_rows(void *ctx, const uint8_t *msg, size_t len)
 {
     rows_in *in = ctx;
@@ -734,15 +757,8 @@ static cpr_status remote_rows(void *ctx, const uint8_t *msg, size_t len)
         return st;
     }
     const cpr_row_batch *b = &w.batch;
-    if (b->n && (b->values_count != b->n * (size_t)w.dim ||
-                 b->state_count != b->n * (size_t)w.state_dim))
-        st = cpr_fail(CPR_INTERNAL, "%s sent a row batch whose lengths do not match its dim",
-                      in->node->name);
-    else if (cpr_crc32c_rows(b->ids, b->n, b->values, b->values_count, b->state,
-                             b->state_count) != b->crc32c)
-        st = cpr_fail(CPR_CORRUPT, "%s: a restored row batch of table %u failed its checksum "
-                      "in transit", in->node->name, b->table);
-    else
+    st = check_batch(in->node, &w, 0, NULL);
+    if (st == CPR_OK)
         st = count_rows(in, b);
     cpri_wire_rows_release(&w);
     return st;
@@ -780,6 +796,67 @@ cpr_status cpri_node_restore(cpri_node *n, const cpr_restore_query *q, cpri_dire
     *bytes = in.bytes;
     if (direct_failed)
         *direct_failed = ran_direct;
+    return st;
+}
+
+typedef struct versions_in {
+    cpri_node *node;
+    cpr_version_row_fn fn;
+    void *ctx;
+    uint64_t rows, bytes;
+    int fn_failed;
+} versions_in;
+
+static cpr_status deliver_versions(void *ctx, const cpr_row_batch *b, const uint64_t *versions)
+{
+    versions_in *in = ctx;
+    in->rows += b->n;
+    in->bytes += b->n * 8 + (b->values_count + b->state_count) * 4;
+    cpr_status st = in->fn(in->ctx, b, versions);
+    in->fn_failed = st != CPR_OK;
+    return st;
+}
+
+static cpr_status remote_versions(void *ctx, const uint8_t *msg, size_t len)
+{
+    versions_in *in = ctx;
+    cpri_wire_rows w;
+    cpr_status st = cpri_wire_rows_decode(msg, len, &w);
+    if (st)
+        return st;
+    const cpr_row_batch *b = &w.batch;
+    cpr_row_batch rows = *b; /* its crc32c: the rows' alone (cpr_version_row_fn) */
+    if (w.block || w.plan || (b->n && !w.versions))
+        st = cpr_fail(CPR_FAILED_PRECONDITION, "%s answered a restore without each row's "
+                      "version: that ckptd is older than this client, and a restore after a "
+                      "resharding over several nodes needs them; upgrade it", in->node->name);
+    else if (b->n && (st = check_batch(in->node, &w, 1, &rows.crc32c)) == CPR_OK)
+        st = deliver_versions(in, &rows, w.versions);
+    cpri_wire_rows_release(&w);
+    return st;
+}
+
+cpr_status cpri_node_restore_versions(cpri_node *n, const cpr_restore_query *q,
+                                     double timeout_s, cpr_version_row_fn fn, void *ctx,
+                                     uint64_t *rows, uint64_t *bytes)
+{
+    versions_in in = {.node = n, .fn = fn, .ctx = ctx};
+    cpr_status st;
+    if (n->store) {
+        st = n->api->restore_versions(n->store, q, deliver_versions, &in, NULL);
+        if (!in.fn_failed)
+            st = local(n, st);
+    } else {
+        uint8_t *req = NULL;
+        size_t len = 0;
+        st = cpri_wire_restore_encode_versions(q, &req, &len);
+        if (st == CPR_OK)
+            st = cpri_rpc_server_stream(n->rpc, SVC "Restore", req, len, timeout_s,
+                                       remote_versions, &in);
+        free(req);
+    }
+    *rows = in.rows;
+    *bytes = in.bytes;
     return st;
 }
 

@@ -69,14 +69,31 @@ static void nodes_for(const cpr_client *c, const char *job, const uint32_t *shar
         want[cpr_client_node_of(c, job, shards[s])] = 1;
 }
 
+/* More than one sharding (num_shards) among the committed parts at or
+ * below as_of: a row may then have versions on several nodes (merge.c). */
+static int resharded(const cpr_part_info *parts, size_t n, uint64_t as_of)
+{
+    uint32_t seen = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (!parts[i].committed || parts[i].checkpoint > as_of)
+            continue;
+        if (seen && parts[i].num_shards != seen)
+            return 1;
+        seen = parts[i].num_shards;
+    }
+    return 0;
+}
+
 /* Turn the query's state into one checkpoint id before anything is read, so
  * that every node reads the same state and the result names it: the cut for
  * `consistent`, else the newest committed id at or below as_of (any, for
  * as_of 0). With several nodes the placement of the job's parts is checked on
- * the way. */
-static cpr_status resolve_as_of(cpr_client *c, cpr_restore_query *q)
+ * the way, and *merge says whether the job was resharded by then (the nodes'
+ * answers are then merged by version). */
+static cpr_status resolve_as_of(cpr_client *c, cpr_restore_query *q, int *merge)
 {
     cpr_status st = CPR_OK;
+    *merge = 0;
     if (q->consistent) {
         uint64_t *cuts = NULL;
         size_t n_cuts = 0;
@@ -88,6 +105,13 @@ static cpr_status resolve_as_of(cpr_client *c, cpr_restore_query *q)
             q->as_of = cuts[0];
         free(cuts);
         q->consistent = 0;
+        if (st == CPR_OK && c->n_nodes > 1) {
+            cpr_part_info *parts = NULL;
+            size_t n = 0;
+            st = cpri_client_list_checked(c, q->job, 1, &parts, &n);
+            *merge = st == CPR_OK && resharded(parts, n, q->as_of);
+            free(parts);
+        }
         return st;
     }
     cpr_part_info *parts = NULL;
@@ -97,6 +121,7 @@ static cpr_status resolve_as_of(cpr_client *c, cpr_restore_query *q)
     for (size_t i = 0; st == CPR_OK && i < n; i++)
         if (parts[i].committed && parts[i].checkpoint <= limit && parts[i].checkpoint > used)
             used = parts[i].checkpoint;
+    *merge = st == CPR_OK && c->n_nodes > 1 && resharded(parts, n, used ? used : limit);
     free(parts);
     if (st == CPR_OK && !q->as_of && !used)
         st = cpr_fail(CPR_NOT_FOUND, "job %s has no committed part yet", q->job);
@@ -116,7 +141,8 @@ cpr_status cpr_client_restore(cpr_client *c, const cpr_restore_query *query,
         return cpr_fail(CPR_INVALID_ARGUMENT, "cpr_client_restore: client, query, query->job, "
                         "fn and shards (when n_shards > 0) must not be NULL");
     cpr_restore_query q = *query;
-    cpr_status st = resolve_as_of(c, &q);
+    int merge = 0;
+    cpr_status st = resolve_as_of(c, &q, &merge);
     if (st)
         return st;
     uint8_t want[256];
@@ -129,7 +155,13 @@ cpr_status cpr_client_restore(cpr_client *c, const cpr_restore_query *query,
                 want[i] = 0;
     uint64_t rows = 0, bytes = 0;
     size_t asked = 0, missing = 0;
-    for (size_t i = 0; i < c->n_nodes && st == CPR_OK; i++) {
+    size_t n_want = 0;
+    for (size_t i = 0; i < c->n_nodes; i++)
+        n_want += want[i];
+    merge = merge && n_want > 1;
+    if (merge) /* a row may be on several nodes: merge.c */
+        st = cpri_restore_merged(c, &q, want, fn, ctx, &rows, &bytes, &asked, &missing);
+    for (size_t i = 0; i < c->n_nodes && st == CPR_OK && !merge; i++) {
         if (!want[i])
             continue;
         uint64_t node_rows = 0;

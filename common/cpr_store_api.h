@@ -17,7 +17,7 @@
 #include "cpr/store.h"
 
 /* 6: cpr_store_options gained local_dir (read by reader_open) */
-#define CPR_STORE_API_ABI 6u
+#define CPR_STORE_API_ABI 7u
 
 typedef struct cpri_store_api {
     uint32_t abi;   /* CPR_STORE_API_ABI of the store that filled it */
@@ -65,6 +65,10 @@ typedef struct cpri_store_api {
                                cpr_store_block_ref *ref);
     cpr_status (*writer_finish)(cpr_store_writer *w, uint64_t *size);
     void (*writer_discard)(cpr_store_writer *w);
+    /* ABI 7: each row's version (merges over several nodes) */
+    cpr_status (*restore_versions)(cpr_store *store, const cpr_restore_query *q,
+                                   cpr_version_row_fn fn, void *ctx,
+                                   cpr_restore_result *result);
 } cpri_store_api;
 
 /* Defined (and exported) by the store library. */

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cpr/crc32c.h"
 #include "cpr/store.h" /* CPR_STORE_PLAN_VERSION */
 #include "cpr/v1/checkpoint.pb-c.h"
 #include "cpr_common.h"
@@ -429,8 +430,8 @@ cpr_status cpri_wire_rows_decode(const void *buf, size_t len, cpri_wire_rows *ou
 {
     pb_reader rd = {buf, (const uint8_t *)buf + len};
     cpri_wire_rows r;
-    const uint8_t *ids = NULL, *values = NULL, *state = NULL, *job = NULL;
-    size_t ids_len = 0, values_len = 0, state_len = 0, job_len = 0;
+    const uint8_t *ids = NULL, *values = NULL, *state = NULL, *job = NULL, *vers = NULL;
+    size_t ids_len = 0, values_len = 0, state_len = 0, job_len = 0, vers_len = 0;
     memset(&r, 0, sizeof r);
     while (rd.p < rd.end) {
         uint32_t f;
@@ -440,8 +441,8 @@ cpr_status cpri_wire_rows_decode(const void *buf, size_t len, cpri_wire_rows *ou
         if (pb_field(&rd, &f, &v, &bytes, &blen))
             return malformed("RowBatch", len);
         int is_len = bytes != NULL;
-        if ((f == 1 || f == 5 || f == 6 || f == 7 || f == 11 || f == 13) != is_len &&
-            f <= 13)
+        if ((f == 1 || f == 5 || f == 6 || f == 7 || f == 11 || f == 13 || f == 14) !=
+                is_len && f <= 14)
             return malformed("RowBatch", len); /* a known field of the wrong type */
         switch (f) {
         case 1: job = bytes; job_len = blen; break;
@@ -457,6 +458,7 @@ cpr_status cpri_wire_rows_decode(const void *buf, size_t len, cpri_wire_rows *ou
         case 11: r.block = bytes; r.block_len = blen; break;
         case 12: r.lease = v; break;
         case 13: r.plan = bytes; r.plan_len = blen; break;
+        case 14: vers = bytes; vers_len = blen; break;
         default: break; /* unknown: skipped */
         }
     }
@@ -471,6 +473,15 @@ cpr_status cpri_wire_rows_decode(const void *buf, size_t len, cpri_wire_rows *ou
         st = as_array(values, values_len, 4, "values", &b, &r.batch.values_count, &r.copies[1]);
     if (st == CPR_OK)
         st = as_array(state, state_len, 4, "state", &c, &r.batch.state_count, &r.copies[2]);
+    const void *d = NULL;
+    size_t n_versions = 0;
+    if (st == CPR_OK && vers) {
+        st = as_array(vers, vers_len, 8, "versions", &d, &n_versions, &r.copies[3]);
+        if (st == CPR_OK && n_versions != r.batch.n)
+            st = cpr_fail(CPR_INVALID_ARGUMENT, "RowBatch carries %zu versions for %zu rows: "
+                          "send one per row", n_versions, r.batch.n);
+        r.versions = d;
+    }
     if (st) {
         cpri_wire_rows_release(&r);
         return st;
@@ -495,7 +506,7 @@ cpr_status cpri_wire_rows_decode(const void *buf, size_t len, cpri_wire_rows *ou
 
 void cpri_wire_rows_release(cpri_wire_rows *r)
 {
-    for (int i = 0; i < 3; i++)
+    for (int i = 0; i < 4; i++)
         free(r->copies[i]);
     memset(r, 0, sizeof *r);
 }
@@ -513,6 +524,23 @@ cpr_status cpri_wire_rows_encode(const cpr_part_id *id, uint64_t lease, const cp
     m.values = (ProtobufCBinaryData){b->values_count * 4, (uint8_t *)b->values};
     m.state = (ProtobufCBinaryData){b->state_count * 4, (uint8_t *)b->state};
     m.crc32c = b->crc32c;
+    m.dim = dim;
+    m.state_dim = state_dim;
+    return pack(&m.base, buf, len);
+}
+
+cpr_status cpri_wire_rows_encode_versions(const cpr_row_batch *b, uint32_t dim,
+                                         uint32_t state_dim, const uint64_t *versions,
+                                         uint8_t **buf, size_t *len)
+{
+    Cpr__V1__RowBatch m = CPR__V1__ROW_BATCH__INIT;
+    m.job = "";
+    m.table = b->table;
+    m.ids = (ProtobufCBinaryData){b->n * 8, (uint8_t *)b->ids};
+    m.values = (ProtobufCBinaryData){b->values_count * 4, (uint8_t *)b->values};
+    m.state = (ProtobufCBinaryData){b->state_count * 4, (uint8_t *)b->state};
+    m.versions = (ProtobufCBinaryData){b->n * 8, (uint8_t *)versions};
+    m.crc32c = cpr_crc32c(b->crc32c, versions, b->n * 8);
     m.dim = dim;
     m.state_dim = state_dim;
     return pack(&m.base, buf, len);
@@ -793,6 +821,7 @@ cpr_status cpri_wire_restore_decode(const void *buf, size_t len, cpri_wire_resto
     r.blocks = m->blocks;
     r.direct = str(m->direct);
     r.plan_version = m->plan_version;
+    r.versions = m->versions;
     *out = r;
     return CPR_OK;
 }
@@ -810,8 +839,23 @@ cpr_status cpri_wire_restore_encode(const cpr_restore_query *q, uint8_t **buf, s
     return cpri_wire_restore_encode_blocks(q, 0, NULL, buf, len);
 }
 
+static cpr_status encode_restore(const cpr_restore_query *q, int blocks, const char *direct,
+                                 int versions, uint8_t **buf, size_t *len);
+
 cpr_status cpri_wire_restore_encode_blocks(const cpr_restore_query *q, int blocks,
                                           const char *direct, uint8_t **buf, size_t *len)
+{
+    return encode_restore(q, blocks, direct, 0, buf, len);
+}
+
+cpr_status cpri_wire_restore_encode_versions(const cpr_restore_query *q, uint8_t **buf,
+                                            size_t *len)
+{
+    return encode_restore(q, 0, NULL, 1, buf, len);
+}
+
+static cpr_status encode_restore(const cpr_restore_query *q, int blocks, const char *direct,
+                                 int versions, uint8_t **buf, size_t *len)
 {
     Cpr__V1__RestoreRequest m = CPR__V1__RESTORE_REQUEST__INIT;
     Cpr__V1__RowRange *ranges = calloc(q->n_ranges + 1, sizeof *ranges);
@@ -840,6 +884,7 @@ cpr_status cpri_wire_restore_encode_blocks(const cpr_restore_query *q, int block
     m.blocks = blocks != 0;
     m.direct = (char *)(direct ? direct : "");
     m.plan_version = direct ? CPR_STORE_PLAN_VERSION : 0; /* what this build reads */
+    m.versions = versions != 0;
     st = pack(&m.base, buf, len);
 out:
     free(ranges);

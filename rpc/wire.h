@@ -49,8 +49,9 @@ typedef struct cpri_wire_rows {
     size_t block_len;
     const void *plan;             /* RowBatch.plan: a piece of a restore plan */
     size_t plan_len;
+    const uint64_t *versions;     /* RowBatch.versions: batch.n ids (NULL if absent) */
     char job[CPR_NAME_MAX + 1];
-    void *copies[3];              /* aligned copies, when the message's were not */
+    void *copies[4];              /* aligned copies, when the message's were not */
 } cpri_wire_rows;
 
 typedef struct cpri_wire_chunk {
@@ -84,6 +85,7 @@ typedef struct cpri_wire_restore {
     int blocks;                   /* answer with RowBatch.block */
     const char *direct;           /* RestoreRequest.direct ("" if absent) */
     uint32_t plan_version;        /* RestoreRequest.plan_version */
+    int versions;                 /* RestoreRequest.versions: rows with their versions */
     void *msg;
     uint32_t *tables;
     cpr_row_range *ranges;
@@ -154,6 +156,11 @@ cpr_status cpri_wire_begin_encode_direct(const cpr_part_spec *spec, const char *
  * state_dim are written as given (0 in requests). */
 cpr_status cpri_wire_rows_encode(const cpr_part_id *id, uint64_t lease, const cpr_row_batch *batch,
                                 uint32_t dim, uint32_t state_dim, uint8_t **buf, size_t *len);
+/* A Restore answer with each row's version (RestoreRequest.versions):
+ * batch->crc32c must cover the rows; the message's covers the versions too. */
+cpr_status cpri_wire_rows_encode_versions(const cpr_row_batch *batch, uint32_t dim,
+                                         uint32_t state_dim, const uint64_t *versions,
+                                         uint8_t **buf, size_t *len);
 /* A RowBatch carrying one row block (bytes copied once, into the message). */
 cpr_status cpri_wire_block_encode(const cpr_part_id *id, uint64_t lease, const void *block,
                                  size_t block_len,
@@ -162,6 +169,9 @@ cpr_status cpri_wire_block_encode(const cpr_part_id *id, uint64_t lease, const v
  * none) for the plan, when the daemon's store is that one. */
 cpr_status cpri_wire_restore_encode_blocks(const cpr_restore_query *q, int blocks,
                                           const char *direct, uint8_t **buf, size_t *len);
+/* RestoreRequest asking for rows with their versions (no blocks, no plan). */
+cpr_status cpri_wire_restore_encode_versions(const cpr_restore_query *q, uint8_t **buf,
+                                            size_t *len);
 /* A RowBatch carrying a piece of a restore plan (direct reads). */
 cpr_status cpri_wire_plan_encode(const void *piece, size_t len, uint8_t **buf, size_t *out_len);
 cpr_status cpri_wire_chunk_encode(const cpr_part_id *id, uint64_t lease, const char *name,

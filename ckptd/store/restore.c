@@ -1086,6 +1086,34 @@ cpr_status cpri_merge_run_rows(cpri_backend *segs, _Atomic unsigned *reading,
     return st;
 }
 
+/* Rows with their versions: every row comes through the merge (no block
+ * passes whole), which fills a version per row (a fold's rows keep theirs). */
+typedef struct version_ctx {
+    cpr_version_row_fn fn;
+    void *ctx;
+} version_ctx;
+
+static cpr_status rows_with_versions(void *ctx, const cpri_merge_rows *r)
+{
+    version_ctx *vc = ctx;
+    cpr_row_batch b = {
+        .table = r->table, .n = r->n, .ids = r->ids, .values = r->values,
+        .values_count = r->n * r->dim, .state = r->state, .state_count = r->n * r->state_dim,
+    };
+    b.crc32c = cpr_crc32c_rows(b.ids, b.n, b.values, b.values_count, b.state, b.state_count);
+    return vc->fn(vc->ctx, &b, r->versions);
+}
+
+cpr_status cpr_store_restore_versions(cpr_store *store, const cpr_restore_query *q,
+                                      cpr_version_row_fn fn, void *ctx,
+                                      cpr_restore_result *result)
+{
+    version_ctx vc = {fn, ctx};
+    cpri_merge_sink sink = {.rows = rows_with_versions, .ctx = &vc, .want_versions = 1};
+    cpri_store_refresh_for_read(store, q ? q->job : NULL); /* rados.h R9 */
+    return restore(store, q, &sink, fn != NULL, result);
+}
+
 /* Block API: stored blocks unchanged, merged rows sealed into new blocks. */
 typedef struct block_ctx {
     cpr_block_fn fn;

@@ -40,6 +40,7 @@ static const cpri_store_api api = {
     .writer_block = cpr_store_writer_block,
     .writer_finish = cpr_store_writer_finish,
     .writer_discard = cpr_store_writer_discard,
+    .restore_versions = cpr_store_restore_versions,
     .reader_close = cpr_store_reader_close,
 };
 

@@ -209,6 +209,20 @@ CPR_API cpr_status cpr_store_restore(cpr_store *store, const cpr_restore_query *
                              cpr_row_fn fn, void *ctx,
                              cpr_restore_result *result);
 
+/*
+ * cpr_store_restore, with each row's version: versions[i] is the checkpoint
+ * id of the part that wrote row batch->ids[i] (the newest at or below the
+ * state restored). What a client needs to merge the answers of several
+ * stores that each hold some versions of a row (client.h, "resharding over
+ * several nodes"). The batch's crc32c covers ids, values and state, not the
+ * versions; versions is valid during the call.
+ */
+typedef cpr_status (*cpr_version_row_fn)(void *ctx, const cpr_row_batch *batch,
+                                         const uint64_t *versions);
+CPR_API cpr_status cpr_store_restore_versions(cpr_store *store, const cpr_restore_query *query,
+                                              cpr_version_row_fn fn, void *ctx,
+                                              cpr_restore_result *result);
+
 /* cpr_store_restore, delivering blocks: the same rows in the same order, in
  * blocks of at most batch_rows rows (a larger stored block is re-batched).
  * Meant for a stream: rows merged from several blocks come in blocks of at

@@ -737,6 +737,112 @@ static void test_two_daemons(void **state)
     }
 }
 
+static int row_order(const void *a, const void *b)
+{
+    const tu_row *x = a, *y = b;
+    if (x->table != y->table)
+        return x->table < y->table ? -1 : 1;
+    return x->id < y->id ? -1 : x->id > y->id;
+}
+
+/* Every row of both tables restored once, ascending, rows below `moved` as
+ * of checkpoint 2 and the others as of 1. */
+static void assert_resharded_rows(const tu_rows *rows, uint64_t moved)
+{
+    assert_int_equal(rows->n, 2 * 4000);
+    for (size_t i = 0; i < rows->n; i++) {
+        const cpr_table_schema *t = &tables[i / 4000];
+        uint64_t id = i % 4000;
+        tu_assert_row(&rows->rows[i], t, id, id < moved ? 2 : 1);
+    }
+}
+
+/* A job resharded 4 -> 2 over two daemons: the rows the 2-shard layout saved
+ * again (a PRIORITY part of each new shard) have their old version on the
+ * other node, for rows of both new shards. Whatever the order of the
+ * nodes, the restore merges by version: each row once, its newest. */
+static void test_resharded_over_two_daemons(void **state)
+{
+    (void)state;
+    char *dir[2] = {tu_mkdtemp("cpr-client"), tu_mkdtemp("cpr-client")};
+    ch_daemon d[2];
+    char target[600], reversed[600];
+    for (int i = 0; i < 2; i++)
+        ch_start(&d[i], dir[i]);
+    snprintf(target, sizeof target, "grpc://%s,%s", d[0].addr, d[1].addr);
+    snprintf(reversed, sizeof reversed, "grpc://%s,%s", d[1].addr, d[0].addr);
+    cpr_client *c, *rc;
+    assert_status(CPR_OK, cpr_client_open(target, NULL, &c));
+    assert_status(CPR_OK, cpr_client_open(reversed, NULL, &rc));
+    /* A job name whose new shard 0 (rows 0, 2, ...) is on the node of old
+     * shard 0 but not of old shard 2, and new shard 1 on the other node,
+     * not the one of old shard 3: rows 2 mod 4 are new on one node, rows 3
+     * mod 4 on the other, each with the old version on the other node. */
+    char job[64] = "";
+    for (int k = 0; k < 10000 && !job[0]; k++) {
+        char name[64];
+        snprintf(name, sizeof name, "reshard-%d", k);
+        size_t n0 = cpr_client_node_of(c, name, 0), n1 = cpr_client_node_of(c, name, 1);
+        if (n0 != n1 && cpr_client_node_of(c, name, 2) != n0 &&
+            cpr_client_node_of(c, name, 3) != n1)
+            snprintf(job, sizeof job, "%s", name);
+    }
+    assert_true(job[0] != 0);
+    for (uint32_t s = 0; s < 4; s++)
+        write_part(c, job, s, 4, 1, CPR_KIND_FULL, 1000); /* rows s, s + 4, ... */
+    for (uint32_t s = 0; s < 2; s++)
+        write_part(c, job, s, 2, 2, CPR_KIND_PRIORITY, 500); /* rows s, s + 2, ... < 1000 */
+
+    cpr_client *clients[2] = {c, rc};
+    for (int k = 0; k < 2; k++) {
+        tu_rows rows;
+        cpr_restore_result res;
+        cpr_restore_query q = {.job = job};
+        restore(clients[k], &q, NULL, 0, &rows, &res);
+        assert_resharded_rows(&rows, 1000);
+        assert_int_equal(res.as_of, 2);
+        assert_int_equal(res.rows, 8000);
+        tu_rows_free(&rows);
+        /* Small batches: runs and single rows cross batch ends. */
+        q.batch_rows = 7;
+        restore(clients[k], &q, NULL, 0, &rows, &res);
+        assert_resharded_rows(&rows, 1000);
+        tu_rows_free(&rows);
+        /* As of 1 the job had one sharding: everything as written then,
+         * node after node (each node's rows ascending). */
+        q = (cpr_restore_query){.job = job, .as_of = 1};
+        restore(clients[k], &q, NULL, 0, &rows, &res);
+        qsort(rows.rows, rows.n, sizeof *rows.rows, row_order);
+        assert_resharded_rows(&rows, 0);
+        tu_rows_free(&rows);
+        /* Into a table buffer, as the recovery executor restores. */
+        const cpr_table_schema *t = &tables[0];
+        float *values = calloc(4000 * t->dim, sizeof *values);
+        float *st = calloc(4000 * t->state_dim, sizeof *st);
+        cpr_restore_into into = {.table = t->table, .row_base = 0, .n_rows = 4000,
+                                 .dim = t->dim, .state_dim = t->state_dim, .values = values,
+                                 .state = st};
+        q = (cpr_restore_query){.job = job};
+        assert_status(CPR_OK, cpr_client_restore_table(clients[k], &q, NULL, 0, &into, &res));
+        for (uint64_t r = 0; r < 4000; r++)
+            for (uint32_t e = 0; e < t->dim; e++)
+                if (tu_float_bits(values[r * t->dim + e]) !=
+                    tu_float_bits(tu_value(t->table, r, r < 1000 ? 2 : 1, e)))
+                    fail_msg("row %llu element %u is not its newest version",
+                             (unsigned long long)r, e);
+        free(values);
+        free(st);
+    }
+
+    cpr_client_close(c);
+    cpr_client_close(rc);
+    for (int i = 0; i < 2; i++) {
+        ch_stop(&d[i]);
+        tu_rmtree(dir[i]);
+        free(dir[i]);
+    }
+}
+
 /* ---- faults -------------------------------------------------------------------------------- */
 
 static void test_daemon_killed_mid_part(void **state)
@@ -1369,6 +1475,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_concurrent_shards),
         cmocka_unit_test(test_sender_pool),
         cmocka_unit_test(test_two_daemons),
+        cmocka_unit_test(test_resharded_over_two_daemons),
         cmocka_unit_test(test_daemon_killed_mid_part),
         cmocka_unit_test(test_client_killed_mid_stream),
     };

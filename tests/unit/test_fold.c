@@ -37,6 +37,7 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
+#include "cpr/crc32c.h"
 #include "cpr/store.h"
 #include "cpr/rng.h"
 #include "store_internal.h"
@@ -162,6 +163,38 @@ static void assert_same(const tu_rows *a, const tu_rows *b)
     }
 }
 
+/* cpr_store_restore_versions gives each row the checkpoint that wrote it,
+ * the model's, folded or not. */
+typedef struct version_check {
+    uint64_t C;
+    size_t rows;
+} version_check;
+
+static cpr_status check_versions(void *ctx, const cpr_row_batch *b, const uint64_t *versions)
+{
+    version_check *vc = ctx;
+    for (size_t i = 0; i < b->n; i++)
+        if (versions[i] != model(b->ids[i], vc->C) / 4)
+            fail_msg("as of %" PRIu64 ": row %" PRIu64 " has version %" PRIu64 ", the model "
+                     "%" PRIu64, vc->C, b->ids[i], versions[i], model(b->ids[i], vc->C) / 4);
+    if (cpr_crc32c_rows(b->ids, b->n, b->values, b->values_count, b->state, b->state_count) !=
+        b->crc32c)
+        fail_msg("a batch with versions has a wrong crc32c");
+    vc->rows += b->n;
+    return CPR_OK;
+}
+
+static void assert_versions(cpr_store *st, uint64_t C)
+{
+    version_check vc = {C, 0};
+    cpr_restore_query q = {.job = "fold", .as_of = C, .batch_rows = 500};
+    assert_int_equal(cpr_store_restore_versions(st, &q, check_versions, &vc, NULL), CPR_OK);
+    size_t want = 0;
+    for (uint64_t r = 0; r < ROWS; r++)
+        want += model(r, C) != 0;
+    assert_int_equal(vc.rows, want);
+}
+
 #define N_VIEWS 3
 static const cpr_row_range g_range = {700, 2100};
 
@@ -257,11 +290,14 @@ static void test_chain_of_200_exact(void **state)
     print_message("  restore over %u segments: at most %u descriptors open (%u before)\n",
                   2 * (CHAIN + 1), fw.most, before_fds);
     assert_true(fw.most <= before_fds + 24);
+    assert_versions(st, 100);
+    assert_versions(st, CHAIN + 1);
     uint64_t folded = 0;
     assert_int_equal(cpr_store_fold(st, "fold", 2, &folded), CPR_OK);
     print_message("  folds written: %" PRIu64 "\n", folded);
     assert_int_equal(folded, SHARDS);
     check(st, before);
+    assert_versions(st, CHAIN + 1); /* the folds' rows keep their versions */
     assert_int_equal(cpr_store_fold(st, "fold", 2, &folded), CPR_OK);
     assert_int_equal(folded, 0); /* nothing new to fold */
 
@@ -291,6 +327,7 @@ static void test_chain_of_200_exact(void **state)
     tu_rows at_cut = restore_as_of(st, CUT, 0, NULL);
     assert_same(&at_cut, &late->rows[late->n - 1][0]);
     assert_model(&at_cut, CUT);
+    assert_versions(st, CUT);
     tu_rows_free(&at_cut);
     cpr_verify_report vr;
     assert_int_equal(cpr_store_verify(st, "fold", NULL, NULL, &vr), CPR_OK);

@@ -348,6 +348,59 @@ static void test_direct_read_fields(void **unused)
     free(buf);
 }
 
+/* RestoreRequest.versions and RowBatch.versions (merges over nodes). */
+static void test_versions_fields(void **unused)
+{
+    (void)unused;
+    cpr_restore_query q = {.job = "jv", .as_of = 9};
+    uint8_t *buf;
+    size_t len;
+    cpri_wire_restore wq;
+    assert_int_equal(cpri_wire_restore_encode_versions(&q, &buf, &len), CPR_OK);
+    assert_int_equal(cpri_wire_restore_decode(buf, len, &wq), CPR_OK);
+    assert_true(wq.versions);
+    assert_false(wq.blocks);
+    assert_string_equal(wq.direct, "");
+    cpri_wire_restore_release(&wq);
+    free(buf);
+    assert_int_equal(cpri_wire_restore_encode_blocks(&q, 1, NULL, &buf, &len), CPR_OK);
+    assert_int_equal(cpri_wire_restore_decode(buf, len, &wq), CPR_OK);
+    assert_false(wq.versions);
+    cpri_wire_restore_release(&wq);
+    free(buf);
+
+    uint64_t ids[3] = {1, 4, 7}, versions[3] = {3, 9, 3};
+    float values[6], state[3];
+    cpr_row_batch batch;
+    tu_fill_batch(&batch, 2, ids, 3, 2, 1, 3, values, state);
+    cpri_wire_rows w;
+    assert_int_equal(cpri_wire_rows_encode_versions(&batch, 2, 1, versions, &buf, &len), CPR_OK);
+    assert_int_equal(cpri_wire_rows_decode(buf, len, &w), CPR_OK);
+    assert_int_equal(w.batch.n, 3);
+    assert_non_null(w.versions);
+    assert_memory_equal(w.versions, versions, sizeof versions);
+    /* the message's checksum covers the versions after the rows */
+    assert_int_equal(w.batch.crc32c, cpr_crc32c(batch.crc32c, versions, sizeof versions));
+    cpri_wire_rows_release(&w);
+    /* a version more or less than rows is refused */
+    uint8_t *more = malloc(len + 16);
+    memcpy(more, buf, len);
+    more[len] = 14 << 3 | 2; /* field 14 (versions) once more: the last one counts, */
+    more[len + 1] = 8;       /* and it holds 1 version for 3 rows */
+    memset(more + len + 2, 0, 8);
+    assert_int_equal(cpri_wire_rows_decode(more, len + 10, &w), CPR_INVALID_ARGUMENT);
+    assert_non_null(strstr(cpr_errmsg(), "1 versions for 3 rows"));
+    free(more);
+    free(buf);
+    /* plain rows carry none */
+    cpr_part_id pid = {"jv", 0, 0};
+    assert_int_equal(cpri_wire_rows_encode(&pid, 0, &batch, 2, 1, &buf, &len), CPR_OK);
+    assert_int_equal(cpri_wire_rows_decode(buf, len, &w), CPR_OK);
+    assert_null(w.versions);
+    cpri_wire_rows_release(&w);
+    free(buf);
+}
+
 /* ---- operations: ListJobs, Verify, Gc, Stats ------------------------------------ */
 
 typedef struct seen_problems {
@@ -757,6 +810,7 @@ int main(void)
         cmocka_unit_test(test_malformed),
         cmocka_unit_test(test_small_messages_roundtrip),
         cmocka_unit_test(test_direct_read_fields),
+        cmocka_unit_test(test_versions_fields),
         cmocka_unit_test(test_direct_write_fields),
         cmocka_unit_test(test_end_to_end_through_store),
         cmocka_unit_test(test_admin_requests_roundtrip),
