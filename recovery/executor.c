@@ -192,7 +192,8 @@ static cpr_status restore_shard(cpr_client *client, const char *job, const cpr_r
                            .n_ranges = sel.n_ranges, .modulo = sel.modulo,
                            .remainder = sel.remainder, .batch_rows = batch_rows};
     /* After a resharding the rows of a shard were written by other shards,
-     * maybe on other nodes: ask them all. */
+     * maybe on other nodes: ask them all (the client merges their answers
+     * by each row's version: client/merge.c). */
     int everywhere = (cpr_recovery_plan_problems(plan) & CPR_PLAN_RESHARDED) != 0;
     st = cpr_client_restore(client, &q, everywhere ? NULL : &e->shard, everywhere ? 0 : 1,
                             apply_batch, run, NULL);

@@ -544,7 +544,8 @@ class Checkpointer:
         # own); the trackers are told afterwards, on this thread.
         work = []
         # After a resharding a shard's rows were written by other shards,
-        # maybe on other nodes: every shard's parts are read, and the rows
+        # maybe on other nodes: every shard's parts are read (the client
+        # merges the nodes' answers by each row's version), and the rows
         # selected by the present sharding below.
         everywhere = "resharded" in plan.problems
         for entry in plan.shards:
