@@ -115,10 +115,14 @@ cpr_status cpri_node_restore(cpri_node *node, const cpr_restore_query *q, cpri_d
                             uint64_t *bytes, int *direct_failed);
 /* The query's rows with each row's version (cpr_store_restore_versions),
  * checked against their checksum before `fn` sees them; a daemon that does
- * not send versions fails it with CPR_FAILED_PRECONDITION. No direct reads. */
+ * not send versions fails it with CPR_FAILED_PRECONDITION and
+ * *no_versions = 1. No direct reads. `cancel` (may be NULL) ends the
+ * stream from another thread (channel.h). */
+struct cpri_rpc_cancel;
 cpr_status cpri_node_restore_versions(cpri_node *node, const cpr_restore_query *q,
-                                     double timeout_s, cpr_version_row_fn fn, void *ctx,
-                                     uint64_t *rows, uint64_t *bytes);
+                                     double timeout_s, struct cpri_rpc_cancel *cancel,
+                                     cpr_version_row_fn fn, void *ctx, uint64_t *rows,
+                                     uint64_t *bytes, int *no_versions);
 /* fn(ctx, size, offset, data, len) per chunk, checked; size is the blob's length. */
 typedef cpr_status (*cpri_node_chunk_fn)(void *ctx, uint64_t size, uint64_t offset,
                                         const void *data, size_t len);
@@ -179,7 +183,7 @@ int cpri_client_backoff(const cpr_client *c, unsigned attempt);
  * version (each row once, its newest version over all of them). */
 cpr_status cpri_restore_merged(cpr_client *c, const cpr_restore_query *q, const uint8_t *want,
                                cpr_row_fn fn, void *ctx, uint64_t *rows, uint64_t *bytes,
-                               size_t *asked, size_t *missing);
+                               size_t *asked, size_t *missing, int *old_daemon);
 
 /* Nodes i and j named one shared store in their last List (gateways). */
 int cpri_client_same_store(cpr_client *c, size_t i, size_t j);

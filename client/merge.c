@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * Restores over several nodes after a resharding: a merge of the nodes'
- * answers by each row's version.
+ * Restores over several nodes: a merge of the nodes' answers by each row's
+ * version (read.c merges whenever more than one node is asked).
  *
  * Shards own disjoint rows within one sharding, and a shard's parts live on
  * one node, so without a resharding a row is on one node and the nodes'
@@ -9,7 +9,9 @@
  * different nodes, a row can have versions on two nodes: its old shard's
  * (written before) and its new shard's (written after, by a partial save or
  * not yet at all). Each node answers with its newest version, and only the
- * versions tell which is the newest of all.
+ * versions tell which is the newest of all. The parts a node lists do not
+ * always show such a history (retention keeps old shards' rows in folds,
+ * which are not listed), so the client does not try to tell.
  *
  * M1  Every asked node streams the query's rows with their versions
  *     (cpri_node_restore_versions: ascending (table, row), each row once),
@@ -28,18 +30,31 @@
  * M3  Any failure stops everything: a node's error reaches the caller once
  *     its queue is drained (the rows before it are delivered, as a restore
  *     node after node would), fn's error or the merge's own ends the merge
- *     at once; `stop` wakes every producer, each returns from its stream,
- *     and all are joined before the call returns. A producer retries on
- *     CPR_UNAVAILABLE while it has queued nothing, as restore_node does.
+ *     at once. Stopping sets `stop` (waking producers that wait for room)
+ *     and fires each producer's cancel (ending a stream that waits for a
+ *     message: a hung node does not hold the call), and every producer is
+ *     joined before the call returns. A producer retries on CPR_UNAVAILABLE
+ *     while it has queued nothing and the merge has not stopped, as
+ *     restore_node does.
  * M4  A node that holds none of the job (CPR_NOT_FOUND with no row) counts
  *     as missing, not as an error, as in a restore node after node.
+ * M5  A daemon older than the versions (it answers without them) fails the
+ *     merge before any row is delivered (every head is read before the
+ *     first row goes out); *old_daemon says so, and read.c then restores
+ *     node after node if the job shows no resharding.
+ * M6  Every stream lives as long as the merge, so each gets
+ *     stream_timeout_s times the number of nodes asked: the time the same
+ *     restore had node after node. Versions are checked: each is a
+ *     checkpoint at or below the state restored.
  */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "channel.h"
 #include "client_internal.h"
+#include "cpr/block.h"
 #include "cpr/crc32c.h"
 #include "cpr_common.h"
 
@@ -60,8 +75,10 @@ struct merge;
 typedef struct mnode {
     struct merge *m;
     cpri_node *node;
+    cpri_rpc_cancel *cancel;   /* ends its stream when the merge stops (M3) */
     pthread_t thread;
     int started;
+    int no_versions;           /* the node's daemon sends no versions (M5) */
     /* under m->mu */
     mbatch *head, *tail;
     size_t queued;
@@ -84,6 +101,7 @@ typedef struct merge {
     pthread_mutex_t mu;
     pthread_cond_t cv;
     int stop;
+    double timeout_s;          /* each stream's deadline (M6) */
     mnode *nodes;
     size_t n;
 } merge;
@@ -103,6 +121,12 @@ static cpr_status enqueue(void *ctx, const cpr_row_batch *b, const uint64_t *ver
     merge *m = p->m;
     if (b->n == 0)
         return CPR_OK;
+    for (size_t i = 0; i < b->n; i++) /* a version is a checkpoint of the state asked */
+        if (versions[i] == 0 || versions[i] > m->q->as_of)
+            return cpr_fail(CPR_INTERNAL, "%s answered row %llu of table %u as of checkpoint "
+                            "%llu, for a restore as of %llu", cpri_node_name(p->node),
+                            (unsigned long long)b->ids[i], b->table,
+                            (unsigned long long)versions[i], (unsigned long long)m->q->as_of);
     uint32_t dim = (uint32_t)(b->values_count / b->n), sdim = (uint32_t)(b->state_count / b->n);
     mbatch *q = calloc(1, sizeof *q);
     size_t words = 2 * b->n, floats = b->values_count + b->state_count;
@@ -150,19 +174,23 @@ static void *producer(void *arg)
     mnode *p = arg;
     merge *m = p->m;
     uint64_t rows = 0;
-    cpr_status st;
+    cpr_status st = CPR_OK;
+    int no_versions = 0;
     for (unsigned attempt = 0;;) {
-        uint64_t r = 0, b = 0;
-        st = cpri_node_restore_versions(p->node, m->q, m->c->opts.stream_timeout_s, enqueue, p,
-                                        &r, &b);
-        rows += r;
         pthread_mutex_lock(&m->mu);
         int stop = m->stop;
         pthread_mutex_unlock(&m->mu);
-        if (st != CPR_UNAVAILABLE || rows || stop || !cpri_client_backoff(m->c, attempt++))
+        if (stop) /* also after a pause: no new stream once stopped */
+            break;
+        uint64_t r = 0, b = 0;
+        st = cpri_node_restore_versions(p->node, m->q, m->timeout_s, p->cancel, enqueue, p, &r,
+                                        &b, &no_versions);
+        rows += r;
+        if (st != CPR_UNAVAILABLE || rows || !cpri_client_backoff(m->c, attempt++))
             break;
     }
     pthread_mutex_lock(&m->mu);
+    p->no_versions = no_versions;
     p->st = st;
     p->rows = rows;
     if (st)
@@ -231,6 +259,7 @@ static int key_cmp(const mnode *p, const mnode *a)
 }
 
 typedef struct out_batch {
+    int have;                  /* table, dim, state_dim: the last rows' */
     uint32_t table, dim, state_dim;
     size_t n, cap;
     uint64_t *ids;
@@ -254,36 +283,46 @@ static cpr_status out_flush(out_batch *o, cpr_row_fn fn, void *ctx)
     return fn(ctx, &b);
 }
 
-/* Rows [pos, pos + k) of p's current batch to the output. */
+/* Rows a batch holds: the query's batch_rows, else up to 16384 rows and
+ * about 3 MiB; never a batch over a block's limit (as the store's). */
+static size_t batch_cap(const cpr_restore_query *q, uint32_t dim, uint32_t state_dim)
+{
+    size_t row = 8 + ((size_t)dim + state_dim) * 4;
+    size_t most = (CPR_BLOCK_MAX_BYTES - CPR_BLOCK_HEADER_BYTES) / (row + 8);
+    size_t cap = q->batch_rows ? q->batch_rows : DEFAULT_BATCH_BYTES / row;
+    if (!q->batch_rows && cap > DEFAULT_BATCH_ROWS)
+        cap = DEFAULT_BATCH_ROWS;
+    cap = cap > most ? most : cap;
+    return cap < 1 ? 1 : cap;
+}
+
+/* Rows [pos, pos + k) of p's current batch to the output. Tables ascend,
+ * so a table's rows are consecutive in it: they must have one shape. */
 static cpr_status out_rows(out_batch *o, const cpr_restore_query *q, const mnode *p, size_t k,
                            cpr_row_fn fn, void *ctx)
 {
     const mbatch *b = p->cur;
     cpr_status st = CPR_OK;
-    if (o->n && (o->table != b->table || o->dim != b->dim || o->state_dim != b->state_dim)) {
-        if (o->table == b->table)
-            return cpr_fail(CPR_FAILED_PRECONDITION, "table %u has dim %u and state_dim %u on "
-                            "%s, dim %u and state_dim %u on another node: the nodes hold "
-                            "different tables under one number", b->table, b->dim,
-                            b->state_dim, cpri_node_name(p->node), o->dim, o->state_dim);
+    if (o->have && o->table == b->table && (o->dim != b->dim || o->state_dim != b->state_dim))
+        return cpr_fail(CPR_FAILED_PRECONDITION, "table %u has dim %u and state_dim %u on %s, "
+                        "dim %u and state_dim %u on another node: the nodes hold different "
+                        "tables under one number", b->table, b->dim, b->state_dim,
+                        cpri_node_name(p->node), o->dim, o->state_dim);
+    if (!o->have || o->table != b->table) {
         st = out_flush(o, fn, ctx);
-    }
-    if (st == CPR_OK && (o->n == 0 || o->dim != b->dim || o->state_dim != b->state_dim)) {
-        size_t row_bytes = 8 + ((size_t)b->dim + b->state_dim) * 4;
-        size_t cap = q->batch_rows ? q->batch_rows : DEFAULT_BATCH_ROWS;
-        if (!q->batch_rows && cap * row_bytes > DEFAULT_BATCH_BYTES)
-            cap = DEFAULT_BATCH_BYTES / row_bytes ? DEFAULT_BATCH_BYTES / row_bytes : 1;
-        if (cap > o->cap || o->dim != b->dim || o->state_dim != b->state_dim) {
+        size_t cap = batch_cap(q, b->dim, b->state_dim);
+        if (st == CPR_OK && (!o->have || cap != o->cap || o->dim != b->dim ||
+                             o->state_dim != b->state_dim)) {
             free(o->ids);
-            o->ids = malloc(cap * row_bytes + 1);
-            if (!o->ids) {
-                o->cap = 0;
+            o->ids = malloc(cap * (8 + ((size_t)b->dim + b->state_dim) * 4) + 1);
+            o->have = 0;
+            if (!o->ids)
                 return cpr_fail(CPR_NO_MEMORY, "out of memory for a batch of %zu rows", cap);
-            }
             o->cap = cap;
             o->values = (float *)(o->ids + cap);
             o->state = o->values + cap * b->dim;
         }
+        o->have = st == CPR_OK;
         o->table = b->table;
         o->dim = b->dim;
         o->state_dim = b->state_dim;
@@ -360,14 +399,16 @@ static cpr_status merge_run(merge *m, cpr_row_fn fn, void *ctx, out_batch *o)
 
 cpr_status cpri_restore_merged(cpr_client *c, const cpr_restore_query *q, const uint8_t *want,
                                cpr_row_fn fn, void *ctx, uint64_t *rows, uint64_t *bytes,
-                               size_t *asked, size_t *missing)
+                               size_t *asked, size_t *missing, int *old_daemon)
 {
     merge m = {.c = c, .q = q};
     out_batch o = {0};
     *rows = *bytes = 0;
     *asked = *missing = 0;
+    *old_daemon = 0;
     for (size_t i = 0; i < c->n_nodes; i++)
         m.n += want[i] != 0;
+    m.timeout_s = c->opts.stream_timeout_s * (double)m.n; /* M6 */
     m.nodes = calloc(m.n ? m.n : 1, sizeof *m.nodes);
     if (!m.nodes)
         return cpr_fail(CPR_NO_MEMORY, "out of memory merging %zu nodes' restores", m.n);
@@ -380,6 +421,8 @@ cpr_status cpri_restore_merged(cpr_client *c, const cpr_restore_query *q, const 
         mnode *p = &m.nodes[k++];
         p->m = &m;
         p->node = c->nodes[i];
+        if (st == CPR_OK)
+            st = cpri_rpc_cancel_create(&p->cancel);
         if (st == CPR_OK && pthread_create(&p->thread, NULL, producer, p) == 0)
             p->started = 1;
         else if (st == CPR_OK)
@@ -392,15 +435,19 @@ cpr_status cpri_restore_merged(cpr_client *c, const cpr_restore_query *q, const 
     }
     if (st == CPR_OK)
         st = merge_run(&m, fn, ctx, &o);
-    /* M3: stop and join every producer, whatever happened. */
+    /* M3: stop, end every stream, and join every producer. */
     pthread_mutex_lock(&m.mu);
     m.stop = 1;
     pthread_cond_broadcast(&m.cv);
     pthread_mutex_unlock(&m.mu);
+    for (size_t i = 0; i < m.n; i++)
+        if (m.nodes[i].cancel)
+            cpri_rpc_cancel_fire(m.nodes[i].cancel);
     for (size_t i = 0; i < m.n; i++) {
         mnode *p = &m.nodes[i];
         if (p->started)
             pthread_join(p->thread, NULL);
+        cpri_rpc_cancel_destroy(p->cancel);
         batch_free(p->cur);
         while (p->head) {
             mbatch *b = p->head;
@@ -408,6 +455,7 @@ cpr_status cpri_restore_merged(cpr_client *c, const cpr_restore_query *q, const 
             batch_free(b);
         }
         *missing += p->missing;
+        *old_daemon |= p->no_versions; /* M5 */
     }
     *asked = m.n;
     *rows = o.rows;

@@ -805,6 +805,7 @@ typedef struct versions_in {
     void *ctx;
     uint64_t rows, bytes;
     int fn_failed;
+    int no_versions;          /* the daemon sent rows without versions */
 } versions_in;
 
 static cpr_status deliver_versions(void *ctx, const cpr_row_batch *b, const uint64_t *versions)
@@ -826,19 +827,21 @@ static cpr_status remote_versions(void *ctx, const uint8_t *msg, size_t len)
         return st;
     const cpr_row_batch *b = &w.batch;
     cpr_row_batch rows = *b; /* its crc32c: the rows' alone (cpr_version_row_fn) */
-    if (w.block || w.plan || (b->n && !w.versions))
+    if (w.block || w.plan || (b->n && !w.versions)) {
+        in->no_versions = 1;
         st = cpr_fail(CPR_FAILED_PRECONDITION, "%s answered a restore without each row's "
                       "version: that ckptd is older than this client, and a restore after a "
                       "resharding over several nodes needs them; upgrade it", in->node->name);
-    else if (b->n && (st = check_batch(in->node, &w, 1, &rows.crc32c)) == CPR_OK)
+    } else if (b->n && (st = check_batch(in->node, &w, 1, &rows.crc32c)) == CPR_OK)
         st = deliver_versions(in, &rows, w.versions);
     cpri_wire_rows_release(&w);
     return st;
 }
 
 cpr_status cpri_node_restore_versions(cpri_node *n, const cpr_restore_query *q,
-                                     double timeout_s, cpr_version_row_fn fn, void *ctx,
-                                     uint64_t *rows, uint64_t *bytes)
+                                     double timeout_s, cpri_rpc_cancel *cancel,
+                                     cpr_version_row_fn fn, void *ctx, uint64_t *rows,
+                                     uint64_t *bytes, int *no_versions)
 {
     versions_in in = {.node = n, .fn = fn, .ctx = ctx};
     cpr_status st;
@@ -851,12 +854,13 @@ cpr_status cpri_node_restore_versions(cpri_node *n, const cpr_restore_query *q,
         size_t len = 0;
         st = cpri_wire_restore_encode_versions(q, &req, &len);
         if (st == CPR_OK)
-            st = cpri_rpc_server_stream(n->rpc, SVC "Restore", req, len, timeout_s,
-                                       remote_versions, &in);
+            st = cpri_rpc_server_stream_cancel(n->rpc, SVC "Restore", req, len, timeout_s,
+                                              remote_versions, &in, cancel);
         free(req);
     }
     *rows = in.rows;
     *bytes = in.bytes;
+    *no_versions = in.no_versions;
     return st;
 }
 

@@ -69,31 +69,14 @@ static void nodes_for(const cpr_client *c, const char *job, const uint32_t *shar
         want[cpr_client_node_of(c, job, shards[s])] = 1;
 }
 
-/* More than one sharding (num_shards) among the committed parts at or
- * below as_of: a row may then have versions on several nodes (merge.c). */
-static int resharded(const cpr_part_info *parts, size_t n, uint64_t as_of)
-{
-    uint32_t seen = 0;
-    for (size_t i = 0; i < n; i++) {
-        if (!parts[i].committed || parts[i].checkpoint > as_of)
-            continue;
-        if (seen && parts[i].num_shards != seen)
-            return 1;
-        seen = parts[i].num_shards;
-    }
-    return 0;
-}
-
 /* Turn the query's state into one checkpoint id before anything is read, so
  * that every node reads the same state and the result names it: the cut for
  * `consistent`, else the newest committed id at or below as_of (any, for
  * as_of 0). With several nodes the placement of the job's parts is checked on
- * the way, and *merge says whether the job was resharded by then (the nodes'
- * answers are then merged by version). */
-static cpr_status resolve_as_of(cpr_client *c, cpr_restore_query *q, int *merge)
+ * the way. */
+static cpr_status resolve_as_of(cpr_client *c, cpr_restore_query *q)
 {
     cpr_status st = CPR_OK;
-    *merge = 0;
     if (q->consistent) {
         uint64_t *cuts = NULL;
         size_t n_cuts = 0;
@@ -105,13 +88,6 @@ static cpr_status resolve_as_of(cpr_client *c, cpr_restore_query *q, int *merge)
             q->as_of = cuts[0];
         free(cuts);
         q->consistent = 0;
-        if (st == CPR_OK && c->n_nodes > 1) {
-            cpr_part_info *parts = NULL;
-            size_t n = 0;
-            st = cpri_client_list_checked(c, q->job, 1, &parts, &n);
-            *merge = st == CPR_OK && resharded(parts, n, q->as_of);
-            free(parts);
-        }
         return st;
     }
     cpr_part_info *parts = NULL;
@@ -121,7 +97,6 @@ static cpr_status resolve_as_of(cpr_client *c, cpr_restore_query *q, int *merge)
     for (size_t i = 0; st == CPR_OK && i < n; i++)
         if (parts[i].committed && parts[i].checkpoint <= limit && parts[i].checkpoint > used)
             used = parts[i].checkpoint;
-    *merge = st == CPR_OK && c->n_nodes > 1 && resharded(parts, n, used ? used : limit);
     free(parts);
     if (st == CPR_OK && !q->as_of && !used)
         st = cpr_fail(CPR_NOT_FOUND, "job %s has no committed part yet", q->job);
@@ -133,6 +108,25 @@ static cpr_status resolve_as_of(cpr_client *c, cpr_restore_query *q, int *merge)
     return st;
 }
 
+/* More than one shard count (num_shards) among the job's committed parts
+ * at or below as_of. */
+static cpr_status job_resharded(cpr_client *c, const char *job, uint64_t as_of, int *resharded)
+{
+    cpr_part_info *parts = NULL;
+    size_t n = 0;
+    uint32_t seen = 0;
+    cpr_status st = cpri_client_list_checked(c, job, 1, &parts, &n);
+    *resharded = 0;
+    for (size_t i = 0; st == CPR_OK && i < n; i++) {
+        if (!parts[i].committed || parts[i].checkpoint > as_of)
+            continue;
+        *resharded |= seen && parts[i].num_shards != seen;
+        seen = parts[i].num_shards;
+    }
+    free(parts);
+    return st;
+}
+
 cpr_status cpr_client_restore(cpr_client *c, const cpr_restore_query *query,
                               const uint32_t *shards, size_t n_shards, cpr_row_fn fn,
                               void *ctx, cpr_restore_result *result)
@@ -141,8 +135,7 @@ cpr_status cpr_client_restore(cpr_client *c, const cpr_restore_query *query,
         return cpr_fail(CPR_INVALID_ARGUMENT, "cpr_client_restore: client, query, query->job, "
                         "fn and shards (when n_shards > 0) must not be NULL");
     cpr_restore_query q = *query;
-    int merge = 0;
-    cpr_status st = resolve_as_of(c, &q, &merge);
+    cpr_status st = resolve_as_of(c, &q);
     if (st)
         return st;
     uint8_t want[256];
@@ -158,9 +151,30 @@ cpr_status cpr_client_restore(cpr_client *c, const cpr_restore_query *query,
     size_t n_want = 0;
     for (size_t i = 0; i < c->n_nodes; i++)
         n_want += want[i];
-    merge = merge && n_want > 1;
-    if (merge) /* a row may be on several nodes: merge.c */
-        st = cpri_restore_merged(c, &q, want, fn, ctx, &rows, &bytes, &asked, &missing);
+    /* Several nodes: their answers are merged by version (merge.c), since
+     * after a resharding a row may be on more than one of them, and the
+     * parts left after retention do not always show that it was. */
+    int merge = n_want > 1, old_daemon = 0;
+    if (merge)
+        st = cpri_restore_merged(c, &q, want, fn, ctx, &rows, &bytes, &asked, &missing,
+                                 &old_daemon);
+    if (merge && st != CPR_OK && old_daemon && rows == 0) {
+        /* merge.c M5: a daemon without versions. Node after node is right
+         * unless the parts show a resharding. */
+        char why[1024];
+        snprintf(why, sizeof why, "%s", cpr_errmsg());
+        int resharded = 0;
+        st = job_resharded(c, q.job, q.as_of, &resharded);
+        if (st == CPR_OK && resharded)
+            st = cpr_fail(CPR_FAILED_PRECONDITION, "%s (job %s was resharded: its rows must "
+                          "be merged by version)", why, q.job);
+        if (st == CPR_OK) {
+            cpri_log(CPR_LOG_WARN, "restore of %s: %s; restoring node after node", q.job, why);
+            merge = 0;
+            asked = missing = 0;
+            bytes = 0;
+        }
+    }
     for (size_t i = 0; i < c->n_nodes && st == CPR_OK && !merge; i++) {
         if (!want[i])
             continue;

@@ -9,6 +9,7 @@
 #include <grpc/byte_buffer_reader.h>
 #include <grpc/grpc.h>
 #include <grpc/grpc_security.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -402,11 +403,64 @@ static cpr_status deliver(grpc_byte_buffer *bb, cpri_rpc_flat *f, cpri_rpc_msg_f
     return st;
 }
 
+struct cpri_rpc_cancel {
+    pthread_mutex_t mu;
+    grpc_call *call;  /* the stream in flight under it, or NULL */
+    int fired;
+};
+
+cpr_status cpri_rpc_cancel_create(cpri_rpc_cancel **out)
+{
+    cpri_rpc_cancel *c = calloc(1, sizeof *c);
+    if (!c)
+        return cpr_fail(CPR_NO_MEMORY, "out of memory");
+    pthread_mutex_init(&c->mu, NULL);
+    *out = c;
+    return CPR_OK;
+}
+
+void cpri_rpc_cancel_fire(cpri_rpc_cancel *c)
+{
+    pthread_mutex_lock(&c->mu);
+    c->fired = 1;
+    if (c->call) /* grpc_call_cancel may be called from any thread */
+        grpc_call_cancel(c->call, NULL);
+    pthread_mutex_unlock(&c->mu);
+}
+
+void cpri_rpc_cancel_destroy(cpri_rpc_cancel *c)
+{
+    if (c) {
+        pthread_mutex_destroy(&c->mu);
+        free(c);
+    }
+}
+
+/* Put call under c (NULL: take it away); fired already: cancel it now. */
+static void cancel_watch(cpri_rpc_cancel *c, grpc_call *call)
+{
+    if (!c)
+        return;
+    pthread_mutex_lock(&c->mu);
+    c->call = call;
+    if (call && c->fired)
+        grpc_call_cancel(call, NULL);
+    pthread_mutex_unlock(&c->mu);
+}
+
 cpr_status cpri_rpc_server_stream(cpri_rpc *r, const char *method, const uint8_t *req,
                                  size_t len, double timeout_s, cpri_rpc_msg_fn fn, void *ctx)
 {
+    return cpri_rpc_server_stream_cancel(r, method, req, len, timeout_s, fn, ctx, NULL);
+}
+
+cpr_status cpri_rpc_server_stream_cancel(cpri_rpc *r, const char *method, const uint8_t *req,
+                                        size_t len, double timeout_s, cpri_rpc_msg_fn fn,
+                                        void *ctx, cpri_rpc_cancel *cancel)
+{
     grpc_completion_queue *cq = grpc_completion_queue_create_for_next(NULL);
     grpc_call *call = new_call(r, method, timeout_s, cq);
+    cancel_watch(cancel, call);
     grpc_op ops[4];
     grpc_metadata_array initial;
     cpr_status st = CPR_OK;
@@ -441,6 +495,7 @@ cpr_status cpri_rpc_server_stream(cpri_rpc *r, const char *method, const uint8_t
         grpc_call_cancel(call, NULL);                   /* the caller stopped: tell the server */
     }
     cpr_status end = finish_call(r, method, call, cq, NULL, 0, 0, NULL, NULL);
+    cancel_watch(cancel, NULL);
     free_call(call, cq);
     if (st != CPR_OK)
         return cpr_fail(st, "%s", why);

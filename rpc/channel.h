@@ -64,10 +64,23 @@ cpr_status cpri_rpc_stream_send_owned(cpri_rpc_stream *s, uint8_t *msg, size_t l
  * whatever the outcome. resp may be NULL. */
 cpr_status cpri_rpc_stream_finish(cpri_rpc_stream *s, uint8_t **resp, size_t *resp_len);
 
+/* A way for another thread to end a server stream at once (a merge that
+ * stopped, client/merge.c M3): cpri_rpc_cancel_fire cancels the stream in
+ * flight under it, and any started after, which then fail with
+ * CPR_UNAVAILABLE. Create once, fire at most once; thread-safe. */
+typedef struct cpri_rpc_cancel cpri_rpc_cancel;
+cpr_status cpri_rpc_cancel_create(cpri_rpc_cancel **out);
+void cpri_rpc_cancel_fire(cpri_rpc_cancel *c);
+void cpri_rpc_cancel_destroy(cpri_rpc_cancel *c); /* NULL is a no-op; no stream may use it */
+
 typedef cpr_status (*cpri_rpc_msg_fn)(void *ctx, const uint8_t *msg, size_t len);
 /* Send one request, receive messages until the server's status; `fn` may
  * stop early by returning non-OK (the call is then cancelled). */
 cpr_status cpri_rpc_server_stream(cpri_rpc *rpc, const char *method, const uint8_t *req,
                                  size_t len, double timeout_s, cpri_rpc_msg_fn fn, void *ctx);
+/* The same, ended early by `cancel` when it fires (NULL: never). */
+cpr_status cpri_rpc_server_stream_cancel(cpri_rpc *rpc, const char *method, const uint8_t *req,
+                                        size_t len, double timeout_s, cpri_rpc_msg_fn fn,
+                                        void *ctx, cpri_rpc_cancel *cancel);
 
 #endif /* CPR_RPC_CHANNEL_H */

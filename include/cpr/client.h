@@ -368,13 +368,10 @@ CPR_API cpr_status cpr_client_latest_cut(cpr_client *client, const char *job, ui
  * asked reads as of it, and result->as_of names it. `shards`/`n_shards` (may
  * be NULL/0) select the nodes to ask: those holding these shards (the query's
  * tables, ranges and modulo select the rows; rows of other shards on the same
- * node match them too). Otherwise every node is asked and their rows are
- * delivered node after node (each node's in (table, row) order): within one
- * sharding a row is on one node (shards own disjoint rows). When the job's
- * parts up to that state have more than one shard count (a resharding) and
- * several nodes are asked, their answers are merged by each row's version
- * instead: every row once, its newest version, in (table, row) order
- * (docs/client.md, "Limits"). With several nodes,
+ * node match them too). Otherwise every node is asked. When several nodes
+ * are asked, their answers are merged by each row's version (after a
+ * resharding a row may be on two of them): every row once, its newest
+ * version, in (table, row) order (docs/client.md, "Limits"). With several nodes,
  * parts found on a node their shard is not placed on (the node set changed)
  * fail the call with CPR_FAILED_PRECONDITION. Retried on CPR_UNAVAILABLE
  * while nothing has been delivered.
