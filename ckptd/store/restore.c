@@ -871,13 +871,21 @@ cpr_status cpri_merge_run(cpr_store *store, const cpri_merge_plan *p, const cpri
 /* ---- cpr_store_restore ----------------------------------------------------------- */
 
 /* The newest committed checkpoint id at or below `max` (parts are sorted,
- * C1); 0 if there is none. */
+ * C1), or the fold's (a fold at the floor F holds a shard's state as of F
+ * once retention removed the parts below: a store that holds only some of
+ * the job's shards may have no part at F); 0 if there is none. */
 static uint64_t newest_at_most(const cpri_job *job, uint64_t max)
 {
+    uint64_t newest = 0;
     for (size_t i = job->n_parts; i-- > 0;)
-        if (job->parts[i].checkpoint <= max)
-            return job->parts[i].checkpoint;
-    return 0;
+        if (job->parts[i].checkpoint <= max) {
+            newest = job->parts[i].checkpoint;
+            break;
+        }
+    for (size_t i = 0; i < job->n_folds; i++)
+        if (job->folds[i].checkpoint <= max && job->folds[i].checkpoint > newest)
+            newest = job->folds[i].checkpoint;
+    return newest;
 }
 
 /* Under store->mu: resolve as_of and plan (M3). */
@@ -885,7 +893,7 @@ static cpr_status plan(cpr_store *store, const cpr_restore_query *q, cpri_merge_
 {
     cpri_job *job = cpri_catalog_find(&store->catalog, q->job);
     uint64_t as_of = 0;
-    if (!job || job->n_parts == 0)
+    if (!job || (job->n_parts == 0 && job->n_folds == 0))
         return cpr_fail(CPR_NOT_FOUND, "job %s has no committed parts", q->job);
     if (q->consistent) {
         if (cpri_job_cuts(job, &as_of, 1) == 0)
@@ -903,7 +911,7 @@ static cpr_status plan(cpr_store *store, const cpr_restore_query *q, cpri_merge_
     if (used == 0)
         return cpr_fail(CPR_NOT_FOUND, "job %s has no committed part at or below checkpoint "
                         "%llu (its oldest is %llu)", q->job, (unsigned long long)as_of,
-                        (unsigned long long)job->parts[0].checkpoint);
+                        job->n_parts ? (unsigned long long)job->parts[0].checkpoint : 0ULL);
     as_of = used;
     p->store = store;
     cpr_status st = cpri_merge_plan_build(p, job, as_of, q->tables, q->n_tables, 0, 0);

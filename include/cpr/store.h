@@ -200,8 +200,8 @@ CPR_API cpr_status cpr_store_latest_cut(cpr_store *store, const char *job,
  * a damaged block stops the restore with CPR_CORRUPT (saying which segment
  * and offset) and none of its rows is delivered. Errors:
  * CPR_NOT_FOUND (unknown job; no consistent cut when `consistent`; no
- * committed part at or below as_of; a table in `tables` that no committed
- * part of the job declares),
+ * committed part or retention's fold at or below as_of; a table in `tables`
+ * that no committed part of the job declares),
  * CPR_FAILED_PRECONDITION (as_of below the retention floor). `result` may be
  * NULL.
  */

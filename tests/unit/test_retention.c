@@ -835,6 +835,56 @@ static void test_gc_fold_keeps_a_table_only_it_holds(void **state)
     free(dir);
 }
 
+/* A store that holds only some of a resharded job's shards (a ckptd node
+ * among several): none of its parts is at the floor a client gives it, so
+ * after retention the state as of the floor is in the folds alone. A
+ * restore as of the floor still returns it (it said CPR_NOT_FOUND, and a
+ * client over several nodes took the node for one without the job). */
+static void test_gc_floor_state_in_folds_alone(void **state)
+{
+    (void)state;
+    char *dir = tu_mkdtemp("cpr-retention-folds-alone");
+    const cpr_table_schema t = {.table = 3, .rows = 100, .dim = 3};
+    cpr_store *store = NULL;
+    assert_status(CPR_OK, cpr_store_open(dir, &g_no_fold, &store));
+    struct { uint32_t shard, num_shards; uint64_t ckpt; cpr_kind kind; uint64_t first, n; }
+    w[] = {{1, 3, 6, CPR_KIND_FULL, 0, 20},   {1, 3, 7, CPR_KIND_DELTA, 0, 5},
+           {2, 3, 7, CPR_KIND_PRIORITY, 20, 10}, {1, 6, 11, CPR_KIND_DELTA, 0, 3},
+           {2, 6, 11, CPR_KIND_FULL, 20, 20}};
+    for (size_t i = 0; i < sizeof w / sizeof w[0]; i++) {
+        cpr_part_spec spec = tu_part("f", w[i].shard, w[i].num_shards, w[i].ckpt, w[i].kind,
+                                     &t, 1);
+        tu_write_part_ok(store, &spec, w[i].first, w[i].n);
+    }
+    tu_rows before[2], after;
+    cpr_restore_result res;
+    for (int k = 0; k < 2; k++) {
+        cpr_restore_query q = {.job = "f", .as_of = k ? 11 : 8};
+        assert_status(CPR_OK, tu_restore(store, &q, &before[k], &res));
+    }
+    assert_int_equal(before[0].n, 30);
+    cpr_gc_report rep;
+    assert_status(CPR_OK, cpr_store_gc_floor(store, "f", 8, &rep));
+    assert_int_equal(rep.floor, 8);
+    assert_int_equal(rep.parts_removed, 3);
+    for (int k = 0; k < 2; k++) {
+        cpr_restore_query q = {.job = "f", .as_of = k ? 11 : 8};
+        assert_status(CPR_OK, tu_restore(store, &q, &after, &res));
+        assert_int_equal(res.as_of, k ? 11 : 8);
+        assert_int_equal(after.n, before[k].n);
+        for (size_t i = 0; i < after.n; i++) {
+            assert_int_equal(after.rows[i].id, before[k].rows[i].id);
+            assert_memory_equal(after.rows[i].values, before[k].rows[i].values,
+                                t.dim * sizeof(float));
+        }
+        tu_rows_free(&after);
+        tu_rows_free(&before[k]);
+    }
+    cpr_store_close(store);
+    tu_rmtree(dir);
+    free(dir);
+}
+
 /* Catalog C3: a job resharded so that shard 1 is outside the floor's cut
  * keeps a DELTA above the floor on a FULL below it. Retention folds shard 1
  * at the floor and removes the FULL; the DELTA stays consistent, and the
@@ -971,6 +1021,7 @@ int main(void)
         cmocka_unit_test(test_gc_goes_on_past_a_failing_job),
         cmocka_unit_test(test_gc_fold_keeps_a_table_only_it_holds),
         cmocka_unit_test(test_gc_keeps_a_delta_on_a_folded_base),
+        cmocka_unit_test(test_gc_floor_state_in_folds_alone),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
