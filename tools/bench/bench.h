@@ -300,5 +300,8 @@ int bench_save_main(int argc, char **argv);
 
 /* Run `cpr-bench quant` (the row codecs against memcpy); returns the exit code. */
 int bench_quant_main(int argc, char **argv);
+/* cpr-bench nodes (bench_nodes.c): a restore over several daemons, merged
+ * against node after node; default_ckptd: the daemon to run. */
+int bench_nodes_main(int argc, char **argv, const char *default_ckptd);
 
 #endif /* CPR_BENCH_H */

@@ -52,6 +52,9 @@ static void usage(FILE *out)
           "  quant       the row codecs (f32, bf16, f16, int8, int4): encode and decode\n"
           "              throughput against memcpy, bytes per row, error\n"
           "              (cpr-bench quant --help)\n"
+          "  nodes       a restore over several ckptd daemons, merged by version,\n"
+          "              against the same rows read node after node and a memcpy\n"
+          "              (cpr-bench nodes --help)\n"
           "\n"
           "cpr-bench store [--rows N] [--dim D] [--state-dim S] [--dir PATH]\n"
           "                [--batch-rows B] [--rounds R] [--keep] [--json]\n"
@@ -1185,6 +1188,10 @@ int main(int argc, char **argv)
         return bench_save_main(argc - 2, argv + 2);
     if (strcmp(cmd, "quant") == 0)
         return bench_quant_main(argc - 2, argv + 2);
+    if (strcmp(cmd, "nodes") == 0) {
+        char ckptd[PATH_MAX + 32];
+        return bench_nodes_main(argc - 2, argv + 2, default_ckptd(ckptd, sizeof ckptd));
+    }
     fprintf(stderr, "cpr-bench: unknown command '%s' (see cpr-bench --help)\n", cmd);
     return EXIT_USAGE;
 }
