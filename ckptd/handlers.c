@@ -700,6 +700,19 @@ static cpr_status send_versioned_rows(void *ctx, const cpr_row_batch *b, const u
     return st == CPR_OK ? restore_send(o, buf, len) : st;
 }
 
+/* RestoreRequest.versions with blocks: RowBatch.block, and for a stored
+ * block passed whole RowBatch.checkpoint, the version of all its rows. */
+static cpr_status send_versioned_block(void *ctx, const void *block, size_t block_len,
+                                       uint64_t version)
+{
+    restore_out *o = ctx;
+    cpr_part_id id = {o->job, 0, version};
+    uint8_t *buf;
+    size_t len;
+    cpr_status st = cpri_wire_block_encode(&id, 0, block, block_len, &buf, &len);
+    return st == CPR_OK ? restore_send(o, buf, len) : st;
+}
+
 /* RowBatch.block: stored blocks go out as they are on disk. */
 static cpr_status send_block(void *ctx, const void *block, size_t block_len)
 {
@@ -771,7 +784,10 @@ static void h_restore(cpri_rpc_call *c, void *app)
                         "clients are not reading them?)", q.query.job, gs.slots,
                         RESTORE_STALL_S);
             }
-            if (q.versions) /* a merge's input: rows, each with its version */
+            if (q.versions && q.blocks) /* a merge's input: rows with their versions */
+                st = cpr_store_restore_blocks_versions(srv->store, &q.query,
+                                                       send_versioned_block, &o, NULL);
+            else if (q.versions)
                 st = cpr_store_restore_versions(srv->store, &q.query, send_versioned_rows, &o,
                                                 NULL);
             else if (q.blocks)

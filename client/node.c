@@ -625,39 +625,52 @@ static cpr_status local_rows(void *ctx, const cpr_row_batch *b)
 
 /* A restored row block: its CRC32C checked (the one the store checked),
  * then delivered as arrays pointing into it. */
-static cpr_status remote_block(rows_in *in, const void *block, size_t len)
+/* A restored row block opened and checked (copied first to an aligned
+ * home when it arrived misaligned), with its values as f32 (decoded when
+ * stored in another codec); *b its rows, crc32c set. */
+static cpr_status open_block(const cpri_node *n, const void *block, size_t len,
+                             unsigned char **scratch, size_t *scratch_cap, float **decoded,
+                             size_t *decoded_cap, cpr_block_view *v, cpr_row_batch *b)
 {
     if ((uintptr_t)block % 8) {
-        if (len > in->scratch_cap) {
-            free(in->scratch);
-            in->scratch = NULL;
-            in->scratch_cap = 0;
-            if (posix_memalign((void **)&in->scratch, 64, len))
+        if (len > *scratch_cap) {
+            free(*scratch);
+            *scratch = NULL;
+            *scratch_cap = 0;
+            if (posix_memalign((void **)scratch, 64, len))
                 return cpr_fail(CPR_NO_MEMORY, "out of memory for a %zu-byte block", len);
-            in->scratch_cap = len;
+            *scratch_cap = len;
         }
-        memcpy(in->scratch, block, len);
-        block = in->scratch;
+        memcpy(*scratch, block, len);
+        block = *scratch;
     }
-    cpr_block_view v;
-    cpr_status st = cpr_block_open(block, len, &v);
+    cpr_status st = cpr_block_open(block, len, v);
     if (st) {
         char why[512]; /* cpr_fail writes the buffer cpr_errmsg reads */
         snprintf(why, sizeof why, "%s", cpr_errmsg());
         return cpr_fail(st, "%s: a restored row block failed its check in transit: %s",
-                        in->node->name, why);
+                        n->name, why);
     }
     const float *values = NULL; /* another codec: the caller gets f32 (cpr/codec.h) */
-    st = cpri_block_f32(&v, &in->decoded, &in->decoded_cap, &values);
+    st = cpri_block_f32(v, decoded, decoded_cap, &values);
     if (st)
         return st;
-    cpr_row_batch b = {v.h.table, v.h.n, v.ids, values, (size_t)v.h.n * v.h.dim, v.state,
-                       (size_t)v.h.n * v.h.state_dim, 0, 0};
+    *b = (cpr_row_batch){v->h.table, v->h.n, v->ids, values, (size_t)v->h.n * v->h.dim,
+                         v->state, (size_t)v->h.n * v->h.state_dim, 0, 0};
     /* Checked just now: the rows' CRC follows from the block's (no second pass). */
-    if (!cpri_block_rows_crc(block, &v, &b.crc32c))
-        b.crc32c = cpr_crc32c_rows(b.ids, b.n, b.values, b.values_count, b.state,
-                                   b.state_count);
-    return count_rows(in, &b);
+    if (!cpri_block_rows_crc(block, v, &b->crc32c))
+        b->crc32c = cpr_crc32c_rows(b->ids, b->n, b->values, b->values_count, b->state,
+                                    b->state_count);
+    return CPR_OK;
+}
+
+static cpr_status remote_block(rows_in *in, const void *block, size_t len)
+{
+    cpr_block_view v;
+    cpr_row_batch b;
+    cpr_status st = open_block(in->node, block, len, &in->scratch, &in->scratch_cap,
+                               &in->decoded, &in->decoded_cap, &v, &b);
+    return st ? st : count_rows(in, &b);
 }
 
 /* The largest plan a reader decodes (plan.c: 2^24 blocks of 68 bytes and
@@ -806,6 +819,12 @@ typedef struct versions_in {
     uint64_t rows, bytes;
     int fn_failed;
     int no_versions;          /* the daemon sent rows without versions */
+    unsigned char *scratch;   /* as in rows_in */
+    size_t scratch_cap;
+    float *decoded;
+    size_t decoded_cap;
+    uint64_t *versions;       /* a passed-through block's version, per row */
+    size_t versions_cap;
 } versions_in;
 
 static cpr_status deliver_versions(void *ctx, const cpr_row_batch *b, const uint64_t *versions)
@@ -818,6 +837,35 @@ static cpr_status deliver_versions(void *ctx, const cpr_row_batch *b, const uint
     return st;
 }
 
+/* RowBatch.block in a restore with versions: a block that carries its
+ * rows' versions (CPR_BLOCK_VERSIONS), or a stored block passed whole whose
+ * rows are all of version `version` (RowBatch.checkpoint). */
+static cpr_status versioned_block(versions_in *in, const void *block, size_t len,
+                                  uint64_t version)
+{
+    cpr_block_view v;
+    cpr_row_batch b;
+    cpr_status st = open_block(in->node, block, len, &in->scratch, &in->scratch_cap,
+                               &in->decoded, &in->decoded_cap, &v, &b);
+    if (st)
+        return st;
+    if (v.versions)
+        return deliver_versions(in, &b, v.versions);
+    if (version == 0)
+        return cpr_fail(CPR_INTERNAL, "%s sent a block of table %u without versions and "
+                        "without the checkpoint of its rows", in->node->name, v.h.table);
+    if (b.n > in->versions_cap) {
+        uint64_t *grown = realloc(in->versions, b.n * sizeof *grown);
+        if (!grown)
+            return cpr_fail(CPR_NO_MEMORY, "out of memory for %zu versions", b.n);
+        in->versions = grown;
+        in->versions_cap = b.n;
+    }
+    for (size_t i = 0; i < b.n; i++)
+        in->versions[i] = version;
+    return deliver_versions(in, &b, in->versions);
+}
+
 static cpr_status remote_versions(void *ctx, const uint8_t *msg, size_t len)
 {
     versions_in *in = ctx;
@@ -827,7 +875,9 @@ static cpr_status remote_versions(void *ctx, const uint8_t *msg, size_t len)
         return st;
     const cpr_row_batch *b = &w.batch;
     cpr_row_batch rows = *b; /* its crc32c: the rows' alone (cpr_version_row_fn) */
-    if (w.block || w.plan || (b->n && !w.versions)) {
+    if (w.block) {
+        st = versioned_block(in, w.block, w.block_len, w.id.checkpoint);
+    } else if (w.plan || (b->n && !w.versions)) {
         in->no_versions = 1;
         st = cpr_fail(CPR_FAILED_PRECONDITION, "%s answered a restore without each row's "
                       "version: that ckptd is older than this client, and a restore after a "
@@ -857,6 +907,9 @@ cpr_status cpri_node_restore_versions(cpri_node *n, const cpr_restore_query *q,
             st = cpri_rpc_server_stream_cancel(n->rpc, SVC "Restore", req, len, timeout_s,
                                               remote_versions, &in, cancel);
         free(req);
+        free(in.scratch);
+        free(in.decoded);
+        free(in.versions);
     }
     *rows = in.rows;
     *bytes = in.bytes;

@@ -851,7 +851,7 @@ cpr_status cpri_wire_restore_encode_blocks(const cpr_restore_query *q, int block
 cpr_status cpri_wire_restore_encode_versions(const cpr_restore_query *q, uint8_t **buf,
                                             size_t *len)
 {
-    return encode_restore(q, 0, NULL, 1, buf, len);
+    return encode_restore(q, 1, NULL, 1, buf, len);
 }
 
 static cpr_status encode_restore(const cpr_restore_query *q, int blocks, const char *direct,

@@ -169,7 +169,7 @@ cpr_status cpri_wire_block_encode(const cpr_part_id *id, uint64_t lease, const v
  * none) for the plan, when the daemon's store is that one. */
 cpr_status cpri_wire_restore_encode_blocks(const cpr_restore_query *q, int blocks,
                                           const char *direct, uint8_t **buf, size_t *len);
-/* RestoreRequest asking for rows with their versions (no blocks, no plan). */
+/* RestoreRequest asking for rows with their versions, as blocks (no plan). */
 cpr_status cpri_wire_restore_encode_versions(const cpr_restore_query *q, uint8_t **buf,
                                             size_t *len);
 /* A RowBatch carrying a piece of a restore plan (direct reads). */

@@ -695,7 +695,8 @@ static cpr_status emit_alone(merge *m, cursor *c)
         m->out.res->rows += n;
         m->out.res->bytes += (uint64_t)n * (8 + ((uint64_t)c->v.h.dim + c->v.h.state_dim) * 4);
         c->pos = n;
-        return m->out.sink->block(m->out.sink->ctx, c->data, c->cand->ref.len, &c->v);
+        return m->out.sink->block(m->out.sink->ctx, c->data, c->cand->ref.len, &c->v,
+                                  c->cand->checkpoint);
     }
     return emit_until(m, c, UINT64_MAX);
 }
@@ -1047,9 +1048,10 @@ static cpr_status rows_to_batch(void *ctx, const cpri_merge_rows *r)
 }
 
 static cpr_status block_to_batch(void *ctx, const void *block, size_t len,
-                                 const cpr_block_view *v)
+                                 const cpr_block_view *v, uint64_t version)
 {
     (void)len;
+    (void)version;
     row_ctx *rc = ctx;
     const float *values = NULL; /* the row API delivers f32: other codecs decode */
     cpr_status st = cpri_block_f32(v, &rc->decoded, &rc->decoded_cap, &values);
@@ -1156,11 +1158,71 @@ static cpr_status rows_to_block(void *ctx, const cpri_merge_rows *r)
     return st ? st : bc->fn(bc->ctx, bc->buf, bytes);
 }
 
-static cpr_status block_as_is(void *ctx, const void *block, size_t len, const cpr_block_view *v)
+static cpr_status block_as_is(void *ctx, const void *block, size_t len, const cpr_block_view *v,
+                              uint64_t version)
 {
     (void)v;
+    (void)version;
     block_ctx *bc = ctx;
     return bc->fn(bc->ctx, block, len);
+}
+
+/* Blocks with versions: merged rows sealed with CPR_BLOCK_VERSIONS, stored
+ * blocks unchanged with their part's checkpoint as every row's version. */
+typedef struct vblock_ctx {
+    cpr_version_block_fn fn;
+    void *ctx;
+    unsigned char *buf;
+    size_t cap;
+} vblock_ctx;
+
+static cpr_status rows_to_vblock(void *ctx, const cpri_merge_rows *r)
+{
+    vblock_ctx *bc = ctx;
+    size_t bytes = cpr_block_size((uint32_t)r->n, r->dim, r->state_dim, CPR_BLOCK_VERSIONS);
+    cpr_block_layout l;
+    if (bytes == 0)
+        return cpr_fail(CPR_INTERNAL, "restore batch of %zu rows is over the block limit",
+                        r->n);
+    if (bytes > bc->cap) {
+        free(bc->buf);
+        bc->buf = NULL;
+        if (posix_memalign((void **)&bc->buf, 64, bytes)) {
+            bc->cap = 0;
+            return cpr_fail(CPR_NO_MEMORY, "out of memory building a block");
+        }
+        bc->cap = bytes;
+    }
+    cpr_block_layout_of((uint32_t)r->n, r->dim, r->state_dim, CPR_BLOCK_VERSIONS, &l);
+    memcpy(bc->buf + l.ids, r->ids, r->n * 8);
+    memcpy(bc->buf + l.versions, r->versions, r->n * 8);
+    memcpy(bc->buf + l.values, r->values, r->n * r->dim * 4);
+    if (r->state_dim)
+        memcpy(bc->buf + l.state, r->state, r->n * r->state_dim * 4);
+    cpr_status st = cpr_block_seal(bc->buf, r->table, (uint32_t)r->n, r->dim, r->state_dim,
+                                   CPR_BLOCK_VERSIONS);
+    return st ? st : bc->fn(bc->ctx, bc->buf, bytes, 0);
+}
+
+static cpr_status vblock_as_is(void *ctx, const void *block, size_t len, const cpr_block_view *v,
+                               uint64_t version)
+{
+    (void)v;
+    vblock_ctx *bc = ctx;
+    return bc->fn(bc->ctx, block, len, version);
+}
+
+cpr_status cpr_store_restore_blocks_versions(cpr_store *store, const cpr_restore_query *q,
+                                             cpr_version_block_fn fn, void *ctx,
+                                             cpr_restore_result *result)
+{
+    vblock_ctx bc = {fn, ctx, NULL, 0};
+    cpri_merge_sink sink = {.rows = rows_to_vblock, .block = vblock_as_is, .ctx = &bc,
+                            .want_versions = 1, .max_batch_bytes = STREAM_BATCH_BYTES};
+    cpri_store_refresh_for_read(store, q ? q->job : NULL); /* rados.h R9 */
+    cpr_status st = restore(store, q, &sink, fn != NULL, result);
+    free(bc.buf);
+    return st;
 }
 
 cpr_status cpr_store_restore_blocks(cpr_store *store, const cpr_restore_query *q,

@@ -53,8 +53,10 @@ typedef struct cpri_merge_rows {
 
 typedef struct cpri_merge_sink {
     cpr_status (*rows)(void *ctx, const cpri_merge_rows *rows);
-    /* A stored block passed on unchanged (NULL: never pass through). */
-    cpr_status (*block)(void *ctx, const void *block, size_t len, const cpr_block_view *v);
+    /* A stored block passed on unchanged (NULL: never pass through); it has
+     * no per-row versions, and `version` is its part's checkpoint. */
+    cpr_status (*block)(void *ctx, const void *block, size_t len, const cpr_block_view *v,
+                        uint64_t version);
     void *ctx;
     int want_versions;
     /* Rows of a block in another codec than f32 reach `rows` as they were

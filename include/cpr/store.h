@@ -223,6 +223,16 @@ CPR_API cpr_status cpr_store_restore_versions(cpr_store *store, const cpr_restor
                                               cpr_version_row_fn fn, void *ctx,
                                               cpr_restore_result *result);
 
+/* cpr_store_restore_blocks with each row's version: a block with
+ * CPR_BLOCK_VERSIONS carries them (version 0), any other is a stored block
+ * passed whole and `version` is every row's (its part's checkpoint). */
+typedef cpr_status (*cpr_version_block_fn)(void *ctx, const void *block, size_t len,
+                                           uint64_t version);
+CPR_API cpr_status cpr_store_restore_blocks_versions(cpr_store *store,
+                                                     const cpr_restore_query *query,
+                                                     cpr_version_block_fn fn, void *ctx,
+                                                     cpr_restore_result *result);
+
 /* cpr_store_restore, delivering blocks: the same rows in the same order, in
  * blocks of at most batch_rows rows (a larger stored block is re-batched).
  * Meant for a stream: rows merged from several blocks come in blocks of at
