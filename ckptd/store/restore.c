@@ -1127,34 +1127,46 @@ cpr_status cpr_store_restore_versions(cpr_store *store, const cpr_restore_query 
 /* Block API: stored blocks unchanged, merged rows sealed into new blocks. */
 typedef struct block_ctx {
     cpr_block_fn fn;
+    cpr_version_block_fn vfn;  /* instead of fn: blocks with versions */
     void *ctx;
     unsigned char *buf;
     size_t cap;
 } block_ctx;
 
-static cpr_status rows_to_block(void *ctx, const cpri_merge_rows *r)
+/* r's rows sealed into bc->buf as one block (with r's versions when
+ * `flags` has CPR_BLOCK_VERSIONS); *bytes its size. */
+static cpr_status seal_rows(block_ctx *bc, const cpri_merge_rows *r, uint32_t flags,
+                            size_t *bytes)
 {
-    block_ctx *bc = ctx;
-    size_t bytes = cpr_block_size((uint32_t)r->n, r->dim, r->state_dim, 0);
+    *bytes = cpr_block_size((uint32_t)r->n, r->dim, r->state_dim, flags);
     cpr_block_layout l;
-    if (bytes == 0)
+    if (*bytes == 0)
         return cpr_fail(CPR_INTERNAL, "restore batch of %zu rows is over the block limit",
                         r->n);
-    if (bytes > bc->cap) {
+    if (*bytes > bc->cap) {
         free(bc->buf);
         bc->buf = NULL;
-        if (posix_memalign((void **)&bc->buf, 64, bytes)) {
+        if (posix_memalign((void **)&bc->buf, 64, *bytes)) {
             bc->cap = 0;
             return cpr_fail(CPR_NO_MEMORY, "out of memory building a block");
         }
-        bc->cap = bytes;
+        bc->cap = *bytes;
     }
-    cpr_block_layout_of((uint32_t)r->n, r->dim, r->state_dim, 0, &l);
+    cpr_block_layout_of((uint32_t)r->n, r->dim, r->state_dim, flags, &l);
     memcpy(bc->buf + l.ids, r->ids, r->n * 8);
+    if (flags & CPR_BLOCK_VERSIONS)
+        memcpy(bc->buf + l.versions, r->versions, r->n * 8);
     memcpy(bc->buf + l.values, r->values, r->n * r->dim * 4);
     if (r->state_dim)
         memcpy(bc->buf + l.state, r->state, r->n * r->state_dim * 4);
-    cpr_status st = cpr_block_seal(bc->buf, r->table, (uint32_t)r->n, r->dim, r->state_dim, 0);
+    return cpr_block_seal(bc->buf, r->table, (uint32_t)r->n, r->dim, r->state_dim, flags);
+}
+
+static cpr_status rows_to_block(void *ctx, const cpri_merge_rows *r)
+{
+    block_ctx *bc = ctx;
+    size_t bytes;
+    cpr_status st = seal_rows(bc, r, 0, &bytes);
     return st ? st : bc->fn(bc->ctx, bc->buf, bytes);
 }
 
@@ -1169,54 +1181,27 @@ static cpr_status block_as_is(void *ctx, const void *block, size_t len, const cp
 
 /* Blocks with versions: merged rows sealed with CPR_BLOCK_VERSIONS, stored
  * blocks unchanged with their part's checkpoint as every row's version. */
-typedef struct vblock_ctx {
-    cpr_version_block_fn fn;
-    void *ctx;
-    unsigned char *buf;
-    size_t cap;
-} vblock_ctx;
-
 static cpr_status rows_to_vblock(void *ctx, const cpri_merge_rows *r)
 {
-    vblock_ctx *bc = ctx;
-    size_t bytes = cpr_block_size((uint32_t)r->n, r->dim, r->state_dim, CPR_BLOCK_VERSIONS);
-    cpr_block_layout l;
-    if (bytes == 0)
-        return cpr_fail(CPR_INTERNAL, "restore batch of %zu rows is over the block limit",
-                        r->n);
-    if (bytes > bc->cap) {
-        free(bc->buf);
-        bc->buf = NULL;
-        if (posix_memalign((void **)&bc->buf, 64, bytes)) {
-            bc->cap = 0;
-            return cpr_fail(CPR_NO_MEMORY, "out of memory building a block");
-        }
-        bc->cap = bytes;
-    }
-    cpr_block_layout_of((uint32_t)r->n, r->dim, r->state_dim, CPR_BLOCK_VERSIONS, &l);
-    memcpy(bc->buf + l.ids, r->ids, r->n * 8);
-    memcpy(bc->buf + l.versions, r->versions, r->n * 8);
-    memcpy(bc->buf + l.values, r->values, r->n * r->dim * 4);
-    if (r->state_dim)
-        memcpy(bc->buf + l.state, r->state, r->n * r->state_dim * 4);
-    cpr_status st = cpr_block_seal(bc->buf, r->table, (uint32_t)r->n, r->dim, r->state_dim,
-                                   CPR_BLOCK_VERSIONS);
-    return st ? st : bc->fn(bc->ctx, bc->buf, bytes, 0);
+    block_ctx *bc = ctx;
+    size_t bytes;
+    cpr_status st = seal_rows(bc, r, CPR_BLOCK_VERSIONS, &bytes);
+    return st ? st : bc->vfn(bc->ctx, bc->buf, bytes, 0);
 }
 
 static cpr_status vblock_as_is(void *ctx, const void *block, size_t len, const cpr_block_view *v,
                                uint64_t version)
 {
     (void)v;
-    vblock_ctx *bc = ctx;
-    return bc->fn(bc->ctx, block, len, version);
+    block_ctx *bc = ctx;
+    return bc->vfn(bc->ctx, block, len, version);
 }
 
 cpr_status cpr_store_restore_blocks_versions(cpr_store *store, const cpr_restore_query *q,
                                              cpr_version_block_fn fn, void *ctx,
                                              cpr_restore_result *result)
 {
-    vblock_ctx bc = {fn, ctx, NULL, 0};
+    block_ctx bc = {NULL, fn, ctx, NULL, 0};
     cpri_merge_sink sink = {.rows = rows_to_vblock, .block = vblock_as_is, .ctx = &bc,
                             .want_versions = 1, .max_batch_bytes = STREAM_BATCH_BYTES};
     cpri_store_refresh_for_read(store, q ? q->job : NULL); /* rados.h R9 */
@@ -1228,7 +1213,7 @@ cpr_status cpr_store_restore_blocks_versions(cpr_store *store, const cpr_restore
 cpr_status cpr_store_restore_blocks(cpr_store *store, const cpr_restore_query *q,
                                     cpr_block_fn fn, void *ctx, cpr_restore_result *result)
 {
-    block_ctx bc = {fn, ctx, NULL, 0};
+    block_ctx bc = {fn, NULL, ctx, NULL, 0};
     cpri_merge_sink sink = {.rows = rows_to_block, .block = block_as_is, .ctx = &bc,
                             .max_batch_bytes = STREAM_BATCH_BYTES};
     cpri_store_refresh_for_read(store, q ? q->job : NULL); /* rados.h R9 */
