@@ -351,6 +351,8 @@ static cpr_status run_gc(cpr_store *store, const cpri_wire_gc *g, cpr_gc_report 
     if (g->floor && !g->job)
         return cpr_fail(CPR_INVALID_ARGUMENT, "Gc with floor %llu needs a job: a floor is "
                         "a checkpoint id of one job", (unsigned long long)g->floor);
+    if (g->floor && g->floor_is_cut)
+        return cpr_store_gc_floor_cut(store, g->job, g->floor, rep);
     return g->floor ? cpr_store_gc_floor(store, g->job, g->floor, rep)
                     : cpr_store_gc(store, g->job, g->keep, rep);
 }

@@ -132,7 +132,9 @@ cpr_status cpri_node_stats(cpri_node *node, double timeout_s, cpr_store_stats *o
 cpr_status cpri_node_list_jobs(cpri_node *node, double timeout_s, char ***jobs, size_t *n);
 cpr_status cpri_node_verify(cpri_node *node, const char *job, double timeout_s,
                            cpr_problem_fn fn, void *ctx, cpr_verify_report *report);
-/* floor > 0: raise `job`'s floor to it; else keep `keep` cuts computed by the node. */
+/* floor > 0: raise `job`'s floor to it, a cut computed over every node
+ * (GcRequest.floor_is_cut: a node whose parts are all older takes it too);
+ * else keep `keep` cuts computed by the node. */
 cpr_status cpri_node_gc(cpri_node *node, const char *job, uint32_t keep, uint64_t floor,
                        double timeout_s, cpr_gc_report *report);
 /* The job's recovery record (*plan malloc'd) and its compare-and-set. */

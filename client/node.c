@@ -1023,11 +1023,12 @@ cpr_status cpri_node_gc(cpri_node *n, const char *job, uint32_t keep, uint64_t f
                        double timeout_s, cpr_gc_report *report)
 {
     if (n->store)
-        return local(n, floor ? n->api->gc_floor(n->store, job, floor, report)
+        return local(n, floor ? n->api->gc_floor_cut(n->store, job, floor, report)
                               : n->api->gc(n->store, job, keep, report));
     uint8_t *req = NULL, *resp = NULL;
     size_t len = 0, resp_len = 0;
-    cpr_status st = cpri_wire_gc_encode(job, keep, floor, &req, &len);
+    cpr_status st = floor ? cpri_wire_gc_encode_cut(job, floor, &req, &len)
+                          : cpri_wire_gc_encode(job, keep, floor, &req, &len);
     st = unary(n, SVC "Gc", st, req, len, timeout_s, &resp, &resp_len);
     if (st == CPR_OK)
         st = cpri_wire_gc_response_decode(resp, resp_len, report);

@@ -65,10 +65,13 @@ typedef struct cpri_store_api {
                                cpr_store_block_ref *ref);
     cpr_status (*writer_finish)(cpr_store_writer *w, uint64_t *size);
     void (*writer_discard)(cpr_store_writer *w);
-    /* ABI 7: each row's version (merges over several nodes) */
+    /* ABI 7: each row's version (merges over several nodes), and a floor
+     * that is a cut over several nodes */
     cpr_status (*restore_versions)(cpr_store *store, const cpr_restore_query *q,
                                    cpr_version_row_fn fn, void *ctx,
                                    cpr_restore_result *result);
+    cpr_status (*gc_floor_cut)(cpr_store *store, const char *job, uint64_t floor,
+                               cpr_gc_report *report);
 } cpri_store_api;
 
 /* Defined (and exported) by the store library. */

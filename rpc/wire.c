@@ -960,7 +960,7 @@ cpr_status cpri_wire_gc_decode(const void *buf, size_t len, cpri_wire_gc *out)
         unpack(&cpr__v1__gc_request__descriptor, buf, len, (ProtobufCMessage **)&m);
     if (unpacked)
         return unpacked;
-    *out = (cpri_wire_gc){job_or_all(m->job), m->keep, m->floor, m};
+    *out = (cpri_wire_gc){job_or_all(m->job), m->keep, m->floor, m, m->floor_is_cut};
     return CPR_OK;
 }
 
@@ -978,6 +978,15 @@ cpr_status cpri_wire_gc_encode(const char *job, uint32_t keep, uint64_t floor, u
     m.job = (char *)str(job);
     m.keep = keep;
     m.floor = floor;
+    return pack(&m.base, buf, len);
+}
+
+cpr_status cpri_wire_gc_encode_cut(const char *job, uint64_t floor, uint8_t **buf, size_t *len)
+{
+    Cpr__V1__GcRequest m = CPR__V1__GC_REQUEST__INIT;
+    m.job = (char *)str(job);
+    m.floor = floor;
+    m.floor_is_cut = 1;
     return pack(&m.base, buf, len);
 }
 

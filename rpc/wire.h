@@ -104,6 +104,7 @@ typedef struct cpri_wire_gc {
     uint32_t keep;
     uint64_t floor;
     void *msg;
+    int floor_is_cut;  /* GcRequest.floor_is_cut */
 } cpri_wire_gc;
 
 /* PutRecoveryRequest (generation = expected_generation; written_unix_ms 0)
@@ -207,6 +208,8 @@ cpr_status cpri_wire_list_jobs_encode(uint8_t **buf, size_t *len);
 cpr_status cpri_wire_verify_encode(const char *job, uint8_t **buf, size_t *len);
 /* job NULL or "": every job (keep only). floor > 0: raise `job`'s floor to
  * exactly that id (keep is then not used; see GcRequest in the .proto). */
+/* A Gc whose floor is a cut over every node holding the job (GcRequest.floor_is_cut). */
+cpr_status cpri_wire_gc_encode_cut(const char *job, uint64_t floor, uint8_t **buf, size_t *len);
 cpr_status cpri_wire_gc_encode(const char *job, uint32_t keep, uint64_t floor, uint8_t **buf,
                               size_t *len);
 

@@ -41,6 +41,7 @@ static const cpri_store_api api = {
     .writer_finish = cpr_store_writer_finish,
     .writer_discard = cpr_store_writer_discard,
     .restore_versions = cpr_store_restore_versions,
+    .gc_floor_cut = cpr_store_gc_floor_cut,
     .reader_close = cpr_store_reader_close,
 };
 

@@ -49,17 +49,21 @@ static cpr_status write_floor(cpr_store *store, uint32_t job_id, uint64_t floor)
 typedef struct gc_goal {
     uint32_t keep;
     uint64_t floor;
+    int floor_is_cut; /* floor: a cut over every store of the job (gc_floor_cut) */
 } gc_goal;
 
 /* Under store->mu: may `floor`, given by the caller, become the job's floor?
  * It must be a consistent cut (catalog invariant C3 relies on it): here, at
  * least, no newer than the job's newest part and every part at it consistent. */
-static cpr_status check_given_floor(const cpri_job *job, uint64_t floor)
+static cpr_status check_given_floor(const cpri_job *job, uint64_t floor, int floor_is_cut)
 {
     unsigned long long f = (unsigned long long)floor;
     if (floor <= job->floor)
         return CPR_OK; /* nothing to raise */
-    if (job->n_parts == 0 || job->parts[job->n_parts - 1].checkpoint < floor)
+    /* A cut over several stores may be above every part here: every state
+     * as of it or later is this store's newest, which the folds keep. */
+    if (!floor_is_cut &&
+        (job->n_parts == 0 || job->parts[job->n_parts - 1].checkpoint < floor))
         return cpr_fail(CPR_FAILED_PRECONDITION, "floor %llu is above job %s's newest "
                         "committed checkpoint here (%llu): a floor must be a consistent "
                         "cut of the job", f, job->name, job->n_parts ?
@@ -80,7 +84,7 @@ static cpr_status choose_floor(const cpri_job *job, const gc_goal *goal, uint64_
 {
     if (goal->floor) {
         *floor = goal->floor;
-        return check_given_floor(job, goal->floor);
+        return check_given_floor(job, goal->floor, goal->floor_is_cut);
     }
     uint64_t *cuts = malloc(goal->keep * sizeof *cuts);
     if (!cuts)
@@ -312,10 +316,10 @@ cpr_status cpr_store_gc_lazy(cpr_store *store, cpr_gc_report *report)
     return gc_run(store, NULL, &goal, report);
 }
 
-cpr_status cpr_store_gc_floor(cpr_store *store, const char *job_name, uint64_t floor,
-                              cpr_gc_report *report)
+static cpr_status gc_floor(cpr_store *store, const char *job_name, uint64_t floor,
+                           int floor_is_cut, cpr_gc_report *report)
 {
-    gc_goal goal = {.floor = floor};
+    gc_goal goal = {.floor = floor, .floor_is_cut = floor_is_cut};
     cpr_status st = cpri_check_job_name(job_name);
     if (st == CPR_OK && floor == 0)
         st = cpr_fail(CPR_INVALID_ARGUMENT, "gc of job %s: floor 0 is no checkpoint; give "
@@ -323,6 +327,18 @@ cpr_status cpr_store_gc_floor(cpr_store *store, const char *job_name, uint64_t f
     if (st)
         return cpri_store_count(store, st);
     return gc_run(store, job_name, &goal, report);
+}
+
+cpr_status cpr_store_gc_floor(cpr_store *store, const char *job_name, uint64_t floor,
+                              cpr_gc_report *report)
+{
+    return gc_floor(store, job_name, floor, 0, report);
+}
+
+cpr_status cpr_store_gc_floor_cut(cpr_store *store, const char *job_name, uint64_t floor,
+                                  cpr_gc_report *report)
+{
+    return gc_floor(store, job_name, floor, 1, report);
 }
 
 /* ---- verify ---------------------------------------------------------------- */

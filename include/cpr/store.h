@@ -408,6 +408,19 @@ CPR_API cpr_status cpr_store_gc_lazy(cpr_store *store, cpr_gc_report *report);
 CPR_API cpr_status cpr_store_gc_floor(cpr_store *store, const char *job, uint64_t floor,
                               cpr_gc_report *report);
 
+/*
+ * cpr_store_gc_floor for a floor the caller computed as a consistent cut
+ * over every store that holds the job: a store whose committed parts of the
+ * job are all older than it (shards the job no longer has, after a
+ * resharding) takes it too. Each shard with parts below the floor is folded
+ * at it, which keeps every row as each state at or above the floor reads it
+ * (a restore as of the floor reads the folds), and the parts below go, so
+ * this store refuses what the others refuse below the floor. Errors as
+ * cpr_store_gc_floor's, without the one for a floor above the newest part.
+ */
+CPR_API cpr_status cpr_store_gc_floor_cut(cpr_store *store, const char *job, uint64_t floor,
+                                          cpr_gc_report *report);
+
 /* ---- the recovery record ---------------------------------------------------- */
 
 /*

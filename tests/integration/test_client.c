@@ -861,6 +861,40 @@ static void test_resharded_over_two_daemons(void **state)
         tu_rows_free(&rows);
     }
 
+    /* Retention where one node holds only shards the job no longer has:
+     * 2 shards at 1, then 1 shard at 2. The floor (2) is
+     * above every part of shard 1's node; that node takes it too (the gc's
+     * floor is a cut over both, GcRequest.floor_is_cut), folds shard 1 and
+     * drops its part, so as of 1 is refused there as everywhere, and every
+     * row still restores at its newest version. */
+    char oldjob[80] = "";
+    for (int k = 0; k < 10000 && !oldjob[0]; k++) {
+        char name[80];
+        snprintf(name, sizeof name, "%s-old-%d", job, k);
+        if (cpr_client_node_of(c, name, 0) != cpr_client_node_of(c, name, 1))
+            snprintf(oldjob, sizeof oldjob, "%s", name);
+    }
+    for (uint32_t s = 0; s < 2; s++)
+        write_part(c, oldjob, s, 2, 1, CPR_KIND_FULL, 2000);
+    write_part(c, oldjob, 0, 1, 2, CPR_KIND_FULL, 4000);
+    assert_status(CPR_OK, cpr_client_gc(c, oldjob, 1, &gr));
+    assert_int_equal(gr.floor, 2);
+    assert_int_equal(gr.parts_removed, 2);
+    for (int k = 0; k < 2; k++) {
+        tu_rows rows;
+        cpr_restore_result res;
+        cpr_restore_query q = {.job = oldjob};
+        restore(clients[k], &q, NULL, 0, &rows, &res);
+        assert_resharded_rows(&rows, 4000);
+        tu_rows_free(&rows);
+        uint32_t one = 1;
+        q.as_of = 1;
+        memset(&rows, 0, sizeof rows);
+        assert_status(CPR_FAILED_PRECONDITION,
+                      cpr_client_restore(clients[k], &q, &one, 1, tu_collect, &rows, NULL));
+        tu_rows_free(&rows);
+    }
+
     cpr_client_close(c);
     cpr_client_close(rc);
     for (int i = 0; i < 2; i++) {

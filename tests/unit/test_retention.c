@@ -885,6 +885,50 @@ static void test_gc_floor_state_in_folds_alone(void **state)
     free(dir);
 }
 
+/* cpr_store_gc_floor_cut: a store whose parts are all older than a cut the
+ * client computed over every store takes it (cpr_store_gc_floor refuses
+ * it): its shard is folded, its part goes, every row stays as the states at
+ * or above the floor read it, and below the floor is refused. */
+static void test_gc_floor_cut_above_every_part(void **state)
+{
+    (void)state;
+    char *dir = tu_mkdtemp("cpr-retention-floor-cut");
+    const cpr_table_schema t = {.table = 2, .rows = 100, .dim = 4, .state_dim = 1};
+    cpr_store *store = NULL;
+    assert_status(CPR_OK, cpr_store_open(dir, &g_no_fold, &store));
+    cpr_part_spec full = tu_part("c", 1, 2, 1, CPR_KIND_FULL, &t, 1);
+    tu_write_part_ok(store, &full, 0, 40);
+    tu_rows before, after;
+    cpr_restore_result res;
+    cpr_restore_query q = {.job = "c", .as_of = 5};
+    assert_status(CPR_OK, tu_restore(store, &q, &before, &res));
+    cpr_gc_report rep;
+    assert_status(CPR_FAILED_PRECONDITION, cpr_store_gc_floor(store, "c", 5, &rep));
+    assert_status(CPR_OK, cpr_store_gc_floor_cut(store, "c", 5, &rep));
+    assert_int_equal(rep.floor, 5);
+    assert_int_equal(rep.parts_removed, 1);
+    for (int reopen = 0; reopen < 2; reopen++) {
+        assert_status(CPR_OK, tu_restore(store, &q, &after, &res));
+        assert_int_equal(res.as_of, 5);
+        assert_int_equal(after.n, before.n);
+        for (size_t i = 0; i < after.n; i++) {
+            assert_int_equal(after.rows[i].id, before.rows[i].id);
+            assert_memory_equal(after.rows[i].values, before.rows[i].values,
+                                (t.dim + t.state_dim) * sizeof(float));
+        }
+        tu_rows_free(&after);
+        cpr_restore_query old = {.job = "c", .as_of = 1};
+        assert_status(CPR_FAILED_PRECONDITION, tu_restore(store, &old, &after, &res));
+        tu_rows_free(&after);
+        cpr_store_close(store);
+        assert_status(CPR_OK, cpr_store_open(dir, &g_no_fold, &store));
+    }
+    tu_rows_free(&before);
+    cpr_store_close(store);
+    tu_rmtree(dir);
+    free(dir);
+}
+
 /* Catalog C3: a job resharded so that shard 1 is outside the floor's cut
  * keeps a DELTA above the floor on a FULL below it. Retention folds shard 1
  * at the floor and removes the FULL; the DELTA stays consistent, and the
@@ -1022,6 +1066,7 @@ int main(void)
         cmocka_unit_test(test_gc_fold_keeps_a_table_only_it_holds),
         cmocka_unit_test(test_gc_keeps_a_delta_on_a_folded_base),
         cmocka_unit_test(test_gc_floor_state_in_folds_alone),
+        cmocka_unit_test(test_gc_floor_cut_above_every_part),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

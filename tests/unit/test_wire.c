@@ -453,6 +453,14 @@ static void test_admin_requests_roundtrip(void **unused)
     assert_null(g.job);
     assert_int_equal(g.keep, 0);
     assert_int_equal(g.floor, 1ull << 40);
+    assert_false(g.floor_is_cut);
+    cpri_wire_gc_release(&g);
+    free(buf);
+    assert_status(CPR_OK, cpri_wire_gc_encode_cut("j", 77, &buf, &len));
+    assert_status(CPR_OK, cpri_wire_gc_decode(buf, len, &g));
+    assert_string_equal(g.job, "j");
+    assert_int_equal(g.floor, 77);
+    assert_true(g.floor_is_cut);
     cpri_wire_gc_release(&g);
     free(buf);
 }
