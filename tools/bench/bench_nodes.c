@@ -35,6 +35,7 @@ typedef struct nodes_opts {
     uint64_t rows;
     const char *dir, *ckptd;
     int json;
+    int ranges;      /* --layout range: shard s owns a range of rows, not r % S == s */
 } nodes_opts;
 
 static float value_of(uint64_t row, uint32_t e)
@@ -42,7 +43,7 @@ static float value_of(uint64_t row, uint32_t e)
     return (float)((row * 31 + e) % 100003);
 }
 
-/* Shard s's rows (r % shards == s), one FULL part. */
+/* Shard s's rows (r % shards == s, or its range), one FULL part. */
 static cpr_status write_shard(cpr_client *c, const nodes_opts *o, uint32_t s)
 {
     cpr_table_schema t = {0, o->rows, o->dim, o->state_dim};
@@ -53,9 +54,12 @@ static cpr_status write_shard(cpr_client *c, const nodes_opts *o, uint32_t s)
     cpr_part *p = NULL;
     cpr_status rc = ids && v && st ? cpr_client_begin(c, &spec, &p)
                                    : cpr_fail(CPR_NO_MEMORY, "out of memory");
-    for (uint64_t r = s; rc == CPR_OK && r < o->rows;) {
+    uint64_t step = o->ranges ? 1 : o->shards;
+    uint64_t first = o->ranges ? o->rows * s / o->shards : s;
+    uint64_t end = o->ranges ? o->rows * (s + 1) / o->shards : o->rows;
+    for (uint64_t r = first; rc == CPR_OK && r < end;) {
         size_t n = 0;
-        for (; n < BATCH && r < o->rows; n++, r += o->shards) {
+        for (; n < BATCH && r < end; n++, r += step) {
             ids[n] = r;
             for (uint32_t e = 0; e < o->dim; e++)
                 v[n * o->dim + e] = value_of(r, e);
@@ -173,7 +177,8 @@ static double median(double *v, size_t n)
 static void usage(FILE *out)
 {
     fputs("cpr-bench nodes [--nodes N] [--shards S] [--rows R] [--dim D] [--state-dim S]\n"
-          "                [--rounds R] [--dir PATH] [--ckptd PATH] [--json]\n"
+          "                [--rounds R] [--layout modulo|range] [--dir PATH]\n"
+          "                [--ckptd PATH] [--json]\n"
           "  a job of S shards (default 8) written over N ckptd daemons (default 2,\n"
           "  at most 8) on 127.0.0.1; each round restores the whole job once with one\n"
           "  restore that asks every node (their answers merged by version) and once\n"
@@ -181,6 +186,8 @@ static void usage(FILE *out)
           "  first, and copies the same bytes with memcpy; reports medians over\n"
           "  --rounds (default 5) and merged_speedup (node after node / merged)\n"
           "  --rows R        rows of the one table (default 1000000)\n"
+          "  --layout L      modulo (default: shard s owns rows r % S == s) or range\n"
+          "                  (shard s owns a contiguous range of rows)\n"
           "  --dim D, --state-dim S  floats per row (default 64 and 1)\n"
           "  --dir PATH      where the daemons' directories go (default $TMPDIR or /tmp)\n"
           "  --ckptd PATH    the daemon (default: the build tree's, beside cpr-bench)\n"
@@ -236,6 +243,12 @@ int bench_nodes_main(int argc, char **argv, const char *default_ckptd)
         } else if (!strcmp(a, "--rounds")) {
             bad = parse_u(a, v, 1, 100, &x);
             o.rounds = (uint32_t)x;
+        } else if (!strcmp(a, "--layout")) {
+            if (!v || (strcmp(v, "modulo") && strcmp(v, "range"))) {
+                fprintf(stderr, "cpr-bench nodes: --layout takes modulo or range\n");
+                return 2;
+            }
+            o.ranges = !strcmp(v, "range");
         } else if (!strcmp(a, "--dir") && v) {
             o.dir = v;
         } else if (!strcmp(a, "--ckptd") && v) {
@@ -316,6 +329,7 @@ int bench_nodes_main(int argc, char **argv, const char *default_ckptd)
             int failed = !j || cpri_json_add_string(j, "bench", "nodes") ||
                          cpri_json_add_u64(j, "nodes", o.nodes) ||
                          cpri_json_add_u64(j, "shards", o.shards) ||
+                         cpri_json_add_string(j, "layout", o.ranges ? "range" : "modulo") ||
                          cpri_json_add_u64(j, "rows", o.rows) ||
                          cpri_json_add_u64(j, "bytes", bytes) ||
                          cpri_json_add_u64(j, "rounds", o.rounds) ||
@@ -330,9 +344,9 @@ int bench_nodes_main(int argc, char **argv, const char *default_ckptd)
             cpri_json_free(j);
             rc = failed;
         } else {
-            printf("cpr-bench nodes: %llu rows x (dim %u + state %u) in %u shards over %u "
-                   "daemons, medians of %u rounds\n", (unsigned long long)o.rows, o.dim,
-                   o.state_dim, o.shards, o.nodes, o.rounds);
+            printf("cpr-bench nodes: %llu rows x (dim %u + state %u) in %u shards (%s) over "
+                   "%u daemons, medians of %u rounds\n", (unsigned long long)o.rows, o.dim,
+                   o.state_dim, o.shards, o.ranges ? "ranges" : "modulo", o.nodes, o.rounds);
             printf("  merged (one restore, every node):  %.3f s  %.2f GB/s\n", ms, gb / ms);
             printf("  node after node (a restore a node): %.3f s  %.2f GB/s\n", ns, gb / ns);
             printf("  memcpy of the same bytes:          %.3f s  %.2f GB/s\n", cs,
