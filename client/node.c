@@ -837,6 +837,15 @@ static cpr_status deliver_versions(void *ctx, const cpr_row_batch *b, const uint
     return st;
 }
 
+/* A daemon older than RestoreRequest.versions answered (merge.c M5). */
+static cpr_status old_daemon(versions_in *in)
+{
+    in->no_versions = 1;
+    return cpr_fail(CPR_FAILED_PRECONDITION, "%s answered a restore without each row's "
+                    "version: that ckptd is older than this client, and a restore over "
+                    "several nodes needs them; upgrade it", in->node->name);
+}
+
 /* RowBatch.block in a restore with versions: a block that carries its
  * rows' versions (CPR_BLOCK_VERSIONS), or a stored block passed whole whose
  * rows are all of version `version` (RowBatch.checkpoint). */
@@ -851,9 +860,8 @@ static cpr_status versioned_block(versions_in *in, const void *block, size_t len
         return st;
     if (v.versions)
         return deliver_versions(in, &b, v.versions);
-    if (version == 0)
-        return cpr_fail(CPR_INTERNAL, "%s sent a block of table %u without versions and "
-                        "without the checkpoint of its rows", in->node->name, v.h.table);
+    if (version == 0) /* a daemon that knows blocks but not versions */
+        return old_daemon(in);
     if (b.n > in->versions_cap) {
         uint64_t *grown = realloc(in->versions, b.n * sizeof *grown);
         if (!grown)
@@ -878,10 +886,7 @@ static cpr_status remote_versions(void *ctx, const uint8_t *msg, size_t len)
     if (w.block) {
         st = versioned_block(in, w.block, w.block_len, w.id.checkpoint);
     } else if (w.plan || (b->n && !w.versions)) {
-        in->no_versions = 1;
-        st = cpr_fail(CPR_FAILED_PRECONDITION, "%s answered a restore without each row's "
-                      "version: that ckptd is older than this client, and a restore after a "
-                      "resharding over several nodes needs them; upgrade it", in->node->name);
+        st = old_daemon(in);
     } else if (b->n && (st = check_batch(in->node, &w, 1, &rows.crc32c)) == CPR_OK)
         st = deliver_versions(in, &rows, w.versions);
     cpri_wire_rows_release(&w);

@@ -444,9 +444,10 @@ static cpr_status gc_spread_job(cpr_client *c, const char *job, uint32_t keep,
             continue;
         }
         if (st == CPR_FAILED_PRECONDITION && floor) {
-            /* A daemon older than GcRequest.floor_is_cut, whose parts are all
-             * older than the floor (shards the job no longer has): it keeps
-             * them, and their rows may be the newest versions. */
+            /* The node refuses the floor (a daemon older than
+             * GcRequest.floor_is_cut whose parts are all older than it, or a
+             * part at it that is not consistent there): it keeps its parts,
+             * whose rows may be the newest versions. */
             cpri_log(CPR_LOG_INFO, "gc of %s on %s skipped: %s", job,
                     cpri_node_name(c->nodes[i]), cpr_errmsg());
             st = CPR_OK;
