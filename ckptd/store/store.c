@@ -1690,8 +1690,14 @@ static cpr_status list_locked(cpr_store *store, const char *job_name, cpr_part_i
     size_t cap = job ? job->n_parts : 0, count = 0;
     for (open_part *p = store->open_parts; p; p = p->next)
         cap += strcmp(p->job_name, job_name) == 0;
-    if (cap == 0 || count_listed(store, job, job_name) == 0)
+    if (cap == 0 || count_listed(store, job, job_name) == 0) {
+        if (job && job->n_folds)
+            return cpr_fail(CPR_NOT_FOUND, "job %s has no parts on this store: its shards' "
+                            "state at its floor %llu is in folds (a gc over several nodes "
+                            "left it so); restore it through a client of every node",
+                            job_name, (unsigned long long)job->floor);
         return cpr_fail(CPR_NOT_FOUND, "job %s has no parts", job_name);
+    }
     cpr_part_info *infos = calloc(cap, sizeof *infos);
     if (!infos)
         return cpr_fail(CPR_NO_MEMORY, "out of memory listing job %s", job_name);
@@ -1710,6 +1716,11 @@ static cpr_status list_locked(cpr_store *store, const char *job_name, cpr_part_i
 static cpr_status cut_locked(cpr_store *store, const char *job_name, uint64_t *cut)
 {
     cpri_job *job = cpri_catalog_find(&store->catalog, job_name);
+    if (job && job->n_parts == 0 && job->n_folds)
+        return cpr_fail(CPR_NOT_FOUND, "job %s has no committed parts on this store, only "
+                        "folds at its floor %llu: a cut is found over every node the job "
+                        "is on (a client of all of them)", job_name,
+                        (unsigned long long)job->floor);
     if (!job || job->n_parts == 0)
         return cpr_fail(CPR_NOT_FOUND, "job %s has no committed parts", job_name);
     if (cpri_job_cuts(job, cut, 1) == 0)
@@ -1750,10 +1761,13 @@ cpr_status cpr_store_list(cpr_store *store, const char *job_name,
     return cpr_store_list_cut(store, job_name, out, n, NULL);
 }
 
-/* Under store->mu: does `job` have a part (committed or open)? */
-static int job_has_parts(const cpr_store *store, const cpri_job *job)
+/* Under store->mu: does `job` hold anything to restore or being written: a
+ * part (committed or open) or a fold? A store of several nodes' job can hold
+ * only folds of it: a gc whose floor was a cut over every node folded the
+ * shards it held at the floor and dropped their parts (cpr_store_gc_floor_cut). */
+static int job_holds_state(const cpr_store *store, const cpri_job *job)
 {
-    if (job->n_parts)
+    if (job->n_parts || job->n_folds)
         return 1;
     for (const open_part *p = store->open_parts; p; p = p->next)
         if (p->job_id == job->id)
@@ -1769,7 +1783,7 @@ cpr_status cpr_store_list_jobs(cpr_store *store, char ***names, size_t *n)
     char **out = calloc(store->catalog.n_jobs + 1, sizeof *out);
     for (size_t i = 0; out && i < store->catalog.n_jobs; i++) {
         const cpri_job *job = store->catalog.jobs[i];
-        if (!job_has_parts(store, job))
+        if (!job_holds_state(store, job))
             continue;
         out[count] = strdup(job->name);
         if (!out[count++]) {
@@ -1891,7 +1905,7 @@ cpr_status cpr_store_stats_get(cpr_store *store, cpr_store_stats *out)
     pthread_mutex_lock(&store->mu);
     for (size_t i = 0; i < store->catalog.n_jobs; i++) {
         s.parts_committed += store->catalog.jobs[i]->n_parts;
-        s.jobs += store->catalog.jobs[i]->n_parts > 0;
+        s.jobs += store->catalog.jobs[i]->n_parts > 0 || store->catalog.jobs[i]->n_folds > 0;
     }
     for (open_part *p = store->open_parts; p; p = p->next)
         s.parts_open++;

@@ -156,7 +156,9 @@ CPR_API cpr_status cpr_store_list_cut(cpr_store *store, const char *job,
                                       cpr_part_info **out, size_t *n, uint64_t *cut);
 
 /*
- * Names of every job with at least one part (committed or open), sorted
+ * Names of every job with at least one part (committed or open) or a fold
+ * (a store can hold only folds of a job spread over several nodes, after
+ * cpr_store_gc_floor_cut), sorted
  * (strcmp order). *names is a malloc'd array of *n malloc'd strings followed
  * by a NULL entry, owned by the caller: release it with cpr_names_free.
  * An empty store gives *n = 0 and an array holding only the NULL.

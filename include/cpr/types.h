@@ -244,7 +244,7 @@ typedef struct cpr_verify_report {
 #define CPR_STATS_ERRORS 32
 
 typedef struct cpr_store_stats {
-    uint64_t jobs;           /* jobs with at least one committed part */
+    uint64_t jobs;           /* jobs with at least one committed part or fold */
     uint64_t parts_committed;
     uint64_t parts_open;
     uint64_t rows_in;        /* rows accepted by put_rows since open */

@@ -917,6 +917,24 @@ static void test_gc_floor_cut_above_every_part(void **state)
                                 (t.dim + t.state_dim) * sizeof(float));
         }
         tu_rows_free(&after);
+        /* Only folds of the job are left: it is still listed and counted,
+         * and List and the cut say where its state is. */
+        char **names = NULL;
+        size_t n_names = 0;
+        assert_status(CPR_OK, cpr_store_list_jobs(store, &names, &n_names));
+        assert_int_equal(n_names, 1);
+        assert_string_equal(names[0], "c");
+        cpr_names_free(names, n_names);
+        cpr_store_stats stats;
+        assert_status(CPR_OK, cpr_store_stats_get(store, &stats));
+        assert_int_equal(stats.jobs, 1);
+        cpr_part_info *infos = NULL;
+        size_t n_infos = 0;
+        assert_status(CPR_NOT_FOUND, cpr_store_list(store, "c", &infos, &n_infos));
+        assert_non_null(strstr(cpr_errmsg(), "in folds"));
+        uint64_t cut = 0;
+        assert_status(CPR_NOT_FOUND, cpr_store_latest_cut(store, "c", &cut));
+        assert_non_null(strstr(cpr_errmsg(), "only folds"));
         cpr_restore_query old = {.job = "c", .as_of = 1};
         assert_status(CPR_FAILED_PRECONDITION, tu_restore(store, &old, &after, &res));
         tu_rows_free(&after);
