@@ -114,7 +114,10 @@ cpr_status cpri_node_restore(cpri_node *node, const cpr_restore_query *q, cpri_d
                             double timeout_s, cpr_row_fn fn, void *ctx, uint64_t *rows,
                             uint64_t *bytes, int *direct_failed);
 /* The query's rows with each row's version (cpr_store_restore_versions),
- * checked against their checksum before `fn` sees them; a daemon that does
+ * checked against their checksum before `fn` sees them. Unlike
+ * cpr_store_restore_versions', a batch's crc32c may be 0 (rows that came in
+ * a block: the block's CRC was checked; the merge, the one caller, sums
+ * what it delivers itself). A daemon that does
  * not send versions fails it with CPR_FAILED_PRECONDITION and
  * *no_versions = 1. No direct reads. `cancel` (may be NULL) ends the
  * stream from another thread (channel.h). */

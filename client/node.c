@@ -628,7 +628,10 @@ static cpr_status local_rows(void *ctx, const cpr_row_batch *b)
 /* A restored row block opened and checked (copied first to an aligned
  * home when it arrived misaligned), with its values as f32 (decoded when
  * stored in another codec); *b its rows, crc32c set. */
-static cpr_status open_block(const cpri_node *n, const void *block, size_t len,
+/* A restored block checked and opened into *b, its values in f32. With
+ * `rows_crc`, b->crc32c is the rows' CRC32C (derived from the block's when
+ * the layout allows, else a pass over the rows); without, 0. */
+static cpr_status open_block(const cpri_node *n, const void *block, size_t len, int rows_crc,
                              unsigned char **scratch, size_t *scratch_cap, float **decoded,
                              size_t *decoded_cap, cpr_block_view *v, cpr_row_batch *b)
 {
@@ -658,7 +661,7 @@ static cpr_status open_block(const cpri_node *n, const void *block, size_t len,
     *b = (cpr_row_batch){v->h.table, v->h.n, v->ids, values, (size_t)v->h.n * v->h.dim,
                          v->state, (size_t)v->h.n * v->h.state_dim, 0, 0};
     /* Checked just now: the rows' CRC follows from the block's (no second pass). */
-    if (!cpri_block_rows_crc(block, v, &b->crc32c))
+    if (rows_crc && !cpri_block_rows_crc(block, v, &b->crc32c))
         b->crc32c = cpr_crc32c_rows(b->ids, b->n, b->values, b->values_count, b->state,
                                     b->state_count);
     return CPR_OK;
@@ -668,7 +671,7 @@ static cpr_status remote_block(rows_in *in, const void *block, size_t len)
 {
     cpr_block_view v;
     cpr_row_batch b;
-    cpr_status st = open_block(in->node, block, len, &in->scratch, &in->scratch_cap,
+    cpr_status st = open_block(in->node, block, len, 1, &in->scratch, &in->scratch_cap,
                                &in->decoded, &in->decoded_cap, &v, &b);
     return st ? st : count_rows(in, &b);
 }
@@ -854,7 +857,7 @@ static cpr_status versioned_block(versions_in *in, const void *block, size_t len
 {
     cpr_block_view v;
     cpr_row_batch b;
-    cpr_status st = open_block(in->node, block, len, &in->scratch, &in->scratch_cap,
+    cpr_status st = open_block(in->node, block, len, 0, &in->scratch, &in->scratch_cap,
                                &in->decoded, &in->decoded_cap, &v, &b);
     if (st)
         return st;
