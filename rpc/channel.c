@@ -87,6 +87,9 @@ cpr_status cpri_rpc_open_with(const char *host_port, const cpri_rpc_options *o, 
         {GRPC_ARG_INTEGER, GRPC_ARG_KEEPALIVE_TIMEOUT_MS, {.integer = KEEPALIVE_TIMEOUT_MS}},
         {GRPC_ARG_INTEGER, GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, {.integer = 1}},
         {GRPC_ARG_INTEGER, GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, {.integer = 0}},
+        /* Uncompressed answers only, as the daemon takes (server.c): gRPC
+         * would inflate a compressed one whole before anything checks it. */
+        {GRPC_ARG_INTEGER, GRPC_COMPRESSION_CHANNEL_ENABLED_ALGORITHMS_BITSET, {.integer = 1}},
         /* Restores: let the daemon run 2 MiB ahead of each stream, and no
          * further. What a stream's window lets in waits in memory until the
          * stream's reader takes it, so gRPC's BDP probing (which grows the

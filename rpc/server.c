@@ -698,6 +698,11 @@ cpr_status cpri_rpc_server_start(const cpri_rpc_method *methods, size_t n_method
          * handler, so sending and storing overlap (the default, 64 KiB grown
          * by BDP probing, keeps a 1 MiB-message stream mostly waiting). */
         {GRPC_ARG_INTEGER, GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES, {.integer = STREAM_WINDOW_BYTES}},
+        /* Uncompressed messages only (identity, bit 0). gRPC inflates a
+         * compressed message whole before it checks the length: 1.5 MB of
+         * gzip took 1.6 GB, before our budget (V4) or a token check saw it.
+         * Our clients never compress (rows do not shrink). */
+        {GRPC_ARG_INTEGER, GRPC_COMPRESSION_CHANNEL_ENABLED_ALGORITHMS_BITSET, {.integer = 1}},
     };
     grpc_arg bounds[] = {
         {GRPC_ARG_INTEGER, GRPC_ARG_MAX_CONCURRENT_STREAMS,

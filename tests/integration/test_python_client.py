@@ -7,7 +7,8 @@
 # comes back byte-exact (List, Restore, GetBlob) with every CRC32C checked on
 # our side by a pure-Python implementation; two errors map to the documented
 # gRPC codes; ListJobs, Verify and Gc answer through the generated stubs;
-# GetRecovery/PutRecovery record a plan by compare-and-set; SIGTERM stops
+# GetRecovery/PutRecovery record a plan by compare-and-set; a compressed
+# request is refused (UNIMPLEMENTED) before it is inflated; SIGTERM stops
 # the daemon with exit 0.
 #
 # Usage: /usr/bin/python3 test_python_client.py CKPTD_BINARY PROTO_DIR
@@ -298,6 +299,12 @@ def provoke_errors(grpc, pb, stub, rows):
         expect_code(grpc, grpc.StatusCode.PERMISSION_DENIED, "Commit without the lease",
                     lambda: stub.Commit(pb.CommitRequest(job=JOB, shard=0, checkpoint=2, rows=0,
                                                          lease=lease), timeout=RPC_TIMEOUT_S))
+    # A compressed message is refused before gRPC inflates it (a few MB of
+    # gzip would otherwise become gigabytes ahead of every limit).
+    expect_code(grpc, grpc.StatusCode.UNIMPLEMENTED, "a gzip-compressed Restore",
+                lambda: list(stub.Restore(pb.RestoreRequest(job=JOB, direct="a" * (1 << 20)),
+                                          timeout=RPC_TIMEOUT_S,
+                                          compression=grpc.Compression.Gzip)))
     bad = make_batches(pb, 2, [[1, 2, 3], [4, 5, 6]], corrupt_last=True)
     expect_code(grpc, grpc.StatusCode.DATA_LOSS, "PutRows with a wrong crc32c",
                 lambda: stub.PutRows(iter(bad), timeout=RPC_TIMEOUT_S))
