@@ -16,6 +16,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
 
 #include "auth.h"
 #include "cpr/store.h"
@@ -68,9 +72,10 @@ static void usage(FILE *out)
           "       ckptd --version | --help\n"
           "\n"
           "  --listen ADDR        HOST:PORT to serve (default 127.0.0.1:7717; port 0 picks a\n"
-          "                       free port), or unix:/PATH, a Unix-domain socket for\n"
-          "                       clients on this host (no TCP stack on the way); the\n"
-          "                       bound address is printed on one line\n"
+          "                       free port; IPv6 as [ADDR]:PORT), or unix:/PATH, a\n"
+          "                       Unix-domain socket for clients on this host (no TCP\n"
+          "                       stack on the way; one in use by a live process is\n"
+          "                       refused); the bound address is printed on one line\n"
           "  --data-dir DIR       the store's directory (created if missing)\n"
           "  --config FILE        settings as `key = value` lines, keys as the flags\n"
           "                       without dashes (listen, data-dir, ...); flags win\n"
@@ -305,6 +310,76 @@ static int loopback(const char *listen)
            strcmp(host, "ipv4:127.0.0.1") == 0;
 }
 
+/* --listen: HOST:PORT, or unix: and an absolute path that fits a socket
+ * address. -1 with the message printed otherwise (exit 2). */
+static int check_listen(const char *listen)
+{
+    if (strncmp(listen, "unix:", 5) == 0) {
+        const char *path = listen + 5;
+        char msg[600];
+        if (path[0] != '/') {
+            snprintf(msg, sizeof msg, "--listen '%.300s': a unix socket is unix:/ABSOLUTE/PATH "
+                     "(clients name it so)", listen);
+            return fail_usage(msg);
+        }
+        if (strlen(path) >= sizeof ((struct sockaddr_un *)0)->sun_path) {
+            snprintf(msg, sizeof msg, "--listen: the socket path is %zu bytes, over the %zu a "
+                     "unix socket may have", strlen(path),
+                     sizeof ((struct sockaddr_un *)0)->sun_path - 1);
+            return fail_usage(msg);
+        }
+        return 0;
+    }
+    char host[256];
+    uint16_t port;
+    int bracketed;
+    if (cpri_cli_host_port("--listen", listen, host, sizeof host, &port, &bracketed) != CPR_OK)
+        return fail_usage(cpr_errmsg());
+    return 0;
+}
+
+/* Before serving on unix:PATH: gRPC removes a socket file it finds there
+ * and binds anew, so a second daemon would take a running one's socket
+ * (its clients then reach the second daemon's store). A socket that
+ * answers a connect belongs to a live process: refused. One that does not
+ * (left by a daemon that was killed) is gRPC's to replace. */
+static cpr_status unix_socket_free(const char *listen)
+{
+    if (strncmp(listen, "unix:", 5) != 0)
+        return CPR_OK;
+    const char *path = listen + 5;
+    char dir[sizeof ((struct sockaddr_un *)0)->sun_path];
+    snprintf(dir, sizeof dir, "%s", path);
+    char *slash = strrchr(dir, '/');
+    if (slash)
+        slash[slash == dir] = '\0'; /* "/x.sock": the directory is "/" */
+    struct stat sb;
+    if (stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode))
+        return cpr_fail(CPR_NOT_FOUND, "cannot listen on %s: the directory %s does not exist "
+                        "(create it, or choose another path)", listen, dir);
+    if (lstat(path, &sb) != 0)
+        return CPR_OK; /* nothing there */
+    if (!S_ISSOCK(sb.st_mode))
+        return cpr_fail(CPR_ALREADY_EXISTS, "cannot listen on %s: %s exists and is not a "
+                        "socket (remove it, or choose another path)", listen, path);
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return cpr_fail(CPR_IO, "socket: %s", strerror(errno));
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+    snprintf(sa.sun_path, sizeof sa.sun_path, "%s", path);
+    int live = connect(fd, (const struct sockaddr *)&sa, sizeof sa) == 0;
+    int err = errno;
+    close(fd);
+    if (live)
+        return cpr_fail(CPR_ALREADY_EXISTS, "cannot listen on %s: another process is "
+                        "listening there (a ckptd already running? stop it, or choose another "
+                        "path)", listen);
+    if (err != ECONNREFUSED)
+        return cpr_fail(CPR_IO, "cannot listen on %s: connecting to the socket there to see "
+                        "whether it is in use failed: %s", listen, strerror(err));
+    return CPR_OK;
+}
+
 /* Flags first find --config (applied before the other flags, which win). */
 static int parse_args(int argc, char **argv, settings *s)
 {
@@ -359,6 +434,8 @@ static int parse_args(int argc, char **argv, settings *s)
         return fail_usage("--tls-cert and --tls-key go together: give both");
     if (s->tls_client_ca[0] && !s->tls_cert[0])
         return fail_usage("--tls-client-ca needs --tls-cert and --tls-key (mutual TLS is TLS)");
+    if (check_listen(s->listen) != 0)
+        return -1;
     if (!s->tls_cert[0] && !s->allow_plaintext && !loopback(s->listen))
         return fail_usage("--listen on an address other than loopback or a unix socket "
                           "needs TLS (--tls-cert, --tls-key), or --allow-plaintext yes");
@@ -481,6 +558,8 @@ int main(int argc, char **argv)
         srv.rpc.observe = cpri_telemetry_on_call;
         srv.rpc.observe_ctx = telemetry;
     }
+    if (st == CPR_OK)
+        st = unix_socket_free(s.listen);
     if (st == CPR_OK)
         st = cpri_server_start(store, auth, &srv, &server, &port);
     if (st == CPR_OK)

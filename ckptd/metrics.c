@@ -26,6 +26,7 @@
 
 #include <microhttpd.h>
 
+#include "cpr_cli.h"
 #include "cpr_common.h"
 #include "metrics.h"
 
@@ -717,53 +718,15 @@ struct cpri_metrics_server {
     char start_error[256];  /* what libmicrohttpd logged while starting */
 };
 
-/* A port: 1 to 5 digits, at most 65535. */
-static int parse_port(const char *s, uint16_t *port)
-{
-    uint32_t v = 0;
-    size_t n = 0;
-    for (; is_digit(s[n]) && n < 6; n++)
-        v = v * 10 + (uint32_t)(s[n] - '0');
-    if (n == 0 || n > 5 || s[n] != '\0' || v > 65535)
-        return -1;
-    *port = (uint16_t)v;
-    return 0;
-}
-
-/* Split "HOST:PORT" or "[HOST]:PORT" at its port's colon: host into
- * host[cap], *port_text after the colon, *bracketed. -1 if malformed. */
-static int split_addr(const char *addr, char *host, size_t cap, const char **port_text,
-                      int *bracketed)
-{
-    const char *colon = NULL, *host_start = addr;
-    if (!addr)
-        return -1;
-    *bracketed = addr[0] == '[';
-    if (*bracketed) {
-        const char *close = strchr(addr, ']');
-        colon = close && close[1] == ':' ? close + 1 : NULL;
-        host_start = addr + 1;
-    } else {
-        colon = strrchr(addr, ':');
-    }
-    size_t host_len = colon ? (size_t)(colon - host_start) - (size_t)*bracketed : 0;
-    if (!colon || host_len >= cap)
-        return -1;
-    snprintf(host, cap, "%.*s", (int)host_len, host_start);
-    *port_text = colon + 1;
-    return 0;
-}
-
 /* "HOST:PORT" (IPv4 or "localhost") or "[IPV6]:PORT" into *sa. */
 static cpr_status parse_addr(const char *addr, struct sockaddr_storage *sa, int *ipv6)
 {
     char host[64];
-    const char *port_text = NULL;
     uint16_t port = 0;
     memset(sa, 0, sizeof *sa);
-    if (split_addr(addr, host, sizeof host, &port_text, ipv6) || parse_port(port_text, &port))
-        return cpr_fail(CPR_INVALID_ARGUMENT,
-                        "metrics address '%s' is not HOST:PORT or [IPV6]:PORT", addr ? addr : "");
+    cpr_status st = cpri_cli_host_port("--metrics-listen", addr, host, sizeof host, &port, ipv6);
+    if (st)
+        return st;
     if (*ipv6) {
         struct sockaddr_in6 *in6 = (struct sockaddr_in6 *)sa;
         in6->sin6_family = AF_INET6;

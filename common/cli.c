@@ -84,3 +84,49 @@ cpr_status cpri_cli_read_pem(const char *what, const char *path, char **out)
     *out = buf;
     return CPR_OK;
 }
+
+cpr_status cpri_cli_host_port(const char *flag, const char *addr, char *host, size_t cap,
+                              uint16_t *port, int *bracketed)
+{
+    if (!addr || !addr[0])
+        return cpr_fail(CPR_INVALID_ARGUMENT, "%s: give HOST:PORT", flag);
+    if (strstr(addr, "://"))
+        return cpr_fail(CPR_INVALID_ARGUMENT, "%s takes HOST:PORT without a scheme: '%s' "
+                        "(a client's target has grpc://, an address to listen on has not)",
+                        flag, addr);
+    const char *host_start = addr, *colon;
+    *bracketed = addr[0] == '[';
+    if (*bracketed) {
+        const char *close = strchr(addr, ']');
+        if (!close || close[1] != ':')
+            return cpr_fail(CPR_INVALID_ARGUMENT, "%s '%s': an IPv6 host is [ADDRESS]:PORT",
+                            flag, addr);
+        host_start = addr + 1;
+        colon = close + 1;
+    } else {
+        colon = strrchr(addr, ':');
+        if (!colon)
+            return cpr_fail(CPR_INVALID_ARGUMENT, "%s '%s' has no port: give HOST:PORT (port "
+                            "0 picks a free one)", flag, addr);
+    }
+    size_t host_len = (size_t)(colon - host_start) - (size_t)*bracketed;
+    if (host_len == 0)
+        return cpr_fail(CPR_INVALID_ARGUMENT, "%s '%s' has no host: give HOST:PORT "
+                        "(127.0.0.1:7717, or 0.0.0.0:7717 for every interface)", flag, addr);
+    if (host_len >= cap)
+        return cpr_fail(CPR_INVALID_ARGUMENT, "%s '%s': the host is too long", flag, addr);
+    if (!*bracketed && memchr(host_start, ':', host_len))
+        return cpr_fail(CPR_INVALID_ARGUMENT, "%s '%s': an IPv6 host goes in brackets, "
+                        "[ADDRESS]:PORT (e.g. [::1]:7717)", flag, addr);
+    const char *p = colon + 1;
+    uint32_t v = 0;
+    size_t n = 0;
+    for (; p[n] >= '0' && p[n] <= '9' && n < 6; n++)
+        v = v * 10 + (uint32_t)(p[n] - '0');
+    if (n == 0 || n > 5 || p[n] != '\0' || v > 65535)
+        return cpr_fail(CPR_INVALID_ARGUMENT, "%s '%s': port '%s'; a port is a number from 0 "
+                        "to 65535", flag, addr, p);
+    snprintf(host, cap, "%.*s", (int)host_len, host_start);
+    *port = (uint16_t)v;
+    return CPR_OK;
+}

@@ -9,6 +9,7 @@
 #ifndef CPR_CLI_H
 #define CPR_CLI_H
 
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 
@@ -28,6 +29,12 @@ cpr_status cpri_cli_double(const char *flag, const char *text, double lo, int lo
  * NULL if argv[*i] is another argument. *missing is set to 1, with a
  * message, when the flag is there but its value is not. */
 const char *cpri_cli_value(int argc, char **argv, int *i, const char *flag, int *missing);
+
+/* "HOST:PORT" or "[IPV6]:PORT" (a port of 0 to 65535, digits only; an IPv6
+ * host in brackets; no scheme such as grpc://): the host into host[cap]
+ * (without brackets), *port, *bracketed. A message naming `flag` otherwise. */
+cpr_status cpri_cli_host_port(const char *flag, const char *addr, char *host, size_t cap,
+                              uint16_t *port, int *bracketed);
 
 /* The PEM file `path` that option `what` names, read whole into *out
  * (malloc'd, NUL-terminated; at most 1 MiB, holding "-----BEGIN "). */
