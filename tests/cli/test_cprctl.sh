@@ -328,9 +328,13 @@ check_usage() {
     expect_rc 1 --server "local://$work/no-store-here" verify
     grep -q 'CPR_NOT_FOUND' "$work/err" || fail "verify of no store: $(cat "$work/err")"
     [[ ! -e $work/no-store-here ]] || fail "cprctl created a store at a mistyped path"
+    expect_rc 2 --server "local://relative-store" verify # the library's rule: absolute
+    grep -q 'absolute' "$work/err" || fail "a relative local:// path: $(cat "$work/err")"
     expect_rc 2 "${s[@]}" inspect demo
     expect_rc 2 "${s[@]}" inspect demo abc
     expect_rc 2 "${s[@]}" inspect demo 0 # checkpoint ids start at 1
+    grep -q "CKPT" "$work/err" || fail "the usage error does not name CKPT"
+    expect_rc 2 "${s[@]}" inspect demo -1 # a bad number, not an unknown option
     grep -q "CKPT" "$work/err" || fail "the usage error does not name CKPT"
     expect_rc 2 "${s[@]}" recovery
     expect_rc 2 "${s[@]}" recovery demo other

@@ -399,7 +399,9 @@ static int parse_valued(int argc, char **argv, int *i, ctl *c, parsed *p)
 static int parse_one(int argc, char **argv, int *i, int *only_positional, ctl *c, parsed *p)
 {
     const char *arg = argv[*i];
-    if (*only_positional || arg[0] != '-' || strcmp(arg, "-") == 0) {
+    /* "-1" is a (bad) number, not an option: its argument's check names it. */
+    if (*only_positional || arg[0] != '-' || strcmp(arg, "-") == 0 ||
+        (arg[1] >= '0' && arg[1] <= '9')) {
         if (p->n_positional == 1 + CTL_MAX_ARGS)
             return usage_error("too many arguments (from '%s' on)", arg);
         p->positional[p->n_positional++] = arg;
@@ -538,6 +540,9 @@ static cpr_status check_local_store(const char *target)
     if (strncmp(target, prefix, sizeof prefix - 1) != 0)
         return CPR_OK;
     const char *dir = target + sizeof prefix - 1;
+    if (dir[0] != '/') /* the library's rule: a usage error, before any look on disk */
+        return cpr_fail(CPR_INVALID_ARGUMENT, "--server '%.200s': local:// takes an absolute "
+                        "path, local:///ABS/PATH", target);
     char db[4200];
     struct stat sb;
     snprintf(db, sizeof db, "%s/db", dir);

@@ -136,6 +136,8 @@ static int list_parts(ctl *c, const char *job)
         ctl_jchild(&j, j.root, "parts", list);
         if (cut)
             ctl_jnum(&j, j.root, "latest_cut", cut);
+        else /* none yet: null, so that the key is always there */
+            ctl_jchild(&j, j.root, "latest_cut", cpri_json_null());
         rc = ctl_json_emit(c, &j, 0);
     } else {
         rc = print_parts(parts, n, 1) ? EXIT_FAILED : 0;
@@ -477,7 +479,7 @@ int ctl_cmd_gc(ctl *c)
     ctl_table_init(&t, 2);
     ctl_table_cell(&t, "job");
     ctl_table_cell(&t, "%s", job ? job : "(every job)");
-    ctl_table_cell(&t, "cuts kept");
+    ctl_table_cell(&t, "cuts to keep");
     if (c->keep)
         ctl_table_cell(&t, "%u", c->keep);
     else
