@@ -122,13 +122,18 @@ static int add_errors(PyObject *m)
         Py_DECREF(bases);
         if (!cls)
             return -1;
+        /* On the class too: an error raised by Python code (cpr.torch) has
+         * them as well as one raised here (raise_msg sets the instance's). */
         PyObject *code = PyLong_FromLong((long)ERRORS[i].st);
-        if (!code || PyObject_SetAttrString(cls, "status", code) < 0) {
-            Py_XDECREF(code);
+        PyObject *name = PyUnicode_FromString(cpr_status_name(ERRORS[i].st));
+        int bad = !code || !name || PyObject_SetAttrString(cls, "status", code) < 0 ||
+                  PyObject_SetAttrString(cls, "status_name", name) < 0;
+        Py_XDECREF(code);
+        Py_XDECREF(name);
+        if (bad) {
             Py_DECREF(cls);
             return -1;
         }
-        Py_DECREF(code);
         status_class[ERRORS[i].st] = cls; /* the module keeps a reference too */
         if (PyModule_AddObjectRef(m, ERRORS[i].name, cls) < 0)
             return -1;
