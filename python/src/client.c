@@ -254,7 +254,7 @@ static int parse_tables(PyObject *o, cpr_table_schema **out, size_t *n)
 }
 
 PyObject *cprpy_part_new(cprpy_client *c, cpr_part *part, PyObject *job, uint32_t shard,
-                         uint64_t checkpoint);
+                         uint64_t checkpoint, cpr_table_schema *tables, size_t n_tables);
 
 static PyObject *client_begin(cprpy_client *c, PyObject *args, PyObject *kw)
 {
@@ -303,10 +303,11 @@ static PyObject *client_begin(cprpy_client *c, PyObject *args, PyObject *kw)
     st = wait ? cpr_client_begin(cl, &spec, &part) : cpr_client_begin_async(cl, &spec, &part);
     Py_END_ALLOW_THREADS
     cprpy_client_leave(c);
-    free(t);
-    if (st != CPR_OK)
+    if (st != CPR_OK) {
+        free(t);
         return cprpy_raise_status(st);
-    return cprpy_part_new(c, part, job, shard, ckpt);
+    }
+    return cprpy_part_new(c, part, job, shard, ckpt, t, nt); /* takes t */
 }
 
 /* ---- reading -------------------------------------------------------------------- */

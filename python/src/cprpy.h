@@ -134,6 +134,8 @@ struct cprpy_part {
     uint64_t checkpoint;
     int busy;
     const char *ended;    /* why part is NULL: "committed", "aborted", ... */
+    cpr_table_schema *tables; /* begin's schema (owned): puts' shapes are checked against it */
+    size_t n_tables;
     cprpy_part *prev, *next;
 };
 

@@ -31,16 +31,20 @@ static void unlink_part(cprpy_part *p)
     p->prev = p->next = NULL;
 }
 
+/* Takes `part` and `tables` (malloc'd, NULL when n_tables is 0), also on failure. */
 PyObject *cprpy_part_new(cprpy_client *c, cpr_part *part, PyObject *job, uint32_t shard,
-                         uint64_t checkpoint)
+                         uint64_t checkpoint, cpr_table_schema *tables, size_t n_tables)
 {
     cprpy_part *p = PyObject_GC_New(cprpy_part, &cprpy_PartType);
     if (!p) {
+        free(tables);
         Py_BEGIN_ALLOW_THREADS
         cpr_part_abort(&part);
         Py_END_ALLOW_THREADS
         return NULL;
     }
+    p->tables = tables;
+    p->n_tables = n_tables;
     p->client = (cprpy_client *)Py_NewRef((PyObject *)c);
     p->part = part;
     p->job = Py_NewRef(job);
@@ -114,6 +118,59 @@ static int get_state(PyObject *state, cprpy_buffer *sb)
     return cprpy_buffer_get(state, CPRPY_F32, 0, "state", sb);
 }
 
+/*
+ * A batch of n rows against its table's schema, in the arrays' own shapes:
+ * the library sees only element counts, and says so in its fields' names.
+ * A table the part does not have is left to the library to refuse.
+ * 0, or -1 with an error set.
+ */
+static int check_shapes(const cprpy_part *p, uint32_t table, size_t n, const cprpy_buffer *vb,
+                        const cprpy_buffer *sb)
+{
+    const cpr_table_schema *t = NULL;
+    for (size_t i = 0; i < p->n_tables && !t; i++)
+        if (p->tables[i].table == table)
+            t = &p->tables[i];
+    if (!t || !n)
+        return 0; /* an empty batch puts nothing: the library takes it as it is */
+    if (vb->ndim == 2 && vb->cols != t->dim) {
+        cprpy_raise(CPR_INVALID_ARGUMENT, "values: shape (%zu, %zu), table %u has dim %u",
+                    vb->rows, vb->cols, table, t->dim);
+        return -1;
+    }
+    if (vb->ndim == 2 && vb->rows != n) {
+        cprpy_raise(CPR_INVALID_ARGUMENT, "values: shape (%zu, %zu), expected (%zu, %u): one "
+                    "row per id", vb->rows, vb->cols, n, t->dim);
+        return -1;
+    }
+    if (vb->ndim != 2 && vb->len != n * t->dim) {
+        cprpy_raise(CPR_INVALID_ARGUMENT, "values: %zu values, expected %zu rows x dim %u of "
+                    "table %u", vb->len, n, t->dim, table);
+        return -1;
+    }
+    if (t->state_dim && !sb->held) {
+        cprpy_raise(CPR_INVALID_ARGUMENT, "state: table %u has state_dim %u: pass its (n, %u) "
+                    "optimizer state", table, t->state_dim, t->state_dim);
+        return -1;
+    }
+    if (!t->state_dim && sb->held && sb->len) {
+        cprpy_raise(CPR_INVALID_ARGUMENT, "state: table %u has state_dim 0 (no optimizer "
+                    "state): pass None", table);
+        return -1;
+    }
+    if (t->state_dim && sb->len != n * t->state_dim) {
+        if (sb->ndim == 2)
+            cprpy_raise(CPR_INVALID_ARGUMENT, "state: shape (%zu, %zu), expected (%zu, %u) "
+                        "(table %u has state_dim %u)", sb->rows, sb->cols, n, t->state_dim,
+                        table, t->state_dim);
+        else
+            cprpy_raise(CPR_INVALID_ARGUMENT, "state: %zu values, expected %zu rows x "
+                        "state_dim %u of table %u", sb->len, n, t->state_dim, table);
+        return -1;
+    }
+    return 0;
+}
+
 /* One batch through cpr_part_put_rows (put_rows, put_range). */
 static PyObject *put_batch(cprpy_part *p, const cpr_row_batch *b)
 {
@@ -141,7 +198,8 @@ static PyObject *part_put_rows(cprpy_part *p, PyObject *args, PyObject *kw)
         return NULL;
     PyObject *out = NULL;
     if (cprpy_ids_check(&ib, "ids") < 0 ||
-        cprpy_buffer_get(values, CPRPY_F32, 0, "values", &vb) < 0 || get_state(state, &sb) < 0)
+        cprpy_buffer_get(values, CPRPY_F32, 0, "values", &vb) < 0 || get_state(state, &sb) < 0 ||
+        check_shapes(p, table, ib.len, &vb, &sb) < 0)
         goto out;
     cpr_row_batch b = {.table = table, .n = ib.len, .ids = ib.view.buf, .values = vb.view.buf,
                        .values_count = vb.len, .state = sb.held ? sb.view.buf : NULL,
@@ -172,7 +230,7 @@ static PyObject *part_put_range(cprpy_part *p, PyObject *args, PyObject *kw)
                     "values: expected a 2-D (n, dim) array: its rows are rows first .. first+n");
         goto out;
     }
-    if (get_state(state, &sb) < 0)
+    if (get_state(state, &sb) < 0 || check_shapes(p, table, vb.rows, &vb, &sb) < 0)
         goto out;
     cpr_row_batch b = {.table = table, .n = vb.rows, .range_begin = first,
                        .values = vb.view.buf, .values_count = vb.len,
@@ -386,6 +444,7 @@ static void part_dealloc(cprpy_part *p)
         p->part = NULL;
         unlink_part(p);
     }
+    free(p->tables);
     Py_XDECREF(p->job);
     Py_XDECREF(p->client);
     PyObject_GC_Del(p);

@@ -171,6 +171,33 @@ def test_put_gather_range_and_bounds(client, job):
     check_rows(rows[0], np.arange(100, 200), table)
 
 
+def test_shape_errors_name_the_argument_and_the_table(client, job):
+    """Puts check the arrays' shapes against the part's schema and say, in
+    those shapes, what to pass; nothing is queued."""
+    v, s = np.ones((10, T0_DIM), np.float32), np.ones((10, T0_SDIM), np.float32)
+    with client.begin(job, 0, 1, tables=SCHEMA) as p:
+        cases = [
+            (lambda: p.put_range(T0, 0, v), r"^state: table 0 has state_dim 1: pass its "
+                                             r"\(n, 1\) optimizer state$"),
+            (lambda: p.put_range(T0, 0, v, None), r"^state: table 0 has state_dim 1"),
+            (lambda: p.put_rows(T0, np.arange(10), v), r"^state: table 0 has state_dim 1"),
+            (lambda: p.put_range(T0, 0, np.ones((10, 5), np.float32), s),
+             r"^values: shape \(10, 5\), table 0 has dim 8$"),
+            (lambda: p.put_rows(T0, np.arange(3), v[:2], s[:3]),
+             r"^values: shape \(2, 8\), expected \(3, 8\): one row per id$"),
+            (lambda: p.put_range(T0, 0, v, np.ones((10, 2), np.float32)),
+             r"^state: shape \(10, 2\), expected \(10, 1\) \(table 0 has state_dim 1\)$"),
+            (lambda: p.put_range(T1, 0, np.ones((10, T1_DIM), np.float32), s),
+             r"^state: table 1 has state_dim 0 \(no optimizer state\): pass None$"),
+        ]
+        for put, text in cases:
+            with pytest.raises(cpr.InvalidArgumentError, match=text):
+                put()
+        assert p.progress().rows_queued == 0 and p.progress().error is None
+        p.put_range(T0, 0, v, s.reshape(-1))  # state_dim 1: a 1-D state is (n, 1)
+    assert client.restore(job)[1].rows == 10
+
+
 def test_bad_input_raises_and_changes_nothing(client, job):
     good_v = np.ones((4, T0_DIM), np.float32)
     good_s = np.zeros((4, 1), np.float32)
