@@ -15,6 +15,8 @@ process acts on the same one::
     ckpt = cpr.torch.Checkpointer(cpr.Client(target), "dlrm", model.embeddings,
                                   optimizer=emb_opt, dense={"mlp": model.mlp},
                                   num_shards=8, policy="mfu")
+    if restarting:                         # the job has checkpoints: continue it
+        start = ckpt.load().rewind_step    # (a save before load() is refused)
     for step, batch in enumerate(loader):
         loss = model(batch); loss.backward(); opt.step(); emb_opt.step()
         ckpt.step()
@@ -32,7 +34,9 @@ See docs/python.md.
 import collections.abc
 import concurrent.futures
 import io
+import operator
 import os
+import re
 import threading
 import time
 
@@ -52,18 +56,80 @@ _KIND = {
 }
 
 
+_POLICY_NAMES = "full, delta, mfu, ssu, topk-norm, auto"
+_JOB_NAME = re.compile(r"[A-Za-z0-9._-]{1,128}")  # the library's rule (cpri_name_valid)
+
+
 def _policy(p):
     if p is None:
         return None  # "auto": the estimator's choice, save by save
-    if isinstance(p, str):
-        if p.lower() == "auto":
-            return None
-        return cpr.Policy[p.upper().replace("-", "_")]
-    return cpr.Policy(p)
+    try:
+        if isinstance(p, str):
+            if p.lower() == "auto":
+                return None
+            return cpr.Policy[p.upper().replace("-", "_")]
+        return cpr.Policy(p)
+    except (KeyError, ValueError, TypeError):
+        raise cpr.InvalidArgumentError("policy: %r is not one of %s" % (p, _POLICY_NAMES)) \
+            from None
+
+
+def _whole(name, value, low):
+    """`value` as an int >= low, or InvalidArgumentError naming the argument."""
+    try:
+        n = operator.index(value)
+    except TypeError:
+        n = None
+    if n is None or n < low:
+        raise cpr.InvalidArgumentError("%s: must be a whole number >= %d, got %r"
+                                       % (name, low, value))
+    return n
+
+
+def _check_job(job):
+    if not isinstance(job, str) or not _JOB_NAME.fullmatch(job):
+        raise cpr.InvalidArgumentError("job: %r is not a job name: use 1-128 characters of "
+                                       "A-Z a-z 0-9 . _ -" % (job,))
+    return job
+
+
+def _check_shards(shards, num_shards):
+    """The shards this process saves: sorted, each once, each below num_shards."""
+    if shards is None:
+        return list(range(num_shards))
+    out = sorted(_whole("shards", s, 0) for s in shards)
+    for a, b in zip(out, out[1:]):
+        if a == b:
+            raise cpr.InvalidArgumentError("shards: %d is given twice" % a)
+    if out and out[-1] >= num_shards:
+        raise cpr.InvalidArgumentError("shards: %d is not a shard of num_shards %d (give 0..%d)"
+                                       % (out[-1], num_shards, num_shards - 1))
+    return out
+
+
+def _check_budget(budget):
+    try:
+        b = float(budget)
+    except (TypeError, ValueError):
+        b = float("nan")
+    if not 0 < b <= 1:  # NaN too
+        raise cpr.InvalidArgumentError("budget: the fraction of each shard's rows a prioritized "
+                                       "save takes, in (0, 1]; got %r" % (budget,))
+    return b
+
+
+def _shard_list(shards, most=8):
+    """'0, 1, 2' (at most `most` of them, then how many in all)."""
+    text = ", ".join(str(s) for s in shards[:most])
+    return text if len(shards) <= most else "%s, ... (%d in all)" % (text, len(shards))
 
 
 def _weight(t):
     """The weight tensor of a table module, or the tensor itself."""
+    if isinstance(t, str):
+        raise cpr.InvalidArgumentError(
+            "a table is an nn.Embedding, nn.EmbeddingBag or a 2-D tensor, not str (got a "
+            "name: pass the dict / ModuleDict itself, not list(...) of it)")
     w = getattr(t, "weight", t)
     if not isinstance(w, torch.Tensor) or w.dim() != 2:
         raise cpr.InvalidArgumentError("a table is an nn.Embedding, nn.EmbeddingBag or a 2-D "
@@ -119,7 +185,12 @@ class Checkpointer:
     """Checkpoints and recovers a PyTorch recommendation model with CPR.
 
     client      a ``cpr.Client``.
-    job         the job's name in storage.
+    job         the job's name in storage (1-128 characters of A-Z a-z 0-9 . _ -).
+                A job whose shards (this process's) already have checkpoints
+                is continued: ``load()`` (or ``recover()``) before the first
+                save. A save before that raises ``cpr.AlreadyExistsError``
+                and writes nothing: a new run's fresh rows never land on top
+                of another run's checkpoints.
     tables      embedding tables: a list, dict or ``nn.ModuleDict`` of ``nn.Embedding`` /
                 ``nn.EmbeddingBag`` modules or 2-D float32 CPU weight tensors.
                 Table ids in the checkpoints are their positions.
@@ -133,12 +204,13 @@ class Checkpointer:
     num_shards, scheme   how rows split into shards ("range" or "modulo").
     policy      "full", "delta", "mfu", "ssu" or "topk-norm": what a save
                 takes; ``budget`` the fraction of each shard's rows a
-                prioritized save takes. "auto": the ``estimator``'s choice
+                prioritized save takes, in (0, 1]. "auto": the ``estimator``'s choice
                 for every save (a ``cpr.Estimator``, which the checkpointer
                 feeds with its saves, failures and loads); ``due()`` then
                 says when the next save is due, and ``recover`` picks
                 partial or full recovery.
-    shards      the shards this process owns and saves (default: all).
+    shards      the shards this process owns and saves (default: all), each
+                below ``num_shards`` (at least 1).
     ssu_rate    the probability an access joins the SSU sample.
     hooks       install forward pre-hooks on table modules that record the
                 indices of training batches (False: call ``observe``).
@@ -158,7 +230,7 @@ class Checkpointer:
                  num_shards=1, scheme="range", policy="mfu", budget=0.125, shards=None,
                  ssu_rate=0.01, dense_shard=0, hooks=True, seed=0, restore_threads=None,
                  estimator=None, codec=None):
-        self.client, self.job = client, job
+        self.client, self.job = client, _check_job(job)
         named = isinstance(tables, (collections.abc.Mapping, torch.nn.ModuleDict))
         self.names = list(tables.keys()) if named else list(range(len(tables)))
         mods = list(tables.values()) if named else list(tables)
@@ -167,8 +239,8 @@ class Checkpointer:
         self.states = [self._state_of(w, optimizer, states, name)
                        for w, name in zip(self.weights, self.names)]
         self.dense = dict(dense or {})
-        self.num_shards, self.scheme = int(num_shards), scheme
-        self.policy, self.budget = _policy(policy), float(budget)
+        self.num_shards, self.scheme = _whole("num_shards", num_shards, 1), scheme
+        self.policy, self.budget = _policy(policy), _check_budget(budget)
         self.estimator = estimator
         self.codec = codec  # prioritized and DELTA parts; FULL parts stay exact
         if self.policy is None and estimator is None:
@@ -178,8 +250,11 @@ class Checkpointer:
                 "codec 'auto' needs estimator=cpr.Estimator(..., choose_codec=True)")
         self._t0 = time.monotonic()
         self._last_save = None
-        self.shards = list(range(self.num_shards)) if shards is None else sorted(shards)
-        self.dense_shard = int(dense_shard)
+        self.shards = _check_shards(shards, self.num_shards)
+        self.dense_shard = _whole("dense_shard", dense_shard, 0)
+        if self.dense_shard >= self.num_shards:
+            raise cpr.InvalidArgumentError("dense_shard: %d is not a shard of num_shards %d"
+                                           % (self.dense_shard, self.num_shards))
         # One stream per storage node: streams to one node share its disk and,
         # here, its cores (measured: 2 streams to one node on 2 cores were
         # 8-25% slower than one; docs/performance.md).
@@ -213,6 +288,12 @@ class Checkpointer:
         # zero (the C trainer starts with a FULL likewise).
         self._full_next = not self._every_shard_has_full(parts)
         self.next_checkpoint = max((p.checkpoint for p in parts), default=0) + 1
+        # Another run's checkpoints of this process's shards: saving fresh
+        # rows on top of them would mix two models (a partial recovery would
+        # restore the other run's rows). Saves are refused until load() or
+        # recover() took the job over; shards nobody saved yet are free (the
+        # ranks of one new job start at different times).
+        self._taken = self._already_saved(parts)
 
     # ---- set-up ----------------------------------------------------------------
 
@@ -240,6 +321,20 @@ class Checkpointer:
             return self.client.list(self.job)
         except cpr.NotFoundError:
             return []
+
+    def _already_saved(self, parts):
+        """Why this process may not save before load()/recover(): its shards'
+        committed parts (or any of another layout), or None."""
+        theirs = [p for p in parts if p.committed and
+                  (p.shard in self.shards or p.num_shards != self.num_shards)]
+        if not theirs:
+            return None
+        layouts = sorted({p.num_shards for p in theirs} - {self.num_shards})
+        return ("job %r already has checkpoints of shard(s) %s (newest %d%s): call load() to "
+                "continue it (or recover(...)), or use a new job name"
+                % (self.job, _shard_list(sorted({p.shard for p in theirs})),
+                   max(p.checkpoint for p in theirs),
+                   ", saved with num_shards %s" % _shard_list(layouts) if layouts else ""))
 
     def _every_shard_has_full(self, parts):
         full = {p.shard for p in parts  # of this layout: another's shards hold other rows
@@ -355,6 +450,8 @@ class Checkpointer:
         concurrent.futures.Future of a SaveResult, done once every shard's
         part committed (its exception: the cpr.Error that failed it). The
         caller's stall is selection and the copy of the chosen rows."""
+        if self._taken:  # nothing written: another run's checkpoints (__init__)
+            raise cpr.AlreadyExistsError(self._taken)
         policy = self.policy if policy is None else _policy(policy)
         self.wait()  # one save in flight: the previous one lands first
         if self._full_next:  # no FULL landed since the rewind or the restart (planner P6)
@@ -515,6 +612,7 @@ class Checkpointer:
         self.generation = gen
         t0 = time.perf_counter()
         result = self._execute(plan, gen, lost_events)
+        self._taken = None  # this process continues the job: its saves go on from here
         stored = sum(e.source == "store" for e in plan.shards)
         if self.estimator is not None and stored:
             self.estimator.loaded(time.perf_counter() - t0, stored)

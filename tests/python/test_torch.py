@@ -429,3 +429,110 @@ def test_prioritized_saves_in_int8(client, job):
             else:  # from the exact FULL part
                 assert torch.equal(w[r], w_full[t][r])
     tr.ckpt.close()
+
+
+def test_a_new_run_on_a_saved_job_is_refused_until_it_loads(client, job):
+    """A new process with fresh rows on a job that has checkpoints must not
+    write on top of them (a partial recovery would then restore the other
+    run's rows): its saves are refused, writing nothing, until load() or
+    recover() took the job over."""
+    tr = Trainer(client, job)
+    for _ in range(4):
+        tr.step()
+    cut = tr.ckpt.save(4)  # FULL: a new job's base
+    w_cut, _, _ = tr.snapshot()
+    tr.step()
+    tr.ckpt.save(5)  # PRIORITY
+    tr.ckpt.close()
+    before = client.list(job)
+    rerun = Trainer(client, job, seed=9)
+    for _ in range(2):
+        rerun.step()
+    for save in (rerun.ckpt.save, rerun.ckpt.async_save):
+        with pytest.raises(cpr.AlreadyExistsError,
+                           match=r"^job '%s' already has checkpoints of shard\(s\) 0, 1, 2, 3 "
+                                 r"\(newest 2\): call load\(\) to continue it \(or recover\(\.\.\.\)"
+                                 r"\), or use a new job name$" % job) as e:
+            save(6)
+        assert e.value.status == cpr.Status.ALREADY_EXISTS
+        assert e.value.status_name == "CPR_ALREADY_EXISTS"
+    assert client.list(job) == before and rerun.ckpt.next_checkpoint == 3
+    res = rerun.ckpt.load()
+    assert res.plan.cut == cut.checkpoint
+    for t in range(len(ROWS)):
+        assert torch.equal(rerun.model.emb[t].weight.detach(), w_cut[t])
+    rerun.step()
+    assert rerun.ckpt.save(6).checkpoint > 2  # continued: saves go on
+    rerun.ckpt.close()
+    # recover() takes the job over too.
+    other = Trainer(client, job, seed=10)
+    with pytest.raises(cpr.AlreadyExistsError):
+        other.ckpt.save(7)
+    other.ckpt.recover([1], "partial")
+    other.step()
+    assert other.ckpt.save(7).rows > 0
+    other.ckpt.close()
+
+
+def test_ranks_of_one_new_job_start_at_different_times(client, job):
+    """Rank 1 starting after rank 0 saved its shard is not refused: only
+    checkpoints of a process's own shards (or of another layout) are."""
+    w0, w1 = torch.full((8, 2), 1.0), torch.full((8, 2), 2.0)
+    rank0 = cpr.torch.Checkpointer(client, job, [w0], num_shards=2, shards=[0], hooks=False)
+    assert rank0.save(1).policy == cpr.Policy.FULL
+    rank1 = cpr.torch.Checkpointer(client, job, [w1], num_shards=2, shards=[1], hooks=False)
+    assert rank1.save(1).policy == cpr.Policy.FULL
+    assert {(p.shard, p.committed) for p in client.list(job)} == {(0, True), (1, True)}
+    assert rank0.save(2, "full").rows == 4  # the ranks' own objects go on saving
+    rank0.close()
+    rank1.close()
+    before = client.list(job)
+    again = cpr.torch.Checkpointer(client, job, [w0], num_shards=2, shards=[0], hooks=False)
+    with pytest.raises(cpr.AlreadyExistsError, match=r"shard\(s\) 0 \(newest 2\)"):
+        again.save(3)
+    resharded = cpr.torch.Checkpointer(client, job, [w1], num_shards=4, shards=[3], hooks=False)
+    with pytest.raises(cpr.AlreadyExistsError,
+                       match=r"shard\(s\) 0, 1 \(newest 2, saved with num_shards 2\)"):
+        resharded.save(3)
+    assert client.list(job) == before
+    again.close()
+    resharded.close()
+
+
+@pytest.mark.parametrize("kw,message", [
+    ({"num_shards": 0}, r"^num_shards: must be a whole number >= 1, got 0$"),
+    ({"num_shards": -1}, r"^num_shards: must be a whole number >= 1, got -1$"),
+    ({"num_shards": 2.5}, r"^num_shards: must be a whole number >= 1, got 2\.5$"),
+    ({"num_shards": 2, "shards": [2]},
+     r"^shards: 2 is not a shard of num_shards 2 \(give 0\.\.1\)$"),
+    ({"num_shards": 2, "shards": [-1]}, r"^shards: must be a whole number >= 0, got -1$"),
+    ({"num_shards": 2, "shards": [1, 1]}, r"^shards: 1 is given twice$"),
+    ({"num_shards": 2, "dense_shard": 2}, r"^dense_shard: 2 is not a shard of num_shards 2$"),
+    ({"budget": 0}, r"^budget: .* in \(0, 1\]; got 0$"),
+    ({"budget": 1.5}, r"^budget: .* in \(0, 1\]; got 1\.5$"),
+    ({"budget": float("nan")}, r"^budget: .* in \(0, 1\]; got nan$"),
+    ({"policy": "mfuu"},
+     r"^policy: 'mfuu' is not one of full, delta, mfu, ssu, topk-norm, auto$"),
+    ({"policy": 9}, r"^policy: 9 is not one of full, delta, mfu, ssu, topk-norm, auto$"),
+])
+def test_bad_arguments_are_refused_naming_them(client, job, kw, message):
+    with pytest.raises(cpr.InvalidArgumentError, match=message):
+        cpr.torch.Checkpointer(client, job, [torch.zeros(8, 2)], hooks=False, **kw)
+    assert client.list_jobs().count(job) == 0  # nothing was written
+
+
+def test_bad_job_names_and_table_names_say_what_to_fix(client, job):
+    with pytest.raises(cpr.InvalidArgumentError,
+                       match=r"^job: 'bad job' is not a job name: use 1-128 characters of "
+                             r"A-Z a-z 0-9 \. _ -$"):
+        cpr.torch.Checkpointer(client, "bad job", [torch.zeros(8, 2)])
+    tables = torch.nn.ModuleDict({"user": torch.nn.Embedding(8, 2)})
+    with pytest.raises(cpr.InvalidArgumentError,
+                       match=r"not str \(got a name: pass the dict / ModuleDict itself, not "
+                             r"list\(\.\.\.\) of it\)$"):
+        cpr.torch.Checkpointer(client, job, list(tables))
+    ckpt = cpr.torch.Checkpointer(client, job, [torch.zeros(8, 2)], hooks=False)
+    with pytest.raises(cpr.InvalidArgumentError, match="^policy: 'fulll' is not one of"):
+        ckpt.save(1, "fulll")
+    assert ckpt.next_checkpoint == 1
+    ckpt.close()
