@@ -17,12 +17,17 @@ uniformly. Overhead is the time the strategy spent beyond training: save
 stalls, recoveries, and (full) the recomputed steps. PLS is the share of
 update events the failed shards lost. Prints one JSON object with --json.
 
+Each run starts a new job: a --job that already has checkpoints is refused
+(exit 1; use another --job). Errors print one line "train.py: ..." (exit 1;
+a bad command line exits 2).
+
 Example (README.md): build/tools/cpr-data gen --rows 200000 -o var/torch.tsv
   /usr/bin/python3 examples/torch_dlrm/train.py --data var/torch.tsv \\
-      --target grpc://127.0.0.1:7717 --strategy mfu
+      --target grpc://127.0.0.1:7717 --job demo-mfu --strategy mfu
 """
 import argparse
 import json
+import re
 import sys
 import time
 
@@ -104,6 +109,11 @@ def parse_args(argv):
     p.add_argument("--threads", type=int, default=1, help="torch threads")
     p.add_argument("--json", action="store_true", help="print the summary as one JSON object")
     a = p.parse_args(argv)
+    if not re.fullmatch(r"[A-Za-z0-9._-]{1,128}", a.job):
+        p.error("--job %r: a job name is 1-128 characters of A-Z a-z 0-9 . _ -" % a.job)
+    for name in ("shards", "batch", "rows_per_table", "emb_dim"):
+        if getattr(a, name) < 1:
+            p.error("--%s must be at least 1" % name.replace("_", "-"))
     if a.strategy != "none" and not a.target:
         p.error("--target is required unless --strategy none")
     if a.failures < 0 or not 0 < a.budget <= 1 or not 0 <= a.holdout < 1:
@@ -111,8 +121,28 @@ def parse_args(argv):
     return a
 
 
+def refuse_an_existing_job(client, a):
+    """Each run starts a new job: continuing another run's checkpoints would
+    mix two models (the Checkpointer would refuse at the first save)."""
+    try:
+        parts = client.list(a.job)
+    except cpr.NotFoundError:
+        return
+    if any(p.committed for p in parts):
+        sys.exit("train.py: job '%s' already has checkpoints at %s: use another --job (each "
+                 "run starts a new job)" % (a.job, a.target))
+
+
 def main(argv):
     a = parse_args(argv)
+    try:
+        return run(a)
+    except cpr.Error as e:  # unreachable ckptd, missing --data, ...: one line, exit 1
+        print("train.py: %s" % e, file=sys.stderr)
+        return 1
+
+
+def run(a):
     torch.set_num_threads(a.threads)
     torch.manual_seed(a.seed)
     labels, dense, sparse = (np.asarray(x) for x in cpr.read_criteo(
@@ -135,8 +165,9 @@ def main(argv):
     if a.strategy != "none":
         policy = {"full": "full", "partial": "full", "mfu": "mfu", "ssu": "ssu"}[a.strategy]
         client = cpr.Client(a.target, staging_bytes=1 << 30)
+        refuse_an_existing_job(client, a)
         ckpt = cpr.torch.Checkpointer(
-            client, a.job, list(model.emb), optimizer=emb_opt,
+            client, a.job, model.emb, optimizer=emb_opt,
             dense={"bot": model.bot, "top": model.top, "mlp_opt": mlp_opt},
             num_shards=a.shards, policy=policy, budget=a.budget, seed=a.seed,
             ssu_rate=min(1.0, 2 * a.budget * a.rows_per_table / max(1, a.batch)))

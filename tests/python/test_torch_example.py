@@ -79,3 +79,35 @@ def test_bench_runs_and_checks_what_it_restores(tmp_path, transport, reads):
     assert r["bytes"] == 4000 * 8 * 4 + 4000 * 4 and len(r["runs"]["cpr_stall_s"]) == 1
     assert r["transport"] == transport and r["reads"] == reads
     assert r["direct_reads"] == direct
+
+
+def test_train_refuses_an_existing_job_and_ordinary_mistakes(data, ckptd, job):
+    """A second run on one --job would continue the first run's checkpoints:
+    refused in one line (exit 1), as are runtime errors; a bad command line
+    is argparse's (exit 2). No tracebacks."""
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+
+    def train(*args, target=ckptd.target):
+        return subprocess.run(
+            [sys.executable, TRAIN, "--data", data, "--target", target, "--rows-per-table",
+             "500", "--shards", "2", "--batch", "64", "--max-lines", "1000", "--failures", "0",
+             "--strategy", "full", "--json", *args],
+            capture_output=True, text=True, env=env, timeout=300)
+
+    first = train("--job", job)
+    assert first.returncode == 0, first.stderr
+    assert json.loads(first.stdout)["checkpoints"] > 0
+    again = train("--job", job)
+    assert again.returncode == 1 and again.stdout == ""
+    assert again.stderr == ("train.py: job '%s' already has checkpoints at %s: use another "
+                            "--job (each run starts a new job)\n" % (job, ckptd.target))
+    down = train("--job", job + "-down", target="grpc://127.0.0.1:1")
+    assert down.returncode == 1 and down.stderr.startswith("train.py: ")
+    assert down.stderr.count("\n") == 1 and "Traceback" not in down.stderr
+    missing = train("--job", job + "-missing", "--data", "/nonexistent/train.tsv")
+    assert missing.returncode == 1 and "Traceback" not in missing.stderr
+    assert missing.stderr.startswith("train.py: ") and "/nonexistent" in missing.stderr
+    for args, text in ((("--job", "bad job"), "--job 'bad job': a job name is 1-128"),
+                       (("--job", job + "-s", "--shards", "0"), "--shards must be at least 1")):
+        bad = train(*args)
+        assert bad.returncode == 2 and text in bad.stderr and "Traceback" not in bad.stderr
