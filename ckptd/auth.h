@@ -72,6 +72,11 @@ void cpri_principal_free(cpri_principal *p); /* NULL is a no-op */
 /* 1 if p holds `right` on `job` (NULL: on every job, i.e. a rule for "*"). */
 int cpri_principal_may(const cpri_principal *p, const char *job, unsigned right);
 
+/* 1 if p holds `right` on some job (a write stream's caller before its
+ * first message names one: a read-only credential may not hold write calls
+ * open). */
+int cpri_principal_may_some(const cpri_principal *p, unsigned right);
+
 /* CPR_OK, or CPR_PERMISSION_DENIED naming the right, the job and `op`. */
 cpr_status cpri_principal_check(const cpri_principal *p, const char *job, unsigned right,
                                 const char *op);

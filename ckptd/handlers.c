@@ -520,8 +520,10 @@ static void touch_part(touched *t, const cpr_part_id *id, uint64_t lease, uint64
     t->n++;
 }
 
-static void abort_touched(cpri_server *srv, const touched *t)
+/* Abort what the stream wrote to; returns how many parts that was. */
+static size_t abort_touched(cpri_server *srv, const touched *t)
 {
+    size_t aborted = 0;
     for (size_t i = 0; i < t->n; i++)
         /* Only the part this stream wrote to: if the reaper ended it and a
          * writer began the id again, the lease tells them apart. */
@@ -534,7 +536,9 @@ static void abort_touched(cpri_server *srv, const touched *t)
             cpri_leases_drop(srv->leases, &t->ids[i], t->leases[i]); /* L1 */
             cpri_log(CPR_LOG_INFO, "aborted part %s/%u/%llu after its stream broke",
                     t->jobs[i], t->ids[i].shard, (unsigned long long)t->ids[i].checkpoint);
+            aborted++;
         }
+    return aborted;
 }
 
 typedef cpr_status (*apply_fn)(cpri_server *srv, const cpri_principal *who, const uint8_t *msg,
@@ -624,6 +628,10 @@ static void client_stream(cpri_rpc_call *c, cpri_server *srv, apply_fn apply)
     cpr_status st = t ? CPR_OK : cpr_fail(CPR_NO_MEMORY, "out of memory");
     if (st == CPR_OK)
         st = identify(c, srv, &who); /* once, before any message (auth.h, A1) */
+    if (st == CPR_OK && !cpri_principal_may_some(who, CPRI_RIGHT_WRITE))
+        st = cpr_fail(CPR_PERMISSION_DENIED, "%s writes parts, which needs the write right, "
+                      "and %s has it on no job", cpri_rpc_call_method(c),
+                      cpri_principal_name(who));
     while (st == CPR_OK && got == CPR_RPC_MESSAGE) {
         const uint8_t *msg;
         size_t msg_len;
@@ -638,14 +646,15 @@ static void client_stream(cpri_rpc_call *c, cpri_server *srv, apply_fn apply)
         st = cpr_fail(CPR_TIMEOUT, "no message for %g s: cancelled the stream",
                       cpri_rpc_idle_timeout_s(c));
     else if (got == CPR_RPC_BROKEN && st == CPR_OK)
-        st = cpr_fail(CPR_UNAVAILABLE, "the stream broke before it ended; its parts were "
-                      "aborted: begin them again");
-    if (st && t) {
+        st = cpr_fail(CPR_UNAVAILABLE, "the stream broke before it ended");
+    if (st && t) { /* say so only of parts that were aborted: the others stay open */
         char why[512];
         snprintf(why, sizeof why, "%s", cpr_errmsg());
-        abort_touched(srv, t);
-        cpr_fail(st, "%s (the parts this stream wrote to were aborted: begin them again)",
-                 why);
+        size_t aborted = abort_touched(srv, t);
+        if (aborted)
+            cpr_fail(st, "%s (the %zu part%s this stream wrote to %s aborted: begin %s again)",
+                     why, aborted, aborted == 1 ? "" : "s", aborted == 1 ? "was" : "were",
+                     aborted == 1 ? "it" : "them");
     }
     if (st == CPR_OK)
         st = cpri_wire_put_response_encode(rows, bytes, &resp, &len);

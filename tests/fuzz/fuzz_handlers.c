@@ -462,6 +462,12 @@ static size_t check_stream_rights(const cpri_rpc_call *c, unsigned cred, const e
                  cpr_status_name(c->st), c->received);
         return 0;
     }
+    if (!fh_cred_may_some(cred, CPRI_RIGHT_WRITE)) { /* refused before any message */
+        FH_CHECK(c->st == CPR_PERMISSION_DENIED && c->received == 0, "%s with credential %u, "
+                 "which may write no job: %s after %zu messages", c->m->path, cred,
+                 cpr_status_name(c->st), c->received);
+        return 0;
+    }
     FH_CHECK(c->ended || c->received > 0, "%s ended before its first message: %s (%s)",
              c->m->path, cpr_status_name(c->st), c->errmsg);
     size_t accepted = c->ended ? c->received : c->received - 1;

@@ -78,6 +78,9 @@ fh_cred fh_cred_get(unsigned i);
  * rules of fh_auth_file_text() and auth.h's semantics. */
 int fh_cred_known(unsigned i);
 int fh_cred_may(unsigned i, const char *job, unsigned right);
+/* The right on some job (a write stream needs the write right on one
+ * before its first message). */
+int fh_cred_may_some(unsigned i, unsigned right);
 
 /* ---- names ------------------------------------------------------------------------- */
 

@@ -156,6 +156,15 @@ static cpr_status put_rows(cpri_rpc *rpc, const cpr_part_id *id, uint64_t lease,
     return end != CPR_OK ? end : st;
 }
 
+/* A PutRows stream that sends nothing: a read-only credential may not hold
+ * a write stream open (it is refused before its first message). */
+static cpr_status put_nothing(cpri_rpc *rpc)
+{
+    cpri_rpc_stream *s;
+    cpr_status st = cpri_rpc_stream_open(rpc, CH_SVC "PutRows", CH_TIMEOUT_S, &s);
+    return st ? st : cpri_rpc_stream_finish(s, NULL, NULL);
+}
+
 static cpr_status put_blob(cpri_rpc *rpc, const cpr_part_id *id, uint64_t lease)
 {
     static const char data[] = "dense state";
@@ -244,6 +253,12 @@ static cpr_status c_put_rows(probe_ctx *p, cpri_rpc *as) { return put_rows(as, &
 static void k_put_rows(probe_ctx *p, int allowed)
 {
     assert_int_equal(state_of(p->w, p->job).open_rows, allowed ? 10 : 0);
+}
+
+static cpr_status c_put_nothing(probe_ctx *p, cpri_rpc *as)
+{
+    (void)p;
+    return put_nothing(as);
 }
 
 static cpr_status c_put_blob(probe_ctx *p, cpri_rpc *as) { return put_blob(as, &p->id, p->lease); }
@@ -381,6 +396,7 @@ static const probe probes[] = {
     {"Begin", {UA, UA, PD, OK, OK, PD}, NULL, c_begin, k_begin},
     {"PutRows", {UA, UA, PD, OK, OK, PD}, setup_open, c_put_rows, k_put_rows},
     {"PutBlob", {UA, UA, PD, OK, OK, PD}, setup_open, c_put_blob, k_put_blob},
+    {"PutRows with no message", {UA, UA, PD, OK, OK, OK}, NULL, c_put_nothing, NULL},
     {"Commit", {UA, UA, PD, OK, OK, PD}, setup_open_rows, c_commit, k_commit},
     {"Abort", {UA, UA, PD, OK, OK, PD}, setup_open, c_abort, k_abort},
     {"Abort by id", {UA, UA, PD, PD, OK, PD}, setup_open, c_abort_by_id, k_abort},
