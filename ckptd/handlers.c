@@ -560,6 +560,12 @@ static cpr_status apply_rows(cpri_server *srv, const cpri_principal *who, const 
     cpr_status st = cpri_wire_rows_decode(msg, len, &r);
     if (st)
         return st;
+    if (r.plan || r.versions) { /* what a restore answers with, never what it is sent */
+        cpri_wire_rows_release(&r);
+        return cpr_fail(CPR_INVALID_ARGUMENT, "PutRows: a RowBatch to store has no plan and "
+                        "no versions (restore answers carry them); send ids, values and state, "
+                        "or a block");
+    }
     st = cpri_principal_check(who, r.id.job, CPRI_RIGHT_WRITE, "PutRows");
     uint64_t incarnation = 0;
     if (st == CPR_OK)

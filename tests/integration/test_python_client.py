@@ -305,6 +305,11 @@ def provoke_errors(grpc, pb, stub, rows):
                 lambda: list(stub.Restore(pb.RestoreRequest(job=JOB, direct="a" * (1 << 20)),
                                           timeout=RPC_TIMEOUT_S,
                                           compression=grpc.Compression.Gzip)))
+    # Restore-only fields in a batch to store: refused, the part untouched.
+    expect_code(grpc, grpc.StatusCode.INVALID_ARGUMENT, "PutRows with a plan",
+                lambda: stub.PutRows(iter([pb.RowBatch(job=JOB, shard=0, checkpoint=2,
+                                                       lease=LEASES[2], plan=b"x")]),
+                                     timeout=RPC_TIMEOUT_S))
     bad = make_batches(pb, 2, [[1, 2, 3], [4, 5, 6]], corrupt_last=True)
     expect_code(grpc, grpc.StatusCode.DATA_LOSS, "PutRows with a wrong crc32c",
                 lambda: stub.PutRows(iter(bad), timeout=RPC_TIMEOUT_S))
