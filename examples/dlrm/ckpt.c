@@ -368,7 +368,16 @@ static cpr_status stage_table(dlrm_ckpt *ck, uint32_t s, uint32_t t, cpr_policy 
     return st;
 }
 
-/* The dense blob and the loader state, in shard 0's part. */
+size_t dlrm_ckpt_model_text(const dlrm_ckpt *ck, char *buf, size_t cap)
+{
+    const dlrm_config *cfg = dlrm_model_config(ck->model);
+    int n = snprintf(buf, cap, "cpr-dlrm model 1\ntables %u\ntable_rows %llu\nemb_dim %u\n",
+                     cfg->num_tables, (unsigned long long)cfg->table_rows, cfg->emb_dim);
+    return n < 0 ? 0 : (size_t)n < cap ? (size_t)n : cap - 1;
+}
+
+/* The dense blob, the loader state and the model's geometry, in shard 0's
+ * part. */
 static cpr_status stage_blobs(dlrm_ckpt *ck, cpr_part *part)
 {
     size_t cap = dlrm_model_dense_bytes(ck->model), len = 0, llen = 0;
@@ -384,7 +393,11 @@ static cpr_status stage_blobs(dlrm_ckpt *ck, cpr_part *part)
         st = dlrm_loader_state_save(dlrm_trainer_loader(ck->trainer), lbuf, sizeof lbuf, &llen);
     if (st == CPR_OK)
         st = cpr_part_put_blob(part, "loader", lbuf, llen);
-    ck->fl.bytes += len + llen;
+    char model[128];
+    size_t mlen = dlrm_ckpt_model_text(ck, model, sizeof model);
+    if (st == CPR_OK)
+        st = cpr_part_put_blob(part, DLRM_MODEL_BLOB, model, mlen);
+    ck->fl.bytes += len + llen + mlen;
     return st;
 }
 

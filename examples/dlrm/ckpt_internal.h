@@ -94,6 +94,14 @@ cpr_recovery_mode dlrm_ckpt_decide_mode(dlrm_ckpt *ck, cpr_estimate *est, int *h
 
 /* recover.c */
 cpr_status dlrm_ckpt_before_step(void *ctx, dlrm_trainer *trainer);
+/* The "model" blob (shard 0's part of every save): the geometry of the
+ * sparse side a resume must share (tables, rows, width), as text. */
+#define DLRM_MODEL_BLOB "model"
+size_t dlrm_ckpt_model_text(const dlrm_ckpt *ck, char *buf, size_t cap);
+/* A --resume: the job's latest cut was saved by a model of this geometry
+ * (CPR_FAILED_PRECONDITION naming the difference otherwise; a job saved
+ * before the blob existed passes). */
+cpr_status dlrm_ckpt_check_model(dlrm_ckpt *ck);
 /* The rows of `shard` (all shards when shard == UINT32_MAX) back to their
  * initial values, from a freshly created model of the same configuration. */
 cpr_status dlrm_ckpt_reinit(dlrm_ckpt *ck, uint32_t shard, int dense_too);

@@ -70,6 +70,68 @@ cpr_status dlrm_ckpt_reinit(dlrm_ckpt *ck, uint32_t shard, int dense_too)
 
 /* ---- restoring from storage --------------------------------------------------------- */
 
+/* The value of `key` in a "key value" line of the model text (NULL: none). */
+static const char *model_value(const char *text, const char *key, char *out, size_t cap)
+{
+    size_t k = strlen(key);
+    for (const char *line = text; *line;) {
+        size_t n = strcspn(line, "\n");
+        if (n > k && strncmp(line, key, k) == 0 && line[k] == ' ') {
+            snprintf(out, cap, "%.*s", (int)(n - k - 1), line + k + 1);
+            return out;
+        }
+        line += n + (line[n] == '\n');
+    }
+    return NULL;
+}
+
+cpr_status dlrm_ckpt_check_model(dlrm_ckpt *ck)
+{
+    uint64_t cut = 0;
+    cpr_status st = cpr_client_latest_cut(ck->client, ck->o.job, &cut);
+    if (st == CPR_NOT_FOUND)
+        return CPR_OK; /* nothing to resume from: the recovery says so */
+    if (st)
+        return st;
+    cpr_part_id id = {ck->o.job, 0, cut};
+    void *data = NULL;
+    size_t len = 0;
+    st = cpr_client_read_blob(ck->client, &id, DLRM_MODEL_BLOB, &data, &len);
+    if (st == CPR_NOT_FOUND) { /* saved before the blob existed */
+        dlrm_log(DLRM_LOG_WARN, "checkpoint %llu of job '%s' does not record its model's "
+                 "geometry: this resume cannot check --tables, --table-rows and --emb-dim "
+                 "against it", (unsigned long long)cut, ck->o.job);
+        return CPR_OK;
+    }
+    if (st)
+        return st;
+    char *stored = malloc(len + 1), mine[128];
+    if (!stored) {
+        free(data);
+        return cpr_fail(CPR_NO_MEMORY, "out of memory reading the model blob");
+    }
+    memcpy(stored, data, len);
+    stored[len] = '\0';
+    free(data);
+    dlrm_ckpt_model_text(ck, mine, sizeof mine);
+    static const char *const keys[][2] = {{"tables", "--tables"},
+                                          {"table_rows", "--table-rows"},
+                                          {"emb_dim", "--emb-dim"}};
+    for (size_t i = 0; st == CPR_OK && i < sizeof keys / sizeof keys[0]; i++) {
+        char a[32], b[32];
+        const char *was = model_value(stored, keys[i][0], a, sizeof a);
+        const char *now = model_value(mine, keys[i][0], b, sizeof b);
+        if (!was || !now || strcmp(was, now) != 0)
+            st = cpr_fail(CPR_FAILED_PRECONDITION, "job '%s' was saved by a model with %s "
+                          "%s, and this run has %s: a resume needs the model it saved (its "
+                          "rows would land on other ids); give %s %s, or start a new --job",
+                          ck->o.job, keys[i][1], was ? was : "(unknown)", now ? now : "?",
+                          keys[i][1], was ? was : "?");
+    }
+    free(stored);
+    return st;
+}
+
 /* The loader state blob of the part holding the dense blob. */
 static cpr_status load_loader(dlrm_ckpt *ck, const cpr_exec_report *rep,
                               cpr_restore_result *res)
@@ -308,6 +370,8 @@ cpr_status dlrm_ckpt_before_step(void *ctx, dlrm_trainer *trainer)
                                     sizeof ck->loader0, &ck->loader0_len);
         if (st == CPR_OK && ck->o.n_failures)
             st = emit_schedule(ck);
+        if (st == CPR_OK && ck->o.resume && ck->client)
+            st = dlrm_ckpt_check_model(ck);
         if (st == CPR_OK && ck->o.resume && ck->client)
             st = recover(ck, CPR_RECOVERY_FULL, NULL, NULL, 0, 0);
     }

@@ -503,6 +503,15 @@ static void test_trainer_killed_and_resumed(void **state)
     const char *again[] = {"--ckpt", fx->target, "--job", "resume", NULL};
     status = run_cli(resume_log, again);
     assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 1);
+    /* A resume by a model of other tables (the flags given later win): refused
+     * (exit 1) before anything is restored. */
+    char other_log[600];
+    snprintf(other_log, sizeof other_log, "%s/other.jsonl", fx->dir);
+    const char *other[] = {"--ckpt", fx->target, "--job", "resume", "--policy", "full",
+                           "--table-rows", "1000", "--resume", NULL};
+    status = run_cli(other_log, other);
+    assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 1);
+    assert_null(last_event(other_log, "recovery"));
     const char *resume[] = {"--ckpt", fx->target, "--job", "resume", "--policy", "full",
                             "--ckpt-interval-steps", "10", "--ckpt-sync", "--resume", NULL};
     status = run_cli(resume_log, resume);
