@@ -931,8 +931,35 @@ static cpr_status check_batch(const cpr_part *p, const cpr_row_batch *b, const s
     return CPR_OK;
 }
 
-/* Every id below the table's row count (what the store would refuse at
- * commit, refused here, before anything is queued); 1 if they ascend. */
+static int u64_cmp(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* An id of ids[0..n) found twice (*dup), by a sorted copy: 1, 0 if none,
+ * -1 out of memory. Only for batches that do not ascend (the store sorts
+ * those anyway); an ascending batch has none. */
+static int find_duplicate(const uint64_t *ids, size_t n, uint64_t *dup)
+{
+    uint64_t *sorted = malloc(n * sizeof *sorted);
+    if (!sorted)
+        return -1;
+    memcpy(sorted, ids, n * sizeof *sorted);
+    qsort(sorted, n, sizeof *sorted, u64_cmp);
+    int found = 0;
+    for (size_t i = 1; i < n && !found; i++)
+        if (sorted[i] == sorted[i - 1]) {
+            *dup = sorted[i];
+            found = 1;
+        }
+    free(sorted);
+    return found;
+}
+
+/* Every id below the table's row count and none twice (what the store would
+ * refuse at commit, refused here, before anything is queued); 1 if they
+ * ascend. */
 static cpr_status check_ids(const cpr_part *p, const rows_src *r, const schema *t, int *ascend)
 {
     *ascend = 1;
@@ -959,6 +986,15 @@ static cpr_status check_ids(const cpr_part *p, const rows_src *r, const schema *
         unordered |= id <= r->ids[i - 1];
     }
     *ascend = !unordered;
+    uint64_t dup = 0;
+    int twice = unordered ? find_duplicate(r->ids, r->n, &dup) : 0;
+    if (twice < 0)
+        return cpr_fail(CPR_NO_MEMORY, "out of memory checking %zu row ids", r->n);
+    if (twice)
+        return cpr_fail(CPR_INVALID_ARGUMENT, "row id %llu appears twice in one batch of table "
+                        "%u (ids within a batch must be distinct; part %s/%u/%llu)",
+                        (unsigned long long)dup, r->table, p->job, p->id.shard,
+                        (unsigned long long)p->id.checkpoint);
     if (hi < t->rows && !(r->by_id && lo < r->row_base))
         return CPR_OK;
     for (size_t i = 0; i < r->n; i++) {

@@ -194,7 +194,8 @@ CPR_API cpr_status cpr_client_begin_async(cpr_client *client, const cpr_part_spe
  * is full. Send each table's rows in ascending id order (see cpr_store_put_rows);
  * a range batch (ids NULL, cpr/types.h) is. Errors: CPR_INVALID_ARGUMENT
  * (table not in the part's schema, lengths not n x dim / n x state_dim, a row
- * id not below the table's `rows`: nothing of the batch is queued), or the
+ * id not below the table's `rows`, an id twice in the batch: nothing of the
+ * batch is queued), or the
  * error that has already failed the part's
  * stream (the part is then dead: abort it). A put that returns OK may still
  * fail later; cpr_part_commit reports it.

@@ -240,6 +240,13 @@ static void round_trip_opts(const char *target, const cpr_client_options *given)
     tu_batch_free(&tb);
     assert_status(CPR_INVALID_ARGUMENT, put_st);
     assert_non_null(strstr(cpr_errmsg(), "not below the table's rows"));
+    /* So is an id twice in one batch (not ascending: 7, 3, 7). */
+    uint64_t twice[3] = {7, 3, 7};
+    tu_batch_make(&tb, &tables[0], twice, 3, 5);
+    put_st = cpr_part_put_rows(p, &tb.batch);
+    tu_batch_free(&tb);
+    assert_status(CPR_INVALID_ARGUMENT, put_st);
+    assert_non_null(strstr(cpr_errmsg(), "row id 7 appears twice"));
     assert_status(CPR_OK, cpr_part_commit(&p));
     assert_null(p);
     /* The handle was cleared: a second commit is refused, not a use after free. */
