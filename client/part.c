@@ -862,7 +862,10 @@ cpr_status cpr_client_begin(cpr_client *c, const cpr_part_spec *spec, cpr_part *
 cpr_status cpr_client_begin_async(cpr_client *c, const cpr_part_spec *spec, cpr_part **out)
 {
     cpr_status st = check_spec(c, spec, out);
-    if (st == CPR_OK && (spec->num_shards == 0 || spec->id.shard >= spec->num_shards))
+    if (st == CPR_OK && spec->num_shards == 0)
+        st = cpr_fail(CPR_INVALID_ARGUMENT, "num_shards is 0: set it to the job's shard count "
+                      "(at least 1)");
+    else if (st == CPR_OK && spec->id.shard >= spec->num_shards)
         st = cpr_fail(CPR_INVALID_ARGUMENT, "shard %u is not below num_shards %u",
                       spec->id.shard, spec->num_shards);
     cpr_part *p = NULL;
@@ -921,8 +924,12 @@ static cpr_status check_batch(const cpr_part *p, const cpr_row_batch *b, const s
     if (b->n && (want_values == SIZE_MAX || want_state == SIZE_MAX))
         return cpr_fail(CPR_INVALID_ARGUMENT, "row batch of table %u: %zu rows is too many",
                         b->table, b->n);
-    if (b->n && (!b->values || b->values_count != want_values ||
-                 b->state_count != want_state || (b->state_count && !b->state)))
+    if (b->n && b->values_count == want_values && b->state_count == want_state &&
+        (!b->values || (b->state_count && !b->state)))
+        return cpr_fail(CPR_INVALID_ARGUMENT, "row batch of table %u: %s is NULL (its count, "
+                        "%zu, is right)", b->table, !b->values ? "values" : "state",
+                        !b->values ? b->values_count : b->state_count);
+    if (b->n && (b->values_count != want_values || b->state_count != want_state))
         return cpr_fail(CPR_INVALID_ARGUMENT, "row batch of table %u: expected %zu ids, "
                         "%zu values (n x dim %u) and %zu state values (n x state_dim %u), "
                         "got values_count %zu, state_count %zu", b->table, b->n,

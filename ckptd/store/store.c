@@ -1195,7 +1195,9 @@ cpr_status cpr_store_open(const char *dir, const cpr_store_options *opts,
     if (err) {
         st = cpri_rocks_error(err, "opening the store database");
         if (st == CPR_UNAVAILABLE)
-            cpr_fail(st, "store %s is already open in another process or handle", dir);
+            cpr_fail(st, "store %s is already open in another process or handle (a ckptd "
+                     "serving it? reach it through its grpc:// or unix: address, or stop it)",
+                     dir);
         goto out;
     }
     st = check_format(store, dir);

@@ -80,7 +80,10 @@ static cpr_status validate_spec(const cpr_part_spec *spec)
                         "kind %d is not FULL (1), DELTA (2) or PRIORITY (3)", (int)spec->kind);
     if (spec->id.checkpoint == 0)
         return cpr_fail(CPR_INVALID_ARGUMENT, "checkpoint id 0 is reserved; ids start at 1");
-    if (spec->num_shards == 0 || spec->id.shard >= spec->num_shards)
+    if (spec->num_shards == 0)
+        return cpr_fail(CPR_INVALID_ARGUMENT, "num_shards is 0: set it to the job's shard "
+                        "count (at least 1)");
+    if (spec->id.shard >= spec->num_shards)
         return cpr_fail(CPR_INVALID_ARGUMENT,
                         "shard %u is not below num_shards %u", spec->id.shard,
                         spec->num_shards);
