@@ -32,7 +32,8 @@ def run(data, ckptd, job, strategy):
         [sys.executable, TRAIN, "--data", data, "--target", ckptd.target, "--job", job,
          "--strategy", strategy, "--rows-per-table", "3000", "--shards", "4", "--batch", "128",
          "--failures", "3", "--failure-seed", "4", "--json"],
-        check=True, capture_output=True, text=True, env=env, timeout=300)
+        capture_output=True, text=True, env=env, timeout=300)
+    assert out.returncode == 0, out.stderr  # the reason, if it failed
     return json.loads(out.stdout)
 
 
@@ -71,7 +72,8 @@ def test_bench_runs_and_checks_what_it_restores(tmp_path, transport, reads):
                           "--rows", "4000", "--dim", "8", "--repeat", "1",
                           "--transport", transport, "--reads", reads, "--json"]
                          + (["--direct-reads"] if direct else []),
-                         check=True, capture_output=True, text=True, env=env, timeout=300)
+                         capture_output=True, text=True, env=env, timeout=300)
+    assert out.returncode == 0, out.stderr  # the reason, if it failed
     r = json.loads(out.stdout)
     for key in ("stall_over_torch_save", "restore_speedup", "partial_speedup",
                 "torch_load_vs_raw", "cpr_restore_vs_raw", "stall_over_memcpy"):
