@@ -451,8 +451,8 @@ def test_a_new_run_on_a_saved_job_is_refused_until_it_loads(client, job):
     for save in (rerun.ckpt.save, rerun.ckpt.async_save):
         with pytest.raises(cpr.AlreadyExistsError,
                            match=r"^job '%s' already has checkpoints of shard\(s\) 0, 1, 2, 3 "
-                                 r"\(newest 2\): call load\(\) to continue it \(or recover\(\.\.\.\)"
-                                 r"\), or use a new job name$" % job) as e:
+                                 r"\(newest 2\): call load\(\) to continue it "
+                                 r"\(or recover\(\.\.\.\)\), or use a new job name$" % job) as e:
             save(6)
         assert e.value.status == cpr.Status.ALREADY_EXISTS
         assert e.value.status_name == "CPR_ALREADY_EXISTS"
