@@ -15,6 +15,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
+#include <sys/file.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -74,8 +76,9 @@ static void usage(FILE *out)
           "  --listen ADDR        HOST:PORT to serve (default 127.0.0.1:7717; port 0 picks a\n"
           "                       free port; IPv6 as [ADDR]:PORT), or unix:/PATH, a\n"
           "                       Unix-domain socket for clients on this host (no TCP\n"
-          "                       stack on the way; one in use by a live process is\n"
-          "                       refused); the bound address is printed on one line\n"
+          "                       stack on the way; ckptd holds PATH.lock while it\n"
+          "                       runs, and a socket in use is refused); the bound\n"
+          "                       address is printed on one line\n"
           "  --data-dir DIR       the store's directory (created if missing)\n"
           "  --config FILE        settings as `key = value` lines, keys as the flags\n"
           "                       without dashes (listen, data-dir, ...); flags win\n"
@@ -306,8 +309,7 @@ static int loopback(const char *listen)
     char host[256];
     host_of(listen, host, sizeof host);
     return strncmp(host, "127.", 4) == 0 || strcmp(host, "localhost") == 0 ||
-           strcmp(host, "[::1]") == 0 || strcmp(host, "::1") == 0 ||
-           strcmp(host, "ipv4:127.0.0.1") == 0;
+           strcmp(host, "[::1]") == 0;
 }
 
 /* --listen: HOST:PORT, or unix: and an absolute path that fits a socket
@@ -330,6 +332,15 @@ static int check_listen(const char *listen)
         }
         return 0;
     }
+    static const char *const grpc_schemes[] = {"ipv4:", "ipv6:", "dns:", "unix-abstract:",
+                                               "vsock:"};
+    for (size_t i = 0; i < sizeof grpc_schemes / sizeof grpc_schemes[0]; i++)
+        if (strncmp(listen, grpc_schemes[i], strlen(grpc_schemes[i])) == 0) {
+            char msg[400];
+            snprintf(msg, sizeof msg, "--listen '%.200s': give HOST:PORT or unix:/PATH, not a "
+                     "gRPC address form (%s)", listen, grpc_schemes[i]);
+            return fail_usage(msg);
+        }
     char host[256];
     uint16_t port;
     int bracketed;
@@ -340,43 +351,88 @@ static int check_listen(const char *listen)
 
 /* Before serving on unix:PATH: gRPC removes a socket file it finds there
  * and binds anew, so a second daemon would take a running one's socket
- * (its clients then reach the second daemon's store). A socket that
- * answers a connect belongs to a live process: refused. One that does not
- * (left by a daemon that was killed) is gRPC's to replace. */
-static cpr_status unix_socket_free(const char *listen)
+ * (its clients then reach the second daemon's store). The rule:
+ *  U1. A daemon holds an exclusive flock on PATH.lock from before it looks
+ *      at PATH until it exits (the kernel drops it with the process): a
+ *      second daemon on PATH fails to take it and exits 1, whichever of the
+ *      two started first, before it opens its store.
+ *  U2. With the lock held, a socket at PATH that answers a connect (a daemon
+ *      of a version without U1) is refused too; one that refuses it, or that
+ *      is gone (left by a daemon that was killed), is gRPC's to replace.
+ *      Anything else at PATH (a file, a symbolic link, a socket we may not
+ *      connect to) is refused, never removed.
+ * *lock_fd gets the lock's descriptor (-1 for a TCP address). */
+static cpr_status unix_socket_claim(const char *listen, int *lock_fd)
 {
+    *lock_fd = -1;
     if (strncmp(listen, "unix:", 5) != 0)
         return CPR_OK;
     const char *path = listen + 5;
-    char dir[sizeof ((struct sockaddr_un *)0)->sun_path];
+    char dir[sizeof ((struct sockaddr_un *)0)->sun_path], lock[sizeof dir + 8];
     snprintf(dir, sizeof dir, "%s", path);
     char *slash = strrchr(dir, '/');
     if (slash)
         slash[slash == dir] = '\0'; /* "/x.sock": the directory is "/" */
     struct stat sb;
-    if (stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode))
-        return cpr_fail(CPR_NOT_FOUND, "cannot listen on %s: the directory %s does not exist "
-                        "(create it, or choose another path)", listen, dir);
-    if (lstat(path, &sb) != 0)
-        return CPR_OK; /* nothing there */
-    if (!S_ISSOCK(sb.st_mode))
-        return cpr_fail(CPR_ALREADY_EXISTS, "cannot listen on %s: %s exists and is not a "
-                        "socket (remove it, or choose another path)", listen, path);
-    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (stat(dir, &sb) != 0)
+        return cpr_fail(errno == ENOENT ? CPR_NOT_FOUND : CPR_IO, "cannot listen on %s: "
+                        "directory %s: %s%s", listen, dir, strerror(errno),
+                        errno == ENOENT ? " (create it, or choose another path)" : "");
+    if (!S_ISDIR(sb.st_mode))
+        return cpr_fail(CPR_INVALID_ARGUMENT, "cannot listen on %s: %s is not a directory",
+                        listen, dir);
+    snprintf(lock, sizeof lock, "%s.lock", path);
+    int fd = open(lock, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
     if (fd < 0)
-        return cpr_fail(CPR_IO, "socket: %s", strerror(errno));
-    struct sockaddr_un sa = {.sun_family = AF_UNIX};
-    snprintf(sa.sun_path, sizeof sa.sun_path, "%s", path);
-    int live = connect(fd, (const struct sockaddr *)&sa, sizeof sa) == 0;
-    int err = errno;
-    close(fd);
-    if (live)
-        return cpr_fail(CPR_ALREADY_EXISTS, "cannot listen on %s: another process is "
-                        "listening there (a ckptd already running? stop it, or choose another "
-                        "path)", listen);
-    if (err != ECONNREFUSED)
-        return cpr_fail(CPR_IO, "cannot listen on %s: connecting to the socket there to see "
-                        "whether it is in use failed: %s", listen, strerror(err));
+        return cpr_fail(CPR_IO, "cannot listen on %s: lock file %s: %s", listen, lock,
+                        strerror(errno));
+    if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+        int err = errno;
+        close(fd);
+        return err == EWOULDBLOCK
+                   ? cpr_fail(CPR_ALREADY_EXISTS, "cannot listen on %s: another ckptd holds "
+                              "%s (stop it, or choose another path)", listen, lock)
+                   : cpr_fail(CPR_IO, "cannot listen on %s: locking %s: %s", listen, lock,
+                              strerror(err));
+    }
+    cpr_status st = CPR_OK;
+    if (lstat(path, &sb) != 0) {
+        if (errno != ENOENT)
+            st = cpr_fail(CPR_IO, "cannot listen on %s: %s", listen, strerror(errno));
+    } else if (S_ISLNK(sb.st_mode)) {
+        st = cpr_fail(CPR_ALREADY_EXISTS, "cannot listen on %s: %s is a symbolic link (give "
+                      "the socket's own path, or remove the link)", listen, path);
+    } else if (!S_ISSOCK(sb.st_mode)) {
+        st = cpr_fail(CPR_ALREADY_EXISTS, "cannot listen on %s: %s exists and is not a "
+                      "socket (remove it, or choose another path)", listen, path);
+    } else {
+        /* Non-blocking: a live daemon with a full backlog answers EAGAIN. */
+        int probe = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+        struct sockaddr_un sa = {.sun_family = AF_UNIX};
+        snprintf(sa.sun_path, sizeof sa.sun_path, "%s", path);
+        int rc = probe < 0 ? -1 : connect(probe, (const struct sockaddr *)&sa, sizeof sa);
+        int err = rc == 0 ? 0 : errno;
+        if (probe >= 0)
+            close(probe);
+        if (probe < 0)
+            st = cpr_fail(CPR_IO, "socket: %s", strerror(err));
+        else if (rc == 0 || err == EAGAIN || err == EINPROGRESS)
+            st = cpr_fail(CPR_ALREADY_EXISTS, "cannot listen on %s: another process is "
+                          "listening there (a ckptd already running? stop it, or choose "
+                          "another path)", listen);
+        else if (err == EACCES || err == EPERM)
+            st = cpr_fail(CPR_PERMISSION_DENIED, "cannot listen on %s: the socket there is "
+                          "not ours to connect to (another user's?); if no process serves "
+                          "it, remove it", listen);
+        else if (err != ECONNREFUSED && err != ENOENT)
+            st = cpr_fail(CPR_IO, "cannot listen on %s: connecting to the socket there, to "
+                          "see whether it is in use, failed: %s", listen, strerror(err));
+    }
+    if (st) {
+        close(fd);
+        return st;
+    }
+    *lock_fd = fd;
     return CPR_OK;
 }
 
@@ -543,7 +599,10 @@ int main(int argc, char **argv)
     srv.rpc.tls_key_pem = pem[1];
     srv.rpc.tls_client_ca_pem = pem[2];
     cpri_auth *auth = NULL;
-    cpr_status st = s.auth_file[0] ? cpri_auth_load(s.auth_file, &auth) : CPR_OK;
+    int socket_lock = -1; /* held until exit (U1) */
+    cpr_status st = unix_socket_claim(s.listen, &socket_lock);
+    if (st == CPR_OK && s.auth_file[0])
+        st = cpri_auth_load(s.auth_file, &auth);
     if (st == CPR_OK)
         st = cpr_store_open(s.data_dir, &so, &store);
     if (st == CPR_OK)
@@ -559,8 +618,6 @@ int main(int argc, char **argv)
         srv.rpc.observe_ctx = telemetry;
     }
     if (st == CPR_OK)
-        st = unix_socket_free(s.listen);
-    if (st == CPR_OK)
         st = cpri_server_start(store, auth, &srv, &server, &port);
     if (st == CPR_OK)
         cpri_telemetry_watch_server(telemetry, server);
@@ -575,6 +632,8 @@ int main(int argc, char **argv)
         cpri_reaper_stop(reaper);
         cpr_store_close(store);
         cpri_auth_destroy(auth);
+        if (socket_lock >= 0)
+            close(socket_lock);
         return 1;
     }
     char bound[300];
@@ -617,6 +676,8 @@ int main(int argc, char **argv)
     cpri_reaper_stop(reaper);
     cpr_store_close(store);
     cpri_auth_destroy(auth);
+    if (socket_lock >= 0) /* U1: after the server stopped serving the socket */
+        close(socket_lock);
     cpri_log(CPR_LOG_INFO, "stopped cleanly");
     return 0;
 }

@@ -90,6 +90,9 @@ cpr_status cpri_cli_host_port(const char *flag, const char *addr, char *host, si
 {
     if (!addr || !addr[0])
         return cpr_fail(CPR_INVALID_ARGUMENT, "%s: give HOST:PORT", flag);
+    if (strchr(addr, ','))
+        return cpr_fail(CPR_INVALID_ARGUMENT, "%s '%s': give one HOST:PORT, not a list", flag,
+                        addr);
     if (strstr(addr, "://"))
         return cpr_fail(CPR_INVALID_ARGUMENT, "%s takes HOST:PORT without a scheme: '%s' "
                         "(a client's target has grpc://, an address to listen on has not)",
