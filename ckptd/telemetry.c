@@ -43,7 +43,7 @@ static const cpri_metric_desc gauge_desc[N_GAUGES] = {
      CPRI_METRIC_GAUGE, NULL, 0, NULL, 0},
     {"open_parts", "Parts begun and neither committed nor aborted", CPRI_METRIC_GAUGE, NULL, 0,
      NULL, 0},
-    {"jobs", "Jobs with at least one committed part", CPRI_METRIC_GAUGE, NULL, 0, NULL, 0},
+    {"jobs", "Jobs with at least one committed part or fold", CPRI_METRIC_GAUGE, NULL, 0, NULL, 0},
     {"parts_committed", "Committed parts the store holds", CPRI_METRIC_GAUGE, NULL, 0, NULL, 0},
     {"serving", "1 while the store can commit (Health SERVING), else 0", CPRI_METRIC_GAUGE, NULL,
      0, NULL, 0},

@@ -547,6 +547,10 @@ cpr_status cpr_client_gc(cpr_client *c, const char *job, uint32_t keep, cpr_gc_r
         /* One job that cannot be collected does not stop the others. */
         for (size_t i = 0; i < n; i++) {
             cpr_status job_st = gc_spread_job(c, jobs[i], keep, &sum);
+            /* A job these nodes hold only in folds (its parts are on nodes this
+             * client does not know): nothing here to collect. */
+            if (job_st == CPR_NOT_FOUND)
+                continue;
             if (job_st && st == CPR_OK) {
                 char why[1024];
                 snprintf(why, sizeof why, "%s", cpr_errmsg());

@@ -151,8 +151,8 @@ static void idle_reason(const cpri_rpc_call *c, stream_dir dir, double wait_s, c
 {
     if (dir == RECEIVING)
         snprintf(why, cap, "ckptd: no message arrived on this stream for %g s "
-                 "(--idle-part-timeout-s): the call was cancelled and the parts it wrote "
-                 "to aborted; begin them again", wait_s);
+                 "(--idle-part-timeout-s): the call was cancelled, and any part it wrote "
+                 "to aborted (begin it again)", wait_s);
     else if (wait_s < c->srv->idle_timeout_s)
         snprintf(why, cap, "ckptd: the client took no part of the call's answer and status "
                  "for %g s: the call was cancelled", wait_s);

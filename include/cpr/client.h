@@ -347,7 +347,8 @@ CPR_API cpr_status cpr_client_list(cpr_client *client, const char *job, cpr_part
 CPR_API cpr_status cpr_client_where(cpr_client *client, const cpr_part_id *id, char **out);
 
 /*
- * Names of every job with at least one part (committed or open) on any node:
+ * Names of every job with at least one part (committed or open) or a fold
+ * (what retention keeps of shards the job no longer has) on any node:
  * the union over nodes, sorted (strcmp order), each once. *jobs is a malloc'd
  * array of *n malloc'd strings followed by a NULL entry, owned by the caller:
  * release it with cpr_names_free(*jobs, *n) (cpr/store.h). No jobs at

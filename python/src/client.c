@@ -1035,7 +1035,7 @@ static PyMethodDef client_methods[] = {
     {"list", (PyCFunction)client_list, METH_VARARGS,
      "list(job) -> list[PartInfo]: the job's parts on every node, by (checkpoint, shard)."},
     {"list_jobs", (PyCFunction)client_list_jobs, METH_NOARGS,
-     "list_jobs() -> list[str]: every job with a part, sorted."},
+     "list_jobs() -> list[str]: every job with a part or a fold, sorted."},
     {"latest_cut", (PyCFunction)client_latest_cut, METH_VARARGS,
      "latest_cut(job) -> int: the newest checkpoint id every shard can restore consistently."},
     {"restore", KW client_restore, METH_VARARGS | METH_KEYWORDS,
