@@ -994,7 +994,8 @@ static cpr_status check_ids(const cpr_part *p, const rows_src *r, const schema *
     }
     *ascend = !unordered;
     uint64_t dup = 0;
-    int twice = unordered ? find_duplicate(r->ids, r->n, &dup) : 0;
+    /* (deferred rows must ascend: put_src refuses them first, by that rule) */
+    int twice = unordered && !r->fill ? find_duplicate(r->ids, r->n, &dup) : 0;
     if (twice < 0)
         return cpr_fail(CPR_NO_MEMORY, "out of memory checking %zu row ids", r->n);
     if (twice)

@@ -187,8 +187,9 @@ class Checkpointer:
     client      a ``cpr.Client``.
     job         the job's name in storage (1-128 characters of A-Z a-z 0-9 . _ -).
                 A job whose shards (this process's) already have checkpoints
-                is continued: ``load()`` (or ``recover()``) before the first
-                save. A save before that raises ``cpr.AlreadyExistsError``
+                is continued: ``load()`` (or ``recover()`` of every such
+                shard) before the first save. A save before that raises
+                ``cpr.AlreadyExistsError``
                 and writes nothing: a new run's fresh rows never land on top
                 of another run's checkpoints.
     tables      embedding tables: a list, dict or ``nn.ModuleDict`` of ``nn.Embedding`` /
@@ -290,10 +291,13 @@ class Checkpointer:
         self.next_checkpoint = max((p.checkpoint for p in parts), default=0) + 1
         # Another run's checkpoints of this process's shards: saving fresh
         # rows on top of them would mix two models (a partial recovery would
-        # restore the other run's rows). Saves are refused until load() or
-        # recover() took the job over; shards nobody saved yet are free (the
-        # ranks of one new job start at different times).
+        # restore the other run's rows). Saves are refused until load() (or
+        # a full recovery) took the job over, or a partial recovery restored
+        # every such shard; shards nobody saved yet are free (the ranks of
+        # one new job start at different times). The parts are listed again
+        # at the first save, for a run that started with this one.
         self._taken = self._already_saved(parts)
+        self._first_save = True
 
     # ---- set-up ----------------------------------------------------------------
 
@@ -323,15 +327,16 @@ class Checkpointer:
             return []
 
     def _already_saved(self, parts):
-        """Why this process may not save before load()/recover(): its shards'
-        committed parts (or any of another layout), or None."""
-        theirs = [p for p in parts if p.committed and
-                  (p.shard in self.shards or p.num_shards != self.num_shards)]
-        if not theirs:
-            return None
+        """The committed parts that keep this process from saving before
+        load()/recover(): its shards' (or any of another layout)."""
+        return [p for p in parts if p.committed and
+                (p.shard in self.shards or p.num_shards != self.num_shards)]
+
+    def _taken_message(self):
+        theirs = self._taken
         layouts = sorted({p.num_shards for p in theirs} - {self.num_shards})
         return ("job %r already has checkpoints of shard(s) %s (newest %d%s): call load() to "
-                "continue it (or recover(...)), or use a new job name"
+                "continue it (or recover(...) of those shards), or use a new job name"
                 % (self.job, _shard_list(sorted({p.shard for p in theirs})),
                    max(p.checkpoint for p in theirs),
                    ", saved with num_shards %s" % _shard_list(layouts) if layouts else ""))
@@ -450,8 +455,11 @@ class Checkpointer:
         concurrent.futures.Future of a SaveResult, done once every shard's
         part committed (its exception: the cpr.Error that failed it). The
         caller's stall is selection and the copy of the chosen rows."""
+        if self._first_save and not self._taken:  # a run that started with this one
+            self._taken = self._already_saved(self._parts())
         if self._taken:  # nothing written: another run's checkpoints (__init__)
-            raise cpr.AlreadyExistsError(self._taken)
+            raise cpr.AlreadyExistsError(self._taken_message())
+        self._first_save = False
         policy = self.policy if policy is None else _policy(policy)
         self.wait()  # one save in flight: the previous one lands first
         if self._full_next:  # no FULL landed since the rewind or the restart (planner P6)
@@ -612,7 +620,17 @@ class Checkpointer:
         self.generation = gen
         t0 = time.perf_counter()
         result = self._execute(plan, gen, lost_events)
-        self._taken = None  # this process continues the job: its saves go on from here
+        # This process continues the job: after a full plan every shard is
+        # the job's; after a partial one, the shards it restored (the others
+        # still hold this process's own rows, which are not the job's if it
+        # is a new run: saves stay refused until they are restored too).
+        if plan.action == "partial":
+            restored = {e.shard for e in plan.shards if e.source == "store"}
+            self._taken = [p for p in self._taken
+                           if p.num_shards != self.num_shards or p.shard not in restored]
+        else:
+            self._taken = []
+        self._first_save = False
         stored = sum(e.source == "store" for e in plan.shards)
         if self.estimator is not None and stored:
             self.estimator.loaded(time.perf_counter() - t0, stored)

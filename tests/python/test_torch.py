@@ -29,7 +29,7 @@ class Model(torch.nn.Module):
 
 
 class Trainer:
-    def __init__(self, client, job, policy="mfu", scheme="range", seed=1):
+    def __init__(self, client, job, policy="mfu", scheme="range", seed=1, shards=None):
         self.model = Model(seed)
         self.emb_opt = torch.optim.Adagrad(list(self.model.emb.parameters()), lr=0.1)
         self.mlp_opt = torch.optim.SGD(self.model.mlp.parameters(), lr=0.05)
@@ -38,7 +38,7 @@ class Trainer:
         self.ckpt = cpr.torch.Checkpointer(
             client, job, list(self.model.emb), optimizer=self.emb_opt,
             dense={"mlp": self.model.mlp, "mlp_opt": self.mlp_opt}, num_shards=SHARDS,
-            scheme=scheme, policy=policy, budget=0.25)
+            scheme=scheme, policy=policy, budget=0.25, shards=shards)
 
     def step(self, batch=16, bag=3):
         idx = [torch.from_numpy(self.rng.zipf(1.5, size=(batch, bag)) % n) for n in ROWS]
@@ -452,7 +452,7 @@ def test_a_new_run_on_a_saved_job_is_refused_until_it_loads(client, job):
         with pytest.raises(cpr.AlreadyExistsError,
                            match=r"^job '%s' already has checkpoints of shard\(s\) 0, 1, 2, 3 "
                                  r"\(newest 2\): call load\(\) to continue it "
-                                 r"\(or recover\(\.\.\.\)\), or use a new job name$" % job) as e:
+                                 r"\(or recover\(\.\.\.\) of those shards\), or use a new job name$" % job) as e:
             save(6)
         assert e.value.status == cpr.Status.ALREADY_EXISTS
         assert e.value.status_name == "CPR_ALREADY_EXISTS"
@@ -464,14 +464,29 @@ def test_a_new_run_on_a_saved_job_is_refused_until_it_loads(client, job):
     rerun.step()
     assert rerun.ckpt.save(6).checkpoint > 2  # continued: saves go on
     rerun.ckpt.close()
-    # recover() takes the job over too.
+    # A partial recovery takes over the shards it restored, not the others:
+    # a new run restoring shard 1 still holds its own fresh rows of 0, 2, 3.
     other = Trainer(client, job, seed=10)
     with pytest.raises(cpr.AlreadyExistsError):
         other.ckpt.save(7)
+    before = client.list(job)
     other.ckpt.recover([1], "partial")
+    other.step()
+    with pytest.raises(cpr.AlreadyExistsError, match=r"shard\(s\) 0, 2, 3 "):
+        other.ckpt.save(7)
+    assert client.list(job) == before
+    other.ckpt.recover([0, 2, 3], "partial")  # every shard restored: the job's now
     other.step()
     assert other.ckpt.save(7).rows > 0
     other.ckpt.close()
+    # A replacement process for one shard restores it and goes on.
+    one = Trainer(client, job, seed=11, shards=[2])
+    with pytest.raises(cpr.AlreadyExistsError, match=r"shard\(s\) 2 "):
+        one.ckpt.save(8)
+    one.ckpt.recover([2], "partial")
+    one.step()
+    assert one.ckpt.save(8).rows > 0
+    one.ckpt.close()
 
 
 def test_ranks_of_one_new_job_start_at_different_times(client, job):
