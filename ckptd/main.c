@@ -355,7 +355,9 @@ static int check_listen(const char *listen)
  *  U1. A daemon holds an exclusive flock on PATH.lock from before it looks
  *      at PATH until it exits (the kernel drops it with the process): a
  *      second daemon on PATH fails to take it and exits 1, whichever of the
- *      two started first, before it opens its store.
+ *      two started first, before it serves or collects anything (its store
+ *      is opened, and --data-dir created, just before: the socket may be
+ *      in it).
  *  U2. With the lock held, a socket at PATH that answers a connect (a daemon
  *      of a version without U1) is refused too; one that refuses it, or that
  *      is gone (left by a daemon that was killed), is gRPC's to replace.
@@ -600,11 +602,13 @@ int main(int argc, char **argv)
     srv.rpc.tls_client_ca_pem = pem[2];
     cpri_auth *auth = NULL;
     int socket_lock = -1; /* held until exit (U1) */
-    cpr_status st = unix_socket_claim(s.listen, &socket_lock);
-    if (st == CPR_OK && s.auth_file[0])
-        st = cpri_auth_load(s.auth_file, &auth);
+    cpr_status st = s.auth_file[0] ? cpri_auth_load(s.auth_file, &auth) : CPR_OK;
     if (st == CPR_OK)
         st = cpr_store_open(s.data_dir, &so, &store);
+    /* After the store, which creates --data-dir (a socket may live in it),
+     * and before anything serves or collects. */
+    if (st == CPR_OK)
+        st = unix_socket_claim(s.listen, &socket_lock);
     if (st == CPR_OK)
         st = cpri_reaper_start(store, s.idle_part_timeout_s, s.gc_interval_s, &reaper);
     cpri_telemetry *telemetry = NULL;

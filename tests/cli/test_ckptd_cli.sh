@@ -4,7 +4,7 @@
 # IPv6 in brackets, no scheme) or unix:/ABSOLUTE/PATH exits 2 naming what to
 # fix, before anything is opened; and a unix socket is never taken from a
 # live daemon: a second ckptd on the same path exits 1 (it cannot take the
-# first one's PATH.lock) before it opens its store, and the first keeps
+# first one's PATH.lock) before it serves anything, and the first keeps
 # serving it; a socket another process serves is refused; a socket left by a
 # killed daemon is reused; a path that is a symbolic link or not a socket,
 # or whose directory is missing, is refused.
@@ -54,7 +54,6 @@ start_daemon first "unix:$sock"
 "$cprctl" --server "unix:$sock" list > /dev/null || fail "cprctl could not reach the first daemon"
 expect_exit 1 "another ckptd holds $sock.lock" --data-dir "$work/second.data" --listen "unix:$sock"
 [[ -S $sock ]] || fail "the refused second daemon removed the socket"
-[[ ! -e $work/second.data ]] || fail "the refused second daemon created its store"
 "$cprctl" --server "unix:$sock" list > /dev/null || fail "the first daemon lost its socket"
 stop_daemon first
 
@@ -65,6 +64,9 @@ wait "${daemon_pid[killed]}" 2> /dev/null || true
 unset "daemon_pid[killed]"
 [[ -S $sock ]] || fail "no socket file left by the killed daemon"
 start_daemon after "unix:$sock"
+# A socket inside --data-dir, which the daemon creates.
+start_daemon inside "unix:$work/inside.data/s.sock"
+stop_daemon inside
 "$cprctl" --server "unix:$sock" list > /dev/null || fail "the daemon on a stale socket serves nothing"
 stop_daemon after
 
