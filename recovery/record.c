@@ -38,10 +38,13 @@ static cpr_status make_plan(cpr_client *client, const char *job, const cpr_estim
     cpr_part_info *parts = NULL;
     cpr_status st = CPR_OK;
     if (est) {
+        cpr_recovery_mode mode = CPR_RECOVERY_FULL;
         st = cpr_estimator_decide(est, &e);
+        if (st == CPR_OK) /* from the saves made (cpr_estimator_recovery_mode) */
+            st = cpr_estimator_recovery_mode(est, &mode);
         /* A resume (no failed shard) is a FULL recovery, whatever the
          * estimator would choose for a failure. */
-        r.mode = request->n_failed ? e.mode : CPR_RECOVERY_FULL;
+        r.mode = request->n_failed ? mode : CPR_RECOVERY_FULL;
         r.estimate = &e;
     }
     if (st == CPR_OK)

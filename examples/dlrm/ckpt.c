@@ -276,7 +276,10 @@ cpr_recovery_mode dlrm_ckpt_decide_mode(dlrm_ckpt *ck, cpr_estimate *est, int *h
         return CPR_RECOVERY_FULL;
     if (ck->o.recovery == DLRM_RECOVER_PARTIAL)
         return CPR_RECOVERY_PARTIAL;
-    return *have_est ? est->mode : CPR_RECOVERY_FULL;
+    cpr_recovery_mode mode;
+    if (*have_est && cpr_estimator_recovery_mode(ck->est, &mode) == CPR_OK)
+        return mode;
+    return CPR_RECOVERY_FULL;
 }
 
 /* Steps until the next save: given (a base interval; prioritized saves run

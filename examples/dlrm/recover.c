@@ -330,11 +330,13 @@ static cpr_status inject(dlrm_ckpt *ck, uint32_t shard)
     if (st)
         return st;
     ck->st.failures++;
-    cpr_estimator_failed(ck->est, dlrm_ckpt_exec_steps(ck));
-    st = emit_failure(ck, shard, lost);
+    /* The recovery follows the saves made (cpr_estimator_recovery_mode);
+     * the failure then moves the decision for the saves to come. */
     cpr_estimate est;
     int have = 0;
     cpr_recovery_mode mode = dlrm_ckpt_decide_mode(ck, &est, &have);
+    cpr_estimator_failed(ck->est, dlrm_ckpt_exec_steps(ck));
+    st = emit_failure(ck, shard, lost);
     if (st == CPR_OK)
         st = recover(ck, mode, have ? &est : NULL, &shard, 1, lost);
     return st;

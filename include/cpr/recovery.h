@@ -297,10 +297,25 @@ typedef struct cpr_estimate {
 /*
  * The decision for the next save from what is known now. Intervals are
  * bounded to [o_save, job_s] (base intervals; a prioritized save runs every
- * fraction x base). Never fails for a valid estimator (CPR_INVALID_ARGUMENT
+ * fraction x base). The mode the saves follow (the last save's: prioritized
+ * is partial, FULL or DELTA full) changes only for one whose overhead is 5%
+ * lower (hysteresis: noise near the boundary does not alternate FULL and
+ * prioritized saves). Never fails for a valid estimator (CPR_INVALID_ARGUMENT
  * only for NULL arguments).
  */
 CPR_API cpr_status cpr_estimator_decide(const cpr_estimator *est, cpr_estimate *out);
+
+/*
+ * How to recover a failure now, from the saves made: partial after a
+ * prioritized save (the newest consistent cut is older than the rows those
+ * saves hold: a full recovery would rewind past every one of them, which the
+ * model's steady state does not see), else cpr_estimator_decide's mode. Ask
+ * before cpr_estimator_failed records the failure: a failure may move the
+ * decision for the saves to come (the next save then follows it), not the
+ * recovery from the saves already made.
+ */
+CPR_API cpr_status cpr_estimator_recovery_mode(const cpr_estimator *est,
+                                               cpr_recovery_mode *mode);
 
 /* ---- the recovery planner -------------------------------------------------- */
 
@@ -455,7 +470,8 @@ CPR_API cpr_status cpr_recovery_plan_decode(const void *buf, size_t len, cpr_rec
  * plan: list the job's parts through `client` (a job without parts plans
  * with an empty list), make the plan from `request` (its num_shards,
  * failed shards, dense_replica, dense_shard and restart_if_unsaved; its
- * parts are ignored) with the estimator's decision (cpr_estimator_decide;
+ * parts are ignored) with the estimator's decision (the mode of
+ * cpr_estimator_recovery_mode, the estimate of cpr_estimator_decide;
  * `estimator` NULL: request->mode and request->estimate), encode it and
  * record it with cpr_client_recovery_put(expected_generation). If another
  * process recorded first, its plan is read back and decoded instead. On

@@ -607,11 +607,14 @@ class Checkpointer:
         # Batches recorded before the failure were of rows now restored.
         self._pending = [[] for _ in self.weights]
         self._before = [[] for _ in self.weights]
+        # The recovery follows the saves made (after a prioritized save a
+        # full recovery would rewind past all of them); the failure moves
+        # the decision for the saves to come.
+        if mode is None:
+            mode = self.estimator.recovery_mode() if self.estimator is not None else "partial"
         if self.estimator is not None and failed:
             self._track()
             self.estimator.failed(self.now())
-        if mode is None:
-            mode = self.estimator.decide().mode if self.estimator is not None else "partial"
         if dense_replica is None:
             dense_replica = mode == "partial"
         plan, gen, _won = self.client.decide_and_record(

@@ -173,6 +173,17 @@ static PyObject *est_decide(cprpy_estimator *e, PyObject *unused)
     return o;
 }
 
+static PyObject *est_recovery_mode(cprpy_estimator *e, PyObject *unused)
+{
+    (void)unused;
+    EST(e);
+    cpr_recovery_mode mode;
+    cpr_status st = cpr_estimator_recovery_mode(e->est, &mode);
+    if (st != CPR_OK)
+        return cprpy_raise_status(st);
+    return PyUnicode_FromString(cpr_recovery_mode_name(mode));
+}
+
 static PyMethodDef est_methods[] = {
     {"saved", (PyCFunction)est_saved, METH_VARARGS,
      "saved(now_s, policy, stall_s, bytes): a checkpoint of the whole job: its stall and bytes."},
@@ -188,6 +199,9 @@ static PyMethodDef est_methods[] = {
      "tracked(now_s, update_events, unsaved_events): the trackers' totals over all shards."},
     {"decide", (PyCFunction)est_decide, METH_NOARGS,
      "decide() -> Estimate: recovery mode, policy and interval of the next save."},
+    {"recovery_mode", (PyCFunction)est_recovery_mode, METH_NOARGS,
+     "recovery_mode() -> str: how to recover a failure now, from the saves made: "
+     "'partial' after a prioritized save, else decide().mode. Ask before failed()."},
     {NULL, NULL, 0, NULL},
 };
 

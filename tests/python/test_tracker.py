@@ -102,3 +102,66 @@ def test_read_criteo_refuses_a_file_with_no_row(tmp_path):
     labels, dense, sparse = (np.asarray(x) for x in cpr.read_criteo(str(tsv), 1000))
     assert labels.tolist() == [1.0, 1.0]
     assert sparse.shape == (2, 26) and (sparse >= 0).all() and (sparse < 1000).all()
+
+
+# ---- the estimator's decisions over time (recovery/estimator.c) ----------------------
+
+H = 3600.0
+
+
+def _estimator(save_s, **kw):
+    return cpr.Estimator(8, 50 * H, 0.002, 8 * H, save_s, 120, 60, policy="mfu",
+                         fraction=0.125, full_bytes=1000, **kw)
+
+
+def _boundary():
+    """The prior save time at which full and partial recovery cost the same."""
+    lo, hi = 1.0, 500.0
+    for _ in range(60):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if _estimator(mid).decide().mode == "partial" else (lo, mid)
+    return lo
+
+
+def test_the_mode_of_the_saves_changes_only_for_a_clear_gain():
+    """Hysteresis: near the boundary, +-3% noise in the measured stalls keeps
+    the mode the saves follow (it flipped 10 times in 40 saves without)."""
+    s0 = _boundary()
+    e = _estimator(s0)
+    rng = np.random.default_rng(1)
+    modes, t = [], 0.0
+    for _ in range(40):
+        t += 0.01
+        pol = "full" if e.decide().mode == "full" else "mfu"
+        stall = s0 * (1 + rng.uniform(-0.03, 0.03)) * (1.0 if pol == "full" else 0.125)
+        e.saved(t, pol, stall, 1000 if pol == "full" else 125)
+        modes.append(e.decide().mode)
+    assert sum(a != b for a, b in zip(modes, modes[1:])) <= 1
+    # Far from the boundary the mode does move: stalls 3x the boundary's make
+    # full recovery clearly cheaper (its saves are rarer).
+    e = _estimator(s0)
+    e.saved(1.0, "mfu", s0 * 0.125, 125)
+    assert e.decide().mode == "partial"
+    for k in range(6):
+        e.saved(2.0 + k, "mfu", 3 * s0 * 0.125, 125)
+    d = e.decide()
+    assert d.mode == "full" and d.full_overhead < 0.95 * d.partial_overhead
+
+
+def test_a_failure_is_recovered_the_way_the_saves_were_made():
+    """After prioritized saves the newest cut is the job's first FULL: a full
+    recovery would rewind past every save since. A failure that moves the
+    decision to full moves the saves to come, not its own recovery."""
+    e = _estimator(50)
+    e.saved(10.0, "full", 50, 1000)  # the job's first save is FULL
+    assert e.recovery_mode() == e.decide().mode
+    e.saved(400.0, "mfu", 50 * 0.125, 125)
+    assert e.decide().mode == "partial"
+    before = e.recovery_mode()
+    e.failed(1800.0)
+    e.failed(1900.0)
+    e.failed(2000.0)
+    assert e.decide().mode == "full"  # the next save: FULL, a cut
+    assert before == "partial" and e.recovery_mode() == "partial"
+    e.saved(2100.0, "full", 50, 1000)  # with a cut as new as the rows: either way
+    assert e.recovery_mode() == e.decide().mode == "full"
