@@ -311,13 +311,15 @@ static uint64_t fnv1a(uint64_t h, const void *data, size_t len)
 
 size_t cpr_client_nodes(const cpr_client *c)
 {
-    return c->n_nodes;
+    return c ? c->n_nodes : 0;
 }
 
 /* Rendezvous (highest random weight): the node whose name scores highest
  * for (job, shard). Depends only on the names, not on their order. */
 size_t cpr_client_node_of(const cpr_client *c, const char *job, uint32_t shard)
 {
+    if (!c || !job)
+        return 0;
     uint8_t le[4] = {(uint8_t)shard, (uint8_t)(shard >> 8), (uint8_t)(shard >> 16),
                      (uint8_t)(shard >> 24)};
     uint64_t key = fnv1a(fnv1a(0xcbf29ce484222325ull, job, strlen(job) + 1), le, 4);

@@ -1282,6 +1282,12 @@ cpr_status cpr_part_put_blob(cpr_part *p, const char *name, const void *data, si
 
 void cpr_part_progress_get(const cpr_part *p, cpr_part_progress *out)
 {
+    if (!out)
+        return;
+    if (!p) {
+        *out = (cpr_part_progress){.error = CPR_INVALID_ARGUMENT};
+        return;
+    }
     cpr_part *mp = (cpr_part *)p; /* the mutex, not the part, changes */
     pthread_mutex_lock(&mp->mu);
     *out = p->progress;

@@ -134,6 +134,16 @@ cpr_status cpr_client_restore(cpr_client *c, const cpr_restore_query *query,
     if (!c || !query || !query->job || !fn || (n_shards && !shards))
         return cpr_fail(CPR_INVALID_ARGUMENT, "cpr_client_restore: client, query, query->job, "
                         "fn and shards (when n_shards > 0) must not be NULL");
+    if ((query->n_tables && !query->tables) || (query->n_ranges && !query->ranges))
+        return cpr_fail(CPR_INVALID_ARGUMENT, "cpr_client_restore: query->%s is NULL with "
+                        "n_%s %zu: give the array, or a count of 0 (every %s)",
+                        !query->tables && query->n_tables ? "tables" : "ranges",
+                        !query->tables && query->n_tables ? "tables" : "ranges",
+                        !query->tables && query->n_tables ? query->n_tables : query->n_ranges,
+                        !query->tables && query->n_tables ? "table" : "row");
+    if (query->batch_rows > CPR_RESTORE_BATCH_ROWS_MAX) /* the wire carries 32 bits */
+        return cpr_fail(CPR_INVALID_ARGUMENT, "cpr_client_restore: batch_rows %zu is above "
+                        "the limit of %u", query->batch_rows, CPR_RESTORE_BATCH_ROWS_MAX);
     cpr_restore_query q = *query;
     cpr_status st = resolve_as_of(c, &q);
     if (st)

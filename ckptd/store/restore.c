@@ -68,7 +68,7 @@
 
 #define DEFAULT_BATCH_ROWS 16384
 #define DEFAULT_BATCH_BYTES (3u << 20)
-#define MAX_BATCH_ROWS (1u << 20)      /* x dim 65536 x 4 bytes stays far from overflow */
+#define MAX_BATCH_ROWS CPR_RESTORE_BATCH_ROWS_MAX /* x dim 65536 x 4 bytes: far from overflow */
 #define MAX_QUERY_ITEMS (1u << 20)     /* tables or ranges in one query */
 #define FETCH_DEPTH_MIN 2
 /* A block restore's re-batched output is meant for a stream (ckptd's

@@ -153,7 +153,7 @@ CPR_API cpr_status cpr_client_open(const char *target, const cpr_client_options 
 CPR_API void cpr_client_close(cpr_client *client);
 
 /* Number of storage nodes (1 for local://) and the node that holds `shard`
- * of `job` (index into the target's list). */
+ * of `job` (index into the target's list). A NULL client (or job) gives 0. */
 CPR_API size_t cpr_client_nodes(const cpr_client *client);
 CPR_API size_t cpr_client_node_of(const cpr_client *client, const char *job, uint32_t shard);
 
@@ -326,6 +326,7 @@ typedef struct cpr_part_progress {
     uint64_t rows_sent, bytes_sent;   /* handed to the transport */
     cpr_status error;
 } cpr_part_progress;
+/* A NULL part gives zeros with error CPR_INVALID_ARGUMENT; a NULL out, nothing. */
 CPR_API void cpr_part_progress_get(const cpr_part *part, cpr_part_progress *out);
 
 /* ---- reading ------------------------------------------------------------------ */

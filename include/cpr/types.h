@@ -178,6 +178,8 @@ typedef struct cpr_row_range {
     uint64_t end;
 } cpr_row_range;
 
+#define CPR_RESTORE_BATCH_ROWS_MAX (1u << 20) /* cpr_restore_query.batch_rows */
+
 typedef struct cpr_restore_query {
     const char *job;
     uint64_t as_of;       /* state as of this id; 0 = newest committed */
@@ -186,7 +188,8 @@ typedef struct cpr_restore_query {
     const cpr_row_range *ranges; size_t n_ranges; /* none: every row */
     uint64_t modulo;      /* >0: only rows with row % modulo == remainder */
     uint64_t remainder;
-    size_t batch_rows;    /* rows per callback, at most 2^20; 0: up to 16384 rows
+    size_t batch_rows;    /* rows per callback, at most 2^20
+                             (CPR_RESTORE_BATCH_ROWS_MAX); 0: up to 16384 rows
                              and about 3 MiB per batch */
 } cpr_restore_query;
 

@@ -1151,6 +1151,13 @@ static void test_ranges_and_gathers(void **state)
 
 /* ---- sharp edges: abort by id, num_shards, the checkpoint a restore used ------------------ */
 
+static cpr_status edges_rows(void *ctx, const cpr_row_batch *b)
+{
+    (void)ctx;
+    (void)b;
+    return CPR_OK;
+}
+
 static void sharp_edges(const char *target)
 {
     cpr_client *c;
@@ -1161,6 +1168,25 @@ static void sharp_edges(const char *target)
     cpr_part *p = NULL;
     assert_status(CPR_INVALID_ARGUMENT, cpr_client_begin(c, &spec, &p));
     assert_non_null(strstr(cpr_errmsg(), "num_shards is 0"));
+    /* NULL arrays with counts, a batch over the wire's limit, NULL handles:
+     * refused or zero, never a crash. */
+    cpr_restore_query bad = {.job = "edges", .n_tables = 2};
+    cpr_restore_result rr;
+    assert_status(CPR_INVALID_ARGUMENT, cpr_client_restore(c, &bad, NULL, 0, edges_rows, NULL,
+                                                           &rr));
+    assert_non_null(strstr(cpr_errmsg(), "query->tables is NULL with n_tables 2"));
+    bad = (cpr_restore_query){.job = "edges", .n_ranges = 1};
+    assert_status(CPR_INVALID_ARGUMENT, cpr_client_restore(c, &bad, NULL, 0, edges_rows, NULL,
+                                                           &rr));
+    assert_non_null(strstr(cpr_errmsg(), "query->ranges is NULL"));
+    bad = (cpr_restore_query){.job = "edges", .batch_rows = ((size_t)1 << 32) + 1};
+    assert_status(CPR_INVALID_ARGUMENT, cpr_client_restore(c, &bad, NULL, 0, edges_rows, NULL,
+                                                           &rr));
+    assert_int_equal(cpr_client_nodes(NULL), 0);
+    assert_int_equal(cpr_client_node_of(NULL, "edges", 0), 0);
+    cpr_part_progress pg;
+    cpr_part_progress_get(NULL, &pg);
+    assert_int_equal(pg.error, CPR_INVALID_ARGUMENT);
 
     /* An abandoned open part blocks its id until it is aborted by id. */
     spec.num_shards = 1;
