@@ -93,6 +93,51 @@ static cpr_status take_recorded(cpr_client *client, const char *job, uint64_t ex
     return st;
 }
 
+/* R1: does `plan` recover every failed shard of `request`? A full plan or a
+ * restart from scratch recovers all; a partial one those it restores or
+ * re-initialises, and never a resume (no failed shard: every shard). */
+static int covers(const cpr_recovery_plan *plan, const cpr_plan_request *request)
+{
+    if (cpr_recovery_plan_action(plan) != CPR_PLAN_PARTIAL)
+        return 1;
+    if (request->n_failed == 0)
+        return 0;
+    for (size_t i = 0; i < request->n_failed; i++) {
+        int found = 0;
+        for (size_t k = 0; k < cpr_recovery_plan_count(plan) && !found; k++) {
+            const cpr_plan_shard *e = cpr_recovery_plan_shard(plan, k);
+            found = e->shard == request->failed[i] && e->source != CPR_SOURCE_KEEP;
+        }
+        if (!found)
+            return 0;
+    }
+    return 1;
+}
+
+/* Plan and put at `expected`; *lost when another process recorded first. */
+static cpr_status plan_and_put(cpr_client *client, const char *job,
+                               const cpr_estimator *estimator, const cpr_plan_request *request,
+                               uint64_t expected, cpr_recovery_plan **mine, uint64_t *gen,
+                               int *lost)
+{
+    void *bytes = NULL;
+    size_t len = 0;
+    *lost = 0;
+    cpr_status st = make_plan(client, job, estimator, request, mine);
+    if (st == CPR_OK)
+        st = cpr_recovery_plan_encode(*mine, &bytes, &len);
+    if (st == CPR_OK) {
+        st = cpr_client_recovery_put(client, job, expected, bytes, len, gen);
+        *lost = st == CPR_FAILED_PRECONDITION;
+    }
+    free(bytes);
+    return st;
+}
+
+/* R1: rounds of "another process recorded first and its plan does not
+ * recover this request's shards" before giving up. */
+#define COVER_ROUNDS 16
+
 cpr_status cpr_recovery_decide_and_record(cpr_client *client, const char *job,
                                           const cpr_estimator *estimator,
                                           const cpr_plan_request *request,
@@ -103,24 +148,36 @@ cpr_status cpr_recovery_decide_and_record(cpr_client *client, const char *job,
         return cpr_fail(CPR_INVALID_ARGUMENT, "cpr_recovery_decide_and_record: client, job, "
                         "request, out and generation must not be NULL");
     cpr_recovery_plan *mine = NULL, *theirs = NULL;
-    void *bytes = NULL;
-    size_t len = 0;
-    uint64_t gen = 0;
-    cpr_status st = make_plan(client, job, estimator, request, &mine);
-    if (st == CPR_OK)
-        st = cpr_recovery_plan_encode(mine, &bytes, &len);
+    uint64_t gen = 0, expected = expected_generation;
     int lost = 0;
-    if (st == CPR_OK) {
-        st = cpr_client_recovery_put(client, job, expected_generation, bytes, len, &gen);
-        lost = st == CPR_FAILED_PRECONDITION;
+    cpr_status st = plan_and_put(client, job, estimator, request, expected, &mine, &gen, &lost);
+    /* R1: another process recorded first. Its plan is the one to act on if
+     * it recovers this request's failed shards too (the same failure, seen
+     * twice; or a full plan); if not (another failure at the same
+     * generation, or a record beyond a lagging process's), this request is
+     * planned again and recorded at the newest generation, so that no
+     * failure is left out of every plan. */
+    for (int round = 0; lost && round < COVER_ROUNDS; round++) {
+        cpri_log(CPR_LOG_INFO, "job %s: %s; reading the recorded plan", job, cpr_errmsg());
+        st = take_recorded(client, job, expected, &theirs, &gen);
+        if (st || covers(theirs, request))
+            break;
+        cpri_log(CPR_LOG_INFO, "job %s: the plan recorded at generation %llu does not recover "
+                 "every shard this call reports failed: planning them at it", job,
+                 (unsigned long long)gen);
+        cpr_recovery_plan_destroy(theirs);
+        theirs = NULL;
+        cpr_recovery_plan_destroy(mine);
+        mine = NULL;
+        expected = gen;
+        st = plan_and_put(client, job, estimator, request, expected, &mine, &gen, &lost);
     }
-    free(bytes);
-    if (lost) {
-        cpri_log(CPR_LOG_INFO, "job %s: %s; acting on the recorded plan", job, cpr_errmsg());
-        st = take_recorded(client, job, expected_generation, &theirs, &gen);
-    }
+    if (st == CPR_OK && lost && !theirs)
+        st = cpr_fail(CPR_UNAVAILABLE, "job %s: the recovery record moved %d times while this "
+                      "call planned its failed shards; call again", job, COVER_ROUNDS);
     if (st) {
         cpr_recovery_plan_destroy(mine);
+        cpr_recovery_plan_destroy(theirs);
         return st;
     }
     if (won)

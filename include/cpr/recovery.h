@@ -474,7 +474,13 @@ CPR_API cpr_status cpr_recovery_plan_decode(const void *buf, size_t len, cpr_rec
  * cpr_estimator_recovery_mode, the estimate of cpr_estimator_decide;
  * `estimator` NULL: request->mode and request->estimate), encode it and
  * record it with cpr_client_recovery_put(expected_generation). If another
- * process recorded first, its plan is read back and decoded instead. On
+ * process recorded first, its plan is read back and decoded instead, when
+ * it recovers every shard of request->failed (a full plan, or a partial one
+ * that restores or re-initialises them; a resume needs a full one);
+ * otherwise the request is planned again and recorded at the newest
+ * generation, so that a different failure reported at the same time, or by
+ * a process behind the record, is never left out of every plan (after 16
+ * such rounds CPR_UNAVAILABLE: call again). On
  * CPR_OK *out owns the plan to act on (the recorded one, whoever wrote it),
  * *generation is its generation, and *won (may be NULL) is 1 if this call's
  * plan was recorded, 0 if another's was. `expected_generation` is the

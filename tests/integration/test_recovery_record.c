@@ -306,10 +306,10 @@ static void test_decide_and_record_race(void **state)
     assert_int_equal(e->as_of, want == CPR_PLAN_PARTIAL ? 2 : 1);
     cpr_recovery_plan_destroy(plan);
 
-    /* A late process that last acted on nothing acts on generation 1; one
-     * that acted on 1 records the next decision. */
-    const uint32_t failed[] = {0};
-    cpr_plan_request req = {.num_shards = 2, .failed = failed, .n_failed = 1,
+    /* A late process that last acted on nothing and reports the same
+     * failure acts on generation 1. */
+    const uint32_t same[] = {1}, failed[] = {0};
+    cpr_plan_request req = {.num_shards = 2, .failed = same, .n_failed = 1,
                             .mode = CPR_RECOVERY_PARTIAL};
     int won = -1;
     assert_status(CPR_OK, cpr_recovery_decide_and_record(c, "decide", NULL, &req, 0, &plan, &gen,
@@ -317,9 +317,22 @@ static void test_decide_and_record_race(void **state)
     assert_int_equal(gen, 1);
     assert_int_equal(won, 0);
     cpr_recovery_plan_destroy(plan);
-    assert_status(CPR_OK, cpr_recovery_decide_and_record(c, "decide", NULL, &req, 1, &plan, &gen,
+    /* One that reports another failure (shard 0) acts on generation 1 only
+     * if that plan recovers shard 0 too (a full one); a partial plan of
+     * shard 1 does not, and shard 0 is planned at generation 2 (record.c
+     * R1): no failure is left out of every plan. */
+    req.failed = failed;
+    assert_status(CPR_OK, cpr_recovery_decide_and_record(c, "decide", NULL, &req, 0, &plan, &gen,
                                                          &won));
-    assert_int_equal(gen, 2);
+    assert_int_equal(gen, want == CPR_PLAN_FULL ? 1 : 2);
+    assert_int_equal(won, want == CPR_PLAN_FULL ? 0 : 1);
+    assert_int_not_equal(cpr_recovery_plan_shard(plan, 0)->source, CPR_SOURCE_KEEP);
+    cpr_recovery_plan_destroy(plan);
+    /* One that acted on the newest records the next decision. */
+    uint64_t acted = gen;
+    assert_status(CPR_OK, cpr_recovery_decide_and_record(c, "decide", NULL, &req, acted, &plan,
+                                                         &gen, &won));
+    assert_int_equal(gen, acted + 1);
     assert_int_equal(won, 1);
     assert_int_equal(cpr_recovery_plan_shard(plan, 0)->source, CPR_SOURCE_STORE);
     cpr_recovery_plan_destroy(plan);
@@ -338,7 +351,7 @@ static void test_decide_and_record_race(void **state)
     assert_status(CPR_OK, cpr_estimator_decide(est, &guess));
     assert_int_equal(guess.mode, CPR_RECOVERY_PARTIAL);
     cpr_plan_request resume = {.num_shards = 2, .mode = CPR_RECOVERY_FULL};
-    assert_status(CPR_OK, cpr_recovery_decide_and_record(c, "decide", est, &resume, 2, &plan,
+    assert_status(CPR_OK, cpr_recovery_decide_and_record(c, "decide", est, &resume, gen, &plan,
                                                          &gen, &won));
     assert_int_equal(cpr_recovery_plan_action(plan), CPR_PLAN_FULL);
     cpr_recovery_plan_destroy(plan);

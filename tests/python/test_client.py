@@ -375,10 +375,15 @@ def test_recovery_record_and_plans(client, job):
     write_job(client, other)
     plan, gen, won = client.decide_and_record(other, SHARDS, failed=[0], mode="partial")
     assert gen == 1 and won and plan.action == "partial"
-    plan2, gen2, won2 = client.decide_and_record(other, SHARDS, failed=[1], mode="full")
+    # The same failure reported again: the recorded plan.
+    plan2, gen2, won2 = client.decide_and_record(other, SHARDS, failed=[0], mode="full")
     assert gen2 == 1 and not won2 and plan2.encode() == plan.encode()  # the recorded one
     gen3, rec = client.read_recorded(other)
     assert gen3 == 1 and rec.encode() == plan.encode()
+    # Another failure reported at the same generation is not dropped: the
+    # recorded plan does not recover it, so it is planned at the next.
+    plan4, gen4, won4 = client.decide_and_record(other, SHARDS, failed=[1], mode="partial")
+    assert gen4 == 2 and won4 and [s.source for s in plan4.shards] == ["keep", "store"]
     assert client.read_recorded(job + "-none") == (0, None)
 
 
