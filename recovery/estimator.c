@@ -107,17 +107,21 @@ static cpr_codec choose_codec(const cpr_estimator_config *c, double restores)
 /* ---- configuration --------------------------------------------------------- */
 
 /* The largest measurement (a time in seconds: about 31,700 years) and the
- * largest configured value (a prior may stand for "never": 1e300) the
- * estimator takes, so that every product and sum the model forms of them
- * stays finite and a decision never fails on overflow. */
+ * largest configured value the estimator takes, so that every product and
+ * sum the model forms of them stays finite and a decision never fails on
+ * overflow: the model multiplies up to three of them and divides by times
+ * down to TIME_FLOOR (job_s / mtbf_s x load_s), so the job and the costs
+ * stay at most 1e100; an MTBF or a count may stand for "never" (1e300),
+ * which only ever divides. */
 #define INPUT_MAX 1e12
 #define CONFIG_MAX 1e300
+#define CONFIG_TIME_MAX 1e100
 
-static cpr_status check_positive(const char *field, double v)
+static cpr_status check_positive(const char *field, double v, double most)
 {
-    if (!(v > 0.0) || !isfinite(v) || v > CONFIG_MAX)
+    if (!(v > 0.0) || !isfinite(v) || v > most)
         return cpr_fail(CPR_INVALID_ARGUMENT, "%s: %g is not a positive number of at most %g",
-                        field, v, CONFIG_MAX);
+                        field, v, most);
     return CPR_OK;
 }
 
@@ -145,14 +149,17 @@ static void fill_defaults(cpr_estimator_config *c)
 
 static cpr_status check_config(const cpr_estimator_config *c)
 {
-    const struct { const char *field; double value; } positive[] = {
-        {"job_s", c->job_s}, {"prior_mtbf_s", c->prior_mtbf_s},
-        {"prior_save_s", c->prior_save_s}, {"prior_load_s", c->prior_load_s},
-        {"prior_restart_s", c->prior_restart_s}, {"prior_failures", c->prior_failures},
-        {"prior_loss_ratio", c->prior_loss_ratio}, {"int4_max_restores", c->int4_max_restores},
+    const struct { const char *field; double value, most; } positive[] = {
+        {"job_s", c->job_s, CONFIG_TIME_MAX}, {"prior_mtbf_s", c->prior_mtbf_s, CONFIG_MAX},
+        {"prior_save_s", c->prior_save_s, CONFIG_TIME_MAX},
+        {"prior_load_s", c->prior_load_s, CONFIG_TIME_MAX},
+        {"prior_restart_s", c->prior_restart_s, CONFIG_TIME_MAX},
+        {"prior_failures", c->prior_failures, CONFIG_MAX},
+        {"prior_loss_ratio", c->prior_loss_ratio, CONFIG_MAX},
+        {"int4_max_restores", c->int4_max_restores, CONFIG_MAX},
     };
     for (size_t i = 0; i < sizeof positive / sizeof positive[0]; i++) {
-        cpr_status st = check_positive(positive[i].field, positive[i].value);
+        cpr_status st = check_positive(positive[i].field, positive[i].value, positive[i].most);
         if (st)
             return st;
     }

@@ -217,8 +217,10 @@ typedef struct cpr_estimator_config {
 #define CPR_INT4_MAX_RESTORES 10.0
 
 /* Create an estimator; *out owns it. CPR_INVALID_ARGUMENT names a bad
- * field (a positive value above 1e300 among them: a prior may stand for
- * "never", and the model's sums of such values stay finite); CPR_NO_MEMORY. */
+ * field: job_s and the priors of o_save, o_load and o_res above 1e100 among
+ * them, and the other positive values above 1e300 (an MTBF may stand for
+ * "never"), so that every product the model forms stays finite;
+ * CPR_NO_MEMORY. */
 CPR_API cpr_status cpr_estimator_create(const cpr_estimator_config *config, cpr_estimator **out);
 /* NULL is a no-op. */
 CPR_API void cpr_estimator_destroy(cpr_estimator *est);

@@ -478,6 +478,25 @@ static void test_estimator_zero_and_extreme_inputs(void **state)
     cpr_estimator_destroy(e);
     c.prior_mtbf_s = 1e301; /* past the configuration's bound */
     assert_status(CPR_INVALID_ARGUMENT, cpr_estimator_create(&c, &e));
+    /* The largest job and costs with the shortest MTBF, and with "never":
+     * every overhead finite, the benefit a number (1e300 for the job and a
+     * cost gave inf overheads, a NaN benefit and a mode from inf < inf). */
+    for (int never = 0; never < 2; never++) {
+        c = est_config();
+        c.job_s = c.prior_save_s = c.prior_load_s = c.prior_restart_s = 1e100;
+        c.prior_mtbf_s = never ? 1e300 : 1e-300;
+        assert_status(CPR_OK, cpr_estimator_create(&c, &e));
+        assert_status(CPR_OK, cpr_estimator_decide(e, &r));
+        assert_true(isfinite(r.full.overhead_s) && isfinite(r.partial.overhead_s));
+        assert_true(isfinite(r.benefit_frac));
+        cpr_estimator_destroy(e);
+    }
+    c = est_config();
+    c.job_s = 1e101; /* the job and the costs: at most 1e100 */
+    assert_status(CPR_INVALID_ARGUMENT, cpr_estimator_create(&c, &e));
+    c = est_config();
+    c.prior_save_s = 1e300;
+    assert_status(CPR_INVALID_ARGUMENT, cpr_estimator_create(&c, &e));
 }
 
 /* The codec rule (docs/model.md, "The codec"): R = (job / MTBF) / N
