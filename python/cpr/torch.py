@@ -39,6 +39,7 @@ import os
 import re
 import threading
 import time
+import warnings
 
 import numpy as np
 import torch
@@ -140,6 +141,15 @@ def _weight(t):
     return w
 
 
+def _describe(t):
+    """'a float32 cpu tensor of (100, 4)' (', not contiguous'), or the type's name."""
+    if not isinstance(t, torch.Tensor):
+        return "a %s" % type(t).__name__
+    return "a %s %s tensor of %s%s" % (str(t.dtype).replace("torch.", ""), t.device.type,
+                                      tuple(t.shape), "" if t.is_contiguous()
+                                      else ", not contiguous")
+
+
 def _array(t):
     """A zero-copy NumPy view of a CPU tensor (parameters included)."""
     return t.detach().numpy()
@@ -235,10 +245,15 @@ class Checkpointer:
         named = isinstance(tables, (collections.abc.Mapping, torch.nn.ModuleDict))
         self.names = list(tables.keys()) if named else list(range(len(tables)))
         mods = list(tables.values()) if named else list(tables)
+        # The modules, the optimizer and `states` are kept, not the tensors
+        # they hold now: optimizer.load_state_dict() puts new `sum` tensors in,
+        # and `module.weight = nn.Parameter(...)` a new weight. Each save,
+        # restore and failure looks the tensors up again (_tables).
         self.modules = mods
-        self.weights = [_weight(t) for t in mods]
-        self.states = [self._state_of(w, optimizer, states, name)
-                       for w, name in zip(self.weights, self.names)]
+        self._optimizer, self._states = optimizer, states
+        weights = [_weight(t) for t in mods]
+        states_now = [self._state_of(w, optimizer, states, name)
+                      for w, name in zip(weights, self.names)]
         self.dense = dict(dense or {})
         self.num_shards, self.scheme = _whole("num_shards", num_shards, 1), scheme
         self.policy, self.budget = _policy(policy), _check_budget(budget)
@@ -264,18 +279,22 @@ class Checkpointer:
             self.policy is None and estimator.policy == cpr.Policy.TOPK_NORM)
         self.trackers = [cpr.Tracker(w.shape[0], num_shards=self.num_shards, scheme=scheme,
                                      track="all", ssu_rate=ssu_rate, seed=seed + i)
-                         for i, w in enumerate(self.weights)]
+                         for i, w in enumerate(weights)]
         self.schema = [(i, w.shape[0], w.shape[1], 0 if s is None else s.shape[1])
-                       for i, (w, s) in enumerate(zip(self.weights, self.states))]
-        self._pending = [[] for _ in self.weights]   # indices seen since the last step()
-        self._before = [[] for _ in self.weights]    # TOPK_NORM: rows before the update
+                       for i, (w, s) in enumerate(zip(weights, states_now))]
+        self._pending = [[] for _ in mods]   # indices seen since the last step()
+        self._before = [[] for _ in mods]    # TOPK_NORM: rows before the update
         self._hooks = []
         if hooks:
             for i, m in enumerate(mods):
                 if isinstance(m, torch.nn.Module):
                     self._hooks.append(m.register_forward_pre_hook(self._hook(i)))
         self._inflight = None
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # _inflight
+        # Saves, recoveries and close() one at a time, whichever threads call
+        # them: each save gets its own checkpoint id and its own outcome.
+        self._save_lock = threading.RLock()
+        self._closed = False
         self._pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="cpr-save")
         # The recovery record's generation this process has acted on: a new
         # process starts from the current one, so that it never acts on a
@@ -311,14 +330,79 @@ class Checkpointer:
                     "optimizer: only torch.optim.Adagrad's state is known (its 'sum'); for %s "
                     "give its per-row state tensors in states=, or optimizer=None if it keeps "
                     "none (SGD)" % type(optimizer).__name__)
-            s = optimizer.state[weight]["sum"]
+            s = optimizer.state.get(weight, {}).get("sum")  # .get: state is a defaultdict
+            if s is None:
+                raise cpr.InvalidArgumentError(
+                    "optimizer: it holds no Adagrad 'sum' for table %r's weight: give the "
+                    "Adagrad that trains the tables (build it on their weights as they are)"
+                    % (name,))
         else:
             return None
-        if s.device.type != "cpu" or s.dtype != torch.float32 or not s.is_contiguous():
+        if not isinstance(s, torch.Tensor) or s.device.type != "cpu" or \
+                s.dtype != torch.float32 or not s.is_contiguous() or \
+                s.numel() % max(1, weight.shape[0]):
             raise cpr.InvalidArgumentError("optimizer state of table %r must be a contiguous "
-                                           "float32 CPU tensor" % (name,))
-        s = s.reshape(weight.shape[0], -1)
-        return s
+                                           "float32 CPU tensor of (%d, k) or (%d,) elements "
+                                           "(got %s)" % (name, weight.shape[0], weight.shape[0],
+                                                         _describe(s)))
+        return s.view(weight.shape[0], -1)
+
+    def _weight_now(self, i):
+        """Table i's weight as its module holds it now, checked against the
+        schema (the checkpoints' shapes are fixed when the checkpointer is built)."""
+        m = self.modules[i]
+        w = getattr(m, "weight", m)
+        _, rows, dim, _ = self.schema[i]
+        if not isinstance(w, torch.Tensor) or tuple(w.shape) != (rows, dim) or \
+                w.dtype != torch.float32 or w.device.type != "cpu" or not w.is_contiguous():
+            raise cpr.FailedPreconditionError(
+                "table %r: its weight is now %s, not the contiguous float32 CPU tensor of "
+                "(%d, %d) it was when the Checkpointer was built; give it back that shape "
+                "(or build a new Checkpointer, on a new job, for the new tables)"
+                % (self.names[i], _describe(w), rows, dim))
+        return w
+
+    def _tables(self):
+        """Every table's (weight, state or None) as the modules and the optimizer
+        hold them now: what a save copies and a restore writes into."""
+        out = []
+        for i in range(len(self.modules)):
+            w = self._weight_now(i)
+            cols, name = self.schema[i][3], self.names[i]
+            if not cols:  # the schema has no state for this table
+                out.append((w, None))
+                continue
+            if (self._states is None or name not in self._states) and \
+                    self._optimizer is not None and w not in self._optimizer.state:
+                raise cpr.FailedPreconditionError(
+                    "table %r: the Checkpointer's optimizer holds no state for its weight "
+                    "(the module's weight was replaced by a Parameter that optimizer does not "
+                    "train?): replace weights before building the optimizer and the "
+                    "Checkpointer, or copy into the weight (weight.data.copy_)" % (name,))
+            try:
+                s = self._state_of(w, self._optimizer, self._states, name)
+            except cpr.InvalidArgumentError as e:
+                raise cpr.FailedPreconditionError(
+                    "table %r: its optimizer state changed since the Checkpointer was built: "
+                    "%s" % (name, e)) from None
+            if s is None or s.shape[1] != cols:
+                raise cpr.FailedPreconditionError(
+                    "table %r: its optimizer state is now %s, not the %d column(s) per row it "
+                    "had when the Checkpointer was built; give it back that shape (or build a "
+                    "new Checkpointer, on a new job)" % (name, _describe(s), cols))
+            out.append((w, s))
+        return out
+
+    @property
+    def weights(self):
+        """Every table's weight tensor, as the modules hold it now."""
+        return [w for w, _ in self._tables()]
+
+    @property
+    def states(self):
+        """Every table's optimizer state (rows, k) or None, as the optimizer
+        (or ``states``) holds it now."""
+        return [s for _, s in self._tables()]
 
     def _parts(self):
         try:
@@ -349,7 +433,13 @@ class Checkpointer:
     def _hook(self, i):
         def record(module, args):
             if module.training and args:
-                self._record(i, args[0])
+                try:
+                    self._record(i, args[0])
+                except cpr.InvalidArgumentError as e:
+                    # The module rejects the batch right after this hook, and the
+                    # caller may skip it and train on: it is not counted.
+                    warnings.warn("cpr.torch: batch not tracked: %s" % e, RuntimeWarning,
+                                  stacklevel=2)
         return record
 
     def _record(self, i, indices):
@@ -357,27 +447,45 @@ class Checkpointer:
         if idx.dtype != torch.int64:
             idx = idx.to(torch.int64)
         idx = idx.contiguous()  # a column of a batch is strided: copied once here
+        rows = self.schema[i][1]
+        if len(idx):  # a bad batch recorded would fail every step() after it
+            low, high = torch.aminmax(idx)
+            if low < 0 or high >= rows:
+                bad = int(low) if low < 0 else int(high)
+                raise cpr.InvalidArgumentError(
+                    "indices: %d is outside table %r (%d rows): the batch's indices must be in "
+                    "0..%d" % (bad, self.names[i], rows, rows - 1))
         self._pending[i].append(idx)
         if self._norm:
             uniq = torch.unique(idx)
-            self._before[i].append((uniq, self.weights[i].detach()[uniq].clone()))
+            self._before[i].append((uniq, self._weight_now(i).detach()[uniq].clone()))
 
     def close(self):
         """Wait for the save in flight and remove the hooks (also when that
-        save failed: its error is raised after)."""
-        try:
-            self.wait()
-        finally:
-            for h in self._hooks:
-                h.remove()
-            self._hooks = []
-            self._pool.shutdown(wait=True)
+        save failed: its error is raised after). Saves and recoveries after
+        it raise cpr.FailedPreconditionError."""
+        with self._save_lock:
+            self._closed = True
+            try:
+                self.wait()
+            finally:
+                for h in self._hooks:
+                    h.remove()
+                self._hooks = []
+                self._pool.shutdown(wait=True)
+
+    def _check_open(self):
+        if self._closed:
+            raise cpr.FailedPreconditionError("the Checkpointer is closed: build a new one to "
+                                              "save or recover")
 
     # ---- tracking --------------------------------------------------------------
 
     def observe(self, table, indices):
         """Record that a training batch used `indices` of table `table` (what
-        the hooks do; call it yourself for tables given as tensors)."""
+        the hooks do; call it yourself for tables given as tensors). Indices
+        outside the table raise cpr.InvalidArgumentError and record nothing
+        (the hooks warn and skip such a batch, which the module rejects)."""
         self._record(self.names.index(table) if table in self.names else int(table),
                      torch.as_tensor(indices))
 
@@ -402,7 +510,7 @@ class Checkpointer:
         first occurrence in idx; 0 on the others."""
         rows = torch.cat([u for u, _ in self._before[i]])
         before = torch.cat([b for _, b in self._before[i]])
-        change = (self.weights[i].detach()[rows] - before).pow(2).sum(1)
+        change = (self._weight_now(i).detach()[rows] - before).pow(2).sum(1)
         uniq, inv = torch.unique(rows, return_inverse=True)
         per_row = torch.zeros(len(uniq)).scatter_(0, inv, change)  # copies agree
         seen, first = np.unique(idx.numpy(), return_index=True)
@@ -455,6 +563,11 @@ class Checkpointer:
         concurrent.futures.Future of a SaveResult, done once every shard's
         part committed (its exception: the cpr.Error that failed it). The
         caller's stall is selection and the copy of the chosen rows."""
+        with self._save_lock:  # one id, one outcome per save (threads)
+            self._check_open()  # before an id or a row is used
+            return self._async_save(step, policy)
+
+    def _async_save(self, step, policy):
         if self._first_save and not self._taken:  # a run that started with this one
             self._taken = self._already_saved(self._parts())
         if self._taken:  # nothing written: another run's checkpoints (__init__)
@@ -474,6 +587,7 @@ class Checkpointer:
                 codec = None if d.codec == "f32" else d.codec
         self._last_save = self.now()
         t0 = time.perf_counter()
+        tables = self._tables()  # as they are now (load_state_dict, new Parameters)
         ckpt, step = self.next_checkpoint, int(step)
         self.next_checkpoint += 1
         kind = _KIND[policy]
@@ -484,8 +598,7 @@ class Checkpointer:
                                          step=step, num_shards=self.num_shards, wait=False,
                                          codec=None if kind == cpr.Kind.FULL else codec)
                 parts.append(part)
-                for i, (tracker, w, s) in enumerate(zip(self.trackers, self.weights,
-                                                         self.states)):
+                for i, (tracker, (w, s)) in enumerate(zip(self.trackers, tables)):
                     ids = tracker.select(shard, policy, **self._budget(policy, budget))
                     tsaves.append(tracker.begin(shard, policy, ids))
                     st = None if s is None else _array(s)
@@ -526,8 +639,12 @@ class Checkpointer:
             return self._inflight[0]
 
     def save(self, step, policy=None):
-        """async_save and wait: the SaveResult once committed."""
-        return self.async_save(step, policy).result()
+        """async_save and wait: the SaveResult once committed (its trackers
+        settled), or the error that failed this save."""
+        with self._save_lock:  # no other thread's save between this one and its outcome
+            fut = self.async_save(step, policy)
+            self._settle(block=True)
+            return fut.result()
 
     def wait(self):
         """Wait for the save in flight (its error, if it failed, is raised)."""
@@ -570,7 +687,7 @@ class Checkpointer:
         events that had not been saved (what a partial recovery loses)."""
         lost = 0
         with torch.no_grad():
-            for w, s, t in zip(self.weights, self.states, self.trackers):
+            for (w, s), t in zip(self._tables(), self.trackers):
                 rows = torch.from_numpy(self._shard_rows(shard, w.shape[0]))
                 w[rows] = 0
                 if s is not None:
@@ -597,7 +714,12 @@ class Checkpointer:
         action "restart-from-scratch" (nothing consistent was committed)
         restores nothing: the caller re-initializes the tables and dense
         state, and the next save is FULL whatever its policy."""
-        failed = sorted(int(s) for s in failed)
+        with self._save_lock:
+            self._check_open()
+            return self._recover(sorted(int(s) for s in failed), mode, dense_replica,
+                                 lost_events)
+
+    def _recover(self, failed, mode, dense_replica, lost_events):
         # The save in flight may have failed with the node: its rows go back
         # to the trackers (its parts were aborted) and recovery goes on.
         try:
@@ -605,8 +727,8 @@ class Checkpointer:
         except cpr.Error:
             pass
         # Batches recorded before the failure were of rows now restored.
-        self._pending = [[] for _ in self.weights]
-        self._before = [[] for _ in self.weights]
+        self._pending = [[] for _ in self.modules]
+        self._before = [[] for _ in self.modules]
         # The recovery follows the saves made (after a prioritized save a
         # full recovery would rewind past all of them); the failure moves
         # the decision for the saves to come.
@@ -667,10 +789,11 @@ class Checkpointer:
         # merges the nodes' answers by each row's version), and the rows
         # selected by the present sharding below.
         everywhere = "resharded" in plan.problems
+        tables = self._tables()  # as they are now: restored into the live tensors
         for entry in plan.shards:
             if entry.source != "store":
                 continue
-            for i, (w, s, t) in enumerate(zip(self.weights, self.states, self.trackers)):
+            for i, ((w, s), t) in enumerate(zip(tables, self.trackers)):
                 n = w.shape[0]
                 q = {"as_of": entry.as_of}
                 if not everywhere:

@@ -551,3 +551,135 @@ def test_bad_job_names_and_table_names_say_what_to_fix(client, job):
         ckpt.save(1, "fulll")
     assert ckpt.next_checkpoint == 1
     ckpt.close()
+
+
+def test_a_resumed_optimizers_state_is_saved_and_restored(client, job):
+    # optimizer.load_state_dict() puts new `sum` tensors into the optimizer
+    # after the checkpointer was built: saves copy those, restores write them.
+    emb = torch.nn.Embedding(40, 4)
+    opt = torch.optim.Adagrad(emb.parameters(), lr=0.1)
+    ckpt = cpr.torch.Checkpointer(client, job, [emb], optimizer=opt, num_shards=2,
+                                  policy="full", hooks=False)
+    old = opt.state[emb.weight]["sum"]
+    sd = opt.state_dict()
+    sd["state"][0]["sum"] = torch.arange(160, dtype=torch.float32).reshape(40, 4)
+    opt.load_state_dict(sd)
+    live = opt.state[emb.weight]["sum"]
+    assert live is not old
+    want_w, want_s = emb.weight.detach().clone(), live.clone()
+    ckpt.save(1)
+    st = np.empty((40, 4), np.float32)
+    client.restore_into(job, 0, np.empty((40, 4), np.float32), st)
+    assert np.array_equal(st, want_s.numpy())
+    ckpt.simulate_failure(0)
+    assert not live[:20].any()  # the live state was wiped
+    ckpt.recover([0], "partial")
+    assert opt.state[emb.weight]["sum"] is live
+    assert torch.equal(live, want_s) and torch.equal(emb.weight.detach(), want_w)
+    ckpt.close()
+
+
+def test_a_replaced_weight_is_saved_and_restored(client, job):
+    emb = torch.nn.Embedding(40, 4)
+    ckpt = cpr.torch.Checkpointer(client, job, [emb], num_shards=2, policy="full")
+    emb.weight = torch.nn.Parameter(torch.arange(160, dtype=torch.float32).reshape(40, 4))
+    want = emb.weight.detach().clone()
+    ckpt.save(1)
+    out = np.empty((40, 4), np.float32)
+    client.restore_into(job, 0, out)
+    assert np.array_equal(out, want.numpy())
+    ckpt.simulate_failure(1)
+    assert not emb.weight[20:].any()
+    ckpt.recover([1], "partial")
+    assert torch.equal(emb.weight.detach(), want)
+    ckpt.close()
+
+
+def test_a_changed_table_is_refused_saying_how(client, job):
+    emb = torch.nn.Embedding(40, 4)
+    opt = torch.optim.Adagrad(emb.parameters(), lr=0.1)
+    ckpt = cpr.torch.Checkpointer(client, job, [emb], optimizer=opt, policy="full",
+                                  hooks=False)
+    ckpt.save(1)
+    original = emb.weight
+    emb.weight = torch.nn.Parameter(torch.zeros(40, 4))  # one the optimizer does not train
+    with pytest.raises(cpr.FailedPreconditionError,
+                       match=r"^table 0: the Checkpointer's optimizer holds no state for its "
+                             r"weight .*replace weights before building the optimizer"):
+        ckpt.save(2)
+    with pytest.raises(cpr.FailedPreconditionError, match="^table 0: the Checkpointer's opt"):
+        ckpt.recover([0], "partial")
+    emb.weight = torch.nn.Parameter(torch.zeros(41, 4))
+    with pytest.raises(cpr.FailedPreconditionError,
+                       match=r"^table 0: its weight is now a float32 cpu tensor of \(41, 4\), "
+                             r"not the contiguous float32 CPU tensor of \(40, 4\) it was"):
+        ckpt.save(2)
+    emb.weight = original
+    opt.state[emb.weight]["sum"] = torch.zeros(40, 8)
+    with pytest.raises(cpr.FailedPreconditionError,
+                       match=r"^table 0: its optimizer state is now a float32 cpu tensor of "
+                             r"\(40, 8\), not the 4 column\(s\) per row"):
+        ckpt.save(2)
+    assert ckpt.next_checkpoint == 2
+    assert [p.checkpoint for p in client.list(job)] == [1]  # nothing else was written
+    ckpt.close()
+
+
+def test_a_batch_out_of_range_is_not_tracked(client, job):
+    # The pre-hook sees the batch before nn.Embedding rejects it: recorded,
+    # it would fail every step() after.
+    emb = torch.nn.Embedding(50, 4)
+    ckpt = cpr.torch.Checkpointer(client, job, [emb], hooks=True)
+    for bad in (50, -1):
+        with pytest.warns(RuntimeWarning,
+                          match=r"^cpr\.torch: batch not tracked: indices: %d is outside "
+                                r"table 0 \(50 rows\): the batch's indices must be in "
+                                r"0\.\.49$" % bad):
+            with pytest.raises(IndexError):
+                emb(torch.tensor([5, bad]))
+    with pytest.raises(cpr.InvalidArgumentError, match=r"^indices: 60 is outside table 0"):
+        ckpt.observe(0, [1, 60])
+    emb(torch.tensor([1, 2, 2]))
+    ckpt.step()
+    ckpt.step()
+    assert ckpt.trackers[0].stats(0).update_events == 3  # only the good batch
+    ckpt.close()
+
+
+def test_save_after_close_is_refused_before_anything(client, job):
+    ckpt = cpr.torch.Checkpointer(client, job, [torch.nn.Embedding(20, 4)], policy="full")
+    ckpt.save(1)
+    ckpt.close()
+    for call in (lambda: ckpt.save(2), lambda: ckpt.async_save(2),
+                 lambda: ckpt.recover([0], "partial")):
+        with pytest.raises(cpr.FailedPreconditionError,
+                           match=r"^the Checkpointer is closed: build a new one to save or "
+                                 r"recover$"):
+            call()
+    assert ckpt.next_checkpoint == 2
+    assert [p.checkpoint for p in client.list(job)] == [1]
+    ckpt.close()  # twice: nothing to do
+
+
+def test_saves_from_two_threads_each_get_their_own_id(client, job):
+    import threading
+    emb = torch.nn.Embedding(5000, 16)
+    ckpt = cpr.torch.Checkpointer(client, job, [emb], policy="full", hooks=False)
+    ckpt.save(0)
+    out, errors = [], []
+
+    def saver(k):
+        for i in range(8):
+            try:
+                out.append(ckpt.save(10 * k + i).checkpoint)
+            except BaseException as e:  # noqa: BLE001 -- reported below
+                errors.append(e)
+
+    threads = [threading.Thread(target=saver, args=(k,)) for k in (1, 2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == [] and sorted(out) == list(range(2, 18))
+    assert sorted(p.checkpoint for p in client.list(job) if p.committed) == list(range(1, 18))
+    ckpt.close()
