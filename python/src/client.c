@@ -18,7 +18,18 @@
  *   C5  A client belongs to the process that opened it (`pid`). In a fork's
  *       child (which has none of its threads) every call raises, and
  *       close and deallocation forget the C handles instead of closing
- *       them (which would wait for ever): the parent still owns them.
+ *       them (which would wait for ever): the parent still owns them. The
+ *       child detaches its Parts as close does (C3), so no list node is
+ *       left to be freed while linked.
+ *   C6  libgrpc does not survive fork(): a child's calls wait for ever on
+ *       the parent's epoll fd, and its new channels share (and corrupt) the
+ *       parent's connections. So a process forked from one that opened a
+ *       gRPC target (`grpc_pid`) opens none itself, and touches no gRPC
+ *       state: the parent's clients stay healthy. Likewise RocksDB's
+ *       background threads (shared by every store of a process) are not in
+ *       a child: a local:// store it opened never flushes, and its close
+ *       waits for ever. So a child of a process that opened a local://
+ *       store (`store_pid`) opens none. Each is refused at once.
  */
 #include "cprpy.h"
 
@@ -29,6 +40,31 @@
 #include "cpr/types.h"
 
 const char cprpy_ended_by_close[] = "aborted when its client closed";
+const char cprpy_ended_by_fork[] = "left to the parent process (a client does not survive "
+                                   "fork())";
+
+/* `pid` of a client a fork's child forgot (C5): its calls say why they fail. */
+#define FORGOTTEN_PID (-1L)
+
+/* C6: the processes that first opened a gRPC target and a local:// store
+ * (0: none yet). The GIL guards them; a fork's child inherits them, exec
+ * clears them. */
+static long grpc_pid, store_pid;
+
+/* C3/C5: end every Part's hold on the C client (`why` says how) and empty
+ * the list, so no Part is left linked to one freed later. */
+static void detach_parts(cprpy_client *c, const char *why)
+{
+    for (cprpy_part *p = c->parts; p;) {
+        cprpy_part *next = p->next;
+        p->part = NULL;
+        p->ended = why;
+        p->busy = 0;
+        p->prev = p->next = NULL;
+        p = next;
+    }
+    c->parts = NULL;
+}
 
 /* C5: the C client's threads (senders, gRPC's, the store's) live in the
  * process that opened it; a fork's child has none of them, so it may
@@ -38,15 +74,16 @@ int cprpy_client_forked(cprpy_client *c)
 {
     if (!c->client || c->pid == (long)getpid())
         return 0;
-    for (cprpy_part *p = c->parts; p; p = p->next)
-        p->part = NULL; /* not ours to abort: the parent's */
+    detach_parts(c, cprpy_ended_by_fork); /* not ours to abort: the parent's */
     c->client = NULL;
+    c->pid = FORGOTTEN_PID;
+    c->busy = 0; /* the threads inside its calls stayed in the parent */
     return 1;
 }
 
 cpr_client *cprpy_client_enter(cprpy_client *c)
 {
-    if (cprpy_client_forked(c)) {
+    if (cprpy_client_forked(c) || (!c->client && c->pid == FORGOTTEN_PID)) {
         cprpy_raise(CPR_FAILED_PRECONDITION, "this client was opened by the parent process "
                     "(a client does not survive fork()); open a new cpr.Client in the child");
         return NULL;
@@ -60,6 +97,36 @@ cpr_client *cprpy_client_enter(cprpy_client *c)
 }
 
 void cprpy_client_leave(cprpy_client *c) { c->busy--; }
+
+/* C6: -1 with FailedPreconditionError when this process is a fork's child
+ * of one that opened what `target` needs: a local:// store, or gRPC (any
+ * other target, valid or not: none touches gRPC here). Else records this
+ * process as its user, before the open (which initialises either library
+ * even if it fails). */
+static int fork_forbids(const char *target)
+{
+    long pid = (long)getpid();
+    int local = strncmp(target, "local://", strlen("local://")) == 0;
+    long *owner = local ? &store_pid : &grpc_pid;
+    if (!*owner)
+        *owner = pid;
+    if (*owner == pid)
+        return 0;
+    if (local)
+        cprpy_raise(CPR_FAILED_PRECONDITION,
+                    "a local:// store cannot be opened in a process forked from one that "
+                    "opened one (RocksDB's background threads do not survive fork(): the "
+                    "store would never flush, and its close would wait for ever): start "
+                    "workers with multiprocessing's 'spawn' or 'forkserver' method, or fork "
+                    "them before opening a local:// store");
+    else
+        cprpy_raise(CPR_FAILED_PRECONDITION,
+                    "a gRPC client cannot be used in a process forked from one that used "
+                    "gRPC (libgrpc does not survive fork()): start workers with "
+                    "multiprocessing's 'spawn' or 'forkserver' method, or open the client "
+                    "with local:// in the child");
+    return -1;
+}
 
 static int client_init(cprpy_client *c, PyObject *args, PyObject *kw)
 {
@@ -109,11 +176,14 @@ static int client_init(cprpy_client *c, PyObject *args, PyObject *kw)
     o.store.no_sync = no_sync;
     o.store.no_fold = no_fold;
     o.store.buffered_reads = buffered_reads;
+    cprpy_client_forked(c); /* C5: a fork's child may reopen an inherited Client */
     if (c->client || c->opening) {
         cprpy_raise(CPR_FAILED_PRECONDITION, "the client is already open%s",
                     c->client ? "" : "ing on another thread");
         return -1;
     }
+    if (fork_forbids(target))
+        return -1;
     cpr_client *cl = NULL;
     cpr_status st;
     c->opening = 1; /* two __init__ at once must not both open (one would leak) */
@@ -134,14 +204,7 @@ static int client_init(cprpy_client *c, PyObject *args, PyObject *kw)
 /* C3: detach every Part, then close (C2 checked by the caller). */
 static void client_close_now(cprpy_client *c)
 {
-    for (cprpy_part *p = c->parts; p;) {
-        cprpy_part *next = p->next;
-        p->part = NULL;
-        p->ended = cprpy_ended_by_close;
-        p->prev = p->next = NULL;
-        p = next;
-    }
-    c->parts = NULL;
+    detach_parts(c, cprpy_ended_by_close);
     cpr_client *cl = c->client;
     c->client = NULL;
     Py_BEGIN_ALLOW_THREADS

@@ -124,6 +124,8 @@ typedef struct cprpy_client {
 
 /* A Part's `ended` when its client's close ended it (compared by address). */
 extern const char cprpy_ended_by_close[];
+/* A Part's `ended` in a fork's child: the part is the parent's (client.c C5). */
+extern const char cprpy_ended_by_fork[];
 
 struct cprpy_part {
     PyObject_HEAD

@@ -6,9 +6,10 @@
  * put returns; a background thread streams them out.
  *
  * Invariants:
- *   P1  `part` is NULL once the part ended (committed, aborted, or aborted
- *       by its client's close: `ended` says which); a live part is on its
- *       client's `parts` list (client.c C3).
+ *   P1  `part` is NULL once the part ended (committed, aborted, aborted
+ *       by its client's close, or left to the parent in a fork's child:
+ *       `ended` says which); a live part is on its client's `parts` list
+ *       (client.c C3), and a freed one on none.
  *   P2  One call at a time (`busy`, changed with the GIL held): the C API
  *       requires a part to be used by one thread at a time.
  *   P3  A Part keeps its Client alive (strong reference): the C handle
@@ -73,7 +74,7 @@ static int part_traverse(cprpy_part *p, visitproc visit, void *arg)
 /* P1/P2: the handle for one call, or NULL with an error set. */
 static cpr_part *enter(cprpy_part *p)
 {
-    if (cprpy_client_forked(p->client))
+    if (cprpy_client_forked(p->client) || p->ended == cprpy_ended_by_fork)
         return (cpr_part *)cprpy_raise(CPR_FAILED_PRECONDITION,
                                        "part %s/%u/%llu belongs to the parent process (a "
                                        "client does not survive fork())",
@@ -406,7 +407,8 @@ static PyObject *part_exit_ctx(cprpy_part *p, PyObject *args)
 {
     PyObject *type = PyTuple_GET_SIZE(args) > 0 ? PyTuple_GET_ITEM(args, 0) : Py_None;
     if (!p->part) {
-        if (type != Py_None || p->ended != cprpy_ended_by_close)
+        if (type != Py_None ||
+            (p->ended != cprpy_ended_by_close && p->ended != cprpy_ended_by_fork))
             Py_RETURN_FALSE; /* committed or aborted in the block */
         return cprpy_raise(CPR_FAILED_PRECONDITION,
                            "part %s/%u/%llu was %s inside its with block: nothing was "
@@ -442,8 +444,10 @@ static void part_dealloc(cprpy_part *p)
         Py_END_ALLOW_THREADS
         p->client->busy--;
         p->part = NULL;
-        unlink_part(p);
     }
+    /* C3: off the list whatever ended it (a no-op once detached); after the
+     * abort, so that a client.abort() of it meanwhile finds it busy (C4). */
+    unlink_part(p);
     free(p->tables);
     Py_XDECREF(p->job);
     Py_XDECREF(p->client);

@@ -559,6 +559,145 @@ def test_a_forked_child_cannot_use_the_parents_client(tmp_path, job):
     c.close()
 
 
+def run_forking(script, *args):
+    """Runs `script` (which forks) in a new interpreter under PYTHONMALLOC=debug
+    (freed memory is overwritten); asserts it exits 0. A new interpreter: the
+    test's own has used gRPC and local:// stores, which decide what a fork's
+    child may open."""
+    import subprocess
+    import sys
+    env = dict(os.environ, PYTHONMALLOC="debug",
+               PYTHONPATH=os.path.dirname(os.path.dirname(os.path.abspath(cpr.__file__))))
+    r = subprocess.run([sys.executable, "-c", script] + [str(a) for a in args], env=env,
+                       capture_output=True, timeout=120)
+    assert r.returncode == 0, (r.returncode, r.stderr.decode(errors="replace")[-2000:])
+
+
+# The children leave with os._exit (the libraries' exit handlers need their
+# threads) and report through their exit code.
+FORK_HELPERS = r"""
+import gc, os, sys, time
+import numpy as np
+import cpr
+
+def fork(child):
+    pid = os.fork()
+    if pid == 0:
+        code = 99
+        try:
+            code = child()
+        finally:
+            os._exit(code)
+    deadline = time.monotonic() + 60
+    while True:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            return os.waitstatus_to_exitcode(status)  # -N: killed by signal N
+        if time.monotonic() > deadline:
+            os.kill(pid, 9)
+            sys.exit("the child hung")
+        time.sleep(0.05)
+
+def refused(fn):
+    try:
+        fn()
+    except cpr.FailedPreconditionError as e:
+        return "fork" in str(e)
+    return False
+
+def put(part, n, value):
+    part.put_rows(0, np.arange(n), np.full((n, 2), value, np.float32))
+"""
+
+# A Part alive across fork() once stayed on its client's list after the child
+# freed it: the child's abort read that freed memory, and a begin and close on
+# the reopened client wrote into it.
+FORK_WITH_A_LIVE_PART = FORK_HELPERS + r"""
+target, child_store, job = sys.argv[1:4]
+c = cpr.Client(target, call_timeout_s=10)
+part = c.begin(job, 0, 1, tables=[(0, 10, 2, 0)])
+
+def child():
+    global part
+    ok = refused(lambda: put(part, 2, 1))
+    del part
+    gc.collect()
+    junk = [bytearray(64) for _ in range(2000)]  # takes what was freed
+    ok = ok and refused(lambda: c.abort(job, 0, 1))  # walks the client's parts
+    c.__init__("local://" + child_store)  # the inherited object, reopened
+    mine = c.begin(job, 0, 1, tables=[(0, 10, 2, 0)], num_shards=2)  # linked to the freed one
+    other = c.begin(job, 1, 1, tables=[(0, 10, 2, 0)], num_shards=2)
+    put(other, 3, 2)
+    other.commit()
+    c.abort(job, 0, 1)
+    c.close()  # ends what is on the list
+    c.__init__("local://" + child_store)
+    listed = [(p.shard, p.committed) for p in c.list(job)]
+    c.close()
+    return 0 if ok and listed == [(1, True)] else 1
+
+code = fork(child)
+assert code == 0, "the child's checks failed (exit %d)" % code
+put(part, 2, 3)
+part.commit()
+assert [(p.committed, p.rows) for p in c.list(job)] == [(True, 2)]
+c.close()
+"""
+
+
+def test_a_part_alive_across_fork_is_forgotten_cleanly_in_the_child(ckptd, tmp_path, job):
+    """The child forgets the parent's parts (freeing one leaves no dangling
+    list node), may reopen the inherited Client, and the parent's part commits."""
+    run_forking(FORK_WITH_A_LIVE_PART, ckptd.target, tmp_path / "child", job)
+
+
+# libgrpc does not survive fork(): a child's gRPC client waited for ever, and
+# its channel wrote on the parent's connection, whose calls then failed.
+# RocksDB's threads do not either: a child's local:// store never closed.
+FORK_AFTER_GRPC_AND_LOCAL = FORK_HELPERS + r"""
+target, stores, job = sys.argv[1:4]
+c = cpr.Client(target, call_timeout_s=10)
+c.list_jobs()
+part = c.begin(job, 0, 1, tables=[(0, 10, 2, 0)])
+
+def child_of_grpc():
+    ok = all(refused(lambda: cpr.Client(t, call_timeout_s=2).list_jobs())
+             for t in [target, target[len("grpc://"):], "unix:/nonexistent/ckptd.sock"])
+    with cpr.Client("local://%s/child1" % stores) as local:  # not gRPC: still works
+        with local.begin(job, 0, 1, tables=[(0, 10, 2, 0)]) as p:
+            put(p, 3, 1)
+        ok = ok and [i.rows for i in local.list(job)] == [3]
+    return 0 if ok else 1
+
+code = fork(child_of_grpc)
+assert code == 0, "the first child's checks failed (exit %d)" % code
+put(part, 4, 7)
+part.commit()  # the parent's connection is intact
+assert [(p.committed, p.rows) for p in c.list(job)] == [(True, 4)]
+with cpr.Client(target, call_timeout_s=10) as again:
+    assert job in again.list_jobs()
+
+local = cpr.Client("local://%s/parent" % stores)
+
+def child_of_a_store():
+    return 0 if refused(lambda: cpr.Client("local://%s/child2" % stores)) else 1
+
+code = fork(child_of_a_store)
+assert code == 0, "the second child's checks failed (exit %d)" % code
+with local.begin(job, 0, 1, tables=[(0, 10, 2, 0)]) as p:
+    put(p, 1, 1)
+local.close()
+c.close()
+"""
+
+
+def test_a_fork_is_refused_grpc_and_stores_its_parent_used_and_the_parent_carries_on(
+        ckptd, tmp_path, job):
+    """In a fork's child, a gRPC client (once the parent used gRPC) and a
+    local:// store (once the parent opened one) are refused at once; local://
+    works in a child of a gRPC-only parent; the parent's clients carry on."""
+    run_forking(FORK_AFTER_GRPC_AND_LOCAL, ckptd.target, tmp_path, job)
+
 def test_numpy_integers_are_ints(client, job):
     with client.begin(job, np.int64(0), np.uint32(1), tables=[(np.int32(0), 10, 2, 0)],
                       kind=np.int8(1), num_shards=np.int16(1)) as p:
