@@ -17,6 +17,7 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/eventfd.h>
 #include <unistd.h>
 
 #include "blobio.h"
@@ -71,16 +72,28 @@ struct cpri_bfile_writer {
  *  R3. A writer is freed only once none of its buffers is in flight: no
  *      completion can name it afterwards.
  *  R4. A forked child sees no rings (pthread_atfork): it makes its own.
+ *  R5. Only a ring's own thread enters the kernel with it (io_uring_submit):
+ *      writers prepare their entries under the ring's mutex and wake the
+ *      thread through its eventfd. Linux cancels the io_uring requests a
+ *      task submitted, if still queued, when that task exits (-ECANCELED),
+ *      and writers run on short-lived threads (a PutRows handler's ends
+ *      with its stream, before the Commit's thread finishes the segment):
+ *      "write ...: Operation canceled" at commit, under load. The ring's
+ *      thread lives as long as the process.
  */
 #define WRITE_RINGS 2
 #define WRITE_RING_ENTRIES 256
-#define WRITE_RING_IN_FLIGHT (2 * WRITE_RING_ENTRIES) /* the completion queue's size ... */
+#define WRITE_RING_IN_FLIGHT (2 * WRITE_RING_ENTRIES) /* the completion queue's size, less
+                                                         one for the wake read (R5) ... */
 
 typedef struct write_ring {
     struct io_uring ring;
     pthread_mutex_t mu;        /* R1 */
     pthread_cond_t room;       /* ... so no completion overflows: a submit waits */
-    unsigned in_flight;        /* under mu */
+    unsigned in_flight;        /* under mu: prepared and not completed */
+    unsigned pending;          /* under mu: prepared, not yet submitted (R5) */
+    int wake_fd;               /* eventfd: writers' entries are ready (R5) */
+    uint64_t wake_buf;         /* the ring thread's read of it */
     pthread_t thread;
 } write_ring;
 
@@ -109,9 +122,39 @@ static int wait_cqe(struct io_uring *ring, struct io_uring_cqe **cqe)
     return rc;
 }
 
+/* Under r->mu: a read of the eventfd, whose completion wakes the thread. */
+static void arm_wake(write_ring *r)
+{
+    struct io_uring_sqe *sqe = io_uring_get_sqe(&r->ring); /* room kept for it */
+    io_uring_prep_read(sqe, r->wake_fd, &r->wake_buf, sizeof r->wake_buf, 0);
+    io_uring_sqe_set_data(sqe, &r->wake_buf);
+}
+
+/* Under r->mu (R5): hand every prepared entry to the kernel. */
+static void submit_pending(write_ring *r)
+{
+    while (r->pending) {
+        int rc = io_uring_submit(&r->ring);
+        if (rc > 0) {
+            r->pending -= (unsigned)rc < r->pending ? (unsigned)rc : r->pending;
+            continue;
+        }
+        pthread_mutex_unlock(&r->mu); /* not expected (EBUSY, ENOMEM): again shortly */
+        struct timespec pause = {0, 1000000L};
+        nanosleep(&pause, NULL);
+        pthread_mutex_lock(&r->mu);
+    }
+    pthread_cond_broadcast(&r->room);
+}
+
 static void *ring_main(void *arg)
 {
     write_ring *r = arg;
+    pthread_mutex_lock(&r->mu);
+    arm_wake(r);
+    r->pending++;
+    submit_pending(r);
+    pthread_mutex_unlock(&r->mu);
     for (;;) {
         struct io_uring_cqe *cqe;
         if (wait_cqe(&r->ring, &cqe) < 0) {
@@ -119,12 +162,21 @@ static void *ring_main(void *arg)
             nanosleep(&pause, NULL);
             continue;
         }
-        iobuf *b = io_uring_cqe_get_data(cqe);
+        void *data = io_uring_cqe_get_data(cqe);
         int res = cqe->res;
         io_uring_cqe_seen(&r->ring, cqe);
+        if (data == &r->wake_buf) { /* writers' entries are ready (R5) */
+            pthread_mutex_lock(&r->mu);
+            arm_wake(r);
+            r->pending++;
+            submit_pending(r);
+            pthread_mutex_unlock(&r->mu);
+            continue;
+        }
+        iobuf *b = data;
         pthread_mutex_lock(&r->mu);
         r->in_flight--;
-        pthread_cond_signal(&r->room);
+        pthread_cond_broadcast(&r->room);
         pthread_mutex_unlock(&r->mu);
         if (!b)
             continue;
@@ -150,12 +202,18 @@ static write_ring *ring_for_writer(void)
         pthread_mutex_init(&rings[i].mu, NULL);
         pthread_cond_init(&rings[i].room, NULL);
         rings[i].in_flight = 0;
-        int ok = io_uring_queue_init(WRITE_RING_ENTRIES, &rings[i].ring, 0) == 0;
+        rings[i].pending = 0;
+        rings[i].wake_fd = eventfd(0, EFD_CLOEXEC);
+        int ok = rings[i].wake_fd >= 0 &&
+                 io_uring_queue_init(WRITE_RING_ENTRIES, &rings[i].ring, 0) == 0;
+        if (!ok && rings[i].wake_fd >= 0)
+            close(rings[i].wake_fd);
         sigset_t all, old;
         sigfillset(&all); /* the threads take no signal */
         pthread_sigmask(SIG_SETMASK, &all, &old);
         if (ok && pthread_create(&rings[i].thread, NULL, ring_main, &rings[i]) != 0) {
             io_uring_queue_exit(&rings[i].ring);
+            close(rings[i].wake_fd);
             ok = 0;
         }
         pthread_sigmask(SIG_SETMASK, &old, NULL);
@@ -287,25 +345,22 @@ static cpr_status submit_current(cpri_bfile_writer *w, size_t len)
         b->in_flight = 1;
         w->in_flight++;
         pthread_mutex_unlock(&w->mu);
-        pthread_mutex_lock(&w->ring->mu); /* R1 */
-        while (w->ring->in_flight >= WRITE_RING_IN_FLIGHT)
-            pthread_cond_wait(&w->ring->room, &w->ring->mu);
-        struct io_uring_sqe *sqe = io_uring_get_sqe(&w->ring->ring);
-        int rc = -EBUSY;
-        if (sqe) { /* every entry is submitted at once: the queue is never full */
-            io_uring_prep_write(sqe, w->fd, b->data, (unsigned)len, w->submitted_bytes);
-            io_uring_sqe_set_data(sqe, b);
-            rc = io_uring_submit(&w->ring->ring);
-        }
-        if (rc >= 0)
-            w->ring->in_flight++;
-        pthread_mutex_unlock(&w->ring->mu);
-        if (rc < 0) {
-            pthread_mutex_lock(&w->mu);
-            b->in_flight = 0;
-            w->in_flight--;
-            pthread_mutex_unlock(&w->mu);
-            return io_error("io_uring submit for", w->path, -rc);
+        write_ring *r = w->ring;
+        pthread_mutex_lock(&r->mu); /* R1 */
+        /* Room in the completion queue, and in the submission queue with
+         * one entry kept for the ring thread's wake read (R5). */
+        while (r->in_flight >= WRITE_RING_IN_FLIGHT - 1 || io_uring_sq_space_left(&r->ring) < 2)
+            pthread_cond_wait(&r->room, &r->mu);
+        struct io_uring_sqe *sqe = io_uring_get_sqe(&r->ring);
+        io_uring_prep_write(sqe, w->fd, b->data, (unsigned)len, w->submitted_bytes);
+        io_uring_sqe_set_data(sqe, b);
+        r->in_flight++;
+        int wake = r->pending++ == 0;
+        pthread_mutex_unlock(&r->mu);
+        if (wake) { /* R5: the ring thread submits; an eventfd write does not fail here */
+            uint64_t one = 1;
+            while (write(r->wake_fd, &one, sizeof one) < 0 && errno == EINTR) {
+            }
         }
     }
     w->submitted_bytes += len;
