@@ -273,7 +273,12 @@ cpr_status cpr_estimator_saved(cpr_estimator *est, double now_s, cpr_policy poli
         ewma_add(&est->full_bytes, (double)bytes, c->smoothing, 1);
     double full_bytes = c->full_bytes ? (double)c->full_bytes
                         : ewma_get(&est->full_bytes, 0.0, 1);
-    if (policy == CPR_POLICY_FULL)
+    /* A stall of 0 is below the caller's clock (a step count, a coarse
+     * timer), not a free save: it tells nothing of o_save, and averaged in it
+     * shrank the interval to the model's floor (2.7 ms: a save every step). */
+    if (stall_s == 0.0)
+        ;
+    else if (policy == CPR_POLICY_FULL)
         ewma_add(&est->save, stall_s, c->smoothing, c->min_samples);
     else if (bytes > 0 && full_bytes > 0.0) /* a stall grows with the bytes gathered */
         ewma_add(&est->save, stall_s * full_bytes / (double)bytes, c->smoothing,

@@ -236,7 +236,8 @@ CPR_API void cpr_estimator_destroy(cpr_estimator *est);
 
 /* A checkpoint of the whole job (all shards) under `policy`: its training
  * stall and the bytes it wrote. FULL saves measure o_save directly; other
- * policies' stalls are scaled by full_bytes / bytes. */
+ * policies' stalls are scaled by full_bytes / bytes. A stall of 0 (below the
+ * caller's clock) is no sample of o_save (the save still counts as one). */
 CPR_API cpr_status cpr_estimator_saved(cpr_estimator *est, double now_s, cpr_policy policy,
                                double stall_s, uint64_t bytes);
 /* The background of a settled save under `policy`: background_s from the

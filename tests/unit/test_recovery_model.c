@@ -454,6 +454,12 @@ static void test_estimator_zero_and_extreme_inputs(void **state)
         }
         assert_status(CPR_OK, cpr_estimator_decide(e, &r));
         assert_true(isfinite(r.interval_s) && r.interval_s > 0);
+        /* A zero stall is below the clock, not a free save: o_save stays the
+         * prior (it had fallen to the floor, and the full interval to 2.7 ms). */
+        if (kind == 0) {
+            assert_true(r.save_s == c.prior_save_s);
+            assert_false(r.measured & CPR_MEASURED_SAVE);
+        }
         cpr_estimator_destroy(e);
     }
     c = est_config();
